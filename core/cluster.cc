@@ -1,0 +1,128 @@
+#include "core/cluster.h"
+
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+
+namespace octopipe {
+namespace {
+
+const HardwareSpec* FindHardware(const Cluster& c, const std::string& name) {
+  for (const HardwareSpec& h : c.hardware) {
+    if (h.name == name) return &h;
+  }
+  return nullptr;
+}
+
+absl::Status ValidateLink(const std::string& path, const LinkSpec& link) {
+  if (!(link.bandwidth > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ".bandwidth must be > 0 bytes/s, got ", link.bandwidth));
+  }
+  if (!(link.latency_s >= 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ".latency_s must be >= 0, got ", link.latency_s));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int Cluster::num_devices() const {
+  int n = 0;
+  for (const Node& node : nodes) n += node.num_devices;
+  return n;
+}
+
+int Cluster::node_of_device(int device) const {
+  for (int i = 0; i < static_cast<int>(nodes.size()); ++i) {
+    if (device < nodes[i].num_devices) return i;
+    device -= nodes[i].num_devices;
+  }
+  return -1;
+}
+
+const HardwareSpec& Cluster::device_hardware(int device) const {
+  return *FindHardware(*this, nodes[node_of_device(device)].hardware);
+}
+
+const LinkSpec& Cluster::link(int from_device, int to_device) const {
+  const int a = node_of_device(from_device);
+  if (a == node_of_device(to_device)) return nodes[a].intra_node_link;
+  return inter_node_link;
+}
+
+double Cluster::usable_memory(int device) const {
+  return device_hardware(device).memory_bytes - memory_reserve_bytes;
+}
+
+absl::Status Validate(const Cluster& c) {
+  if (c.hardware.empty()) {
+    return absl::InvalidArgumentError("hardware: a cluster needs at least one hardware spec");
+  }
+  for (size_t i = 0; i < c.hardware.size(); ++i) {
+    const HardwareSpec& h = c.hardware[i];
+    const std::string p = absl::StrCat("hardware[", i, "]");
+    if (h.name.empty()) return absl::InvalidArgumentError(absl::StrCat(p, ".name is empty"));
+    for (size_t j = 0; j < i; ++j) {
+      if (c.hardware[j].name == h.name) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(p, ".name '", h.name, "' is defined twice"));
+      }
+    }
+    const std::pair<const char*, double> fields[] = {{"peak_flops", h.peak_flops},
+                                                     {"memory_bytes", h.memory_bytes},
+                                                     {"memory_bandwidth", h.memory_bandwidth}};
+    for (const auto& [name, value] : fields) {
+      if (!(value > 0)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(p, ".", name, " must be > 0, got ", value));
+      }
+    }
+  }
+  if (c.nodes.empty()) {
+    return absl::InvalidArgumentError("nodes: a cluster needs at least one node");
+  }
+  for (size_t i = 0; i < c.nodes.size(); ++i) {
+    const Node& n = c.nodes[i];
+    const std::string p = absl::StrCat("nodes[", i, "]");
+    if (n.num_devices <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(p, ".num_devices must be > 0, got ", n.num_devices));
+    }
+    if (FindHardware(c, n.hardware) == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(p, ".hardware: unknown hardware '", n.hardware, "'"));
+    }
+    if (n.num_devices > 1) {
+      absl::Status s = ValidateLink(p + ".intra_node_link", n.intra_node_link);
+      if (!s.ok()) return s;
+    }
+  }
+  if (c.nodes.size() > 1) {
+    absl::Status s = ValidateLink("inter_node_link", c.inter_node_link);
+    if (!s.ok()) return s;
+  }
+  if (!(c.memory_reserve_bytes >= 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("memory_reserve_bytes must be >= 0, got ", c.memory_reserve_bytes));
+  }
+  return absl::OkStatus();
+}
+
+Cluster SyntheticCluster(int devices) {
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  Cluster c;
+  c.name = absl::StrCat("synthetic-", devices);
+  c.hardware.push_back(HardwareSpec{"synthetic", 1e15, kInf, 1e12});
+  Node node;
+  node.name = "node0";
+  node.hardware = "synthetic";
+  node.num_devices = devices;
+  node.intra_node_link = LinkSpec{kInf, 0};
+  c.nodes.push_back(node);
+  c.inter_node_link = LinkSpec{kInf, 0};
+  return c;
+}
+
+}  // namespace octopipe

@@ -1,0 +1,59 @@
+// Cluster: nodes of devices with hardware specs and the links between them.
+//
+// Devices are numbered globally in node order (node 0's devices first). Link(a, b) is the
+// node's intra-node link when a and b share a node, else the cluster's inter-node link.
+// Plain value type; safe to share const.
+#ifndef OCTOPIPE_CORE_CLUSTER_H_
+#define OCTOPIPE_CORE_CLUSTER_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace octopipe {
+
+struct HardwareSpec {
+  std::string name;
+  double peak_flops = 0;        // dense BF16 FLOP/s
+  double memory_bytes = 0;      // HBM capacity (may be +inf for synthetic clusters)
+  double memory_bandwidth = 0;  // HBM bytes/s
+};
+
+struct LinkSpec {
+  double bandwidth = 0;  // bytes/s per direction (may be +inf)
+  double latency_s = 0;
+};
+
+struct Node {
+  std::string name;
+  std::string hardware;  // name of an entry in Cluster::hardware
+  int num_devices = 0;
+  LinkSpec intra_node_link;
+};
+
+struct Cluster {
+  std::string name;
+  std::vector<HardwareSpec> hardware;
+  std::vector<Node> nodes;
+  LinkSpec inter_node_link;
+  double memory_reserve_bytes = 0;
+
+  int num_devices() const;
+  int node_of_device(int device) const;
+  // Hardware of a device; the cluster must be valid and device in range.
+  const HardwareSpec& device_hardware(int device) const;
+  const LinkSpec& link(int from_device, int to_device) const;
+  // Usable memory of a device: capacity minus the reserve.
+  double usable_memory(int device) const;
+};
+
+// Errors name the field path and value, e.g. "nodes[1].hardware: unknown hardware 'B200'".
+absl::Status Validate(const Cluster& cluster);
+
+// `devices` identical devices with unlimited memory and zero-latency unlimited links.
+Cluster SyntheticCluster(int devices);
+
+}  // namespace octopipe
+
+#endif  // OCTOPIPE_CORE_CLUSTER_H_

@@ -1,0 +1,198 @@
+#include "core/model_graph.h"
+
+#include <array>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace octopipe {
+namespace {
+
+constexpr std::array<std::pair<LayerKind, absl::string_view>, kNumLayerKinds> kKindNames = {{
+    {LayerKind::kEmbedding, "embedding"},
+    {LayerKind::kAttention, "attention"},
+    {LayerKind::kMlaAttention, "mla_attention"},
+    {LayerKind::kMamba, "mamba"},
+    {LayerKind::kMamba2, "mamba2"},
+    {LayerKind::kMoe, "moe"},
+    {LayerKind::kMlp, "mlp"},
+    {LayerKind::kVisionBlock, "vision_block"},
+    {LayerKind::kHead, "head"},
+}};
+
+absl::Status Positive(const std::string& path, int64_t value) {
+  if (value > 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(path, " must be > 0, got ", value));
+}
+
+absl::Status NonNegative(const std::string& path, double value) {
+  if (value >= 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(path, " must be >= 0, got ", value));
+}
+
+// The dimension fields each kind needs to be positive.
+absl::Status ValidateDims(const std::string& p, LayerKind kind, const LayerDims& d) {
+  std::vector<std::pair<const char*, int64_t>> need = {{"hidden", d.hidden}};
+  switch (kind) {
+    case LayerKind::kEmbedding:
+    case LayerKind::kHead:
+      need.push_back({"vocab", d.vocab});
+      break;
+    case LayerKind::kAttention:
+      need.push_back({"heads", d.heads});
+      need.push_back({"kv_heads", d.kv_heads});
+      break;
+    case LayerKind::kMlaAttention:
+      need.push_back({"heads", d.heads});
+      need.push_back({"kv_lora_rank", d.kv_lora_rank});
+      need.push_back({"qk_nope_head_dim", d.qk_nope_head_dim});
+      need.push_back({"qk_rope_head_dim", d.qk_rope_head_dim});
+      need.push_back({"v_head_dim", d.v_head_dim});
+      break;
+    case LayerKind::kMamba:
+      need.push_back({"d_state", d.d_state});
+      need.push_back({"expand", d.expand});
+      break;
+    case LayerKind::kMamba2:
+      need.push_back({"d_state", d.d_state});
+      need.push_back({"expand", d.expand});
+      need.push_back({"ssm_heads", d.ssm_heads});
+      need.push_back({"ssm_groups", d.ssm_groups});
+      break;
+    case LayerKind::kMoe:
+      need.push_back({"experts", d.experts});
+      need.push_back({"top_k", d.top_k});
+      need.push_back({"moe_ffn", d.moe_ffn});
+      break;
+    case LayerKind::kMlp:
+      need.push_back({"ffn", d.ffn});
+      break;
+    case LayerKind::kVisionBlock:
+      need.push_back({"heads", d.heads});
+      need.push_back({"ffn", d.ffn});
+      break;
+  }
+  for (const auto& [name, value] : need) {
+    absl::Status s = Positive(absl::StrCat(p, ".dims.", name), value);
+    if (!s.ok()) return s;
+  }
+  const std::pair<const char*, int64_t> non_negative[] = {
+      {"ffn", d.ffn},         {"heads", d.heads},       {"kv_heads", d.kv_heads},
+      {"head_dim", d.head_dim}, {"vocab", d.vocab},     {"experts", d.experts},
+      {"top_k", d.top_k},     {"moe_ffn", d.moe_ffn},   {"shared_experts", d.shared_experts},
+      {"d_state", d.d_state}, {"expand", d.expand},     {"ssm_heads", d.ssm_heads},
+      {"ssm_groups", d.ssm_groups}, {"dt_rank", d.dt_rank}, {"tokens", d.tokens},
+      {"out_hidden", d.out_hidden}, {"q_lora_rank", d.q_lora_rank},
+  };
+  for (const auto& [name, value] : non_negative) {
+    if (value < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(p, ".dims.", name, " must be >= 0, got ", value));
+    }
+  }
+  if (kind == LayerKind::kMoe && d.top_k > d.experts) {
+    return absl::InvalidArgumentError(absl::StrCat(p, ".dims.top_k (", d.top_k,
+                                                   ") must be <= experts (", d.experts, ")"));
+  }
+  if (kind == LayerKind::kAttention && d.heads % d.kv_heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(p, ".dims.kv_heads (", d.kv_heads,
+                                                   ") must divide heads (", d.heads, ")"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::string_view LayerKindName(LayerKind kind) {
+  return kKindNames[static_cast<int>(kind)].second;
+}
+
+absl::StatusOr<LayerKind> ParseLayerKind(absl::string_view name) {
+  std::vector<absl::string_view> valid;
+  for (const auto& [kind, kind_name] : kKindNames) {
+    if (kind_name == name) return kind;
+    valid.push_back(kind_name);
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown layer kind '", name,
+                                                 "' (valid: ", absl::StrJoin(valid, ", "), ")"));
+}
+
+absl::string_view PrecisionName(Precision p) {
+  switch (p) {
+    case Precision::kBf16: return "bf16";
+    case Precision::kFp16: return "fp16";
+    case Precision::kFp32: return "fp32";
+  }
+  return "?";
+}
+
+absl::StatusOr<Precision> ParsePrecision(absl::string_view name) {
+  if (name.empty() || name == "bf16") return Precision::kBf16;
+  if (name == "fp16") return Precision::kFp16;
+  if (name == "fp32") return Precision::kFp32;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown precision '", name, "' (valid: bf16, fp16, fp32)"));
+}
+
+absl::string_view RecomputePolicyName(RecomputePolicy r) {
+  switch (r) {
+    case RecomputePolicy::kNone: return "none";
+    case RecomputePolicy::kSelective: return "selective";
+    case RecomputePolicy::kFull: return "full";
+  }
+  return "?";
+}
+
+absl::StatusOr<RecomputePolicy> ParseRecomputePolicy(absl::string_view name) {
+  if (name.empty() || name == "none") return RecomputePolicy::kNone;
+  if (name == "selective") return RecomputePolicy::kSelective;
+  if (name == "full") return RecomputePolicy::kFull;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown recompute policy '", name, "' (valid: none, selective, full)"));
+}
+
+absl::Status Validate(const ModelGraph& model) {
+  if (model.layers.empty()) {
+    return absl::InvalidArgumentError("layers: a model needs at least one layer, got 0");
+  }
+  const TrainingOptions& t = model.training;
+  const std::pair<const char*, int64_t> training_fields[] = {
+      {"training.seq_len", t.seq_len},
+      {"training.micro_batch_size", t.micro_batch_size},
+      {"training.num_microbatches", t.num_microbatches},
+      {"training.tp_degree", t.tp_degree},
+      {"training.zero_degree", t.zero_degree},
+  };
+  for (const auto& [path, value] : training_fields) {
+    absl::Status s = Positive(path, value);
+    if (!s.ok()) return s;
+  }
+  for (int i = 0; i < model.num_layers(); ++i) {
+    const Layer& layer = model.layers[i];
+    const std::string p = absl::StrCat("layers[", i, "]");
+    const MeasuredCosts& m = layer.measured;
+    const std::pair<const char*, std::optional<double>> measured[] = {
+        {"forward_s", m.forward_s},
+        {"backward_input_s", m.backward_input_s},
+        {"weight_grad_s", m.weight_grad_s},
+        {"activation_bytes", m.activation_bytes},
+        {"param_bytes", m.param_bytes},
+        {"output_bytes", m.output_bytes},
+    };
+    bool all_time_measured = m.forward_s && m.backward_input_s && m.weight_grad_s;
+    for (const auto& [name, value] : measured) {
+      if (value) {
+        absl::Status s = NonNegative(absl::StrCat(p, ".measured.", name), *value);
+        if (!s.ok()) return s;
+      }
+    }
+    // A fully measured layer needs no dimensions (profiles and synthetic models carry none).
+    if (all_time_measured && m.activation_bytes && m.param_bytes && m.output_bytes) continue;
+    absl::Status s = ValidateDims(p, layer.kind, layer.dims);
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace octopipe

@@ -1,0 +1,120 @@
+// ModelGraph: the ordered chain of layers of a model plus its training options.
+//
+// Contract: a ModelGraph that passed Validate() has at least one layer, every layer has a known
+// kind and positive dimensions for the fields its kind needs, and the training options are in
+// range. Multimodal encoders are linearised in front of the LLM. Plain value type; not
+// thread-safe for concurrent mutation, safe to share const.
+#ifndef OCTOPIPE_CORE_MODEL_GRAPH_H_
+#define OCTOPIPE_CORE_MODEL_GRAPH_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include "absl/strings/string_view.h"
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace octopipe {
+
+enum class LayerKind {
+  kEmbedding,
+  kAttention,     // GQA self-attention block (norm + QKV + core + output projection)
+  kMlaAttention,  // DeepSeek multi-head latent attention
+  kMamba,         // Mamba-1 selective-scan mixer
+  kMamba2,        // Mamba-2 (SSD) mixer
+  kMoe,           // mixture-of-experts FFN (SwiGLU experts, optional shared experts)
+  kMlp,           // dense FFN, SwiGLU (gated) or plain
+  kVisionBlock,   // ViT encoder block (attention + MLP) over image tokens
+  kHead,          // final norm + logits + cross-entropy loss
+};
+
+inline constexpr int kNumLayerKinds = 9;
+
+absl::string_view LayerKindName(LayerKind kind);
+// Parses "attention", "mla_attention", ...; error names the value and lists the valid ones.
+absl::StatusOr<LayerKind> ParseLayerKind(absl::string_view name);
+
+// Dimensions; fields a kind does not use stay 0. See proto/model.proto for meanings.
+struct LayerDims {
+  int64_t hidden = 0;
+  int64_t ffn = 0;
+  bool gated = true;
+  int64_t heads = 0;
+  int64_t kv_heads = 0;
+  int64_t head_dim = 0;  // 0: hidden / heads
+  int64_t vocab = 0;
+  int64_t experts = 0;
+  int64_t top_k = 0;
+  int64_t moe_ffn = 0;
+  int64_t shared_experts = 0;
+  int64_t d_state = 0;
+  int64_t expand = 0;
+  int64_t ssm_heads = 0;
+  int64_t ssm_groups = 0;
+  int64_t dt_rank = 0;
+  int64_t q_lora_rank = 0;
+  int64_t kv_lora_rank = 0;
+  int64_t qk_nope_head_dim = 0;
+  int64_t qk_rope_head_dim = 0;
+  int64_t v_head_dim = 0;
+  int64_t tokens = 0;      // tokens per sample this layer sees; 0: the sequence length
+  int64_t out_hidden = 0;  // output width if different from hidden; 0: hidden
+};
+
+// Measured per-layer costs for one micro-batch; each present field overrides the formula.
+struct MeasuredCosts {
+  std::optional<double> forward_s;
+  std::optional<double> backward_input_s;
+  std::optional<double> weight_grad_s;
+  std::optional<double> activation_bytes;
+  std::optional<double> param_bytes;
+  std::optional<double> output_bytes;
+};
+
+struct Layer {
+  std::string name;
+  LayerKind kind = LayerKind::kMlp;
+  LayerDims dims;
+  MeasuredCosts measured;
+};
+
+enum class Precision { kBf16, kFp16, kFp32 };
+enum class RecomputePolicy { kNone, kSelective, kFull };
+
+absl::string_view PrecisionName(Precision p);
+absl::StatusOr<Precision> ParsePrecision(absl::string_view name);
+absl::string_view RecomputePolicyName(RecomputePolicy r);
+absl::StatusOr<RecomputePolicy> ParseRecomputePolicy(absl::string_view name);
+
+struct TrainingOptions {
+  int64_t seq_len = 4096;
+  int64_t micro_batch_size = 1;
+  int64_t num_microbatches = 8;
+  Precision precision = Precision::kBf16;
+  int64_t tp_degree = 1;
+  RecomputePolicy recompute = RecomputePolicy::kNone;
+  int64_t zero_degree = 1;  // optimizer state sharded this many ways
+};
+
+struct ModelGraph {
+  std::string name;
+  std::string source;
+  std::vector<Layer> layers;
+  TrainingOptions training;
+
+  int num_layers() const { return static_cast<int>(layers.size()); }
+  // Tokens one micro-batch carries through the LLM (micro_batch_size * seq_len).
+  double tokens_per_microbatch() const {
+    return static_cast<double>(training.micro_batch_size) * training.seq_len;
+  }
+};
+
+// Checks the whole graph; errors are kInvalidArgument naming the field path and the value,
+// e.g. "layers[3].dims.hidden must be > 0, got 0".
+absl::Status Validate(const ModelGraph& model);
+
+}  // namespace octopipe
+
+#endif  // OCTOPIPE_CORE_MODEL_GRAPH_H_

@@ -1,0 +1,48 @@
+// Schedule IR: per device, the ordered list of compute ops.
+//
+// An op is (kind, stage, micro-batch). `kBW` is an unsplit backward (B and W together); `kR`
+// re-materialises a stage's activations before its B under full recompute. Communication is
+// derived from the stage placement, never stored. Text form: "F3.7" is the forward of stage 3
+// for micro-batch 7; kinds F, B, W, BW, R.
+#ifndef OCTOPIPE_CORE_SCHEDULE_H_
+#define OCTOPIPE_CORE_SCHEDULE_H_
+
+#include <cstdint>
+#include <string>
+#include "absl/strings/string_view.h"
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace octopipe {
+
+enum class OpKind : uint8_t { kF = 0, kB = 1, kW = 2, kBW = 3, kR = 4 };
+inline constexpr int kNumOpKinds = 5;
+
+absl::string_view OpKindName(OpKind kind);
+
+struct Op {
+  OpKind kind = OpKind::kF;
+  int32_t stage = 0;
+  int32_t microbatch = 0;
+
+  friend bool operator==(const Op& a, const Op& b) {
+    return a.kind == b.kind && a.stage == b.stage && a.microbatch == b.microbatch;
+  }
+  friend bool operator!=(const Op& a, const Op& b) { return !(a == b); }
+};
+
+std::string OpToString(const Op& op);
+absl::StatusOr<Op> ParseOp(absl::string_view text);
+
+// ops[d] is device d's order.
+struct Schedule {
+  std::vector<std::vector<Op>> ops;
+
+  int num_devices() const { return static_cast<int>(ops.size()); }
+  size_t total_ops() const;
+};
+
+}  // namespace octopipe
+
+#endif  // OCTOPIPE_CORE_SCHEDULE_H_

@@ -1,0 +1,10 @@
+"""Forwards rules_cc's public rules to Bazel's native ones (Bazel 4.2.3 has them built in)."""
+
+cc_library = native.cc_library
+cc_binary = native.cc_binary
+cc_test = native.cc_test
+cc_import = native.cc_import
+cc_proto_library = native.cc_proto_library
+cc_toolchain = native.cc_toolchain
+cc_toolchain_suite = native.cc_toolchain_suite
+objc_library = native.objc_library

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Idempotent set-up for a fresh Debian 12 machine: installs the Debian packages OctoPipe builds
+# against (see ../shared/BUILD-NOTES.md). Fast when everything is already there.
+set -euo pipefail
+
+PACKAGES=(
+  bazel-bootstrap bazel-rules-java
+  g++ git python3
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libabsl-dev libspdlog-dev libfmt-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libgloo-dev libeigen3-dev libsqlite3-dev
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}" >&2
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
