@@ -1,0 +1,516 @@
+#include "simulator/evaluator.h"
+
+#include <algorithm>
+#include <limits>
+#include <queue>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/status_macros.h"
+
+namespace octopipe {
+namespace {
+
+constexpr int kF = static_cast<int>(OpKind::kF);
+constexpr int kB = static_cast<int>(OpKind::kB);
+constexpr int kW = static_cast<int>(OpKind::kW);
+constexpr int kBW = static_cast<int>(OpKind::kBW);
+constexpr int kR = static_cast<int>(OpKind::kR);
+
+// Relative slack when comparing memory to capacity, so float summation order cannot flip a fit.
+constexpr double kMemorySlack = 1e-9;
+
+std::string OpAt(const Op& op, int device) {
+  return absl::StrCat(OpToString(op), " (device ", device, ")");
+}
+
+}  // namespace
+
+absl::Status Evaluator::Prepare(const PipelineProblem& pb, const Schedule& schedule) {
+  S_ = pb.num_stages;
+  M_ = pb.num_microbatches;
+  const int P = pb.num_devices;
+  if (schedule.num_devices() != P) {
+    return absl::InvalidArgumentError(absl::StrCat("schedule has orders for ",
+                                                   schedule.num_devices(),
+                                                   " devices but the problem has ", P));
+  }
+  const size_t num_ids = static_cast<size_t>(kNumOpKinds) * S_ * M_;
+  pos_.assign(num_ids, -1);
+  const size_t n = schedule.total_ops();
+  id_.resize(n);
+  device_.resize(n);
+  device_offset_.resize(P + 1);
+  int32_t flat = 0;
+  for (int d = 0; d < P; ++d) {
+    device_offset_[d] = flat;
+    for (const Op& op : schedule.ops[d]) {
+      if (op.stage < 0 || op.stage >= S_) {
+        return absl::InvalidArgumentError(absl::StrCat("op ", OpAt(op, d), ": stage must be in [0, ",
+                                                       S_ - 1, "]"));
+      }
+      if (op.microbatch < 0 || op.microbatch >= M_) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "op ", OpAt(op, d), ": micro-batch must be in [0, ", M_ - 1, "]"));
+      }
+      if (pb.stage_device[op.stage] != d) {
+        return absl::InvalidArgumentError(absl::StrCat("op ", OpAt(op, d), ": stage ", op.stage,
+                                                       " is placed on device ",
+                                                       pb.stage_device[op.stage]));
+      }
+      if (op.kind == OpKind::kR && !pb.recompute[op.stage]) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "op ", OpAt(op, d), ": stage ", op.stage, " does not recompute, so it has no R op"));
+      }
+      const int32_t id = (static_cast<int>(op.kind) * S_ + op.stage) * M_ + op.microbatch;
+      if (pos_[id] >= 0) {
+        return absl::InvalidArgumentError(absl::StrCat("op ", OpToString(op),
+                                                       " appears twice (devices ",
+                                                       device_[pos_[id]], " and ", d, ")"));
+      }
+      pos_[id] = flat;
+      id_[flat] = id;
+      device_[flat] = d;
+      ++flat;
+    }
+  }
+  device_offset_[P] = flat;
+  // Every micro-batch of every stage needs F, a backward (BW, or B and W), and R iff recompute.
+  for (int s = 0; s < S_; ++s) {
+    for (int m = 0; m < M_; ++m) {
+      auto has = [&](int kind) { return pos_[(kind * S_ + s) * M_ + m] >= 0; };
+      auto name = [&](OpKind kind) { return OpToString(Op{kind, s, m}); };
+      if (!has(kF)) {
+        return absl::InvalidArgumentError(absl::StrCat("op ", name(OpKind::kF), " is missing"));
+      }
+      if (has(kBW) && (has(kB) || has(kW))) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "ops ", name(OpKind::kBW), " and ", has(kB) ? name(OpKind::kB) : name(OpKind::kW),
+            " both present: a backward is either unsplit (BW) or split (B and W)"));
+      }
+      if (!has(kBW) && !(has(kB) && has(kW))) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "backward of stage ", s, " micro-batch ", m, " is missing: need ",
+            name(OpKind::kBW), " or both ", name(OpKind::kB), " and ", name(OpKind::kW)));
+      }
+      if (pb.recompute[s] && !has(kR)) {
+        return absl::InvalidArgumentError(absl::StrCat("op ", name(OpKind::kR),
+                                                       " is missing: stage ", s,
+                                                       " recomputes"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Calls fn(consumer_flat, bytes_if_cross_device) for every data successor of the op at `p`;
+// bytes < 0 marks a same-stage edge (never a transfer).
+template <typename Fn>
+inline void ForEachDataSuccessor(const PipelineProblem& pb, const std::vector<int32_t>& pos,
+                                 int S, int M, int32_t id, Fn&& fn) {
+  const int kind = id / (S * M);
+  const int s = (id / M) % S;
+  const int m = id % M;
+  auto at = [&](int k, int st) { return pos[(k * S + st) * M + m]; };
+  auto back = [&](int st) {
+    const int32_t b = at(kB, st);
+    return b >= 0 ? b : at(kBW, st);
+  };
+  switch (kind) {
+    case kF:
+      if (s + 1 < S) {
+        fn(at(kF, s + 1), pb.output_bytes[s]);
+      } else {
+        fn(back(s), -1.0);
+      }
+      if (pb.recompute[s]) fn(at(kR, s), -1.0);
+      break;
+    case kR:
+      fn(back(s), -1.0);
+      break;
+    case kB:
+      if (s > 0) fn(back(s - 1), pb.output_bytes[s - 1]);
+      fn(at(kW, s), -1.0);
+      break;
+    case kBW:
+      if (s > 0) fn(back(s - 1), pb.output_bytes[s - 1]);
+      break;
+    default:  // W has no successors.
+      break;
+  }
+}
+
+namespace {
+
+inline int DataPredecessorCount(const PipelineProblem& pb, int S, int M, int32_t id) {
+  const int kind = id / (S * M);
+  const int s = (id / M) % S;
+  switch (kind) {
+    case kF: return s > 0 ? 1 : 0;
+    case kB:
+    case kBW: return 1 + (pb.recompute[s] ? 1 : 0);
+    default: return 1;  // R <- F, W <- B
+  }
+}
+
+inline double Duration(const PipelineProblem& pb, int S, int M, int32_t id) {
+  const int kind = id / (S * M);
+  const int s = (id / M) % S;
+  switch (kind) {
+    case kF: return pb.forward_s[s];
+    case kB: return pb.backward_input_s[s];
+    case kW: return pb.weight_grad_s[s];
+    case kBW: return pb.backward_input_s[s] + pb.weight_grad_s[s];
+    default: return pb.recompute_s[s];
+  }
+}
+
+}  // namespace
+
+absl::Status Evaluator::RunDag(const PipelineProblem& pb, bool track_pred) {
+  const int32_t n = static_cast<int32_t>(id_.size());
+  pending_.resize(n);
+  ready_.assign(n, 0.0);
+  start_.resize(n);
+  end_.resize(n);
+  if (track_pred) {
+    pred_.assign(n, -1);
+    pred_transfer_.assign(n, 0);
+  }
+  stack_.clear();
+  stack_.reserve(n);
+  for (int d = 0; d < pb.num_devices; ++d) {
+    for (int32_t f = device_offset_[d]; f < device_offset_[d + 1]; ++f) {
+      pending_[f] = DataPredecessorCount(pb, S_, M_, id_[f]) + (f > device_offset_[d] ? 1 : 0);
+      if (pending_[f] == 0) stack_.push_back(f);
+    }
+  }
+  int32_t processed = 0;
+  while (!stack_.empty()) {
+    const int32_t p = stack_.back();
+    stack_.pop_back();
+    ++processed;
+    const double start = ready_[p];
+    const double end = start + Duration(pb, S_, M_, id_[p]);
+    start_[p] = start;
+    end_[p] = end;
+    const int dp = device_[p];
+    auto resolve = [&](int32_t c, double t, bool transfer) {
+      if (t > ready_[c]) {
+        ready_[c] = t;
+        if (track_pred) {
+          pred_[c] = p;
+          pred_transfer_[c] = transfer;
+        }
+      } else if (track_pred && pred_[c] < 0) {
+        pred_[c] = p;
+        pred_transfer_[c] = transfer;
+      }
+      if (--pending_[c] == 0) stack_.push_back(c);
+    };
+    if (p + 1 < device_offset_[dp + 1]) resolve(p + 1, end, false);
+    ForEachDataSuccessor(pb, pos_, S_, M_, id_[p], [&](int32_t c, double bytes) {
+      const int dc = device_[c];
+      if (bytes >= 0 && dc != dp) {
+        resolve(c, end + pb.transfer_s(dp, dc, bytes), true);
+      } else {
+        resolve(c, end, false);
+      }
+    });
+  }
+  if (processed != n) return absl::FailedPreconditionError("cycle");
+  return absl::OkStatus();
+}
+
+absl::Status Evaluator::RunEvents(const PipelineProblem& pb, bool track_pred,
+                                    bool log_transfers) {
+  transfer_log_.clear();
+  const int32_t n = static_cast<int32_t>(id_.size());
+  const int P = pb.num_devices;
+  pending_.resize(n);
+  ready_.assign(n, 0.0);
+  start_.resize(n);
+  end_.resize(n);
+  if (track_pred) {
+    pred_.assign(n, -1);
+    pred_transfer_.assign(n, 0);
+  }
+  struct Event {
+    double time;
+    int64_t seq;
+    int32_t producer;  // for transfers; -1 for op starts
+    int32_t op;
+    bool operator>(const Event& o) const {
+      return time != o.time ? time > o.time : seq > o.seq;
+    }
+  };
+  std::vector<Event> storage;
+  storage.reserve(n);
+  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> heap(
+      std::greater<Event>(), std::move(storage));
+  int64_t seq = 0;
+  std::vector<double> link_free(static_cast<size_t>(P) * P, 0.0);
+  for (int d = 0; d < P; ++d) {
+    for (int32_t f = device_offset_[d]; f < device_offset_[d + 1]; ++f) {
+      pending_[f] = DataPredecessorCount(pb, S_, M_, id_[f]) + (f > device_offset_[d] ? 1 : 0);
+      if (pending_[f] == 0) heap.push(Event{0.0, seq++, -1, f});
+    }
+  }
+  auto resolve = [&](int32_t c, double t, int32_t p, bool transfer) {
+    if (t > ready_[c] || (track_pred && pred_[c] < 0)) {
+      ready_[c] = std::max(ready_[c], t);
+      if (track_pred) {
+        pred_[c] = p;
+        pred_transfer_[c] = transfer;
+      }
+    }
+    if (--pending_[c] == 0) heap.push(Event{ready_[c], seq++, -1, c});
+  };
+  int32_t processed = 0;
+  while (!heap.empty()) {
+    const Event e = heap.top();
+    heap.pop();
+    if (e.producer >= 0) {  // a transfer became ready: serve it on its link in FIFO order
+      const int a = device_[e.producer];
+      const int b = device_[e.op];
+      const size_t link = static_cast<size_t>(a) * P + b;
+      double bytes = 0;
+      ForEachDataSuccessor(pb, pos_, S_, M_, id_[e.producer], [&](int32_t c, double by) {
+        if (c == e.op) bytes = by;
+      });
+      const double start = std::max(e.time, link_free[link]);
+      const double end = start + pb.transfer_s(a, b, bytes);
+      link_free[link] = end;
+      if (log_transfers) {
+        TransferRecord t;
+        t.from_device = a;
+        t.to_device = b;
+        t.consumer = Op{static_cast<OpKind>(id_[e.op] / (S_ * M_)), (id_[e.op] / M_) % S_,
+                        id_[e.op] % M_};
+        t.bytes = bytes;
+        t.start_s = start;
+        t.end_s = end;
+        transfer_log_.push_back(t);
+      }
+      resolve(e.op, end, e.producer, true);
+      continue;
+    }
+    const int32_t p = e.op;
+    ++processed;
+    start_[p] = e.time;
+    end_[p] = e.time + Duration(pb, S_, M_, id_[p]);
+    const int dp = device_[p];
+    if (p + 1 < device_offset_[dp + 1]) resolve(p + 1, end_[p], p, false);
+    ForEachDataSuccessor(pb, pos_, S_, M_, id_[p], [&](int32_t c, double bytes) {
+      if (bytes >= 0 && device_[c] != dp) {
+        heap.push(Event{end_[p], seq++, p, c});
+      } else {
+        resolve(c, end_[p], p, false);
+      }
+    });
+  }
+  if (processed != n) return absl::FailedPreconditionError("cycle");
+  return absl::OkStatus();
+}
+
+absl::Status Evaluator::CycleError(const PipelineProblem& pb, const Schedule& schedule) const {
+  const int32_t n = static_cast<int32_t>(id_.size());
+  auto op_of = [&](int32_t f) {
+    const int d = device_[f];
+    return schedule.ops[d][f - device_offset_[d]];
+  };
+  // Unresolved predecessors of f: its device predecessor and its data predecessors.
+  auto blocked_pred = [&](int32_t f) -> int32_t {
+    const int d = device_[f];
+    if (f > device_offset_[d] && pending_[f - 1] > 0) return f - 1;
+    const Op op = op_of(f);
+    const int s = op.stage, m = op.microbatch;
+    auto at = [&](int k, int st) { return pos_[(k * S_ + st) * M_ + m]; };
+    auto back = [&](int st) { return at(kB, st) >= 0 ? at(kB, st) : at(kBW, st); };
+    std::vector<int32_t> preds;
+    switch (op.kind) {
+      case OpKind::kF:
+        if (s > 0) preds.push_back(at(kF, s - 1));
+        break;
+      case OpKind::kR: preds.push_back(at(kF, s)); break;
+      case OpKind::kB:
+      case OpKind::kBW:
+        preds.push_back(s + 1 < S_ ? back(s + 1) : at(kF, s));
+        if (pb.recompute[s]) preds.push_back(at(kR, s));
+        break;
+      case OpKind::kW: preds.push_back(at(kB, s)); break;
+    }
+    for (int32_t q : preds) {
+      if (pending_[q] > 0) return q;
+    }
+    return f > device_offset_[d] ? f - 1 : -1;
+  };
+  int32_t start = -1;
+  for (int32_t f = 0; f < n && start < 0; ++f) {
+    if (pending_[f] > 0) start = f;
+  }
+  std::vector<int32_t> seen_at(n, -1);
+  std::vector<int32_t> walk;
+  int32_t f = start;
+  while (f >= 0 && seen_at[f] < 0) {
+    seen_at[f] = static_cast<int32_t>(walk.size());
+    walk.push_back(f);
+    f = blocked_pred(f);
+  }
+  std::vector<std::string> names;
+  if (f >= 0) {
+    // walk[seen_at[f]..] is the cycle, each waiting on the next; print in that order.
+    for (size_t i = seen_at[f]; i < walk.size() && names.size() < 16; ++i) {
+      names.push_back(OpAt(op_of(walk[i]), device_[walk[i]]));
+    }
+    names.push_back(OpAt(op_of(f), device_[f]));
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "deadlock: the device orders contradict the data dependencies; cycle: ",
+      absl::StrJoin(names, " waits for ")));
+}
+
+void Evaluator::ComputeMemory(const PipelineProblem& pb, const Schedule& schedule,
+                              std::vector<double>* peak) const {
+  peak->assign(pb.num_devices, 0.0);
+  for (int d = 0; d < pb.num_devices; ++d) {
+    double live = 0, max_live = 0;
+    for (const Op& op : schedule.ops[d]) {
+      const int s = op.stage;
+      const double act = pb.activation_bytes[s];
+      const double act_w = pb.activation_bytes_w[s];
+      switch (op.kind) {
+        case OpKind::kF: live += pb.recompute[s] ? pb.input_bytes[s] : act; break;
+        case OpKind::kR: live += act - pb.input_bytes[s]; break;
+        case OpKind::kB: live -= act - act_w; break;
+        case OpKind::kW: live -= act_w; break;
+        case OpKind::kBW: live -= act; break;
+      }
+      max_live = std::max(max_live, live);
+    }
+    (*peak)[d] = pb.static_bytes[d] + max_live;
+  }
+}
+
+absl::StatusOr<Evaluator::Summary> Evaluator::EvaluateSummary(const PipelineProblem& pb,
+                                                              const Schedule& schedule) {
+  RETURN_IF_ERROR(Prepare(pb, schedule));
+  absl::Status run = pb.link_contention ? RunEvents(pb, false, false) : RunDag(pb, false);
+  if (!run.ok()) return CycleError(pb, schedule);
+  Summary out;
+  double first = std::numeric_limits<double>::infinity(), last = 0;
+  for (int d = 0; d < pb.num_devices; ++d) {
+    const int32_t lo = device_offset_[d], hi = device_offset_[d + 1];
+    if (lo == hi) continue;
+    first = std::min(first, start_[lo]);
+    last = std::max(last, end_[hi - 1]);
+    out.steady_state_iteration_time_s =
+        std::max(out.steady_state_iteration_time_s, end_[hi - 1] - start_[lo]);
+  }
+  out.iteration_time_s = id_.empty() ? 0 : last - first;
+  std::vector<double> peak;
+  ComputeMemory(pb, schedule, &peak);
+  for (int d = 0; d < pb.num_devices; ++d) {
+    if (peak[d] > pb.memory_capacity[d] * (1 + kMemorySlack)) out.fits_memory = false;
+  }
+  return out;
+}
+
+absl::StatusOr<SimResult> Evaluator::Evaluate(const PipelineProblem& pb, const Schedule& schedule,
+                                              const EvalOptions& options) {
+  RETURN_IF_ERROR(Prepare(pb, schedule));
+  const bool track = options.critical_path;
+  absl::Status run = pb.link_contention ? RunEvents(pb, track, options.timeline) : RunDag(pb, track);
+  if (!run.ok()) return CycleError(pb, schedule);
+
+  const int P = pb.num_devices;
+  SimResult r;
+  r.devices.resize(P);
+  std::vector<double> peak;
+  ComputeMemory(pb, schedule, &peak);
+  double first = std::numeric_limits<double>::infinity(), last = 0, busy_total = 0;
+  for (int d = 0; d < P; ++d) {
+    DeviceResult& dr = r.devices[d];
+    const int32_t lo = device_offset_[d], hi = device_offset_[d + 1];
+    for (int32_t f = lo; f < hi; ++f) dr.busy_s += end_[f] - start_[f];
+    if (lo < hi) {
+      dr.first_start_s = start_[lo];
+      dr.last_end_s = end_[hi - 1];
+      first = std::min(first, dr.first_start_s);
+      last = std::max(last, dr.last_end_s);
+      r.steady_state_iteration_time_s =
+          std::max(r.steady_state_iteration_time_s, dr.last_end_s - dr.first_start_s);
+    }
+    busy_total += dr.busy_s;
+    dr.peak_memory_bytes = peak[d];
+    dr.fits_memory = peak[d] <= pb.memory_capacity[d] * (1 + kMemorySlack);
+    r.fits_memory = r.fits_memory && dr.fits_memory;
+  }
+  r.iteration_time_s = id_.empty() ? 0 : last - first;
+  auto ratio = [](double busy, double span) { return span > 0 ? 1.0 - busy / span : 0.0; };
+  for (DeviceResult& dr : r.devices) {
+    dr.bubble_ratio = ratio(dr.busy_s, r.iteration_time_s);
+    dr.steady_state_bubble_ratio = ratio(dr.busy_s, r.steady_state_iteration_time_s);
+  }
+  r.bubble_ratio = ratio(busy_total, P * r.iteration_time_s);
+  r.steady_state_bubble_ratio = ratio(busy_total, P * r.steady_state_iteration_time_s);
+  if (r.iteration_time_s > 0) {
+    r.tokens_per_s = pb.num_microbatches * pb.tokens_per_microbatch / r.iteration_time_s;
+  }
+
+  if (options.timeline) {
+    r.op_start_s.resize(P);
+    r.op_end_s.resize(P);
+    for (int d = 0; d < P; ++d) {
+      r.op_start_s[d].assign(start_.begin() + device_offset_[d],
+                             start_.begin() + device_offset_[d + 1]);
+      r.op_end_s[d].assign(end_.begin() + device_offset_[d], end_.begin() + device_offset_[d + 1]);
+    }
+    if (pb.link_contention) {
+      r.transfers = transfer_log_;
+    } else {
+      // Transfers: each cross-device data edge, starting when its producer ends.
+      const int32_t n = static_cast<int32_t>(id_.size());
+      for (int32_t p = 0; p < n; ++p) {
+        const int dp = device_[p];
+        ForEachDataSuccessor(pb, pos_, S_, M_, id_[p], [&](int32_t c, double bytes) {
+          const int dc = device_[c];
+          if (bytes < 0 || dc == dp) return;
+          TransferRecord t;
+          t.from_device = dp;
+          t.to_device = dc;
+          t.consumer = schedule.ops[dc][c - device_offset_[dc]];
+          t.bytes = bytes;
+          t.start_s = end_[p];
+          t.end_s = end_[p] + pb.transfer_s(dp, dc, bytes);
+          r.transfers.push_back(t);
+        });
+      }
+    }
+  }
+
+  if (track && !id_.empty()) {
+    int32_t f = 0;
+    for (int32_t i = 1; i < static_cast<int32_t>(id_.size()); ++i) {
+      if (end_[i] > end_[f]) f = i;
+    }
+    std::vector<CriticalPathEntry> path;
+    while (f >= 0) {
+      const int d = device_[f];
+      path.push_back(CriticalPathEntry{d, schedule.ops[d][f - device_offset_[d]], start_[f],
+                                       end_[f], pred_transfer_[f] != 0});
+      f = pred_[f];
+    }
+    r.critical_path.assign(path.rbegin(), path.rend());
+  }
+  return r;
+}
+
+absl::StatusOr<SimResult> Simulate(const PipelineProblem& problem, const Schedule& schedule,
+                                   const EvalOptions& options) {
+  Evaluator evaluator;
+  return evaluator.Evaluate(problem, schedule, options);
+}
+
+}  // namespace octopipe

@@ -1,0 +1,181 @@
+#include "simulator/list_scheduler.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+
+namespace octopipe {
+namespace {
+
+constexpr int kF = static_cast<int>(OpKind::kF);
+constexpr int kB = static_cast<int>(OpKind::kB);
+constexpr int kW = static_cast<int>(OpKind::kW);
+constexpr int kBW = static_cast<int>(OpKind::kBW);
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+}  // namespace
+
+double WeightedPolicy::Priority(const PipelineProblem& problem, const Op& op, double ready_s,
+                                const DeviceState& state) const {
+  (void)problem;
+  (void)state;
+  return kind_weight[static_cast<int>(op.kind)] - microbatch_weight * op.microbatch +
+         stage_weight * op.stage - age_weight * ready_s;
+}
+
+absl::StatusOr<Schedule> ListSchedule(const PipelineProblem& pb, const SchedulePolicy& policy,
+                                      const ListSchedulerOptions& options) {
+  const int P = pb.num_devices, S = pb.num_stages, M = pb.num_microbatches;
+  if (P <= 0 || S <= 0 || M <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("list scheduler: devices (", P,
+                                                   "), stages (", S, ") and micro-batches (",
+                                                   M, ") must all be > 0"));
+  }
+  const bool split = options.split_backward;
+  const int back_kind = split ? kB : kBW;
+  auto id_of = [&](int kind, int s, int m) { return (kind * S + s) * M + m; };
+  const size_t num_ids = static_cast<size_t>(kNumOpKinds) * S * M;
+  std::vector<int8_t> pending(num_ids, 0);
+  std::vector<double> ready(num_ids, 0.0);
+  std::vector<double> end(num_ids, 0.0);
+  std::vector<std::vector<int32_t>> available(P);
+  for (int s = 0; s < S; ++s) {
+    for (int m = 0; m < M; ++m) {
+      pending[id_of(kF, s, m)] = s > 0 ? 1 : 0;
+      pending[id_of(back_kind, s, m)] = 1;
+      if (split) pending[id_of(kW, s, m)] = 1;
+      if (s == 0) available[pb.stage_device[0]].push_back(id_of(kF, 0, m));
+    }
+  }
+  std::vector<double> free_at(P, 0.0), live(P, 0.0);
+  std::vector<int> inflight(P, 0);
+  Schedule out;
+  out.ops.resize(P);
+  const size_t total = static_cast<size_t>(S) * M * (split ? 3 : 2);
+  size_t emitted = 0;
+
+  auto cap_ok = [&](int d, int32_t id) {
+    const int kind = id / (S * M);
+    if (kind != kF) return true;  // backward work always proceeds: it frees memory
+    const int s = (id / M) % S;
+    if (!options.inflight_cap.empty() && inflight[d] >= options.inflight_cap[d]) return false;
+    if (!options.activation_cap_bytes.empty()) {
+      const double alloc = pb.recompute[s] ? pb.input_bytes[s] : pb.activation_bytes[s];
+      if (live[d] + alloc > options.activation_cap_bytes[d] * (1 + 1e-12)) return false;
+    }
+    return true;
+  };
+  auto release = [&](int32_t c, double t) {
+    ready[c] = std::max(ready[c], t);
+    if (--pending[c] == 0) {
+      const int s = (c / M) % S;
+      available[pb.stage_device[s]].push_back(c);
+    }
+  };
+
+  while (emitted < total) {
+    int best_d = -1;
+    double best_t = kInf;
+    for (int d = 0; d < P; ++d) {
+      for (int32_t id : available[d]) {
+        if (!cap_ok(d, id)) continue;
+        const double t = std::max(free_at[d], ready[id]);
+        if (t < best_t) {
+          best_t = t;
+          best_d = d;
+        }
+      }
+    }
+    if (best_d < 0) {
+      for (int d = 0; d < P; ++d) {
+        if (!available[d].empty()) {
+          return absl::ResourceExhaustedError(absl::StrCat(
+              "list scheduler: device ", d, " cannot start any ready op within its memory cap (",
+              options.inflight_cap.empty() ? std::string("no in-flight cap")
+                                           : absl::StrCat("in-flight cap ",
+                                                          options.inflight_cap[d]),
+              options.activation_cap_bytes.empty()
+                  ? std::string()
+                  : absl::StrCat(", activation cap ", options.activation_cap_bytes[d], " bytes"),
+              ") and no other device can make progress"));
+        }
+      }
+      return absl::InternalError("list scheduler: no op is available");
+    }
+    const int d = best_d;
+    const double t = best_t;
+    DeviceState state{d, t, live[d], inflight[d]};
+    size_t pick = available[d].size();
+    double pick_priority = -kInf;
+    for (size_t i = 0; i < available[d].size(); ++i) {
+      const int32_t id = available[d][i];
+      if (ready[id] > t || !cap_ok(d, id)) continue;
+      const Op op{static_cast<OpKind>(id / (S * M)), (id / M) % S, id % M};
+      const double pr = policy.Priority(pb, op, ready[id], state);
+      if (pick == available[d].size() || pr > pick_priority ||
+          (pr == pick_priority && id < available[d][pick])) {
+        pick = i;
+        pick_priority = pr;
+      }
+    }
+    const int32_t id = available[d][pick];
+    available[d][pick] = available[d].back();
+    available[d].pop_back();
+    const int kind = id / (S * M);
+    const int s = (id / M) % S;
+    const int m = id % M;
+    double start = t;
+    if ((kind == kB || kind == kBW) && pb.recompute[s]) {
+      out.ops[d].push_back(Op{OpKind::kR, s, m});
+      live[d] += pb.activation_bytes[s] - pb.input_bytes[s];
+      start += pb.recompute_s[s];
+    }
+    out.ops[d].push_back(Op{static_cast<OpKind>(kind), s, m});
+    ++emitted;
+    double dur = 0;
+    switch (kind) {
+      case kF:
+        dur = pb.forward_s[s];
+        live[d] += pb.recompute[s] ? pb.input_bytes[s] : pb.activation_bytes[s];
+        ++inflight[d];
+        break;
+      case kB:
+        dur = pb.backward_input_s[s];
+        live[d] -= pb.activation_bytes[s] - pb.activation_bytes_w[s];
+        if (options.inflight_until_b) --inflight[d];
+        break;
+      case kW:
+        dur = pb.weight_grad_s[s];
+        live[d] -= pb.activation_bytes_w[s];
+        if (!options.inflight_until_b) --inflight[d];
+        break;
+      default:  // BW
+        dur = pb.backward_input_s[s] + pb.weight_grad_s[s];
+        live[d] -= pb.activation_bytes[s];
+        --inflight[d];
+        break;
+    }
+    const double finish = start + dur;
+    end[id] = finish;
+    free_at[d] = finish;
+    // Successors.
+    auto cross = [&](int to_stage, double bytes) {
+      const int a = pb.stage_device[s], b = pb.stage_device[to_stage];
+      return a == b ? finish : finish + pb.transfer_s(a, b, bytes);
+    };
+    if (kind == kF) {
+      if (s + 1 < S) {
+        release(id_of(kF, s + 1, m), cross(s + 1, pb.output_bytes[s]));
+      } else {
+        release(id_of(back_kind, s, m), finish);
+      }
+    } else if (kind == kB || kind == kBW) {
+      if (s > 0) release(id_of(back_kind, s - 1, m), cross(s - 1, pb.output_bytes[s - 1]));
+      if (kind == kB) release(id_of(kW, s, m), finish);
+    }
+  }
+  return out;
+}
+
+}  // namespace octopipe

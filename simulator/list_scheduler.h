@@ -1,0 +1,72 @@
+// ListScheduler: greedy event-driven construction of a schedule.
+//
+// Time advances through the pipeline; whenever a device can start something, it picks the
+// highest-priority *ready* op (data dependencies done and transfers arrived) whose memory fits
+// the device's cap, as a SchedulePolicy ranks them. Ops therefore start in non-decreasing time,
+// and the resulting order, re-evaluated by the Evaluator, gives the same timing (tested).
+// Under recompute, a stage's R is emitted immediately before its B (or BW).
+//
+// The policy is pluggable so the tuner can search over it. The scheduler is deterministic:
+// ties go to the lower device, then to the op the policy ranks first, then to the lower
+// (kind, stage, micro-batch). Not thread-safe; one per thread.
+#ifndef OCTOPIPE_SIMULATOR_LIST_SCHEDULER_H_
+#define OCTOPIPE_SIMULATOR_LIST_SCHEDULER_H_
+
+#include <array>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/schedule.h"
+#include "simulator/problem.h"
+
+namespace octopipe {
+
+// What a policy sees of a device when ranking its ready ops.
+struct DeviceState {
+  int device = 0;
+  double now_s = 0;
+  double live_activation_bytes = 0;
+  int inflight = 0;  // (stage, micro-batch) pairs with F done and backward not complete
+};
+
+class SchedulePolicy {
+ public:
+  virtual ~SchedulePolicy() = default;
+  // Higher runs first. `ready_s` is when the op's inputs are available (<= state.now_s).
+  virtual double Priority(const PipelineProblem& problem, const Op& op, double ready_s,
+                          const DeviceState& state) const = 0;
+};
+
+// A linear priority: kind weight, then earlier micro-batches, then stage order.
+// Priority = kind_weight[kind] - microbatch_weight * microbatch + stage_weight * stage
+//            - age_weight * ready_s.
+struct WeightedPolicy : SchedulePolicy {
+  std::array<double, kNumOpKinds> kind_weight = {2.0, 3.0, 1.0, 3.0, 3.0};  // F, B, W, BW, R
+  double microbatch_weight = 1e-3;
+  double stage_weight = 1e-6;  // > 0: later stages first (backward nearest the loss)
+  double age_weight = 0.0;
+
+  double Priority(const PipelineProblem& problem, const Op& op, double ready_s,
+                  const DeviceState& state) const override;
+};
+
+struct ListSchedulerOptions {
+  bool split_backward = true;  // B and W as separate ops; false emits BW
+  // Per-device cap on live activation bytes (empty: unlimited).
+  std::vector<double> activation_cap_bytes;
+  // Per-device cap on in-flight (stage, micro-batch) pairs, counting F done and the backward
+  // (BW, or W) not yet done (empty: unlimited). A cap of 1F1B's p - d reproduces its memory.
+  std::vector<int> inflight_cap;
+  // Count a pair as in flight only until its B (instead of its W) when true.
+  bool inflight_until_b = false;
+};
+
+// kResourceExhausted if the caps leave every device unable to proceed (names the device and
+// cap); kInvalidArgument for a malformed problem.
+absl::StatusOr<Schedule> ListSchedule(const PipelineProblem& problem,
+                                      const SchedulePolicy& policy,
+                                      const ListSchedulerOptions& options);
+
+}  // namespace octopipe
+
+#endif  // OCTOPIPE_SIMULATOR_LIST_SCHEDULER_H_

@@ -1,0 +1,60 @@
+// PipelineProblem: the flat, per-stage and per-device numbers the simulator evaluates a
+// schedule against. Built once per (model, cluster, partition, placement) and then shared by
+// every schedule evaluation, so the hot loop sees only flat arrays indexed by stage or device.
+//
+// Stage s runs on device stage_device[s]. Times are seconds for one micro-batch; bytes are per
+// micro-batch. A transfer from device a to b takes link_latency_s[a*P+b] +
+// bytes * link_inv_bandwidth[a*P+b]. Plain value type; safe to share const across threads.
+#ifndef OCTOPIPE_SIMULATOR_PROBLEM_H_
+#define OCTOPIPE_SIMULATOR_PROBLEM_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+
+namespace octopipe {
+
+struct PipelineProblem {
+  int num_devices = 0;
+  int num_stages = 0;
+  int num_microbatches = 0;
+
+  // Per stage.
+  std::vector<int32_t> stage_device;
+  std::vector<double> forward_s;
+  std::vector<double> backward_input_s;
+  std::vector<double> weight_grad_s;
+  std::vector<double> recompute_s;
+  std::vector<double> activation_bytes;    // held from F until the backward is complete
+  std::vector<double> activation_bytes_w;  // part of it still needed by W after B
+  std::vector<double> input_bytes;         // stage input: all that F keeps under recompute
+  std::vector<double> output_bytes;        // sent to the next stage; its gradient comes back
+  std::vector<uint8_t> recompute;          // 1: F keeps only the input, R re-materialises
+
+  // Per device.
+  std::vector<double> static_bytes;     // weights + gradients + optimizer state of its stages
+  std::vector<double> memory_capacity;  // usable bytes (capacity minus reserve)
+
+  // Devices x devices, row = sender.
+  std::vector<double> link_latency_s;
+  std::vector<double> link_inv_bandwidth;  // seconds per byte (0 for unlimited links)
+  // Transfers on one directed link are served one at a time, in order of readiness.
+  bool link_contention = false;
+
+  double tokens_per_microbatch = 0;
+
+  double transfer_s(int from, int to, double bytes) const {
+    const size_t i = static_cast<size_t>(from) * num_devices + to;
+    return link_latency_s[i] + bytes * link_inv_bandwidth[i];
+  }
+};
+
+// Every stage costs f, b, w (R = f) seconds, no memory, no transfer time, unlimited memory:
+// the setting of the closed-form bubble results and of the cost-independent generators.
+PipelineProblem UniformProblem(const std::vector<int>& stage_device, int num_devices,
+                               int num_microbatches, double f, double b, double w);
+
+}  // namespace octopipe
+
+#endif  // OCTOPIPE_SIMULATOR_PROBLEM_H_
