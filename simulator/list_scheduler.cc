@@ -24,7 +24,7 @@ double WeightedPolicy::Priority(const PipelineProblem& problem, const Op& op, do
          stage_weight * op.stage - age_weight * ready_s;
 }
 
-absl::StatusOr<Schedule> ListSchedule(const PipelineProblem& pb, const SchedulePolicy& policy,
+absl::StatusOr<ListScheduleResult> ListSchedule(const PipelineProblem& pb, const SchedulePolicy& policy,
                                       const ListSchedulerOptions& options) {
   const int P = pb.num_devices, S = pb.num_stages, M = pb.num_microbatches;
   if (P <= 0 || S <= 0 || M <= 0) {
@@ -50,8 +50,10 @@ absl::StatusOr<Schedule> ListSchedule(const PipelineProblem& pb, const ScheduleP
   }
   std::vector<double> free_at(P, 0.0), live(P, 0.0);
   std::vector<int> inflight(P, 0);
-  Schedule out;
+  ListScheduleResult result;
+  Schedule& out = result.schedule;
   out.ops.resize(P);
+  double makespan = 0;
   const size_t total = static_cast<size_t>(S) * M * (split ? 3 : 2);
   size_t emitted = 0;
 
@@ -127,9 +129,11 @@ absl::StatusOr<Schedule> ListSchedule(const PipelineProblem& pb, const ScheduleP
     const int m = id % M;
     double start = t;
     if ((kind == kB || kind == kBW) && pb.recompute[s]) {
+      // R needs only its own F, done long before, so it runs as soon as the device is free
+      // (filling any wait for the gradient); B follows it and its upstream gradient.
       out.ops[d].push_back(Op{OpKind::kR, s, m});
       live[d] += pb.activation_bytes[s] - pb.input_bytes[s];
-      start += pb.recompute_s[s];
+      start = std::max(t, free_at[d] + pb.recompute_s[s]);
     }
     out.ops[d].push_back(Op{static_cast<OpKind>(kind), s, m});
     ++emitted;
@@ -159,6 +163,7 @@ absl::StatusOr<Schedule> ListSchedule(const PipelineProblem& pb, const ScheduleP
     const double finish = start + dur;
     end[id] = finish;
     free_at[d] = finish;
+    makespan = std::max(makespan, finish);
     // Successors.
     auto cross = [&](int to_stage, double bytes) {
       const int a = pb.stage_device[s], b = pb.stage_device[to_stage];
@@ -175,7 +180,8 @@ absl::StatusOr<Schedule> ListSchedule(const PipelineProblem& pb, const ScheduleP
       if (kind == kB) release(id_of(kW, s, m), finish);
     }
   }
-  return out;
+  result.iteration_time_s = makespan;  // F of stage 0, micro-batch 0 starts at time 0
+  return result;
 }
 
 }  // namespace octopipe

@@ -61,9 +61,16 @@ struct ListSchedulerOptions {
   bool inflight_until_b = false;
 };
 
+struct ListScheduleResult {
+  Schedule schedule;
+  // The scheduler's own timing: first op start to last op end. Evaluating `schedule` with the
+  // Evaluator gives the same figure.
+  double iteration_time_s = 0;
+};
+
 // kResourceExhausted if the caps leave every device unable to proceed (names the device and
 // cap); kInvalidArgument for a malformed problem.
-absl::StatusOr<Schedule> ListSchedule(const PipelineProblem& problem,
+absl::StatusOr<ListScheduleResult> ListSchedule(const PipelineProblem& problem,
                                       const SchedulePolicy& policy,
                                       const ListSchedulerOptions& options);
 

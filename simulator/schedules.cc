@@ -162,7 +162,8 @@ absl::StatusOr<Schedule> ZeroBubble(ScheduleKind kind, int P, int M,
       default: options.inflight_cap[d] = 2 * P; break;  // ZB-V: 2P half-size chunks = 1F1B
     }
   }
-  return ListSchedule(pb, policy, options);
+  ASSIGN_OR_RETURN(ListScheduleResult r, ListSchedule(pb, policy, options));
+  return std::move(r.schedule);
 }
 
 }  // namespace

@@ -1,0 +1,237 @@
+// Pins the evaluator's semantics: timing with transfers and contention, memory accounting with
+// B/W split and recompute, deadlock naming, validation, and agreement with the list scheduler.
+#include "simulator/evaluator.h"
+
+#include <random>
+
+#include "gtest/gtest.h"
+#include "simulator/list_scheduler.h"
+#include "simulator/problem.h"
+#include "simulator/schedules.h"
+
+namespace octopipe {
+namespace {
+
+Op F(int s, int m) { return Op{OpKind::kF, s, m}; }
+Op B(int s, int m) { return Op{OpKind::kB, s, m}; }
+Op W(int s, int m) { return Op{OpKind::kW, s, m}; }
+Op BW(int s, int m) { return Op{OpKind::kBW, s, m}; }
+Op R(int s, int m) { return Op{OpKind::kR, s, m}; }
+
+PipelineProblem WithActivations(PipelineProblem pb, double act, double act_w, double input) {
+  for (int s = 0; s < pb.num_stages; ++s) {
+    pb.activation_bytes[s] = act;
+    pb.activation_bytes_w[s] = act_w;
+    pb.input_bytes[s] = input;
+  }
+  return pb;
+}
+
+TEST(EvaluatorTest, FirstDeviceHoldsPActivationsUnder1F1BAndMUnderGpipe) {
+  const int p = 4, m = 8;
+  for (ScheduleKind kind : {ScheduleKind::k1F1B, ScheduleKind::kGpipe}) {
+    auto g = GenerateSchedule(kind, p, 1, m);
+    ASSERT_TRUE(g.ok());
+    PipelineProblem pb = WithActivations(UniformProblem(g->stage_device, p, m, 1, 1, 1), 10, 4, 1);
+    pb.static_bytes = {100, 100, 100, 100};
+    auto r = Simulate(pb, g->schedule);
+    ASSERT_TRUE(r.ok()) << r.status();
+    const int held = kind == ScheduleKind::k1F1B ? p : m;
+    EXPECT_DOUBLE_EQ(r->devices[0].peak_memory_bytes, 100 + held * 10.0);
+    if (kind == ScheduleKind::k1F1B) {
+      EXPECT_DOUBLE_EQ(r->devices[p - 1].peak_memory_bytes, 100 + 10.0);  // last: one at a time
+    }
+  }
+}
+
+TEST(EvaluatorTest, BSplitFreesAllButWeightInputsAndRecomputeKeepsOnlyTheInput) {
+  // One device, one stage, two micro-batches; activation 10 of which W needs 4; input 2.
+  PipelineProblem pb = WithActivations(UniformProblem({0}, 1, 2, 1, 1, 1), 10, 4, 2);
+  auto peak = [&](const PipelineProblem& p, std::vector<Op> ops) {
+    Schedule s;
+    s.ops = {ops};
+    auto r = Simulate(p, s);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? r->devices[0].peak_memory_bytes : -1;
+  };
+  EXPECT_DOUBLE_EQ(peak(pb, {F(0, 0), F(0, 1), BW(0, 0), BW(0, 1)}), 20);
+  // B frees 6, W the remaining 4: F0 B0 F1 holds 4 + 10.
+  EXPECT_DOUBLE_EQ(peak(pb, {F(0, 0), B(0, 0), F(0, 1), W(0, 0), B(0, 1), W(0, 1)}), 14);
+  EXPECT_DOUBLE_EQ(peak(pb, {F(0, 0), BW(0, 0), F(0, 1), BW(0, 1)}), 10);
+  // Recompute: F keeps 2; R re-materialises the other 8 just before B.
+  pb.recompute = {1};
+  EXPECT_DOUBLE_EQ(
+      peak(pb, {F(0, 0), F(0, 1), R(0, 0), B(0, 0), W(0, 0), R(0, 1), BW(0, 1)}), 12);
+}
+
+TEST(EvaluatorTest, TransfersAddLatencyPlusBytesOverBandwidth) {
+  // 1F1B on 2 devices, 1 micro-batch: F0 [0,1], send, F1, BW1, send back, BW0.
+  PipelineProblem pb = UniformProblem({0, 1}, 2, 1, 1, 1, 1);
+  pb.output_bytes = {100, 0};
+  pb.link_latency_s = {0, 0.5, 0.5, 0};
+  pb.link_inv_bandwidth = {0, 0.01, 0.01, 0};  // 100 bytes/s
+  Schedule s;
+  s.ops = {{F(0, 0), BW(0, 0)}, {F(1, 0), BW(1, 0)}};
+  auto r = Simulate(pb, s, {.timeline = true});
+  ASSERT_TRUE(r.ok()) << r.status();
+  // 1 + 1.5 + 1 + 2 + 1.5 + 2
+  EXPECT_DOUBLE_EQ(r->iteration_time_s, 9.0);
+  ASSERT_EQ(r->transfers.size(), 2u);
+  EXPECT_DOUBLE_EQ(r->transfers[0].start_s, 1.0);
+  EXPECT_DOUBLE_EQ(r->transfers[0].end_s, 2.5);
+  EXPECT_EQ(r->transfers[0].consumer, F(1, 0));
+  EXPECT_DOUBLE_EQ(r->op_start_s[1][0], 2.5);
+  EXPECT_DOUBLE_EQ(r->devices[0].busy_s, 3.0);
+  EXPECT_NEAR(r->bubble_ratio, 1.0 - 6.0 / 18.0, 1e-12);
+}
+
+TEST(EvaluatorTest, ContentionServesOneTransferAtATimePerLink) {
+  // Stage 0 is free, so F0.0 and F0.1 both finish at 0 and their transfers (1 s) collide.
+  PipelineProblem pb = UniformProblem({0, 1}, 2, 2, 0, 1, 1);
+  pb.forward_s = {0.0, 0.1};
+  pb.output_bytes = {1, 0};
+  pb.link_latency_s = {0, 0, 0, 0};
+  pb.link_inv_bandwidth = {0, 1, 1, 0};
+  Schedule s;
+  s.ops = {{F(0, 0), F(0, 1), BW(0, 0), BW(0, 1)}, {F(1, 0), F(1, 1), BW(1, 0), BW(1, 1)}};
+  auto free_links = Simulate(pb, s, {.timeline = true});
+  ASSERT_TRUE(free_links.ok());
+  EXPECT_DOUBLE_EQ(free_links->op_start_s[1][1], 1.1);  // waits only for F1.0
+  pb.link_contention = true;
+  auto busy_links = Simulate(pb, s, {.timeline = true});
+  ASSERT_TRUE(busy_links.ok()) << busy_links.status();
+  EXPECT_DOUBLE_EQ(busy_links->op_start_s[1][1], 2.0);  // second transfer served after first
+  EXPECT_GT(busy_links->iteration_time_s, free_links->iteration_time_s);
+}
+
+TEST(EvaluatorTest, ContentionOffAndOnAgreeWhenTransfersNeverOverlap) {
+  auto g = GenerateSchedule(ScheduleKind::k1F1B, 4, 1, 8);
+  ASSERT_TRUE(g.ok());
+  PipelineProblem pb = UniformProblem(g->stage_device, 4, 8, 1, 1, 1);
+  pb.output_bytes.assign(4, 10);
+  pb.link_inv_bandwidth.assign(16, 0.001);
+  for (int d = 0; d < 4; ++d) pb.link_inv_bandwidth[d * 4 + d] = 0;
+  auto a = Simulate(pb, g->schedule);
+  pb.link_contention = true;
+  auto b = Simulate(pb, g->schedule);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_NEAR(a->iteration_time_s, b->iteration_time_s, 1e-12);
+}
+
+TEST(EvaluatorTest, DeadlockOnOneDeviceNamesTheCycle) {
+  PipelineProblem pb = UniformProblem({0, 1}, 2, 1, 1, 1, 1);
+  Schedule s;
+  s.ops = {{F(0, 0), BW(0, 0)}, {BW(1, 0), F(1, 0)}};  // backward before its own forward
+  auto r = Simulate(pb, s);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("deadlock"), absl::string_view::npos);
+  EXPECT_NE(r.status().message().find("BW1.0 (device 1)"), absl::string_view::npos);
+  EXPECT_NE(r.status().message().find("F1.0 (device 1)"), absl::string_view::npos);
+}
+
+TEST(EvaluatorTest, DeadlockAcrossDevicesNamesEveryOpOnTheCycle) {
+  PipelineProblem pb = UniformProblem({0, 1}, 2, 2, 1, 1, 1);
+  Schedule s;
+  s.ops = {{F(0, 0), BW(0, 0), F(0, 1), BW(0, 1)}, {F(1, 1), BW(1, 1), F(1, 0), BW(1, 0)}};
+  auto r = Simulate(pb, s);
+  ASSERT_FALSE(r.ok());
+  const std::string msg(r.status().message());
+  for (const char* op : {"F1.1 (device 1)", "F0.1 (device 0)", "BW0.0 (device 0)",
+                         "BW1.0 (device 1)"}) {
+    EXPECT_NE(msg.find(op), std::string::npos) << op << " not in: " << msg;
+  }
+}
+
+TEST(EvaluatorTest, RejectsMissingDuplicateAndMisplacedOps) {
+  PipelineProblem pb = UniformProblem({0, 1}, 2, 1, 1, 1, 1);
+  Schedule missing;
+  missing.ops = {{F(0, 0), BW(0, 0)}, {F(1, 0)}};
+  auto r = Simulate(pb, missing);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("BW1.0"), absl::string_view::npos) << r.status();
+
+  Schedule duplicate;
+  duplicate.ops = {{F(0, 0), F(0, 0), BW(0, 0)}, {F(1, 0), BW(1, 0)}};
+  r = Simulate(pb, duplicate);
+  EXPECT_NE(r.status().message().find("appears twice"), absl::string_view::npos) << r.status();
+
+  Schedule misplaced;
+  misplaced.ops = {{F(0, 0), BW(0, 0), F(1, 0)}, {BW(1, 0)}};
+  r = Simulate(pb, misplaced);
+  EXPECT_NE(r.status().message().find("placed on device 1"), absl::string_view::npos)
+      << r.status();
+
+  Schedule half_split;
+  half_split.ops = {{F(0, 0), B(0, 0)}, {F(1, 0), BW(1, 0)}};
+  r = Simulate(pb, half_split);
+  EXPECT_NE(r.status().message().find("W0.0"), absl::string_view::npos) << r.status();
+
+  Schedule out_of_range;
+  out_of_range.ops = {{F(0, 3)}, {}};
+  r = Simulate(pb, out_of_range);
+  EXPECT_NE(r.status().message().find("micro-batch must be in [0, 0]"), absl::string_view::npos)
+      << r.status();
+}
+
+TEST(EvaluatorTest, ListScheduledOrderReEvaluatesToTheSameTime) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> cost(0.2, 2.0);
+  for (int trial = 0; trial < 50; ++trial) {
+    const int p = 2 + trial % 5, v = 1 + trial % 2, m = 3 + trial % 7;
+    std::vector<int> placement =
+        v == 2 && trial % 4 == 1 ? VShapePlacement(p) : LoopPlacement(p, v);
+    PipelineProblem pb = UniformProblem(placement, p, m, 1, 1, 1);
+    for (int s = 0; s < pb.num_stages; ++s) {
+      pb.forward_s[s] = cost(rng);
+      pb.backward_input_s[s] = cost(rng);
+      pb.weight_grad_s[s] = cost(rng);
+      pb.recompute_s[s] = pb.forward_s[s];
+      pb.output_bytes[s] = cost(rng);
+      pb.recompute[s] = trial % 3 == 0 && s % 2 == 0;
+    }
+    for (size_t i = 0; i < pb.link_latency_s.size(); ++i) {
+      if (i % (p + 1) != 0) {
+        pb.link_latency_s[i] = 0.05;
+        pb.link_inv_bandwidth[i] = 0.1;
+      }
+    }
+    WeightedPolicy policy;
+    ListSchedulerOptions options;
+    options.split_backward = trial % 2 == 0;
+    auto ls = ListSchedule(pb, policy, options);
+    ASSERT_TRUE(ls.ok()) << ls.status();
+    auto r = Simulate(pb, ls->schedule);
+    ASSERT_TRUE(r.ok()) << "trial " << trial << ": " << r.status();
+    EXPECT_NEAR(r->iteration_time_s, ls->iteration_time_s, 1e-9) << "trial " << trial;
+  }
+}
+
+TEST(EvaluatorTest, CriticalPathRunsFromTheFirstToTheLastOp) {
+  auto g = GenerateSchedule(ScheduleKind::k1F1B, 4, 1, 8);
+  ASSERT_TRUE(g.ok());
+  PipelineProblem pb = UniformProblem(g->stage_device, 4, 8, 1, 1, 1);
+  auto r = Simulate(pb, g->schedule, {.timeline = false, .critical_path = true});
+  ASSERT_TRUE(r.ok());
+  ASSERT_FALSE(r->critical_path.empty());
+  EXPECT_DOUBLE_EQ(r->critical_path.front().start_s, 0.0);
+  EXPECT_DOUBLE_EQ(r->critical_path.back().end_s, r->iteration_time_s);
+  for (size_t i = 1; i < r->critical_path.size(); ++i) {
+    EXPECT_DOUBLE_EQ(r->critical_path[i].start_s, r->critical_path[i - 1].end_s);
+  }
+}
+
+TEST(EvaluatorTest, SummaryAgreesWithFullEvaluation) {
+  auto g = GenerateSchedule(ScheduleKind::kZbV, 4, 2, 8);
+  ASSERT_TRUE(g.ok());
+  PipelineProblem pb = UniformProblem(g->stage_device, 4, 8, 1, 1.5, 0.7);
+  Evaluator ev;
+  auto full = ev.Evaluate(pb, g->schedule);
+  auto summary = ev.EvaluateSummary(pb, g->schedule);
+  ASSERT_TRUE(full.ok() && summary.ok());
+  EXPECT_DOUBLE_EQ(full->iteration_time_s, summary->iteration_time_s);
+  EXPECT_DOUBLE_EQ(full->steady_state_iteration_time_s, summary->steady_state_iteration_time_s);
+}
+
+}  // namespace
+}  // namespace octopipe
