@@ -1,0 +1,372 @@
+// Analytic per-layer costs. Every formula lives in exactly one place: `Analyze` below, one
+// function per layer kind, returning FLOPs, activation bytes and parameters of the whole layer
+// (before tensor parallelism). `CostModel::Cost` turns that into seconds and per-rank bytes and
+// applies the measured overrides.
+//
+// Notation: b = micro-batch size, s = tokens per sample the layer sees (dims.tokens, else the
+// sequence length), h = hidden, e = bytes per activation element (2 for bf16/fp16, 4 for fp32).
+//
+// FLOPs follow Megatron-LM's `num_floating_point_operations` as quoted in
+// shared/data/hardware-and-formulas.md. Each kind's forward FLOPs are split into
+//   linear    - FLOPs of GEMMs with weights: cost the same again in B (input gradient) and in W
+//               (weight gradient);
+//   nonlinear - FLOPs without weights (attention core, SSM scans, softmax): cost twice in B,
+//               nothing in W.
+//
+// Activation bytes are derived per kind for FlashAttention-style training with no dropout: the
+// s x s score matrix is never stored, only what each op's backward reads. The reference is
+// Korthikanti et al. (arXiv 2205.05198), 34·s·b·h bytes for a GeLU-MLP transformer layer with
+// 16-bit activations: 11·s·b·h (attention, incl. one dropout mask) + 19·s·b·h (MLP, incl. one
+// dropout mask) + 4·s·b·h (two LayerNorm inputs). Without dropout masks the same accounting
+// gives 32·s·b·h, which is what AttentionPart + MlpPart below sum to for that layer (12 + 20,
+// in units of s·b·h bytes at e = 2: the attention layer stores its input x, the normed input
+// x̂, Q, K, V and the core output O; the MLP stores x, x̂, the GeLU input and the GeLU output).
+// Every mixer / FFN layer here has its own pre-norm, so it stores its input x (norm backward)
+// and the normed x̂ (input of its first weight GEMMs).
+//
+// `act_w` is the part of the activations read by weight-gradient GEMMs (the inputs of weight
+// GEMMs): B frees the rest, W frees these. `act_core` is what selective recompute drops: the
+// attention core's outputs (O and the fp32 softmax log-sum-exp); B re-runs the core first, so it
+// costs the core's forward FLOPs once more, and O is then held until W (it stays in act_w).
+//
+// With tensor parallelism t (and sequence parallelism) every FLOP, stored byte and parameter
+// is divided by t; small replicated tensors (norm weights, token ids) are not treated apart.
+#include "core/cost_model.h"
+
+#include <cmath>
+#include <limits>
+
+namespace octopipe {
+namespace {
+
+// Depthwise causal conv1d kernel width of Mamba / Mamba-2 mixers. Every model in
+// shared/data/architectures.json uses 4 (jamba_v0_1.mamba_d_conv, nemotron_h_8b.conv_kernel,
+// mamba2_2_7b.d_conv); LayerDims has no field for it.
+constexpr double kConvKernel = 4;
+
+// Element-wise op counts for the head (not from the formula sheet; they are small next to the
+// logits GEMM and any misfit is absorbed by the head's calibrated efficiency):
+//   RMSNorm: square, accumulate, scale by rsqrt, multiply by weight.
+constexpr double kNormFlopsPerElement = 4;
+//   Fused cross-entropy: running max, subtract, exp, accumulate per logit.
+constexpr double kCrossEntropyFlopsPerLogit = 4;
+// Softmax statistics kept by FlashAttention for its backward: one fp32 per head and token.
+constexpr double kLseBytes = 4;
+// Cross-entropy keeps the softmax of the logits for its backward in fp32, as Megatron-LM's
+// vocab-parallel cross-entropy does (it upcasts the logits).
+constexpr double kLogitBytes = 4;
+// Token ids are int64 in PyTorch.
+constexpr double kTokenIdBytes = 8;
+
+// One kind's contribution, for the whole layer before tensor parallelism.
+struct Part {
+  double linear = 0;     // forward FLOPs of weight GEMMs
+  double nonlinear = 0;  // forward FLOPs without weights
+  double core = 0;       // the part of `nonlinear` selective recompute re-runs in B
+  double act = 0;        // activation bytes held from F to the backward (no recompute)
+  double act_w = 0;      // of which read by weight-gradient GEMMs (held until W)
+  double act_core = 0;   // of which dropped by selective recompute
+  double params = 0;
+  // Embedding only: bytes moved by F and by W (the embedding has no matmul FLOPs).
+  double fwd_bytes_moved = 0;
+  double wgrad_bytes_moved = 0;
+
+  Part& operator+=(const Part& o) {
+    linear += o.linear;
+    nonlinear += o.nonlinear;
+    core += o.core;
+    act += o.act;
+    act_w += o.act_w;
+    act_core += o.act_core;
+    params += o.params;
+    fwd_bytes_moved += o.fwd_bytes_moved;
+    wgrad_bytes_moved += o.wgrad_bytes_moved;
+    return *this;
+  }
+};
+
+double ElementBytes(Precision p) { return p == Precision::kFp32 ? 4.0 : 2.0; }
+
+double TokensPerSample(const Layer& layer, const TrainingOptions& t) {
+  return static_cast<double>(layer.dims.tokens > 0 ? layer.dims.tokens : t.seq_len);
+}
+
+double AttentionHeadDim(const LayerDims& d) {
+  if (d.head_dim > 0) return static_cast<double>(d.head_dim);
+  return d.heads > 0 ? static_cast<double>(d.hidden) / d.heads : 0.0;
+}
+
+// Self-attention with a pre-norm: QKV projection, core, output projection.
+//   n query heads, g key/value heads, hd head dim; Q = n·hd, KV = g·hd.
+// FLOPs (Megatron, GQA, causal): 4·b·s·h·p·(h + h·g/n + s/2) with p·h = n·hd, i.e.
+//   linear    = 2·b·s·h·(Q + 2·KV)  [QKV]  + 2·b·s·Q·h  [output]  = 4·b·s·h·hd·(n + g)
+//   nonlinear = 2·b·s²·Q  (QKᵀ and AV, 2·b·s²·Q each, halved by the causal mask)
+// Non-causal attention (vision encoders) computes the full square: 4·b·s²·Q.
+// Stored: x, x̂ (QKV input), Q, K, V (post-RoPE, FlashAttention backward), O (core output and
+// output-projection input) and the fp32 log-sum-exp per head and token.
+Part AttentionPart(double b, double s, double h, double n, double g, double hd, double e,
+                   bool causal) {
+  const double q = n * hd;
+  const double kv = g * hd;
+  const double bs = b * s;
+  Part p;
+  p.linear = 2 * bs * h * (q + 2 * kv) + 2 * bs * q * h;
+  p.nonlinear = (causal ? 2.0 : 4.0) * b * s * s * q;
+  p.core = p.nonlinear;
+  p.act = 2 * bs * h * e + bs * (q + 2 * kv) * e + bs * q * e + bs * n * kLseBytes;
+  p.act_w = bs * h * e + bs * q * e;
+  p.act_core = bs * q * e + bs * n * kLseBytes;
+  p.params = h * q + 2 * h * kv + q * h + h;
+  return p;
+}
+
+// Dense FFN with a pre-norm. Gated (SwiGLU): up and gate h->ffn, down ffn->out; plain (GeLU,
+// relu²): up h->ffn, down ffn->out. out = h except for projectors.
+// FLOPs: 2·b·s·ffn·(h·m + out), m = 2 gated / 1 plain; for out = h that is Megatron's
+// 4·b·s·h·ffn (×3/2 gated). All linear.
+// Stored: x, x̂ (up/gate input), the up/gate outputs (activation backward), the activation
+// output (down input).
+Part MlpPart(double b, double s, double h, double ffn, double out, bool gated, double e) {
+  const double m = gated ? 2.0 : 1.0;
+  const double bs = b * s;
+  Part p;
+  p.linear = 2 * bs * ffn * (h * m + out);
+  p.act = 2 * bs * h * e + m * bs * ffn * e + bs * ffn * e;
+  p.act_w = bs * h * e + bs * ffn * e;
+  p.params = h * ffn * m + ffn * out + h;
+  return p;
+}
+
+// Top-k routed SwiGLU experts of size f plus S shared experts of the same size, and a router
+// GEMM h->E. FLOPs (Megatron): 4·b·s·h·f·top_k·3/2 + 4·b·s·h·f·S·3/2 + 2·b·s·h·E, all linear.
+// Stored: x, x̂ (router and shared-expert input), router probabilities (b·s·E), the top_k
+// dispatched copies of x̂ (routed-expert GEMM input), per routed and shared expert the gate/up
+// outputs (2·f) and the activation output (f, down input), and the top_k expert outputs before
+// the weighted combine (gradient of the routing weights).
+Part MoePart(const LayerDims& d, double b, double s, double e) {
+  const double h = d.hidden, f = d.moe_ffn, k = d.top_k, sh = d.shared_experts, E = d.experts;
+  const double bs = b * s;
+  Part p;
+  p.linear = 4 * bs * h * f * k * 1.5 + 4 * bs * h * f * sh * 1.5 + 2 * bs * h * E;
+  p.act = 2 * bs * h * e + bs * E * e + k * bs * h * e + 3 * bs * f * e * (k + sh) +
+          k * bs * h * e;
+  p.act_w = bs * h * e + k * bs * h * e + bs * f * e * (k + sh);
+  p.params = 3 * h * f * (E + sh) + h * E + h;
+  return p;
+}
+
+// Mamba-2 (SSD) mixer. d_in = expand·h, N = d_state, G = groups, H = SSM heads.
+// FLOPs (formula sheet): in_proj 2·b·s·h·(2·d_in + 2·G·N + H) and out_proj 2·b·s·d_in·h are
+// linear; the chunked scan 7·b·s·d_in·N is nonlinear (conv1d is not counted, as in the sheet).
+// Stored: x, x̂ (in_proj input), the in_proj output z|xBC|dt, the conv output xBC (scan input),
+// the scan output y (gated-norm backward) and the gated-norm output (out_proj input).
+Part Mamba2Part(const LayerDims& d, double b, double s, double e) {
+  const double h = d.hidden, din = static_cast<double>(d.expand) * d.hidden, N = d.d_state,
+               G = d.ssm_groups, H = d.ssm_heads;
+  const double in_w = 2 * din + 2 * G * N + H;
+  const double bs = b * s;
+  Part p;
+  p.linear = 2 * bs * h * in_w + 2 * bs * din * h;
+  p.nonlinear = 7 * bs * din * N;
+  p.act = 2 * bs * h * e + bs * in_w * e + bs * (din + 2 * G * N) * e + 2 * bs * din * e;
+  p.act_w = bs * h * e + bs * din * e;
+  // in_proj, conv1d (weights + bias), dt_bias + A_log + D per head, gated-norm weight,
+  // out_proj, pre-norm.
+  p.params = h * in_w + (din + 2 * G * N) * (kConvKernel + 1) + 3 * H + din + din * h + h;
+  return p;
+}
+
+// Mamba-1 selective-scan mixer. d_in = expand·h, N = d_state, R = dt_rank (0: ceil(h/16), the
+// Mamba default; Jamba v0.1's 256 = 4096/16 follows it).
+// FLOPs: in_proj h->2·d_in, x_proj d_in->R+2N, dt_proj R->d_in, out_proj d_in->h are linear;
+// the scan ≈ 9·b·s·d_in·N (formula sheet) is nonlinear.
+// Stored: x, x̂ (in_proj input), in_proj output x|z, conv output u (x_proj and scan input),
+// x_proj output dt_low|B|C (dt_low is dt_proj's input), delta, scan output y, gated output
+// y·silu(z) (out_proj input).
+Part MambaPart(const LayerDims& d, double b, double s, double e) {
+  const double h = d.hidden, din = static_cast<double>(d.expand) * d.hidden, N = d.d_state;
+  const double R = d.dt_rank > 0 ? static_cast<double>(d.dt_rank) : std::ceil(h / 16.0);
+  const double bs = b * s;
+  Part p;
+  p.linear = 2 * bs * h * 2 * din + 2 * bs * din * (R + 2 * N) + 2 * bs * R * din +
+             2 * bs * din * h;
+  p.nonlinear = 9 * bs * din * N;
+  p.act = 2 * bs * h * e + bs * e * (6 * din + R + 2 * N);
+  p.act_w = bs * h * e + bs * din * e + bs * R * e + bs * din * e;
+  // in_proj, conv1d (+bias), x_proj, dt_proj (+bias), A_log, D, out_proj, pre-norm.
+  p.params = h * 2 * din + din * (kConvKernel + 1) + din * (R + 2 * N) + R * din + din +
+             din * N + din + din * h + h;
+  return p;
+}
+
+// DeepSeek multi-head latent attention. n heads, qr = q_lora_rank (0: direct q projection),
+// kr = kv_lora_rank, dn/dr = qk nope/rope head dims, dv = v head dim.
+// Linear: q down h->qr and q up qr->n·(dn+dr) (or h->n·(dn+dr)), kv down h->kr+dr (latent and
+// shared rope key), kv up kr->n·(dn+dv), output n·dv->h. Core (causal): QKᵀ with head dim
+// dn+dr and AV with dv, 2·b·s²·n·(dn+dr)/2 + 2·b·s²·n·dv/2 — as Megatron's MLA term.
+// Stored: x, x̂; the q latent and its normed copy (q-up input); the kv latent + rope key and the
+// normed latent (kv-up input); Q, K, V for the core; O (output-projection input); log-sum-exp.
+Part MlaPart(const LayerDims& d, double b, double s, double e) {
+  const double h = d.hidden, n = d.heads, qr = d.q_lora_rank, kr = d.kv_lora_rank,
+               dn = d.qk_nope_head_dim, dr = d.qk_rope_head_dim, dv = d.v_head_dim;
+  const double qd = n * (dn + dr);
+  const double bs = b * s;
+  const double q_gemm = qr > 0 ? h * qr + qr * qd : h * qd;
+  Part p;
+  p.linear = 2 * bs * (q_gemm + h * (kr + dr) + kr * n * (dn + dv) + n * dv * h);
+  p.nonlinear = b * s * s * n * (dn + dr + dv);
+  p.core = p.nonlinear;
+  p.act = 2 * bs * h * e + (qr > 0 ? 2 * bs * qr * e : 0) + bs * (kr + dr) * e + bs * kr * e +
+          bs * (2 * qd + n * dv) * e + bs * n * dv * e + bs * n * kLseBytes;
+  p.act_w = bs * h * e + (qr > 0 ? bs * qr * e : 0) + bs * kr * e + bs * n * dv * e;
+  p.act_core = bs * n * dv * e + bs * n * kLseBytes;
+  // Projections plus the pre-norm and the q / kv latent norms.
+  p.params = q_gemm + (qr > 0 ? qr : 0) + h * (kr + dr) + kr + kr * n * (dn + dv) + n * dv * h +
+             h;
+  return p;
+}
+
+Part Analyze(const Layer& layer, const TrainingOptions& t, Precision precision) {
+  const LayerDims& d = layer.dims;
+  const double b = static_cast<double>(t.micro_batch_size);
+  const double s = TokensPerSample(layer, t);
+  const double h = static_cast<double>(d.hidden);
+  const double e = ElementBytes(precision);
+  switch (layer.kind) {
+    case LayerKind::kEmbedding: {
+      // No matmul FLOPs: a row gather. Its time is bytes moved / HBM bandwidth (see Cost):
+      // F reads b·s rows of h and writes the output; W scatter-adds the output gradient into
+      // the gradient rows (read gradient, read + write rows). It stores only the token ids.
+      Part p;
+      p.fwd_bytes_moved = 2 * b * s * h * e;
+      p.wgrad_bytes_moved = 3 * b * s * h * e;
+      p.act = b * s * kTokenIdBytes;
+      p.act_w = p.act;
+      p.params = static_cast<double>(d.vocab) * h;
+      return p;
+    }
+    case LayerKind::kHead: {
+      // Final norm (nonlinear), logits 2·b·s·h·V (linear), cross-entropy (nonlinear).
+      // Stored: x, x̂ (logits GEMM input) and the fp32 softmax of the logits.
+      const double v = static_cast<double>(d.vocab);
+      Part p;
+      p.linear = 2 * b * s * h * v;
+      p.nonlinear = kNormFlopsPerElement * b * s * h + kCrossEntropyFlopsPerLogit * b * s * v;
+      p.act = 2 * b * s * h * e + b * s * v * kLogitBytes;
+      p.act_w = b * s * h * e;
+      p.params = v * h + h;
+      return p;
+    }
+    case LayerKind::kAttention:
+      return AttentionPart(b, s, h, d.heads, d.kv_heads, AttentionHeadDim(d), e,
+                           /*causal=*/true);
+    case LayerKind::kMlaAttention:
+      return MlaPart(d, b, s, e);
+    case LayerKind::kMamba:
+      return MambaPart(d, b, s, e);
+    case LayerKind::kMamba2:
+      return Mamba2Part(d, b, s, e);
+    case LayerKind::kMoe:
+      return MoePart(d, b, s, e);
+    case LayerKind::kMlp:
+      return MlpPart(b, s, h, d.ffn, d.out_hidden > 0 ? d.out_hidden : h, d.gated, e);
+    case LayerKind::kVisionBlock: {
+      // A pre-norm ViT block: multi-head attention (kv_heads = heads) over the image tokens,
+      // bidirectional (no causal mask, so the core is the full square), then a plain GeLU MLP.
+      Part p = AttentionPart(b, s, h, d.heads, d.heads, AttentionHeadDim(d), e,
+                             /*causal=*/false);
+      p += MlpPart(b, s, h, d.ffn, h, /*gated=*/false, e);
+      return p;
+    }
+  }
+  return Part{};
+}
+
+// Seconds for `work` units at `rate` units/s; +inf when work is positive and rate is not.
+double Seconds(double work, double rate) {
+  if (work <= 0) return 0;
+  if (!(rate > 0)) return std::numeric_limits<double>::infinity();
+  return work / rate;
+}
+
+}  // namespace
+
+CostModel::CostModel(CostModelOptions options) : options_(options) {}
+
+CostModel::Flops CostModel::ForwardFlops(const Layer& layer, const TrainingOptions& training) {
+  const Part p = Analyze(layer, training, training.precision);
+  return Flops{p.linear, p.nonlinear};
+}
+
+double CostModel::ParamCount(const Layer& layer) {
+  return Analyze(layer, TrainingOptions{}, Precision::kBf16).params;
+}
+
+LayerCost CostModel::Cost(const Layer& layer, const TrainingOptions& training,
+                          const HardwareSpec& hardware) const {
+  const Part p = Analyze(layer, training, training.precision);
+  const double tp = static_cast<double>(training.tp_degree > 0 ? training.tp_degree : 1);
+  const double eff = options_.efficiency[static_cast<int>(layer.kind)];
+  const double flop_rate = hardware.peak_flops * eff;
+  const double e = ElementBytes(training.precision);
+  const bool selective = training.recompute == RecomputePolicy::kSelective;
+
+  LayerCost c;
+  c.forward_flops = (p.linear + p.nonlinear) / tp;
+  if (layer.kind == LayerKind::kEmbedding) {
+    // Memory-bound: bytes moved / (HBM bandwidth × efficiency). No input gradient (the input
+    // is token ids).
+    const double byte_rate = hardware.memory_bandwidth * eff;
+    c.forward_s = Seconds(p.fwd_bytes_moved / tp, byte_rate);
+    c.backward_input_s = 0;
+    c.weight_grad_s = Seconds(p.wgrad_bytes_moved / tp, byte_rate);
+  } else {
+    c.forward_s = Seconds((p.linear + p.nonlinear) / tp, flop_rate);
+    c.backward_input_s = Seconds((p.linear + 2 * p.nonlinear) / tp, flop_rate);
+    c.weight_grad_s = Seconds(p.linear / tp, flop_rate);
+    // Selective recompute re-runs the attention core at the start of B.
+    if (selective) c.backward_input_s += Seconds(p.core / tp, flop_rate);
+  }
+
+  const double s = TokensPerSample(layer, training);
+  const double b = static_cast<double>(training.micro_batch_size);
+  double act = p.act - (selective ? p.act_core : 0);
+  double act_w = p.act_w;
+  c.activation_bytes = act / tp;
+  c.activation_bytes_w = act_w / tp;
+  c.input_bytes = layer.kind == LayerKind::kEmbedding
+                      ? b * s * kTokenIdBytes / tp
+                      : b * s * static_cast<double>(layer.dims.hidden) * e / tp;
+  const double out_width = static_cast<double>(
+      layer.dims.out_hidden > 0 ? layer.dims.out_hidden : layer.dims.hidden);
+  c.output_bytes = layer.kind == LayerKind::kHead ? 0 : b * s * out_width * e / tp;
+  c.param_count = p.params / tp;
+
+  // Measured overrides. Measured values are per tensor-parallel rank and taken as measured
+  // under the model's own training options (so no recompute adjustment is applied to them).
+  const MeasuredCosts& m = layer.measured;
+  if (m.forward_s) c.forward_s = *m.forward_s;
+  if (m.backward_input_s) c.backward_input_s = *m.backward_input_s;
+  if (m.weight_grad_s) c.weight_grad_s = *m.weight_grad_s;
+  if (m.activation_bytes) {
+    // Keep the formula's split between B-freed and W-held bytes; half each without dims.
+    const double w_fraction =
+        c.activation_bytes > 0 ? c.activation_bytes_w / c.activation_bytes : 0.5;
+    c.activation_bytes = *m.activation_bytes;
+    c.activation_bytes_w = *m.activation_bytes * w_fraction;
+  }
+  if (m.param_bytes) c.param_count = *m.param_bytes / e;
+  if (m.output_bytes) c.output_bytes = *m.output_bytes;
+  c.recompute_s = c.forward_s;
+
+  // Weights, gradients and Adam state (fp32 master weights, momentum, variance; 12 bytes in
+  // mixed precision, 8 beyond the fp32 weights in fp32), the optimizer part sharded by ZeRO.
+  const double zero = static_cast<double>(training.zero_degree > 0 ? training.zero_degree : 1);
+  const double per_param = training.precision == Precision::kFp32 ? 4 + 4 + 8 / zero
+                                                                  : 2 + 2 + 12 / zero;
+  c.param_bytes = c.param_count * e;
+  c.static_bytes = c.param_count * per_param;
+  return c;
+}
+
+}  // namespace octopipe

@@ -1,0 +1,473 @@
+// Pins the cost model to the formulas of shared/data/hardware-and-formulas.md with numbers
+// computed by hand (the literal constants), and pins the B/W split, tensor-parallel division,
+// measured overrides and recompute rules documented in cost_model.h / cost_model.cc.
+#include "core/cost_model.h"
+
+#include <cmath>
+
+#include "gtest/gtest.h"
+
+namespace octopipe {
+namespace {
+
+// b = 1, s = 4096 unless a test says otherwise.
+TrainingOptions Training(int64_t seq_len = 4096) {
+  TrainingOptions t;
+  t.seq_len = seq_len;
+  t.micro_batch_size = 1;
+  return t;
+}
+
+HardwareSpec H100() { return HardwareSpec{"H100-SXM", 989e12, 80e9, 3.35e12}; }
+
+Layer Llama8bAttention() {
+  Layer l;
+  l.kind = LayerKind::kAttention;
+  l.dims.hidden = 4096;
+  l.dims.heads = 32;
+  l.dims.kv_heads = 8;
+  return l;
+}
+
+Layer Llama8bMlp() {
+  Layer l;
+  l.kind = LayerKind::kMlp;
+  l.dims.hidden = 4096;
+  l.dims.ffn = 14336;
+  l.dims.gated = true;
+  return l;
+}
+
+// Relative comparison for large FLOP / byte counts.
+void ExpectNear(double expected, double actual) {
+  EXPECT_NEAR(actual, expected, std::abs(expected) * 1e-12) << "expected " << expected;
+}
+
+TEST(ForwardFlopsTest, Llama3_8bAttentionMatchesMegatronFormula) {
+  // 4·b·s·h·p·(h + h·g/n + s/2), p = kv_channels·n/h = 128·32/4096 = 1:
+  // 4·4096·4096·(4096 + 1024 + 2048) = 67,108,864 · 7168.
+  const auto f = CostModel::ForwardFlops(Llama8bAttention(), Training());
+  ExpectNear(481036337152.0, f.total());
+  // Linear = QKV + output projection = 4·b·s·h·hd·(n + g) = 4·4096·4096·128·40.
+  ExpectNear(343597383680.0, f.linear);
+  // Nonlinear = causal core 2·b·s²·n·hd = 2·4096²·4096.
+  ExpectNear(137438953472.0, f.nonlinear);
+}
+
+TEST(ForwardFlopsTest, ExplicitHeadDimIsKvChannels) {
+  // Megatron's p = kv_channels·n/h; with head_dim 64 and 32 heads on h = 4096, p = 1/2.
+  Layer l = Llama8bAttention();
+  l.dims.head_dim = 64;
+  const double b = 1, s = 4096, h = 4096, n = 32, g = 8, p = 64.0 * 32 / 4096;
+  ExpectNear(4 * b * s * h * p * (h + h * g / n + s / 2),
+             CostModel::ForwardFlops(l, Training()).total());
+}
+
+TEST(ForwardFlopsTest, Llama3_8bSwiGluMlp) {
+  // 4·b·s·h·ffn·3/2 = 6·4096·4096·14336, all linear.
+  const auto f = CostModel::ForwardFlops(Llama8bMlp(), Training());
+  ExpectNear(1443109011456.0, f.linear);
+  EXPECT_EQ(0, f.nonlinear);
+}
+
+TEST(ForwardFlopsTest, PlainMlpAndProjector) {
+  Layer l;
+  l.kind = LayerKind::kMlp;
+  l.dims.hidden = 4096;
+  l.dims.ffn = 21504;  // Nemotron-H 8B relu² MLP
+  l.dims.gated = false;
+  // 4·b·s·h·ffn = 4·4096·4096·21504.
+  ExpectNear(1443109011456.0, CostModel::ForwardFlops(l, Training()).linear);
+
+  // LLaVA projector 1024 -> 4096 -> 4096 over 576 image tokens: 2·b·s·(h·ffn + ffn·out).
+  Layer proj;
+  proj.kind = LayerKind::kMlp;
+  proj.dims.hidden = 1024;
+  proj.dims.ffn = 4096;
+  proj.dims.out_hidden = 4096;
+  proj.dims.gated = false;
+  proj.dims.tokens = 576;
+  ExpectNear(2.0 * 576 * (1024.0 * 4096 + 4096.0 * 4096),
+             CostModel::ForwardFlops(proj, Training()).linear);
+}
+
+TEST(ForwardFlopsTest, MixtralMoe) {
+  Layer l;
+  l.kind = LayerKind::kMoe;
+  l.dims.hidden = 4096;
+  l.dims.experts = 8;
+  l.dims.top_k = 2;
+  l.dims.moe_ffn = 14336;
+  // 4·b·s·h·f·top_k·3/2 + router 2·b·s·h·E = 4·4096·4096·14336·2·1.5 + 2·4096·4096·8.
+  const auto f = CostModel::ForwardFlops(l, Training());
+  ExpectNear(2886486458368.0, f.linear);
+  EXPECT_EQ(0, f.nonlinear);
+}
+
+TEST(ForwardFlopsTest, DeepSeekV3MoeWithSharedExpert) {
+  Layer l;
+  l.kind = LayerKind::kMoe;
+  l.dims.hidden = 7168;
+  l.dims.experts = 256;
+  l.dims.top_k = 8;
+  l.dims.moe_ffn = 2048;
+  l.dims.shared_experts = 1;
+  // 4·b·s·h·f·(8 + 1)·3/2 + 2·b·s·h·256 with h = 7168, f = 2048.
+  ExpectNear(3262027661312.0, CostModel::ForwardFlops(l, Training()).total());
+}
+
+TEST(ForwardFlopsTest, NemotronH8bMamba2) {
+  Layer l;
+  l.kind = LayerKind::kMamba2;
+  l.dims.hidden = 4096;
+  l.dims.expand = 2;  // d_in = 8192
+  l.dims.d_state = 128;
+  l.dims.ssm_groups = 8;
+  l.dims.ssm_heads = 128;
+  // 2·b·s·h·(2·d_in + 2·G·N + nheads) + 2·b·s·d_in·h linear; 7·b·s·d_in·N scan.
+  const double b = 1, s = 4096, h = 4096, din = 8192;
+  const auto f = CostModel::ForwardFlops(l, Training());
+  ExpectNear(2 * b * s * h * (2 * din + 2 * 8 * 128 + 128) + 2 * b * s * din * h, f.linear);
+  ExpectNear(897648164864.0, f.linear);
+  ExpectNear(7 * b * s * din * 128, f.nonlinear);
+  ExpectNear(30064771072.0, f.nonlinear);
+}
+
+TEST(ForwardFlopsTest, JambaMamba1) {
+  Layer l;
+  l.kind = LayerKind::kMamba;
+  l.dims.hidden = 4096;
+  l.dims.expand = 2;  // d_in = 8192
+  l.dims.d_state = 16;
+  l.dims.dt_rank = 256;
+  // in_proj h->2·d_in, x_proj d_in->R+2N, dt_proj R->d_in, out_proj d_in->h; scan 9·b·s·d_in·N.
+  const auto f = CostModel::ForwardFlops(l, Training());
+  ExpectNear(861140942848.0, f.linear);
+  ExpectNear(9.0 * 4096 * 8192 * 16, f.nonlinear);
+
+  // dt_rank 0 means ceil(h/16) = 256 here: same numbers.
+  l.dims.dt_rank = 0;
+  ExpectNear(861140942848.0, CostModel::ForwardFlops(l, Training()).linear);
+}
+
+TEST(ForwardFlopsTest, DeepSeekV3Mla) {
+  Layer l;
+  l.kind = LayerKind::kMlaAttention;
+  l.dims.hidden = 7168;
+  l.dims.heads = 128;
+  l.dims.q_lora_rank = 1536;
+  l.dims.kv_lora_rank = 512;
+  l.dims.qk_nope_head_dim = 128;
+  l.dims.qk_rope_head_dim = 64;
+  l.dims.v_head_dim = 128;
+  const double b = 1, s = 4096, h = 7168, n = 128;
+  const auto f = CostModel::ForwardFlops(l, Training());
+  // q down + q up + kv down (latent + rope key) + kv up + output projection.
+  ExpectNear(2 * b * s *
+                 (h * 1536 + 1536 * n * 192 + h * (512 + 64) + 512 * n * (128 + 128) +
+                  n * 128 * h),
+             f.linear);
+  ExpectNear(1532766453760.0, f.linear);
+  // Causal core: QKᵀ with head dim 192 and AV with 128, halved: b·s²·n·(192 + 128).
+  ExpectNear(687194767360.0, f.nonlinear);
+}
+
+TEST(ForwardFlopsTest, LlavaVisionBlockIsBidirectionalAttentionPlusGeluMlp) {
+  Layer l;
+  l.kind = LayerKind::kVisionBlock;
+  l.dims.hidden = 1024;
+  l.dims.heads = 16;
+  l.dims.ffn = 4096;
+  l.dims.tokens = 576;  // over image tokens, not the sequence length
+  const double b = 1, s = 576, h = 1024;
+  const auto f = CostModel::ForwardFlops(l, Training());
+  // Attention with kv_heads = heads: 4·b·s·h·hd·(n + n) = 8·b·s·h²; GeLU MLP 4·b·s·h·ffn.
+  ExpectNear(8 * b * s * h * h + 4 * b * s * h * 4096, f.linear);
+  ExpectNear(14495514624.0, f.linear);
+  // No causal mask: the full 4·b·s²·n·hd.
+  ExpectNear(4 * b * s * s * h, f.nonlinear);
+}
+
+TEST(ForwardFlopsTest, HeadIsLogitsPlusNormAndCrossEntropy) {
+  Layer l;
+  l.kind = LayerKind::kHead;
+  l.dims.hidden = 4096;
+  l.dims.vocab = 128256;
+  const auto f = CostModel::ForwardFlops(l, Training());
+  ExpectNear(2.0 * 4096 * 4096 * 128256, f.linear);  // logits 2·b·s·h·V
+  ExpectNear(4303557230592.0, f.linear);
+  // Norm 4 FLOPs per element, cross-entropy 4 per logit.
+  ExpectNear(4.0 * 4096 * 4096 + 4.0 * 4096 * 128256, f.nonlinear);
+}
+
+TEST(CostTest, EmbeddingHasNoFlopsAndIsMemoryBound) {
+  Layer l;
+  l.kind = LayerKind::kEmbedding;
+  l.dims.hidden = 4096;
+  l.dims.vocab = 128256;
+  EXPECT_EQ(0, CostModel::ForwardFlops(l, Training()).total());
+  CostModel model;
+  const LayerCost c = model.Cost(l, Training(), H100());
+  const double eff = model.options().efficiency[static_cast<int>(LayerKind::kEmbedding)];
+  // F moves 2·b·s·h·2 bytes (gather + write); W scatter-adds 3·b·s·h·2; no input gradient.
+  EXPECT_DOUBLE_EQ(2.0 * 4096 * 4096 * 2 / (3.35e12 * eff), c.forward_s);
+  EXPECT_EQ(0, c.backward_input_s);
+  EXPECT_DOUBLE_EQ(3.0 * 4096 * 4096 * 2 / (3.35e12 * eff), c.weight_grad_s);
+  EXPECT_DOUBLE_EQ(128256.0 * 4096, c.param_count);
+  EXPECT_DOUBLE_EQ(4096.0 * 8, c.input_bytes);  // int64 token ids
+  EXPECT_DOUBLE_EQ(4096.0 * 4096 * 2, c.output_bytes);
+}
+
+TEST(CostTest, BackwardSplitLinearOnceNonlinearTwice) {
+  CostModel model;
+  const LayerCost c = model.Cost(Llama8bAttention(), Training(), H100());
+  const double rate = 989e12 * model.options().efficiency[static_cast<int>(LayerKind::kAttention)];
+  const double lin = 343597383680.0, nl = 137438953472.0;
+  EXPECT_DOUBLE_EQ((lin + nl) / rate, c.forward_s);
+  EXPECT_DOUBLE_EQ((lin + 2 * nl) / rate, c.backward_input_s);
+  EXPECT_DOUBLE_EQ(lin / rate, c.weight_grad_s);
+  EXPECT_DOUBLE_EQ(c.forward_s, c.recompute_s);
+  EXPECT_DOUBLE_EQ(lin + nl, c.forward_flops);
+
+  // A purely linear layer: B = W = F.
+  const LayerCost m = model.Cost(Llama8bMlp(), Training(), H100());
+  EXPECT_DOUBLE_EQ(m.forward_s, m.backward_input_s);
+  EXPECT_DOUBLE_EQ(m.forward_s, m.weight_grad_s);
+}
+
+TEST(CostTest, EfficiencyOptionScalesTime) {
+  CostModelOptions opts;
+  opts.efficiency[static_cast<int>(LayerKind::kMlp)] = 1.0;
+  const LayerCost c = CostModel(opts).Cost(Llama8bMlp(), Training(), H100());
+  EXPECT_DOUBLE_EQ(1443109011456.0 / 989e12, c.forward_s);
+}
+
+TEST(CostTest, ActivationBytesPerKind) {
+  CostModel model;
+  // Attention (bf16, b = 1, s = h = 4096, Q = 4096, KV = 1024): x + x̂ + Q,K,V + O in 2 bytes
+  // each, plus 4-byte log-sum-exp per head and token.
+  const double sbh2 = 4096.0 * 4096 * 2;
+  LayerCost a = model.Cost(Llama8bAttention(), Training(), H100());
+  EXPECT_DOUBLE_EQ(2 * sbh2 + 4096.0 * (4096 + 2 * 1024) * 2 + sbh2 + 4096.0 * 32 * 4,
+                   a.activation_bytes);
+  EXPECT_DOUBLE_EQ(151519232.0, a.activation_bytes);
+  EXPECT_DOUBLE_EQ(sbh2 + sbh2, a.activation_bytes_w);  // x̂ (QKV input) + O (out-proj input)
+  EXPECT_DOUBLE_EQ(sbh2, a.input_bytes);
+  EXPECT_DOUBLE_EQ(sbh2, a.output_bytes);
+
+  // SwiGLU MLP: x + x̂ + gate, up + activation output (ffn = 14336).
+  LayerCost m = model.Cost(Llama8bMlp(), Training(), H100());
+  EXPECT_DOUBLE_EQ(2 * sbh2 + 3 * 4096.0 * 14336 * 2, m.activation_bytes);
+  EXPECT_DOUBLE_EQ(sbh2 + 4096.0 * 14336 * 2, m.activation_bytes_w);
+
+  // A GeLU-MLP, multi-head transformer layer (attention + plain 4h MLP) stores 32·s·b·h bytes
+  // plus the log-sum-exp: Korthikanti's 34·s·b·h less its two dropout masks.
+  Layer attn = Llama8bAttention();
+  attn.dims.kv_heads = 32;
+  Layer mlp = Llama8bMlp();
+  mlp.dims.gated = false;
+  mlp.dims.ffn = 4 * 4096;
+  const double sbh = 4096.0 * 4096;
+  EXPECT_DOUBLE_EQ(32 * sbh + 4096.0 * 32 * 4,
+                   model.Cost(attn, Training(), H100()).activation_bytes +
+                       model.Cost(mlp, Training(), H100()).activation_bytes);
+
+  // Head: x, x̂ and the fp32 softmax of the logits; sends nothing on.
+  Layer head;
+  head.kind = LayerKind::kHead;
+  head.dims.hidden = 4096;
+  head.dims.vocab = 128256;
+  LayerCost hc = model.Cost(head, Training(), H100());
+  EXPECT_DOUBLE_EQ(2 * sbh2 + 4096.0 * 128256 * 4, hc.activation_bytes);
+  EXPECT_DOUBLE_EQ(sbh2, hc.activation_bytes_w);
+  EXPECT_EQ(0, hc.output_bytes);
+}
+
+TEST(CostTest, ActivationWIsPartOfActivationForEveryKind) {
+  CostModel model;
+  std::vector<Layer> layers = {Llama8bAttention(), Llama8bMlp()};
+  Layer moe;
+  moe.kind = LayerKind::kMoe;
+  moe.dims = {};
+  moe.dims.hidden = 4096;
+  moe.dims.experts = 8;
+  moe.dims.top_k = 2;
+  moe.dims.moe_ffn = 14336;
+  moe.dims.shared_experts = 1;
+  layers.push_back(moe);
+  Layer m2;
+  m2.kind = LayerKind::kMamba2;
+  m2.dims.hidden = 4096;
+  m2.dims.expand = 2;
+  m2.dims.d_state = 128;
+  m2.dims.ssm_groups = 8;
+  m2.dims.ssm_heads = 128;
+  layers.push_back(m2);
+  Layer m1;
+  m1.kind = LayerKind::kMamba;
+  m1.dims.hidden = 4096;
+  m1.dims.expand = 2;
+  m1.dims.d_state = 16;
+  layers.push_back(m1);
+  for (RecomputePolicy r : {RecomputePolicy::kNone, RecomputePolicy::kSelective}) {
+    TrainingOptions t = Training();
+    t.recompute = r;
+    for (const Layer& l : layers) {
+      const LayerCost c = model.Cost(l, t, H100());
+      EXPECT_GT(c.activation_bytes_w, 0) << LayerKindName(l.kind);
+      EXPECT_LT(c.activation_bytes_w, c.activation_bytes) << LayerKindName(l.kind);
+    }
+  }
+}
+
+TEST(CostTest, Fp32DoublesActivationsAndUsesSixteenBytesPerParam) {
+  CostModel model;
+  TrainingOptions t = Training();
+  const LayerCost bf16 = model.Cost(Llama8bMlp(), t, H100());
+  t.precision = Precision::kFp32;
+  const LayerCost fp32 = model.Cost(Llama8bMlp(), t, H100());
+  EXPECT_DOUBLE_EQ(2 * bf16.activation_bytes, fp32.activation_bytes);
+  EXPECT_DOUBLE_EQ(2 * bf16.param_bytes, fp32.param_bytes);
+  EXPECT_DOUBLE_EQ(fp32.param_count * (4 + 4 + 8), fp32.static_bytes);
+  EXPECT_DOUBLE_EQ(bf16.param_count * (2 + 2 + 12), bf16.static_bytes);
+}
+
+TEST(CostTest, ParamCountsAndZeroSharding) {
+  // Attention: h·(n·hd) + 2·h·(kv·hd) + (n·hd)·h + pre-norm h.
+  EXPECT_DOUBLE_EQ(4096.0 * 4096 + 2 * 4096.0 * 1024 + 4096.0 * 4096 + 4096,
+                   CostModel::ParamCount(Llama8bAttention()));
+  // SwiGLU MLP: 3·h·ffn + h.
+  EXPECT_DOUBLE_EQ(3 * 4096.0 * 14336 + 4096, CostModel::ParamCount(Llama8bMlp()));
+
+  TrainingOptions t = Training();
+  t.zero_degree = 4;
+  const LayerCost c = CostModel().Cost(Llama8bMlp(), t, H100());
+  EXPECT_DOUBLE_EQ(c.param_count * (2 + 2 + 12.0 / 4), c.static_bytes);
+  EXPECT_DOUBLE_EQ(c.param_count * 2, c.param_bytes);
+}
+
+TEST(CostTest, TensorParallelDividesTimeMemoryAndParams) {
+  CostModel model;
+  TrainingOptions t = Training();
+  const LayerCost one = model.Cost(Llama8bAttention(), t, H100());
+  t.tp_degree = 4;
+  const LayerCost four = model.Cost(Llama8bAttention(), t, H100());
+  EXPECT_DOUBLE_EQ(one.forward_s / 4, four.forward_s);
+  EXPECT_DOUBLE_EQ(one.backward_input_s / 4, four.backward_input_s);
+  EXPECT_DOUBLE_EQ(one.weight_grad_s / 4, four.weight_grad_s);
+  EXPECT_DOUBLE_EQ(one.activation_bytes / 4, four.activation_bytes);
+  EXPECT_DOUBLE_EQ(one.activation_bytes_w / 4, four.activation_bytes_w);
+  EXPECT_DOUBLE_EQ(one.input_bytes / 4, four.input_bytes);
+  EXPECT_DOUBLE_EQ(one.output_bytes / 4, four.output_bytes);
+  EXPECT_DOUBLE_EQ(one.param_count / 4, four.param_count);
+  EXPECT_DOUBLE_EQ(one.param_bytes / 4, four.param_bytes);
+  EXPECT_DOUBLE_EQ(one.static_bytes / 4, four.static_bytes);
+  EXPECT_DOUBLE_EQ(one.forward_flops / 4, four.forward_flops);
+}
+
+TEST(CostTest, SelectiveRecomputeDropsCoreOutputsAndRerunsCoreInB) {
+  CostModel model;
+  TrainingOptions t = Training();
+  const LayerCost none = model.Cost(Llama8bAttention(), t, H100());
+  t.recompute = RecomputePolicy::kSelective;
+  const LayerCost sel = model.Cost(Llama8bAttention(), t, H100());
+  const double rate = 989e12 * model.options().efficiency[static_cast<int>(LayerKind::kAttention)];
+  // Dropped: O (b·s·n·hd·2) and the log-sum-exp (b·s·n·4).
+  EXPECT_DOUBLE_EQ(none.activation_bytes - (4096.0 * 4096 * 2 + 4096.0 * 32 * 4),
+                   sel.activation_bytes);
+  EXPECT_DOUBLE_EQ(none.activation_bytes_w, sel.activation_bytes_w);
+  // B pays the core's forward FLOPs once more; F and W are unchanged.
+  EXPECT_DOUBLE_EQ(none.backward_input_s + 137438953472.0 / rate, sel.backward_input_s);
+  EXPECT_DOUBLE_EQ(none.forward_s, sel.forward_s);
+  EXPECT_DOUBLE_EQ(none.weight_grad_s, sel.weight_grad_s);
+
+  // Layers without an attention core are unaffected.
+  t.recompute = RecomputePolicy::kNone;
+  const LayerCost mlp_none = model.Cost(Llama8bMlp(), t, H100());
+  t.recompute = RecomputePolicy::kSelective;
+  const LayerCost mlp_sel = model.Cost(Llama8bMlp(), t, H100());
+  EXPECT_DOUBLE_EQ(mlp_none.activation_bytes, mlp_sel.activation_bytes);
+  EXPECT_DOUBLE_EQ(mlp_none.backward_input_s, mlp_sel.backward_input_s);
+}
+
+TEST(CostTest, FullRecomputeInputsAreReported) {
+  // Full recompute is chosen per stage by the plan; the cost model reports what it needs:
+  // R = F and the layer input that is kept.
+  TrainingOptions t = Training();
+  t.recompute = RecomputePolicy::kFull;
+  const LayerCost c = CostModel().Cost(Llama8bMlp(), t, H100());
+  EXPECT_DOUBLE_EQ(c.forward_s, c.recompute_s);
+  EXPECT_DOUBLE_EQ(4096.0 * 4096 * 2, c.input_bytes);
+}
+
+TEST(CostTest, MeasuredFieldsOverride) {
+  CostModel model;
+  Layer l = Llama8bAttention();
+  const LayerCost formula = model.Cost(l, Training(), H100());
+  l.measured.forward_s = 0.010;
+  l.measured.backward_input_s = 0.011;
+  l.measured.weight_grad_s = 0.005;
+  l.measured.activation_bytes = 1e9;
+  l.measured.param_bytes = 4e8;
+  l.measured.output_bytes = 3e7;
+  const LayerCost c = model.Cost(l, Training(), H100());
+  EXPECT_EQ(0.010, c.forward_s);
+  EXPECT_EQ(0.010, c.recompute_s);
+  EXPECT_EQ(0.011, c.backward_input_s);
+  EXPECT_EQ(0.005, c.weight_grad_s);
+  EXPECT_EQ(1e9, c.activation_bytes);
+  // W keeps the formula's share of the activations.
+  EXPECT_DOUBLE_EQ(1e9 * formula.activation_bytes_w / formula.activation_bytes,
+                   c.activation_bytes_w);
+  EXPECT_EQ(4e8, c.param_bytes);
+  EXPECT_DOUBLE_EQ(2e8, c.param_count);                    // 2 bytes per bf16 weight
+  EXPECT_DOUBLE_EQ(2e8 * (2 + 2 + 12), c.static_bytes);  // static scales with it
+  EXPECT_EQ(3e7, c.output_bytes);
+  // Measured B is taken as measured under the model's own policy: no selective extra.
+  TrainingOptions t = Training();
+  t.recompute = RecomputePolicy::kSelective;
+  EXPECT_EQ(0.011, model.Cost(l, t, H100()).backward_input_s);
+}
+
+TEST(CostTest, PartialMeasurementKeepsOtherFormulaFields) {
+  CostModel model;
+  Layer l = Llama8bMlp();
+  const LayerCost formula = model.Cost(l, Training(), H100());
+  l.measured.forward_s = 0.5;
+  const LayerCost c = model.Cost(l, Training(), H100());
+  EXPECT_EQ(0.5, c.forward_s);
+  EXPECT_EQ(0.5, c.recompute_s);
+  EXPECT_DOUBLE_EQ(formula.backward_input_s, c.backward_input_s);
+  EXPECT_DOUBLE_EQ(formula.weight_grad_s, c.weight_grad_s);
+  EXPECT_DOUBLE_EQ(formula.activation_bytes, c.activation_bytes);
+}
+
+TEST(CostTest, MeasuredActivationWithoutDimsSplitsInHalf) {
+  Layer l;
+  l.kind = LayerKind::kMlp;  // no dims: a synthetic layer
+  l.measured.forward_s = 1;
+  l.measured.backward_input_s = 2;
+  l.measured.weight_grad_s = 3;
+  l.measured.activation_bytes = 100;
+  l.measured.param_bytes = 0;
+  l.measured.output_bytes = 7;
+  const LayerCost c = CostModel().Cost(l, Training(), H100());
+  EXPECT_EQ(1, c.forward_s);
+  EXPECT_EQ(2, c.backward_input_s);
+  EXPECT_EQ(3, c.weight_grad_s);
+  EXPECT_EQ(100, c.activation_bytes);
+  EXPECT_EQ(50, c.activation_bytes_w);
+  EXPECT_EQ(0, c.static_bytes);
+  EXPECT_EQ(7, c.output_bytes);
+  EXPECT_EQ(0, c.input_bytes);
+}
+
+TEST(CostTest, ZeroRateGivesInfiniteTimeNotNan) {
+  HardwareSpec broken = H100();
+  broken.peak_flops = 0;
+  const LayerCost c = CostModel().Cost(Llama8bMlp(), Training(), broken);
+  EXPECT_TRUE(std::isinf(c.forward_s));
+}
+
+}  // namespace
+}  // namespace octopipe
