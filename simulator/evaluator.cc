@@ -18,6 +18,12 @@ constexpr int kW = static_cast<int>(OpKind::kW);
 constexpr int kBW = static_cast<int>(OpKind::kBW);
 constexpr int kR = static_cast<int>(OpKind::kR);
 
+// Op ids: the five kinds of one (stage, micro-batch) are adjacent, then micro-batches, then
+// stages, so the lookups of one op's neighbours share cache lines.
+inline int32_t IdOf(int kind, int stage, int mb, int M) {
+  return (stage * M + mb) * kNumOpKinds + kind;
+}
+
 // Relative slack when comparing memory to capacity, so float summation order cannot flip a fit.
 constexpr double kMemorySlack = 1e-9;
 
@@ -39,7 +45,7 @@ absl::Status Evaluator::Prepare(const PipelineProblem& pb, const Schedule& sched
   const size_t num_ids = static_cast<size_t>(kNumOpKinds) * S_ * M_;
   pos_.assign(num_ids, -1);
   const size_t n = schedule.total_ops();
-  id_.resize(n);
+  ops_.resize(n);
   device_.resize(n);
   device_offset_.resize(P + 1);
   int32_t flat = 0;
@@ -63,14 +69,14 @@ absl::Status Evaluator::Prepare(const PipelineProblem& pb, const Schedule& sched
         return absl::InvalidArgumentError(absl::StrCat(
             "op ", OpAt(op, d), ": stage ", op.stage, " does not recompute, so it has no R op"));
       }
-      const int32_t id = (static_cast<int>(op.kind) * S_ + op.stage) * M_ + op.microbatch;
+      const int32_t id = IdOf(static_cast<int>(op.kind), op.stage, op.microbatch, M_);
       if (pos_[id] >= 0) {
         return absl::InvalidArgumentError(absl::StrCat("op ", OpToString(op),
                                                        " appears twice (devices ",
                                                        device_[pos_[id]], " and ", d, ")"));
       }
       pos_[id] = flat;
-      id_[flat] = id;
+      ops_[flat] = op;
       device_[flat] = d;
       ++flat;
     }
@@ -79,7 +85,7 @@ absl::Status Evaluator::Prepare(const PipelineProblem& pb, const Schedule& sched
   // Every micro-batch of every stage needs F, a backward (BW, or B and W), and R iff recompute.
   for (int s = 0; s < S_; ++s) {
     for (int m = 0; m < M_; ++m) {
-      auto has = [&](int kind) { return pos_[(kind * S_ + s) * M_ + m] >= 0; };
+      auto has = [&](int kind) { return pos_[IdOf(kind, s, m, M_)] >= 0; };
       auto name = [&](OpKind kind) { return OpToString(Op{kind, s, m}); };
       if (!has(kF)) {
         return absl::InvalidArgumentError(absl::StrCat("op ", name(OpKind::kF), " is missing"));
@@ -104,21 +110,20 @@ absl::Status Evaluator::Prepare(const PipelineProblem& pb, const Schedule& sched
   return absl::OkStatus();
 }
 
-// Calls fn(consumer_flat, bytes_if_cross_device) for every data successor of the op at `p`;
-// bytes < 0 marks a same-stage edge (never a transfer).
+// Calls fn(consumer_flat, bytes_if_cross_device) for every data successor of `op`; bytes < 0
+// marks a same-stage edge (never a transfer).
 template <typename Fn>
 inline void ForEachDataSuccessor(const PipelineProblem& pb, const std::vector<int32_t>& pos,
-                                 int S, int M, int32_t id, Fn&& fn) {
-  const int kind = id / (S * M);
-  const int s = (id / M) % S;
-  const int m = id % M;
-  auto at = [&](int k, int st) { return pos[(k * S + st) * M + m]; };
+                                 int S, int M, const Op& op, Fn&& fn) {
+  const int s = op.stage;
+  const int m = op.microbatch;
+  auto at = [&](int k, int st) { return pos[IdOf(k, st, m, M)]; };
   auto back = [&](int st) {
     const int32_t b = at(kB, st);
     return b >= 0 ? b : at(kBW, st);
   };
-  switch (kind) {
-    case kF:
+  switch (op.kind) {
+    case OpKind::kF:
       if (s + 1 < S) {
         fn(at(kF, s + 1), pb.output_bytes[s]);
       } else {
@@ -126,50 +131,55 @@ inline void ForEachDataSuccessor(const PipelineProblem& pb, const std::vector<in
       }
       if (pb.recompute[s]) fn(at(kR, s), -1.0);
       break;
-    case kR:
+    case OpKind::kR:
       fn(back(s), -1.0);
       break;
-    case kB:
+    case OpKind::kB:
       if (s > 0) fn(back(s - 1), pb.output_bytes[s - 1]);
       fn(at(kW, s), -1.0);
       break;
-    case kBW:
+    case OpKind::kBW:
       if (s > 0) fn(back(s - 1), pb.output_bytes[s - 1]);
       break;
-    default:  // W has no successors.
+    case OpKind::kW:  // no successors
       break;
   }
 }
 
 namespace {
 
-inline int DataPredecessorCount(const PipelineProblem& pb, int S, int M, int32_t id) {
-  const int kind = id / (S * M);
-  const int s = (id / M) % S;
-  switch (kind) {
-    case kF: return s > 0 ? 1 : 0;
-    case kB:
-    case kBW: return 1 + (pb.recompute[s] ? 1 : 0);
+inline int DataPredecessorCount(const PipelineProblem& pb, const Op& op) {
+  switch (op.kind) {
+    case OpKind::kF: return op.stage > 0 ? 1 : 0;
+    case OpKind::kB:
+    case OpKind::kBW: return 1 + (pb.recompute[op.stage] ? 1 : 0);
     default: return 1;  // R <- F, W <- B
   }
 }
 
-inline double Duration(const PipelineProblem& pb, int S, int M, int32_t id) {
-  const int kind = id / (S * M);
-  const int s = (id / M) % S;
-  switch (kind) {
-    case kF: return pb.forward_s[s];
-    case kB: return pb.backward_input_s[s];
-    case kW: return pb.weight_grad_s[s];
-    case kBW: return pb.backward_input_s[s] + pb.weight_grad_s[s];
-    default: return pb.recompute_s[s];
+inline double Duration(const PipelineProblem& pb, const Op& op) {
+  const int s = op.stage;
+  switch (op.kind) {
+    case OpKind::kF: return pb.forward_s[s];
+    case OpKind::kB: return pb.backward_input_s[s];
+    case OpKind::kW: return pb.weight_grad_s[s];
+    case OpKind::kBW: return pb.backward_input_s[s] + pb.weight_grad_s[s];
+    case OpKind::kR: return pb.recompute_s[s];
   }
+  return 0;
 }
 
 }  // namespace
 
+// Longest path in topological order over a worklist of devices: a device runs its own order
+// from its cursor while the next op's data predecessors are done, and a device whose next op
+// becomes ready joins the worklist. Each device walks its order sequentially and the
+// successors of consecutive ops lie near each other in the next device's order, so the pass is
+// O(ops) and cache-friendly at thousands of devices. An empty worklist with ops left means the
+// device orders form a cycle.
 absl::Status Evaluator::RunDag(const PipelineProblem& pb, bool track_pred) {
-  const int32_t n = static_cast<int32_t>(id_.size());
+  const int32_t n = static_cast<int32_t>(ops_.size());
+  const int P = pb.num_devices;
   pending_.resize(n);
   ready_.assign(n, 0.0);
   start_.resize(n);
@@ -178,55 +188,72 @@ absl::Status Evaluator::RunDag(const PipelineProblem& pb, bool track_pred) {
     pred_.assign(n, -1);
     pred_transfer_.assign(n, 0);
   }
-  stack_.clear();
-  stack_.reserve(n);
-  for (int d = 0; d < pb.num_devices; ++d) {
-    for (int32_t f = device_offset_[d]; f < device_offset_[d + 1]; ++f) {
-      pending_[f] = DataPredecessorCount(pb, S_, M_, id_[f]) + (f > device_offset_[d] ? 1 : 0);
-      if (pending_[f] == 0) stack_.push_back(f);
+  for (int32_t f = 0; f < n; ++f) pending_[f] = DataPredecessorCount(pb, ops_[f]);
+  cursor_.assign(device_offset_.begin(), device_offset_.end() - 1);
+  queued_.assign(P, 1);
+  worklist_.resize(P);
+  for (int d = 0; d < P; ++d) worklist_[d] = d;
+  size_t head = 0;
+  int32_t processed = 0;
+  while (head < worklist_.size()) {
+    const int d = worklist_[head++];
+    queued_[d] = 0;
+    const int32_t stop = device_offset_[d + 1];
+    int32_t p = cursor_[d];
+    double device_free = p > device_offset_[d] ? end_[p - 1] : 0.0;
+    for (; p < stop && pending_[p] == 0; ++p) {
+      double start = ready_[p];
+      if (device_free >= start) {
+        if (track_pred && p > device_offset_[d] && (device_free > start || pred_[p] < 0)) {
+          pred_[p] = p - 1;
+          pred_transfer_[p] = 0;
+        }
+        start = device_free;
+      }
+      const double end = start + Duration(pb, ops_[p]);
+      start_[p] = start;
+      end_[p] = end;
+      device_free = end;
+      ForEachDataSuccessor(pb, pos_, S_, M_, ops_[p], [&](int32_t c, double bytes) {
+        const int dc = device_[c];
+        const bool transfer = bytes >= 0 && dc != d;
+        const double t = transfer ? end + pb.transfer_s(d, dc, bytes) : end;
+        if (t > ready_[c] || (track_pred && pred_[c] < 0)) {
+          ready_[c] = std::max(ready_[c], t);
+          if (track_pred) {
+            pred_[c] = p;
+            pred_transfer_[c] = transfer;
+          }
+        }
+        if (--pending_[c] == 0 && dc != d && c == cursor_[dc] && !queued_[dc]) {
+          queued_[dc] = 1;
+          worklist_.push_back(dc);
+        }
+      });
+    }
+    processed += p - cursor_[d];
+    cursor_[d] = p;
+    if (head > 4096 && head * 2 > worklist_.size()) {  // keep the queue compact
+      worklist_.erase(worklist_.begin(), worklist_.begin() + head);
+      head = 0;
     }
   }
-  int32_t processed = 0;
-  while (!stack_.empty()) {
-    const int32_t p = stack_.back();
-    stack_.pop_back();
-    ++processed;
-    const double start = ready_[p];
-    const double end = start + Duration(pb, S_, M_, id_[p]);
-    start_[p] = start;
-    end_[p] = end;
-    const int dp = device_[p];
-    auto resolve = [&](int32_t c, double t, bool transfer) {
-      if (t > ready_[c]) {
-        ready_[c] = t;
-        if (track_pred) {
-          pred_[c] = p;
-          pred_transfer_[c] = transfer;
-        }
-      } else if (track_pred && pred_[c] < 0) {
-        pred_[c] = p;
-        pred_transfer_[c] = transfer;
+  if (processed != n) {
+    // Mark everything not run as pending so CycleError can tell it from what ran.
+    for (int d = 0; d < P; ++d) {
+      for (int32_t f = cursor_[d]; f < device_offset_[d + 1]; ++f) {
+        pending_[f] = std::max(pending_[f], 1);
       }
-      if (--pending_[c] == 0) stack_.push_back(c);
-    };
-    if (p + 1 < device_offset_[dp + 1]) resolve(p + 1, end, false);
-    ForEachDataSuccessor(pb, pos_, S_, M_, id_[p], [&](int32_t c, double bytes) {
-      const int dc = device_[c];
-      if (bytes >= 0 && dc != dp) {
-        resolve(c, end + pb.transfer_s(dp, dc, bytes), true);
-      } else {
-        resolve(c, end, false);
-      }
-    });
+    }
+    return absl::FailedPreconditionError("cycle");
   }
-  if (processed != n) return absl::FailedPreconditionError("cycle");
   return absl::OkStatus();
 }
 
 absl::Status Evaluator::RunEvents(const PipelineProblem& pb, bool track_pred,
                                     bool log_transfers) {
   transfer_log_.clear();
-  const int32_t n = static_cast<int32_t>(id_.size());
+  const int32_t n = static_cast<int32_t>(ops_.size());
   const int P = pb.num_devices;
   pending_.resize(n);
   ready_.assign(n, 0.0);
@@ -253,7 +280,7 @@ absl::Status Evaluator::RunEvents(const PipelineProblem& pb, bool track_pred,
   std::vector<double> link_free(static_cast<size_t>(P) * P, 0.0);
   for (int d = 0; d < P; ++d) {
     for (int32_t f = device_offset_[d]; f < device_offset_[d + 1]; ++f) {
-      pending_[f] = DataPredecessorCount(pb, S_, M_, id_[f]) + (f > device_offset_[d] ? 1 : 0);
+      pending_[f] = DataPredecessorCount(pb, ops_[f]) + (f > device_offset_[d] ? 1 : 0);
       if (pending_[f] == 0) heap.push(Event{0.0, seq++, -1, f});
     }
   }
@@ -276,7 +303,7 @@ absl::Status Evaluator::RunEvents(const PipelineProblem& pb, bool track_pred,
       const int b = device_[e.op];
       const size_t link = static_cast<size_t>(a) * P + b;
       double bytes = 0;
-      ForEachDataSuccessor(pb, pos_, S_, M_, id_[e.producer], [&](int32_t c, double by) {
+      ForEachDataSuccessor(pb, pos_, S_, M_, ops_[e.producer], [&](int32_t c, double by) {
         if (c == e.op) bytes = by;
       });
       const double start = std::max(e.time, link_free[link]);
@@ -286,8 +313,7 @@ absl::Status Evaluator::RunEvents(const PipelineProblem& pb, bool track_pred,
         TransferRecord t;
         t.from_device = a;
         t.to_device = b;
-        t.consumer = Op{static_cast<OpKind>(id_[e.op] / (S_ * M_)), (id_[e.op] / M_) % S_,
-                        id_[e.op] % M_};
+        t.consumer = ops_[e.op];
         t.bytes = bytes;
         t.start_s = start;
         t.end_s = end;
@@ -299,10 +325,10 @@ absl::Status Evaluator::RunEvents(const PipelineProblem& pb, bool track_pred,
     const int32_t p = e.op;
     ++processed;
     start_[p] = e.time;
-    end_[p] = e.time + Duration(pb, S_, M_, id_[p]);
+    end_[p] = e.time + Duration(pb, ops_[p]);
     const int dp = device_[p];
     if (p + 1 < device_offset_[dp + 1]) resolve(p + 1, end_[p], p, false);
-    ForEachDataSuccessor(pb, pos_, S_, M_, id_[p], [&](int32_t c, double bytes) {
+    ForEachDataSuccessor(pb, pos_, S_, M_, ops_[p], [&](int32_t c, double bytes) {
       if (bytes >= 0 && device_[c] != dp) {
         heap.push(Event{end_[p], seq++, p, c});
       } else {
@@ -315,7 +341,7 @@ absl::Status Evaluator::RunEvents(const PipelineProblem& pb, bool track_pred,
 }
 
 absl::Status Evaluator::CycleError(const PipelineProblem& pb, const Schedule& schedule) const {
-  const int32_t n = static_cast<int32_t>(id_.size());
+  const int32_t n = static_cast<int32_t>(ops_.size());
   auto op_of = [&](int32_t f) {
     const int d = device_[f];
     return schedule.ops[d][f - device_offset_[d]];
@@ -326,7 +352,7 @@ absl::Status Evaluator::CycleError(const PipelineProblem& pb, const Schedule& sc
     if (f > device_offset_[d] && pending_[f - 1] > 0) return f - 1;
     const Op op = op_of(f);
     const int s = op.stage, m = op.microbatch;
-    auto at = [&](int k, int st) { return pos_[(k * S_ + st) * M_ + m]; };
+    auto at = [&](int k, int st) { return pos_[IdOf(k, st, m, M_)]; };
     auto back = [&](int st) { return at(kB, st) >= 0 ? at(kB, st) : at(kBW, st); };
     std::vector<int32_t> preds;
     switch (op.kind) {
@@ -408,7 +434,7 @@ absl::StatusOr<Evaluator::Summary> Evaluator::EvaluateSummary(const PipelineProb
     out.steady_state_iteration_time_s =
         std::max(out.steady_state_iteration_time_s, end_[hi - 1] - start_[lo]);
   }
-  out.iteration_time_s = id_.empty() ? 0 : last - first;
+  out.iteration_time_s = ops_.empty() ? 0 : last - first;
   std::vector<double> peak;
   ComputeMemory(pb, schedule, &peak);
   for (int d = 0; d < pb.num_devices; ++d) {
@@ -447,7 +473,7 @@ absl::StatusOr<SimResult> Evaluator::Evaluate(const PipelineProblem& pb, const S
     dr.fits_memory = peak[d] <= pb.memory_capacity[d] * (1 + kMemorySlack);
     r.fits_memory = r.fits_memory && dr.fits_memory;
   }
-  r.iteration_time_s = id_.empty() ? 0 : last - first;
+  r.iteration_time_s = ops_.empty() ? 0 : last - first;
   auto ratio = [](double busy, double span) { return span > 0 ? 1.0 - busy / span : 0.0; };
   for (DeviceResult& dr : r.devices) {
     dr.bubble_ratio = ratio(dr.busy_s, r.iteration_time_s);
@@ -471,10 +497,10 @@ absl::StatusOr<SimResult> Evaluator::Evaluate(const PipelineProblem& pb, const S
       r.transfers = transfer_log_;
     } else {
       // Transfers: each cross-device data edge, starting when its producer ends.
-      const int32_t n = static_cast<int32_t>(id_.size());
+      const int32_t n = static_cast<int32_t>(ops_.size());
       for (int32_t p = 0; p < n; ++p) {
         const int dp = device_[p];
-        ForEachDataSuccessor(pb, pos_, S_, M_, id_[p], [&](int32_t c, double bytes) {
+        ForEachDataSuccessor(pb, pos_, S_, M_, ops_[p], [&](int32_t c, double bytes) {
           const int dc = device_[c];
           if (bytes < 0 || dc == dp) return;
           TransferRecord t;
@@ -490,9 +516,9 @@ absl::StatusOr<SimResult> Evaluator::Evaluate(const PipelineProblem& pb, const S
     }
   }
 
-  if (track && !id_.empty()) {
+  if (track && !ops_.empty()) {
     int32_t f = 0;
-    for (int32_t i = 1; i < static_cast<int32_t>(id_.size()); ++i) {
+    for (int32_t i = 1; i < static_cast<int32_t>(ops_.size()); ++i) {
       if (end_[i] > end_[f]) f = i;
     }
     std::vector<CriticalPathEntry> path;

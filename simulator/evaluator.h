@@ -100,10 +100,10 @@ class Evaluator {
   void ComputeMemory(const PipelineProblem& problem, const Schedule& schedule,
                      std::vector<double>* peak) const;
 
-  // Scratch, indexed by op id = (kind * S + stage) * M + microbatch.
+  // Scratch, indexed by op id = (stage * M + microbatch) * kNumOpKinds + kind.
   std::vector<int32_t> pos_;         // flat schedule position of the op, -1 if absent
-  // Indexed by flat position.
-  std::vector<int32_t> id_;          // op id
+  // Indexed by flat position (device 0's order, then device 1's, ...).
+  std::vector<Op> ops_;
   std::vector<int32_t> device_;      // device of the op
   std::vector<int32_t> pending_;     // unresolved predecessors
   std::vector<double> ready_;        // earliest start from resolved predecessors
@@ -111,7 +111,9 @@ class Evaluator {
   std::vector<double> end_;
   std::vector<int32_t> pred_;        // flat position of the predecessor that set `ready_`
   std::vector<uint8_t> pred_transfer_;
-  std::vector<int32_t> stack_;
+  std::vector<int32_t> cursor_;    // per device: next op to run
+  std::vector<int32_t> worklist_;  // devices that may advance
+  std::vector<uint8_t> queued_;
   std::vector<int32_t> device_offset_;
   std::vector<TransferRecord> transfer_log_;  // served transfers under contention
   int S_ = 0, M_ = 0;
