@@ -1,0 +1,365 @@
+#include "core/profile_importer.h"
+
+#include <cmath>
+#include <map>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/cost_model.h"
+#include "core/file_io.h"
+#include "core/json.h"
+#include "core/status_macros.h"
+
+namespace octopipe {
+namespace {
+
+// What one profile letter is: the kind the layer gets and the parts it was timed as.
+struct Letter {
+  char letter;
+  LayerKind kind;
+  std::vector<LayerKind> parts;  // in compute order; a single part equals `kind`
+};
+
+// Published shape of a profiled model. None of these four models is in
+// shared/data/architectures.json; `source` says where each number comes from.
+struct ProfileArch {
+  const char* model;  // the profile's "model" field
+  const char* source;
+  int64_t hidden = 0, vocab = 0;
+  int64_t heads = 0, kv_heads = 0, head_dim = 0;  // attention
+  int64_t ffn = 0;                                // dense MLP
+  bool gated = false;
+  int64_t experts = 0, top_k = 0, moe_ffn = 0, shared_experts = 0;    // MoE
+  int64_t d_state = 0, expand = 0, ssm_heads = 0, ssm_groups = 0;     // Mamba-2
+  std::vector<Letter> letters;
+};
+
+const std::vector<ProfileArch>& Archs() {
+  static const auto* archs = [] {
+    auto* v = new std::vector<ProfileArch>;
+
+    ProfileArch nano;
+    nano.model = "nemotron-nano-v2-9B";
+    nano.source =
+        "dims: NVIDIA-NeMo/Megatron-Bridge nemotron_h_provider.py NemotronNanoModelProvider9Bv2 "
+        "(hidden 4480, ffn 15680 relu2, 40 heads, kv_channels 128, 8 query groups, 128 mamba "
+        "heads of 80, state 128, 8 groups); assumptions: vocab 131072 as nemotron_h_8b; "
+        "Mamba-2 expand 2 (d_inner 8960, not 128x80 = 10240: LayerDims sizes d_inner as "
+        "expand x hidden, so Mamba-2 memory is about 12% low)";
+    nano.hidden = 4480;
+    nano.vocab = 131072;
+    nano.heads = 40;
+    nano.kv_heads = 8;
+    nano.head_dim = 128;
+    nano.ffn = 15680;
+    nano.gated = false;
+    nano.d_state = 128;
+    nano.expand = 2;
+    nano.ssm_heads = 128;
+    nano.ssm_groups = 8;
+    nano.letters = {{'M', LayerKind::kMamba2, {LayerKind::kMamba2}},
+                    {'-', LayerKind::kMlp, {LayerKind::kMlp}},
+                    {'*', LayerKind::kAttention, {LayerKind::kAttention}}};
+    v->push_back(nano);
+
+    ProfileArch gpt;
+    gpt.model = "gpt-13B";
+    gpt.source =
+        "dims (assumption; the source names no configuration): GPT-3 13B of Brown et al. 2020 "
+        "Table 2.1 - 40 layers as in the profile, 40 heads of 128 so hidden 5120 (the table's "
+        "d_model 5140 is not 40 x 128; Megatron-LM uses 5120), 4 x hidden GeLU MLP, GPT-2 BPE "
+        "vocab 50257";
+    gpt.hidden = 5120;
+    gpt.vocab = 50257;
+    gpt.heads = 40;
+    gpt.kv_heads = 40;
+    gpt.ffn = 4 * 5120;
+    gpt.gated = false;
+    // A 'T' layer is a whole transformer block; its kind is its attention.
+    gpt.letters = {{'T', LayerKind::kAttention, {LayerKind::kAttention, LayerKind::kMlp}}};
+    v->push_back(gpt);
+
+    ProfileArch oss;
+    oss.model = "gpt-oss-20B";
+    oss.source =
+        "dims: openai/gpt-oss-20b config.json (hidden 2880, 64 heads of 64, 8 kv heads, 32 "
+        "experts top-4 of size 2880, vocab 201088); F/S are its two alternating attention "
+        "variants (sliding window not modelled)";
+    oss.hidden = 2880;
+    oss.vocab = 201088;
+    oss.heads = 64;
+    oss.kv_heads = 8;
+    oss.head_dim = 64;
+    oss.experts = 32;
+    oss.top_k = 4;
+    oss.moe_ffn = 2880;
+    // 'F' and 'S' are whole attention + MoE blocks; their kind is the attention.
+    oss.letters = {{'F', LayerKind::kAttention, {LayerKind::kAttention, LayerKind::kMoe}},
+                   {'S', LayerKind::kAttention, {LayerKind::kAttention, LayerKind::kMoe}}};
+    v->push_back(oss);
+
+    ProfileArch ds;
+    ds.model = "deepseek-16B";
+    ds.source =
+        "dims (assumption: the profile's deepseek-16B is deepseek-ai/deepseek-moe-16b-base, 28 "
+        "layers as in the profile): its config.json (hidden 2048, 16 heads MHA, dense SwiGLU "
+        "10944, 64 routed + 2 shared experts of 1408, top-6, vocab 102400); the profile marks "
+        "2 dense layers where that config has first_k_dense_replace 1 - the letters are followed";
+    ds.hidden = 2048;
+    ds.vocab = 102400;
+    ds.heads = 16;
+    ds.kv_heads = 16;
+    ds.ffn = 10944;
+    ds.gated = true;
+    ds.experts = 64;
+    ds.top_k = 6;
+    ds.moe_ffn = 1408;
+    ds.shared_experts = 2;
+    // 'D' and 'M' are whole blocks told apart by their FFN; the kind is the FFN.
+    ds.letters = {{'D', LayerKind::kMlp, {LayerKind::kAttention, LayerKind::kMlp}},
+                  {'M', LayerKind::kMoe, {LayerKind::kAttention, LayerKind::kMoe}}};
+    v->push_back(ds);
+    return v;
+  }();
+  return *archs;
+}
+
+Layer LayerOfKind(LayerKind kind, const ProfileArch& a) {
+  Layer l;
+  l.kind = kind;
+  l.dims.gated = false;
+  l.dims.hidden = a.hidden;
+  switch (kind) {
+    case LayerKind::kEmbedding:
+    case LayerKind::kHead:
+      l.dims.vocab = a.vocab;
+      break;
+    case LayerKind::kAttention:
+      l.dims.heads = a.heads;
+      l.dims.kv_heads = a.kv_heads;
+      l.dims.head_dim = a.head_dim;
+      break;
+    case LayerKind::kMlp:
+      l.dims.ffn = a.ffn;
+      l.dims.gated = a.gated;
+      break;
+    case LayerKind::kMoe:
+      l.dims.experts = a.experts;
+      l.dims.top_k = a.top_k;
+      l.dims.moe_ffn = a.moe_ffn;
+      l.dims.shared_experts = a.shared_experts;
+      break;
+    case LayerKind::kMamba2:
+      l.dims.d_state = a.d_state;
+      l.dims.expand = a.expand;
+      l.dims.ssm_heads = a.ssm_heads;
+      l.dims.ssm_groups = a.ssm_groups;
+      break;
+    default:
+      break;
+  }
+  return l;
+}
+
+absl::Status FieldError(absl::string_view path, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("profile: ", path, " ", what));
+}
+
+absl::StatusOr<const JsonValue*> Field(const JsonValue& obj, absl::string_view path,
+                                       absl::string_view key, JsonValue::Type type) {
+  const JsonValue* v = obj.Find(key);
+  const std::string full = path.empty() ? std::string(key) : absl::StrCat(path, ".", key);
+  if (v == nullptr) return FieldError(full, "is missing");
+  if (v->type() != type) {
+    return FieldError(full, absl::StrCat("must be a ", JsonTypeName(type), ", got a ",
+                                         JsonTypeName(v->type())));
+  }
+  return v;
+}
+
+struct RawLayer {
+  char letter = 0;
+  bool embedding = false, head = false;
+  std::string token;
+  double forward_ms = 0, backward_ms = 0;
+};
+
+}  // namespace
+
+std::vector<std::string> KnownProfileModels() {
+  std::vector<std::string> names;
+  for (const ProfileArch& a : Archs()) names.push_back(a.model);
+  return names;
+}
+
+absl::StatusOr<ModelGraph> ImportProfile(absl::string_view json_text,
+                                         const ProfileImportOptions& options) {
+  ASSIGN_OR_RETURN(const JsonValue doc, ParseJson(json_text));
+  if (!doc.is_object()) return FieldError("(document)", "must be a JSON object");
+
+  ASSIGN_OR_RETURN(const JsonValue* model_v, Field(doc, "", "model", JsonValue::Type::kString));
+  const ProfileArch* arch = nullptr;
+  for (const ProfileArch& a : Archs()) {
+    if (model_v->string() == a.model) arch = &a;
+  }
+  if (arch == nullptr) {
+    return FieldError("model", absl::StrCat("'", model_v->string(),
+                                            "' has no known architecture (known: ",
+                                            absl::StrJoin(KnownProfileModels(), ", "), ")"));
+  }
+  ASSIGN_OR_RETURN(const JsonValue* units, Field(doc, "", "units", JsonValue::Type::kString));
+  if (units->string() != "ms") {
+    return FieldError("units", absl::StrCat("must be \"ms\", got \"", units->string(), "\""));
+  }
+  ASSIGN_OR_RETURN(const JsonValue* seq_v, Field(doc, "", "seq_len", JsonValue::Type::kNumber));
+  const double seq = seq_v->number();
+  if (!(seq >= 1) || seq != std::floor(seq) || seq > 1e12) {
+    return FieldError("seq_len", absl::StrCat("must be a positive integer, got ", seq));
+  }
+  ASSIGN_OR_RETURN(const JsonValue* layers_v, Field(doc, "", "layers", JsonValue::Type::kArray));
+  const std::vector<JsonValue>& items = layers_v->items();
+  if (items.empty()) return FieldError("layers", "must not be empty");
+  if (const JsonValue* n = doc.Find("num_layers"); n != nullptr) {
+    if (!n->is_number() || n->number() != static_cast<double>(items.size())) {
+      return FieldError("num_layers", absl::StrCat("must equal the length of layers (",
+                                                    items.size(), ")"));
+    }
+  }
+
+  std::vector<RawLayer> raw(items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    const std::string p = absl::StrCat("layers[", i, "]");
+    const JsonValue& item = items[i];
+    if (!item.is_object()) return FieldError(p, "must be an object");
+    ASSIGN_OR_RETURN(const JsonValue* index, Field(item, p, "index", JsonValue::Type::kNumber));
+    if (index->number() != static_cast<double>(i)) {
+      return FieldError(absl::StrCat(p, ".index"),
+                        absl::StrCat("must be ", i, " (layers in order), got ", index->number()));
+    }
+    ASSIGN_OR_RETURN(const JsonValue* kind, Field(item, p, "kind", JsonValue::Type::kString));
+    ASSIGN_OR_RETURN(const JsonValue* emb, Field(item, p, "embedding", JsonValue::Type::kBool));
+    ASSIGN_OR_RETURN(const JsonValue* head, Field(item, p, "head", JsonValue::Type::kBool));
+    ASSIGN_OR_RETURN(const JsonValue* fwd, Field(item, p, "forward_ms", JsonValue::Type::kNumber));
+    ASSIGN_OR_RETURN(const JsonValue* bwd,
+                     Field(item, p, "backward_ms", JsonValue::Type::kNumber));
+    RawLayer& r = raw[i];
+    const Letter* letter = nullptr;
+    for (const Letter& l : arch->letters) {
+      if (kind->string().size() == 1 && kind->string()[0] == l.letter) letter = &l;
+    }
+    if (letter == nullptr) {
+      std::vector<std::string> valid;
+      for (const Letter& l : arch->letters) valid.push_back(std::string(1, l.letter));
+      return FieldError(absl::StrCat(p, ".kind"),
+                        absl::StrCat("'", kind->string(), "' is not a layer letter of ",
+                                     arch->model, " (valid: ", absl::StrJoin(valid, ", "), ")"));
+    }
+    r.letter = letter->letter;
+    r.embedding = emb->bool_value();
+    r.head = head->bool_value();
+    if (r.embedding && i != 0) {
+      return FieldError(absl::StrCat(p, ".embedding"), "is true but only layers[0] can hold it");
+    }
+    if (r.head && i + 1 != items.size()) {
+      return FieldError(absl::StrCat(p, ".head"), "is true but only the last layer can hold it");
+    }
+    if (const JsonValue* token = item.Find("arch_token"); token != nullptr && token->is_string()) {
+      r.token = token->string();
+    } else {
+      r.token = absl::StrCat(kind->string(), r.embedding ? "+E" : "", r.head ? "+H" : "");
+    }
+    r.forward_ms = fwd->number();
+    r.backward_ms = bwd->number();
+    if (r.forward_ms < 0) {
+      return FieldError(absl::StrCat(p, ".forward_ms"), absl::StrCat("must be >= 0, got ",
+                                                                     r.forward_ms));
+    }
+    if (r.backward_ms < 0) {
+      return FieldError(absl::StrCat(p, ".backward_ms"), absl::StrCat("must be >= 0, got ",
+                                                                      r.backward_ms));
+    }
+  }
+
+  if (options.average_plain_layers) {
+    std::map<char, std::pair<double, double>> sums;
+    std::map<char, int> counts;
+    for (const RawLayer& r : raw) {
+      if (r.embedding || r.head) continue;
+      sums[r.letter].first += r.forward_ms;
+      sums[r.letter].second += r.backward_ms;
+      ++counts[r.letter];
+    }
+    for (RawLayer& r : raw) {
+      if (r.embedding || r.head) continue;
+      r.forward_ms = sums[r.letter].first / counts[r.letter];
+      r.backward_ms = sums[r.letter].second / counts[r.letter];
+    }
+  }
+
+  ModelGraph m;
+  m.name = absl::StrCat("profile-", arch->model);
+  std::string provenance;
+  if (const JsonValue* s = doc.Find("source"); s != nullptr && s->is_string()) {
+    provenance = s->string();
+  }
+  if (const JsonValue* s = doc.Find("source_revision"); s != nullptr && s->is_string()) {
+    absl::StrAppend(&provenance, " @ ", s->string());
+  }
+  m.source = absl::StrCat("times: ", provenance,
+                          options.average_plain_layers ? " (plain layers averaged per kind)" : "",
+                          "; B = W = backward/2; ", arch->source);
+  m.training = options.training;
+  m.training.seq_len = static_cast<int64_t>(seq);
+  m.training.micro_batch_size = 1;
+
+  const CostModel cost_model;
+  const HardwareSpec any_device{"memory-only", 1, 1, 1};  // memory does not depend on it
+  for (size_t i = 0; i < raw.size(); ++i) {
+    const RawLayer& r = raw[i];
+    const Letter* letter = nullptr;
+    for (const Letter& l : arch->letters) {
+      if (l.letter == r.letter) letter = &l;
+    }
+    std::vector<LayerKind> parts;
+    if (r.embedding) parts.push_back(LayerKind::kEmbedding);
+    parts.insert(parts.end(), letter->parts.begin(), letter->parts.end());
+    if (r.head) parts.push_back(LayerKind::kHead);
+
+    Layer layer = LayerOfKind(letter->kind, *arch);
+    std::vector<std::string> part_names;
+    for (LayerKind k : parts) part_names.push_back(std::string(LayerKindName(k)));
+    layer.name = absl::StrCat("L", i, ".", absl::StrJoin(part_names, "+"), " (", r.token, ")");
+    layer.measured.forward_s = r.forward_ms / 1000.0;
+    layer.measured.backward_input_s = r.backward_ms / 2000.0;
+    layer.measured.weight_grad_s = r.backward_ms / 2000.0;
+    if (parts.size() > 1) {
+      double activation = 0, params = 0, output = 0;
+      for (LayerKind k : parts) {
+        const LayerCost c = cost_model.Cost(LayerOfKind(k, *arch), m.training, any_device);
+        activation += c.activation_bytes;
+        params += c.param_bytes;
+        output = c.output_bytes;  // what the last part sends on
+      }
+      layer.measured.activation_bytes = activation;
+      layer.measured.param_bytes = params;
+      layer.measured.output_bytes = output;
+    }
+    m.layers.push_back(std::move(layer));
+  }
+  RETURN_IF_ERROR(Validate(m));
+  return m;
+}
+
+absl::StatusOr<ModelGraph> ImportProfileFile(const std::string& path,
+                                             const ProfileImportOptions& options) {
+  ASSIGN_OR_RETURN(const std::string text, ReadFileToString(path));
+  absl::StatusOr<ModelGraph> m = ImportProfile(text, options);
+  if (!m.ok()) {
+    return absl::Status(m.status().code(),
+                        absl::StrCat("file '", path, "': ", m.status().message()));
+  }
+  return m;
+}
+
+}  // namespace octopipe
