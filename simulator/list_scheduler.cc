@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <limits>
+#include <queue>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 
@@ -68,26 +70,44 @@ absl::StatusOr<ListScheduleResult> ListSchedule(const PipelineProblem& pb, const
     }
     return true;
   };
+  std::vector<int> touched;  // devices whose ready set grew during this step
   auto release = [&](int32_t c, double t) {
     ready[c] = std::max(ready[c], t);
     if (--pending[c] == 0) {
-      const int s = (c / M) % S;
-      available[pb.stage_device[s]].push_back(c);
+      const int dev = pb.stage_device[(c / M) % S];
+      available[dev].push_back(c);
+      touched.push_back(dev);
     }
   };
+
+  // Each device's earliest possible start (free time vs. its ready ops that fit), kept in a
+  // min-heap with lazy deletion, so a step costs O(ready ops on one device + log P).
+  std::vector<double> key(P, kInf);
+  std::vector<uint32_t> version(P, 0);
+  using Entry = std::tuple<double, int, uint32_t>;  // (key, device, version)
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> heap;
+  auto refresh = [&](int d) {
+    double k = kInf;
+    for (int32_t id : available[d]) {
+      if (cap_ok(d, id)) k = std::min(k, std::max(free_at[d], ready[id]));
+    }
+    key[d] = k;
+    ++version[d];
+    if (k < kInf) heap.push(Entry{k, d, version[d]});
+  };
+  touched.clear();
+  for (int d = 0; d < P; ++d) refresh(d);
 
   while (emitted < total) {
     int best_d = -1;
     double best_t = kInf;
-    for (int d = 0; d < P; ++d) {
-      for (int32_t id : available[d]) {
-        if (!cap_ok(d, id)) continue;
-        const double t = std::max(free_at[d], ready[id]);
-        if (t < best_t) {
-          best_t = t;
-          best_d = d;
-        }
-      }
+    while (!heap.empty()) {
+      const auto [k, d, v] = heap.top();
+      heap.pop();
+      if (v != version[d]) continue;
+      best_d = d;
+      best_t = k;
+      break;
     }
     if (best_d < 0) {
       for (int d = 0; d < P; ++d) {
@@ -179,6 +199,11 @@ absl::StatusOr<ListScheduleResult> ListSchedule(const PipelineProblem& pb, const
       if (s > 0) release(id_of(back_kind, s - 1, m), cross(s - 1, pb.output_bytes[s - 1]));
       if (kind == kB) release(id_of(kW, s, m), finish);
     }
+    refresh(d);
+    for (int dev : touched) {
+      if (dev != d) refresh(dev);
+    }
+    touched.clear();
   }
   result.iteration_time_s = makespan;  // F of stage 0, micro-batch 0 starts at time 0
   return result;
