@@ -1,0 +1,355 @@
+#include "core/convert.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/file_io.h"
+#include "core/schedule.h"
+#include "core/status_macros.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace octopipe {
+namespace {
+
+absl::Status AtPath(absl::string_view path, const absl::Status& s) {
+  return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
+}
+
+absl::Status InFile(const std::string& path, const absl::Status& s) {
+  return absl::Status(s.code(), absl::StrCat("file '", path, "': ", s.message()));
+}
+
+// ---- model ----
+
+proto::LayerDims DimsToProto(const LayerDims& d) {
+  proto::LayerDims p;
+  p.set_hidden(d.hidden);
+  p.set_ffn(d.ffn);
+  p.set_gated(d.gated);
+  p.set_heads(d.heads);
+  p.set_kv_heads(d.kv_heads);
+  p.set_head_dim(d.head_dim);
+  p.set_vocab(d.vocab);
+  p.set_experts(d.experts);
+  p.set_top_k(d.top_k);
+  p.set_moe_ffn(d.moe_ffn);
+  p.set_shared_experts(d.shared_experts);
+  p.set_d_state(d.d_state);
+  p.set_expand(d.expand);
+  p.set_ssm_heads(d.ssm_heads);
+  p.set_ssm_groups(d.ssm_groups);
+  p.set_dt_rank(d.dt_rank);
+  p.set_q_lora_rank(d.q_lora_rank);
+  p.set_kv_lora_rank(d.kv_lora_rank);
+  p.set_qk_nope_head_dim(d.qk_nope_head_dim);
+  p.set_qk_rope_head_dim(d.qk_rope_head_dim);
+  p.set_v_head_dim(d.v_head_dim);
+  p.set_tokens(d.tokens);
+  p.set_out_hidden(d.out_hidden);
+  return p;
+}
+
+LayerDims DimsFromProto(const proto::LayerDims& p) {
+  LayerDims d;
+  d.hidden = p.hidden();
+  d.ffn = p.ffn();
+  d.gated = p.gated();
+  d.heads = p.heads();
+  d.kv_heads = p.kv_heads();
+  d.head_dim = p.head_dim();
+  d.vocab = p.vocab();
+  d.experts = p.experts();
+  d.top_k = p.top_k();
+  d.moe_ffn = p.moe_ffn();
+  d.shared_experts = p.shared_experts();
+  d.d_state = p.d_state();
+  d.expand = p.expand();
+  d.ssm_heads = p.ssm_heads();
+  d.ssm_groups = p.ssm_groups();
+  d.dt_rank = p.dt_rank();
+  d.q_lora_rank = p.q_lora_rank();
+  d.kv_lora_rank = p.kv_lora_rank();
+  d.qk_nope_head_dim = p.qk_nope_head_dim();
+  d.qk_rope_head_dim = p.qk_rope_head_dim();
+  d.v_head_dim = p.v_head_dim();
+  d.tokens = p.tokens();
+  d.out_hidden = p.out_hidden();
+  return d;
+}
+
+proto::MeasuredCosts MeasuredToProto(const MeasuredCosts& m) {
+  proto::MeasuredCosts p;
+  if (m.forward_s) p.set_forward_s(*m.forward_s);
+  if (m.backward_input_s) p.set_backward_input_s(*m.backward_input_s);
+  if (m.weight_grad_s) p.set_weight_grad_s(*m.weight_grad_s);
+  if (m.activation_bytes) p.set_activation_bytes(*m.activation_bytes);
+  if (m.param_bytes) p.set_param_bytes(*m.param_bytes);
+  if (m.output_bytes) p.set_output_bytes(*m.output_bytes);
+  return p;
+}
+
+MeasuredCosts MeasuredFromProto(const proto::MeasuredCosts& p) {
+  MeasuredCosts m;
+  if (p.has_forward_s()) m.forward_s = p.forward_s();
+  if (p.has_backward_input_s()) m.backward_input_s = p.backward_input_s();
+  if (p.has_weight_grad_s()) m.weight_grad_s = p.weight_grad_s();
+  if (p.has_activation_bytes()) m.activation_bytes = p.activation_bytes();
+  if (p.has_param_bytes()) m.param_bytes = p.param_bytes();
+  if (p.has_output_bytes()) m.output_bytes = p.output_bytes();
+  return m;
+}
+
+// ---- plan ----
+
+absl::Status CheckOp(const std::string& path, const Op& op, const Plan& plan) {
+  if (op.stage >= plan.num_stages()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": stage ", op.stage,
+                                                   " out of range [0, ", plan.num_stages(),
+                                                   ")"));
+  }
+  if (op.microbatch >= plan.num_microbatches) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": micro-batch ", op.microbatch,
+                                                   " out of range [0, ", plan.num_microbatches,
+                                                   ")"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+proto::Model ModelToProto(const ModelGraph& model) {
+  proto::Model p;
+  p.set_name(model.name);
+  p.set_source(model.source);
+  for (const Layer& l : model.layers) {
+    proto::Layer* pl = p.add_layers();
+    pl->set_name(l.name);
+    pl->set_kind(std::string(LayerKindName(l.kind)));
+    *pl->mutable_dims() = DimsToProto(l.dims);
+    *pl->mutable_measured() = MeasuredToProto(l.measured);
+  }
+  proto::TrainingOptions* t = p.mutable_training();
+  t->set_seq_len(model.training.seq_len);
+  t->set_micro_batch_size(model.training.micro_batch_size);
+  t->set_num_microbatches(model.training.num_microbatches);
+  t->set_precision(std::string(PrecisionName(model.training.precision)));
+  t->set_tp_degree(model.training.tp_degree);
+  t->set_recompute(std::string(RecomputePolicyName(model.training.recompute)));
+  t->set_zero_degree(model.training.zero_degree);
+  return p;
+}
+
+absl::StatusOr<ModelGraph> ModelFromProto(const proto::Model& p) {
+  ModelGraph m;
+  m.name = p.name();
+  m.source = p.source();
+  m.layers.reserve(p.layers_size());
+  for (int i = 0; i < p.layers_size(); ++i) {
+    const proto::Layer& pl = p.layers(i);
+    Layer l;
+    l.name = pl.name();
+    absl::StatusOr<LayerKind> kind = ParseLayerKind(pl.kind());
+    if (!kind.ok()) return AtPath(absl::StrCat("layers[", i, "].kind"), kind.status());
+    l.kind = *kind;
+    l.dims = DimsFromProto(pl.dims());
+    l.measured = MeasuredFromProto(pl.measured());
+    m.layers.push_back(std::move(l));
+  }
+  const proto::TrainingOptions& t = p.training();
+  m.training.seq_len = t.seq_len();
+  m.training.micro_batch_size = t.micro_batch_size();
+  m.training.num_microbatches = t.num_microbatches();
+  absl::StatusOr<Precision> precision = ParsePrecision(t.precision());
+  if (!precision.ok()) return AtPath("training.precision", precision.status());
+  m.training.precision = *precision;
+  m.training.tp_degree = t.tp_degree() == 0 ? 1 : t.tp_degree();
+  absl::StatusOr<RecomputePolicy> recompute = ParseRecomputePolicy(t.recompute());
+  if (!recompute.ok()) return AtPath("training.recompute", recompute.status());
+  m.training.recompute = *recompute;
+  m.training.zero_degree = t.zero_degree() == 0 ? 1 : t.zero_degree();
+  RETURN_IF_ERROR(Validate(m));
+  return m;
+}
+
+proto::Cluster ClusterToProto(const Cluster& cluster) {
+  proto::Cluster p;
+  p.set_name(cluster.name);
+  for (const HardwareSpec& h : cluster.hardware) {
+    proto::HardwareSpec* ph = p.add_hardware();
+    ph->set_name(h.name);
+    ph->set_peak_flops(h.peak_flops);
+    ph->set_memory_bytes(h.memory_bytes);
+    ph->set_memory_bandwidth(h.memory_bandwidth);
+  }
+  for (const Node& n : cluster.nodes) {
+    proto::Node* pn = p.add_nodes();
+    pn->set_name(n.name);
+    pn->set_hardware(n.hardware);
+    pn->set_num_devices(n.num_devices);
+    pn->mutable_intra_node_link()->set_bandwidth(n.intra_node_link.bandwidth);
+    pn->mutable_intra_node_link()->set_latency_s(n.intra_node_link.latency_s);
+  }
+  p.mutable_inter_node_link()->set_bandwidth(cluster.inter_node_link.bandwidth);
+  p.mutable_inter_node_link()->set_latency_s(cluster.inter_node_link.latency_s);
+  p.set_memory_reserve_bytes(cluster.memory_reserve_bytes);
+  return p;
+}
+
+absl::StatusOr<Cluster> ClusterFromProto(const proto::Cluster& p) {
+  Cluster c;
+  c.name = p.name();
+  for (const proto::HardwareSpec& ph : p.hardware()) {
+    c.hardware.push_back(
+        HardwareSpec{ph.name(), ph.peak_flops(), ph.memory_bytes(), ph.memory_bandwidth()});
+  }
+  for (const proto::Node& pn : p.nodes()) {
+    Node n;
+    n.name = pn.name();
+    n.hardware = pn.hardware();
+    n.num_devices = pn.num_devices();
+    n.intra_node_link = LinkSpec{pn.intra_node_link().bandwidth(),
+                                 pn.intra_node_link().latency_s()};
+    c.nodes.push_back(std::move(n));
+  }
+  c.inter_node_link = LinkSpec{p.inter_node_link().bandwidth(), p.inter_node_link().latency_s()};
+  c.memory_reserve_bytes = p.memory_reserve_bytes();
+  RETURN_IF_ERROR(Validate(c));
+  return c;
+}
+
+proto::Plan PlanToProto(const Plan& plan) {
+  proto::Plan p;
+  p.set_version(plan.version);
+  p.set_cost_model_generation(plan.cost_model_generation);
+  p.set_schedule_name(plan.schedule_name);
+  p.set_num_devices(plan.num_devices);
+  p.set_num_microbatches(plan.num_microbatches);
+  for (const StageAssignment& s : plan.stages) {
+    proto::StageSpec* ps = p.add_stages();
+    ps->set_first_layer(s.first_layer);
+    ps->set_last_layer(s.last_layer);
+    ps->set_device(s.device);
+    ps->set_recompute(s.recompute);
+  }
+  for (int d = 0; d < plan.schedule.num_devices(); ++d) {
+    proto::DeviceSchedule* pd = p.add_schedule();
+    pd->set_device(d);
+    for (const Op& op : plan.schedule.ops[d]) pd->add_ops(OpToString(op));
+  }
+  return p;
+}
+
+absl::StatusOr<Plan> PlanFromProto(const proto::Plan& p) {
+  Plan plan;
+  plan.version = p.version();
+  plan.cost_model_generation = p.cost_model_generation();
+  plan.schedule_name = p.schedule_name();
+  plan.num_devices = p.num_devices();
+  plan.num_microbatches = p.num_microbatches();
+  for (const proto::StageSpec& ps : p.stages()) {
+    plan.stages.push_back(
+        StageAssignment{ps.first_layer(), ps.last_layer(), ps.device(), ps.recompute()});
+  }
+  // The model is unknown here: check the shape against the layer count the stages imply.
+  const int implied_layers = plan.stages.empty() ? 0 : plan.stages.back().last_layer + 1;
+  RETURN_IF_ERROR(ValidatePlanShape(plan, implied_layers));
+
+  plan.schedule.ops.assign(plan.num_devices, {});
+  std::vector<bool> seen(plan.num_devices, false);
+  for (int i = 0; i < p.schedule_size(); ++i) {
+    const proto::DeviceSchedule& pd = p.schedule(i);
+    const std::string path = absl::StrCat("schedule[", i, "]");
+    if (pd.device() < 0 || pd.device() >= plan.num_devices) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ".device must be in [0, ",
+                                                     plan.num_devices - 1, "], got ",
+                                                     pd.device()));
+    }
+    if (seen[pd.device()]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ".device ", pd.device(), " has a second schedule entry"));
+    }
+    seen[pd.device()] = true;
+    std::vector<Op>& ops = plan.schedule.ops[pd.device()];
+    ops.reserve(pd.ops_size());
+    for (int j = 0; j < pd.ops_size(); ++j) {
+      const std::string op_path = absl::StrCat(path, ".ops[", j, "]");
+      absl::StatusOr<Op> op = ParseOp(pd.ops(j));
+      if (!op.ok()) return AtPath(op_path, op.status());
+      RETURN_IF_ERROR(CheckOp(op_path, *op, plan));
+      ops.push_back(*op);
+    }
+  }
+  return plan;
+}
+
+std::string ProtoToJson(const google::protobuf::Message& message) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = true;
+  options.preserve_proto_field_names = true;
+  std::string out;
+  // Printing a valid message with the generated pool cannot fail.
+  (void)google::protobuf::util::MessageToJsonString(message, &out, options);
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  return out;
+}
+
+absl::Status ProtoFromJson(absl::string_view json, google::protobuf::Message* message) {
+  message->Clear();
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = false;
+  const auto status = google::protobuf::util::JsonStringToMessage(
+      google::protobuf::StringPiece(json.data(), json.size()), message, options);
+  if (!status.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("invalid JSON for ",
+                                                   message->GetDescriptor()->full_name(), ": ",
+                                                   std::string(status.message())));
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+template <typename ProtoT, typename CoreT>
+absl::StatusOr<CoreT> LoadFile(const std::string& path,
+                               absl::StatusOr<CoreT> (*from_proto)(const ProtoT&)) {
+  absl::StatusOr<std::string> text = ReadFileToString(path);
+  if (!text.ok()) return text.status();  // already names the path
+  ProtoT p;
+  absl::Status s = ProtoFromJson(*text, &p);
+  if (!s.ok()) return InFile(path, s);
+  absl::StatusOr<CoreT> value = from_proto(p);
+  if (!value.ok()) return InFile(path, value.status());
+  return value;
+}
+
+absl::Status WriteJson(const std::string& path, const google::protobuf::Message& message) {
+  return WriteStringToFile(path, ProtoToJson(message) + "\n");
+}
+
+}  // namespace
+
+absl::StatusOr<ModelGraph> LoadModelFile(const std::string& path) {
+  return LoadFile<proto::Model, ModelGraph>(path, &ModelFromProto);
+}
+
+absl::StatusOr<Cluster> LoadClusterFile(const std::string& path) {
+  return LoadFile<proto::Cluster, Cluster>(path, &ClusterFromProto);
+}
+
+absl::StatusOr<Plan> LoadPlanFile(const std::string& path) {
+  return LoadFile<proto::Plan, Plan>(path, &PlanFromProto);
+}
+
+absl::Status WriteModelFile(const std::string& path, const ModelGraph& model) {
+  return WriteJson(path, ModelToProto(model));
+}
+
+absl::Status WriteClusterFile(const std::string& path, const Cluster& cluster) {
+  return WriteJson(path, ClusterToProto(cluster));
+}
+
+absl::Status WritePlanFile(const std::string& path, const Plan& plan) {
+  return WriteJson(path, PlanToProto(plan));
+}
+
+}  // namespace octopipe

@@ -1,0 +1,68 @@
+// Conversion between the core types and their protobuf wire/file forms (proto/*.proto), and
+// the model / cluster / plan JSON files. This is the only core library that knows protobuf:
+// services, agents and the CLI use it at their edges; simulator, tuner and executor never do.
+//
+// Contract:
+//  - *ToProto never fails and writes every field the core type has. *FromProto checks what the
+//    proto cannot express (enum-like strings, index ranges) and then runs the core Validate();
+//    errors are kInvalidArgument naming the field path and value ("layers[3].kind: unknown
+//    layer kind 'foo' (valid: ...)").
+//  - Files are protobuf JSON with the proto's snake_case field names, written pretty-printed
+//    with a trailing newline. Unknown fields are rejected (a misspelt field is an error, not a
+//    silent default). Load*File errors start with "file '<path>': "; a missing file is
+//    kNotFound, malformed JSON kInvalidArgument with the parser's message.
+//  - Proto3 leaves unset scalars at 0. For TrainingOptions, tp_degree 0 and zero_degree 0 mean
+//    1 and an empty precision / recompute means bf16 / none (the documented defaults); seq_len,
+//    micro_batch_size and num_microbatches must be given. LayerDims.gated is false when absent:
+//    a SwiGLU MLP must say "gated": true.
+//  - Plans: the schedule travels as op strings ("F3.7", core/schedule.h). PlanFromProto checks
+//    everything ValidatePlanShape checks except that the stages end at the model's last layer
+//    (the model is not known here; call ValidatePlanShape with it), plus that every scheduled
+//    op names an existing stage and micro-batch. The proto's `predicted` block has no core
+//    counterpart: PlanToProto leaves it empty for the caller to fill, PlanFromProto ignores it.
+// Stateless; thread-safe.
+#ifndef OCTOPIPE_CORE_CONVERT_H_
+#define OCTOPIPE_CORE_CONVERT_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "core/cluster.h"
+#include "core/model_graph.h"
+#include "core/plan.h"
+#include "google/protobuf/message.h"
+#include "proto/cluster.pb.h"
+#include "proto/model.pb.h"
+#include "proto/plan.pb.h"
+
+namespace octopipe {
+
+proto::Model ModelToProto(const ModelGraph& model);
+absl::StatusOr<ModelGraph> ModelFromProto(const proto::Model& model);
+
+proto::Cluster ClusterToProto(const Cluster& cluster);
+absl::StatusOr<Cluster> ClusterFromProto(const proto::Cluster& cluster);
+
+proto::Plan PlanToProto(const Plan& plan);
+absl::StatusOr<Plan> PlanFromProto(const proto::Plan& plan);
+
+// Protobuf JSON of any message (snake_case names, pretty-printed, no trailing newline), and
+// the strict parse of it (kInvalidArgument with the parser's message, e.g. for an unknown
+// field). `message` is cleared first.
+std::string ProtoToJson(const google::protobuf::Message& message);
+absl::Status ProtoFromJson(absl::string_view json, google::protobuf::Message* message);
+
+absl::StatusOr<ModelGraph> LoadModelFile(const std::string& path);
+absl::StatusOr<Cluster> LoadClusterFile(const std::string& path);
+absl::StatusOr<Plan> LoadPlanFile(const std::string& path);
+
+// Write the JSON file (replacing it). kFailedPrecondition if it cannot be written.
+absl::Status WriteModelFile(const std::string& path, const ModelGraph& model);
+absl::Status WriteClusterFile(const std::string& path, const Cluster& cluster);
+absl::Status WritePlanFile(const std::string& path, const Plan& plan);
+
+}  // namespace octopipe
+
+#endif  // OCTOPIPE_CORE_CONVERT_H_

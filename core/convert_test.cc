@@ -1,0 +1,300 @@
+// Pins the proto <-> core conversion: lossless round trips (through protos and through JSON
+// files) and the error code and field path of every kind of bad input.
+#include "core/convert.h"
+
+#include <cstdlib>
+#include <limits>
+
+#include "core/cluster_presets.h"
+#include "core/file_io.h"
+#include "core/model_zoo.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "gtest/gtest.h"
+
+namespace octopipe {
+namespace {
+
+using ::google::protobuf::util::MessageDifferencer;
+using ::testing::HasSubstr;
+
+std::string TempPath(absl::string_view name) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return absl::StrCat(dir != nullptr ? dir : "/tmp", "/", name);
+}
+
+ModelGraph SmallModel() {
+  ModelGraph m;
+  m.name = "small";
+  m.source = "test";
+  Layer e;
+  e.name = "embedding";
+  e.kind = LayerKind::kEmbedding;
+  e.dims.hidden = 64;
+  e.dims.vocab = 1000;
+  Layer a;
+  a.name = "L0.attention";
+  a.kind = LayerKind::kAttention;
+  a.dims.hidden = 64;
+  a.dims.heads = 4;
+  a.dims.kv_heads = 2;
+  a.measured.forward_s = 1.25e-3;  // partially measured
+  a.measured.activation_bytes = 0;  // present even though zero
+  Layer mlp;
+  mlp.name = "L0.mlp";
+  mlp.kind = LayerKind::kMlp;
+  mlp.dims.hidden = 64;
+  mlp.dims.ffn = 256;
+  mlp.dims.gated = true;
+  Layer h;
+  h.name = "head";
+  h.kind = LayerKind::kHead;
+  h.dims.hidden = 64;
+  h.dims.vocab = 1000;
+  m.layers = {e, a, mlp, h};
+  m.training.seq_len = 128;
+  m.training.micro_batch_size = 2;
+  m.training.num_microbatches = 16;
+  m.training.precision = Precision::kFp16;
+  m.training.tp_degree = 2;
+  m.training.recompute = RecomputePolicy::kSelective;
+  m.training.zero_degree = 4;
+  return m;
+}
+
+void ExpectSameModel(const ModelGraph& a, const ModelGraph& b) {
+  std::string diff;
+  MessageDifferencer differencer;
+  differencer.ReportDifferencesToString(&diff);
+  EXPECT_TRUE(differencer.Compare(ModelToProto(a), ModelToProto(b))) << diff;
+}
+
+TEST(ConvertTest, ModelRoundTripKeepsEveryField) {
+  const ModelGraph m = SmallModel();
+  absl::StatusOr<ModelGraph> back = ModelFromProto(ModelToProto(m));
+  ASSERT_TRUE(back.ok()) << back.status();
+  ExpectSameModel(m, *back);
+  EXPECT_EQ(LayerKind::kAttention, back->layers[1].kind);
+  EXPECT_EQ(1.25e-3, *back->layers[1].measured.forward_s);
+  EXPECT_EQ(0.0, *back->layers[1].measured.activation_bytes);
+  EXPECT_FALSE(back->layers[1].measured.backward_input_s.has_value());
+  EXPECT_TRUE(back->layers[2].dims.gated);
+  EXPECT_EQ(Precision::kFp16, back->training.precision);
+  EXPECT_EQ(RecomputePolicy::kSelective, back->training.recompute);
+  EXPECT_EQ(4, back->training.zero_degree);
+}
+
+TEST(ConvertTest, ZooModelsRoundTripThroughJsonFiles) {
+  for (const std::string& name : ZooModelNames()) {
+    SCOPED_TRACE(name);
+    absl::StatusOr<ModelGraph> m = ZooModel(name, TrainingOptions{});
+    ASSERT_TRUE(m.ok()) << m.status();
+    const std::string path = TempPath(name + ".json");
+    ASSERT_TRUE(WriteModelFile(path, *m).ok());
+    absl::StatusOr<ModelGraph> back = LoadModelFile(path);
+    ASSERT_TRUE(back.ok()) << back.status();
+    ExpectSameModel(*m, *back);
+  }
+}
+
+TEST(ConvertTest, FilesUseSnakeCaseNamesAndEndWithNewline) {
+  const std::string path = TempPath("small.json");
+  ASSERT_TRUE(WriteModelFile(path, SmallModel()).ok());
+  absl::StatusOr<std::string> text = ReadFileToString(path);
+  ASSERT_TRUE(text.ok());
+  EXPECT_THAT(*text, HasSubstr("\"kv_heads\""));
+  EXPECT_THAT(*text, HasSubstr("\"micro_batch_size\""));
+  EXPECT_THAT(*text, HasSubstr("\"kind\": \"attention\""));
+  EXPECT_EQ('\n', text->back());
+}
+
+TEST(ConvertTest, ClusterRoundTripIncludingInfinity) {
+  for (const std::string& name : ClusterPresetNames()) {
+    absl::StatusOr<Cluster> c = ClusterPreset(name);
+    ASSERT_TRUE(c.ok());
+    const std::string path = TempPath(name + ".json");
+    ASSERT_TRUE(WriteClusterFile(path, *c).ok());
+    absl::StatusOr<Cluster> back = LoadClusterFile(path);
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_TRUE(MessageDifferencer::Equals(ClusterToProto(*c), ClusterToProto(*back))) << name;
+  }
+  // The synthetic cluster has unlimited memory and links.
+  const Cluster synthetic = SyntheticCluster(4);
+  const std::string path = TempPath("synthetic.json");
+  ASSERT_TRUE(WriteClusterFile(path, synthetic).ok());
+  absl::StatusOr<Cluster> back = LoadClusterFile(path);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(std::numeric_limits<double>::infinity(), back->hardware[0].memory_bytes);
+  EXPECT_EQ(4, back->num_devices());
+}
+
+Plan SmallPlan() {
+  Plan p;
+  p.version = 3;
+  p.cost_model_generation = 7;
+  p.schedule_name = "1f1b";
+  p.num_devices = 2;
+  p.num_microbatches = 2;
+  p.stages = {{0, 1, 0, false}, {2, 3, 1, true}};
+  p.schedule.ops = {
+      {{OpKind::kF, 0, 0}, {OpKind::kF, 0, 1}, {OpKind::kB, 0, 0}, {OpKind::kW, 0, 0},
+       {OpKind::kBW, 0, 1}},
+      {{OpKind::kF, 1, 0}, {OpKind::kR, 1, 0}, {OpKind::kBW, 1, 0}, {OpKind::kF, 1, 1},
+       {OpKind::kBW, 1, 1}},
+  };
+  return p;
+}
+
+TEST(ConvertTest, PlanRoundTripWithOpStrings) {
+  const Plan plan = SmallPlan();
+  const proto::Plan p = PlanToProto(plan);
+  ASSERT_EQ(2, p.schedule_size());
+  EXPECT_EQ("BW0.1", p.schedule(0).ops(4));
+  EXPECT_EQ("R1.0", p.schedule(1).ops(1));
+  const std::string path = TempPath("plan.json");
+  ASSERT_TRUE(WritePlanFile(path, plan).ok());
+  absl::StatusOr<Plan> back = LoadPlanFile(path);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(MessageDifferencer::Equals(p, PlanToProto(*back)));
+  EXPECT_EQ(plan.schedule.ops, back->schedule.ops);
+  EXPECT_TRUE(back->stages[1].recompute);
+  EXPECT_EQ(7, back->cost_model_generation);
+}
+
+void ExpectPlanError(const proto::Plan& p, absl::string_view fragment) {
+  absl::StatusOr<Plan> plan = PlanFromProto(p);
+  ASSERT_EQ(absl::StatusCode::kInvalidArgument, plan.status().code());
+  EXPECT_THAT(std::string(plan.status().message()), HasSubstr(std::string(fragment)));
+}
+
+TEST(ConvertTest, PlanErrorsNameTheField) {
+  proto::Plan p = PlanToProto(SmallPlan());
+  p.mutable_schedule(1)->set_ops(2, "X1.0");
+  ExpectPlanError(p, "schedule[1].ops[2]: op 'X1.0'");
+
+  p = PlanToProto(SmallPlan());
+  p.mutable_schedule(0)->set_ops(0, "F5.0");
+  ExpectPlanError(p, "schedule[0].ops[0]: stage 5 out of range [0, 2)");
+
+  p = PlanToProto(SmallPlan());
+  p.mutable_schedule(0)->set_ops(0, "F0.9");
+  ExpectPlanError(p, "schedule[0].ops[0]: micro-batch 9 out of range [0, 2)");
+
+  p = PlanToProto(SmallPlan());
+  p.mutable_schedule(1)->set_device(0);
+  ExpectPlanError(p, "schedule[1].device 0 has a second schedule entry");
+
+  p = PlanToProto(SmallPlan());
+  p.mutable_schedule(1)->set_device(2);
+  ExpectPlanError(p, "schedule[1].device must be in [0, 1], got 2");
+
+  p = PlanToProto(SmallPlan());
+  p.mutable_stages(1)->set_device(5);
+  ExpectPlanError(p, "stages[1].device must be in [0, 1], got 5");
+
+  p = PlanToProto(SmallPlan());
+  p.mutable_stages(1)->set_first_layer(3);
+  ExpectPlanError(p, "stages[1].first_layer must be 2");
+
+  p = PlanToProto(SmallPlan());
+  p.set_num_microbatches(0);
+  ExpectPlanError(p, "num_microbatches must be > 0, got 0");
+}
+
+TEST(ConvertTest, MissingFileIsNotFound) {
+  const std::string path = TempPath("does-not-exist.json");
+  EXPECT_EQ(absl::StatusCode::kNotFound, LoadModelFile(path).status().code());
+  EXPECT_EQ(absl::StatusCode::kNotFound, LoadClusterFile(path).status().code());
+  absl::Status s = LoadPlanFile(path).status();
+  EXPECT_EQ(absl::StatusCode::kNotFound, s.code());
+  EXPECT_THAT(std::string(s.message()), HasSubstr(path));
+}
+
+absl::Status LoadModelText(absl::string_view name, absl::string_view text) {
+  const std::string path = TempPath(name);
+  absl::Status w = WriteStringToFile(path, text);
+  if (!w.ok()) return w;
+  return LoadModelFile(path).status();
+}
+
+TEST(ConvertTest, MalformedJsonNamesFileAndParserMessage) {
+  const absl::Status s = LoadModelText("bad.json", "{\"name\": \"x\", \"layers\": [");
+  ASSERT_EQ(absl::StatusCode::kInvalidArgument, s.code());
+  EXPECT_THAT(std::string(s.message()), HasSubstr("bad.json"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("invalid JSON for octopipe.proto.Model"));
+
+  const absl::Status unknown = LoadModelText("typo.json", "{\"nmae\": \"x\"}");
+  ASSERT_EQ(absl::StatusCode::kInvalidArgument, unknown.code());
+  EXPECT_THAT(std::string(unknown.message()), HasSubstr("nmae"));
+}
+
+// SmallModel as JSON with one edit applied.
+std::string EditedModelJson(absl::string_view from, absl::string_view to) {
+  std::string json = ProtoToJson(ModelToProto(SmallModel()));
+  const size_t at = json.find(std::string(from));
+  EXPECT_NE(std::string::npos, at) << from;
+  if (at != std::string::npos) json.replace(at, from.size(), std::string(to));
+  return json;
+}
+
+void ExpectModelError(absl::string_view from, absl::string_view to, absl::string_view fragment) {
+  const absl::Status s = LoadModelText("edited.json", EditedModelJson(from, to));
+  ASSERT_EQ(absl::StatusCode::kInvalidArgument, s.code()) << to;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("edited.json"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr(std::string(fragment)));
+}
+
+TEST(ConvertTest, ModelErrorsNameTheFieldPath) {
+  ExpectModelError("\"kind\": \"head\"", "\"kind\": \"lstm\"",
+                   "layers[3].kind: unknown layer kind 'lstm'");
+  ExpectModelError("\"ffn\": \"256\"", "\"ffn\": \"0\"", "layers[2].dims.ffn must be > 0, got 0");
+  ExpectModelError("\"ffn\": \"256\"", "\"ffn\": \"-5\"",
+                   "layers[2].dims.ffn must be > 0, got -5");
+  ExpectModelError("\"seq_len\": \"128\"", "\"seq_len\": \"0\"",
+                   "training.seq_len must be > 0, got 0");
+  ExpectModelError("\"forward_s\": 0.00125", "\"forward_s\": -1",
+                   "layers[1].measured.forward_s must be >= 0, got -1");
+  ExpectModelError("\"precision\": \"fp16\"", "\"precision\": \"int8\"",
+                   "training.precision: unknown precision 'int8'");
+  ExpectModelError("\"recompute\": \"selective\"", "\"recompute\": \"some\"",
+                   "training.recompute: unknown recompute policy 'some'");
+}
+
+TEST(ConvertTest, ProtoDefaultsForDegreesAndEnums) {
+  proto::Model p = ModelToProto(SmallModel());
+  p.mutable_training()->clear_tp_degree();
+  p.mutable_training()->clear_zero_degree();
+  p.mutable_training()->clear_precision();
+  p.mutable_training()->clear_recompute();
+  absl::StatusOr<ModelGraph> m = ModelFromProto(p);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(1, m->training.tp_degree);
+  EXPECT_EQ(1, m->training.zero_degree);
+  EXPECT_EQ(Precision::kBf16, m->training.precision);
+  EXPECT_EQ(RecomputePolicy::kNone, m->training.recompute);
+
+  p.mutable_training()->clear_micro_batch_size();
+  EXPECT_THAT(std::string(ModelFromProto(p).status().message()),
+              HasSubstr("training.micro_batch_size must be > 0, got 0"));
+}
+
+TEST(ConvertTest, ClusterErrorsNameTheFieldPath) {
+  proto::Cluster p = ClusterToProto(*ClusterPreset("mixed-h100-a100"));
+  p.mutable_hardware(1)->set_peak_flops(-1);
+  absl::StatusOr<Cluster> c = ClusterFromProto(p);
+  ASSERT_EQ(absl::StatusCode::kInvalidArgument, c.status().code());
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("hardware[1].peak_flops must be > 0"));
+
+  p = ClusterToProto(*ClusterPreset("h100-4nodes"));
+  p.mutable_nodes(2)->set_num_devices(0);
+  EXPECT_THAT(std::string(ClusterFromProto(p).status().message()),
+              HasSubstr("nodes[2].num_devices must be > 0, got 0"));
+
+  p = ClusterToProto(*ClusterPreset("h100-4nodes"));
+  p.mutable_nodes(0)->set_hardware("B200");
+  EXPECT_THAT(std::string(ClusterFromProto(p).status().message()),
+              HasSubstr("nodes[0].hardware: unknown hardware 'B200'"));
+}
+
+}  // namespace
+}  // namespace octopipe
