@@ -1,5 +1,6 @@
 #include "simulator/problem_builder.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -7,72 +8,139 @@
 
 namespace octopipe {
 
-absl::StatusOr<PipelineProblem> BuildProblem(const ModelGraph& model, const Cluster& cluster,
-                                             const CostModel& cost_model, const Plan& plan) {
-  RETURN_IF_ERROR(ValidatePlanShape(plan, model.num_layers()));
-  if (plan.num_devices > cluster.num_devices()) {
-    return absl::InvalidArgumentError(absl::StrCat("devices: ", plan.num_devices,
+absl::StatusOr<ProblemBuilder> ProblemBuilder::Create(const ModelGraph& model,
+                                                      const Cluster& cluster,
+                                                      const CostModel& cost_model,
+                                                      int num_devices) {
+  if (num_devices < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("devices must be >= 1, got ", num_devices));
+  }
+  if (num_devices > cluster.num_devices()) {
+    return absl::InvalidArgumentError(absl::StrCat("devices: ", num_devices,
                                                    " requested but the cluster '", cluster.name,
                                                    "' has ", cluster.num_devices()));
   }
-  const int P = plan.num_devices;
-  const int S = plan.num_stages();
-  PipelineProblem p;
-  p.num_devices = P;
-  p.num_stages = S;
-  p.num_microbatches = plan.num_microbatches;
-  p.stage_device.resize(S);
-  p.forward_s.assign(S, 0);
-  p.backward_input_s.assign(S, 0);
-  p.weight_grad_s.assign(S, 0);
-  p.recompute_s.assign(S, 0);
-  p.activation_bytes.assign(S, 0);
-  p.activation_bytes_w.assign(S, 0);
-  p.input_bytes.assign(S, 0);
-  p.output_bytes.assign(S, 0);
-  p.recompute.assign(S, 0);
-  p.static_bytes.assign(P, 0);
-  p.memory_capacity.resize(P);
-  for (int d = 0; d < P; ++d) p.memory_capacity[d] = cluster.usable_memory(d);
-
-  for (int s = 0; s < S; ++s) {
-    const StageAssignment& st = plan.stages[s];
-    const HardwareSpec& hw = cluster.device_hardware(st.device);
-    p.stage_device[s] = st.device;
-    p.recompute[s] = st.recompute ? 1 : 0;
-    for (int l = st.first_layer; l <= st.last_layer; ++l) {
-      const LayerCost c = cost_model.Cost(model.layers[l], model.training, hw);
-      p.forward_s[s] += c.forward_s;
-      p.backward_input_s[s] += c.backward_input_s;
-      p.weight_grad_s[s] += c.weight_grad_s;
-      p.recompute_s[s] += c.recompute_s;
-      p.activation_bytes[s] += c.activation_bytes;
-      p.activation_bytes_w[s] += c.activation_bytes_w;
-      if (l == st.first_layer) p.input_bytes[s] = c.input_bytes;
-      if (l == st.last_layer) p.output_bytes[s] = c.output_bytes;
-      p.static_bytes[st.device] += c.static_bytes;
+  ProblemBuilder pb;
+  pb.num_layers_ = model.num_layers();
+  pb.num_devices_ = num_devices;
+  pb.tokens_per_microbatch_ = model.tokens_per_microbatch();
+  const int L = pb.num_layers_;
+  std::vector<std::string> class_names;
+  for (int d = 0; d < num_devices; ++d) {
+    const HardwareSpec& hw = cluster.device_hardware(d);
+    auto it = std::find(class_names.begin(), class_names.end(), hw.name);
+    if (it == class_names.end()) {
+      class_names.push_back(hw.name);
+      HardwareClass hc;
+      hc.layers.reserve(L);
+      for (const Layer& layer : model.layers) {
+        hc.layers.push_back(cost_model.Cost(layer, model.training, hw));
+      }
+      for (auto* v : {&hc.f, &hc.b, &hc.w, &hc.r, &hc.act, &hc.act_w, &hc.statics, &hc.work}) {
+        v->assign(L + 1, 0.0);
+      }
+      for (int l = 0; l < L; ++l) {
+        const LayerCost& c = hc.layers[l];
+        hc.f[l + 1] = hc.f[l] + c.forward_s;
+        hc.b[l + 1] = hc.b[l] + c.backward_input_s;
+        hc.w[l + 1] = hc.w[l] + c.weight_grad_s;
+        hc.r[l + 1] = hc.r[l] + c.recompute_s;
+        hc.act[l + 1] = hc.act[l] + c.activation_bytes;
+        hc.act_w[l + 1] = hc.act_w[l] + c.activation_bytes_w;
+        hc.statics[l + 1] = hc.statics[l] + c.static_bytes;
+        hc.work[l + 1] = hc.work[l] + c.forward_s + c.backward_input_s + c.weight_grad_s;
+      }
+      pb.classes_.push_back(std::move(hc));
+      it = class_names.end() - 1;
     }
-    // Under recompute F keeps the stage input; it can never exceed what F would hold anyway.
-    p.input_bytes[s] = std::min(p.input_bytes[s], p.activation_bytes[s]);
+    pb.device_class_.push_back(static_cast<int>(it - class_names.begin()));
+    pb.capacity_.push_back(cluster.usable_memory(d));
   }
-
-  p.link_latency_s.resize(static_cast<size_t>(P) * P);
-  p.link_inv_bandwidth.resize(static_cast<size_t>(P) * P);
+  const int P = num_devices;
+  pb.link_latency_s_.assign(static_cast<size_t>(P) * P, 0.0);
+  pb.link_inv_bandwidth_.assign(static_cast<size_t>(P) * P, 0.0);
   for (int a = 0; a < P; ++a) {
     for (int b = 0; b < P; ++b) {
-      const size_t i = static_cast<size_t>(a) * P + b;
-      if (a == b) {
-        p.link_latency_s[i] = 0;
-        p.link_inv_bandwidth[i] = 0;
-        continue;
-      }
+      if (a == b) continue;
       const LinkSpec& link = cluster.link(a, b);
-      p.link_latency_s[i] = link.latency_s;
-      p.link_inv_bandwidth[i] = std::isinf(link.bandwidth) ? 0.0 : 1.0 / link.bandwidth;
+      const size_t i = static_cast<size_t>(a) * P + b;
+      pb.link_latency_s_[i] = link.latency_s;
+      pb.link_inv_bandwidth_[i] = std::isinf(link.bandwidth) ? 0.0 : 1.0 / link.bandwidth;
     }
   }
-  p.tokens_per_microbatch = model.tokens_per_microbatch();
+  return pb;
+}
+
+double ProblemBuilder::Work(int first, int last, int device) const {
+  const HardwareClass& hc = classes_[device_class_[device]];
+  return hc.work[last + 1] - hc.work[first];
+}
+
+double ProblemBuilder::StaticBytes(int first, int last, int device) const {
+  const HardwareClass& hc = classes_[device_class_[device]];
+  return hc.statics[last + 1] - hc.statics[first];
+}
+
+double ProblemBuilder::ActivationBytes(int first, int last, int device) const {
+  const HardwareClass& hc = classes_[device_class_[device]];
+  return hc.act[last + 1] - hc.act[first];
+}
+
+void ProblemBuilder::BuildInto(const std::vector<StageAssignment>& stages, int num_microbatches,
+                               PipelineProblem* out) const {
+  PipelineProblem& p = *out;
+  const int S = static_cast<int>(stages.size());
+  const int P = num_devices_;
+  p.num_devices = P;
+  p.num_stages = S;
+  p.num_microbatches = num_microbatches;
+  p.stage_device.resize(S);
+  for (auto* v : {&p.forward_s, &p.backward_input_s, &p.weight_grad_s, &p.recompute_s,
+                  &p.activation_bytes, &p.activation_bytes_w, &p.input_bytes, &p.output_bytes}) {
+    v->resize(S);
+  }
+  p.recompute.resize(S);
+  p.static_bytes.assign(P, 0.0);
+  p.memory_capacity = capacity_;
+  for (int s = 0; s < S; ++s) {
+    const StageAssignment& st = stages[s];
+    const HardwareClass& hc = classes_[device_class_[st.device]];
+    const int lo = st.first_layer, hi = st.last_layer + 1;
+    p.stage_device[s] = st.device;
+    p.recompute[s] = st.recompute ? 1 : 0;
+    p.forward_s[s] = hc.f[hi] - hc.f[lo];
+    p.backward_input_s[s] = hc.b[hi] - hc.b[lo];
+    p.weight_grad_s[s] = hc.w[hi] - hc.w[lo];
+    p.recompute_s[s] = hc.r[hi] - hc.r[lo];
+    p.activation_bytes[s] = hc.act[hi] - hc.act[lo];
+    p.activation_bytes_w[s] = hc.act_w[hi] - hc.act_w[lo];
+    // Under recompute F keeps the stage input; never more than F would hold anyway.
+    p.input_bytes[s] = std::min(hc.layers[lo].input_bytes, p.activation_bytes[s]);
+    p.output_bytes[s] = hc.layers[hi - 1].output_bytes;
+    p.static_bytes[st.device] += hc.statics[hi] - hc.statics[lo];
+  }
+  p.link_latency_s = link_latency_s_;
+  p.link_inv_bandwidth = link_inv_bandwidth_;
+  p.tokens_per_microbatch = tokens_per_microbatch_;
+}
+
+absl::StatusOr<PipelineProblem> ProblemBuilder::Build(const Plan& plan) const {
+  RETURN_IF_ERROR(ValidatePlanShape(plan, num_layers_));
+  if (plan.num_devices != num_devices_) {
+    return absl::InvalidArgumentError(absl::StrCat("num_devices: the plan uses ",
+                                                   plan.num_devices, " devices, expected ",
+                                                   num_devices_));
+  }
+  PipelineProblem p;
+  BuildInto(plan.stages, plan.num_microbatches, &p);
   return p;
+}
+
+absl::StatusOr<PipelineProblem> BuildProblem(const ModelGraph& model, const Cluster& cluster,
+                                             const CostModel& cost_model, const Plan& plan) {
+  ASSIGN_OR_RETURN(ProblemBuilder builder,
+                   ProblemBuilder::Create(model, cluster, cost_model, plan.num_devices));
+  return builder.Build(plan);
 }
 
 }  // namespace octopipe

@@ -1,7 +1,14 @@
-// BuildProblem: turns (model, cluster, cost model, partition + placement) into the flat
+// ProblemBuilder: turns (model, cluster, cost model, partition + placement) into the flat
 // PipelineProblem the simulator evaluates. The only place stage costs are summed from layers.
+//
+// The cost model is queried once per (layer, hardware kind) at construction; afterwards a stage
+// costs O(1) through prefix sums, so search loops can build thousands of problems cheaply.
+// Immutable after construction; safe to share const across threads.
 #ifndef OCTOPIPE_SIMULATOR_PROBLEM_BUILDER_H_
 #define OCTOPIPE_SIMULATOR_PROBLEM_BUILDER_H_
+
+#include <memory>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "core/cluster.h"
@@ -12,10 +19,52 @@
 
 namespace octopipe {
 
-// Builds the problem for `plan`'s partition and placement (its schedule is not read) on the
-// first `plan.num_devices` devices of `cluster`. Stage costs are the sums of their layers'
-// costs on the stage's device; static memory sums over every stage a device holds. Errors:
-// kInvalidArgument naming the field (bad partition, more devices than the cluster has).
+class ProblemBuilder {
+ public:
+  // Uses the first `num_devices` devices of `cluster`. kInvalidArgument naming "devices" when
+  // the cluster has fewer.
+  static absl::StatusOr<ProblemBuilder> Create(const ModelGraph& model, const Cluster& cluster,
+                                               const CostModel& cost_model, int num_devices);
+
+  // Validates the plan's partition and placement, then builds.
+  absl::StatusOr<PipelineProblem> Build(const Plan& plan) const;
+  // Fast path for search loops: `stages` must already be a valid partition and placement.
+  void BuildInto(const std::vector<StageAssignment>& stages, int num_microbatches,
+                 PipelineProblem* out) const;
+
+  int num_layers() const { return num_layers_; }
+  int num_devices() const { return num_devices_; }
+  // F + B + W seconds of layers [first, last] on `device`.
+  double Work(int first, int last, int device) const;
+  // Weights + gradients + optimizer bytes of layers [first, last] on `device`.
+  double StaticBytes(int first, int last, int device) const;
+  // Activation bytes one micro-batch of layers [first, last] holds until its backward.
+  double ActivationBytes(int first, int last, int device) const;
+  const LayerCost& layer_cost(int layer, int device) const {
+    return classes_[device_class_[device]].layers[layer];
+  }
+  double memory_capacity(int device) const { return capacity_[device]; }
+
+ private:
+  ProblemBuilder() = default;
+
+  // Prefix sums over layers for one hardware kind: sum[l] is the total of layers [0, l).
+  struct HardwareClass {
+    std::vector<LayerCost> layers;
+    std::vector<double> f, b, w, r, act, act_w, statics, work;
+  };
+
+  int num_layers_ = 0;
+  int num_devices_ = 0;
+  double tokens_per_microbatch_ = 0;
+  std::vector<HardwareClass> classes_;
+  std::vector<int> device_class_;
+  std::vector<double> capacity_;
+  std::vector<double> link_latency_s_;
+  std::vector<double> link_inv_bandwidth_;
+};
+
+// One-shot convenience over ProblemBuilder.
 absl::StatusOr<PipelineProblem> BuildProblem(const ModelGraph& model, const Cluster& cluster,
                                              const CostModel& cost_model, const Plan& plan);
 
