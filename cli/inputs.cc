@@ -1,0 +1,70 @@
+#include "cli/inputs.h"
+
+#include <cstdlib>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "core/cluster_presets.h"
+#include "core/convert.h"
+#include "core/model_zoo.h"
+#include "core/synthetic_model.h"
+
+namespace octopipe::cli {
+namespace {
+
+absl::Status Prefixed(const std::string& flag, const absl::Status& s) {
+  return absl::Status(s.code(), absl::StrCat(flag, ": ", s.message()));
+}
+
+}  // namespace
+
+std::string ResolvePath(const std::string& path) {
+  if (path.empty() || path[0] == '/') return path;
+  const char* base = std::getenv("BUILD_WORKING_DIRECTORY");
+  if (base == nullptr || *base == '\0') return path;
+  return absl::StrCat(base, "/", path);
+}
+
+absl::StatusOr<ModelGraph> LoadModelArg(const std::string& spec) {
+  absl::StatusOr<ModelGraph> model;
+  if (absl::StartsWith(spec, "synthetic:")) {
+    model = ParseSyntheticModel(spec.substr(10));
+  } else if (absl::StartsWith(spec, "zoo:")) {
+    // Zoo models train at sequence length 4096, micro-batch size 1, bf16, and 32 micro-batches
+    // (4 x an 8-device pipeline), as the example model files do.
+    TrainingOptions training;
+    training.num_microbatches = 32;
+    model = ZooModel(spec.substr(4), training);
+  } else {
+    model = LoadModelFile(ResolvePath(spec));
+  }
+  if (!model.ok()) return Prefixed("--model", model.status());
+  return model;
+}
+
+absl::StatusOr<Cluster> LoadClusterArg(const std::string& spec) {
+  if (absl::StartsWith(spec, "synthetic:")) {
+    const std::string rest = spec.substr(10);
+    int devices = 0;
+    if (!absl::StartsWith(rest, "devices=") || !absl::SimpleAtoi(rest.substr(8), &devices) ||
+        devices < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--cluster: expected synthetic:devices=P with P >= 1, got '", spec, "'"));
+    }
+    return SyntheticCluster(devices);
+  }
+  absl::StatusOr<Cluster> cluster = absl::StartsWith(spec, "preset:")
+                                        ? ClusterPreset(spec.substr(7))
+                                        : LoadClusterFile(ResolvePath(spec));
+  if (!cluster.ok()) return Prefixed("--cluster", cluster.status());
+  return cluster;
+}
+
+absl::StatusOr<Plan> LoadPlanArg(const std::string& path) {
+  absl::StatusOr<Plan> plan = LoadPlanFile(ResolvePath(path));
+  if (!plan.ok()) return Prefixed("--plan", plan.status());
+  return plan;
+}
+
+}  // namespace octopipe::cli

@@ -1,0 +1,29 @@
+// Resolves the CLI's --model / --cluster / --plan arguments into core types.
+//
+//   --model:   FILE (protobuf JSON of octopipe.proto.Model), zoo:NAME (a model-zoo builder),
+//              or synthetic:layers=L,f=F,b=B,w=W (unit-cost theory checks)
+//   --cluster: FILE (protobuf JSON of octopipe.proto.Cluster), preset:NAME (a built-in
+//              cluster), or synthetic:devices=P
+// Relative paths are taken from the directory `bazel run` was started in when set
+// (BUILD_WORKING_DIRECTORY), else the current directory. Errors name the flag.
+#ifndef OCTOPIPE_CLI_INPUTS_H_
+#define OCTOPIPE_CLI_INPUTS_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "core/cluster.h"
+#include "core/model_graph.h"
+#include "core/plan.h"
+
+namespace octopipe::cli {
+
+std::string ResolvePath(const std::string& path);
+
+absl::StatusOr<ModelGraph> LoadModelArg(const std::string& spec);
+absl::StatusOr<Cluster> LoadClusterArg(const std::string& spec);
+absl::StatusOr<Plan> LoadPlanArg(const std::string& path);
+
+}  // namespace octopipe::cli
+
+#endif  // OCTOPIPE_CLI_INPUTS_H_

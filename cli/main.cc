@@ -1,0 +1,34 @@
+// The `octopipe` command: the one place flags are parsed and pieces wired together.
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "cli/simulate_command.h"
+
+namespace {
+
+constexpr char kUsage[] =
+    "usage: octopipe COMMAND [flags]\n"
+    "\n"
+    "OctoPipe plans and simulates pipeline-parallel training of heterogeneous LLMs.\n"
+    "\n"
+    "commands:\n"
+    "  simulate   evaluate pipeline schedules (or a plan file) with the DAG simulator\n"
+    "  help       print this text\n"
+    "\n"
+    "Run `octopipe COMMAND --help` for the flags of a command.\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "help" || args[0] == "--help" || args[0] == "-h") {
+    std::cout << kUsage;
+    return args.empty() ? 2 : 0;
+  }
+  const std::string command = args[0];
+  args.erase(args.begin());
+  if (command == "simulate") return octopipe::cli::RunSimulate(args, std::cout, std::cerr);
+  std::cerr << "octopipe: unknown command '" << command << "'\n\n" << kUsage;
+  return 2;
+}
