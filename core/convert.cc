@@ -126,7 +126,11 @@ proto::Model ModelToProto(const ModelGraph& model) {
     pl->set_name(l.name);
     pl->set_kind(std::string(LayerKindName(l.kind)));
     *pl->mutable_dims() = DimsToProto(l.dims);
-    *pl->mutable_measured() = MeasuredToProto(l.measured);
+    const MeasuredCosts& m = l.measured;
+    if (m.forward_s || m.backward_input_s || m.weight_grad_s || m.activation_bytes ||
+        m.param_bytes || m.output_bytes) {
+      *pl->mutable_measured() = MeasuredToProto(m);
+    }
   }
   proto::TrainingOptions* t = p.mutable_training();
   t->set_seq_len(model.training.seq_len);
