@@ -30,7 +30,14 @@
 // costs the core's forward FLOPs once more, and O is then held until W (it stays in act_w).
 //
 // With tensor parallelism t (and sequence parallelism) every FLOP, stored byte and parameter
-// is divided by t; small replicated tensors (norm weights, token ids) are not treated apart.
+// is divided by t, the layer's input and output bytes too (each rank holds, and sends to its
+// peer in the next stage, its own sequence shard); small replicated tensors (norm weights,
+// token ids) are not treated apart.
+//
+// Recompute: `training.recompute == kSelective` applies here (act_core dropped, core re-run in
+// B). Full recompute is a per-stage choice of the plan; the cost model reports what it needs —
+// recompute_s (= F) and input_bytes (what the stage keeps) — and leaves activation_bytes as
+// without recompute.
 #include "core/cost_model.h"
 
 #include <cmath>

@@ -158,7 +158,8 @@ TEST(ProfileImporterTest, ErrorsNameTheJsonPath) {
   ExpectError(Replace("\"ms\"", "\"s\""), "units must be \"ms\"");
   ExpectError(Replace("4096", "-1"), "seq_len must be a positive integer");
   ExpectError(Replace("\"num_layers\": 2", "\"num_layers\": 3"), "num_layers must equal");
-  ExpectError(Replace("\"kind\": \"T\", \"embedding\": false", "\"kind\": \"M\", \"embedding\": false"),
+  ExpectError(Replace("\"kind\": \"T\", \"embedding\": false",
+                      "\"kind\": \"M\", \"embedding\": false"),
               "layers[1].kind 'M' is not a layer letter of gpt-13B (valid: T)");
   ExpectError(Replace("\"forward_ms\": 3", "\"forward_ms\": -3"),
               "layers[1].forward_ms must be >= 0, got -3");
