@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/plan_command.h"
 #include "cli/simulate_command.h"
 
 namespace {
@@ -14,6 +15,7 @@ constexpr char kUsage[] =
     "\n"
     "commands:\n"
     "  simulate   evaluate pipeline schedules (or a plan file) with the DAG simulator\n"
+    "  plan       tune partition, placement and schedule; compare with every baseline\n"
     "  help       print this text\n"
     "\n"
     "Run `octopipe COMMAND --help` for the flags of a command.\n";
@@ -29,6 +31,7 @@ int main(int argc, char** argv) {
   const std::string command = args[0];
   args.erase(args.begin());
   if (command == "simulate") return octopipe::cli::RunSimulate(args, std::cout, std::cerr);
+  if (command == "plan") return octopipe::cli::RunPlan(args, std::cout, std::cerr);
   std::cerr << "octopipe: unknown command '" << command << "'\n\n" << kUsage;
   return 2;
 }

@@ -31,8 +31,13 @@ struct ClassicRun {
   SimResult result;
 };
 
-// Errors are kInvalidArgument naming the parameter, e.g. "devices: 16 x 2 chunks = 32 stages
-// but the model has 24 layers", or the evaluator's error.
+// The classic plan alone: the schedule's stages and placement, layers split evenly.
+// kInvalidArgument naming the parameter, e.g. "devices: 16 devices x 2 chunks = 32 stages but
+// the model 'x' has only 24 layers".
+absl::StatusOr<Plan> ClassicPlan(ScheduleKind kind, int devices, int chunks, int microbatches,
+                                 const ModelGraph& model);
+
+// Errors are ClassicPlan's, "devices" beyond the cluster, or the evaluator's error.
 absl::StatusOr<ClassicRun> SimulateClassic(const ModelGraph& model, const Cluster& cluster,
                                            const CostModel& cost_model,
                                            const ClassicRequest& request);

@@ -1,0 +1,293 @@
+#include "cli/plan_command.h"
+
+#include <cmath>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "cli/flags.h"
+#include "cli/inputs.h"
+#include "cli/table.h"
+#include "core/convert.h"
+#include "core/file_io.h"
+#include "core/json_writer.h"
+#include "simulator/trace.h"
+#include "tuner/tuner.h"
+
+namespace octopipe::cli {
+namespace {
+
+int Fail(std::ostream& err, const absl::Status& s, int code) {
+  err << "octopipe plan: error: " << s.message() << "\n";
+  return code;
+}
+
+// "mamba2 x3, mlp x2" for a stage's layers, in order of first appearance.
+std::string KindsOf(const ModelGraph& model, const StageAssignment& st) {
+  std::vector<std::pair<std::string, int>> counts;
+  for (int l = st.first_layer; l <= st.last_layer; ++l) {
+    const std::string k(LayerKindName(model.layers[l].kind));
+    auto it = std::find_if(counts.begin(), counts.end(), [&](auto& p) { return p.first == k; });
+    if (it == counts.end()) {
+      counts.push_back({k, 1});
+    } else {
+      ++it->second;
+    }
+  }
+  std::vector<std::string> parts;
+  for (const auto& [k, n] : counts) parts.push_back(n > 1 ? absl::StrCat(k, " x", n) : k);
+  return absl::StrJoin(parts, ", ");
+}
+
+double PeakMax(const SimResult& r) {
+  double m = 0;
+  for (const DeviceResult& d : r.devices) m = std::max(m, d.peak_memory_bytes);
+  return m;
+}
+
+void WriteJson(std::ostream& out, const ModelGraph& model, const TuneResult& t) {
+  JsonWriter w;
+  w.BeginObject();
+  w.Field("feasible", t.feasible);
+  if (!t.feasible) {
+    w.Field("infeasible_reason", t.infeasible_reason);
+    w.Key("required_memory_bytes").BeginArray();
+    for (double b : t.required_memory_bytes) w.Number(b);
+    w.EndArray();
+  }
+  w.Field("origin", t.origin);
+  w.Key("plan").BeginObject();
+  w.Field("num_devices", t.plan.num_devices).Field("num_microbatches", t.plan.num_microbatches);
+  w.Key("partition").BeginArray();
+  for (const StageAssignment& st : t.plan.stages) {
+    w.BeginObject().Field("first_layer", st.first_layer).Field("last_layer", st.last_layer);
+    w.Field("recompute", st.recompute).Field("kinds", KindsOf(model, st)).EndObject();
+  }
+  w.EndArray();
+  w.Key("placement").BeginArray();
+  for (const StageAssignment& st : t.plan.stages) w.Int(st.device);
+  w.EndArray();
+  w.Key("schedule").BeginArray();
+  for (const auto& ops : t.plan.schedule.ops) {
+    w.BeginArray();
+    for (const Op& op : ops) w.String(OpToString(op));
+    w.EndArray();
+  }
+  w.EndArray().EndObject();
+  w.Key("predicted").BeginObject();
+  w.Field("iteration_time_s", t.predicted.iteration_time_s);
+  w.Field("bubble_ratio", t.predicted.bubble_ratio);
+  w.Field("steady_state_iteration_time_s", t.predicted.steady_state_iteration_time_s);
+  w.Field("steady_state_bubble_ratio", t.predicted.steady_state_bubble_ratio);
+  w.Field("tokens_per_s", t.predicted.tokens_per_s);
+  w.Key("peak_memory_bytes").BeginArray();
+  for (const DeviceResult& d : t.predicted.devices) w.Number(d.peak_memory_bytes);
+  w.EndArray().EndObject();
+  w.Key("baselines").BeginObject();
+  for (const BaselineResult& b : t.baselines) {
+    w.Key(b.name).BeginObject();
+    if (!b.ran) {
+      w.Field("error", b.error).Field("fits", false);
+    } else {
+      w.Field("iteration_time_s", b.result.iteration_time_s);
+      w.Field("bubble_ratio", b.result.bubble_ratio);
+      w.Field("steady_state_iteration_time_s", b.result.steady_state_iteration_time_s);
+      w.Field("steady_state_bubble_ratio", b.result.steady_state_bubble_ratio);
+      w.Field("peak_memory_bytes", PeakMax(b.result));
+      w.Field("fits", b.fits);
+    }
+    w.EndObject();
+  }
+  w.EndObject();
+  w.Field("best_baseline", t.best_baseline);
+  if (t.best_baseline.empty()) {
+    w.Key("speedup_vs_best_baseline").Null();
+  } else {
+    w.Field("speedup_vs_best_baseline", t.speedup_vs_best_baseline);
+  }
+  w.Field("tuning_wall_s", t.tuning_wall_s);
+  w.Field("evaluations", t.evaluations);
+  w.Key("log").BeginArray();
+  for (const TuneLogEntry& e : t.log) {
+    w.BeginObject().Field("phase", e.phase).Field("before_s", e.before_s);
+    w.Field("after_s", e.after_s).Field("evaluations", e.evaluations);
+    w.Field("wall_s", e.wall_s).Field("detail", e.detail).EndObject();
+  }
+  w.EndArray().EndObject();
+  out << w.str() << "\n";
+}
+
+void WriteTables(std::ostream& out, const ModelGraph& model, const Cluster& cluster,
+                 const TuneResult& t, bool steady) {
+  out << "model " << model.name << " (" << model.num_layers() << " layers), cluster "
+      << cluster.name << ", " << t.plan.num_devices << " devices, " << t.plan.num_microbatches
+      << " micro-batches\n\n";
+  if (!t.feasible) {
+    out << "INFEASIBLE: " << t.infeasible_reason << "\nmemory needed per device:";
+    for (double b : t.required_memory_bytes) out << " " << FormatBytes(b);
+    out << "\n\nfastest plan ignoring memory (for reference):\n";
+  }
+  TextTable stages({"stage", "layers", "kinds", "device", "recompute"});
+  for (int s = 0; s < t.plan.num_stages(); ++s) {
+    const StageAssignment& st = t.plan.stages[s];
+    stages.AddRow({absl::StrCat(s), absl::StrCat(st.first_layer, "-", st.last_layer),
+                   KindsOf(model, st), absl::StrCat(st.device), st.recompute ? "yes" : "no"});
+  }
+  out << "plan (" << t.origin << "):\n" << stages.Render({false, false, true, false, true});
+  out << "\npredicted iteration " << FormatSeconds(t.predicted.iteration_time_s)
+      << " synchronous / " << FormatSeconds(t.predicted.steady_state_iteration_time_s)
+      << " steady-state; bubble " << FormatPercent(t.predicted.bubble_ratio) << " / "
+      << FormatPercent(t.predicted.steady_state_bubble_ratio) << "; "
+      << FormatCount(t.predicted.tokens_per_s) << " tokens/s\n";
+  TextTable devices({"device", "busy", "bubble", "peak memory", "fits"});
+  for (size_t d = 0; d < t.predicted.devices.size(); ++d) {
+    const DeviceResult& dr = t.predicted.devices[d];
+    devices.AddRow({absl::StrCat(d), FormatSeconds(dr.busy_s), FormatPercent(dr.bubble_ratio),
+                    FormatBytes(dr.peak_memory_bytes), dr.fits_memory ? "yes" : "NO"});
+  }
+  out << "\n" << devices.Render();
+  const double ours = steady ? t.predicted.steady_state_iteration_time_s
+                             : t.predicted.iteration_time_s;
+  TextTable base({"baseline", "iteration", "steady-state", "bubble", "max peak memory", "fits",
+                  "ours is"});
+  for (const BaselineResult& b : t.baselines) {
+    if (!b.ran) {
+      base.AddRow({b.name, "-", "-", "-", "-", "n/a", b.error});
+      continue;
+    }
+    const double theirs = steady ? b.result.steady_state_iteration_time_s
+                                 : b.result.iteration_time_s;
+    base.AddRow({b.name, FormatSeconds(b.result.iteration_time_s),
+                 FormatSeconds(b.result.steady_state_iteration_time_s),
+                 FormatPercent(b.result.bubble_ratio), FormatBytes(PeakMax(b.result)),
+                 b.fits ? "yes" : "NO", absl::StrFormat("%.3fx", theirs / ours)});
+  }
+  out << "\nbaselines (same simulator, same costs):\n"
+      << base.Render({true, false, false, false, false, false, true});
+  if (!t.best_baseline.empty()) {
+    out << "\nspeed-up over the best fitting baseline (" << t.best_baseline
+        << "): " << absl::StrFormat("%.3fx", t.speedup_vs_best_baseline) << "\n";
+  }
+  out << "tuned in " << absl::StrFormat("%.2f s", t.tuning_wall_s) << " (" << t.evaluations
+      << " candidates" << (t.budget_exhausted ? ", time budget exhausted" : "") << ")\n";
+  out << "\nsearch log:\n";
+  for (const TuneLogEntry& e : t.log) {
+    out << absl::StrFormat("  %-10s %10s -> %-10s %6d evals  %6.2f s  %s\n", e.phase,
+                           FormatSeconds(e.before_s), FormatSeconds(e.after_s), e.evaluations,
+                           e.wall_s, e.detail);
+  }
+}
+
+}  // namespace
+
+int RunPlan(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  PlanOptions o;
+  FlagSet flags("plan",
+                "Tunes partition, placement and schedule together (the bubble-aware tuner),\n"
+                "reports the plan, its predicted iteration time, bubble and memory, and every\n"
+                "baseline's figures in the same simulator.");
+  flags.String("model", &o.model, "model file, zoo:NAME or synthetic:layers=L,f=F,b=B,w=W");
+  flags.String("cluster", &o.cluster, "cluster file, preset:NAME or synthetic:devices=P");
+  flags.Int("devices", &o.devices, "pipeline devices P (the cluster's first P); 0 = all");
+  flags.Int("microbatches", &o.microbatches,
+            "micro-batches M; 0 = the model's training.num_microbatches");
+  flags.Double("time-budget", &o.time_budget,
+               "seconds of search; the best plan so far is returned when it runs out");
+  flags.Int("seed", &o.seed, "random seed (same seed, same plan)");
+  flags.Int("threads", &o.threads, "evaluation threads");
+  flags.String("objective", &o.objective,
+               "synchronous (first op start to last op end) or steady-state (overlapped\n"
+               "iterations); both are always reported");
+  flags.String("out", &o.out, "write the plan file here (re-evaluate with simulate --plan)");
+  flags.String("trace", &o.trace, "write the plan's timeline as Chrome trace JSON");
+  flags.Bool("json", &o.json, "print one JSON object instead of tables");
+  flags.Bool("contention", &o.contention, "serve transfers on one link one at a time");
+  flags.Bool("quiet", &o.quiet, "no progress lines on stderr");
+  if (absl::Status s = flags.Parse(args); !s.ok()) return Fail(err, s, 2);
+  if (flags.help_requested()) {
+    out << flags.Usage();
+    return 0;
+  }
+  absl::StatusOr<ModelGraph> model = LoadModelArg(o.model);
+  if (!model.ok()) return Fail(err, model.status(), 2);
+  absl::StatusOr<Cluster> cluster = LoadClusterArg(o.cluster);
+  if (!cluster.ok()) return Fail(err, cluster.status(), 2);
+  TunerOptions t;
+  t.num_devices = static_cast<int>(flags.was_set("devices") ? o.devices : cluster->num_devices());
+  t.num_microbatches = static_cast<int>(flags.was_set("microbatches")
+                                            ? o.microbatches
+                                            : model->training.num_microbatches);
+  if (o.objective == "synchronous") {
+    t.objective = Objective::kSynchronous;
+  } else if (o.objective == "steady-state") {
+    t.objective = Objective::kSteadyState;
+  } else {
+    return Fail(err, absl::InvalidArgumentError(absl::StrCat(
+                         "--objective must be synchronous or steady-state, got '",
+                         o.objective, "'")), 2);
+  }
+  if (o.threads < 1) {
+    return Fail(err, absl::InvalidArgumentError(
+                         absl::StrCat("--threads must be >= 1, got ", o.threads)), 2);
+  }
+  t.time_budget_s = o.time_budget;
+  t.seed = static_cast<uint64_t>(o.seed);
+  t.threads = static_cast<int>(o.threads);
+  t.link_contention = o.contention;
+  if (!o.quiet && !o.json) {
+    t.progress = [&err](const TuneLogEntry& e) {
+      err << absl::StrFormat("[%6.2f s] %-10s best %s (%d candidates)\n", e.wall_s, e.phase,
+                             FormatSeconds(e.after_s), e.evaluations);
+    };
+  }
+  const CostModel cost;
+  absl::StatusOr<TuneResult> r = Tune(*model, *cluster, cost, t);
+  if (!r.ok()) {
+    absl::Status s = r.status();
+    std::string msg(s.message());
+    for (const char* flag : {"devices", "microbatches", "time_budget_s"}) {
+      if (msg.rfind(flag, 0) == 0) {
+        msg = absl::StrCat("--", flag == std::string("time_budget_s") ? "time-budget" : flag,
+                           msg.substr(std::string(flag).size()));
+      }
+    }
+    return Fail(err, absl::Status(s.code(), msg), 2);
+  }
+  if (!o.out.empty()) {
+    proto::Plan p = PlanToProto(r->plan);
+    proto::Prediction* pred = p.mutable_predicted();
+    pred->set_iteration_time_s(r->predicted.iteration_time_s);
+    pred->set_steady_state_iteration_time_s(r->predicted.steady_state_iteration_time_s);
+    pred->set_bubble_ratio(r->predicted.bubble_ratio);
+    pred->set_steady_state_bubble_ratio(r->predicted.steady_state_bubble_ratio);
+    pred->set_tokens_per_s(r->predicted.tokens_per_s);
+    for (const DeviceResult& d : r->predicted.devices) pred->add_peak_memory_bytes(d.peak_memory_bytes);
+    if (absl::Status s = WriteStringToFile(ResolvePath(o.out), ProtoToJson(p)); !s.ok()) {
+      return Fail(err, absl::Status(s.code(), absl::StrCat("--out: ", s.message())), 1);
+    }
+  }
+  if (!o.trace.empty()) {
+    absl::StatusOr<SimResult> timeline;
+    absl::StatusOr<PipelineProblem> pb = BuildProblem(*model, *cluster, cost, r->plan);
+    if (pb.ok()) {
+      pb->link_contention = o.contention;
+      timeline = Simulate(*pb, r->plan.schedule, EvalOptions{.timeline = true});
+    } else {
+      timeline = pb.status();
+    }
+    if (!timeline.ok()) return Fail(err, timeline.status(), 1);
+    absl::Status s = WriteChromeTrace(ResolvePath(o.trace), r->plan.schedule, *timeline,
+                                      absl::StrCat(model->name, " / octopipe plan"));
+    if (!s.ok()) return Fail(err, s, 1);
+  }
+  if (o.json) {
+    WriteJson(out, *model, *r);
+  } else {
+    WriteTables(out, *model, *cluster, *r, t.objective == Objective::kSteadyState);
+    if (!o.out.empty()) out << "\nplan written to " << o.out << "\n";
+  }
+  return r->feasible ? 0 : 3;
+}
+
+}  // namespace octopipe::cli

@@ -1,0 +1,94 @@
+#include "tuner/baselines.h"
+
+#include "absl/strings/str_cat.h"
+#include "simulator/classic_pipeline.h"
+#include "simulator/schedules.h"
+#include "tuner/partition.h"
+
+namespace octopipe {
+namespace {
+
+struct Spec {
+  std::string name;
+  ScheduleKind kind;
+  int chunks;
+  bool balanced;
+};
+
+BaselineResult RunOne(const Spec& spec, const ModelGraph& model, const ProblemBuilder& builder,
+                      int M, bool contention) {
+  BaselineResult out;
+  out.name = spec.name;
+  absl::StatusOr<Plan> classic =
+      ClassicPlan(spec.kind, builder.num_devices(), spec.chunks, M, model);
+  if (!classic.ok()) {
+    out.error = std::string(classic.status().message());
+    return out;
+  }
+  Plan& plan = out.plan;
+  plan = std::move(*classic);
+  plan.schedule_name = spec.name;
+  if (spec.balanced) {
+    std::vector<int> placement;
+    for (const StageAssignment& st : plan.stages) placement.push_back(st.device);
+    absl::StatusOr<std::vector<StageAssignment>> stages = MinMaxPartition(builder, placement);
+    if (!stages.ok()) {
+      out.error = std::string(stages.status().message());
+      return out;
+    }
+    plan.stages = *stages;
+  }
+  absl::StatusOr<PipelineProblem> problem = builder.Build(plan);
+  if (!problem.ok()) {
+    out.error = std::string(problem.status().message());
+    return out;
+  }
+  problem->link_contention = contention;
+  absl::StatusOr<SimResult> result = Simulate(*problem, plan.schedule);
+  if (!result.ok()) {
+    out.error = std::string(result.status().message());
+    return out;
+  }
+  out.ran = true;
+  out.result = std::move(*result);
+  out.fits = out.result.fits_memory;
+  return out;
+}
+
+}  // namespace
+
+std::vector<BaselineResult> RunBaselines(const ModelGraph& model, const ProblemBuilder& builder,
+                                         int num_microbatches, bool link_contention) {
+  const std::vector<Spec> specs = {
+      {"gpipe", ScheduleKind::kGpipe, 1, false},
+      {"1f1b", ScheduleKind::k1F1B, 1, false},
+      {"1f1b-balanced", ScheduleKind::k1F1B, 1, true},
+      {"interleaved-v2", ScheduleKind::kInterleaved, 2, false},
+      {"interleaved-v4", ScheduleKind::kInterleaved, 4, false},
+      {"zb-h1", ScheduleKind::kZbH1, 1, false},
+      {"zb-h2", ScheduleKind::kZbH2, 1, false},
+      {"zb-v", ScheduleKind::kZbV, 2, false},
+      {"dualpipev", ScheduleKind::kDualPipeV, 2, false},
+  };
+  std::vector<BaselineResult> out;
+  out.reserve(specs.size());
+  for (const Spec& spec : specs) {
+    out.push_back(RunOne(spec, model, builder, num_microbatches, link_contention));
+  }
+  return out;
+}
+
+const BaselineResult* BestFittingBaseline(const std::vector<BaselineResult>& baselines,
+                                          bool steady_state) {
+  const BaselineResult* best = nullptr;
+  auto objective = [&](const BaselineResult& b) {
+    return steady_state ? b.result.steady_state_iteration_time_s : b.result.iteration_time_s;
+  };
+  for (const BaselineResult& b : baselines) {
+    if (!b.ran || !b.fits) continue;
+    if (best == nullptr || objective(b) < objective(*best)) best = &b;
+  }
+  return best;
+}
+
+}  // namespace octopipe

@@ -1,0 +1,93 @@
+#include "tuner/candidate.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace octopipe {
+
+std::string Policy::ToString() const {
+  return absl::StrFormat(
+      "%s, weights F=%g B=%g W=%g BW=%g, micro-batch %g, stage %g, in-flight scale %g",
+      split_backward ? "split B/W" : "unsplit BW", kind_weight[0], kind_weight[1],
+      kind_weight[2], kind_weight[3], microbatch_weight, stage_weight, inflight_scale);
+}
+
+std::vector<int> InflightCaps(const Policy& policy, const std::vector<StageAssignment>& stages,
+                              int num_devices) {
+  if (policy.inflight_scale <= 0) return {};
+  const int S = static_cast<int>(stages.size());
+  std::vector<int> first(num_devices, S);
+  for (int s = S - 1; s >= 0; --s) first[stages[s].device] = s;
+  std::vector<int> caps(num_devices, 1);
+  for (int d = 0; d < num_devices; ++d) {
+    if (first[d] == S) continue;
+    caps[d] = std::max(1, static_cast<int>(std::lround(policy.inflight_scale * (S - first[d]))));
+  }
+  return caps;
+}
+
+Score CandidateEvaluator::Evaluate(const Candidate& c, Schedule* schedule) {
+  Score score;
+  builder_.BuildInto(c.stages, num_microbatches_, &problem_);
+  problem_.link_contention = contention_;
+  const int P = problem_.num_devices;
+  options_.split_backward = c.policy.split_backward;
+  options_.inflight_until_b = true;
+  options_.activation_cap_bytes.resize(P);
+  for (int d = 0; d < P; ++d) {
+    const double free = problem_.memory_capacity[d] - problem_.static_bytes[d];
+    if (free < 0) {
+      score.memory_overflow_bytes = std::max(score.memory_overflow_bytes, -free);
+      score.why_not = absl::StrCat("device ", d, ": weights, gradients and optimizer state need ",
+                                   problem_.static_bytes[d], " bytes of ",
+                                   problem_.memory_capacity[d]);
+    }
+    options_.activation_cap_bytes[d] = std::max(0.0, free);
+  }
+  if (score.memory_overflow_bytes > 0) return score;
+  options_.inflight_cap = InflightCaps(c.policy, c.stages, P);
+  WeightedPolicy policy;
+  policy.kind_weight = c.policy.kind_weight;
+  policy.microbatch_weight = c.policy.microbatch_weight;
+  policy.stage_weight = c.policy.stage_weight;
+  absl::StatusOr<ListScheduleResult> ls = ListSchedule(problem_, policy, options_);
+  if (!ls.ok()) {
+    score.why_not = std::string(ls.status().message());
+    return score;
+  }
+  absl::StatusOr<Evaluator::Summary> sum = evaluator_.EvaluateSummary(problem_, ls->schedule);
+  if (!sum.ok()) {
+    score.why_not = std::string(sum.status().message());
+    return score;
+  }
+  score.scheduled = true;
+  score.fits = sum->fits_memory;
+  score.iteration_time_s = sum->iteration_time_s;
+  score.steady_state_iteration_time_s = sum->steady_state_iteration_time_s;
+  if (!score.fits) {
+    // The activation caps gate F only; R and pending W can still overshoot. Measure by how much.
+    absl::StatusOr<SimResult> full = evaluator_.Evaluate(problem_, ls->schedule);
+    if (full.ok()) {
+      for (int d = 0; d < P; ++d) {
+        score.memory_overflow_bytes =
+            std::max(score.memory_overflow_bytes,
+                     full->devices[d].peak_memory_bytes - problem_.memory_capacity[d]);
+      }
+    }
+  }
+  if (schedule != nullptr) *schedule = std::move(ls->schedule);
+  return score;
+}
+
+absl::StatusOr<SimResult> CandidateEvaluator::Simulate(const Candidate& c,
+                                                       const Schedule& schedule,
+                                                       const EvalOptions& options) {
+  builder_.BuildInto(c.stages, num_microbatches_, &problem_);
+  problem_.link_contention = contention_;
+  return evaluator_.Evaluate(problem_, schedule, options);
+}
+
+}  // namespace octopipe

@@ -1,0 +1,90 @@
+// A tuner candidate — partition + placement + recompute (the stages) and a list-scheduling
+// policy — and the evaluator that turns it into a schedule and a score.
+//
+// Evaluation: build the flat problem (O(S) via ProblemBuilder), reject it if a device's
+// weights, gradients and optimizer state alone exceed its memory, list-schedule it with each
+// device's activation cap (capacity minus static bytes) and the policy's in-flight caps, then
+// score the order with the Evaluator. The list scheduler's order is what a plan carries, so a
+// candidate's score is exactly what `octopipe simulate --plan` reports.
+//
+// Thread safety: a CandidateEvaluator owns scratch buffers; use one per thread. It only reads
+// the ProblemBuilder, which may be shared.
+#ifndef OCTOPIPE_TUNER_CANDIDATE_H_
+#define OCTOPIPE_TUNER_CANDIDATE_H_
+
+#include <array>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "core/plan.h"
+#include "core/schedule.h"
+#include "simulator/evaluator.h"
+#include "simulator/list_scheduler.h"
+#include "simulator/problem_builder.h"
+
+namespace octopipe {
+
+// The list-scheduling policy the tuner searches over.
+struct Policy {
+  bool split_backward = true;  // B and W separate, W fills bubbles
+  std::array<double, kNumOpKinds> kind_weight = {2.0, 3.0, 1.0, 3.0, 3.0};  // F, B, W, BW, R
+  double microbatch_weight = 1e-3;  // > 0: older micro-batches first
+  double stage_weight = 1e-6;       // > 0: later stages first
+  // In-flight cap per device = max(1, round(scale * (stages from its first stage to the end))),
+  // counted from F to B; 0 = no cap beyond memory. scale 1 on one stage per device is 1F1B's.
+  double inflight_scale = 0;
+
+  std::string ToString() const;
+};
+
+struct Candidate {
+  std::vector<StageAssignment> stages;
+  Policy policy;
+};
+
+struct Score {
+  bool scheduled = false;  // false: static memory alone does not fit, or no order fits
+  bool fits = false;
+  double iteration_time_s = std::numeric_limits<double>::infinity();
+  double steady_state_iteration_time_s = std::numeric_limits<double>::infinity();
+  // Bytes by which the worst device exceeds its capacity (0 when it fits).
+  double memory_overflow_bytes = 0;
+  std::string why_not;  // when !scheduled
+
+  double objective(bool steady_state) const {
+    if (!fits) return std::numeric_limits<double>::infinity();
+    return steady_state ? steady_state_iteration_time_s : iteration_time_s;
+  }
+};
+
+class CandidateEvaluator {
+ public:
+  CandidateEvaluator(const ProblemBuilder& builder, int num_microbatches, bool link_contention)
+      : builder_(builder), num_microbatches_(num_microbatches), contention_(link_contention) {}
+
+  // Scores the candidate; when `schedule` is given, stores the order there.
+  Score Evaluate(const Candidate& candidate, Schedule* schedule = nullptr);
+
+  // Full simulation of a candidate's order (for the final report).
+  absl::StatusOr<SimResult> Simulate(const Candidate& candidate, const Schedule& schedule,
+                                     const EvalOptions& options = {});
+
+  const PipelineProblem& last_problem() const { return problem_; }
+
+ private:
+  const ProblemBuilder& builder_;
+  int num_microbatches_;
+  bool contention_;
+  PipelineProblem problem_;
+  Evaluator evaluator_;
+  ListSchedulerOptions options_;
+};
+
+// Per-device in-flight caps for a policy and placement (empty when the policy sets none).
+std::vector<int> InflightCaps(const Policy& policy, const std::vector<StageAssignment>& stages,
+                              int num_devices);
+
+}  // namespace octopipe
+
+#endif  // OCTOPIPE_TUNER_CANDIDATE_H_

@@ -1,0 +1,545 @@
+#include "tuner/tuner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <random>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/status_macros.h"
+#include "simulator/problem_builder.h"
+#include "tuner/candidate.h"
+#include "tuner/partition.h"
+
+namespace octopipe {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// The policies every placement family is seeded with: the ZeroBubble-style greedy limited only
+// by memory, the same with 1F1B's and twice 1F1B's in-flight budget, a 1F1B-like unsplit
+// order, and a forward-eager variant.
+std::vector<Policy> BasePolicies() {
+  std::vector<Policy> out;
+  Policy zb;
+  out.push_back(zb);
+  Policy h1 = zb;
+  h1.inflight_scale = 1;
+  out.push_back(h1);
+  Policy h2 = zb;
+  h2.inflight_scale = 2;
+  out.push_back(h2);
+  Policy unsplit = zb;
+  unsplit.split_backward = false;
+  unsplit.inflight_scale = 1;
+  out.push_back(unsplit);
+  Policy eager = zb;
+  eager.kind_weight = {3.0, 2.0, 1.0, 2.0, 2.0};
+  out.push_back(eager);
+  return out;
+}
+
+struct Placement {
+  std::string name;
+  std::vector<int> stage_device;
+};
+
+std::vector<Placement> PlacementFamilies(int P, int L, int max_chunks) {
+  std::vector<Placement> out;
+  for (int v = 1; v <= max_chunks && v * P <= L; ++v) {
+    Placement loop{v == 1 ? "one stage per device" : absl::StrCat("loop x", v), {}};
+    for (int s = 0; s < v * P; ++s) loop.stage_device.push_back(s % P);
+    out.push_back(loop);
+    if (v == 2 && P > 1) {
+      Placement vshape{"V-shape", {}};
+      for (int s = 0; s < 2 * P; ++s) vshape.stage_device.push_back(s < P ? s : 2 * P - 1 - s);
+      out.push_back(vshape);
+    }
+  }
+  return out;
+}
+
+class Search {
+ public:
+  Search(const ProblemBuilder& builder, const TunerOptions& o, std::function<double()> now)
+      : builder_(builder), options_(o), now_(std::move(now)), start_(now_()),
+        rng_(o.seed) {
+    const int threads = std::max(1, o.threads);
+    for (int i = 0; i < threads; ++i) {
+      workers_.push_back(std::make_unique<CandidateEvaluator>(builder, o.num_microbatches,
+                                                              o.link_contention));
+    }
+  }
+
+  double elapsed() const { return now_() - start_; }
+  bool out_of_time() const { return elapsed() >= options_.time_budget_s; }
+  bool steady() const { return options_.objective == Objective::kSteadyState; }
+  int64_t evaluations() const { return evaluations_; }
+  std::mt19937_64& rng() { return rng_; }
+
+  // Scores every candidate; parallel over the workers, results in input order.
+  std::vector<Score> EvaluateAll(const std::vector<Candidate>& cands) {
+    std::vector<Score> scores(cands.size());
+    const int T = static_cast<int>(workers_.size());
+    auto run = [&](int t) {
+      for (size_t i = t; i < cands.size(); i += T) scores[i] = workers_[t]->Evaluate(cands[i]);
+    };
+    if (T == 1 || cands.size() < 4) {
+      for (size_t i = 0; i < cands.size(); ++i) scores[i] = workers_[0]->Evaluate(cands[i]);
+    } else {
+      std::vector<std::thread> threads;
+      for (int t = 1; t < T; ++t) threads.emplace_back(run, t);
+      run(0);
+      for (std::thread& th : threads) th.join();
+    }
+    evaluations_ += static_cast<int64_t>(cands.size());
+    for (size_t i = 0; i < cands.size(); ++i) Offer(cands[i], scores[i]);
+    return scores;
+  }
+
+  // Keeps the best fitting candidate, the fastest one ignoring memory, and the one closest to
+  // fitting. Ties keep the earlier candidate, so results do not depend on thread timing.
+  void Offer(const Candidate& c, const Score& s) {
+    const double obj = s.objective(steady());
+    if (obj < best_score_.objective(steady())) {
+      best_ = c;
+      best_score_ = s;
+    }
+    const double t = steady() ? s.steady_state_iteration_time_s : s.iteration_time_s;
+    if (s.scheduled && t < fastest_time_) {
+      fastest_ = c;
+      fastest_time_ = t;
+    }
+    if (!s.fits && (s.scheduled || s.memory_overflow_bytes > 0) &&
+        s.memory_overflow_bytes < least_overflow_) {
+      least_overflow_ = s.memory_overflow_bytes;
+      closest_ = c;
+    }
+  }
+
+  bool has_best() const { return best_score_.fits; }
+  const Candidate& best() const { return best_; }
+  double best_objective() const { return best_score_.objective(steady()); }
+  bool has_fastest() const { return fastest_time_ < kInf; }
+  const Candidate& fastest() const { return fastest_; }
+  bool has_closest() const { return least_overflow_ < kInf; }
+  const Candidate& closest() const { return closest_; }
+  CandidateEvaluator& evaluator() { return *workers_[0]; }
+
+  void Log(TuneResult* r, const std::string& phase, double before, int64_t evals_before,
+           const std::string& detail) {
+    TuneLogEntry e;
+    e.phase = phase;
+    e.before_s = before;
+    e.after_s = best_objective();
+    e.evaluations = evaluations_ - evals_before;
+    e.wall_s = elapsed();
+    e.detail = detail;
+    r->log.push_back(e);
+    if (options_.progress) options_.progress(e);
+  }
+
+ private:
+  const ProblemBuilder& builder_;
+  const TunerOptions& options_;
+  std::function<double()> now_;
+  double start_;
+  std::mt19937_64 rng_;
+  std::vector<std::unique_ptr<CandidateEvaluator>> workers_;
+  int64_t evaluations_ = 0;
+  Candidate best_, fastest_, closest_;
+  Score best_score_;
+  double fastest_time_ = kInf;
+  double least_overflow_ = kInf;
+};
+
+std::vector<int> DeviceOf(const std::vector<StageAssignment>& stages) {
+  std::vector<int> out;
+  for (const StageAssignment& st : stages) out.push_back(st.device);
+  return out;
+}
+
+// Number of (partition, placement) pairs over every stage count: sum_S C(L-1, S-1) P^S,
+// saturating at `cap`.
+int64_t SpaceSize(int L, int P, int64_t cap) {
+  double total = 0, binom = 1, pow = P;
+  for (int S = 1; S <= L; ++S) {
+    total += binom * pow;
+    if (total > cap) return cap + 1;
+    binom = binom * (L - S) / S;
+    pow *= P;
+  }
+  return static_cast<int64_t>(total);
+}
+
+void Exhaustive(Search& search, const ProblemBuilder& b, const std::vector<Policy>& policies) {
+  const int L = b.num_layers(), P = b.num_devices();
+  std::vector<Candidate> batch;
+  auto flush = [&] {
+    search.EvaluateAll(batch);
+    batch.clear();
+  };
+  // Every composition of L into S parts (bit i of `cuts` set: a stage starts at layer i+1),
+  // times every placement of the S stages.
+  for (uint32_t cuts = 0; cuts < (1u << (L - 1)); ++cuts) {
+    std::vector<StageAssignment> stages;
+    int first = 0;
+    for (int l = 1; l <= L; ++l) {
+      if (l == L || (cuts >> (l - 1)) & 1u) {
+        StageAssignment st;
+        st.first_layer = first;
+        st.last_layer = l - 1;
+        stages.push_back(st);
+        first = l;
+      }
+    }
+    const int S = static_cast<int>(stages.size());
+    std::vector<int> digits(S, 0);
+    while (true) {
+      for (int s = 0; s < S; ++s) stages[s].device = digits[s];
+      for (const Policy& p : policies) batch.push_back(Candidate{stages, p});
+      if (batch.size() >= 2048) flush();
+      int i = 0;
+      while (i < S && ++digits[i] == P) digits[i++] = 0;
+      if (i == S) break;
+    }
+  }
+  flush();
+}
+
+// Stages of a fixed placement re-partitioned exactly; keeps recompute flags by stage index.
+bool Repartition(const ProblemBuilder& b, Candidate* c) {
+  absl::StatusOr<std::vector<StageAssignment>> st = MinMaxPartition(b, DeviceOf(c->stages));
+  if (!st.ok()) return false;
+  for (size_t s = 0; s < st->size(); ++s) (*st)[s].recompute = c->stages[s].recompute;
+  c->stages = *st;
+  return true;
+}
+
+// Devices ordered by total work, heaviest first.
+std::vector<int> DevicesByWork(const ProblemBuilder& b, const std::vector<StageAssignment>& st) {
+  std::vector<double> work(b.num_devices(), 0.0);
+  for (const StageAssignment& s : st) work[s.device] += b.Work(s.first_layer, s.last_layer, s.device);
+  std::vector<int> order(b.num_devices());
+  for (int d = 0; d < b.num_devices(); ++d) order[d] = d;
+  std::stable_sort(order.begin(), order.end(), [&](int x, int y) { return work[x] > work[y]; });
+  return order;
+}
+
+// Partition phase: boundary moves of one or two layers, around the stages of the two busiest
+// and the two idlest devices (all boundaries on small pipelines); best improvement, repeated.
+bool PartitionPhase(Search& search, const ProblemBuilder& b) {
+  bool improved = false;
+  for (int round = 0; round < 200 && !search.out_of_time() && search.has_best(); ++round) {
+    const Candidate base = search.best();
+    const double before = search.best_objective();
+    const int S = static_cast<int>(base.stages.size());
+    std::vector<int> boundaries;  // boundary k: between stage k-1 and stage k
+    if (S <= 24) {
+      for (int k = 1; k < S; ++k) boundaries.push_back(k);
+    } else {
+      const std::vector<int> order = DevicesByWork(b, base.stages);
+      std::vector<int> focus = {order[0], order[1], order[order.size() - 1],
+                                order[order.size() - 2]};
+      for (int s = 0; s < S; ++s) {
+        if (std::find(focus.begin(), focus.end(), base.stages[s].device) == focus.end()) continue;
+        if (s > 0) boundaries.push_back(s);
+        if (s + 1 < S) boundaries.push_back(s + 1);
+      }
+      std::sort(boundaries.begin(), boundaries.end());
+      boundaries.erase(std::unique(boundaries.begin(), boundaries.end()), boundaries.end());
+    }
+    std::vector<Candidate> moves;
+    for (int k : boundaries) {
+      for (int delta : {-2, -1, 1, 2}) {
+        Candidate c = base;
+        StageAssignment& left = c.stages[k - 1];
+        StageAssignment& right = c.stages[k];
+        const int nf = right.first_layer + delta;
+        if (nf <= left.first_layer || nf > right.last_layer) continue;
+        left.last_layer = nf - 1;
+        right.first_layer = nf;
+        moves.push_back(std::move(c));
+      }
+    }
+    search.EvaluateAll(moves);
+    if (!(search.best_objective() < before)) break;
+    improved = true;
+  }
+  return improved;
+}
+
+// Placement phase: swap the devices of two stages, or move a stage to another device, then
+// re-partition exactly for the new placement. Pairs involve the busiest and idlest devices.
+bool PlacementPhase(Search& search, const ProblemBuilder& b) {
+  if (!search.has_best() || search.out_of_time()) return false;
+  const Candidate base = search.best();
+  const double before = search.best_objective();
+  const int S = static_cast<int>(base.stages.size());
+  const int P = b.num_devices();
+  if (P < 2) return false;
+  const std::vector<int> order = DevicesByWork(b, base.stages);
+  std::vector<Candidate> moves;
+  std::uniform_int_distribution<int> pick_stage(0, S - 1);
+  for (int focus : {order[0], order[P - 1]}) {
+    for (int s = 0; s < S; ++s) {
+      if (base.stages[s].device != focus) continue;
+      // Swap with a few other stages (all on small pipelines, sampled on large ones).
+      const int tries = S <= 16 ? S : 6;
+      for (int i = 0; i < tries; ++i) {
+        const int t = S <= 16 ? i : pick_stage(search.rng());
+        if (base.stages[t].device == focus) continue;
+        Candidate c = base;
+        std::swap(c.stages[s].device, c.stages[t].device);
+        if (Repartition(b, &c)) moves.push_back(std::move(c));
+      }
+      // Move it to the least loaded device.
+      if (order[P - 1] != focus) {
+        Candidate c = base;
+        c.stages[s].device = order[P - 1];
+        if (Repartition(b, &c)) moves.push_back(std::move(c));
+      }
+    }
+  }
+  search.EvaluateAll(moves);
+  return search.best_objective() < before;
+}
+
+Policy Perturb(const Policy& p, std::mt19937_64& rng) {
+  Policy q = p;
+  std::uniform_int_distribution<int> which(0, 5);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  switch (which(rng)) {
+    case 0: q.split_backward = !q.split_backward; break;
+    case 1: {
+      const int k = static_cast<int>(unit(rng) * 3);  // F, B or W
+      q.kind_weight[k] = 0.5 + 3.0 * unit(rng);
+      q.kind_weight[3] = q.kind_weight[1];
+      q.kind_weight[4] = q.kind_weight[1];
+      break;
+    }
+    case 2: q.microbatch_weight = (unit(rng) < 0.8 ? 1 : -1) * std::pow(10, -1 - 3 * unit(rng)); break;
+    case 3: q.stage_weight = (unit(rng) < 0.5 ? 1 : -1) * std::pow(10, -1 - 5 * unit(rng)); break;
+    case 4: {
+      const double scales[] = {0, 0.5, 0.75, 1, 1.25, 1.5, 2, 3};
+      q.inflight_scale = scales[static_cast<int>(unit(rng) * 8) % 8];
+      break;
+    }
+    default:
+      q.kind_weight = {2.0 + unit(rng), 2.0 + unit(rng), unit(rng) * 2.0, 0, 0};
+      q.kind_weight[3] = q.kind_weight[1];
+      q.kind_weight[4] = q.kind_weight[1];
+      break;
+  }
+  return q;
+}
+
+// Schedule phase: random local search over the policy (seeded), plus recompute toggles on the
+// stages of the device with the most memory pressure when that helps.
+bool SchedulePhase(Search& search, int trials) {
+  if (!search.has_best() || search.out_of_time()) return false;
+  const double before = search.best_objective();
+  const Candidate base = search.best();
+  std::vector<Candidate> moves;
+  for (int i = 0; i < trials; ++i) {
+    Candidate c = base;
+    c.policy = Perturb(base.policy, search.rng());
+    if (i % 4 == 3) c.policy = Perturb(c.policy, search.rng());
+    moves.push_back(std::move(c));
+  }
+  search.EvaluateAll(moves);
+  return search.best_objective() < before;
+}
+
+}  // namespace
+
+absl::StatusOr<TuneResult> Tune(const ModelGraph& model, const Cluster& cluster,
+                                const CostModel& cost_model, const TunerOptions& options) {
+  if (options.num_microbatches < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("microbatches must be >= 1, got ", options.num_microbatches));
+  }
+  if (options.num_devices < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("devices must be >= 1, got ", options.num_devices));
+  }
+  if (options.num_devices > model.num_layers()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "devices: ", options.num_devices, " devices need at least as many layers, but the model '",
+        model.name, "' has ", model.num_layers()));
+  }
+  if (!(options.time_budget_s > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("time_budget_s must be > 0, got ", options.time_budget_s));
+  }
+  ASSIGN_OR_RETURN(ProblemBuilder builder,
+                   ProblemBuilder::Create(model, cluster, cost_model, options.num_devices));
+  std::function<double()> now = options.now;
+  if (!now) {
+    now = [] {
+      return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+          .count();
+    };
+  }
+  Search search(builder, options, now);
+  TuneResult result;
+  const bool steady = options.objective == Objective::kSteadyState;
+  const int L = model.num_layers(), P = options.num_devices, M = options.num_microbatches;
+
+  // Baselines.
+  result.baselines = RunBaselines(model, builder, M, options.link_contention);
+  const BaselineResult* best_baseline = BestFittingBaseline(result.baselines, steady);
+  auto baseline_objective = [&](const BaselineResult& b) {
+    return steady ? b.result.steady_state_iteration_time_s : b.result.iteration_time_s;
+  };
+  search.Log(&result, "baselines", kInf, 0,
+             best_baseline ? absl::StrCat("best fitting baseline: ", best_baseline->name, " ",
+                                          baseline_objective(*best_baseline), " s")
+                           : "no baseline fits in memory");
+
+  const std::vector<Policy> policies = BasePolicies();
+  int64_t evals = search.evaluations();
+  if (SpaceSize(L, P, options.exhaustive_limit) <= options.exhaustive_limit) {
+    Exhaustive(search, builder, policies);
+    search.Log(&result, "exhaustive", kInf, evals,
+               "every partition and placement with each seed policy");
+  } else {
+    // Seeds: every placement family, exact min-max partition, every base policy; the best
+    // baseline's partition and placement with the base policies; and recompute variants.
+    std::vector<Candidate> seeds;
+    for (const Placement& family : PlacementFamilies(P, L, options.max_chunks)) {
+      absl::StatusOr<std::vector<StageAssignment>> st =
+          MinMaxPartition(builder, family.stage_device);
+      if (!st.ok()) continue;
+      for (const Policy& p : policies) {
+        seeds.push_back(Candidate{*st, p});
+        Candidate r{*st, p};
+        for (StageAssignment& s : r.stages) s.recompute = true;
+        seeds.push_back(std::move(r));
+      }
+    }
+    for (const BaselineResult& b : result.baselines) {
+      if (!b.ran) continue;
+      for (const Policy& p : policies) seeds.push_back(Candidate{b.plan.stages, p});
+    }
+    search.EvaluateAll(seeds);
+    search.Log(&result, "seed", kInf, evals,
+               absl::StrCat(seeds.size(), " seeds over placements, partitions and policies"));
+
+    // Iterate the three phases until none improves.
+    for (int iteration = 0; !search.out_of_time(); ++iteration) {
+      bool any = false;
+      double before = search.best_objective();
+      evals = search.evaluations();
+      any |= PartitionPhase(search, builder);
+      search.Log(&result, "partition", before, evals, "boundary moves");
+      before = search.best_objective();
+      evals = search.evaluations();
+      any |= PlacementPhase(search, builder);
+      search.Log(&result, "placement", before, evals, "stage swaps and moves + re-partition");
+      before = search.best_objective();
+      evals = search.evaluations();
+      any |= SchedulePhase(search, 16);
+      search.Log(&result, "schedule", before, evals,
+                 search.has_best() ? search.best().policy.ToString() : "no fitting order");
+      if (!any) break;
+    }
+  }
+  result.budget_exhausted = search.out_of_time();
+  result.evaluations = search.evaluations();
+
+  // The answer: our best, unless a baseline is better.
+  CandidateEvaluator& ev = search.evaluator();
+  const double ours = search.best_objective();
+  const bool baseline_wins = best_baseline != nullptr && baseline_objective(*best_baseline) <= ours;
+  if (search.has_best() && !baseline_wins) {
+    const Candidate& c = search.best();
+    Schedule schedule;
+    ev.Evaluate(c, &schedule);
+    result.plan.stages = c.stages;
+    result.plan.schedule = std::move(schedule);
+    result.origin = "tuned";
+  } else if (best_baseline != nullptr) {
+    result.plan = best_baseline->plan;
+    result.origin = absl::StrCat("baseline:", best_baseline->name);
+  } else {
+    // Infeasible: report the fastest plan ignoring memory, and what the least-memory plan
+    // would need per device.
+    result.feasible = false;
+    const Candidate& shown = search.has_fastest() ? search.fastest()
+                                                  : (search.has_closest() ? search.closest()
+                                                                          : Candidate{});
+    if (shown.stages.empty()) {
+      return absl::InternalError("tuner: no candidate could be scheduled at all");
+    }
+    Schedule schedule;
+    Candidate free_memory = search.has_closest() ? search.closest() : shown;
+    // Least memory: recompute everywhere, 1F1B's in-flight budget.
+    for (StageAssignment& s : free_memory.stages) s.recompute = true;
+    free_memory.policy.inflight_scale = 1;
+    PipelineProblem pb;
+    builder.BuildInto(free_memory.stages, M, &pb);
+    WeightedPolicy wp;
+    ListSchedulerOptions lo;
+    lo.split_backward = free_memory.policy.split_backward;
+    lo.inflight_until_b = true;
+    lo.inflight_cap = InflightCaps(free_memory.policy, free_memory.stages, P);
+    absl::StatusOr<ListScheduleResult> ls = ListSchedule(pb, wp, lo);
+    if (ls.ok()) {
+      absl::StatusOr<SimResult> r = octopipe::Simulate(pb, ls->schedule);
+      if (r.ok()) {
+        int worst = 0;
+        double worst_ratio = 0;
+        for (int d = 0; d < P; ++d) {
+          result.required_memory_bytes.push_back(r->devices[d].peak_memory_bytes +
+                                                 cluster.memory_reserve_bytes);
+          const double ratio = r->devices[d].peak_memory_bytes / pb.memory_capacity[d];
+          if (ratio > worst_ratio) {
+            worst_ratio = ratio;
+            worst = d;
+          }
+        }
+        result.infeasible_reason = absl::StrCat(
+            "the model does not fit on ", P, " devices: even with full recompute and 1F1B's "
+            "in-flight budget, device ", worst, " needs ",
+            absl::StrFormat("%.1f", result.required_memory_bytes[worst] / 1e9), " GB but has ",
+            absl::StrFormat("%.1f", cluster.device_hardware(worst).memory_bytes / 1e9),
+            " GB (", absl::StrFormat("%.1f", cluster.memory_reserve_bytes / 1e9),
+            " GB reserved)");
+      }
+    }
+    pb = PipelineProblem{};
+    Candidate fastest = shown;
+    builder.BuildInto(fastest.stages, M, &pb);
+    lo.split_backward = fastest.policy.split_backward;
+    lo.inflight_cap = InflightCaps(fastest.policy, fastest.stages, P);
+    lo.activation_cap_bytes.clear();
+    absl::StatusOr<ListScheduleResult> fast = ListSchedule(pb, wp, lo);
+    result.plan.stages = fastest.stages;
+    if (fast.ok()) result.plan.schedule = std::move(fast->schedule);
+    result.origin = "infeasible";
+  }
+  result.feasible = result.origin != "infeasible";
+  result.plan.schedule_name = result.origin == "tuned" ? "octopipe" : result.origin;
+  result.plan.num_devices = P;
+  result.plan.num_microbatches = M;
+  ASSIGN_OR_RETURN(PipelineProblem problem, builder.Build(result.plan));
+  problem.link_contention = options.link_contention;
+  EvalOptions eval;
+  eval.critical_path = true;
+  ASSIGN_OR_RETURN(result.predicted, octopipe::Simulate(problem, result.plan.schedule, eval));
+  if (best_baseline != nullptr) {
+    result.best_baseline = best_baseline->name;
+    const double ours_final = steady ? result.predicted.steady_state_iteration_time_s
+                                     : result.predicted.iteration_time_s;
+    result.speedup_vs_best_baseline = baseline_objective(*best_baseline) / ours_final;
+  }
+  result.tuning_wall_s = search.elapsed();
+  return result;
+}
+
+}  // namespace octopipe

@@ -1,0 +1,92 @@
+// The iterative bubble-aware tuner: co-optimises partition, placement and schedule under each
+// device's memory capacity, judged by the simulator, and compares against every baseline.
+//
+// Search (DESIGN.md "Tuner"): seeds from every placement family (one stage per device; two or
+// more per device in loop and V shapes) with an exact min-max partition and a set of list-
+// scheduling policies, plus recompute where memory is short. Then it iterates three phases
+// until none improves or the time budget runs out:
+//   partition  boundary moves around the stages of the busiest and the most idle devices,
+//   placement  stage swaps and moves between devices guided by per-device bubble,
+//   schedule   a seeded local search over the list-scheduling policy.
+// Small instances (few layers and devices) are searched exhaustively instead. The result is
+// never slower than the best fitting baseline: a baseline that wins is returned as the plan.
+//
+// Deterministic for a seed when the budget is not exhausted (neighbours are evaluated in
+// parallel but reduced in a fixed order). Thread-safe: Tune has no shared state.
+#ifndef OCTOPIPE_TUNER_TUNER_H_
+#define OCTOPIPE_TUNER_TUNER_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/cluster.h"
+#include "core/cost_model.h"
+#include "core/model_graph.h"
+#include "core/plan.h"
+#include "simulator/evaluator.h"
+#include "tuner/baselines.h"
+
+namespace octopipe {
+
+enum class Objective { kSynchronous, kSteadyState };
+
+struct TunerOptions {
+  int num_devices = 0;       // pipeline devices: the cluster's first P
+  int num_microbatches = 0;  // M
+  // kSynchronous: first op start to last op end (a global optimizer step, the default).
+  // kSteadyState: the period when consecutive iterations overlap.
+  Objective objective = Objective::kSynchronous;
+  // Wall-clock budget; the best plan so far is returned when it runs out. Larger budgets only
+  // help on big pipelines (the search converges earlier on small ones).
+  double time_budget_s = 10;
+  uint64_t seed = 1;
+  int threads = 2;  // evaluation threads (this machine has 2 cores)
+  bool link_contention = false;
+  int max_chunks = 4;  // most stages per device the seeds consider
+  // Exhaustive search when the number of (partition, placement) pairs is at most this.
+  int64_t exhaustive_limit = 60000;
+  // Clock in seconds (injectable for tests); default: steady_clock.
+  std::function<double()> now;
+  // Called after each phase with the log entry (for progress output on long runs).
+  std::function<void(const struct TuneLogEntry&)> progress;
+};
+
+struct TuneLogEntry {
+  std::string phase;  // "baselines", "seed", "exhaustive", "partition", "placement", "schedule"
+  double before_s = 0;  // objective before the phase (inf when nothing fitted yet)
+  double after_s = 0;
+  int64_t evaluations = 0;
+  double wall_s = 0;  // since the start of tuning
+  std::string detail;
+};
+
+struct TuneResult {
+  // False: nothing fits in memory. Then `plan` is the best-time plan ignoring memory and
+  // `required_memory_bytes` says what each device would need for the least-memory plan found.
+  bool feasible = false;
+  std::string infeasible_reason;
+  std::vector<double> required_memory_bytes;
+
+  Plan plan;
+  SimResult predicted;
+  std::string origin;  // "tuned" or "baseline:<name>" when a baseline could not be beaten
+  std::vector<BaselineResult> baselines;
+  std::string best_baseline;  // empty when no baseline fits
+  double speedup_vs_best_baseline = 0;  // best fitting baseline objective / ours
+  double tuning_wall_s = 0;
+  int64_t evaluations = 0;
+  bool budget_exhausted = false;
+  std::vector<TuneLogEntry> log;
+};
+
+// kInvalidArgument for bad options (naming the field); an infeasible model is a result with
+// feasible == false, not an error.
+absl::StatusOr<TuneResult> Tune(const ModelGraph& model, const Cluster& cluster,
+                                const CostModel& cost_model, const TunerOptions& options);
+
+}  // namespace octopipe
+
+#endif  // OCTOPIPE_TUNER_TUNER_H_
