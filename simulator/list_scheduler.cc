@@ -59,11 +59,18 @@ absl::StatusOr<ListScheduleResult> ListSchedule(const PipelineProblem& pb, const
   const size_t total = static_cast<size_t>(S) * M * (split ? 3 : 2);
   size_t emitted = 0;
 
+  // In-flight caps are a heuristic budget, not a hard limit: when every device is blocked by
+  // them (e.g. a device holding the first and the last stage has filled its budget with
+  // early micro-batches before the first one comes back), one op is let through.
+  bool relax_inflight = false;
   auto cap_ok = [&](int d, int32_t id) {
     const int kind = id / (S * M);
     if (kind != kF) return true;  // backward work always proceeds: it frees memory
     const int s = (id / M) % S;
-    if (!options.inflight_cap.empty() && inflight[d] >= options.inflight_cap[d]) return false;
+    if (!relax_inflight && !options.inflight_cap.empty() &&
+        inflight[d] >= options.inflight_cap[d]) {
+      return false;
+    }
     if (!options.activation_cap_bytes.empty()) {
       const double alloc = pb.recompute[s] ? pb.input_bytes[s] : pb.activation_bytes[s];
       if (live[d] + alloc > options.activation_cap_bytes[d] * (1 + 1e-12)) return false;
@@ -108,6 +115,11 @@ absl::StatusOr<ListScheduleResult> ListSchedule(const PipelineProblem& pb, const
       best_d = d;
       best_t = k;
       break;
+    }
+    if (best_d < 0 && !relax_inflight && !options.inflight_cap.empty()) {
+      relax_inflight = true;
+      for (int d = 0; d < P; ++d) refresh(d);
+      continue;
     }
     if (best_d < 0) {
       for (int d = 0; d < P; ++d) {
@@ -199,9 +211,14 @@ absl::StatusOr<ListScheduleResult> ListSchedule(const PipelineProblem& pb, const
       if (s > 0) release(id_of(back_kind, s - 1, m), cross(s - 1, pb.output_bytes[s - 1]));
       if (kind == kB) release(id_of(kW, s, m), finish);
     }
-    refresh(d);
-    for (int dev : touched) {
-      if (dev != d) refresh(dev);
+    if (relax_inflight) {
+      relax_inflight = false;
+      for (int dev = 0; dev < P; ++dev) refresh(dev);
+    } else {
+      refresh(d);
+      for (int dev : touched) {
+        if (dev != d) refresh(dev);
+      }
     }
     touched.clear();
   }

@@ -9,6 +9,9 @@
 namespace octopipe {
 
 std::string Policy::ToString() const {
+  if (classic >= 0) {
+    return absl::StrCat("fixed ", ScheduleKindName(static_cast<ScheduleKind>(classic)), " order");
+  }
   return absl::StrFormat(
       "%s, weights F=%g B=%g W=%g BW=%g, micro-batch %g, stage %g, in-flight scale %g",
       split_backward ? "split B/W" : "unsplit BW", kind_weight[0], kind_weight[1],
@@ -29,6 +32,79 @@ std::vector<int> InflightCaps(const Policy& policy, const std::vector<StageAssig
   return caps;
 }
 
+ClassicOrders::ClassicOrders(int devices, int microbatches, int num_layers) {
+  for (ScheduleKind kind : AllScheduleKinds()) {
+    const size_t i = static_cast<size_t>(kind);
+    if (orders_.size() <= i) orders_.resize(i + 1);
+    absl::StatusOr<GeneratedSchedule> g = GenerateSchedule(kind, devices, 0, microbatches);
+    if (g.ok() && g->num_stages <= num_layers) {
+      orders_[i] = std::make_unique<GeneratedSchedule>(std::move(*g));
+    }
+  }
+}
+
+const GeneratedSchedule* ClassicOrders::Get(ScheduleKind kind) const {
+  const size_t i = static_cast<size_t>(kind);
+  return i < orders_.size() ? orders_[i].get() : nullptr;
+}
+
+Schedule WithRecompute(const Schedule& schedule, const std::vector<StageAssignment>& stages) {
+  Schedule out;
+  out.ops.resize(schedule.ops.size());
+  for (size_t d = 0; d < schedule.ops.size(); ++d) {
+    out.ops[d].reserve(schedule.ops[d].size() * 4 / 3);
+    for (const Op& op : schedule.ops[d]) {
+      if ((op.kind == OpKind::kB || op.kind == OpKind::kBW) && stages[op.stage].recompute) {
+        out.ops[d].push_back(Op{OpKind::kR, op.stage, op.microbatch});
+      }
+      out.ops[d].push_back(op);
+    }
+  }
+  return out;
+}
+
+Score CandidateEvaluator::EvaluateClassic(const Candidate& c, Schedule* schedule) {
+  Score score;
+  const GeneratedSchedule* g =
+      classic_ ? classic_->Get(static_cast<ScheduleKind>(c.policy.classic)) : nullptr;
+  if (g == nullptr || g->stage_device.size() != c.stages.size()) {
+    score.why_not = "classic order not applicable";
+    return score;
+  }
+  for (size_t s = 0; s < c.stages.size(); ++s) {
+    if (c.stages[s].device != g->stage_device[s]) {
+      score.why_not = "placement differs from the classic order's";
+      return score;
+    }
+  }
+  bool any_recompute = false;
+  for (const StageAssignment& st : c.stages) any_recompute |= st.recompute;
+  Schedule with_r;
+  if (any_recompute) with_r = WithRecompute(g->schedule, c.stages);
+  const Schedule& order = any_recompute ? with_r : g->schedule;
+  absl::StatusOr<Evaluator::Summary> sum = evaluator_.EvaluateSummary(problem_, order);
+  if (!sum.ok()) {
+    score.why_not = std::string(sum.status().message());
+    return score;
+  }
+  score.scheduled = true;
+  score.fits = sum->fits_memory;
+  score.iteration_time_s = sum->iteration_time_s;
+  score.steady_state_iteration_time_s = sum->steady_state_iteration_time_s;
+  if (!score.fits) {
+    absl::StatusOr<SimResult> full = evaluator_.Evaluate(problem_, order);
+    if (full.ok()) {
+      for (size_t d = 0; d < full->devices.size(); ++d) {
+        score.memory_overflow_bytes =
+            std::max(score.memory_overflow_bytes,
+                     full->devices[d].peak_memory_bytes - problem_.memory_capacity[d]);
+      }
+    }
+  }
+  if (schedule != nullptr) *schedule = order;
+  return score;
+}
+
 Score CandidateEvaluator::Evaluate(const Candidate& c, Schedule* schedule) {
   Score score;
   builder_.BuildInto(c.stages, num_microbatches_, &problem_);
@@ -47,7 +123,13 @@ Score CandidateEvaluator::Evaluate(const Candidate& c, Schedule* schedule) {
     }
     options_.activation_cap_bytes[d] = std::max(0.0, free);
   }
+  if (ignore_memory_) {
+    score.memory_overflow_bytes = 0;
+    score.why_not.clear();
+    options_.activation_cap_bytes.clear();
+  }
   if (score.memory_overflow_bytes > 0) return score;
+  if (c.policy.classic >= 0) return EvaluateClassic(c, schedule);
   options_.inflight_cap = InflightCaps(c.policy, c.stages, P);
   WeightedPolicy policy;
   policy.kind_weight = c.policy.kind_weight;

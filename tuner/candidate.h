@@ -14,6 +14,7 @@
 
 #include <array>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,7 @@
 #include "simulator/evaluator.h"
 #include "simulator/list_scheduler.h"
 #include "simulator/problem_builder.h"
+#include "simulator/schedules.h"
 
 namespace octopipe {
 
@@ -34,6 +36,9 @@ struct Policy {
   // In-flight cap per device = max(1, round(scale * (stages from its first stage to the end))),
   // counted from F to B; 0 = no cap beyond memory. scale 1 on one stage per device is 1F1B's.
   double inflight_scale = 0;
+  // >= 0: instead of list scheduling, use the fixed order of this classic schedule
+  // (a ScheduleKind); the candidate's placement must be that schedule's own.
+  int classic = -1;
 
   std::string ToString() const;
 };
@@ -58,10 +63,27 @@ struct Score {
   }
 };
 
+// The classic schedules' orders for one (devices, micro-batches), generated once and shared
+// read-only by every evaluator (the orders do not depend on the partition or the costs).
+class ClassicOrders {
+ public:
+  ClassicOrders(int devices, int microbatches, int num_layers);
+  // nullptr when the schedule does not apply (too few layers, micro-batch rules).
+  const GeneratedSchedule* Get(ScheduleKind kind) const;
+
+ private:
+  std::vector<std::unique_ptr<GeneratedSchedule>> orders_;  // indexed by ScheduleKind
+};
+
+// Adds R(s, m) right before the backward of every micro-batch of each recompute stage.
+Schedule WithRecompute(const Schedule& schedule, const std::vector<StageAssignment>& stages);
+
 class CandidateEvaluator {
  public:
-  CandidateEvaluator(const ProblemBuilder& builder, int num_microbatches, bool link_contention)
-      : builder_(builder), num_microbatches_(num_microbatches), contention_(link_contention) {}
+  CandidateEvaluator(const ProblemBuilder& builder, int num_microbatches, bool link_contention,
+                     const ClassicOrders* classic = nullptr)
+      : builder_(builder), num_microbatches_(num_microbatches), contention_(link_contention),
+        classic_(classic) {}
 
   // Scores the candidate; when `schedule` is given, stores the order there.
   Score Evaluate(const Candidate& candidate, Schedule* schedule = nullptr);
@@ -72,10 +94,18 @@ class CandidateEvaluator {
 
   const PipelineProblem& last_problem() const { return problem_; }
 
+  // Schedules without regard to memory (no static check, no activation caps): what a plan
+  // would need, for infeasible answers.
+  void set_ignore_memory(bool ignore) { ignore_memory_ = ignore; }
+
  private:
+  Score EvaluateClassic(const Candidate& candidate, Schedule* schedule);
+
   const ProblemBuilder& builder_;
   int num_microbatches_;
   bool contention_;
+  const ClassicOrders* classic_;
+  bool ignore_memory_ = false;
   PipelineProblem problem_;
   Evaluator evaluator_;
   ListSchedulerOptions options_;

@@ -65,13 +65,14 @@ std::vector<Placement> PlacementFamilies(int P, int L, int max_chunks) {
 
 class Search {
  public:
-  Search(const ProblemBuilder& builder, const TunerOptions& o, std::function<double()> now)
+  Search(const ProblemBuilder& builder, const TunerOptions& o, std::function<double()> now,
+         const ClassicOrders* classic)
       : builder_(builder), options_(o), now_(std::move(now)), start_(now_()),
         rng_(o.seed) {
     const int threads = std::max(1, o.threads);
     for (int i = 0; i < threads; ++i) {
       workers_.push_back(std::make_unique<CandidateEvaluator>(builder, o.num_microbatches,
-                                                              o.link_contention));
+                                                              o.link_contention, classic));
     }
   }
 
@@ -294,12 +295,14 @@ bool PlacementPhase(Search& search, const ProblemBuilder& b) {
         const int t = S <= 16 ? i : pick_stage(search.rng());
         if (base.stages[t].device == focus) continue;
         Candidate c = base;
+        c.policy.classic = -1;  // a fixed classic order only fits its own placement
         std::swap(c.stages[s].device, c.stages[t].device);
         if (Repartition(b, &c)) moves.push_back(std::move(c));
       }
       // Move it to the least loaded device.
       if (order[P - 1] != focus) {
         Candidate c = base;
+        c.policy.classic = -1;
         c.stages[s].device = order[P - 1];
         if (Repartition(b, &c)) moves.push_back(std::move(c));
       }
@@ -311,6 +314,7 @@ bool PlacementPhase(Search& search, const ProblemBuilder& b) {
 
 Policy Perturb(const Policy& p, std::mt19937_64& rng) {
   Policy q = p;
+  q.classic = -1;  // perturbing a fixed classic order means list scheduling instead
   std::uniform_int_distribution<int> which(0, 5);
   std::uniform_real_distribution<double> unit(0.0, 1.0);
   switch (which(rng)) {
@@ -351,6 +355,13 @@ bool SchedulePhase(Search& search, int trials) {
     if (i % 4 == 3) c.policy = Perturb(c.policy, search.rng());
     moves.push_back(std::move(c));
   }
+  // Recompute toggles: early stages hold the most micro-batches in flight, so try them first.
+  const int S = static_cast<int>(base.stages.size());
+  for (int s = 0; s < std::min(S, 12); ++s) {
+    Candidate c = base;
+    c.stages[s].recompute = !c.stages[s].recompute;
+    moves.push_back(std::move(c));
+  }
   search.EvaluateAll(moves);
   return search.best_objective() < before;
 }
@@ -385,7 +396,8 @@ absl::StatusOr<TuneResult> Tune(const ModelGraph& model, const Cluster& cluster,
           .count();
     };
   }
-  Search search(builder, options, now);
+  const ClassicOrders classic(options.num_devices, options.num_microbatches, model.num_layers());
+  Search search(builder, options, now, &classic);
   TuneResult result;
   const bool steady = options.objective == Objective::kSteadyState;
   const int L = model.num_layers(), P = options.num_devices, M = options.num_microbatches;
@@ -403,13 +415,43 @@ absl::StatusOr<TuneResult> Tune(const ModelGraph& model, const Cluster& cluster,
 
   const std::vector<Policy> policies = BasePolicies();
   int64_t evals = search.evaluations();
+  // Every classic order with its own placement, on the exact min-max partition and the even
+  // one, with and without recompute: the baselines' schedules, co-optimised with the partition.
+  {
+    std::vector<Candidate> seeds;
+    for (ScheduleKind kind : AllScheduleKinds()) {
+      const GeneratedSchedule* g = classic.Get(kind);
+      if (g == nullptr) continue;
+      Policy p;
+      p.classic = static_cast<int>(kind);
+      std::vector<std::vector<StageAssignment>> partitions;
+      absl::StatusOr<std::vector<StageAssignment>> balanced =
+          MinMaxPartition(builder, g->stage_device);
+      if (balanced.ok()) partitions.push_back(*balanced);
+      std::vector<StageAssignment> even = EvenPartition(L, g->num_stages);
+      for (int st = 0; st < g->num_stages; ++st) even[st].device = g->stage_device[st];
+      partitions.push_back(even);
+      for (const auto& part : partitions) {
+        seeds.push_back(Candidate{part, p});
+        Candidate r{part, p};
+        for (StageAssignment& st : r.stages) st.recompute = true;
+        seeds.push_back(std::move(r));
+      }
+    }
+    search.EvaluateAll(seeds);
+    search.Log(&result, "classic", kInf, evals,
+               absl::StrCat(seeds.size(), " classic orders on balanced and even partitions"));
+    evals = search.evaluations();
+  }
   if (SpaceSize(L, P, options.exhaustive_limit) <= options.exhaustive_limit) {
+    const double before_exhaustive = search.best_objective();
     Exhaustive(search, builder, policies);
-    search.Log(&result, "exhaustive", kInf, evals,
+    search.Log(&result, "exhaustive", before_exhaustive, evals,
                "every partition and placement with each seed policy");
   } else {
     // Seeds: every placement family, exact min-max partition, every base policy; the best
     // baseline's partition and placement with the base policies; and recompute variants.
+    const double before_seeds = search.best_objective();
     std::vector<Candidate> seeds;
     for (const Placement& family : PlacementFamilies(P, L, options.max_chunks)) {
       absl::StatusOr<std::vector<StageAssignment>> st =
@@ -427,7 +469,7 @@ absl::StatusOr<TuneResult> Tune(const ModelGraph& model, const Cluster& cluster,
       for (const Policy& p : policies) seeds.push_back(Candidate{b.plan.stages, p});
     }
     search.EvaluateAll(seeds);
-    search.Log(&result, "seed", kInf, evals,
+    search.Log(&result, "seed", before_seeds, evals,
                absl::StrCat(seeds.size(), " seeds over placements, partitions and policies"));
 
     // Iterate the three phases until none improves.
@@ -468,59 +510,48 @@ absl::StatusOr<TuneResult> Tune(const ModelGraph& model, const Cluster& cluster,
     result.origin = absl::StrCat("baseline:", best_baseline->name);
   } else {
     // Infeasible: report the fastest plan ignoring memory, and what the least-memory plan
-    // would need per device.
-    result.feasible = false;
-    const Candidate& shown = search.has_fastest() ? search.fastest()
-                                                  : (search.has_closest() ? search.closest()
-                                                                          : Candidate{});
-    if (shown.stages.empty()) {
+    // found (full recompute, 1F1B's in-flight budget) would need per device.
+    if (!search.has_fastest() && !search.has_closest()) {
       return absl::InternalError("tuner: no candidate could be scheduled at all");
     }
-    Schedule schedule;
-    Candidate free_memory = search.has_closest() ? search.closest() : shown;
-    // Least memory: recompute everywhere, 1F1B's in-flight budget.
-    for (StageAssignment& s : free_memory.stages) s.recompute = true;
-    free_memory.policy.inflight_scale = 1;
-    PipelineProblem pb;
-    builder.BuildInto(free_memory.stages, M, &pb);
-    WeightedPolicy wp;
-    ListSchedulerOptions lo;
-    lo.split_backward = free_memory.policy.split_backward;
-    lo.inflight_until_b = true;
-    lo.inflight_cap = InflightCaps(free_memory.policy, free_memory.stages, P);
-    absl::StatusOr<ListScheduleResult> ls = ListSchedule(pb, wp, lo);
-    if (ls.ok()) {
-      absl::StatusOr<SimResult> r = octopipe::Simulate(pb, ls->schedule);
-      if (r.ok()) {
-        int worst = 0;
-        double worst_ratio = 0;
-        for (int d = 0; d < P; ++d) {
-          result.required_memory_bytes.push_back(r->devices[d].peak_memory_bytes +
-                                                 cluster.memory_reserve_bytes);
-          const double ratio = r->devices[d].peak_memory_bytes / pb.memory_capacity[d];
-          if (ratio > worst_ratio) {
-            worst_ratio = ratio;
-            worst = d;
-          }
-        }
-        result.infeasible_reason = absl::StrCat(
-            "the model does not fit on ", P, " devices: even with full recompute and 1F1B's "
-            "in-flight budget, device ", worst, " needs ",
-            absl::StrFormat("%.1f", result.required_memory_bytes[worst] / 1e9), " GB but has ",
-            absl::StrFormat("%.1f", cluster.device_hardware(worst).memory_bytes / 1e9),
-            " GB (", absl::StrFormat("%.1f", cluster.memory_reserve_bytes / 1e9),
-            " GB reserved)");
+    CandidateEvaluator unlimited(builder, M, options.link_contention, &classic);
+    unlimited.set_ignore_memory(true);
+    Candidate least = search.has_closest() ? search.closest() : search.fastest();
+    for (StageAssignment& s : least.stages) s.recompute = true;
+    least.policy = Policy{};
+    least.policy.inflight_scale = 1;
+    Schedule least_schedule;
+    const Score ls = unlimited.Evaluate(least, &least_schedule);
+    absl::StatusOr<SimResult> need =
+        ls.scheduled ? unlimited.Simulate(least, least_schedule)
+                     : absl::StatusOr<SimResult>(absl::InternalError(ls.why_not));
+    if (!need.ok()) return need.status();
+    int worst = 0;
+    double worst_ratio = 0;
+    for (int d = 0; d < P; ++d) {
+      const double bytes = need->devices[d].peak_memory_bytes + cluster.memory_reserve_bytes;
+      result.required_memory_bytes.push_back(bytes);
+      const double ratio = bytes / cluster.device_hardware(d).memory_bytes;
+      if (ratio > worst_ratio) {
+        worst_ratio = ratio;
+        worst = d;
       }
     }
-    pb = PipelineProblem{};
-    Candidate fastest = shown;
-    builder.BuildInto(fastest.stages, M, &pb);
-    lo.split_backward = fastest.policy.split_backward;
-    lo.inflight_cap = InflightCaps(fastest.policy, fastest.stages, P);
-    lo.activation_cap_bytes.clear();
-    absl::StatusOr<ListScheduleResult> fast = ListSchedule(pb, wp, lo);
-    result.plan.stages = fastest.stages;
-    if (fast.ok()) result.plan.schedule = std::move(fast->schedule);
+    result.infeasible_reason = absl::StrCat(
+        "the model does not fit on ", P, " devices: even with full recompute and 1F1B's "
+        "in-flight budget, device ", worst, " needs ",
+        absl::StrFormat("%.1f", result.required_memory_bytes[worst] / 1e9), " GB but has ",
+        absl::StrFormat("%.1f", cluster.device_hardware(worst).memory_bytes / 1e9), " GB (",
+        absl::StrFormat("%.1f", cluster.memory_reserve_bytes / 1e9), " GB of it reserved)");
+    const Candidate shown = search.has_fastest() ? search.fastest() : least;
+    Schedule schedule;
+    if (unlimited.Evaluate(shown, &schedule).scheduled) {
+      result.plan.stages = shown.stages;
+      result.plan.schedule = std::move(schedule);
+    } else {
+      result.plan.stages = least.stages;
+      result.plan.schedule = std::move(least_schedule);
+    }
     result.origin = "infeasible";
   }
   result.feasible = result.origin != "infeasible";
