@@ -312,6 +312,49 @@ bool PlacementPhase(Search& search, const ProblemBuilder& b) {
   return search.best_objective() < before;
 }
 
+// Rebalance phase (bubble-driven partition): simulate the best plan, lower the weight of
+// devices that idle (busy / iteration time < 1) and re-partition exactly with the weights, so
+// layers flow to idle devices across any number of stage boundaries at once. A few rounds of
+// multiplicative updates with two step sizes.
+bool RebalancePhase(Search& search, const ProblemBuilder& b) {
+  if (!search.has_best() || search.out_of_time()) return false;
+  const double before = search.best_objective();
+  const int P = b.num_devices();
+  for (double alpha : {1.0, 0.5, 2.0}) {
+    std::vector<double> weight(P, 1.0);
+    Candidate current = search.best();
+    for (int round = 0; round < 6 && !search.out_of_time(); ++round) {
+      Schedule schedule;
+      CandidateEvaluator& ev = search.evaluator();
+      if (!ev.Evaluate(current, &schedule).scheduled) break;
+      absl::StatusOr<SimResult> sim = ev.Simulate(current, schedule);
+      if (!sim.ok()) break;
+      const double T = search.steady() ? sim->steady_state_iteration_time_s
+                                       : sim->iteration_time_s;
+      if (!(T > 0)) break;
+      for (int d = 0; d < P; ++d) {
+        const double busy = std::max(sim->devices[d].busy_s, 1e-3 * T);
+        weight[d] *= std::pow(busy / T, alpha);
+      }
+      Candidate next = current;
+      absl::StatusOr<std::vector<StageAssignment>> st =
+          WeightedMinMaxPartition(b, DeviceOf(current.stages), weight);
+      if (!st.ok()) break;
+      for (size_t s = 0; s < st->size(); ++s) (*st)[s].recompute = current.stages[s].recompute;
+      next.stages = BalanceDeviceLoads(b, *st, weight);
+      std::vector<Candidate> batch = {next};
+      Candidate with_list = next;  // a fixed classic order may suit the new split less
+      if (with_list.policy.classic >= 0) {
+        with_list.policy = Policy{};
+        batch.push_back(with_list);
+      }
+      search.EvaluateAll(batch);
+      current = next;
+    }
+  }
+  return search.best_objective() < before;
+}
+
 Policy Perturb(const Policy& p, std::mt19937_64& rng) {
   Policy q = p;
   q.classic = -1;  // perturbing a fixed classic order means list scheduling instead
@@ -427,7 +470,12 @@ absl::StatusOr<TuneResult> Tune(const ModelGraph& model, const Cluster& cluster,
       std::vector<std::vector<StageAssignment>> partitions;
       absl::StatusOr<std::vector<StageAssignment>> balanced =
           MinMaxPartition(builder, g->stage_device);
-      if (balanced.ok()) partitions.push_back(*balanced);
+      if (balanced.ok()) {
+        partitions.push_back(*balanced);
+        if (g->num_stages > P) {
+          partitions.push_back(BalanceDeviceLoads(builder, *balanced, std::vector<double>(P, 1.0)));
+        }
+      }
       std::vector<StageAssignment> even = EvenPartition(L, g->num_stages);
       for (int st = 0; st < g->num_stages; ++st) even[st].device = g->stage_device[st];
       partitions.push_back(even);
@@ -457,11 +505,17 @@ absl::StatusOr<TuneResult> Tune(const ModelGraph& model, const Cluster& cluster,
       absl::StatusOr<std::vector<StageAssignment>> st =
           MinMaxPartition(builder, family.stage_device);
       if (!st.ok()) continue;
-      for (const Policy& p : policies) {
-        seeds.push_back(Candidate{*st, p});
-        Candidate r{*st, p};
-        for (StageAssignment& s : r.stages) s.recompute = true;
-        seeds.push_back(std::move(r));
+      std::vector<std::vector<StageAssignment>> parts = {*st};
+      if (static_cast<int>(st->size()) > P) {
+        parts.push_back(BalanceDeviceLoads(builder, *st, std::vector<double>(P, 1.0)));
+      }
+      for (const auto& part : parts) {
+        for (const Policy& p : policies) {
+          seeds.push_back(Candidate{part, p});
+          Candidate r{part, p};
+          for (StageAssignment& s : r.stages) s.recompute = true;
+          seeds.push_back(std::move(r));
+        }
       }
     }
     for (const BaselineResult& b : result.baselines) {
@@ -479,6 +533,10 @@ absl::StatusOr<TuneResult> Tune(const ModelGraph& model, const Cluster& cluster,
       evals = search.evaluations();
       any |= PartitionPhase(search, builder);
       search.Log(&result, "partition", before, evals, "boundary moves");
+      before = search.best_objective();
+      evals = search.evaluations();
+      any |= RebalancePhase(search, builder);
+      search.Log(&result, "rebalance", before, evals, "bubble-weighted exact re-partition");
       before = search.best_objective();
       evals = search.evaluations();
       any |= PlacementPhase(search, builder);
