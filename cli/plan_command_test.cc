@@ -1,0 +1,284 @@
+// Pins `octopipe plan` end to end (flags -> tuner -> JSON, tables and plan files): every
+// documented JSON field, a plan file that `octopipe simulate --plan` re-evaluates to the same
+// iteration time, the help text, exit code 2 with the flag named for bad usage, and exit code 3
+// with the memory each device needs for a model that cannot fit.
+#include "cli/plan_command.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_split.h"
+#include "cli/simulate_command.h"
+#include "core/json.h"
+#include "core/schedule.h"
+#include "gtest/gtest.h"
+
+namespace octopipe::cli {
+namespace {
+
+struct CliRun {
+  int code;
+  std::string out, err;
+};
+
+CliRun PlanCli(std::vector<std::string> args) {
+  std::ostringstream out, err;
+  const int code = RunPlan(args, out, err);
+  return {code, out.str(), err.str()};
+}
+
+CliRun SimulateCli(std::vector<std::string> args) {
+  std::ostringstream out, err;
+  const int code = RunSimulate(args, out, err);
+  return {code, out.str(), err.str()};
+}
+
+JsonValue JsonOf(const CliRun& r) {
+  auto j = ParseJson(r.out);
+  EXPECT_TRUE(j.ok()) << j.status() << "\n" << r.out << r.err;
+  return j.ok() ? *j : JsonValue{};
+}
+
+const JsonValue& Get(const JsonValue& j, const char* key) {
+  const JsonValue* v = j.Find(key);
+  EXPECT_NE(v, nullptr) << "missing " << key;
+  static const JsonValue kNull;
+  return v ? *v : kNull;
+}
+
+std::string TmpPath(const std::string& name) {
+  return std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
+}
+
+// A small real model on 4 H100s; the search converges well inside a 2 s budget.
+std::vector<std::string> Llama4(std::vector<std::string> extra = {}) {
+  std::vector<std::string> args = {"--model=zoo:llama3-8b", "--cluster=preset:h100-1node",
+                                   "--devices=4", "--microbatches=16", "--time-budget=2",
+                                   "--quiet"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+const std::vector<std::string> kBaselines = {"gpipe",          "1f1b",  "1f1b-balanced",
+                                             "interleaved-v2", "interleaved-v4", "zb-h1",
+                                             "zb-h2",          "zb-v",  "dualpipev"};
+
+TEST(PlanCommandTest, JsonCarriesThePlanThePredictionAndEveryBaseline) {
+  CliRun r = PlanCli(Llama4({"--json"}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const JsonValue j = JsonOf(r);
+  EXPECT_TRUE(Get(j, "feasible").bool_value());
+
+  // plan.partition covers the 66 layers contiguously; plan.placement has a device per stage.
+  const JsonValue& plan = Get(j, "plan");
+  const std::vector<JsonValue>& partition = Get(plan, "partition").items();
+  const std::vector<JsonValue>& placement = Get(plan, "placement").items();
+  ASSERT_FALSE(partition.empty());
+  ASSERT_EQ(placement.size(), partition.size());
+  int next = 0;
+  for (size_t s = 0; s < partition.size(); ++s) {
+    EXPECT_EQ(Get(partition[s], "first_layer").number(), next) << "stage " << s;
+    next = static_cast<int>(Get(partition[s], "last_layer").number()) + 1;
+    const double device = placement[s].number();
+    EXPECT_TRUE(device >= 0 && device < 4) << "stage " << s << " on device " << device;
+  }
+  EXPECT_EQ(next, 66);
+
+  // plan.schedule: one list per device of op strings such as "F3.7", every op exactly once.
+  const std::vector<JsonValue>& schedule = Get(plan, "schedule").items();
+  ASSERT_EQ(schedule.size(), 4u);
+  std::set<std::string> seen;
+  size_t forwards = 0;
+  for (const JsonValue& device : schedule) {
+    for (const JsonValue& op : device.items()) {
+      absl::StatusOr<Op> parsed = ParseOp(op.string());
+      ASSERT_TRUE(parsed.ok()) << "'" << op.string() << "': " << parsed.status();
+      EXPECT_EQ(OpToString(*parsed), op.string());
+      EXPECT_TRUE(seen.insert(op.string()).second) << op.string() << " twice";
+      if (parsed->kind == OpKind::kF) ++forwards;
+    }
+  }
+  EXPECT_EQ(forwards, partition.size() * 16);
+
+  const JsonValue& predicted = Get(j, "predicted");
+  const double time = Get(predicted, "iteration_time_s").number();
+  EXPECT_GT(time, 0);
+  const double bubble = Get(predicted, "bubble_ratio").number();
+  EXPECT_TRUE(bubble >= 0 && bubble < 1) << bubble;
+  ASSERT_EQ(Get(predicted, "peak_memory_bytes").items().size(), 4u);
+  for (const JsonValue& peak : Get(predicted, "peak_memory_bytes").items()) {
+    EXPECT_GT(peak.number(), 0);
+    EXPECT_LE(peak.number(), 80e9 - 4e9);  // an H100 less the preset's reserve
+  }
+
+  // baselines: name -> figures; the best fitting one is no faster than the plan.
+  const JsonValue& baselines = Get(j, "baselines");
+  EXPECT_EQ(baselines.keys(), kBaselines);
+  double best_fitting = 1e300;
+  for (const std::string& name : kBaselines) {
+    const JsonValue* b = baselines.Find(name);
+    ASSERT_NE(b, nullptr) << name;
+    EXPECT_GT(Get(*b, "iteration_time_s").number(), 0) << name;
+    EXPECT_NE(b->Find("bubble_ratio"), nullptr) << name;
+    ASSERT_TRUE(Get(*b, "fits").is_bool()) << name;
+    if (Get(*b, "fits").bool_value()) {
+      best_fitting = std::min(best_fitting, Get(*b, "iteration_time_s").number());
+    }
+  }
+  EXPECT_LE(time, best_fitting * (1 + 1e-12));
+  EXPECT_NEAR(Get(j, "speedup_vs_best_baseline").number(), best_fitting / time, 1e-9);
+  EXPECT_GE(Get(j, "tuning_wall_s").number(), 0);
+  EXPECT_TRUE(r.err.empty()) << "--json prints no progress: " << r.err;
+}
+
+TEST(PlanCommandTest, PlanFileReSimulatesToTheSameIterationTime) {
+  struct Case {
+    std::string label;
+    std::vector<std::string> inputs;
+  };
+  const std::vector<Case> cases = {
+      {"llama3-8b", {"--model=zoo:llama3-8b", "--cluster=preset:h100-1node", "--devices=4",
+                     "--microbatches=16"}},
+      {"synthetic", {"--model=synthetic:layers=10,f=1,b=2,w=1.5",
+                     "--cluster=synthetic:devices=4", "--devices=4", "--microbatches=8"}},
+  };
+  for (const Case& c : cases) {
+    const std::string file = TmpPath(c.label + ".plan.json");
+    std::vector<std::string> args = c.inputs;
+    for (const char* a : {"--time-budget=2", "--json", "--quiet"}) args.push_back(a);
+    args.push_back("--out=" + file);
+    CliRun planned = PlanCli(args);
+    ASSERT_EQ(planned.code, 0) << c.label << ": " << planned.err;
+    const double want = Get(Get(JsonOf(planned), "predicted"), "iteration_time_s").number();
+
+    std::vector<std::string> sim_args = c.inputs;
+    sim_args.push_back("--plan=" + file);
+    sim_args.push_back("--json");
+    CliRun simulated = SimulateCli(sim_args);
+    ASSERT_EQ(simulated.code, 0) << c.label << ": " << simulated.err;
+    const double got = Get(JsonOf(simulated), "iteration_time_s").number();
+    EXPECT_NEAR(got, want, 1e-9 * want) << c.label;
+  }
+}
+
+TEST(PlanCommandTest, TablesNameThePlanAndEveryBaseline) {
+  CliRun r = PlanCli(Llama4());
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const std::string& name : kBaselines) {
+    EXPECT_NE(r.out.find(name), std::string::npos) << name << " not in:\n" << r.out;
+  }
+  for (const char* text : {"llama3-8b", "predicted iteration", "speed-up over the best fitting",
+                           "search log"}) {
+    EXPECT_NE(r.out.find(text), std::string::npos) << text << " not in:\n" << r.out;
+  }
+  EXPECT_TRUE(r.err.empty()) << "--quiet prints no progress: " << r.err;
+}
+
+TEST(PlanCommandTest, TraceHasOneComputeEventPerOp) {
+  const std::string trace = TmpPath("plan-trace.json");
+  CliRun r = PlanCli({"--model=synthetic:layers=8,f=1,b=1,w=1", "--cluster=synthetic:devices=2",
+                   "--devices=2", "--microbatches=4", "--time-budget=2", "--json", "--quiet",
+                   "--trace=" + trace});
+  ASSERT_EQ(r.code, 0) << r.err;
+  size_t ops = 0;
+  for (const JsonValue& d : Get(Get(JsonOf(r), "plan"), "schedule").items()) {
+    ops += d.items().size();
+  }
+  std::ifstream in(trace);
+  std::stringstream text;
+  text << in.rdbuf();
+  absl::StatusOr<JsonValue> j = ParseJson(text.str());
+  ASSERT_TRUE(j.ok()) << j.status();
+  size_t compute = 0;
+  for (const JsonValue& e : Get(*j, "traceEvents").items()) {
+    const JsonValue* ph = e.Find("ph");
+    const JsonValue* cat = e.Find("cat");
+    if (ph && ph->string() == "X" && !(cat && cat->string() == "transfer")) ++compute;
+  }
+  EXPECT_GT(ops, 0u);
+  EXPECT_EQ(compute, ops);
+}
+
+TEST(PlanCommandTest, HelpListsEveryFlag) {
+  CliRun r = PlanCli({"--help"});
+  EXPECT_EQ(r.code, 0);
+  for (const char* flag : {"--model", "--cluster", "--devices", "--microbatches", "--time-budget",
+                           "--seed", "--threads", "--objective", "--out", "--trace", "--json",
+                           "--contention", "--quiet"}) {
+    EXPECT_NE(r.out.find(flag), std::string::npos) << flag << " not in:\n" << r.out;
+  }
+}
+
+TEST(PlanCommandTest, BadFlagsAndValuesExitTwoNamingTheFlag) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string expect;
+  };
+  const std::string four_layers = "--model=synthetic:layers=4,f=1,b=1,w=1";
+  const std::vector<Case> cases = {
+      {{"--devcies=4"}, "unknown flag --devcies"},
+      {{"--devices=x"}, "--devices: expected an integer, got 'x'"},
+      {{"--time-budget=soon"}, "--time-budget: expected a number, got 'soon'"},
+      {{"--json=maybe"}, "--json: expected true or false"},
+      {{"stray"}, "unexpected argument 'stray'"},
+      {{"--microbatches=0"}, "--microbatches must be >= 1, got 0"},
+      {{"--devices=0"}, "--devices must be >= 1, got 0"},
+      {{"--devices=9"}, "--devices: 9 requested"},  // the preset has 8
+      {{four_layers, "--cluster=synthetic:devices=8", "--devices=8"}, "--devices: 8 devices"},
+      {{"--time-budget=0"}, "--time-budget must be > 0, got 0"},
+      {{"--objective=fastest"}, "--objective must be synchronous or steady-state, got 'fastest'"},
+      {{"--threads=0"}, "--threads must be >= 1, got 0"},
+      {{"--model=zoo:gpt5"}, "--model"},
+      {{"--cluster=preset:b200"}, "--cluster: unknown cluster preset 'b200'"},
+      {{"--model=/no/such/model.json"}, "--model"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> args = c.args;
+    args.push_back("--quiet");
+    CliRun r = PlanCli(args);
+    EXPECT_EQ(r.code, 2) << c.expect << ": " << r.err;
+    EXPECT_NE(r.err.find(c.expect), std::string::npos)
+        << "expected '" << c.expect << "' in: " << r.err;
+    EXPECT_TRUE(r.out.empty()) << c.expect << ": " << r.out;
+  }
+}
+
+TEST(PlanCommandTest, InfeasibleModelExitsThreeWithTheMemoryEachDeviceNeeds) {
+  // llama3-70b's weights and Adam state alone are ~1.1 TB: two 80 GB H100s cannot hold them.
+  const std::vector<std::string> args = {"--model=zoo:llama3-70b", "--devices=2",
+                                         "--microbatches=8", "--time-budget=2", "--quiet"};
+  CliRun tables = PlanCli(args);
+  EXPECT_EQ(tables.code, 3) << tables.err;
+  EXPECT_NE(tables.out.find("INFEASIBLE"), std::string::npos) << tables.out;
+  EXPECT_NE(tables.out.find("does not fit"), std::string::npos) << tables.out;
+  const size_t at = tables.out.find("memory needed per device:");
+  ASSERT_NE(at, std::string::npos) << tables.out;
+  const std::string line = tables.out.substr(at, tables.out.find('\n', at) - at);
+  // "memory needed per device: 585.3 GB 590.1 GB": one figure per device, each over 80 GB.
+  std::vector<std::string> words = absl::StrSplit(line, ' ', absl::SkipEmpty());
+  int figures = 0;
+  for (size_t i = 1; i < words.size(); ++i) {
+    if (words[i] != "GB") continue;
+    ++figures;
+    EXPECT_GT(std::stod(words[i - 1]), 80.0) << line;
+  }
+  EXPECT_EQ(figures, 2) << line;
+
+  std::vector<std::string> json_args = args;
+  json_args.push_back("--json");
+  CliRun json = PlanCli(json_args);
+  EXPECT_EQ(json.code, 3) << json.err;
+  const JsonValue j = JsonOf(json);
+  EXPECT_FALSE(Get(j, "feasible").bool_value());
+  EXPECT_NE(Get(j, "infeasible_reason").string().find("does not fit"), std::string::npos);
+  ASSERT_EQ(Get(j, "required_memory_bytes").items().size(), 2u);
+  for (const JsonValue& b : Get(j, "required_memory_bytes").items()) EXPECT_GT(b.number(), 80e9);
+  EXPECT_TRUE(Get(j, "speedup_vs_best_baseline").is_null());
+}
+
+}  // namespace
+}  // namespace octopipe::cli
