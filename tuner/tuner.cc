@@ -66,8 +66,8 @@ std::vector<Placement> PlacementFamilies(int P, int L, int max_chunks) {
 class Search {
  public:
   Search(const ProblemBuilder& builder, const TunerOptions& o, std::function<double()> now,
-         const ClassicOrders* classic)
-      : builder_(builder), options_(o), now_(std::move(now)), start_(now_()),
+         double start, const ClassicOrders* classic)
+      : builder_(builder), options_(o), now_(std::move(now)), start_(start),
         rng_(o.seed) {
     const int threads = std::max(1, o.threads);
     for (int i = 0; i < threads; ++i) {
@@ -77,7 +77,9 @@ class Search {
   }
 
   double elapsed() const { return now_() - start_; }
-  bool out_of_time() const { return elapsed() >= options_.time_budget_s; }
+  // Stops searching at 90% of the budget so the final plan construction and full evaluation
+  // still fit in it.
+  bool out_of_time() const { return elapsed() >= 0.9 * options_.time_budget_s; }
   bool steady() const { return options_.objective == Objective::kSteadyState; }
   int64_t evaluations() const { return evaluations_; }
   std::mt19937_64& rng() { return rng_; }
@@ -430,8 +432,6 @@ absl::StatusOr<TuneResult> Tune(const ModelGraph& model, const Cluster& cluster,
     return absl::InvalidArgumentError(
         absl::StrCat("time_budget_s must be > 0, got ", options.time_budget_s));
   }
-  ASSIGN_OR_RETURN(ProblemBuilder builder,
-                   ProblemBuilder::Create(model, cluster, cost_model, options.num_devices));
   std::function<double()> now = options.now;
   if (!now) {
     now = [] {
@@ -439,8 +439,11 @@ absl::StatusOr<TuneResult> Tune(const ModelGraph& model, const Cluster& cluster,
           .count();
     };
   }
+  const double start = now();  // the budget covers everything from here
+  ASSIGN_OR_RETURN(ProblemBuilder builder,
+                   ProblemBuilder::Create(model, cluster, cost_model, options.num_devices));
   const ClassicOrders classic(options.num_devices, options.num_microbatches, model.num_layers());
-  Search search(builder, options, now, &classic);
+  Search search(builder, options, now, start, &classic);
   TuneResult result;
   const bool steady = options.objective == Objective::kSteadyState;
   const int L = model.num_layers(), P = options.num_devices, M = options.num_microbatches;
