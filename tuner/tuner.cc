@@ -577,15 +577,46 @@ absl::StatusOr<TuneResult> Tune(const ModelGraph& model, const Cluster& cluster,
     }
     CandidateEvaluator unlimited(builder, M, options.link_contention, &classic);
     unlimited.set_ignore_memory(true);
-    Candidate least = search.has_closest() ? search.closest() : search.fastest();
-    for (StageAssignment& s : least.stages) s.recompute = true;
-    least.policy = Policy{};
-    least.policy.inflight_scale = 1;
+    // The least-memory plan among the fastest and closest candidates and every placement
+    // family's exact partition, each with full recompute and 1F1B's in-flight budget, split
+    // and unsplit: ranked by what it would need ignoring memory, so every candidate is
+    // measured the same way.
+    std::vector<Candidate> pool;
+    if (search.has_fastest()) pool.push_back(search.fastest());
+    if (search.has_closest()) pool.push_back(search.closest());
+    for (const Placement& family : PlacementFamilies(P, L, options.max_chunks)) {
+      absl::StatusOr<std::vector<StageAssignment>> st =
+          MinMaxPartition(builder, family.stage_device);
+      if (st.ok()) pool.push_back(Candidate{*st, Policy{}});
+    }
+    Candidate least;
     Schedule least_schedule;
-    const Score ls = unlimited.Evaluate(least, &least_schedule);
-    absl::StatusOr<SimResult> need =
-        ls.scheduled ? unlimited.Simulate(least, least_schedule)
-                     : absl::StatusOr<SimResult>(absl::InternalError(ls.why_not));
+    absl::StatusOr<SimResult> need = absl::InternalError("tuner: no candidate could be scheduled");
+    double least_ratio = kInf;
+    for (const Candidate& base : pool) {
+      for (bool split : {false, true}) {
+        Candidate c = base;
+        for (StageAssignment& s : c.stages) s.recompute = true;
+        c.policy = Policy{};
+        c.policy.split_backward = split;
+        c.policy.inflight_scale = 1;
+        Schedule schedule;
+        if (!unlimited.Evaluate(c, &schedule).scheduled) continue;
+        absl::StatusOr<SimResult> sim = unlimited.Simulate(c, schedule);
+        if (!sim.ok()) continue;
+        double ratio = 0;
+        for (int d = 0; d < P; ++d) {
+          ratio = std::max(ratio, (sim->devices[d].peak_memory_bytes + cluster.memory_reserve_bytes) /
+                                      cluster.device_hardware(d).memory_bytes);
+        }
+        if (ratio < least_ratio) {
+          least_ratio = ratio;
+          least = c;
+          least_schedule = std::move(schedule);
+          need = std::move(sim);
+        }
+      }
+    }
     if (!need.ok()) return need.status();
     int worst = 0;
     double worst_ratio = 0;

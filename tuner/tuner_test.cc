@@ -558,14 +558,9 @@ TEST(TunerTest, EveryInfeasibleAnswerSaysWhyAndHowMuchMemoryEachDeviceNeeds) {
   }
 }
 
-// BUG (found by this test; tuner.cc Search::Offer and the infeasible branch of Tune): the
-// "least-memory plan found" is the candidate with the least memory_overflow_bytes, but for a
-// candidate rejected on static memory that figure counts weights, gradients and optimizer state
-// only (activations ignored), while for a scheduled one it is the full peak. When the devices
-// shrink so that every candidate is rejected on static memory, the pick switches to a plan
-// whose activations are huge. llama3-8b, P = 4, M = 16: on 42 GB devices the answer says the
-// worst device needs 46.7 GB; on 40 GB devices it says 70.2 GB (device 3, the LM head), though
-// both runs evaluate the same seeds and the 46.7 GB plan is among them.
+// The infeasible answer ranks every candidate by what it would need ignoring memory, so the
+// reported need cannot jump when the devices shrink and every candidate is rejected on static
+// memory alone (it once picked by static overflow: 46.7 GB at 42 GB devices, 70.2 GB at 40).
 TEST(TunerTest, ReportedMemoryNeedDoesNotGrowWhenDevicesShrink) {
   const ModelGraph model = Zoo("llama3-8b");
   const CostModel cost;
