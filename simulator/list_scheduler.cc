@@ -1,6 +1,7 @@
 #include "simulator/list_scheduler.h"
 
 #include <algorithm>
+#include <deque>
 #include <limits>
 #include <queue>
 #include <tuple>
@@ -47,7 +48,9 @@ absl::StatusOr<ListScheduleResult> ListSchedule(const PipelineProblem& pb, const
       pending[id_of(kF, s, m)] = s > 0 ? 1 : 0;
       pending[id_of(back_kind, s, m)] = 1;
       if (split) pending[id_of(kW, s, m)] = 1;
-      if (s == 0) available[pb.stage_device[0]].push_back(id_of(kF, 0, m));
+      // Micro-batches enter stage 0 in order (they are interchangeable there): only the next
+      // one is ever available, which keeps the first device's ready list short.
+      if (s == 0 && m == 0) available[pb.stage_device[0]].push_back(id_of(kF, 0, 0));
     }
   }
   std::vector<double> free_at(P, 0.0), live(P, 0.0);
@@ -78,10 +81,23 @@ absl::StatusOr<ListScheduleResult> ListSchedule(const PipelineProblem& pb, const
     return true;
   };
   std::vector<int> touched;  // devices whose ready set grew during this step
+  // Ready W ops queue per stage with only the oldest in the ready list: ZeroBubble-style orders
+  // defer W, and scanning a long tail of interchangeable W ops at every step would make the
+  // scheduler O(ops x M).
+  std::vector<std::deque<int32_t>> w_waiting(S);
+  std::vector<uint8_t> w_listed(S, 0);
   auto release = [&](int32_t c, double t) {
     ready[c] = std::max(ready[c], t);
     if (--pending[c] == 0) {
-      const int dev = pb.stage_device[(c / M) % S];
+      const int st = (c / M) % S;
+      const int dev = pb.stage_device[st];
+      if (c / (S * M) == kW) {
+        if (w_listed[st]) {
+          w_waiting[st].push_back(c);
+          return;
+        }
+        w_listed[st] = 1;
+      }
       available[dev].push_back(c);
       touched.push_back(dev);
     }
@@ -182,6 +198,12 @@ absl::StatusOr<ListScheduleResult> ListSchedule(const PipelineProblem& pb, const
         if (options.inflight_until_b) --inflight[d];
         break;
       case kW:
+        if (w_waiting[s].empty()) {
+          w_listed[s] = 0;
+        } else {
+          available[d].push_back(w_waiting[s].front());
+          w_waiting[s].pop_front();
+        }
         dur = pb.weight_grad_s[s];
         live[d] -= pb.activation_bytes_w[s];
         if (!options.inflight_until_b) --inflight[d];
@@ -202,6 +224,9 @@ absl::StatusOr<ListScheduleResult> ListSchedule(const PipelineProblem& pb, const
       return a == b ? finish : finish + pb.transfer_s(a, b, bytes);
     };
     if (kind == kF) {
+      if (s == 0 && m + 1 < M) {
+        available[d].push_back(id_of(kF, 0, m + 1));  // ready from the start
+      }
       if (s + 1 < S) {
         release(id_of(kF, s + 1, m), cross(s + 1, pb.output_bytes[s]));
       } else {

@@ -112,6 +112,10 @@ class Search {
       best_ = c;
       best_score_ = s;
     }
+    if (obj < current_objective_) {
+      current_ = c;
+      current_objective_ = obj;
+    }
     const double t = steady() ? s.steady_state_iteration_time_s : s.iteration_time_s;
     if (s.scheduled && t < fastest_time_) {
       fastest_ = c;
@@ -125,6 +129,15 @@ class Search {
   }
 
   bool has_best() const { return best_score_.fits; }
+  // The local search's incumbent: phases move around it; a restart replaces it, while the
+  // global best above only ever improves.
+  bool has_current() const { return current_objective_ < kInf; }
+  const Candidate& current() const { return current_; }
+  double current_objective() const { return current_objective_; }
+  void Restart(const Candidate& c, double objective) {
+    current_ = c;
+    current_objective_ = objective;
+  }
   const Candidate& best() const { return best_; }
   double best_objective() const { return best_score_.objective(steady()); }
   bool has_fastest() const { return fastest_time_ < kInf; }
@@ -154,7 +167,8 @@ class Search {
   std::mt19937_64 rng_;
   std::vector<std::unique_ptr<CandidateEvaluator>> workers_;
   int64_t evaluations_ = 0;
-  Candidate best_, fastest_, closest_;
+  Candidate best_, fastest_, closest_, current_;
+  double current_objective_ = kInf;
   Score best_score_;
   double fastest_time_ = kInf;
   double least_overflow_ = kInf;
@@ -237,9 +251,9 @@ std::vector<int> DevicesByWork(const ProblemBuilder& b, const std::vector<StageA
 // and the two idlest devices (all boundaries on small pipelines); best improvement, repeated.
 bool PartitionPhase(Search& search, const ProblemBuilder& b) {
   bool improved = false;
-  for (int round = 0; round < 200 && !search.out_of_time() && search.has_best(); ++round) {
-    const Candidate base = search.best();
-    const double before = search.best_objective();
+  for (int round = 0; round < 200 && !search.out_of_time() && search.has_current(); ++round) {
+    const Candidate base = search.current();
+    const double before = search.current_objective();
     const int S = static_cast<int>(base.stages.size());
     std::vector<int> boundaries;  // boundary k: between stage k-1 and stage k
     if (S <= 24) {
@@ -270,7 +284,7 @@ bool PartitionPhase(Search& search, const ProblemBuilder& b) {
       }
     }
     search.EvaluateAll(moves);
-    if (!(search.best_objective() < before)) break;
+    if (!(search.current_objective() < before)) break;
     improved = true;
   }
   return improved;
@@ -279,9 +293,9 @@ bool PartitionPhase(Search& search, const ProblemBuilder& b) {
 // Placement phase: swap the devices of two stages, or move a stage to another device, then
 // re-partition exactly for the new placement. Pairs involve the busiest and idlest devices.
 bool PlacementPhase(Search& search, const ProblemBuilder& b) {
-  if (!search.has_best() || search.out_of_time()) return false;
-  const Candidate base = search.best();
-  const double before = search.best_objective();
+  if (!search.has_current() || search.out_of_time()) return false;
+  const Candidate base = search.current();
+  const double before = search.current_objective();
   const int S = static_cast<int>(base.stages.size());
   const int P = b.num_devices();
   if (P < 2) return false;
@@ -311,7 +325,7 @@ bool PlacementPhase(Search& search, const ProblemBuilder& b) {
     }
   }
   search.EvaluateAll(moves);
-  return search.best_objective() < before;
+  return search.current_objective() < before;
 }
 
 // Rebalance phase (bubble-driven partition): simulate the best plan, lower the weight of
@@ -319,12 +333,12 @@ bool PlacementPhase(Search& search, const ProblemBuilder& b) {
 // layers flow to idle devices across any number of stage boundaries at once. A few rounds of
 // multiplicative updates with two step sizes.
 bool RebalancePhase(Search& search, const ProblemBuilder& b) {
-  if (!search.has_best() || search.out_of_time()) return false;
-  const double before = search.best_objective();
+  if (!search.has_current() || search.out_of_time()) return false;
+  const double before = search.current_objective();
   const int P = b.num_devices();
   for (double alpha : {1.0, 0.5, 2.0}) {
     std::vector<double> weight(P, 1.0);
-    Candidate current = search.best();
+    Candidate current = search.current();
     for (int round = 0; round < 6 && !search.out_of_time(); ++round) {
       Schedule schedule;
       CandidateEvaluator& ev = search.evaluator();
@@ -354,7 +368,7 @@ bool RebalancePhase(Search& search, const ProblemBuilder& b) {
       current = next;
     }
   }
-  return search.best_objective() < before;
+  return search.current_objective() < before;
 }
 
 Policy Perturb(const Policy& p, std::mt19937_64& rng) {
@@ -390,9 +404,9 @@ Policy Perturb(const Policy& p, std::mt19937_64& rng) {
 // Schedule phase: random local search over the policy (seeded), plus recompute toggles on the
 // stages of the device with the most memory pressure when that helps.
 bool SchedulePhase(Search& search, int trials) {
-  if (!search.has_best() || search.out_of_time()) return false;
-  const double before = search.best_objective();
-  const Candidate base = search.best();
+  if (!search.has_current() || search.out_of_time()) return false;
+  const double before = search.current_objective();
+  const Candidate base = search.current();
   std::vector<Candidate> moves;
   for (int i = 0; i < trials; ++i) {
     Candidate c = base;
@@ -408,7 +422,7 @@ bool SchedulePhase(Search& search, int trials) {
     moves.push_back(std::move(c));
   }
   search.EvaluateAll(moves);
-  return search.best_objective() < before;
+  return search.current_objective() < before;
 }
 
 }  // namespace
@@ -525,12 +539,42 @@ absl::StatusOr<TuneResult> Tune(const ModelGraph& model, const Cluster& cluster,
       if (!b.ran) continue;
       for (const Policy& p : policies) seeds.push_back(Candidate{b.plan.stages, p});
     }
-    search.EvaluateAll(seeds);
+    const std::vector<Score> seed_scores = search.EvaluateAll(seeds);
     search.Log(&result, "seed", before_seeds, evals,
                absl::StrCat(seeds.size(), " seeds over placements, partitions and policies"));
-
-    // Iterate the three phases until none improves.
+    // Start points: the best candidate so far, then the best seed of each other stage count
+    // (placement family) while the budget lasts.
+    std::vector<std::pair<double, size_t>> ranked;
+    for (size_t i = 0; i < seeds.size(); ++i) {
+      const double obj = seed_scores[i].objective(steady);
+      if (obj < kInf) ranked.push_back({obj, i});
+    }
+    std::stable_sort(ranked.begin(), ranked.end());
+    std::vector<size_t> restarts;
+    std::vector<size_t> stage_counts_started = {search.has_current() ? search.current().stages.size() : 0};
+    for (const auto& [obj, i] : ranked) {
+      // Only seeds close to the best are worth a local search of their own.
+      if (obj > 1.10 * search.best_objective() || restarts.size() >= 4) break;
+      const size_t S = seeds[i].stages.size();
+      if (std::find(stage_counts_started.begin(), stage_counts_started.end(), S) !=
+          stage_counts_started.end()) {
+        continue;
+      }
+      stage_counts_started.push_back(S);
+      restarts.push_back(i);
+    }
+    for (size_t start_point = 0; start_point <= restarts.size() && !search.out_of_time();
+         ++start_point) {
+      if (start_point > 0) {
+        const size_t i = restarts[start_point - 1];
+        search.Restart(seeds[i], seed_scores[i].objective(steady));
+        search.Log(&result, "restart", search.best_objective(), search.evaluations(),
+                   absl::StrCat("local search from the best ", seeds[i].stages.size(),
+                                "-stage seed (", search.current_objective(), " s)"));
+      }
+    // Iterate the phases until a round gains less than 0.1%.
     for (int iteration = 0; !search.out_of_time(); ++iteration) {
+      const double round_start = search.current_objective();
       bool any = false;
       double before = search.best_objective();
       evals = search.evaluations();
@@ -548,8 +592,9 @@ absl::StatusOr<TuneResult> Tune(const ModelGraph& model, const Cluster& cluster,
       evals = search.evaluations();
       any |= SchedulePhase(search, 16);
       search.Log(&result, "schedule", before, evals,
-                 search.has_best() ? search.best().policy.ToString() : "no fitting order");
-      if (!any) break;
+                 search.has_current() ? search.current().policy.ToString() : "no fitting order");
+      if (!any || search.current_objective() > 0.9999 * round_start) break;
+    }
     }
   }
   result.budget_exhausted = search.out_of_time();
