@@ -177,9 +177,8 @@ inline double Duration(const PipelineProblem& pb, const Op& op) {
 // successors of consecutive ops lie near each other in the next device's order, so the pass is
 // O(ops) and cache-friendly at thousands of devices. An empty worklist with ops left means the
 // device orders form a cycle.
-absl::Status Evaluator::RunDag(const PipelineProblem& pb, bool track_pred) {
-  const int32_t n = static_cast<int32_t>(ops_.size());
-  const int P = pb.num_devices;
+void Evaluator::ResetTiming(bool track_pred) {
+  const size_t n = ops_.size();
   pending_.resize(n);
   ready_.assign(n, 0.0);
   start_.resize(n);
@@ -188,6 +187,12 @@ absl::Status Evaluator::RunDag(const PipelineProblem& pb, bool track_pred) {
     pred_.assign(n, -1);
     pred_transfer_.assign(n, 0);
   }
+}
+
+absl::Status Evaluator::RunDag(const PipelineProblem& pb, bool track_pred) {
+  const int32_t n = static_cast<int32_t>(ops_.size());
+  const int P = pb.num_devices;
+  ResetTiming(track_pred);
   for (int32_t f = 0; f < n; ++f) pending_[f] = DataPredecessorCount(pb, ops_[f]);
   cursor_.assign(device_offset_.begin(), device_offset_.end() - 1);
   queued_.assign(P, 1);
@@ -255,14 +260,7 @@ absl::Status Evaluator::RunEvents(const PipelineProblem& pb, bool track_pred,
   transfer_log_.clear();
   const int32_t n = static_cast<int32_t>(ops_.size());
   const int P = pb.num_devices;
-  pending_.resize(n);
-  ready_.assign(n, 0.0);
-  start_.resize(n);
-  end_.resize(n);
-  if (track_pred) {
-    pred_.assign(n, -1);
-    pred_transfer_.assign(n, 0);
-  }
+  ResetTiming(track_pred);
   struct Event {
     double time;
     int64_t seq;

@@ -94,6 +94,7 @@ class Evaluator {
 
  private:
   absl::Status Prepare(const PipelineProblem& problem, const Schedule& schedule);
+  void ResetTiming(bool track_pred);
   absl::Status RunDag(const PipelineProblem& problem, bool track_pred);
   absl::Status RunEvents(const PipelineProblem& problem, bool track_pred, bool log_transfers);
   absl::Status CycleError(const PipelineProblem& problem, const Schedule& schedule) const;

@@ -18,6 +18,26 @@ std::string Policy::ToString() const {
       kind_weight[2], kind_weight[3], microbatch_weight, stage_weight, inflight_scale);
 }
 
+std::vector<Policy> SeedPolicies() {
+  std::vector<Policy> out;
+  Policy zb;
+  out.push_back(zb);
+  Policy h1 = zb;
+  h1.inflight_scale = 1;
+  out.push_back(h1);
+  Policy h2 = zb;
+  h2.inflight_scale = 2;
+  out.push_back(h2);
+  Policy unsplit = zb;
+  unsplit.split_backward = false;
+  unsplit.inflight_scale = 1;
+  out.push_back(unsplit);
+  Policy eager = zb;
+  eager.kind_weight = {3.0, 2.0, 1.0, 2.0, 2.0};
+  out.push_back(eager);
+  return out;
+}
+
 std::vector<int> InflightCaps(const Policy& policy, const std::vector<StageAssignment>& stages,
                               int num_devices) {
   if (policy.inflight_scale <= 0) return {};

@@ -111,6 +111,12 @@ class CandidateEvaluator {
   ListSchedulerOptions options_;
 };
 
+// The list-scheduling policies the tuner seeds every placement with (and searches
+// exhaustively on small instances): the ZeroBubble-style greedy limited only by memory, the
+// same with 1F1B's and twice 1F1B's in-flight budget, a 1F1B-like unsplit order, and a
+// forward-eager variant.
+std::vector<Policy> SeedPolicies();
+
 // Per-device in-flight caps for a policy and placement (empty when the policy sets none).
 std::vector<int> InflightCaps(const Policy& policy, const std::vector<StageAssignment>& stages,
                               int num_devices);

@@ -20,29 +20,6 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// The policies every placement family is seeded with: the ZeroBubble-style greedy limited only
-// by memory, the same with 1F1B's and twice 1F1B's in-flight budget, a 1F1B-like unsplit
-// order, and a forward-eager variant.
-std::vector<Policy> BasePolicies() {
-  std::vector<Policy> out;
-  Policy zb;
-  out.push_back(zb);
-  Policy h1 = zb;
-  h1.inflight_scale = 1;
-  out.push_back(h1);
-  Policy h2 = zb;
-  h2.inflight_scale = 2;
-  out.push_back(h2);
-  Policy unsplit = zb;
-  unsplit.split_backward = false;
-  unsplit.inflight_scale = 1;
-  out.push_back(unsplit);
-  Policy eager = zb;
-  eager.kind_weight = {3.0, 2.0, 1.0, 2.0, 2.0};
-  out.push_back(eager);
-  return out;
-}
-
 struct Placement {
   std::string name;
   std::vector<int> stage_device;
@@ -67,8 +44,7 @@ class Search {
  public:
   Search(const ProblemBuilder& builder, const TunerOptions& o, std::function<double()> now,
          double start, const ClassicOrders* classic)
-      : builder_(builder), options_(o), now_(std::move(now)), start_(start),
-        rng_(o.seed) {
+      : builder_(builder), options_(o), now_(std::move(now)), start_(start), rng_(o.seed) {
     const int threads = std::max(1, o.threads);
     for (int i = 0; i < threads; ++i) {
       workers_.push_back(std::make_unique<CandidateEvaluator>(builder, o.num_microbatches,
@@ -240,7 +216,8 @@ bool Repartition(const ProblemBuilder& b, Candidate* c) {
 // Devices ordered by total work, heaviest first.
 std::vector<int> DevicesByWork(const ProblemBuilder& b, const std::vector<StageAssignment>& st) {
   std::vector<double> work(b.num_devices(), 0.0);
-  for (const StageAssignment& s : st) work[s.device] += b.Work(s.first_layer, s.last_layer, s.device);
+  for (const StageAssignment& s : st)
+    work[s.device] += b.Work(s.first_layer, s.last_layer, s.device);
   std::vector<int> order(b.num_devices());
   for (int d = 0; d < b.num_devices(); ++d) order[d] = d;
   std::stable_sort(order.begin(), order.end(), [&](int x, int y) { return work[x] > work[y]; });
@@ -345,8 +322,7 @@ bool RebalancePhase(Search& search, const ProblemBuilder& b) {
       if (!ev.Evaluate(current, &schedule).scheduled) break;
       absl::StatusOr<SimResult> sim = ev.Simulate(current, schedule);
       if (!sim.ok()) break;
-      const double T = search.steady() ? sim->steady_state_iteration_time_s
-                                       : sim->iteration_time_s;
+      const double T = search.steady() ? sim->steady_state_iteration_time_s : sim->iteration_time_s;
       if (!(T > 0)) break;
       for (int d = 0; d < P; ++d) {
         const double busy = std::max(sim->devices[d].busy_s, 1e-3 * T);
@@ -377,7 +353,9 @@ Policy Perturb(const Policy& p, std::mt19937_64& rng) {
   std::uniform_int_distribution<int> which(0, 5);
   std::uniform_real_distribution<double> unit(0.0, 1.0);
   switch (which(rng)) {
-    case 0: q.split_backward = !q.split_backward; break;
+    case 0:
+      q.split_backward = !q.split_backward;
+      break;
     case 1: {
       const int k = static_cast<int>(unit(rng) * 3);  // F, B or W
       q.kind_weight[k] = 0.5 + 3.0 * unit(rng);
@@ -385,8 +363,12 @@ Policy Perturb(const Policy& p, std::mt19937_64& rng) {
       q.kind_weight[4] = q.kind_weight[1];
       break;
     }
-    case 2: q.microbatch_weight = (unit(rng) < 0.8 ? 1 : -1) * std::pow(10, -1 - 3 * unit(rng)); break;
-    case 3: q.stage_weight = (unit(rng) < 0.5 ? 1 : -1) * std::pow(10, -1 - 5 * unit(rng)); break;
+    case 2:
+      q.microbatch_weight = (unit(rng) < 0.8 ? 1 : -1) * std::pow(10, -1 - 3 * unit(rng));
+      break;
+    case 3:
+      q.stage_weight = (unit(rng) < 0.5 ? 1 : -1) * std::pow(10, -1 - 5 * unit(rng));
+      break;
     case 4: {
       const double scales[] = {0, 0.5, 0.75, 1, 1.25, 1.5, 2, 3};
       q.inflight_scale = scales[static_cast<int>(unit(rng) * 8) % 8];
@@ -473,7 +455,7 @@ absl::StatusOr<TuneResult> Tune(const ModelGraph& model, const Cluster& cluster,
                                           baseline_objective(*best_baseline), " s")
                            : "no baseline fits in memory");
 
-  const std::vector<Policy> policies = BasePolicies();
+  const std::vector<Policy> policies = SeedPolicies();
   int64_t evals = search.evaluations();
   // Every classic order with its own placement, on the exact min-max partition and the even
   // one, with and without recompute: the baselines' schedules, co-optimised with the partition.
@@ -551,7 +533,8 @@ absl::StatusOr<TuneResult> Tune(const ModelGraph& model, const Cluster& cluster,
     }
     std::stable_sort(ranked.begin(), ranked.end());
     std::vector<size_t> restarts;
-    std::vector<size_t> stage_counts_started = {search.has_current() ? search.current().stages.size() : 0};
+    std::vector<size_t> stage_counts_started = {
+        search.has_current() ? search.current().stages.size() : 0};
     for (const auto& [obj, i] : ranked) {
       // Only seeds close to the best are worth a local search of their own.
       if (obj > 1.10 * search.best_objective() || restarts.size() >= 4) break;
@@ -572,29 +555,29 @@ absl::StatusOr<TuneResult> Tune(const ModelGraph& model, const Cluster& cluster,
                    absl::StrCat("local search from the best ", seeds[i].stages.size(),
                                 "-stage seed (", search.current_objective(), " s)"));
       }
-    // Iterate the phases until a round gains less than 0.1%.
-    for (int iteration = 0; !search.out_of_time(); ++iteration) {
-      const double round_start = search.current_objective();
-      bool any = false;
-      double before = search.best_objective();
-      evals = search.evaluations();
-      any |= PartitionPhase(search, builder);
-      search.Log(&result, "partition", before, evals, "boundary moves");
-      before = search.best_objective();
-      evals = search.evaluations();
-      any |= RebalancePhase(search, builder);
-      search.Log(&result, "rebalance", before, evals, "bubble-weighted exact re-partition");
-      before = search.best_objective();
-      evals = search.evaluations();
-      any |= PlacementPhase(search, builder);
-      search.Log(&result, "placement", before, evals, "stage swaps and moves + re-partition");
-      before = search.best_objective();
-      evals = search.evaluations();
-      any |= SchedulePhase(search, 16);
-      search.Log(&result, "schedule", before, evals,
-                 search.has_current() ? search.current().policy.ToString() : "no fitting order");
-      if (!any || search.current_objective() > 0.9999 * round_start) break;
-    }
+      // Iterate the phases until a round gains less than 0.1%.
+      for (int iteration = 0; !search.out_of_time(); ++iteration) {
+        const double round_start = search.current_objective();
+        bool any = false;
+        double before = search.best_objective();
+        evals = search.evaluations();
+        any |= PartitionPhase(search, builder);
+        search.Log(&result, "partition", before, evals, "boundary moves");
+        before = search.best_objective();
+        evals = search.evaluations();
+        any |= RebalancePhase(search, builder);
+        search.Log(&result, "rebalance", before, evals, "bubble-weighted exact re-partition");
+        before = search.best_objective();
+        evals = search.evaluations();
+        any |= PlacementPhase(search, builder);
+        search.Log(&result, "placement", before, evals, "stage swaps and moves + re-partition");
+        before = search.best_objective();
+        evals = search.evaluations();
+        any |= SchedulePhase(search, 16);
+        search.Log(&result, "schedule", before, evals,
+                   search.has_current() ? search.current().policy.ToString() : "no fitting order");
+        if (!any || search.current_objective() > 0.9999 * round_start) break;
+      }
     }
   }
   result.budget_exhausted = search.out_of_time();
@@ -651,8 +634,9 @@ absl::StatusOr<TuneResult> Tune(const ModelGraph& model, const Cluster& cluster,
         if (!sim.ok()) continue;
         double ratio = 0;
         for (int d = 0; d < P; ++d) {
-          ratio = std::max(ratio, (sim->devices[d].peak_memory_bytes + cluster.memory_reserve_bytes) /
-                                      cluster.device_hardware(d).memory_bytes);
+          ratio =
+              std::max(ratio, (sim->devices[d].peak_memory_bytes + cluster.memory_reserve_bytes) /
+                                  cluster.device_hardware(d).memory_bytes);
         }
         if (ratio < least_ratio) {
           least_ratio = ratio;
@@ -675,11 +659,13 @@ absl::StatusOr<TuneResult> Tune(const ModelGraph& model, const Cluster& cluster,
       }
     }
     result.infeasible_reason = absl::StrCat(
-        "the model does not fit on ", P, " devices: even with full recompute and 1F1B's "
-        "in-flight budget, device ", worst, " needs ",
-        absl::StrFormat("%.1f", result.required_memory_bytes[worst] / 1e9), " GB but has ",
-        absl::StrFormat("%.1f", cluster.device_hardware(worst).memory_bytes / 1e9), " GB (",
-        absl::StrFormat("%.1f", cluster.memory_reserve_bytes / 1e9), " GB of it reserved)");
+        "the model does not fit on ", P,
+        " devices: even with full recompute and 1F1B's "
+        "in-flight budget, device ",
+        worst, " needs ", absl::StrFormat("%.1f", result.required_memory_bytes[worst] / 1e9),
+        " GB but has ", absl::StrFormat("%.1f", cluster.device_hardware(worst).memory_bytes / 1e9),
+        " GB (", absl::StrFormat("%.1f", cluster.memory_reserve_bytes / 1e9),
+        " GB of it reserved)");
     const Candidate shown = search.has_fastest() ? search.fastest() : least;
     Schedule schedule;
     if (unlimited.Evaluate(shown, &schedule).scheduled) {
@@ -702,8 +688,8 @@ absl::StatusOr<TuneResult> Tune(const ModelGraph& model, const Cluster& cluster,
   ASSIGN_OR_RETURN(result.predicted, octopipe::Simulate(problem, result.plan.schedule, eval));
   if (best_baseline != nullptr) {
     result.best_baseline = best_baseline->name;
-    const double ours_final = steady ? result.predicted.steady_state_iteration_time_s
-                                     : result.predicted.iteration_time_s;
+    const double ours_final =
+        steady ? result.predicted.steady_state_iteration_time_s : result.predicted.iteration_time_s;
     result.speedup_vs_best_baseline = baseline_objective(*best_baseline) / ours_final;
   }
   result.tuning_wall_s = search.elapsed();

@@ -239,28 +239,6 @@ TEST(TunerTest, SameSeedGivesTheSamePlan) {
 // ---------------------------------------------------------------------------------------------
 // Optimality on small instances, against an independent brute force.
 
-// The tuner's seed policies (tuner.cc BasePolicies), replicated: the brute force searches the
-// same space the exhaustive search does.
-std::vector<Policy> SeedPolicies() {
-  std::vector<Policy> out;
-  Policy zb;
-  out.push_back(zb);
-  Policy h1 = zb;
-  h1.inflight_scale = 1;
-  out.push_back(h1);
-  Policy h2 = zb;
-  h2.inflight_scale = 2;
-  out.push_back(h2);
-  Policy unsplit = zb;
-  unsplit.split_backward = false;
-  unsplit.inflight_scale = 1;
-  out.push_back(unsplit);
-  Policy eager = zb;
-  eager.kind_weight = {3.0, 2.0, 1.0, 2.0, 2.0};
-  out.push_back(eager);
-  return out;
-}
-
 // The best objective over every partition (every stage count) x every stage->device placement
 // x every seed policy, scored by CandidateEvaluator; +inf when nothing fits.
 double BruteForceOptimum(const ProblemBuilder& b, int M, bool steady) {
