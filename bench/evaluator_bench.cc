@@ -1,6 +1,6 @@
 // Throughput of evaluating a fixed schedule: interleaved 1F1B with 2 chunks and 4 x devices
 // micro-batches at 8, 64 and 512 devices, with transfers (latency + bytes/bandwidth). Reports
-// ops/s (items_per_second) and ns per op, so linearity in the op count is visible.
+// ops/s (items_per_second) and seconds per op, so linearity in the op count is visible.
 //
 //   bazel run -c opt //bench:evaluator_bench -- --benchmark_format=json
 //
@@ -48,7 +48,7 @@ void BM_EvaluateInterleaved(benchmark::State& state) {
   }
   state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * ops);
   state.counters["ops"] = static_cast<double>(ops);
-  state.counters["ns_per_op"] = benchmark::Counter(
+  state.counters["seconds_per_op"] = benchmark::Counter(
       static_cast<double>(ops), benchmark::Counter::kIsIterationInvariantRate |
                                     benchmark::Counter::kInvert);
 }
