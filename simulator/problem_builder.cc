@@ -8,10 +8,21 @@
 
 namespace octopipe {
 
-absl::StatusOr<ProblemBuilder> ProblemBuilder::Create(const ModelGraph& model,
-                                                      const Cluster& cluster,
-                                                      const CostModel& cost_model,
-                                                      int num_devices) {
+absl::StatusOr<ProblemBuilder> ProblemBuilder::Create(
+    const ModelGraph& model, const Cluster& cluster, const CostModel& cost_model,
+    int num_devices, const std::vector<double>& layer_time_factors) {
+  if (!layer_time_factors.empty() &&
+      layer_time_factors.size() != static_cast<size_t>(model.num_layers())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "layer_time_factors: ", layer_time_factors.size(), " factors for ", model.num_layers(),
+        " layers"));
+  }
+  for (double f : layer_time_factors) {
+    if (!(f > 0) || !std::isfinite(f)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("layer_time_factors: every factor must be finite and > 0, got ", f));
+    }
+  }
   if (num_devices < 1) {
     return absl::InvalidArgumentError(absl::StrCat("devices must be >= 1, got ", num_devices));
   }
@@ -33,8 +44,16 @@ absl::StatusOr<ProblemBuilder> ProblemBuilder::Create(const ModelGraph& model,
       class_names.push_back(hw.name);
       HardwareClass hc;
       hc.layers.reserve(L);
-      for (const Layer& layer : model.layers) {
-        hc.layers.push_back(cost_model.Cost(layer, model.training, hw));
+      for (int l = 0; l < L; ++l) {
+        LayerCost cost = cost_model.Cost(model.layers[l], model.training, hw);
+        if (!layer_time_factors.empty()) {
+          const double f = layer_time_factors[l];
+          cost.forward_s *= f;
+          cost.backward_input_s *= f;
+          cost.weight_grad_s *= f;
+          cost.recompute_s *= f;
+        }
+        hc.layers.push_back(cost);
       }
       for (auto* v : {&hc.f, &hc.b, &hc.w, &hc.r, &hc.act, &hc.act_w, &hc.statics, &hc.work}) {
         v->assign(L + 1, 0.0);

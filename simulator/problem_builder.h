@@ -22,9 +22,12 @@ namespace octopipe {
 class ProblemBuilder {
  public:
   // Uses the first `num_devices` devices of `cluster`. kInvalidArgument naming "devices" when
-  // the cluster has fewer.
+  // the cluster has fewer. `layer_time_factors` (empty, or one per layer) scale each layer's
+  // F/B/W/R seconds: the calibration fitted from agents' measured times, the most trusted
+  // cost source.
   static absl::StatusOr<ProblemBuilder> Create(const ModelGraph& model, const Cluster& cluster,
-                                               const CostModel& cost_model, int num_devices);
+                                               const CostModel& cost_model, int num_devices,
+                                               const std::vector<double>& layer_time_factors = {});
 
   // Validates the plan's partition and placement, then builds.
   absl::StatusOr<PipelineProblem> Build(const Plan& plan) const;

@@ -10,6 +10,7 @@ PACKAGES=(
   libabsl-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libgloo-dev libeigen3-dev libsqlite3-dev
+  libcpp-httplib-dev prometheus
 )
 
 missing=()

@@ -437,7 +437,8 @@ absl::StatusOr<TuneResult> Tune(const ModelGraph& model, const Cluster& cluster,
   }
   const double start = now();  // the budget covers everything from here
   ASSIGN_OR_RETURN(ProblemBuilder builder,
-                   ProblemBuilder::Create(model, cluster, cost_model, options.num_devices));
+                   ProblemBuilder::Create(model, cluster, cost_model, options.num_devices,
+                                          options.layer_time_factors));
   const ClassicOrders classic(options.num_devices, options.num_microbatches, model.num_layers());
   Search search(builder, options, now, start, &classic);
   TuneResult result;

@@ -46,6 +46,8 @@ struct TunerOptions {
   int threads = 2;  // evaluation threads (this machine has 2 cores)
   bool link_contention = false;
   int max_chunks = 4;  // most stages per device the seeds consider
+  // Calibration: per-layer multipliers of the cost model's seconds (empty: none).
+  std::vector<double> layer_time_factors;
   // Exhaustive search when the number of (partition, placement) pairs is at most this.
   int64_t exhaustive_limit = 60000;
   // Clock in seconds (injectable for tests); default: steady_clock.
