@@ -1,0 +1,83 @@
+#include "planner_service/agent_registry.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace octopipe {
+
+AgentRegistry::AgentRegistry(const Clock* clock, double heartbeat_timeout_s)
+    : clock_(clock), heartbeat_timeout_s_(heartbeat_timeout_s) {}
+
+bool AgentRegistry::Register(const std::string& node_id, int num_devices,
+                             const std::string& address) {
+  absl::MutexLock lock(&mu_);
+  const double now = clock_->NowSeconds();
+  auto [it, inserted] = agents_.try_emplace(node_id);
+  AgentInfo& info = it->second;
+  const bool joined = inserted || !info.alive;
+  info.node_id = node_id;
+  info.num_devices = num_devices;
+  info.address = address;
+  info.last_heartbeat_s = now;
+  info.alive = true;
+  return joined;
+}
+
+absl::Status AgentRegistry::Heartbeat(const std::string& node_id) {
+  absl::MutexLock lock(&mu_);
+  const double now = clock_->NowSeconds();
+  auto it = agents_.find(node_id);
+  if (it == agents_.end()) {
+    return absl::NotFoundError(absl::StrCat("node '", node_id, "' is not registered"));
+  }
+  if (!it->second.alive) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("node '", node_id, "' was declared failed; register it again"));
+  }
+  it->second.last_heartbeat_s = now;
+  return absl::OkStatus();
+}
+
+std::vector<std::string> AgentRegistry::DetectFailures() {
+  std::vector<std::string> failed;
+  absl::MutexLock lock(&mu_);
+  const double now = clock_->NowSeconds();
+  for (auto& [node_id, info] : agents_) {
+    if (info.alive && now - info.last_heartbeat_s > heartbeat_timeout_s_) {
+      info.alive = false;
+      failed.push_back(node_id);
+    }
+  }
+  return failed;
+}
+
+bool AgentRegistry::MarkFailed(const std::string& node_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = agents_.find(node_id);
+  if (it == agents_.end() || !it->second.alive) return false;
+  it->second.alive = false;
+  return true;
+}
+
+std::vector<AgentInfo> AgentRegistry::List() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<AgentInfo> out;
+  out.reserve(agents_.size());
+  for (const auto& entry : agents_) out.push_back(entry.second);
+  return out;
+}
+
+int AgentRegistry::AliveCount() const {
+  absl::MutexLock lock(&mu_);
+  int alive = 0;
+  for (const auto& entry : agents_) alive += entry.second.alive ? 1 : 0;
+  return alive;
+}
+
+absl::optional<AgentInfo> AgentRegistry::Get(const std::string& node_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = agents_.find(node_id);
+  if (it == agents_.end()) return absl::nullopt;
+  return it->second;
+}
+
+}  // namespace octopipe

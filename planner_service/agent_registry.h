@@ -1,0 +1,86 @@
+// The worker agents the planner knows and a heartbeat failure detector over them.
+//
+// Each node is alive or dead (failed). It becomes alive by Register (new, or re-registering
+// after a failure) and stays alive while Heartbeat arrives within `heartbeat_timeout_s` of the
+// previous heartbeat or registration. It becomes dead when DetectFailures finds it silent for
+// longer than the timeout, or when MarkFailed reports it (a scheduler's failure report or a
+// drain). A dead node stays dead — its heartbeats are refused — until it registers again, so
+// a node the planner has re-planned around cannot slip back in unannounced: its return is a
+// Register, which tells the caller to re-plan for the join.
+//
+// Invariants: each alive -> dead transition is reported exactly once, by DetectFailures (for
+// timeouts) or by MarkFailed's return value; each unknown/dead -> alive transition by
+// Register's return value. Failure is declared only by those calls: a heartbeat that arrives
+// late but before DetectFailures runs keeps the node alive.
+//
+// Time comes from the injected Clock (not owned; must outlive the registry; read under the
+// registry's lock), so tests drive the detector with a FakeClock. Nothing is persisted here; the
+// service stores AgentRecords and, after a restart, Registers them again (each then has a full
+// timeout to heartbeat).
+//
+// Thread-safe: every method may be called concurrently.
+#ifndef OCTOPIPE_PLANNER_SERVICE_AGENT_REGISTRY_H_
+#define OCTOPIPE_PLANNER_SERVICE_AGENT_REGISTRY_H_
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/optional.h"
+#include "planner_service/clock.h"
+
+namespace octopipe {
+
+struct AgentInfo {
+  std::string node_id;
+  int num_devices = 0;
+  std::string address;          // host:port of the agent
+  double last_heartbeat_s = 0;  // Clock::NowSeconds of the last heartbeat or registration
+  bool alive = false;
+};
+
+class AgentRegistry {
+ public:
+  // `heartbeat_timeout_s` > 0: how long a node may be silent before it is declared failed.
+  AgentRegistry(const Clock* clock, double heartbeat_timeout_s);
+
+  AgentRegistry(const AgentRegistry&) = delete;
+  AgentRegistry& operator=(const AgentRegistry&) = delete;
+
+  // Records the node (replacing its device count and address) as alive, heartbeat now.
+  // Returns true when the node was unknown or dead — a join the caller may re-plan for —
+  // and false when it was already alive (an agent restart or a retried registration).
+  bool Register(const std::string& node_id, int num_devices, const std::string& address);
+
+  // Records a heartbeat now. kNotFound if the node never registered; kFailedPrecondition if
+  // it was declared failed (it must Register again).
+  absl::Status Heartbeat(const std::string& node_id);
+
+  // Declares dead every alive node whose last heartbeat is more than the timeout ago and
+  // returns their ids, sorted. A node is returned only by the call that declares it dead.
+  std::vector<std::string> DetectFailures();
+
+  // Declares the node dead. Returns true if it was alive (the caller should re-plan around
+  // it); false if it was already dead or is unknown (idempotent; unknown nodes stay unknown).
+  bool MarkFailed(const std::string& node_id);
+
+  // Every known node, alive or dead, sorted by node_id.
+  std::vector<AgentInfo> List() const;
+  int AliveCount() const;
+  absl::optional<AgentInfo> Get(const std::string& node_id) const;
+
+  double heartbeat_timeout_s() const { return heartbeat_timeout_s_; }
+
+ private:
+  const Clock* const clock_;
+  const double heartbeat_timeout_s_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, AgentInfo> agents_ ABSL_GUARDED_BY(mu_);  // ordered: sorted outputs
+};
+
+}  // namespace octopipe
+
+#endif  // OCTOPIPE_PLANNER_SERVICE_AGENT_REGISTRY_H_

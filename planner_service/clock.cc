@@ -1,0 +1,19 @@
+#include "planner_service/clock.h"
+
+#include <chrono>
+
+namespace octopipe {
+
+Clock::~Clock() = default;
+
+double RealClock::NowSeconds() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+int64_t UnixMillis() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace octopipe

@@ -1,0 +1,38 @@
+// A Clock that moves only when a test moves it, so timeouts are tested without sleeps.
+// Starts at `start_s` (default 0). Thread-safe: Advance/Set may race with NowSeconds from
+// other threads. Set may move time backwards (a real Clock never does); tests that do so
+// are testing the caller's tolerance of that, on purpose.
+#ifndef OCTOPIPE_PLANNER_SERVICE_FAKE_CLOCK_H_
+#define OCTOPIPE_PLANNER_SERVICE_FAKE_CLOCK_H_
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "planner_service/clock.h"
+
+namespace octopipe {
+
+class FakeClock : public Clock {
+ public:
+  explicit FakeClock(double start_s = 0) : now_s_(start_s) {}
+
+  double NowSeconds() const override {
+    absl::MutexLock lock(&mu_);
+    return now_s_;
+  }
+  void Advance(double s) {
+    absl::MutexLock lock(&mu_);
+    now_s_ += s;
+  }
+  void Set(double s) {
+    absl::MutexLock lock(&mu_);
+    now_s_ = s;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  double now_s_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace octopipe
+
+#endif  // OCTOPIPE_PLANNER_SERVICE_FAKE_CLOCK_H_
