@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/jobs_command.h"
 #include "cli/plan_command.h"
 #include "cli/simulate_command.h"
 
@@ -16,6 +17,8 @@ constexpr char kUsage[] =
     "commands:\n"
     "  simulate   evaluate pipeline schedules (or a plan file) with the DAG simulator\n"
     "  plan       tune partition, placement and schedule; compare with every baseline\n"
+    "             (locally, or on a running planner with --planner=HOST:PORT)\n"
+    "  jobs       create, list, get, delete and watch jobs on a running planner\n"
     "  help       print this text\n"
     "\n"
     "Run `octopipe COMMAND --help` for the flags of a command.\n";
@@ -32,6 +35,7 @@ int main(int argc, char** argv) {
   args.erase(args.begin());
   if (command == "simulate") return octopipe::cli::RunSimulate(args, std::cout, std::cerr);
   if (command == "plan") return octopipe::cli::RunPlan(args, std::cout, std::cerr);
+  if (command == "jobs") return octopipe::cli::RunJobs(args, std::cout, std::cerr);
   std::cerr << "octopipe: unknown command '" << command << "'\n\n" << kUsage;
   return 2;
 }

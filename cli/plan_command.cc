@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "cli/flags.h"
 #include "cli/inputs.h"
+#include "cli/planner_client.h"
 #include "cli/table.h"
 #include "core/convert.h"
 #include "core/file_io.h"
@@ -179,6 +180,81 @@ void WriteTables(std::ostream& out, const ModelGraph& model, const Cluster& clus
   }
 }
 
+// Prints a planner's PlanResult: the plan's stages, predictions and the baselines.
+void WriteRemoteTables(std::ostream& out, const ModelGraph& model,
+                       const proto::PlanResult& r) {
+  if (!r.feasible()) {
+    out << "INFEASIBLE: " << r.infeasible_reason() << "\nmemory needed per device:";
+    for (double b : r.required_memory_bytes()) out << " " << FormatBytes(b);
+    out << "\n";
+  }
+  TextTable stages({"stage", "layers", "kinds", "device", "recompute"});
+  for (int s = 0; s < r.plan().stages_size(); ++s) {
+    const proto::StageSpec& st = r.plan().stages(s);
+    StageAssignment a;
+    a.first_layer = st.first_layer();
+    a.last_layer = st.last_layer();
+    stages.AddRow({absl::StrCat(s), absl::StrCat(st.first_layer(), "-", st.last_layer()),
+                   KindsOf(model, a), absl::StrCat(st.device()), st.recompute() ? "yes" : "no"});
+  }
+  out << "plan (" << r.origin() << ", computed by the planner):\n"
+      << stages.Render({false, false, true, false, true});
+  const proto::Prediction& p = r.plan().predicted();
+  out << "\npredicted iteration " << FormatSeconds(p.iteration_time_s()) << " synchronous / "
+      << FormatSeconds(p.steady_state_iteration_time_s()) << " steady-state; bubble "
+      << FormatPercent(p.bubble_ratio()) << " / " << FormatPercent(p.steady_state_bubble_ratio())
+      << "; " << FormatCount(p.tokens_per_s()) << " tokens/s\n";
+  TextTable base({"baseline", "iteration", "steady-state", "bubble", "max peak memory", "fits"});
+  for (const proto::BaselineFigures& b : r.baselines()) {
+    if (!b.ran()) {
+      base.AddRow({b.name(), "-", "-", "-", "-", "n/a: " + b.error()});
+      continue;
+    }
+    base.AddRow({b.name(), FormatSeconds(b.iteration_time_s()),
+                 FormatSeconds(b.steady_state_iteration_time_s()),
+                 FormatPercent(b.bubble_ratio()), FormatBytes(b.peak_memory_bytes()),
+                 b.fits() ? "yes" : "NO"});
+  }
+  out << "\nbaselines:\n" << base.Render();
+  if (!r.best_baseline().empty()) {
+    out << "\nspeed-up over the best fitting baseline (" << r.best_baseline()
+        << "): " << absl::StrFormat("%.3fx", r.speedup_vs_best_baseline()) << "\n";
+  }
+  out << "tuned in " << absl::StrFormat("%.2f s", r.tuning_wall_s()) << " on the planner\n";
+}
+
+int RunRemotePlan(PlannerConnection& remote, const ModelGraph& model, const Cluster& cluster,
+                  const TunerOptions& t, const PlanOptions& o, const FlagSet& flags,
+                  std::ostream& out, std::ostream& err) {
+  auto stub = remote.Connect();
+  if (!stub.ok()) return Fail(err, stub.status(), 2);
+  proto::PlanRequest req;
+  *req.mutable_model() = ModelToProto(model);
+  *req.mutable_cluster() = ClusterToProto(cluster);
+  req.mutable_options()->set_num_devices(t.num_devices);
+  req.mutable_options()->set_num_microbatches(t.num_microbatches);
+  if (flags.was_set("time-budget")) req.mutable_options()->set_time_budget_s(o.time_budget);
+  req.mutable_options()->set_seed(t.seed);
+  req.mutable_options()->set_objective(o.objective);
+  req.mutable_options()->set_link_contention(o.contention);
+  proto::PlanResponse resp;
+  auto ctx = remote.Context();
+  grpc::Status s = (*stub)->Plan(ctx.get(), req, &resp);
+  if (!s.ok()) return Fail(err, FromGrpc(s), 1);
+  if (!o.out.empty()) {
+    if (absl::Status w = WriteStringToFile(ResolvePath(o.out), ProtoToJson(resp.result().plan()));
+        !w.ok()) {
+      return Fail(err, absl::Status(w.code(), absl::StrCat("--out: ", w.message())), 1);
+    }
+  }
+  if (o.json) {
+    out << ProtoToJson(resp.result()) << "\n";
+  } else {
+    WriteRemoteTables(out, model, resp.result());
+  }
+  return resp.result().feasible() ? 0 : 3;
+}
+
 }  // namespace
 
 int RunPlan(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
@@ -204,6 +280,8 @@ int RunPlan(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   flags.Bool("json", &o.json, "print one JSON object instead of tables");
   flags.Bool("contention", &o.contention, "serve transfers on one link one at a time");
   flags.Bool("quiet", &o.quiet, "no progress lines on stderr");
+  PlannerConnection remote;
+  remote.AddFlags(flags);
   if (absl::Status s = flags.Parse(args); !s.ok()) return Fail(err, s, 2);
   if (flags.help_requested()) {
     out << flags.Usage();
@@ -240,6 +318,9 @@ int RunPlan(const std::vector<std::string>& args, std::ostream& out, std::ostrea
       err << absl::StrFormat("[%6.2f s] %-10s best %s (%d candidates)\n", e.wall_s, e.phase,
                              FormatSeconds(e.after_s), e.evaluations);
     };
+  }
+  if (!remote.address.empty()) {
+    return RunRemotePlan(remote, *model, *cluster, t, o, flags, out, err);
   }
   const CostModel cost;
   absl::StatusOr<TuneResult> r = Tune(*model, *cluster, cost, t);

@@ -1,0 +1,73 @@
+#include "cli/planner_client.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+
+namespace octopipe::cli {
+namespace {
+
+absl::StatusOr<std::string> ReadFile(const std::string& flag, const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::InvalidArgumentError(absl::StrCat("--", flag, ": cannot read '", path, "'"));
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+}  // namespace
+
+void PlannerConnection::AddFlags(FlagSet& flags) {
+  flags.String("planner", &address, "HOST:PORT of a running octopipe-planner");
+  flags.String("token", &token, "bearer token the planner requires (prefer --token_file)");
+  flags.String("token_file", &token_file, "read the bearer token from this file");
+  flags.String("tls_ca", &tls_ca, "CA certificate (PEM) of the planner: connect with TLS");
+  flags.String("tls_cert", &tls_cert, "client certificate (PEM) for mutual TLS");
+  flags.String("tls_key", &tls_key, "client private key (PEM) for mutual TLS");
+}
+
+absl::StatusOr<std::unique_ptr<proto::Planner::Stub>> PlannerConnection::Connect() {
+  if (address.empty()) return absl::InvalidArgumentError("--planner: HOST:PORT is required");
+  if (!token_file.empty()) {
+    auto t = ReadFile("token_file", token_file);
+    if (!t.ok()) return t.status();
+    token = *t;
+    while (!token.empty() && (token.back() == '\n' || token.back() == '\r')) token.pop_back();
+  }
+  std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
+  if (!tls_ca.empty()) {
+    grpc::SslCredentialsOptions ssl;
+    auto ca = ReadFile("tls_ca", tls_ca);
+    if (!ca.ok()) return ca.status();
+    ssl.pem_root_certs = *ca;
+    if (!tls_cert.empty() || !tls_key.empty()) {
+      auto cert = ReadFile("tls_cert", tls_cert);
+      if (!cert.ok()) return cert.status();
+      auto key = ReadFile("tls_key", tls_key);
+      if (!key.ok()) return key.status();
+      ssl.pem_cert_chain = *cert;
+      ssl.pem_private_key = *key;
+    }
+    creds = grpc::SslCredentials(ssl);
+  }
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(256 << 20);
+  return proto::Planner::NewStub(grpc::CreateCustomChannel(address, creds, args));
+}
+
+std::unique_ptr<grpc::ClientContext> PlannerConnection::Context() const {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  ctx->set_deadline(std::chrono::system_clock::now() +
+                    std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
+  if (!token.empty()) ctx->AddMetadata("authorization", "Bearer " + token);
+  return ctx;
+}
+
+absl::Status FromGrpc(const grpc::Status& s) {
+  if (s.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                      absl::StrCat("planner: ", s.error_message()));
+}
+
+}  // namespace octopipe::cli

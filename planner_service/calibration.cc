@@ -1,0 +1,69 @@
+#include "planner_service/calibration.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace octopipe::planner {
+
+absl::StatusOr<OpKind> ParseOpKind(const std::string& text) {
+  for (OpKind k : {OpKind::kF, OpKind::kB, OpKind::kW, OpKind::kBW, OpKind::kR}) {
+    if (text == OpKindName(k)) return k;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("op_kind must be one of F, B, W, BW, R, got '", text, "'"));
+}
+
+absl::StatusOr<CalibrationUpdate> FitCalibration(const Plan& plan,
+                                                 const PipelineProblem& predicted,
+                                                 const std::vector<MeasuredStageTime>& times,
+                                                 std::vector<double> factors, int num_layers) {
+  if (factors.empty()) factors.assign(num_layers, 1.0);
+  const int S = plan.num_stages();
+  std::vector<double> measured(S, 0.0), expected(S, 0.0);
+  for (size_t i = 0; i < times.size(); ++i) {
+    const MeasuredStageTime& t = times[i];
+    const std::string field = absl::StrCat("times[", i, "]");
+    if (t.stage < 0 || t.stage >= S) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ".stage must be in [0, ", S - 1,
+                                                     "] for this plan version, got ", t.stage));
+    }
+    if (!(t.seconds > 0) || !std::isfinite(t.seconds)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".seconds must be > 0, got ", t.seconds));
+    }
+    if (t.samples < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".samples must be >= 1, got ", t.samples));
+    }
+    const int s = t.stage;
+    double p = 0;
+    switch (t.kind) {
+      case OpKind::kF: p = predicted.forward_s[s]; break;
+      case OpKind::kB: p = predicted.backward_input_s[s]; break;
+      case OpKind::kW: p = predicted.weight_grad_s[s]; break;
+      case OpKind::kBW: p = predicted.backward_input_s[s] + predicted.weight_grad_s[s]; break;
+      case OpKind::kR: p = predicted.recompute_s[s]; break;
+    }
+    if (!(p > 0)) continue;  // nothing predicted to compare with (free stage)
+    measured[s] += t.seconds * t.samples;
+    expected[s] += p * t.samples;
+  }
+  CalibrationUpdate out;
+  for (int s = 0; s < S; ++s) {
+    if (!(expected[s] > 0)) continue;
+    const double ratio = measured[s] / expected[s];
+    const double dev = std::abs(ratio - 1);
+    if (dev > out.max_deviation) {
+      out.max_deviation = dev;
+      out.worst_stage = s;
+    }
+    for (int l = plan.stages[s].first_layer; l <= plan.stages[s].last_layer; ++l) {
+      factors[l] *= ratio;
+    }
+  }
+  out.factors = std::move(factors);
+  return out;
+}
+
+}  // namespace octopipe::planner

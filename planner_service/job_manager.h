@@ -1,0 +1,117 @@
+// JobManager: the planner's jobs — their plan versions, calibration, re-planning and
+// persistence — as a plain class the gRPC adapter calls (tested without a server).
+//
+// Every job is persisted before a call returns (Store, SQLite) so a restart serves the same
+// jobs and versions. Planning runs on the TuningPool: the first plan of a job on create, then
+// re-plans when measured stage times deviate (ReplanPolicy decides; a new version only if it is
+// predicted at least min_gain faster under the calibrated costs), when a node fails or is
+// drained (the job continues on the devices left), and when a node comes back. Versions are
+// pushed to watchers from the planning thread, never under the manager's lock.
+//
+// Thread-safe. The pool must be shut down before the manager is destroyed (tasks hold `this`).
+#ifndef OCTOPIPE_PLANNER_SERVICE_JOB_MANAGER_H_
+#define OCTOPIPE_PLANNER_SERVICE_JOB_MANAGER_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "planner_service/clock.h"
+#include "planner_service/planning.h"
+#include "planner_service/replan_policy.h"
+#include "planner_service/store.h"
+#include "planner_service/tuning_pool.h"
+#include "proto/planner.pb.h"
+
+namespace octopipe::planner {
+
+// What the manager tells the outside world (metrics); every method has a no-op default.
+class JobObserver {
+ public:
+  virtual ~JobObserver() = default;
+  virtual void OnPlanComputed(const std::string& job_id, const proto::PlanResult& result) {}
+  virtual void OnReplan(const std::string& reason) {}
+  virtual void OnJobRemoved(const std::string& job_id) {}
+  virtual void OnJobCount(int jobs) {}
+};
+
+struct JobManagerOptions {
+  PlanningLimits limits;
+  ReplanPolicyOptions replan;
+};
+
+class JobManager {
+ public:
+  JobManager(Store* store, TuningPool* pool, const Clock* clock, JobManagerOptions options,
+             JobObserver* observer = nullptr);
+
+  // Loads jobs, versions and calibration from the store; jobs without a plan are re-queued.
+  absl::Status Recover();
+
+  // Validates, persists and queues the first plan. kResourceExhausted when the pool's queue is
+  // full (nothing is created), kInvalidArgument naming the field.
+  absl::StatusOr<proto::Job> Create(const proto::CreateJobRequest& request);
+  absl::StatusOr<proto::GetJobResponse> Get(const std::string& job_id) const;
+  std::vector<proto::Job> List() const;
+  absl::Status Delete(const std::string& job_id);
+
+  // Calls `on_version` for every version newer than `after_version` (the current one first
+  // when after_version is 0), now and as they are made; `on_end` when the job is deleted.
+  // Returns a subscription id for Unwatch. kNotFound for an unknown job.
+  absl::StatusOr<int64_t> Watch(const std::string& job_id, int64_t after_version,
+                                std::function<void(const proto::PlanVersion&)> on_version,
+                                std::function<void()> on_end);
+  void Unwatch(int64_t subscription);
+
+  absl::StatusOr<proto::ReportStageTimesResponse> ReportStageTimes(
+      const proto::ReportStageTimesRequest& request);
+
+  // A node failed / was drained / came back: the affected jobs are re-planned. Returns them.
+  std::vector<std::string> NodeLost(const std::string& node_id, const std::string& reason);
+  std::vector<std::string> NodeJoined(const std::string& node_id);
+
+  int num_jobs() const;
+
+ private:
+  struct Entry {
+    proto::Job job;
+    std::vector<proto::PlanVersion> versions;
+    std::vector<double> factors;  // calibration, one per layer (empty: none yet)
+    bool planning = false;        // a task is queued or running
+    std::string pending_reason;   // another re-plan asked for while planning
+  };
+  struct Subscription {
+    std::string job_id;
+    std::function<void(const proto::PlanVersion&)> on_version;
+    std::function<void()> on_end;
+  };
+
+  // Queues planning for the job (coalescing with a running task). `bounded` uses TrySubmit.
+  bool SchedulePlanning(const std::string& job_id, const std::string& reason, bool bounded)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RunPlanning(const std::string& job_id, const std::string& reason);
+  std::string NewJobId() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  Store* const store_;
+  TuningPool* const pool_;
+  const Clock* const clock_;
+  const JobManagerOptions options_;
+  JobObserver* const observer_;
+  ReplanPolicy policy_;
+
+  mutable absl::Mutex mu_;
+  std::map<std::string, Entry> jobs_ ABSL_GUARDED_BY(mu_);
+  std::map<int64_t, Subscription> subscriptions_ ABSL_GUARDED_BY(mu_);
+  int64_t next_subscription_ ABSL_GUARDED_BY(mu_) = 1;
+  int64_t next_job_ ABSL_GUARDED_BY(mu_) = 1;
+};
+
+}  // namespace octopipe::planner
+
+#endif  // OCTOPIPE_PLANNER_SERVICE_JOB_MANAGER_H_

@@ -1,0 +1,55 @@
+// Planning requests: validation against the server's limits, conversion from the wire types,
+// the cluster a job has left after node failures, and the tuner result as a wire PlanResult.
+// The one code path shared by the one-shot Plan RPC and by jobs.
+#ifndef OCTOPIPE_PLANNER_SERVICE_PLANNING_H_
+#define OCTOPIPE_PLANNER_SERVICE_PLANNING_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/cluster.h"
+#include "core/model_graph.h"
+#include "proto/planner.pb.h"
+#include "tuner/tuner.h"
+
+namespace octopipe::planner {
+
+struct PlanningLimits {
+  int max_layers = 4096;           // model.layers beyond this: RESOURCE_EXHAUSTED
+  int max_devices = 4096;          // cluster devices beyond this: RESOURCE_EXHAUSTED
+  double max_time_budget_s = 600;  // options.time_budget_s beyond this: RESOURCE_EXHAUSTED
+  double default_time_budget_s = 10;
+  int tuner_threads = 1;           // per planning task (the pool runs several tasks)
+};
+
+struct PlanningInput {
+  ModelGraph model;
+  Cluster cluster;  // without excluded nodes
+  TunerOptions tuner;
+};
+
+// Errors: kInvalidArgument naming the field ("model.layers[3].kind: unknown layer kind 'x'",
+// "options.num_devices: ..."), kResourceExhausted naming the limit, kFailedPrecondition when
+// excluded nodes leave no device.
+absl::StatusOr<PlanningInput> PrepareInput(const proto::Model& model,
+                                           const proto::Cluster& cluster,
+                                           const proto::PlanOptions& options,
+                                           const std::vector<std::string>& excluded_nodes,
+                                           const PlanningLimits& limits);
+
+// `cluster` without the named nodes (device numbering follows the remaining nodes).
+Cluster WithoutNodes(const Cluster& cluster, const std::vector<std::string>& excluded_nodes);
+
+// Runs the tuner (with calibration factors, possibly empty) and converts the result.
+absl::StatusOr<proto::PlanResult> RunPlanning(const PlanningInput& input,
+                                              const std::vector<double>& layer_time_factors);
+
+proto::PlanResult ToProto(const TuneResult& result);
+
+// The objective the job optimises, read from a result.
+double ObjectiveOf(const proto::PlanResult& result, const TunerOptions& options);
+
+}  // namespace octopipe::planner
+
+#endif  // OCTOPIPE_PLANNER_SERVICE_PLANNING_H_

@@ -1,0 +1,68 @@
+// PlannerServer: wires the planner together — SQLite store, job manager, agent registry and
+// failure detector, tuning pool, gRPC service (with health and reflection, optional TLS/mTLS),
+// metrics registry and its HTTP exporter. `main` parses flags into PlannerServerOptions and
+// runs one; tests run one in-process or as a process.
+#ifndef OCTOPIPE_PLANNER_SERVICE_SERVER_H_
+#define OCTOPIPE_PLANNER_SERVICE_SERVER_H_
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "planner_service/planning.h"
+#include "planner_service/replan_policy.h"
+
+namespace octopipe::planner {
+
+struct PlannerServerOptions {
+  std::string host = "127.0.0.1";  // gRPC address; "0.0.0.0" to serve other hosts
+  int port = 50051;                // 0: pick a free port (see PlannerServer::port())
+  std::string state_dir = "octopipe-state";  // holds planner.db (jobs, plans, calibration)
+  int metrics_port = 9464;         // Prometheus /metrics; 0: pick; -1: off
+  std::string metrics_host = "127.0.0.1";
+  // TLS: server certificate and key (PEM files); with a client CA, clients must present a
+  // certificate it signed (mutual TLS). Empty: plaintext.
+  std::string tls_cert, tls_key, tls_client_ca;
+  // Bearer token agents and mutating calls must present; empty: none required.
+  std::string token;
+  int max_request_bytes = 64 << 20;
+  PlanningLimits limits;
+  int workers = 2;        // tuning threads
+  int max_queued = 64;    // waiting tuning tasks before RESOURCE_EXHAUSTED
+  double heartbeat_timeout_s = 10;  // missed heartbeats for this long: the node is lost
+  ReplanPolicyOptions replan;
+};
+
+class PlannerServer {
+ public:
+  explicit PlannerServer(PlannerServerOptions options);
+  ~PlannerServer();
+
+  // Opens the state, recovers jobs, starts serving. Errors name the flag/field at fault.
+  absl::Status Start();
+  // Stops accepting calls, finishes in-flight ones (up to `grace_s`), drains tuning, closes
+  // the state. Idempotent.
+  void Shutdown(double grace_s = 5);
+
+  int port() const { return port_; }
+  int metrics_port() const;
+
+ private:
+  struct Impl;
+  void DetectFailures();
+
+  PlannerServerOptions options_;
+  std::unique_ptr<Impl> impl_;
+  int port_ = 0;
+  absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread detector_;
+};
+
+}  // namespace octopipe::planner
+
+#endif  // OCTOPIPE_PLANNER_SERVICE_SERVER_H_

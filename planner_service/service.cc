@@ -1,0 +1,309 @@
+#include "planner_service/service.h"
+
+#include <deque>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "planner_service/clock.h"
+
+namespace octopipe::planner {
+
+grpc::Status ToGrpc(const absl::Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  // absl and gRPC share the canonical code numbering.
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+PlannerService::PlannerService(JobManager* jobs, AgentRegistry* agents, Store* store,
+                               TuningPool* pool, ServiceOptions options, RpcObserver* observer)
+    : jobs_(jobs), agents_(agents), store_(store), pool_(pool), options_(std::move(options)),
+      observer_(observer) {}
+
+grpc::ServerUnaryReactor* PlannerService::Done(grpc::CallbackServerContext* ctx,
+                                               const char* method, const absl::Status& status) {
+  const grpc::Status g = ToGrpc(status);
+  if (observer_) observer_->OnRpc(method, g.error_code());
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  reactor->Finish(g);
+  return reactor;
+}
+
+absl::Status PlannerService::Authorize(grpc::CallbackServerContext* ctx) const {
+  if (options_.token.empty()) return absl::OkStatus();
+  const auto& md = ctx->client_metadata();
+  auto it = md.find("authorization");
+  if (it == md.end()) {
+    return absl::UnauthenticatedError(
+        "authorization: missing bearer token (metadata 'authorization: Bearer <token>')");
+  }
+  const std::string value(it->second.data(), it->second.size());
+  if (value != absl::StrCat("Bearer ", options_.token)) {
+    return absl::UnauthenticatedError("authorization: bearer token not accepted");
+  }
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* PlannerService::Plan(grpc::CallbackServerContext* ctx,
+                                               const proto::PlanRequest* request,
+                                               proto::PlanResponse* response) {
+  absl::StatusOr<PlanningInput> input =
+      PrepareInput(request->model(), request->cluster(), request->options(), {},
+                   options_.limits);
+  if (!input.ok()) return Done(ctx, "Plan", input.status());
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  auto shared = std::make_shared<PlanningInput>(std::move(*input));
+  RpcObserver* observer = observer_;
+  const bool queued = pool_->TrySubmit([reactor, shared, response, observer] {
+    absl::StatusOr<proto::PlanResult> r = RunPlanning(*shared, {});
+    if (r.ok()) {
+      *response->mutable_result() = std::move(*r);
+      if (observer) observer->OnOneShotPlan(response->result());
+    }
+    const grpc::Status g = ToGrpc(r.status());
+    if (observer) observer->OnRpc("Plan", g.error_code());
+    reactor->Finish(g);
+  });
+  if (!queued) {
+    const grpc::Status g(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                         absl::StrCat("planning queue is full (", pool_->max_queued(),
+                                      " tasks waiting); retry later"));
+    if (observer_) observer_->OnRpc("Plan", g.error_code());
+    reactor->Finish(g);
+  }
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* PlannerService::CreateJob(grpc::CallbackServerContext* ctx,
+                                                    const proto::CreateJobRequest* request,
+                                                    proto::Job* response) {
+  if (absl::Status s = Authorize(ctx); !s.ok()) return Done(ctx, "CreateJob", s);
+  absl::StatusOr<proto::Job> job = jobs_->Create(*request);
+  if (job.ok()) *response = std::move(*job);
+  return Done(ctx, "CreateJob", job.status());
+}
+
+grpc::ServerUnaryReactor* PlannerService::GetJob(grpc::CallbackServerContext* ctx,
+                                                 const proto::GetJobRequest* request,
+                                                 proto::GetJobResponse* response) {
+  absl::StatusOr<proto::GetJobResponse> r = jobs_->Get(request->job_id());
+  if (r.ok()) *response = std::move(*r);
+  return Done(ctx, "GetJob", r.status());
+}
+
+grpc::ServerUnaryReactor* PlannerService::ListJobs(grpc::CallbackServerContext* ctx,
+                                                   const proto::ListJobsRequest* request,
+                                                   proto::ListJobsResponse* response) {
+  for (proto::Job& j : jobs_->List()) *response->add_jobs() = std::move(j);
+  return Done(ctx, "ListJobs", absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* PlannerService::DeleteJob(grpc::CallbackServerContext* ctx,
+                                                    const proto::DeleteJobRequest* request,
+                                                    proto::DeleteJobResponse* response) {
+  if (absl::Status s = Authorize(ctx); !s.ok()) return Done(ctx, "DeleteJob", s);
+  return Done(ctx, "DeleteJob", jobs_->Delete(request->job_id()));
+}
+
+namespace {
+
+// Streams plan versions. The JobManager's callbacks may outlive the reactor, so they hold
+// shared state with an `alive` flag; the reactor deletes itself in OnDone.
+class WatchReactor : public grpc::ServerWriteReactor<proto::PlanVersion> {
+ public:
+  struct Shared {
+    absl::Mutex mu;
+    WatchReactor* reactor ABSL_GUARDED_BY(mu) = nullptr;
+  };
+
+  WatchReactor(JobManager* jobs, RpcObserver* observer)
+      : jobs_(jobs), observer_(observer), shared_(std::make_shared<Shared>()) {
+    absl::MutexLock lock(&shared_->mu);
+    shared_->reactor = this;
+  }
+
+  void Start(const proto::WatchPlanRequest& request) {
+    std::shared_ptr<Shared> shared = shared_;
+    absl::StatusOr<int64_t> sub = jobs_->Watch(
+        request.job_id(), request.after_version(),
+        [shared](const proto::PlanVersion& v) {
+          absl::MutexLock lock(&shared->mu);
+          if (shared->reactor) shared->reactor->Enqueue(v);
+        },
+        [shared] {
+          absl::MutexLock lock(&shared->mu);
+          if (shared->reactor) shared->reactor->EndWhenDrained();
+        });
+    if (!sub.ok()) {
+      FinishWith(ToGrpc(sub.status()));
+      return;
+    }
+    absl::MutexLock lock(&mu_);
+    subscription_ = *sub;
+  }
+
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock lock(&mu_);
+    writing_ = false;
+    if (!ok) return;  // the client went away; OnDone follows
+    queue_.pop_front();
+    WriteNextLocked();
+  }
+
+  void OnCancel() override {
+    absl::MutexLock lock(&mu_);
+    if (!finished_) {
+      finished_ = true;
+      code_ = grpc::StatusCode::CANCELLED;
+      Finish(grpc::Status::CANCELLED);
+    }
+  }
+
+  void FinishWith(const grpc::Status& status) {
+    absl::MutexLock lock(&mu_);
+    if (finished_) return;
+    finished_ = true;
+    code_ = status.error_code();
+    Finish(status);
+  }
+
+  void OnDone() override {
+    {
+      absl::MutexLock lock(&shared_->mu);
+      shared_->reactor = nullptr;
+    }
+    int64_t sub = 0;
+    grpc::StatusCode code;
+    {
+      absl::MutexLock lock(&mu_);
+      sub = subscription_;
+      code = code_;
+    }
+    if (sub) jobs_->Unwatch(sub);
+    if (observer_) observer_->OnRpc("WatchPlan", code);
+    delete this;
+  }
+
+ private:
+  void Enqueue(const proto::PlanVersion& v) {
+    absl::MutexLock lock(&mu_);
+    if (finished_ || v.version() <= last_queued_) return;
+    last_queued_ = v.version();
+    queue_.push_back(v);
+    WriteNextLocked();
+  }
+
+  void EndWhenDrained() {
+    absl::MutexLock lock(&mu_);
+    end_ = true;
+    WriteNextLocked();
+  }
+
+  void WriteNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (writing_ || finished_) return;
+    if (!queue_.empty()) {
+      writing_ = true;
+      StartWrite(&queue_.front());
+    } else if (end_) {
+      finished_ = true;
+      code_ = grpc::StatusCode::NOT_FOUND;
+      Finish(grpc::Status(grpc::StatusCode::NOT_FOUND, "job_id: the job was deleted"));
+    }
+  }
+
+  JobManager* const jobs_;
+  RpcObserver* const observer_;
+  std::shared_ptr<Shared> shared_;
+  absl::Mutex mu_;
+  // A deque: StartWrite keeps a pointer to the front while new versions are appended.
+  std::deque<proto::PlanVersion> queue_ ABSL_GUARDED_BY(mu_);
+  grpc::StatusCode code_ ABSL_GUARDED_BY(mu_) = grpc::StatusCode::OK;
+  int64_t last_queued_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t subscription_ ABSL_GUARDED_BY(mu_) = 0;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool end_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace
+
+grpc::ServerWriteReactor<proto::PlanVersion>* PlannerService::WatchPlan(
+    grpc::CallbackServerContext* ctx, const proto::WatchPlanRequest* request) {
+  auto* reactor = new WatchReactor(jobs_, observer_);
+  if (absl::Status s = Authorize(ctx); !s.ok()) {
+    reactor->FinishWith(ToGrpc(s));
+    return reactor;
+  }
+  reactor->Start(*request);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* PlannerService::RegisterAgent(
+    grpc::CallbackServerContext* ctx, const proto::RegisterAgentRequest* request,
+    proto::RegisterAgentResponse* response) {
+  if (absl::Status s = Authorize(ctx); !s.ok()) return Done(ctx, "RegisterAgent", s);
+  if (request->node_id().empty()) {
+    return Done(ctx, "RegisterAgent", absl::InvalidArgumentError("node_id is empty"));
+  }
+  if (request->num_devices() < 0) {
+    return Done(ctx, "RegisterAgent",
+                absl::InvalidArgumentError(absl::StrCat("num_devices must be >= 0, got ",
+                                                        request->num_devices())));
+  }
+  const bool joined =
+      agents_->Register(request->node_id(), request->num_devices(), request->address());
+  AgentRecord record;
+  record.node_id = request->node_id();
+  record.num_devices = request->num_devices();
+  record.address = request->address();
+  record.registered_unix_ms = UnixMillis();
+  absl::Status stored = store_->PutAgent(record);
+  if (!stored.ok()) return Done(ctx, "RegisterAgent", stored);
+  if (joined) jobs_->NodeJoined(request->node_id());
+  if (observer_) observer_->OnAgentsAlive(agents_->AliveCount());
+  response->set_heartbeat_interval_ms(options_.heartbeat_interval_ms);
+  return Done(ctx, "RegisterAgent", absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* PlannerService::Heartbeat(grpc::CallbackServerContext* ctx,
+                                                    const proto::HeartbeatRequest* request,
+                                                    proto::HeartbeatResponse* response) {
+  if (absl::Status s = Authorize(ctx); !s.ok()) return Done(ctx, "Heartbeat", s);
+  return Done(ctx, "Heartbeat", agents_->Heartbeat(request->node_id()));
+}
+
+grpc::ServerUnaryReactor* PlannerService::ReportStageTimes(
+    grpc::CallbackServerContext* ctx, const proto::ReportStageTimesRequest* request,
+    proto::ReportStageTimesResponse* response) {
+  if (absl::Status s = Authorize(ctx); !s.ok()) return Done(ctx, "ReportStageTimes", s);
+  absl::StatusOr<proto::ReportStageTimesResponse> r = jobs_->ReportStageTimes(*request);
+  if (r.ok()) *response = std::move(*r);
+  return Done(ctx, "ReportStageTimes", r.status());
+}
+
+absl::Status PlannerService::LoseNode(const proto::NodeRequest& request,
+                                      const std::string& reason, proto::NodeResponse* response) {
+  if (request.node_id().empty()) return absl::InvalidArgumentError("node_id is empty");
+  agents_->MarkFailed(request.node_id());
+  if (observer_) observer_->OnAgentsAlive(agents_->AliveCount());
+  for (std::string& id : jobs_->NodeLost(request.node_id(), reason)) {
+    response->add_replanned_job_ids(std::move(id));
+  }
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* PlannerService::ReportNodeFailure(grpc::CallbackServerContext* ctx,
+                                                            const proto::NodeRequest* request,
+                                                            proto::NodeResponse* response) {
+  if (absl::Status s = Authorize(ctx); !s.ok()) return Done(ctx, "ReportNodeFailure", s);
+  return Done(ctx, "ReportNodeFailure", LoseNode(*request, "node_failure", response));
+}
+
+grpc::ServerUnaryReactor* PlannerService::DrainNode(grpc::CallbackServerContext* ctx,
+                                                    const proto::NodeRequest* request,
+                                                    proto::NodeResponse* response) {
+  if (absl::Status s = Authorize(ctx); !s.ok()) return Done(ctx, "DrainNode", s);
+  return Done(ctx, "DrainNode", LoseNode(*request, "drain", response));
+}
+
+}  // namespace octopipe::planner

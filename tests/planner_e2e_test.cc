@@ -1,0 +1,485 @@
+// End to end: the real octopipe-planner process on loopback and real gRPC clients.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <thread>
+
+#include <grpcpp/grpcpp.h>
+
+#include "core/cluster_presets.h"
+#include "core/convert.h"
+#include "core/cost_model.h"
+#include "core/model_zoo.h"
+#include "core/synthetic_model.h"
+#include "gtest/gtest.h"
+#include "proto/health.grpc.pb.h"
+#include "proto/planner.grpc.pb.h"
+#include "simulator/problem_builder.h"
+#include "tests/planner_process.h"
+
+namespace octopipe {
+namespace {
+
+using testing::PlannerProcess;
+
+constexpr char kPlanner[] = "planner_service/octopipe-planner";
+
+std::string TmpDir(const std::string& name) {
+  return std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
+}
+
+std::unique_ptr<proto::Planner::Stub> Connect(
+    const std::string& address,
+    std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials()) {
+  return proto::Planner::NewStub(grpc::CreateChannel(address, creds));
+}
+
+std::unique_ptr<grpc::ClientContext> Ctx(const std::string& token = "", double timeout_s = 60) {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  ctx->set_deadline(std::chrono::system_clock::now() +
+                    std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
+  if (!token.empty()) ctx->AddMetadata("authorization", "Bearer " + token);
+  return ctx;
+}
+
+// A small real model: Llama-3 8B on 4 devices, 8 micro-batches (tunes in well under a second).
+proto::CreateJobRequest SmallJob(const std::string& name, const Cluster& cluster) {
+  TrainingOptions t;
+  t.num_microbatches = 8;
+  proto::CreateJobRequest r;
+  r.set_name(name);
+  *r.mutable_model() = ModelToProto(*ZooModel("llama3-8b", t));
+  *r.mutable_cluster() = ClusterToProto(cluster);
+  r.mutable_options()->set_num_devices(4);
+  r.mutable_options()->set_time_budget_s(5);
+  return r;
+}
+
+Cluster TwoNodes() {
+  Cluster c = *ClusterPreset("h100-4nodes");
+  c.nodes.resize(2);
+  for (Node& n : c.nodes) n.num_devices = 2;
+  return c;
+}
+
+// Reads the next plan version from a watch stream (the stream's deadline bounds the wait).
+bool NextVersion(grpc::ClientReader<proto::PlanVersion>* reader, proto::PlanVersion* v) {
+  return reader->Read(v);
+}
+
+TEST(PlannerE2ETest, HealthServiceReportsServing) {
+  PlannerProcess planner(kPlanner);
+  ASSERT_TRUE(planner.Start({"--state_dir=" + TmpDir("health")}).ok()) << planner.log();
+  auto health = grpc::health::v1::Health::NewStub(
+      grpc::CreateChannel(planner.address(), grpc::InsecureChannelCredentials()));
+  grpc::health::v1::HealthCheckRequest req;
+  grpc::health::v1::HealthCheckResponse resp;
+  auto ctx = Ctx();
+  ASSERT_TRUE(health->Check(ctx.get(), req, &resp).ok());
+  EXPECT_EQ(resp.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+}
+
+TEST(PlannerE2ETest, CreateJobThenWatchItsPlan) {
+  PlannerProcess planner(kPlanner);
+  ASSERT_TRUE(planner.Start({"--state_dir=" + TmpDir("create")}).ok()) << planner.log();
+  auto stub = Connect(planner.address());
+  proto::Job job;
+  auto ctx = Ctx();
+  ASSERT_TRUE(stub->CreateJob(ctx.get(), SmallJob("first", TwoNodes()), &job).ok());
+  EXPECT_EQ(job.state(), proto::JOB_STATE_PLANNING);
+  proto::WatchPlanRequest w;
+  w.set_job_id(job.id());
+  auto wctx = Ctx("", 60);
+  auto reader = stub->WatchPlan(wctx.get(), w);
+  proto::PlanVersion v;
+  ASSERT_TRUE(NextVersion(reader.get(), &v));
+  EXPECT_EQ(v.version(), 1);
+  EXPECT_EQ(v.reason(), "initial");
+  EXPECT_TRUE(v.result().feasible());
+  EXPECT_GT(v.result().plan().predicted().iteration_time_s(), 0);
+  EXPECT_EQ(v.result().plan().num_devices(), 4);
+  proto::GetJobRequest g;
+  g.set_job_id(job.id());
+  proto::GetJobResponse got;
+  auto gctx = Ctx();
+  ASSERT_TRUE(stub->GetJob(gctx.get(), g, &got).ok());
+  EXPECT_EQ(got.job().state(), proto::JOB_STATE_READY);
+  EXPECT_EQ(got.job().current_version(), 1);
+  EXPECT_EQ(got.current().version(), 1);
+  wctx->TryCancel();
+}
+
+// Per-stage predicted F/B/W seconds of a plan version, computed as the planner does.
+PipelineProblem Predicted(const proto::CreateJobRequest& job, const proto::PlanVersion& v) {
+  ModelGraph model = *ModelFromProto(job.model());
+  Cluster cluster = *ClusterFromProto(job.cluster());
+  Plan plan = *PlanFromProto(v.result().plan());
+  auto builder = ProblemBuilder::Create(model, cluster, CostModel(), plan.num_devices);
+  return *builder->Build(plan);
+}
+
+proto::ReportStageTimesRequest Report(const std::string& job_id, const proto::PlanVersion& v,
+                                      const PipelineProblem& p, int slow_stage, double factor,
+                                      double others) {
+  proto::ReportStageTimesRequest r;
+  r.set_job_id(job_id);
+  r.set_plan_version(v.version());
+  r.set_node_id("node0");
+  for (int s = 0; s < p.num_stages; ++s) {
+    const double f = s == slow_stage ? factor : others;
+    for (auto [kind, secs] : {std::pair{"F", p.forward_s[s]}, std::pair{"B", p.backward_input_s[s]},
+                              std::pair{"W", p.weight_grad_s[s]}}) {
+      if (secs <= 0) continue;
+      proto::StageTime* t = r.add_times();
+      t->set_stage(s);
+      t->set_op_kind(kind);
+      t->set_seconds(secs * f);
+      t->set_samples(8);
+    }
+  }
+  return r;
+}
+
+TEST(PlannerE2ETest, SlowStageTriggersNewVersionSmallDeviationDoesNot) {
+  PlannerProcess planner(kPlanner);
+  ASSERT_TRUE(planner.Start({"--state_dir=" + TmpDir("replan"), "--replan_cooldown_s=0"}).ok())
+      << planner.log();
+  auto stub = Connect(planner.address());
+  const proto::CreateJobRequest req = SmallJob("replan", TwoNodes());
+  proto::Job job;
+  auto ctx = Ctx();
+  ASSERT_TRUE(stub->CreateJob(ctx.get(), req, &job).ok());
+  proto::WatchPlanRequest w;
+  w.set_job_id(job.id());
+  auto wctx = Ctx("", 120);
+  auto reader = stub->WatchPlan(wctx.get(), w);
+  proto::PlanVersion v1;
+  ASSERT_TRUE(NextVersion(reader.get(), &v1));
+  const PipelineProblem p = Predicted(req, v1);
+
+  // 2% everywhere: within tolerance, no re-plan, the version stays.
+  proto::ReportStageTimesResponse small;
+  auto c1 = Ctx();
+  ASSERT_TRUE(stub->ReportStageTimes(c1.get(), Report(job.id(), v1, p, -1, 1.0, 1.02), &small)
+                  .ok());
+  EXPECT_FALSE(small.replanned()) << small.decision();
+  EXPECT_EQ(small.current_version(), 1);
+
+  // One stage 30% slower: a re-plan, and the watcher receives version 2.
+  proto::ReportStageTimesResponse slow;
+  auto c2 = Ctx();
+  ASSERT_TRUE(stub->ReportStageTimes(c2.get(), Report(job.id(), v1, p, 0, 1.3, 1.0), &slow)
+                  .ok());
+  EXPECT_TRUE(slow.replanned()) << slow.decision();
+  proto::PlanVersion v2;
+  ASSERT_TRUE(NextVersion(reader.get(), &v2));
+  EXPECT_EQ(v2.version(), 2);
+  EXPECT_EQ(v2.reason(), "measured");
+  // The new plan moves work off the slow stage: the first stage gets fewer layers.
+  const auto& s1 = v1.result().plan().stages(0);
+  const auto& s2 = v2.result().plan().stages(0);
+  EXPECT_LT(s2.last_layer() - s2.first_layer(), s1.last_layer() - s1.first_layer() + 1);
+  // A report against the old version is refused.
+  proto::ReportStageTimesResponse stale;
+  auto c3 = Ctx();
+  grpc::Status st = stub->ReportStageTimes(c3.get(), Report(job.id(), v1, p, 0, 1.3, 1.0), &stale);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << st.error_message();
+  EXPECT_NE(st.error_message().find("plan_version"), std::string::npos);
+  wctx->TryCancel();
+}
+
+TEST(PlannerE2ETest, SilentNodeIsDroppedAndItsJobReplannedOnTheRest) {
+  PlannerProcess planner(kPlanner);
+  ASSERT_TRUE(
+      planner.Start({"--state_dir=" + TmpDir("failure"), "--heartbeat_timeout_s=1"}).ok())
+      << planner.log();
+  auto stub = Connect(planner.address());
+  proto::CreateJobRequest req = SmallJob("failure", TwoNodes());
+  req.mutable_options()->set_num_devices(0);  // all devices: 2 nodes x 2
+  proto::Job job;
+  auto ctx = Ctx();
+  ASSERT_TRUE(stub->CreateJob(ctx.get(), req, &job).ok());
+  for (const char* node : {"node0", "node1"}) {
+    proto::RegisterAgentRequest r;
+    r.set_node_id(node);
+    r.set_num_devices(2);
+    r.set_address("127.0.0.1:1");
+    proto::RegisterAgentResponse resp;
+    auto rc = Ctx();
+    ASSERT_TRUE(stub->RegisterAgent(rc.get(), r, &resp).ok());
+  }
+  // node0 keeps its heartbeat going, node1 falls silent.
+  std::atomic<bool> stop{false};
+  std::thread beat([&] {
+    auto s = Connect(planner.address());
+    while (!stop) {
+      proto::HeartbeatRequest h;
+      h.set_node_id("node0");
+      proto::HeartbeatResponse hr;
+      auto hc = Ctx("", 5);
+      s->Heartbeat(hc.get(), h, &hr);
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // heartbeat period
+    }
+  });
+  proto::WatchPlanRequest w;
+  w.set_job_id(job.id());
+  auto wctx = Ctx("", 60);
+  auto reader = stub->WatchPlan(wctx.get(), w);
+  proto::PlanVersion v;
+  bool replanned = false;
+  while (NextVersion(reader.get(), &v)) {
+    if (v.reason() == "node_failure") {
+      replanned = true;
+      break;
+    }
+  }
+  stop = true;
+  beat.join();
+  ASSERT_TRUE(replanned) << planner.log();
+  EXPECT_EQ(v.result().plan().num_devices(), 2);  // node0's devices only
+  proto::GetJobRequest g;
+  g.set_job_id(job.id());
+  proto::GetJobResponse got;
+  auto gc = Ctx();
+  ASSERT_TRUE(stub->GetJob(gc.get(), g, &got).ok());
+  ASSERT_EQ(got.job().excluded_nodes_size(), 1);
+  EXPECT_EQ(got.job().excluded_nodes(0), "node1");
+  wctx->TryCancel();
+}
+
+TEST(PlannerE2ETest, KilledAndRestartedPlannerServesTheSameJobsAndVersions) {
+  const std::string dir = TmpDir("restart");
+  std::string job_id;
+  proto::GetJobResponse before;
+  {
+    PlannerProcess planner(kPlanner);
+    ASSERT_TRUE(planner.Start({"--state_dir=" + dir}).ok()) << planner.log();
+    auto stub = Connect(planner.address());
+    proto::Job job;
+    auto ctx = Ctx();
+    ASSERT_TRUE(stub->CreateJob(ctx.get(), SmallJob("durable", TwoNodes()), &job).ok());
+    job_id = job.id();
+    proto::WatchPlanRequest w;
+    w.set_job_id(job_id);
+    auto wctx = Ctx("", 60);
+    auto reader = stub->WatchPlan(wctx.get(), w);
+    proto::PlanVersion v;
+    ASSERT_TRUE(NextVersion(reader.get(), &v));
+    wctx->TryCancel();
+    proto::GetJobRequest g;
+    g.set_job_id(job_id);
+    auto gc = Ctx();
+    ASSERT_TRUE(stub->GetJob(gc.get(), g, &before).ok());
+    const int status = planner.Kill(SIGKILL);  // a crash, not a clean shutdown
+    EXPECT_TRUE(WIFSIGNALED(status));
+  }
+  PlannerProcess again(kPlanner);
+  ASSERT_TRUE(again.Start({"--state_dir=" + dir}).ok()) << again.log();
+  auto stub = Connect(again.address());
+  proto::ListJobsResponse list;
+  auto lc = Ctx();
+  ASSERT_TRUE(stub->ListJobs(lc.get(), proto::ListJobsRequest(), &list).ok());
+  ASSERT_EQ(list.jobs_size(), 1);
+  EXPECT_EQ(list.jobs(0).id(), job_id);
+  proto::GetJobRequest g;
+  g.set_job_id(job_id);
+  proto::GetJobResponse after;
+  auto gc = Ctx();
+  ASSERT_TRUE(stub->GetJob(gc.get(), g, &after).ok());
+  EXPECT_EQ(after.job().current_version(), before.job().current_version());
+  EXPECT_EQ(after.current().SerializeAsString(), before.current().SerializeAsString());
+  // And it still works: a new job gets the next id.
+  proto::Job next;
+  auto cc = Ctx();
+  ASSERT_TRUE(stub->CreateJob(cc.get(), SmallJob("next", TwoNodes()), &next).ok());
+  EXPECT_NE(next.id(), job_id);
+  // SIGTERM is a graceful shutdown.
+  const int status = again.Kill(SIGTERM);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << again.log();
+}
+
+TEST(PlannerE2ETest, BadRequestsGetTheRightCodesAndNameTheField) {
+  PlannerProcess planner(kPlanner);
+  ASSERT_TRUE(planner.Start({"--state_dir=" + TmpDir("bad"), "--max_layers=40",
+                             "--max_request_bytes=200000"})
+                  .ok())
+      << planner.log();
+  auto stub = Connect(planner.address());
+  auto code_of = [&](const proto::CreateJobRequest& r, std::string* msg) {
+    proto::Job job;
+    auto ctx = Ctx();
+    grpc::Status s = stub->CreateJob(ctx.get(), r, &job);
+    *msg = s.error_message();
+    return s.error_code();
+  };
+  std::string msg;
+  // Small models (under --max_layers) so the field errors are what is left to report.
+  proto::CreateJobRequest small = SmallJob("x", TwoNodes());
+  *small.mutable_model() = ModelToProto(*ParseSyntheticModel("layers=8,f=0.01,b=0.01,w=0.01"));
+  proto::CreateJobRequest bad_kind = small;
+  bad_kind.mutable_model()->mutable_layers(3)->set_kind("transformer");
+  EXPECT_EQ(code_of(bad_kind, &msg), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(msg.find("model.layers[3].kind"), std::string::npos) << msg;
+
+  proto::CreateJobRequest bad_devices = small;
+  bad_devices.mutable_options()->set_num_devices(-1);
+  EXPECT_EQ(code_of(bad_devices, &msg), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(msg.find("options.num_devices"), std::string::npos) << msg;
+
+  // Llama-3 8B has 66 layers in our layering: over --max_layers=40.
+  proto::CreateJobRequest too_many = SmallJob("x", TwoNodes());
+  EXPECT_EQ(code_of(too_many, &msg), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(msg.find("model.layers"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("40"), std::string::npos) << msg;
+
+  // Over --max_request_bytes.
+  proto::CreateJobRequest huge = SmallJob("x", TwoNodes());
+  huge.set_name(std::string(300000, 'x'));
+  EXPECT_EQ(code_of(huge, &msg), grpc::StatusCode::RESOURCE_EXHAUSTED);
+
+  proto::GetJobRequest g;
+  g.set_job_id("job-404");
+  proto::GetJobResponse got;
+  auto gc = Ctx();
+  grpc::Status s = stub->GetJob(gc.get(), g, &got);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_NE(s.error_message().find("job-404"), std::string::npos);
+
+  proto::HeartbeatRequest h;
+  h.set_node_id("ghost");
+  proto::HeartbeatResponse hr;
+  auto hc = Ctx();
+  EXPECT_EQ(stub->Heartbeat(hc.get(), h, &hr).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+TEST(PlannerE2ETest, TokenIsRefusedWhenMissingOrWrongAndAcceptedWhenRight) {
+  const std::string token_file = TmpDir("token.txt");
+  std::ofstream(token_file) << "s3cret\n";
+  PlannerProcess planner(kPlanner);
+  ASSERT_TRUE(planner.Start({"--state_dir=" + TmpDir("token"), "--token_file=" + token_file})
+                  .ok())
+      << planner.log();
+  auto stub = Connect(planner.address());
+  proto::Job job;
+  auto none = Ctx();
+  EXPECT_EQ(stub->CreateJob(none.get(), SmallJob("t", TwoNodes()), &job).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  auto wrong = Ctx("guess");
+  EXPECT_EQ(stub->CreateJob(wrong.get(), SmallJob("t", TwoNodes()), &job).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  auto right = Ctx("s3cret");
+  EXPECT_TRUE(stub->CreateJob(right.get(), SmallJob("t", TwoNodes()), &job).ok());
+  // Reading needs no token.
+  proto::ListJobsResponse list;
+  auto lc = Ctx();
+  EXPECT_TRUE(stub->ListJobs(lc.get(), proto::ListJobsRequest(), &list).ok());
+}
+
+// Generates a CA, a server certificate for 127.0.0.1/localhost and a client certificate.
+bool MakeCerts(const std::string& dir) {
+  const std::string script = dir + "/make-certs.sh";
+  std::system(("mkdir -p " + dir).c_str());
+  std::ofstream(script) << "set -e\ncd \"" << dir << "\"\n"
+      << "openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=octopipe-test-ca "
+         "-keyout ca.key -out ca.pem 2>/dev/null\n"
+      << "openssl req -newkey rsa:2048 -nodes -subj /CN=localhost -keyout server.key "
+         "-out server.csr 2>/dev/null\n"
+      << "echo 'subjectAltName=DNS:localhost,IP:127.0.0.1' > san.ext\n"
+      << "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 "
+         "-extfile san.ext -out server.pem 2>/dev/null\n"
+      << "openssl req -newkey rsa:2048 -nodes -subj /CN=agent -keyout client.key "
+         "-out client.csr 2>/dev/null\n"
+      << "openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 "
+         "-out client.pem 2>/dev/null\n";
+  return std::system(("bash " + script).c_str()) == 0;
+}
+
+std::string Read(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+TEST(PlannerE2ETest, MutualTlsAcceptsTheSignedClientAndRefusesOthers) {
+  const std::string dir = TmpDir("certs");
+  ASSERT_TRUE(MakeCerts(dir));
+  PlannerProcess planner(kPlanner);
+  ASSERT_TRUE(planner.Start({"--state_dir=" + TmpDir("tls"), "--tls_cert=" + dir + "/server.pem",
+                             "--tls_key=" + dir + "/server.key",
+                             "--tls_client_ca=" + dir + "/ca.pem"})
+                  .ok())
+      << planner.log();
+  grpc::SslCredentialsOptions with_cert;
+  with_cert.pem_root_certs = Read(dir + "/ca.pem");
+  with_cert.pem_private_key = Read(dir + "/client.key");
+  with_cert.pem_cert_chain = Read(dir + "/client.pem");
+  auto ok_stub = Connect(planner.address(), grpc::SslCredentials(with_cert));
+  proto::ListJobsResponse list;
+  auto c1 = Ctx("", 20);
+  grpc::Status s = ok_stub->ListJobs(c1.get(), proto::ListJobsRequest(), &list);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+
+  grpc::SslCredentialsOptions no_cert;
+  no_cert.pem_root_certs = Read(dir + "/ca.pem");
+  auto no_stub = Connect(planner.address(), grpc::SslCredentials(no_cert));
+  auto c2 = Ctx("", 10);
+  EXPECT_FALSE(no_stub->ListJobs(c2.get(), proto::ListJobsRequest(), &list).ok());
+
+  auto plain = Connect(planner.address());
+  auto c3 = Ctx("", 10);
+  EXPECT_FALSE(plain->ListJobs(c3.get(), proto::ListJobsRequest(), &list).ok());
+}
+
+TEST(PlannerE2ETest, PlaintextServerWhenTlsIsOff) {
+  PlannerProcess planner(kPlanner);
+  ASSERT_TRUE(planner.Start({"--state_dir=" + TmpDir("plain")}).ok()) << planner.log();
+  auto stub = Connect(planner.address());
+  proto::ListJobsResponse list;
+  auto c = Ctx();
+  EXPECT_TRUE(stub->ListJobs(c.get(), proto::ListJobsRequest(), &list).ok());
+}
+
+TEST(PlannerE2ETest, SixtyFourClientsTimesFiftyPlanCallsAllSucceed) {
+  PlannerProcess planner(kPlanner);
+  ASSERT_TRUE(planner.Start({"--state_dir=" + TmpDir("load"), "--max_queued=128"}).ok())
+      << planner.log();
+  proto::PlanRequest req;
+  *req.mutable_model() = ModelToProto(*ParseSyntheticModel("layers=8,f=0.001,b=0.001,w=0.001"));
+  *req.mutable_cluster() = ClusterToProto(*ClusterPreset("h100-1node"));
+  req.mutable_options()->set_num_devices(4);
+  req.mutable_options()->set_num_microbatches(8);
+  req.mutable_options()->set_time_budget_s(1);
+  std::atomic<int> ok{0}, failed{0};
+  std::string first_error;
+  std::mutex mu;
+  std::vector<std::thread> clients;
+  for (int c = 0; c < 64; ++c) {
+    clients.emplace_back([&] {
+      auto stub = Connect(planner.address());
+      for (int i = 0; i < 50; ++i) {
+        proto::PlanResponse resp;
+        auto ctx = Ctx("", 120);
+        grpc::Status s = stub->Plan(ctx.get(), req, &resp);
+        if (s.ok() && resp.result().plan().predicted().iteration_time_s() > 0) {
+          ++ok;
+        } else {
+          ++failed;
+          std::lock_guard<std::mutex> lock(mu);
+          if (first_error.empty()) first_error = s.error_message();
+        }
+      }
+    });
+  }
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(ok.load(), 64 * 50) << first_error;
+  EXPECT_EQ(failed.load(), 0);
+}
+
+}  // namespace
+}  // namespace octopipe

@@ -1,0 +1,45 @@
+// PlannerProcess: runs the real octopipe-planner binary as a child process for end-to-end
+// tests and waits for readiness by reading its "serving on HOST:PORT" line from stderr (no
+// sleeps). Kill() sends a signal; the destructor kills and reaps it.
+#ifndef OCTOPIPE_TESTS_PLANNER_PROCESS_H_
+#define OCTOPIPE_TESTS_PLANNER_PROCESS_H_
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace octopipe::testing {
+
+class PlannerProcess {
+ public:
+  // `binary` is the planner's path (runfiles-relative works under bazel test).
+  explicit PlannerProcess(std::string binary) : binary_(std::move(binary)) {}
+  ~PlannerProcess();
+
+  // Starts with `args` (plus --port=0 --metrics_port=0 unless given) and waits up to
+  // `timeout_s` for the serving line. On failure the status carries the process's stderr.
+  absl::Status Start(const std::vector<std::string>& args, double timeout_s = 60);
+  // Sends `sig` and waits for the exit; returns the wait status.
+  int Kill(int sig);
+  bool running() const { return pid_ > 0; }
+
+  int port() const { return port_; }
+  int metrics_port() const { return metrics_port_; }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  const std::string& log() const { return log_; }
+
+ private:
+  std::string binary_;
+  pid_t pid_ = -1;
+  int stderr_fd_ = -1;
+  int port_ = 0;
+  int metrics_port_ = -1;
+  std::string log_;
+};
+
+}  // namespace octopipe::testing
+
+#endif  // OCTOPIPE_TESTS_PLANNER_PROCESS_H_
