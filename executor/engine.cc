@@ -1,0 +1,323 @@
+#include "executor/engine.h"
+
+#include <chrono>
+#include <deque>
+#include <map>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "core/status_macros.h"
+
+namespace octopipe::executor {
+namespace {
+
+constexpr int kForward = 0;
+constexpr int kBackward = 1;
+
+// Received messages by tag, filled by the receiving threads.
+class Mailbox {
+ public:
+  void Put(uint32_t tag, Tensor t) {
+    absl::MutexLock lock(&mu_);
+    box_[tag].push_back(std::move(t));
+  }
+  void Fail(absl::Status s) {
+    absl::MutexLock lock(&mu_);
+    if (error_.ok()) error_ = std::move(s);
+  }
+  absl::StatusOr<Tensor> Take(uint32_t tag) {
+    absl::MutexLock lock(&mu_);
+    auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      auto it = box_.find(tag);
+      return !error_.ok() || (it != box_.end() && !it->second.empty());
+    };
+    mu_.Await(absl::Condition(&ready));
+    auto it = box_.find(tag);
+    if (it != box_.end() && !it->second.empty()) {
+      Tensor t = std::move(it->second.front());
+      it->second.pop_front();
+      return t;
+    }
+    return error_;
+  }
+  absl::Status error() {
+    absl::MutexLock lock(&mu_);
+    return error_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::map<uint32_t, std::deque<Tensor>> box_ ABSL_GUARDED_BY(mu_);
+  absl::Status error_ ABSL_GUARDED_BY(mu_);
+};
+
+// One peer's outgoing queue, drained in order by its sending thread.
+class Outbox {
+ public:
+  void Push(uint32_t tag, Tensor t) {
+    absl::MutexLock lock(&mu_);
+    q_.push_back({tag, std::move(t)});
+  }
+  void Close() {
+    absl::MutexLock lock(&mu_);
+    closed_ = true;
+  }
+  // False when closed and empty.
+  bool Pop(uint32_t* tag, Tensor* t) {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](Outbox* o) ABSL_EXCLUSIVE_LOCKS_REQUIRED(o->mu_) { return o->closed_ || !o->q_.empty(); },
+        this));
+    if (q_.empty()) return false;
+    *tag = q_.front().first;
+    *t = std::move(q_.front().second);
+    q_.pop_front();
+    return true;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::deque<std::pair<uint32_t, Tensor>> q_ ABSL_GUARDED_BY(mu_);
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace
+
+PipelineEngine::PipelineEngine(const Plan& plan, int rank,
+                               std::vector<std::unique_ptr<Layer>>* layers, Transport* transport,
+                               int tokens_per_microbatch, int hidden)
+    : plan_(plan), rank_(rank), layers_(layers), transport_(transport),
+      tokens_(tokens_per_microbatch), hidden_(hidden) {}
+
+uint32_t PipelineEngine::Tag(int stage, int microbatch, int direction) const {
+  return static_cast<uint32_t>((microbatch * plan_.num_stages() + stage) * 2 + direction);
+}
+
+std::vector<PipelineEngine::Message> PipelineEngine::SendsBetween(int from, int to) const {
+  std::vector<Message> out;
+  const int S = plan_.num_stages();
+  for (const Op& op : plan_.schedule.ops[from]) {
+    const int s = op.stage;
+    if (op.kind == OpKind::kF && s + 1 < S && plan_.stages[s + 1].device == to) {
+      out.push_back({to, Tag(s, op.microbatch, kForward)});
+    }
+    if ((op.kind == OpKind::kB || op.kind == OpKind::kBW) && s > 0 &&
+        plan_.stages[s - 1].device == to) {
+      out.push_back({to, Tag(s, op.microbatch, kBackward)});
+    }
+  }
+  return out;
+}
+
+absl::Status PipelineEngine::Validate() const {
+  if (transport_->size() != plan_.num_devices) {
+    return absl::FailedPreconditionError(absl::StrCat("transport has ", transport_->size(),
+                                                      " ranks but the plan uses ",
+                                                      plan_.num_devices, " devices"));
+  }
+  if (rank_ < 0 || rank_ >= plan_.num_devices) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", rank_, " outside the plan's ",
+                                                   plan_.num_devices, " devices"));
+  }
+  for (const StageAssignment& st : plan_.stages) {
+    if (st.device != rank_) continue;
+    for (int l = st.first_layer; l <= st.last_layer; ++l) {
+      if (l >= static_cast<int>(layers_->size()) || (*layers_)[l] == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat("layer ", l, " of stage on rank ", rank_,
+                                                       " is not built"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<IterationStats> PipelineEngine::RunIteration(
+    const std::vector<MicroBatch>& microbatches) {
+  RETURN_IF_ERROR(Validate());
+  const int S = plan_.num_stages();
+  const int M = static_cast<int>(microbatches.size());
+  if (M != plan_.num_microbatches) {
+    return absl::InvalidArgumentError(absl::StrCat("microbatches: the plan has ",
+                                                   plan_.num_microbatches, ", got ", M));
+  }
+  const int P = plan_.num_devices;
+  const size_t bytes = static_cast<size_t>(tokens_) * hidden_ * sizeof(float);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto now = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  IterationStats stats;
+
+  // Communication threads: one receiver and one sender per peer this rank talks to.
+  Mailbox mailbox;
+  std::vector<std::unique_ptr<Outbox>> outboxes(P);
+  std::vector<std::thread> threads;
+  std::atomic<int64_t> received{0}, sent{0};
+  for (int peer = 0; peer < P; ++peer) {
+    if (peer == rank_) continue;
+    std::vector<Message> expect = SendsBetween(peer, rank_);
+    if (!expect.empty()) {
+      threads.emplace_back([this, peer, expect, &mailbox, bytes, &received] {
+        for (const Message& m : expect) {
+          Tensor t(tokens_, hidden_);
+          absl::Status s = transport_->Recv(peer, m.tag, t.data(), bytes);
+          if (!s.ok()) {
+            mailbox.Fail(absl::Status(s.code(), absl::StrCat("rank ", rank_,
+                                                             ": receiving from rank ", peer,
+                                                             " failed: ", s.message())));
+            return;
+          }
+          received += static_cast<int64_t>(bytes);
+          mailbox.Put(m.tag, std::move(t));
+        }
+      });
+    }
+    if (!SendsBetween(rank_, peer).empty()) {
+      outboxes[peer] = std::make_unique<Outbox>();
+      Outbox* box = outboxes[peer].get();
+      threads.emplace_back([this, peer, box, &mailbox, bytes, &sent] {
+        uint32_t tag;
+        Tensor t;
+        while (box->Pop(&tag, &t)) {
+          absl::Status s = transport_->Send(peer, tag, t.data(), bytes);
+          if (!s.ok()) {
+            mailbox.Fail(absl::Status(s.code(), absl::StrCat("rank ", rank_, ": sending to rank ",
+                                                             peer, " failed: ", s.message())));
+            // Keep draining so Close() + join cannot block.
+            continue;
+          }
+          sent += static_cast<int64_t>(bytes);
+        }
+      });
+    }
+  }
+  auto finish_threads = [&] {
+    for (auto& box : outboxes) {
+      if (box) box->Close();
+    }
+    for (std::thread& t : threads) t.join();
+  };
+
+  // Per (stage, micro-batch) state on this rank.
+  std::map<std::pair<int, int>, Tensor> local_fwd, local_bwd, stage_input;
+  std::map<std::pair<int, int>, std::vector<LayerContext>> ctx;
+  double loss_sum = 0;
+  absl::Status failure;
+
+  auto layers_of = [&](int s) {
+    return std::pair<int, int>{plan_.stages[s].first_layer, plan_.stages[s].last_layer};
+  };
+  auto forward = [&](int s, int m, const Tensor& in) {
+    auto [lo, hi] = layers_of(s);
+    std::vector<LayerContext>& c = ctx[{s, m}];
+    c.assign(hi - lo + 1, LayerContext{});
+    Tensor x = in;
+    for (int l = lo; l <= hi; ++l) x = (*layers_)[l]->Forward(x, microbatches[m], &c[l - lo]);
+    return x;
+  };
+
+  for (const Op& op : plan_.schedule.ops[rank_]) {
+    OpTiming timing;
+    timing.op = op;
+    const int s = op.stage, m = op.microbatch;
+    const auto key = std::make_pair(s, m);
+    // Inputs first (waiting for them is not compute time).
+    Tensor input;
+    if (op.kind == OpKind::kF && s > 0) {
+      if (plan_.stages[s - 1].device == rank_) {
+        input = std::move(local_fwd[{s - 1, m}]);
+        local_fwd.erase({s - 1, m});
+      } else {
+        absl::StatusOr<Tensor> t = mailbox.Take(Tag(s - 1, m, kForward));
+        if (!t.ok()) {
+          failure = absl::Status(t.status().code(), absl::StrCat(t.status().message(),
+                                                                 " (waiting for the input of ",
+                                                                 OpToString(op), ")"));
+          break;
+        }
+        input = std::move(*t);
+      }
+    }
+    Tensor grad;
+    if ((op.kind == OpKind::kB || op.kind == OpKind::kBW) && s + 1 < S) {
+      if (plan_.stages[s + 1].device == rank_) {
+        grad = std::move(local_bwd[{s + 1, m}]);
+        local_bwd.erase({s + 1, m});
+      } else {
+        absl::StatusOr<Tensor> t = mailbox.Take(Tag(s + 1, m, kBackward));
+        if (!t.ok()) {
+          failure = absl::Status(t.status().code(), absl::StrCat(t.status().message(),
+                                                                 " (waiting for the gradient of ",
+                                                                 OpToString(op), ")"));
+          break;
+        }
+        grad = std::move(*t);
+      }
+    }
+    timing.start_s = now();
+    auto [lo, hi] = layers_of(s);
+    switch (op.kind) {
+      case OpKind::kF: {
+        if (plan_.stages[s].recompute) stage_input[key] = input;
+        Tensor out = forward(s, m, input);
+        if (plan_.stages[s].recompute) ctx.erase(key);  // R rebuilds it before the backward
+        if (s == S - 1) {
+          loss_sum += out(0, 0);
+        } else if (plan_.stages[s + 1].device == rank_) {
+          local_fwd[key] = std::move(out);
+        } else {
+          outboxes[plan_.stages[s + 1].device]->Push(Tag(s, m, kForward), std::move(out));
+        }
+        break;
+      }
+      case OpKind::kR: {
+        forward(s, m, stage_input[key]);
+        stage_input.erase(key);
+        break;
+      }
+      case OpKind::kB:
+      case OpKind::kBW: {
+        Tensor dy = s == S - 1 ? Tensor::Constant(1, 1, 1.0f / M) : std::move(grad);
+        std::vector<LayerContext>& c = ctx[key];
+        for (int l = hi; l >= lo; --l) {
+          dy = (*layers_)[l]->BackwardInput(dy, microbatches[m], &c[l - lo]);
+        }
+        if (op.kind == OpKind::kBW) {
+          for (int l = lo; l <= hi; ++l) (*layers_)[l]->BackwardWeight(microbatches[m], &c[l - lo]);
+          ctx.erase(key);
+        }
+        if (s > 0) {
+          if (plan_.stages[s - 1].device == rank_) {
+            local_bwd[key] = std::move(dy);
+          } else {
+            outboxes[plan_.stages[s - 1].device]->Push(Tag(s, m, kBackward), std::move(dy));
+          }
+        }
+        break;
+      }
+      case OpKind::kW: {
+        std::vector<LayerContext>& c = ctx[key];
+        for (int l = lo; l <= hi; ++l) (*layers_)[l]->BackwardWeight(microbatches[m], &c[l - lo]);
+        ctx.erase(key);
+        break;
+      }
+    }
+    timing.end_s = now();
+    stats.ops.push_back(timing);
+  }
+  finish_threads();
+  if (failure.ok()) failure = mailbox.error();
+  if (!failure.ok()) return failure;
+  for (const StageAssignment& st : plan_.stages) {
+    if (st.device == rank_ && &st == &plan_.stages.back()) stats.has_loss = true;
+  }
+  stats.loss = stats.has_loss ? loss_sum / M : 0;
+  stats.wall_s = now();
+  stats.bytes_sent = sent;
+  stats.bytes_received = received;
+  return stats;
+}
+
+}  // namespace octopipe::executor

@@ -1,0 +1,80 @@
+// PipelineEngine: runs one rank's compute-op list from a plan — any partition, any placement
+// (several non-adjacent stages per rank), any valid schedule with B/W split and recompute.
+//
+// Communication is derived, never stored: F(s, m) sends its output to the rank of stage s+1
+// and B/BW(s, m) its input gradient to the rank of stage s-1 whenever that rank is another one.
+// Deadlock freedom does not depend on the order (DESIGN.md): per peer, one receiving thread
+// posts receives in exactly the order that peer sends (computed from the peer's op list) into
+// staging buffers, and one sending thread sends asynchronously in op order; a compute op waits
+// only for its own inputs. So a schedule whose DAG has no cycle always completes, and a dead
+// peer surfaces as an error from the transport's timeout, never as a hang.
+//
+// Message tag of a transfer: ((microbatch * stages + stage) * 2 + direction), stage being the
+// producer's stage. Every activation and gradient is a [batch*seq_len, hidden] fp32 tensor.
+// Not thread-safe: one engine per rank, RunIteration called from one thread.
+#ifndef OCTOPIPE_EXECUTOR_ENGINE_H_
+#define OCTOPIPE_EXECUTOR_ENGINE_H_
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/plan.h"
+#include "executor/layer.h"
+#include "executor/tensor.h"
+#include "executor/transport.h"
+
+namespace octopipe::executor {
+
+struct OpTiming {
+  Op op;
+  double start_s = 0;  // since the iteration began
+  double end_s = 0;
+};
+
+struct IterationStats {
+  bool has_loss = false;  // true on the rank that holds the head
+  double loss = 0;        // mean over micro-batches
+  double wall_s = 0;
+  std::vector<OpTiming> ops;
+  int64_t bytes_sent = 0;
+  int64_t bytes_received = 0;
+};
+
+class PipelineEngine {
+ public:
+  // `layers` holds the model's layers by index; only those of this rank's stages are used (the
+  // others may be null). The engine does not own them.
+  PipelineEngine(const Plan& plan, int rank, std::vector<std::unique_ptr<Layer>>* layers,
+                 Transport* transport, int tokens_per_microbatch, int hidden);
+
+  // Checks that the plan is runnable here: every stage's layers exist on this rank, the
+  // transport has the plan's number of ranks. kInvalidArgument / kFailedPrecondition.
+  absl::Status Validate() const;
+
+  // One iteration over `microbatches` (index = micro-batch id; every rank gets all of them,
+  // the first stage reads tokens, the head reads targets). Gradients accumulate into the
+  // layers' gradient buffers (zero them before, step the optimizer after). Errors: a transport
+  // failure names the peer and the op that waited.
+  absl::StatusOr<IterationStats> RunIteration(const std::vector<MicroBatch>& microbatches);
+
+ private:
+  struct Message {
+    int peer;
+    uint32_t tag;
+  };
+  uint32_t Tag(int stage, int microbatch, int direction) const;
+  // Messages `from` sends to `to`, in `from`'s op order.
+  std::vector<Message> SendsBetween(int from, int to) const;
+
+  const Plan& plan_;
+  const int rank_;
+  std::vector<std::unique_ptr<Layer>>* layers_;
+  Transport* transport_;
+  const int tokens_;
+  const int hidden_;
+};
+
+}  // namespace octopipe::executor
+
+#endif  // OCTOPIPE_EXECUTOR_ENGINE_H_
