@@ -1,0 +1,198 @@
+// Pins FitCalibration (how measured stage times become per-layer factors) and ParseOpKind.
+//
+// The predicted problem is a hand-made UniformProblem, so every expected factor is a closed
+// form: ratio = sum(measured * samples) / sum(predicted * samples) over the op kinds reported
+// for a stage, applied to exactly that stage's layers.
+#include "planner_service/calibration.h"
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "core/plan.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "simulator/problem.h"
+
+namespace octopipe::planner {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int kLayers = 8;
+constexpr double kF = 1.0, kB = 2.0, kW = 0.5;
+
+// 8 layers in 4 stages of 2 layers ([0-1], [2-3], [4-5], [6-7]), one stage per device.
+Plan FourStagePlan() {
+  Plan plan;
+  plan.num_devices = 4;
+  plan.num_microbatches = 8;
+  plan.stages = EvenPartition(kLayers, 4);
+  for (int s = 0; s < 4; ++s) plan.stages[s].device = s;
+  return plan;
+}
+
+// Every stage predicted F = 1 s, B = 2 s, W = 0.5 s, R = F.
+PipelineProblem Predicted() { return UniformProblem({0, 1, 2, 3}, 4, 8, kF, kB, kW); }
+
+MeasuredStageTime Time(int stage, OpKind kind, double seconds, int64_t samples = 1) {
+  MeasuredStageTime t;
+  t.stage = stage;
+  t.kind = kind;
+  t.seconds = seconds;
+  t.samples = samples;
+  return t;
+}
+
+void ExpectFactors(const std::vector<double>& got, const std::vector<double>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t l = 0; l < want.size(); ++l) EXPECT_NEAR(got[l], want[l], 1e-12) << "layer " << l;
+}
+
+TEST(FitCalibrationTest, StageMeasuredThirtyPercentSlowerScalesExactlyItsLayers) {
+  // Stage 1 (layers 2-3) runs every op kind 30% slower than predicted.
+  const std::vector<MeasuredStageTime> times = {
+      Time(1, OpKind::kF, kF * 1.3, 8), Time(1, OpKind::kB, kB * 1.3, 8),
+      Time(1, OpKind::kW, kW * 1.3, 8)};
+  absl::StatusOr<CalibrationUpdate> u =
+      FitCalibration(FourStagePlan(), Predicted(), times, {}, kLayers);
+  ASSERT_TRUE(u.ok()) << u.status();
+  ExpectFactors(u->factors, {1, 1, 1.3, 1.3, 1, 1, 1, 1});
+  EXPECT_NEAR(u->max_deviation, 0.3, 1e-12);
+  EXPECT_EQ(u->worst_stage, 1);
+}
+
+TEST(FitCalibrationTest, StageRatioIsSampleWeightedOverTheReportedKinds) {
+  // Stage 2: F measured 1.5 s over 1 sample (predicted 1), B measured 2.0 s over 3 samples
+  // (predicted 2); W not reported. ratio = (1.5*1 + 2*3) / (1*1 + 2*3) = 7.5 / 7.
+  const std::vector<MeasuredStageTime> times = {Time(2, OpKind::kF, 1.5, 1),
+                                                Time(2, OpKind::kB, 2.0, 3)};
+  absl::StatusOr<CalibrationUpdate> u =
+      FitCalibration(FourStagePlan(), Predicted(), times, {}, kLayers);
+  ASSERT_TRUE(u.ok()) << u.status();
+  const double ratio = 7.5 / 7.0;
+  ExpectFactors(u->factors, {1, 1, 1, 1, ratio, ratio, 1, 1});
+  EXPECT_NEAR(u->max_deviation, ratio - 1, 1e-12);
+  EXPECT_EQ(u->worst_stage, 2);
+}
+
+TEST(FitCalibrationTest, CombinedAndRecomputeKindsCompareWithTheirOwnPrediction) {
+  // BW is predicted as B + W = 2.5 s; R as F = 1 s.
+  const std::vector<MeasuredStageTime> times = {Time(0, OpKind::kBW, 2.5 * 1.2),
+                                                Time(3, OpKind::kR, 1.0 * 0.9)};
+  absl::StatusOr<CalibrationUpdate> u =
+      FitCalibration(FourStagePlan(), Predicted(), times, {}, kLayers);
+  ASSERT_TRUE(u.ok()) << u.status();
+  ExpectFactors(u->factors, {1.2, 1.2, 1, 1, 1, 1, 0.9, 0.9});
+  EXPECT_NEAR(u->max_deviation, 0.2, 1e-12);
+  EXPECT_EQ(u->worst_stage, 0);
+}
+
+TEST(FitCalibrationTest, WorstStageIsTheLargestDeviationEitherWay) {
+  // 20% faster on stage 0, 30% slower on stage 3, exact on stage 1.
+  const std::vector<MeasuredStageTime> times = {
+      Time(0, OpKind::kF, kF * 0.8), Time(1, OpKind::kF, kF), Time(3, OpKind::kF, kF * 1.3)};
+  absl::StatusOr<CalibrationUpdate> u =
+      FitCalibration(FourStagePlan(), Predicted(), times, {}, kLayers);
+  ASSERT_TRUE(u.ok()) << u.status();
+  ExpectFactors(u->factors, {0.8, 0.8, 1, 1, 1, 1, 1.3, 1.3});
+  EXPECT_NEAR(u->max_deviation, 0.3, 1e-12);
+  EXPECT_EQ(u->worst_stage, 3);
+
+  // Faster is a deviation too.
+  u = FitCalibration(FourStagePlan(), Predicted(), {Time(2, OpKind::kB, kB * 0.75)}, {},
+                     kLayers);
+  ASSERT_TRUE(u.ok()) << u.status();
+  EXPECT_NEAR(u->max_deviation, 0.25, 1e-12);
+  EXPECT_EQ(u->worst_stage, 2);
+}
+
+TEST(FitCalibrationTest, ExistingFactorsAreMultipliedNotReplaced) {
+  // The prediction already includes the old factors, so a stage still 30% off compounds.
+  const std::vector<double> old = {2, 2, 0.5, 0.5, 1, 1, 1, 1};
+  absl::StatusOr<CalibrationUpdate> u = FitCalibration(
+      FourStagePlan(), Predicted(), {Time(1, OpKind::kF, kF * 1.3)}, old, kLayers);
+  ASSERT_TRUE(u.ok()) << u.status();
+  ExpectFactors(u->factors, {2, 2, 0.65, 0.65, 1, 1, 1, 1});
+}
+
+TEST(FitCalibrationTest, NoReportsOrExactReportsLeaveFactorsAtOne) {
+  absl::StatusOr<CalibrationUpdate> u =
+      FitCalibration(FourStagePlan(), Predicted(), {}, {}, kLayers);
+  ASSERT_TRUE(u.ok()) << u.status();
+  ExpectFactors(u->factors, std::vector<double>(kLayers, 1.0));
+  EXPECT_EQ(u->max_deviation, 0);
+  EXPECT_EQ(u->worst_stage, -1);
+
+  u = FitCalibration(FourStagePlan(), Predicted(),
+                     {Time(0, OpKind::kF, kF, 4), Time(0, OpKind::kB, kB, 4)}, {}, kLayers);
+  ASSERT_TRUE(u.ok()) << u.status();
+  ExpectFactors(u->factors, std::vector<double>(kLayers, 1.0));
+  EXPECT_NEAR(u->max_deviation, 0, 1e-12);
+}
+
+TEST(FitCalibrationTest, KindPredictedFreeIsIgnored) {
+  // With W predicted 0 s there is nothing to compare a measured W with.
+  const PipelineProblem no_w = UniformProblem({0, 1, 2, 3}, 4, 8, kF, kB, 0.0);
+  absl::StatusOr<CalibrationUpdate> u =
+      FitCalibration(FourStagePlan(), no_w, {Time(1, OpKind::kW, 0.7, 8)}, {}, kLayers);
+  ASSERT_TRUE(u.ok()) << u.status();
+  ExpectFactors(u->factors, std::vector<double>(kLayers, 1.0));
+  EXPECT_EQ(u->max_deviation, 0);
+  EXPECT_EQ(u->worst_stage, -1);
+}
+
+// Errors are kInvalidArgument naming the entry and the field.
+void ExpectInvalid(const std::vector<MeasuredStageTime>& times, const std::string& field) {
+  absl::StatusOr<CalibrationUpdate> u =
+      FitCalibration(FourStagePlan(), Predicted(), times, {}, kLayers);
+  ASSERT_FALSE(u.ok()) << field;
+  EXPECT_EQ(u.status().code(), absl::StatusCode::kInvalidArgument) << u.status();
+  EXPECT_THAT(std::string(u.status().message()), HasSubstr(field));
+}
+
+TEST(FitCalibrationTest, StageOutOfRangeNamesTheEntry) {
+  ExpectInvalid({Time(4, OpKind::kF, 1)}, "times[0].stage");
+  ExpectInvalid({Time(0, OpKind::kF, 1), Time(-1, OpKind::kF, 1)}, "times[1].stage");
+}
+
+TEST(FitCalibrationTest, NonPositiveOrNonFiniteSecondsNameTheEntry) {
+  ExpectInvalid({Time(0, OpKind::kF, 0)}, "times[0].seconds");
+  ExpectInvalid({Time(0, OpKind::kF, 1), Time(1, OpKind::kB, -2)}, "times[1].seconds");
+  ExpectInvalid({Time(0, OpKind::kF, std::numeric_limits<double>::quiet_NaN())},
+                "times[0].seconds");
+  ExpectInvalid({Time(0, OpKind::kF, std::numeric_limits<double>::infinity())},
+                "times[0].seconds");
+}
+
+TEST(FitCalibrationTest, SamplesBelowOneNameTheEntry) {
+  ExpectInvalid({Time(0, OpKind::kF, 1, 0)}, "times[0].samples");
+  ExpectInvalid({Time(2, OpKind::kF, 1, 2), Time(2, OpKind::kF, 1, -3)}, "times[1].samples");
+}
+
+TEST(ParseOpKindTest, AcceptsTheFiveKinds) {
+  const std::vector<std::pair<std::string, OpKind>> kinds = {{"F", OpKind::kF},
+                                                             {"B", OpKind::kB},
+                                                             {"W", OpKind::kW},
+                                                             {"BW", OpKind::kBW},
+                                                             {"R", OpKind::kR}};
+  for (const auto& [text, kind] : kinds) {
+    absl::StatusOr<OpKind> k = ParseOpKind(text);
+    ASSERT_TRUE(k.ok()) << text << ": " << k.status();
+    EXPECT_EQ(*k, kind) << text;
+  }
+}
+
+TEST(ParseOpKindTest, RejectsAnythingElseNamingTheValue) {
+  for (const std::string text : {"", "f", "bw", "FB", "WB", "X", " F", "F "}) {
+    absl::StatusOr<OpKind> k = ParseOpKind(text);
+    ASSERT_FALSE(k.ok()) << "'" << text << "'";
+    EXPECT_EQ(k.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(k.status().message()), HasSubstr("op_kind"));
+    EXPECT_THAT(std::string(k.status().message()), HasSubstr("'" + text + "'"));
+  }
+}
+
+}  // namespace
+}  // namespace octopipe::planner
