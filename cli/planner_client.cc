@@ -66,8 +66,9 @@ std::unique_ptr<grpc::ClientContext> PlannerConnection::Context() const {
 
 absl::Status FromGrpc(const grpc::Status& s) {
   if (s.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
-                      absl::StrCat("planner: ", s.error_message()));
+  const auto code = static_cast<absl::StatusCode>(s.error_code());
+  return absl::Status(code, absl::StrCat("planner: ", absl::StatusCodeToString(code), ": ",
+                                         s.error_message()));
 }
 
 }  // namespace octopipe::cli

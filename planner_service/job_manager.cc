@@ -58,7 +58,7 @@ absl::Status JobManager::Recover() {
     ASSIGN_OR_RETURN(e.versions, store_->LoadPlanVersions(job.id()));
     ASSIGN_OR_RETURN(e.factors, store_->LoadCalibration(job.id()));
     int64_t n = 0;
-    if (absl::SimpleAtoi(absl::string_view(job.id()).substr(4), &n)) {
+    if (job.id().size() > 4 && absl::SimpleAtoi(absl::string_view(job.id()).substr(4), &n)) {
       next_job_ = std::max(next_job_, n + 1);
     }
     const std::string id = job.id();
@@ -320,6 +320,12 @@ absl::StatusOr<proto::ReportStageTimesResponse> JobManager::ReportStageTimes(
   auto it = jobs_.find(request.job_id());
   if (it == jobs_.end()) {
     return absl::NotFoundError(absl::StrCat("job_id: no job '", request.job_id(), "'"));
+  }
+  // A version made while the factors were fitted (outside the lock) makes them stale.
+  if (it->second.job.current_version() != current.version()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "plan_version: ", request.plan_version(), " was replaced by version ",
+        it->second.job.current_version(), " while the report was processed; report again"));
   }
   it->second.factors = update.factors;
   RETURN_IF_ERROR(store_->PutCalibration(request.job_id(), update.factors));

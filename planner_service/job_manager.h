@@ -67,6 +67,9 @@ class JobManager {
   absl::StatusOr<int64_t> Watch(const std::string& job_id, int64_t after_version,
                                 std::function<void(const proto::PlanVersion&)> on_version,
                                 std::function<void()> on_end);
+  // After Unwatch no new call starts, but one already running may still be in progress: the
+  // callbacks must not own state the caller frees (the gRPC reactor shares its state with
+  // them through a shared_ptr and an alive flag).
   void Unwatch(int64_t subscription);
 
   absl::StatusOr<proto::ReportStageTimesResponse> ReportStageTimes(

@@ -16,6 +16,7 @@ namespace octopipe::testing {
 
 PlannerProcess::~PlannerProcess() {
   if (pid_ > 0) Kill(SIGKILL);
+  if (drain_.joinable()) drain_.join();
   if (stderr_fd_ >= 0) close(stderr_fd_);
 }
 
@@ -63,7 +64,15 @@ absl::Status PlannerProcess::Start(const std::vector<std::string>& args, double 
         port_ = std::stoi(m[1]);
       }
       // Keep draining stderr in the background so the child never blocks on a full pipe.
-      fcntl(stderr_fd_, F_SETFL, O_NONBLOCK);
+      const int fd = stderr_fd_;
+      drain_ = std::thread([this, fd] {
+        char b[4096];
+        ssize_t n;
+        while ((n = read(fd, b, sizeof(b))) > 0) {
+          std::lock_guard<std::mutex> lock(log_mu_);
+          log_.append(b, n);
+        }
+      });
       return absl::OkStatus();
     }
     const int left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -89,17 +98,15 @@ int PlannerProcess::Kill(int sig) {
   if (pid_ <= 0) return -1;
   kill(pid_, sig);
   int status = 0;
-  // Drain stderr while waiting so a chatty shutdown cannot block on the pipe.
-  while (waitpid(pid_, &status, WNOHANG) == 0) {
-    pollfd p{stderr_fd_, POLLIN, 0};
-    if (poll(&p, 1, 100) > 0) {
-      char buf[4096];
-      const ssize_t n = read(stderr_fd_, buf, sizeof(buf));
-      if (n > 0) log_.append(buf, n);
-    }
-  }
+  waitpid(pid_, &status, 0);
   pid_ = -1;
+  if (drain_.joinable()) drain_.join();  // the pipe closes when the process is gone
   return status;
+}
+
+std::string PlannerProcess::log() const {
+  std::lock_guard<std::mutex> lock(log_mu_);
+  return log_;
 }
 
 }  // namespace octopipe::testing

@@ -6,7 +6,9 @@
 
 #include <sys/types.h>
 
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -29,7 +31,7 @@ class PlannerProcess {
   int port() const { return port_; }
   int metrics_port() const { return metrics_port_; }
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
-  const std::string& log() const { return log_; }
+  std::string log() const;
 
  private:
   std::string binary_;
@@ -37,7 +39,9 @@ class PlannerProcess {
   int stderr_fd_ = -1;
   int port_ = 0;
   int metrics_port_ = -1;
-  std::string log_;
+  mutable std::mutex log_mu_;
+  std::string log_;  // guarded by log_mu_ once drain_ runs
+  std::thread drain_;
 };
 
 }  // namespace octopipe::testing
