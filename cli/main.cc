@@ -6,6 +6,7 @@
 #include "cli/jobs_command.h"
 #include "cli/plan_command.h"
 #include "cli/simulate_command.h"
+#include "cli/train_command.h"
 
 namespace {
 
@@ -19,6 +20,7 @@ constexpr char kUsage[] =
     "  plan       tune partition, placement and schedule; compare with every baseline\n"
     "             (locally, or on a running planner with --planner=HOST:PORT)\n"
     "  jobs       create, list, get, delete and watch jobs on a running planner\n"
+    "  train      run a plan on the reference model with one process per rank (Gloo)\n"
     "  help       print this text\n"
     "\n"
     "Run `octopipe COMMAND --help` for the flags of a command.\n";
@@ -36,6 +38,7 @@ int main(int argc, char** argv) {
   if (command == "simulate") return octopipe::cli::RunSimulate(args, std::cout, std::cerr);
   if (command == "plan") return octopipe::cli::RunPlan(args, std::cout, std::cerr);
   if (command == "jobs") return octopipe::cli::RunJobs(args, std::cout, std::cerr);
+  if (command == "train") return octopipe::cli::RunTrain(args, std::cout, std::cerr);
   std::cerr << "octopipe: unknown command '" << command << "'\n\n" << kUsage;
   return 2;
 }

@@ -1,0 +1,321 @@
+#include "cli/train_command.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/status_macros.h"
+#include "cli/flags.h"
+#include "cli/inputs.h"
+#include "cli/table.h"
+#include "core/json.h"
+#include "core/json_writer.h"
+#include "executor/gloo_transport.h"
+#include "executor/inproc_transport.h"
+#include "executor/model_spec.h"
+#include "executor/trainer.h"
+#include "simulator/classic_pipeline.h"
+#include "simulator/evaluator.h"
+#include "simulator/problem.h"
+
+namespace octopipe::cli {
+namespace {
+
+using executor::IterationStats;
+using executor::ModelSpec;
+using executor::RankResult;
+
+int Fail(std::ostream& err, const absl::Status& s, int code) {
+  err << "octopipe train: error: " << s.message() << "\n";
+  return code;
+}
+
+// One rank's iterations as JSON (what a rank process hands to the parent).
+std::string ResultJson(const RankResult& r) {
+  JsonWriter w;
+  w.BeginObject().Field("rank", r.rank).Key("iterations").BeginArray();
+  for (const IterationStats& it : r.iterations) {
+    w.BeginObject().Field("has_loss", it.has_loss).Field("loss", it.loss);
+    w.Field("wall_s", it.wall_s).Key("ops").BeginArray();
+    for (const executor::OpTiming& op : it.ops) {
+      w.BeginArray().String(OpToString(op.op)).Number(op.start_s).Number(op.end_s).EndArray();
+    }
+    w.EndArray().EndObject();
+  }
+  w.EndArray().EndObject();
+  return w.str();
+}
+
+struct RankReport {
+  std::vector<double> loss;  // per iteration (only the head's rank)
+  std::vector<double> wall;
+  std::vector<std::vector<std::pair<Op, double>>> ops;  // per iteration: (op, duration)
+  bool has_loss = false;
+};
+
+absl::StatusOr<RankReport> ParseReport(const std::string& text) {
+  ASSIGN_OR_RETURN(JsonValue j, ParseJson(text));
+  RankReport r;
+  for (const JsonValue& it : j.Find("iterations")->items()) {
+    r.has_loss = it.Find("has_loss")->bool_value();
+    r.loss.push_back(it.Find("loss")->number());
+    r.wall.push_back(it.Find("wall_s")->number());
+    std::vector<std::pair<Op, double>> ops;
+    for (const JsonValue& op : it.Find("ops")->items()) {
+      ASSIGN_OR_RETURN(Op o, ParseOp(op.items()[0].string()));
+      ops.push_back({o, op.items()[2].number() - op.items()[1].number()});
+    }
+    r.ops.push_back(std::move(ops));
+  }
+  return r;
+}
+
+}  // namespace
+
+int RunTrain(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  std::string model = "ref:pattern=M*-EM*-E,hidden=64,heads=4,ffn=128,experts=4,top_k=2,"
+                      "moe_ffn=64,state=8,expand=2,seq=64,vocab=128";
+  std::string plan_file, schedule = "1f1b", transport = "gloo";
+  int64_t ranks = 2, iterations = 3, microbatches = 0, chunks = 0;
+  double lr = 1e-3, timeout = 60;
+  bool json = false;
+  FlagSet flags("train",
+                "Runs a pipeline plan on the executor's reference model (embedding, selective\n"
+                "scan, attention, SwiGLU MLP, top-k MoE, head; fp32 on CPU) with one process\n"
+                "per rank over Gloo/TCP (or threads in one process), and reports loss, measured\n"
+                "iteration time and bubble ratio, and the simulator's prediction from the\n"
+                "measured op times.");
+  flags.String("model", &model,
+               "ref:pattern=LETTERS,hidden=..,... (M scan, * attention, - MLP, E MoE; see\n"
+               "executor/model_spec.h for every key)");
+  flags.String("plan", &plan_file, "plan file (from `octopipe plan --model=ref:... --out`)");
+  flags.String("schedule", &schedule,
+               "classic schedule when no --plan: gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v,\n"
+               "dualpipev (layers split evenly)");
+  flags.Int("chunks", &chunks, "chunks per rank for --schedule; 0 = the schedule's own");
+  flags.Int("ranks", &ranks, "pipeline ranks (processes or threads)");
+  flags.Int("iterations", &iterations, "training iterations");
+  flags.Int("microbatches", &microbatches, "micro-batches per iteration; 0 = the model spec's");
+  flags.String("transport", &transport, "gloo (processes over TCP) or inproc (threads)");
+  flags.Double("lr", &lr, "AdamW learning rate");
+  flags.Double("timeout", &timeout, "seconds a rank waits on a peer before failing");
+  flags.Bool("json", &json, "print one JSON object");
+  if (absl::Status s = flags.Parse(args); !s.ok()) return Fail(err, s, 2);
+  if (flags.help_requested()) {
+    out << flags.Usage();
+    return 0;
+  }
+  absl::StatusOr<ModelSpec> spec = executor::ParseModelSpec(model);
+  if (!spec.ok()) return Fail(err, absl::InvalidArgumentError(absl::StrCat("--model: ", spec.status().message())), 2);
+  if (microbatches > 0) spec->microbatches = static_cast<int>(microbatches);
+  if (ranks < 1) return Fail(err, absl::InvalidArgumentError(absl::StrCat("--ranks must be >= 1, got ", ranks)), 2);
+  if (iterations < 1) return Fail(err, absl::InvalidArgumentError(absl::StrCat("--iterations must be >= 1, got ", iterations)), 2);
+  if (transport != "gloo" && transport != "inproc") {
+    return Fail(err, absl::InvalidArgumentError(absl::StrCat(
+                         "--transport must be gloo or inproc, got '", transport, "'")), 2);
+  }
+  const ModelGraph graph = executor::ToModelGraph(*spec);
+  Plan plan;
+  if (!plan_file.empty()) {
+    absl::StatusOr<Plan> p = LoadPlanArg(plan_file);
+    if (!p.ok()) return Fail(err, p.status(), 2);
+    plan = std::move(*p);
+    if (absl::Status s = ValidatePlanShape(plan, graph.num_layers()); !s.ok()) {
+      return Fail(err, absl::InvalidArgumentError(absl::StrCat("--plan: ", s.message())), 2);
+    }
+    if (plan.num_devices != ranks) {
+      return Fail(err, absl::InvalidArgumentError(absl::StrCat(
+                           "--ranks: the plan uses ", plan.num_devices, " devices, got ", ranks)), 2);
+    }
+  } else {
+    absl::StatusOr<ScheduleKind> kind = ParseScheduleKind(schedule);
+    if (!kind.ok()) return Fail(err, absl::InvalidArgumentError(absl::StrCat("--schedule: ", kind.status().message())), 2);
+    absl::StatusOr<Plan> p = ClassicPlan(*kind, static_cast<int>(ranks), static_cast<int>(chunks),
+                                         spec->microbatches, graph);
+    if (!p.ok()) return Fail(err, absl::InvalidArgumentError(absl::StrCat("--", p.status().message())), 2);
+    plan = std::move(*p);
+  }
+  executor::TrainOptions options;
+  options.iterations = static_cast<int>(iterations);
+  options.lr = lr;
+  const int N = static_cast<int>(ranks);
+
+  // Run the ranks and collect each one's JSON report (or its error).
+  std::vector<std::string> reports(N), errors(N);
+  if (transport == "inproc") {
+    executor::InProcHub hub(N, executor::InProcOptions{.timeout_s = timeout});
+    std::vector<std::thread> threads;
+    for (int r = 0; r < N; ++r) {
+      threads.emplace_back([&, r] {
+        auto t = hub.Endpoint(r);
+        absl::StatusOr<RankResult> res = executor::TrainRank(*spec, plan, r, t.get(), options);
+        if (res.ok()) {
+          reports[r] = ResultJson(*res);
+        } else {
+          errors[r] = std::string(res.status().message());
+          hub.Abort(r);
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+  } else {
+    char tmpl[] = "/tmp/octopipe-train-XXXXXX";
+    const char* dir = mkdtemp(tmpl);
+    if (dir == nullptr) return Fail(err, absl::InternalError("cannot create a run directory"), 1);
+    const std::string run_dir = dir;
+    std::vector<pid_t> pids(N);
+    for (int r = 0; r < N; ++r) {
+      const pid_t pid = fork();
+      if (pid == 0) {
+        executor::GlooOptions go;
+        go.rank = r;
+        go.size = N;
+        go.store_dir = run_dir + "/store";
+        go.prefix = "run";
+        go.timeout_s = timeout;
+        absl::StatusOr<std::unique_ptr<executor::Transport>> t = executor::GlooTransport::Create(go);
+        absl::StatusOr<RankResult> res =
+            t.ok() ? executor::TrainRank(*spec, plan, r, t->get(), options)
+                   : absl::StatusOr<RankResult>(t.status());
+        if (res.ok()) {
+          std::ofstream(run_dir + "/rank-" + std::to_string(r) + ".json") << ResultJson(*res);
+          _exit(0);
+        }
+        std::ofstream(run_dir + "/rank-" + std::to_string(r) + ".err") << res.status().message();
+        _exit(1);
+      }
+      pids[r] = pid;
+    }
+    for (int r = 0; r < N; ++r) {
+      int status = 0;
+      waitpid(pids[r], &status, 0);
+      const std::string base = run_dir + "/rank-" + std::to_string(r);
+      std::ifstream in(base + ".json");
+      if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && in) {
+        std::stringstream s;
+        s << in.rdbuf();
+        reports[r] = s.str();
+      } else {
+        std::ifstream e(base + ".err");
+        std::stringstream s;
+        s << e.rdbuf();
+        errors[r] = s.str().empty()
+                        ? (WIFSIGNALED(status) ? absl::StrCat("killed by signal ", WTERMSIG(status))
+                                               : absl::StrCat("exited with status ", WEXITSTATUS(status)))
+                        : s.str();
+      }
+    }
+    std::error_code ec;
+    std::filesystem::remove_all(run_dir, ec);
+  }
+  bool failed = false;
+  for (int r = 0; r < N; ++r) {
+    if (!errors[r].empty()) {
+      err << "octopipe train: rank " << r << " failed: " << errors[r] << "\n";
+      failed = true;
+    }
+  }
+  if (failed) return 1;
+
+  // Aggregate: loss from the head's rank, iteration time = slowest rank, bubble from busy time.
+  std::vector<RankReport> rr(N);
+  for (int r = 0; r < N; ++r) {
+    absl::StatusOr<RankReport> p = ParseReport(reports[r]);
+    if (!p.ok()) return Fail(err, p.status(), 1);
+    rr[r] = std::move(*p);
+  }
+  const int K = static_cast<int>(iterations);
+  std::vector<double> loss(K, 0), wall(K, 0), bubble(K, 0);
+  for (int it = 0; it < K; ++it) {
+    double busy = 0;
+    for (int r = 0; r < N; ++r) {
+      if (rr[r].has_loss) loss[it] = rr[r].loss[it];
+      wall[it] = std::max(wall[it], rr[r].wall[it]);
+      for (const auto& [op, d] : rr[r].ops[it]) busy += d;
+    }
+    bubble[it] = 1 - busy / (N * wall[it]);
+  }
+  // Prediction: the plan's schedule in the simulator with each (stage, kind)'s mean measured
+  // duration, iterations after the first (warm-up) when there are several.
+  const int first = K > 1 ? 1 : 0;
+  std::map<std::pair<int, int>, std::pair<double, int>> mean;  // (stage, kind) -> (sum, n)
+  for (int r = 0; r < N; ++r) {
+    for (int it = first; it < K; ++it) {
+      for (const auto& [op, d] : rr[r].ops[it]) {
+        auto& m = mean[{op.stage, static_cast<int>(op.kind)}];
+        m.first += d;
+        ++m.second;
+      }
+    }
+  }
+  auto avg = [&](int s, OpKind k) {
+    auto it = mean.find({s, static_cast<int>(k)});
+    return it == mean.end() ? 0.0 : it->second.first / it->second.second;
+  };
+  std::vector<int> placement;
+  for (const StageAssignment& st : plan.stages) placement.push_back(st.device);
+  PipelineProblem pb = UniformProblem(placement, N, plan.num_microbatches, 0, 0, 0);
+  for (int s = 0; s < plan.num_stages(); ++s) {
+    pb.recompute[s] = plan.stages[s].recompute;
+    pb.forward_s[s] = avg(s, OpKind::kF);
+    pb.recompute_s[s] = avg(s, OpKind::kR);
+    const double b = avg(s, OpKind::kB), w = avg(s, OpKind::kW), bw = avg(s, OpKind::kBW);
+    pb.backward_input_s[s] = b > 0 ? b : bw;
+    pb.weight_grad_s[s] = b > 0 ? w : 0;
+  }
+  absl::StatusOr<SimResult> predicted = Simulate(pb, plan.schedule);
+  if (!predicted.ok()) return Fail(err, predicted.status(), 1);
+  double measured = 0, measured_bubble = 0;
+  for (int it = first; it < K; ++it) {
+    measured += wall[it];
+    measured_bubble += bubble[it];
+  }
+  measured /= (K - first);
+  measured_bubble /= (K - first);
+  const double error = predicted->iteration_time_s / measured - 1;
+  if (json) {
+    JsonWriter w;
+    w.BeginObject().Field("ranks", N).Field("transport", transport);
+    w.Field("schedule", plan_file.empty() ? schedule : plan_file);
+    w.Key("loss").BeginArray();
+    for (double l : loss) w.Number(l);
+    w.EndArray().Key("iteration_time_s").BeginArray();
+    for (double t : wall) w.Number(t);
+    w.EndArray().Key("bubble_ratio").BeginArray();
+    for (double b : bubble) w.Number(b);
+    w.EndArray();
+    w.Field("measured_iteration_time_s", measured).Field("measured_bubble_ratio", measured_bubble);
+    w.Field("predicted_iteration_time_s", predicted->iteration_time_s);
+    w.Field("predicted_bubble_ratio", predicted->bubble_ratio);
+    w.Field("prediction_error", error).EndObject();
+    out << w.str() << "\n";
+    return 0;
+  }
+  out << "model " << graph.name << " (" << graph.num_layers() << " layers), " << N << " ranks over "
+      << transport << ", " << plan.num_stages() << " stages, " << plan.num_microbatches
+      << " micro-batches\n\n";
+  TextTable t({"iteration", "loss", "time", "bubble"});
+  for (int it = 0; it < K; ++it) {
+    t.AddRow({absl::StrCat(it), absl::StrFormat("%.5f", loss[it]), FormatSeconds(wall[it]),
+              FormatPercent(bubble[it])});
+  }
+  out << t.Render();
+  out << "\nmeasured iteration " << FormatSeconds(measured) << ", bubble "
+      << FormatPercent(measured_bubble) << (K > 1 ? " (after the first iteration)" : "") << "\n";
+  out << "simulator with the measured op times: " << FormatSeconds(predicted->iteration_time_s)
+      << ", bubble " << FormatPercent(predicted->bubble_ratio) << " ("
+      << absl::StrFormat("%+.1f%%", error * 100) << " vs measured)\n";
+  return 0;
+}
+
+}  // namespace octopipe::cli
