@@ -9,6 +9,7 @@
 #include "core/convert.h"
 #include "core/model_zoo.h"
 #include "core/synthetic_model.h"
+#include "executor/model_spec.h"
 
 namespace octopipe::cli {
 namespace {
@@ -30,6 +31,14 @@ absl::StatusOr<ModelGraph> LoadModelArg(const std::string& spec) {
   absl::StatusOr<ModelGraph> model;
   if (absl::StartsWith(spec, "synthetic:")) {
     model = ParseSyntheticModel(spec.substr(10));
+  } else if (absl::StartsWith(spec, "ref:")) {
+    // The executor's reference model, so plans made here run with `octopipe train`.
+    absl::StatusOr<executor::ModelSpec> ref = executor::ParseModelSpec(spec);
+    if (ref.ok()) {
+      model = executor::ToModelGraph(*ref);
+    } else {
+      model = ref.status();
+    }
   } else if (absl::StartsWith(spec, "zoo:")) {
     // Zoo models train at sequence length 4096, micro-batch size 1, bf16, and 32 micro-batches
     // (4 x an 8-device pipeline), as the example model files do.

@@ -1,7 +1,8 @@
 // Resolves the CLI's --model / --cluster / --plan arguments into core types.
 //
 //   --model:   FILE (protobuf JSON of octopipe.proto.Model), zoo:NAME (a model-zoo builder),
-//              or synthetic:layers=L,f=F,b=B,w=W (unit-cost theory checks)
+//              synthetic:layers=L,f=F,b=B,w=W (unit-cost theory checks), or ref:pattern=...
+//              (the executor's reference model, see executor/model_spec.h)
 //   --cluster: FILE (protobuf JSON of octopipe.proto.Cluster), preset:NAME (a built-in
 //              cluster), or synthetic:devices=P
 // Relative paths are taken from the directory `bazel run` was started in when set
