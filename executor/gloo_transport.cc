@@ -1,0 +1,200 @@
+#include "executor/gloo_transport.h"
+
+#include <signal.h>
+
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <system_error>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "gloo/common/error.h"
+#include "gloo/rendezvous/context.h"
+#include "gloo/rendezvous/file_store.h"
+#include "gloo/rendezvous/prefix_store.h"
+#include "gloo/transport/tcp/device.h"
+#include "gloo/transport/unbound_buffer.h"
+
+namespace octopipe::executor {
+
+struct GlooTransport::Peer {
+  int local_peer = -1;  // The peer's rank inside `context` (0 or 1).
+  std::shared_ptr<gloo::rendezvous::Context> context;
+
+  // The first error on this link. Gloo closes a pair after any I/O error or timeout, so every
+  // later call fails too; reporting the original cause is more useful than Gloo's echo of it.
+  absl::Mutex mu;
+  absl::Status first_error ABSL_GUARDED_BY(mu);
+};
+
+namespace {
+
+// Gloo signals every failure with an exception; the only way to tell a timeout (the peer may
+// be alive but slow: kDeadlineExceeded) from a broken link (kUnavailable) is its message.
+// "Application timeout caused pair closure" is what *other* calls on a pair closed by a
+// timeout see: for them the link is simply gone.
+absl::StatusCode CodeForGlooError(const std::exception& e) {
+  const char* what = e.what();
+  if (absl::StrContains(what, "Timed out waiting") || absl::StrContains(what, "Wait timeout") ||
+      absl::StrContains(what, "Connect timeout")) {
+    return absl::StatusCode::kDeadlineExceeded;
+  }
+  if (dynamic_cast<const gloo::IoException*>(&e) != nullptr) {
+    return absl::StatusCode::kUnavailable;
+  }
+  // gloo::EnforceNotMet and friends: an invariant of Gloo failed — typically a stale store
+  // entry ("File already exists") or a Send/Recv size mismatch.
+  return absl::StatusCode::kInternal;
+}
+
+absl::Status CheckOptions(const GlooOptions& o) {
+  if (o.size < 1) return absl::InvalidArgumentError(absl::StrCat("gloo: size ", o.size, " < 1"));
+  if (o.rank < 0 || o.rank >= o.size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gloo: rank ", o.rank, " is not in [0, size ", o.size, ")"));
+  }
+  if (!(o.timeout_s > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("gloo: timeout_s ", o.timeout_s, " <= 0"));
+  }
+  if (o.size > 1 && o.store_dir.empty()) {
+    return absl::InvalidArgumentError("gloo: store_dir is empty; ranks need a shared directory");
+  }
+  if (o.size > 1 && o.prefix.empty()) {
+    return absl::InvalidArgumentError("gloo: prefix is empty; give every run its own namespace");
+  }
+  if (o.hostname.empty()) return absl::InvalidArgumentError("gloo: hostname is empty");
+  return absl::OkStatus();
+}
+
+// See the header: a write to a closed socket must become an error, not a fatal signal.
+void IgnoreSigpipeIfDefault() {
+  struct sigaction current;
+  if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+    struct sigaction ignore;
+    std::memset(&ignore, 0, sizeof(ignore));
+    ignore.sa_handler = SIG_IGN;
+    sigemptyset(&ignore.sa_mask);
+    sigaction(SIGPIPE, &ignore, nullptr);
+  }
+}
+
+}  // namespace
+
+GlooTransport::GlooTransport(int rank, int size, std::chrono::milliseconds timeout)
+    : rank_(rank), size_(size), timeout_(timeout) {}
+
+GlooTransport::~GlooTransport() = default;
+
+absl::StatusOr<std::unique_ptr<Transport>> GlooTransport::Create(const GlooOptions& options) {
+  if (absl::Status s = CheckOptions(options); !s.ok()) return s;
+  IgnoreSigpipeIfDefault();
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(options.timeout_s * 1e3));
+  std::unique_ptr<GlooTransport> t(new GlooTransport(options.rank, options.size, timeout));
+  t->peers_.resize(options.size);
+  if (options.size == 1) return std::unique_ptr<Transport>(std::move(t));
+
+  std::error_code ec;
+  std::filesystem::create_directories(options.store_dir, ec);
+  if (ec) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("gloo: cannot create store_dir '", options.store_dir, "': ", ec.message()));
+  }
+  std::unique_ptr<gloo::rendezvous::FileStore> store;
+  try {
+    gloo::transport::tcp::attr attr;
+    attr.hostname = options.hostname;
+    t->device_ = gloo::transport::tcp::CreateDevice(attr);
+    store = std::make_unique<gloo::rendezvous::FileStore>(options.store_dir);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat("gloo rank ", options.rank, ": cannot listen on hostname '", options.hostname,
+                     "' or open store_dir '", options.store_dir, "': ", e.what()));
+  }
+
+  // Connect the links in one global order — pairs (i, j), i < j, lexicographically — so the
+  // blocking rendezvous cannot deadlock: the earliest unconnected pair always has both of its
+  // ranks waiting on it.
+  for (int i = 0; i < options.size; ++i) {
+    for (int j = i + 1; j < options.size; ++j) {
+      if (options.rank != i && options.rank != j) continue;
+      const int peer = options.rank == i ? j : i;
+      auto link = std::make_unique<Peer>();
+      link->local_peer = options.rank == i ? 1 : 0;
+      link->context =
+          std::make_shared<gloo::rendezvous::Context>(options.rank == i ? 0 : 1, /*size=*/2);
+      link->context->setTimeout(timeout);
+      try {
+        gloo::rendezvous::PrefixStore pair_store(absl::StrCat(options.prefix, "/pair-", i, "-", j),
+                                                 *store);
+        link->context->connectFullMesh(pair_store, t->device_);
+      } catch (const std::exception& e) {
+        return absl::Status(
+            CodeForGlooError(e),
+            absl::StrCat("gloo rank ", options.rank, ": connecting to rank ", peer, " (prefix '",
+                         options.prefix, "' in '", options.store_dir, "') failed: ", e.what()));
+      }
+      t->peers_[peer] = std::move(link);
+    }
+  }
+  return std::unique_ptr<Transport>(std::move(t));
+}
+
+absl::Status GlooTransport::Send(int dst, uint32_t tag, const void* data, size_t bytes) {
+  // Gloo's UnboundBuffer takes a non-const pointer for both directions; a send only reads it.
+  return RunOp("Send to", dst, tag, bytes, /*is_send=*/true, const_cast<void*>(data));
+}
+
+absl::Status GlooTransport::Recv(int src, uint32_t tag, void* data, size_t bytes) {
+  return RunOp("Recv from", src, tag, bytes, /*is_send=*/false, data);
+}
+
+absl::Status GlooTransport::RunOp(const char* what, int peer, uint32_t tag, size_t bytes,
+                                  bool is_send, void* data) {
+  if (peer < 0 || peer >= size_ || peer == rank_) {
+    return absl::InvalidArgumentError(absl::StrCat("gloo ", what, " rank ", peer,
+                                                   ": peer must be in [0, ", size_,
+                                                   ") and differ from this rank ", rank_));
+  }
+  Peer& link = *peers_[peer];
+  auto describe = [&] {
+    return absl::StrCat("gloo rank ", rank_, " ", what, " rank ", peer, " (tag ", tag, ", ", bytes,
+                        " bytes)");
+  };
+  {
+    absl::MutexLock lock(&link.mu);
+    if (!link.first_error.ok()) {
+      return absl::UnavailableError(
+          absl::StrCat(describe(), ": the link to rank ", peer,
+                       " is closed after an earlier error: ", link.first_error.message()));
+    }
+  }
+  try {
+    // One buffer per call (a small allocation): its completion state is private to this call,
+    // which is what makes concurrent calls on one link safe. 0-byte messages are real messages
+    // in Gloo too (a preamble with nbytes 0), so no special case.
+    std::unique_ptr<gloo::transport::UnboundBuffer> buf =
+        link.context->createUnboundBuffer(data, bytes);
+    bool completed;
+    if (is_send) {
+      buf->send(link.local_peer, tag);
+      completed = buf->waitSend(timeout_);
+    } else {
+      buf->recv(link.local_peer, tag);
+      completed = buf->waitRecv(timeout_);
+    }
+    // We never call abortWait*, so this is unexpected; report it rather than lie.
+    if (!completed) return absl::AbortedError(absl::StrCat(describe(), ": aborted by Gloo"));
+    return absl::OkStatus();
+  } catch (const std::exception& e) {
+    absl::Status status(CodeForGlooError(e), absl::StrCat(describe(), ": ", e.what()));
+    absl::MutexLock lock(&link.mu);
+    if (link.first_error.ok()) link.first_error = status;
+    return status;
+  }
+}
+
+}  // namespace octopipe::executor

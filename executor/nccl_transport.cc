@@ -1,0 +1,463 @@
+#include "executor/nccl_transport.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <system_error>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "core/status_macros.h"
+
+namespace octopipe::executor {
+namespace {
+
+// The header in front of every payload; NCCL itself has no tags.
+struct Header {
+  uint32_t magic;
+  uint32_t tag;
+  uint64_t bytes;
+};
+static_assert(sizeof(Header) == 16, "Header is sent as 16 raw bytes");
+constexpr uint32_t kHeaderMagic = 0x5054434f;  // "OCTP"
+
+// Completion is polled (a non-blocking communicator cannot be waited on otherwise); 20 us is
+// far below the latency of one NCCL round trip and keeps one core from spinning flat out.
+constexpr absl::Duration kPollInterval = absl::Microseconds(20);
+constexpr size_t kInitialBufferBytes = 1 << 20;
+constexpr char kIdFileMagic[8] = {'O', 'C', 'T', 'N', 'C', 'C', 'L', '1'};
+
+std::string CudaErrorText(cudaError_t e) {
+  return absl::StrCat(static_cast<int>(e), " (", cudaGetErrorName(e), ": ", cudaGetErrorString(e),
+                      ")");
+}
+
+std::string NcclErrorText(ncclResult_t r, ncclComm_t comm) {
+  std::string text = absl::StrCat(static_cast<int>(r), " (", ncclGetErrorString(r), ")");
+  const char* last = comm != nullptr ? ncclGetLastError(comm) : nullptr;
+  if (last != nullptr && *last != '\0') absl::StrAppend(&text, ": ", last);
+  return text;
+}
+
+absl::Status CheckOptions(const NcclOptions& o) {
+  if (o.size < 1) return absl::InvalidArgumentError(absl::StrCat("nccl: size ", o.size, " < 1"));
+  if (o.rank < 0 || o.rank >= o.size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("nccl: rank ", o.rank, " is not in [0, size ", o.size, ")"));
+  }
+  if (!(o.timeout_s > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("nccl: timeout_s ", o.timeout_s, " <= 0"));
+  }
+  if (o.size > 1 && o.store_dir.empty()) {
+    return absl::InvalidArgumentError("nccl: store_dir is empty; ranks need a shared directory");
+  }
+  if (o.size > 1 && o.prefix.empty()) {
+    return absl::InvalidArgumentError("nccl: prefix is empty; give every run its own namespace");
+  }
+  return absl::OkStatus();
+}
+
+// Rank 0 publishes ids[src * size + dst] for every ordered pair (diagonal unused) in one file;
+// the other ranks wait for it. Returns the ids.
+absl::StatusOr<std::vector<ncclUniqueId>> ExchangeIds(const NcclOptions& o, absl::Time deadline) {
+  const std::string path = absl::StrCat(o.store_dir, "/", o.prefix, ".nccl_ids");
+  const size_t n = static_cast<size_t>(o.size) * o.size;
+  const size_t file_bytes = sizeof(kIdFileMagic) + sizeof(int32_t) + n * sizeof(ncclUniqueId);
+  std::vector<ncclUniqueId> ids(n);
+  std::error_code ec;
+  if (o.rank == 0) {
+    std::filesystem::create_directories(o.store_dir, ec);
+    if (ec) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("nccl: cannot create store_dir '", o.store_dir, "': ", ec.message()));
+    }
+    if (std::filesystem::exists(path, ec)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "nccl: id file '", path, "' exists from an earlier run; use a fresh prefix"));
+    }
+    for (int s = 0; s < o.size; ++s) {
+      for (int d = 0; d < o.size; ++d) {
+        if (s == d) continue;
+        if (ncclResult_t r = ncclGetUniqueId(&ids[s * o.size + d]); r != ncclSuccess) {
+          return absl::UnavailableError(
+              absl::StrCat("nccl: ncclGetUniqueId failed: ", NcclErrorText(r, nullptr)));
+        }
+      }
+    }
+    const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
+    {
+      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+      const int32_t size = o.size;
+      out.write(kIdFileMagic, sizeof(kIdFileMagic));
+      out.write(reinterpret_cast<const char*>(&size), sizeof(size));
+      out.write(reinterpret_cast<const char*>(ids.data()), n * sizeof(ncclUniqueId));
+      if (!out.good()) {
+        return absl::FailedPreconditionError(absl::StrCat("nccl: cannot write '", tmp, "'"));
+      }
+    }
+    std::filesystem::rename(tmp, path, ec);  // Atomic: readers never see a partial file.
+    if (ec) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("nccl: cannot rename '", tmp, "' to '", path, "': ", ec.message()));
+    }
+    return ids;
+  }
+  // Polling a file is the only readiness signal a shared directory offers (no inotify on NFS).
+  while (!std::filesystem::exists(path, ec)) {
+    if (absl::Now() > deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("nccl rank ", o.rank, ": rank 0 did not publish '", path, "' in time"));
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  std::ifstream in(path, std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  int32_t size = -1;
+  if (bytes.size() == file_bytes) std::memcpy(&size, bytes.data() + sizeof(kIdFileMagic), 4);
+  if (bytes.size() != file_bytes || std::memcmp(bytes.data(), kIdFileMagic, 8) != 0 ||
+      size != o.size) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "nccl rank ", o.rank, ": '", path, "' is not an id file for ", o.size, " ranks"));
+  }
+  std::memcpy(ids.data(), bytes.data() + sizeof(kIdFileMagic) + 4, n * sizeof(ncclUniqueId));
+  return ids;
+}
+
+}  // namespace
+
+absl::StatusOr<int> CudaDeviceCount() {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // Clear the sticky error so later CUDA calls report their own.
+    return absl::FailedPreconditionError(
+        absl::StrCat("NCCL transport needs a GPU: cudaGetDeviceCount returned ", CudaErrorText(e)));
+  }
+  if (count <= 0) {
+    return absl::FailedPreconditionError(
+        "NCCL transport needs a GPU: cudaGetDeviceCount found 0 devices");
+  }
+  return count;
+}
+
+bool GpuAvailable() { return CudaDeviceCount().ok(); }
+
+// One direction (sender -> receiver) between this rank and `peer`. All fields but the
+// constants are guarded by `mu`; every helper below is called with it held.
+struct NcclTransport::Link {
+  int peer = -1;          // Global rank at the other end.
+  int peer_in_comm = -1;  // The peer's rank in `comm` (the sender is 0, the receiver 1).
+  absl::Mutex mu;
+  ncclComm_t comm = nullptr;  // Null once aborted.
+  cudaStream_t stream = nullptr;
+  char* buffer = nullptr;  // Device staging buffer; header and payload both start at 0.
+  size_t capacity = 0;
+  absl::Status broken;  // Set once; later calls fail with it.
+  // Receiving side only: messages that arrived ahead of a Recv for their tag.
+  std::map<uint32_t, std::deque<std::vector<char>>> stash;
+
+  ~Link() {
+    if (comm != nullptr) ncclCommAbort(comm);
+    if (buffer != nullptr) cudaFree(buffer);
+    if (stream != nullptr) cudaStreamDestroy(stream);
+  }
+
+  // Records `status`, aborts the communicator (the only way to cancel in-flight NCCL work and
+  // free the peer's matching operation from waiting forever) and returns `status`.
+  absl::Status Break(absl::Status status) {
+    if (comm != nullptr) {
+      ncclCommAbort(comm);
+      comm = nullptr;
+    }
+    if (broken.ok()) broken = status;
+    return status;
+  }
+
+  // Non-blocking NCCL: after a call returns ncclInProgress, wait until the communicator is
+  // idle again before the next call.
+  absl::Status WaitComm(absl::Time deadline, const std::string& what) {
+    for (;;) {
+      ncclResult_t state = ncclInProgress;
+      if (ncclResult_t r = ncclCommGetAsyncError(comm, &state); r != ncclSuccess) state = r;
+      if (state == ncclSuccess) return absl::OkStatus();
+      if (state != ncclInProgress) {
+        return Break(absl::UnavailableError(
+            absl::StrCat(what, ": NCCL error ", NcclErrorText(state, comm))));
+      }
+      if (absl::Now() > deadline) {
+        return Break(absl::DeadlineExceededError(
+            absl::StrCat(what, ": NCCL did not finish in time; the link is aborted")));
+      }
+      absl::SleepFor(kPollInterval);
+    }
+  }
+
+  absl::Status CheckNccl(ncclResult_t r, absl::Time deadline, const std::string& what) {
+    if (r == ncclSuccess) return absl::OkStatus();
+    if (r == ncclInProgress) return WaitComm(deadline, what);
+    return Break(absl::UnavailableError(absl::StrCat(what, ": ", NcclErrorText(r, comm))));
+  }
+
+  absl::Status CheckCuda(cudaError_t e, const std::string& what) {
+    if (e == cudaSuccess) return absl::OkStatus();
+    cudaGetLastError();
+    return Break(absl::UnavailableError(absl::StrCat(what, ": CUDA error ", CudaErrorText(e))));
+  }
+
+  // Waits for everything queued on the stream, watching NCCL for asynchronous errors.
+  absl::Status WaitStream(absl::Time deadline, const std::string& what) {
+    for (;;) {
+      const cudaError_t e = cudaStreamQuery(stream);
+      if (e == cudaSuccess) return absl::OkStatus();
+      if (e != cudaErrorNotReady) return CheckCuda(e, what);
+      ncclResult_t state = ncclSuccess;
+      if (ncclCommGetAsyncError(comm, &state) == ncclSuccess && state != ncclSuccess &&
+          state != ncclInProgress) {
+        return Break(absl::UnavailableError(
+            absl::StrCat(what, ": NCCL error ", NcclErrorText(state, comm))));
+      }
+      if (absl::Now() > deadline) {
+        return Break(absl::DeadlineExceededError(absl::StrCat(
+            what, ": rank ", peer, " did not complete the transfer in time; the link is aborted")));
+      }
+      absl::SleepFor(kPollInterval);
+    }
+  }
+
+  // Grows the staging buffer to at least `bytes`. The stream is idle between calls.
+  absl::Status Reserve(size_t bytes, const std::string& what) {
+    if (bytes <= capacity) return absl::OkStatus();
+    const size_t want = std::max({bytes, 2 * capacity, kInitialBufferBytes});
+    if (buffer != nullptr) cudaFree(buffer);
+    buffer = nullptr;
+    capacity = 0;
+    if (cudaError_t e = cudaMalloc(reinterpret_cast<void**>(&buffer), want); e != cudaSuccess) {
+      cudaGetLastError();
+      buffer = nullptr;
+      return absl::ResourceExhaustedError(
+          absl::StrCat(what, ": cudaMalloc(", want, ") failed: ", CudaErrorText(e)));
+    }
+    capacity = want;
+    return absl::OkStatus();
+  }
+
+  // Copies `bytes` between host and the staging buffer and waits for it.
+  absl::Status Copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
+                    absl::Time deadline, const std::string& what) {
+    if (bytes == 0) return absl::OkStatus();
+    RETURN_IF_ERROR(CheckCuda(cudaMemcpyAsync(dst, src, bytes, kind, stream), what));
+    return WaitStream(deadline, what);
+  }
+
+  // Hands the oldest stashed message of `tag` to a Recv of `bytes`, if there is one.
+  // Returns true if a message was consumed (or rejected for its size into *status).
+  bool TakeStashed(uint32_t tag, void* data, size_t bytes, const std::string& what,
+                   absl::Status* status) {
+    auto it = stash.find(tag);
+    if (it == stash.end() || it->second.empty()) return false;
+    std::vector<char>& front = it->second.front();
+    if (front.size() != bytes) {
+      *status = absl::InvalidArgumentError(
+          absl::StrCat(what, ": the next message of this tag has ", front.size(), " bytes"));
+      return true;
+    }
+    if (bytes > 0) std::memcpy(data, front.data(), bytes);
+    it->second.pop_front();
+    *status = absl::OkStatus();
+    return true;
+  }
+};
+
+NcclTransport::NcclTransport(int rank, int size, int device, absl::Duration timeout)
+    : rank_(rank), size_(size), device_(device), timeout_(timeout) {}
+
+absl::StatusOr<std::unique_ptr<Transport>> NcclTransport::Create(const NcclOptions& options) {
+  RETURN_IF_ERROR(CheckOptions(options));
+  ASSIGN_OR_RETURN(const int device_count, CudaDeviceCount());
+  const int device = options.device >= 0 ? options.device : options.rank % device_count;
+  if (device >= device_count) {
+    return absl::InvalidArgumentError(absl::StrCat("nccl: device ", device, " but this host has ",
+                                                   device_count, " CUDA devices"));
+  }
+  if (cudaError_t e = cudaSetDevice(device); e != cudaSuccess) {
+    cudaGetLastError();
+    return absl::FailedPreconditionError(
+        absl::StrCat("nccl: cudaSetDevice(", device, ") failed: ", CudaErrorText(e)));
+  }
+  const absl::Duration timeout = absl::Seconds(options.timeout_s);
+  const absl::Time deadline = absl::Now() + timeout;
+  std::unique_ptr<NcclTransport> t(new NcclTransport(options.rank, options.size, device, timeout));
+  t->send_.resize(options.size);
+  t->recv_.resize(options.size);
+  if (options.size == 1) return std::unique_ptr<Transport>(std::move(t));
+
+  ASSIGN_OR_RETURN(std::vector<ncclUniqueId> ids, ExchangeIds(options, deadline));
+  // One global order over the directions, so the blocking part of communicator creation
+  // (both ends must join) cannot deadlock.
+  for (int s = 0; s < options.size; ++s) {
+    for (int d = 0; d < options.size; ++d) {
+      if (s == d || (options.rank != s && options.rank != d)) continue;
+      const bool sending = options.rank == s;
+      auto link = std::make_unique<Link>();
+      link->peer = sending ? d : s;
+      link->peer_in_comm = sending ? 1 : 0;
+      const std::string what = absl::StrCat("nccl rank ", options.rank, ": creating the link ", s,
+                                            " -> ", d, " on device ", device);
+      absl::MutexLock lock(&link->mu);
+      if (cudaError_t e = cudaStreamCreateWithFlags(&link->stream, cudaStreamNonBlocking);
+          e != cudaSuccess) {
+        cudaGetLastError();
+        link->stream = nullptr;
+        return absl::UnavailableError(absl::StrCat(what, ": ", CudaErrorText(e)));
+      }
+      ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+      config.blocking = 0;
+      const ncclResult_t r = ncclCommInitRankConfig(&link->comm, 2, ids[s * options.size + d],
+                                                    sending ? 0 : 1, &config);
+      if (r != ncclSuccess && r != ncclInProgress) {
+        std::string text = NcclErrorText(r, link->comm);
+        if (link->comm != nullptr) ncclCommAbort(link->comm);
+        link->comm = nullptr;
+        return absl::UnavailableError(absl::StrCat(what, ": ncclCommInitRankConfig: ", text));
+      }
+      RETURN_IF_ERROR(link->WaitComm(deadline, what));
+      RETURN_IF_ERROR(link->Reserve(kInitialBufferBytes, what));
+      const int peer = link->peer;
+      (sending ? t->send_ : t->recv_)[peer] = std::move(link);
+    }
+  }
+  return std::unique_ptr<Transport>(std::move(t));
+}
+
+NcclTransport::~NcclTransport() {
+  cudaSetDevice(device_);
+  // Finalize every healthy communicator first and only then wait, so that peers finalizing in
+  // another order never wait on each other; whatever does not finish in time is aborted.
+  std::vector<Link*> links;
+  for (auto* side : {&send_, &recv_}) {
+    for (std::unique_ptr<Link>& l : *side) {
+      if (l != nullptr) links.push_back(l.get());
+    }
+  }
+  const absl::Time deadline = absl::Now() + timeout_;
+  for (Link* l : links) {
+    absl::MutexLock lock(&l->mu);
+    if (l->comm != nullptr && ncclCommFinalize(l->comm) != ncclSuccess) {
+      ncclResult_t state = ncclSuccess;
+      ncclCommGetAsyncError(l->comm, &state);
+      if (state != ncclInProgress) l->Break(absl::CancelledError("finalize failed")).IgnoreError();
+    }
+  }
+  for (Link* l : links) {
+    absl::MutexLock lock(&l->mu);
+    if (l->comm == nullptr) continue;
+    if (l->WaitComm(deadline, "finalize").ok()) {
+      ncclCommDestroy(l->comm);
+      l->comm = nullptr;
+    }
+    // Otherwise WaitComm aborted it. ~Link frees the buffer and the stream.
+  }
+}
+
+absl::Status NcclTransport::Send(int dst, uint32_t tag, const void* data, size_t bytes) {
+  if (dst < 0 || dst >= size_ || dst == rank_) {
+    return absl::InvalidArgumentError(absl::StrCat("nccl Send to rank ", dst,
+                                                   ": peer must be in [0, ", size_,
+                                                   ") and differ from this rank ", rank_));
+  }
+  Link& l = *send_[dst];
+  const std::string what = absl::StrCat("nccl rank ", rank_, " Send to rank ", dst, " (tag ", tag,
+                                        ", ", bytes, " bytes)");
+  const absl::Time deadline = absl::Now() + timeout_;
+  absl::MutexLock lock(&l.mu);
+  if (!l.broken.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat(what, ": the link to rank ", dst,
+                     " is closed after an earlier error: ", l.broken.message()));
+  }
+  RETURN_IF_ERROR(l.CheckCuda(cudaSetDevice(device_), what));
+  RETURN_IF_ERROR(l.Reserve(std::max(sizeof(Header), bytes), what));
+  const Header header{kHeaderMagic, tag, bytes};
+  RETURN_IF_ERROR(
+      l.Copy(l.buffer, &header, sizeof(header), cudaMemcpyHostToDevice, deadline, what));
+  RETURN_IF_ERROR(
+      l.CheckNccl(ncclSend(l.buffer, sizeof(header), ncclUint8, l.peer_in_comm, l.comm, l.stream),
+                  deadline, what));
+  // The header must be on the wire before the buffer is reused for the payload.
+  RETURN_IF_ERROR(l.WaitStream(deadline, what));
+  if (bytes == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(l.Copy(l.buffer, data, bytes, cudaMemcpyHostToDevice, deadline, what));
+  RETURN_IF_ERROR(l.CheckNccl(
+      ncclSend(l.buffer, bytes, ncclUint8, l.peer_in_comm, l.comm, l.stream), deadline, what));
+  return l.WaitStream(deadline, what);
+}
+
+absl::Status NcclTransport::Recv(int src, uint32_t tag, void* data, size_t bytes) {
+  if (src < 0 || src >= size_ || src == rank_) {
+    return absl::InvalidArgumentError(absl::StrCat("nccl Recv from rank ", src,
+                                                   ": peer must be in [0, ", size_,
+                                                   ") and differ from this rank ", rank_));
+  }
+  Link& l = *recv_[src];
+  const std::string what = absl::StrCat("nccl rank ", rank_, " Recv from rank ", src, " (tag ", tag,
+                                        ", ", bytes, " bytes)");
+  const absl::Time deadline = absl::Now() + timeout_;
+  absl::MutexLock lock(&l.mu);
+  absl::Status stashed;
+  if (l.TakeStashed(tag, data, bytes, what, &stashed)) return stashed;
+  if (!l.broken.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat(what, ": the link from rank ", src,
+                     " is closed after an earlier error: ", l.broken.message()));
+  }
+  RETURN_IF_ERROR(l.CheckCuda(cudaSetDevice(device_), what));
+  // Take messages in arrival order until one of `tag` arrives; others go to the stash.
+  for (;;) {
+    Header header{};
+    RETURN_IF_ERROR(
+        l.CheckNccl(ncclRecv(l.buffer, sizeof(header), ncclUint8, l.peer_in_comm, l.comm, l.stream),
+                    deadline, what));
+    RETURN_IF_ERROR(l.WaitStream(deadline, what));
+    RETURN_IF_ERROR(
+        l.Copy(&header, l.buffer, sizeof(header), cudaMemcpyDeviceToHost, deadline, what));
+    if (header.magic != kHeaderMagic) {
+      return l.Break(absl::DataLossError(absl::StrCat(what, ": corrupt message header")));
+    }
+    if (absl::Status s = l.Reserve(header.bytes, what); !s.ok()) {
+      return l.Break(s);  // The payload is on its way; without it the link is out of step.
+    }
+    if (header.bytes > 0) {
+      RETURN_IF_ERROR(
+          l.CheckNccl(ncclRecv(l.buffer, header.bytes, ncclUint8, l.peer_in_comm, l.comm, l.stream),
+                      deadline, what));
+      RETURN_IF_ERROR(l.WaitStream(deadline, what));
+    }
+    if (header.tag == tag && header.bytes == bytes) {
+      return l.Copy(data, l.buffer, bytes, cudaMemcpyDeviceToHost, deadline, what);
+    }
+    std::vector<char> message(header.bytes);
+    RETURN_IF_ERROR(
+        l.Copy(message.data(), l.buffer, header.bytes, cudaMemcpyDeviceToHost, deadline, what));
+    l.stash[header.tag].push_back(std::move(message));
+    if (header.tag == tag) {
+      // Same tag, wrong size: a caller bug. The message stays queued, as in the other transports.
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": the next message of this tag has ", header.bytes, " bytes"));
+    }
+  }
+}
+
+}  // namespace octopipe::executor
