@@ -20,7 +20,7 @@
 #include "cli/table.h"
 #include "core/json.h"
 #include "core/json_writer.h"
-#include "executor/gloo_transport.h"
+#include "executor/transport_factory.h"
 #include "executor/inproc_transport.h"
 #include "executor/model_spec.h"
 #include "executor/trainer.h"
@@ -83,8 +83,9 @@ absl::StatusOr<RankReport> ParseReport(const std::string& text) {
 }  // namespace
 
 int RunTrain(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  std::string model = "ref:pattern=M*-EM*-E,hidden=64,heads=4,ffn=128,experts=4,top_k=2,"
-                      "moe_ffn=64,state=8,expand=2,seq=64,vocab=128";
+  // Big enough that compute, not loopback messaging, dominates an op (~10 ms).
+  std::string model = "ref:pattern=M*-EM*-E,hidden=128,heads=4,ffn=256,experts=4,top_k=2,"
+                      "moe_ffn=128,state=8,expand=2,seq=128,vocab=256";
   std::string plan_file, schedule = "1f1b", transport = "gloo";
   int64_t ranks = 2, iterations = 3, microbatches = 0, chunks = 0;
   double lr = 1e-3, timeout = 60;
@@ -106,7 +107,9 @@ int RunTrain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   flags.Int("ranks", &ranks, "pipeline ranks (processes or threads)");
   flags.Int("iterations", &iterations, "training iterations");
   flags.Int("microbatches", &microbatches, "micro-batches per iteration; 0 = the model spec's");
-  flags.String("transport", &transport, "gloo (processes over TCP) or inproc (threads)");
+  flags.String("transport", &transport,
+               "gloo (processes over TCP), nccl (processes, one GPU each; fails clearly without\n"
+               "GPUs), auto (nccl when a GPU is present, else gloo), or inproc (threads)");
   flags.Double("lr", &lr, "AdamW learning rate");
   flags.Double("timeout", &timeout, "seconds a rank waits on a peer before failing");
   flags.Bool("json", &json, "print one JSON object");
@@ -120,9 +123,11 @@ int RunTrain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   if (microbatches > 0) spec->microbatches = static_cast<int>(microbatches);
   if (ranks < 1) return Fail(err, absl::InvalidArgumentError(absl::StrCat("--ranks must be >= 1, got ", ranks)), 2);
   if (iterations < 1) return Fail(err, absl::InvalidArgumentError(absl::StrCat("--iterations must be >= 1, got ", iterations)), 2);
-  if (transport != "gloo" && transport != "inproc") {
+  if (transport != "gloo" && transport != "nccl" && transport != "auto" &&
+      transport != "inproc") {
     return Fail(err, absl::InvalidArgumentError(absl::StrCat(
-                         "--transport must be gloo or inproc, got '", transport, "'")), 2);
+                         "--transport must be gloo, nccl, auto or inproc, got '", transport, "'")),
+                2);
   }
   const ModelGraph graph = executor::ToModelGraph(*spec);
   Plan plan;
@@ -177,13 +182,15 @@ int RunTrain(const std::vector<std::string>& args, std::ostream& out, std::ostre
     for (int r = 0; r < N; ++r) {
       const pid_t pid = fork();
       if (pid == 0) {
-        executor::GlooOptions go;
-        go.rank = r;
-        go.size = N;
-        go.store_dir = run_dir + "/store";
-        go.prefix = "run";
-        go.timeout_s = timeout;
-        absl::StatusOr<std::unique_ptr<executor::Transport>> t = executor::GlooTransport::Create(go);
+        executor::TransportConfig tc;
+        tc.rank = r;
+        tc.size = N;
+        tc.store_dir = run_dir + "/store";
+        tc.prefix = "run";
+        tc.timeout_s = timeout;
+        tc.cuda_device = r;
+        absl::StatusOr<std::unique_ptr<executor::Transport>> t =
+            executor::MakeTransport(transport, tc);
         absl::StatusOr<RankResult> res =
             t.ok() ? executor::TrainRank(*spec, plan, r, t->get(), options)
                    : absl::StatusOr<RankResult>(t.status());

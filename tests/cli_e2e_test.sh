@@ -39,5 +39,20 @@ check trace 0 "$bin" simulate --model=zoo:llama3-8b --cluster=preset:h100-1node 
 [ -s "$tmp/trace.json" ] || { echo "FAIL trace: no trace file"; fail=1; }
 grep -q '"traceEvents"' "$tmp/trace.json" || { echo "FAIL trace: not a trace"; fail=1; }
 
+check train 0 "$bin" train --model="ref:pattern=M*-E,hidden=16,heads=2,ffn=32,seq=16,vocab=32,microbatches=4" \
+  --ranks=2 --iterations=2 --schedule=zb-h1
+contains train out "simulator with the measured op times"
+check train-json 0 "$bin" train --model="ref:pattern=M*-E,hidden=16,heads=2,ffn=32,seq=16,vocab=32,microbatches=4" \
+  --ranks=2 --iterations=1 --transport=inproc --json
+contains train-json out '"predicted_iteration_time_s"'
+# Without a GPU, NCCL is refused with a clear message (on a GPU host this check is skipped).
+if ! command -v nvidia-smi >/dev/null 2>&1; then
+  check train-nccl 1 "$bin" train --model="ref:pattern=M*-E,hidden=16,heads=2,ffn=32,seq=16,vocab=32" \
+    --ranks=2 --iterations=1 --transport=nccl
+  contains train-nccl err "needs a GPU"
+fi
+check train-bad-transport 2 "$bin" train --transport=carrier-pigeon
+contains train-bad-transport err "--transport must be gloo, nccl, auto or inproc"
+
 [ "$fail" = 0 ] && echo "all checks passed"
 exit "$fail"
