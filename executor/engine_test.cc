@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "executor/inproc_transport.h"
+#include "executor/testing/random_plan.h"
 #include "gtest/gtest.h"
 #include "simulator/list_scheduler.h"
 #include "simulator/problem.h"
@@ -224,41 +225,7 @@ TEST(EngineTest, TwoHundredRandomValidSchedulesNeverDeadlockAndAlwaysMatch) {
     const int S = P + static_cast<int>(rng() % (P + 2));
     const int L = S + static_cast<int>(rng() % 4);
     const int M = 1 + static_cast<int>(rng() % 5);
-    std::vector<int> placement(S);
-    for (int s = 0; s < S; ++s) placement[s] = s < P ? s : static_cast<int>(rng() % P);
-    std::shuffle(placement.begin(), placement.end(), rng);
-    PipelineProblem pb = UniformProblem(placement, P, M, 1, 1, 1);
-    std::uniform_real_distribution<double> u(0.1, 3.0);
-    for (int s = 0; s < S; ++s) {
-      pb.forward_s[s] = u(rng);
-      pb.backward_input_s[s] = u(rng);
-      pb.weight_grad_s[s] = u(rng);
-      pb.recompute[s] = rng() % 4 == 0;
-    }
-    WeightedPolicy policy;
-    policy.kind_weight = {u(rng), u(rng), u(rng), u(rng), u(rng)};
-    policy.microbatch_weight = u(rng) - 1.5;
-    policy.stage_weight = u(rng) - 1.5;
-    ListSchedulerOptions options;
-    options.split_backward = trial % 2 == 0;
-    auto ls = ListSchedule(pb, policy, options);
-    ASSERT_TRUE(ls.ok()) << ls.status();
-    Plan plan;
-    plan.num_devices = P;
-    plan.num_microbatches = M;
-    // Random uneven partition of L layers into S stages.
-    std::vector<int> cuts;
-    for (int l = 1; l < L; ++l) cuts.push_back(l);
-    std::shuffle(cuts.begin(), cuts.end(), rng);
-    cuts.resize(S - 1);
-    std::sort(cuts.begin(), cuts.end());
-    cuts.insert(cuts.begin(), 0);
-    cuts.push_back(L);
-    for (int s = 0; s < S; ++s) {
-      plan.stages.push_back(
-          StageAssignment{cuts[s], cuts[s + 1] - 1, placement[s], pb.recompute[s] != 0});
-    }
-    plan.schedule = ls->schedule;
+    const Plan plan = testing::RandomPlan(rng, L, P, S, M, trial % 2 == 0);
     ExpectEqualsSingleProcess(plan, L, "trial " + std::to_string(trial));
     if (HasFailure()) return;
   }

@@ -12,6 +12,7 @@
 #include "executor/inproc_transport.h"
 #include "executor/model_spec.h"
 #include "executor/reference_trainer.h"
+#include "executor/testing/random_plan.h"
 #include "executor/trainer.h"
 #include "gtest/gtest.h"
 #include "simulator/classic_pipeline.h"
@@ -132,41 +133,8 @@ TEST(PipelineEqualityTest, TwoHundredRandomValidSchedules) {
     const int L = static_cast<int>(spec.kinds.size());
     const int P = 2 + trial % 3;
     const int S = P + static_cast<int>(rng() % (L - P + 1));
-    const int M = spec.microbatches;
-    std::vector<int> placement(S);
-    for (int s = 0; s < S; ++s) placement[s] = s < P ? s : static_cast<int>(rng() % P);
-    std::shuffle(placement.begin(), placement.end(), rng);
-    PipelineProblem pb = UniformProblem(placement, P, M, 1, 1, 1);
-    std::uniform_real_distribution<double> u(0.1, 3.0);
-    for (int s = 0; s < S; ++s) {
-      pb.forward_s[s] = u(rng);
-      pb.backward_input_s[s] = u(rng);
-      pb.weight_grad_s[s] = u(rng);
-      pb.recompute[s] = rng() % 4 == 0;
-    }
-    WeightedPolicy policy;
-    policy.kind_weight = {u(rng), u(rng), u(rng), u(rng), u(rng)};
-    policy.microbatch_weight = u(rng) - 1.5;
-    policy.stage_weight = u(rng) - 1.5;
-    ListSchedulerOptions options;
-    options.split_backward = trial % 2 == 0;
-    auto ls = ListSchedule(pb, policy, options);
-    ASSERT_TRUE(ls.ok()) << ls.status();
-    std::vector<int> cuts;
-    for (int l = 1; l < L; ++l) cuts.push_back(l);
-    std::shuffle(cuts.begin(), cuts.end(), rng);
-    cuts.resize(S - 1);
-    std::sort(cuts.begin(), cuts.end());
-    cuts.insert(cuts.begin(), 0);
-    cuts.push_back(L);
-    Plan plan;
-    plan.num_devices = P;
-    plan.num_microbatches = M;
-    for (int s = 0; s < S; ++s) {
-      plan.stages.push_back(
-          StageAssignment{cuts[s], cuts[s + 1] - 1, placement[s], pb.recompute[s] != 0});
-    }
-    plan.schedule = ls->schedule;
+    const Plan plan =
+        testing::RandomPlan(rng, L, P, S, spec.microbatches, /*split_backward=*/trial % 2 == 0);
     ExpectMatchesSingleProcess(spec, plan, "trial " + std::to_string(trial));
     if (HasFailure()) return;
   }

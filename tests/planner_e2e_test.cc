@@ -11,6 +11,8 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "core/cluster_presets.h"
 #include "core/convert.h"
 #include "core/cost_model.h"
@@ -214,17 +216,17 @@ TEST(PlannerE2ETest, SilentNodeIsDroppedAndItsJobReplannedOnTheRest) {
     ASSERT_TRUE(stub->RegisterAgent(rc.get(), r, &resp).ok());
   }
   // node0 keeps its heartbeat going, node1 falls silent.
-  std::atomic<bool> stop{false};
+  absl::Notification stop;
   std::thread beat([&] {
     auto s = Connect(planner.address());
-    while (!stop) {
+    // A heartbeat every 100 ms until the test is done (the period, not a wait for anything).
+    do {
       proto::HeartbeatRequest h;
       h.set_node_id("node0");
       proto::HeartbeatResponse hr;
       auto hc = Ctx("", 5);
       s->Heartbeat(hc.get(), h, &hr);
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // heartbeat period
-    }
+    } while (!stop.WaitForNotificationWithTimeout(absl::Milliseconds(100)));
   });
   proto::WatchPlanRequest w;
   w.set_job_id(job.id());
@@ -238,7 +240,7 @@ TEST(PlannerE2ETest, SilentNodeIsDroppedAndItsJobReplannedOnTheRest) {
       break;
     }
   }
-  stop = true;
+  stop.Notify();
   beat.join();
   ASSERT_TRUE(replanned) << planner.log();
   EXPECT_EQ(v.result().plan().num_devices(), 2);  // node0's devices only
