@@ -5,7 +5,7 @@ set -euo pipefail
 
 PACKAGES=(
   bazel-bootstrap bazel-rules-java
-  g++ git python3
+  g++ git python3 openssl curl
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
