@@ -10,35 +10,33 @@ bazel test //... --test_summary=short "$@" 2>&1 | tee /tmp/octopipe-test.log
 status=${PIPESTATUS[0]}
 
 python3 - "$status" <<'PY'
-import glob, os, re, sys
+import os, re, sys
 import xml.etree.ElementTree as ET
 status = int(sys.argv[1])
 log = open('/tmp/octopipe-test.log', errors='replace').read()
 passed = failed = 0
-for xml in glob.glob('bazel-testlogs/**/test.xml', recursive=True):
-    target = os.path.dirname(os.path.relpath(xml, 'bazel-testlogs'))
-    try:
-        root = ET.parse(xml).getroot()
-    except ET.ParseError:
-        continue
-    cases = root.iter('testcase')
-    n = f = 0
-    for c in cases:
-        n += 1
-        if c.find('failure') is not None or c.find('error') is not None:
-            f += 1
-    if n == 0:
-        continue
-    passed += n - f
-    failed += f
-# Targets that failed without a usable report (build failures, crashes, timeouts).
-for m in re.finditer(r'^(//\S+)\s+(FAILED TO BUILD|NO STATUS|TIMEOUT|FAILED)', log, re.M):
-    target, what = m.group(1), m.group(2)
+# Only the targets this run reported (bazel-testlogs may hold stale results of other runs).
+summary = re.findall(r'^(//\S+)\s+(?:\(cached\)\s+)?(PASSED|FAILED TO BUILD|FAILED|NO STATUS|TIMEOUT|FLAKY)', log, re.M)
+for target, what in summary:
     xml = os.path.join('bazel-testlogs', target[2:].replace(':', '/'), 'test.xml')
-    if what in ('FAILED TO BUILD', 'NO STATUS') or not os.path.exists(xml):
-        failed += 1
+    cases = failures = 0
+    if what not in ('FAILED TO BUILD', 'NO STATUS') and os.path.exists(xml):
+        try:
+            for c in ET.parse(xml).getroot().iter('testcase'):
+                cases += 1
+                if c.find('failure') is not None or c.find('error') is not None:
+                    failures += 1
+        except ET.ParseError:
+            cases = 0
+    if cases == 0:
+        # No per-case report: the target counts as one case.
+        cases, failures = 1, (0 if what in ('PASSED', 'FLAKY') else 1)
+    elif what not in ('PASSED', 'FLAKY') and failures == 0:
+        failures = 1  # e.g. a crash after the cases ran
+    passed += cases - failures
+    failed += failures
 if status != 0 and failed == 0:
-    failed = 1  # bazel itself failed (analysis error): never report a clean run
+    failed = 1  # bazel itself failed (analysis or build error): never report a clean run
 print(f"{passed} passed, {failed} failed")
 sys.exit(0 if failed == 0 else 1)
 PY
