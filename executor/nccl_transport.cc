@@ -1,5 +1,31 @@
 #include "executor/nccl_transport.h"
 
+#ifdef OCTOPIPE_NO_CUDA
+#include "absl/strings/str_cat.h"
+
+// Built without a CUDA installation (see tools/cuda.bzl): the transport exists and says why
+// it cannot run.
+namespace octopipe::executor {
+
+absl::StatusOr<int> CudaDeviceCount() {
+  return absl::FailedPreconditionError(
+      "NCCL transport needs a GPU: cudaGetDeviceCount is not available, this build has no CUDA "
+      "(no /usr/local/cuda with NCCL when it was built)");
+}
+
+bool GpuAvailable() { return false; }
+
+absl::StatusOr<std::unique_ptr<Transport>> NcclTransport::Create(const NcclOptions& options) {
+  if (options.size < 1 || options.rank < 0 || options.rank >= options.size) {
+    return absl::InvalidArgumentError(absl::StrCat("rank must be in [0, size), got rank ",
+                                                   options.rank, " of size ", options.size));
+  }
+  return CudaDeviceCount().status();
+}
+
+}  // namespace octopipe::executor
+#else
+
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <unistd.h>
@@ -461,3 +487,5 @@ absl::Status NcclTransport::Recv(int src, uint32_t tag, void* data, size_t bytes
 }
 
 }  // namespace octopipe::executor
+
+#endif  // OCTOPIPE_NO_CUDA
