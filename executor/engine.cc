@@ -180,12 +180,16 @@ absl::StatusOr<IterationStats> PipelineEngine::RunIteration(
       threads.emplace_back([this, peer, box, &mailbox, bytes, &sent] {
         uint32_t tag;
         Tensor t;
+        bool failed = false;
         while (box->Pop(&tag, &t)) {
+          // After a failure keep draining (so Close() + join cannot block) but send nothing
+          // more: each further Send to a dead or stalled peer would wait out its own timeout.
+          if (failed) continue;
           absl::Status s = transport_->Send(peer, tag, t.data(), bytes);
           if (!s.ok()) {
             mailbox.Fail(absl::Status(s.code(), absl::StrCat("rank ", rank_, ": sending to rank ",
                                                              peer, " failed: ", s.message())));
-            // Keep draining so Close() + join cannot block.
+            failed = true;
             continue;
           }
           sent += static_cast<int64_t>(bytes);
