@@ -127,10 +127,12 @@ absl::Status JobManager::Delete(const std::string& job_id) {
   std::vector<std::function<void()>> ends;
   {
     absl::MutexLock lock(&mu_);
-    if (jobs_.erase(job_id) == 0) {
+    if (jobs_.count(job_id) == 0) {
       return absl::NotFoundError(absl::StrCat("job_id: no job '", job_id, "'"));
     }
+    // Store first: on failure the job stays (in memory and on disk) and the error is true.
     RETURN_IF_ERROR(store_->DeleteJob(job_id));
+    jobs_.erase(job_id);
     for (auto it = subscriptions_.begin(); it != subscriptions_.end();) {
       if (it->second.job_id == job_id) {
         if (it->second.on_end) ends.push_back(it->second.on_end);
@@ -327,8 +329,8 @@ absl::StatusOr<proto::ReportStageTimesResponse> JobManager::ReportStageTimes(
         "plan_version: ", request.plan_version(), " was replaced by version ",
         it->second.job.current_version(), " while the report was processed; report again"));
   }
-  it->second.factors = update.factors;
   RETURN_IF_ERROR(store_->PutCalibration(request.job_id(), update.factors));
+  it->second.factors = update.factors;
   const bool replan = policy_.OnReport(request.job_id(), update.max_deviation,
                                        clock_->NowSeconds());
   if (replan) SchedulePlanning(request.job_id(), "measured", /*bounded=*/false);
