@@ -145,7 +145,16 @@ class WatchReactor : public grpc::ServerWriteReactor<proto::PlanVersion> {
   void OnWriteDone(bool ok) override {
     absl::MutexLock lock(&mu_);
     writing_ = false;
-    if (!ok) return;  // the client went away; OnDone follows
+    if (!ok) {
+      // The stream is broken; no later write can succeed. OnDone only follows a Finish, so
+      // finish here rather than rely on OnCancel (and never start another write).
+      if (!finished_) {
+        finished_ = true;
+        code_ = grpc::StatusCode::CANCELLED;
+        Finish(grpc::Status::CANCELLED);
+      }
+      return;
+    }
     queue_.pop_front();
     WriteNextLocked();
   }
@@ -250,15 +259,17 @@ grpc::ServerUnaryReactor* PlannerService::RegisterAgent(
                 absl::InvalidArgumentError(absl::StrCat("num_devices must be >= 0, got ",
                                                         request->num_devices())));
   }
-  const bool joined =
-      agents_->Register(request->node_id(), request->num_devices(), request->address());
   AgentRecord record;
   record.node_id = request->node_id();
   record.num_devices = request->num_devices();
   record.address = request->address();
   record.registered_unix_ms = UnixMillis();
+  // Persist before registering: a failed store write must leave the node unregistered, or the
+  // agent's retry would find it alive already (joined == false) and NodeJoined never runs.
   absl::Status stored = store_->PutAgent(record);
   if (!stored.ok()) return Done(ctx, "RegisterAgent", stored);
+  const bool joined =
+      agents_->Register(request->node_id(), request->num_devices(), request->address());
   if (joined) jobs_->NodeJoined(request->node_id());
   if (observer_) observer_->OnAgentsAlive(agents_->AliveCount());
   response->set_heartbeat_interval_ms(options_.heartbeat_interval_ms);
