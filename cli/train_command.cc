@@ -4,8 +4,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -181,6 +183,21 @@ int RunTrain(const std::vector<std::string>& args, std::ostream& out, std::ostre
     std::vector<pid_t> pids(N);
     for (int r = 0; r < N; ++r) {
       const pid_t pid = fork();
+      if (pid < 0) {
+        // Without this rank the others would only time out; and waitpid(-1) below would reap
+        // an arbitrary child. Stop the ranks already started and report.
+        const int fork_errno = errno;
+        for (int k = 0; k < r; ++k) kill(pids[k], SIGKILL);
+        for (int k = 0; k < r; ++k) {
+          while (waitpid(pids[k], nullptr, 0) < 0 && errno == EINTR) {
+          }
+        }
+        std::error_code ec;
+        std::filesystem::remove_all(run_dir, ec);
+        return Fail(err, absl::InternalError(absl::StrCat("cannot start rank ", r, ": fork: ",
+                                                          std::strerror(fork_errno))),
+                    1);
+      }
       if (pid == 0) {
         executor::TransportConfig tc;
         tc.rank = r;
@@ -205,10 +222,15 @@ int RunTrain(const std::vector<std::string>& args, std::ostream& out, std::ostre
     }
     for (int r = 0; r < N; ++r) {
       int status = 0;
-      waitpid(pids[r], &status, 0);
+      pid_t waited;
+      while ((waited = waitpid(pids[r], &status, 0)) < 0 && errno == EINTR) {
+      }
+      const int wait_errno = errno;
       const std::string base = run_dir + "/rank-" + std::to_string(r);
       std::ifstream in(base + ".json");
-      if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && in) {
+      if (waited < 0) {
+        errors[r] = absl::StrCat("cannot wait for the rank's process: ", std::strerror(wait_errno));
+      } else if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && in) {
         std::stringstream s;
         s << in.rdbuf();
         reports[r] = s.str();
