@@ -264,13 +264,15 @@ grpc::ServerUnaryReactor* PlannerService::RegisterAgent(
   record.num_devices = request->num_devices();
   record.address = request->address();
   record.registered_unix_ms = UnixMillis();
-  // Persist before registering: a failed store write must leave the node unregistered, or the
-  // agent's retry would find it alive already (joined == false) and NodeJoined never runs.
+  // Persist before registering: a failed store write leaves the node as it was.
   absl::Status stored = store_->PutAgent(record);
   if (!stored.ok()) return Done(ctx, "RegisterAgent", stored);
-  const bool joined =
-      agents_->Register(request->node_id(), request->num_devices(), request->address());
-  if (joined) jobs_->NodeJoined(request->node_id());
+  agents_->Register(request->node_id(), request->num_devices(), request->address());
+  // A registering agent says its node is up, so every job still excluding it takes it back
+  // (a no-op for the others). Not only when the registry saw the node as new or failed:
+  // agents restored from the store on a restart come back alive, so a node excluded before
+  // the restart would otherwise never rejoin.
+  jobs_->NodeJoined(request->node_id());
   if (observer_) observer_->OnAgentsAlive(agents_->AliveCount());
   response->set_heartbeat_interval_ms(options_.heartbeat_interval_ms);
   return Done(ctx, "RegisterAgent", absl::OkStatus());
