@@ -4,6 +4,7 @@
 // gives the loss and gradients of single-process training; a dead peer is an error, not a hang.
 #include "executor/engine.h"
 
+#include <atomic>
 #include <random>
 #include <thread>
 
@@ -253,6 +254,46 @@ TEST(EngineTest, ADeadRankMakesTheOthersFailWithAClearErrorNotHang) {
     EXPECT_NE(results[r].status().message().find("rank 1"), absl::string_view::npos)
         << results[r].status();
   }
+}
+
+// Counts Send calls per destination; forwards everything to the wrapped transport.
+class CountingTransport : public Transport {
+ public:
+  explicit CountingTransport(std::unique_ptr<Transport> inner)
+      : inner_(std::move(inner)), sends_(inner_->size()) {}
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  absl::Status Send(int dst, uint32_t tag, const void* data, size_t bytes) override {
+    ++sends_[dst];
+    return inner_->Send(dst, tag, data, bytes);
+  }
+  absl::Status Recv(int src, uint32_t tag, void* data, size_t bytes) override {
+    return inner_->Recv(src, tag, data, bytes);
+  }
+  std::string name() const override { return inner_->name(); }
+  int sends_to(int dst) const { return sends_[dst].load(); }
+
+ private:
+  std::unique_ptr<Transport> inner_;
+  std::vector<std::atomic<int>> sends_;
+};
+
+// Every Send to a dead or stalled peer waits out the transport's timeout, so after the first
+// failure the sending thread must stop trying: GPipe queues all M forwards to rank 1 at once,
+// and sending each would make the failure take M timeouts instead of one.
+TEST(EngineTest, AFailedSendIsNotRetriedForTheRestOfTheQueue) {
+  constexpr int kM = 6;
+  const Plan plan = ClassicPlanFor(ScheduleKind::kGpipe, 2, 0, kM, 5);
+  const std::vector<MicroBatch> mbs = Data(kM);
+  InProcHub hub(2, InProcOptions{.timeout_s = 5});
+  hub.Abort(1);
+  auto layers = BuildLayers(5);
+  CountingTransport transport(hub.Endpoint(0));
+  PipelineEngine engine(plan, 0, &layers, &transport, kTokens, kHidden);
+  absl::StatusOr<IterationStats> r = engine.RunIteration(mbs);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("rank 1"), absl::string_view::npos) << r.status();
+  EXPECT_EQ(transport.sends_to(1), 1);
 }
 
 }  // namespace

@@ -225,7 +225,6 @@ void JobManager::RunPlanning(const std::string& job_id, const std::string& reaso
     absl::StatusOr<double> now_s = CurrentObjective(*input, current.result().plan(), factors);
     if (now_s.ok()) accept = policy_.Accept(*now_s, ObjectiveOf(*result, input->tuner));
   }
-  std::vector<std::function<void(const proto::PlanVersion&)>> notify;
   proto::PlanVersion version;
   {
     absl::MutexLock lock(&mu_);
@@ -251,8 +250,10 @@ void JobManager::RunPlanning(const std::string& job_id, const std::string& reaso
         e.job.set_state(result->feasible() ? proto::JOB_STATE_READY
                                            : proto::JOB_STATE_INFEASIBLE);
         e.job.clear_last_error();
+        // Delivered under the lock (callbacks only queue), so watchers see versions in order
+        // even when the next re-plan finishes on another worker right after this one.
         for (const auto& [id, sub] : subscriptions_) {
-          if (sub.job_id == job_id) notify.push_back(sub.on_version);
+          if (sub.job_id == job_id) sub.on_version(version);
         }
       } else {
         e.job.set_last_error(std::string(stored.message()));
@@ -271,7 +272,6 @@ void JobManager::RunPlanning(const std::string& job_id, const std::string& reaso
       observer_->OnPlanComputed(job_id, *result);
       if (reason != "initial") observer_->OnReplan(reason);
     }
-    for (auto& f : notify) f(version);
   }
 }
 

@@ -6,7 +6,8 @@
 // re-plans when measured stage times deviate (ReplanPolicy decides; a new version only if it is
 // predicted at least min_gain faster under the calibrated costs), when a node fails or is
 // drained (the job continues on the devices left), and when a node comes back. Versions are
-// pushed to watchers from the planning thread, never under the manager's lock.
+// pushed to watchers under the manager's lock, in version order: watch callbacks must only
+// queue (never block or call back into the manager).
 //
 // Thread-safe. The pool must be shut down before the manager is destroyed (tasks hold `this`).
 #ifndef OCTOPIPE_PLANNER_SERVICE_JOB_MANAGER_H_

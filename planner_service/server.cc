@@ -116,10 +116,15 @@ absl::Status PlannerServer::Start() {
   m.jobs = std::make_unique<JobManager>(m.store.get(), m.pool.get(), &m.clock, jm,
                                         m.observer.get());
   if (absl::Status s = m.jobs->Recover(); !s.ok()) return s;
-  // Agents registered before a restart come back as registered: their heartbeats resume.
+  // Agents registered before a restart are known but must register again: their next
+  // heartbeat is refused (FAILED_PRECONDITION) and the registration that follows re-admits the
+  // node to the jobs that excluded it. No job is re-planned for the restart itself.
   auto agents = m.store->LoadAgents();
   if (!agents.ok()) return agents.status();
-  for (const AgentRecord& a : *agents) m.agents->Register(a.node_id, a.num_devices, a.address);
+  for (const AgentRecord& a : *agents) {
+    m.agents->Register(a.node_id, a.num_devices, a.address);
+    m.agents->MarkFailed(a.node_id);
+  }
   m.metrics->agents_alive->Set(m.agents->AliveCount());
 
   ServiceOptions so;

@@ -35,6 +35,13 @@ absl::StatusOr<ListScheduleResult> ListSchedule(const PipelineProblem& pb, const
                                                    "), stages (", S, ") and micro-batches (",
                                                    M, ") must all be > 0"));
   }
+  for (const auto& [name, size] : {std::pair{"activation_cap_bytes", options.activation_cap_bytes.size()},
+                                    std::pair{"inflight_cap", options.inflight_cap.size()}}) {
+    if (size != 0 && size != static_cast<size_t>(P)) {
+      return absl::InvalidArgumentError(absl::StrCat("list scheduler: ", name, " has ", size,
+                                                     " entries for ", P, " devices"));
+    }
+  }
   const bool split = options.split_backward;
   const int back_kind = split ? kB : kBW;
   auto id_of = [&](int kind, int s, int m) { return (kind * S + s) * M + m; };
