@@ -19,6 +19,8 @@
 #include "core/status_macros.h"
 #include "cli/flags.h"
 #include "cli/inputs.h"
+#include "cli/planner_client.h"
+#include "core/convert.h"
 #include "cli/table.h"
 #include "core/json.h"
 #include "core/json_writer.h"
@@ -115,6 +117,13 @@ int RunTrain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   flags.Double("lr", &lr, "AdamW learning rate");
   flags.Double("timeout", &timeout, "seconds a rank waits on a peer before failing");
   flags.Bool("json", &json, "print one JSON object");
+  // Closing the loop with a planner: run its job's current plan and report the measured times.
+  PlannerConnection planner;
+  planner.AddFlags(flags);
+  std::string job;
+  flags.String("job", &job,
+               "with --planner: run this job's current plan (instead of --plan/--schedule) and\n"
+               "report the measured stage times to the planner, which may re-plan the job");
   if (absl::Status s = flags.Parse(args); !s.ok()) return Fail(err, s, 2);
   if (flags.help_requested()) {
     out << flags.Usage();
@@ -133,7 +142,33 @@ int RunTrain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   }
   const ModelGraph graph = executor::ToModelGraph(*spec);
   Plan plan;
-  if (!plan_file.empty()) {
+  int64_t job_version = 0;
+  std::unique_ptr<proto::Planner::Stub> stub;
+  if (!job.empty()) {
+    auto connected = planner.Connect();
+    if (!connected.ok()) return Fail(err, connected.status(), 2);
+    stub = std::move(*connected);
+    proto::GetJobRequest g;
+    g.set_job_id(job);
+    proto::GetJobResponse got;
+    auto ctx = planner.Context();
+    grpc::Status s = stub->GetJob(ctx.get(), g, &got);
+    if (!s.ok()) return Fail(err, FromGrpc(s), 1);
+    if (!got.has_current()) {
+      return Fail(err, absl::FailedPreconditionError(absl::StrCat(
+                           "--job: ", job, " has no plan yet; wait for it (octopipe jobs watch)")), 1);
+    }
+    absl::StatusOr<Plan> p = PlanFromProto(got.current().result().plan());
+    if (!p.ok()) return Fail(err, p.status(), 1);
+    if (absl::Status v = ValidatePlanShape(*p, graph.num_layers()); !v.ok()) {
+      return Fail(err, absl::InvalidArgumentError(absl::StrCat(
+                           "--job: its plan does not fit --model: ", v.message())), 2);
+    }
+    plan = std::move(*p);
+    job_version = got.current().version();
+    ranks = plan.num_devices;
+    spec->microbatches = plan.num_microbatches;
+  } else if (!plan_file.empty()) {
     absl::StatusOr<Plan> p = LoadPlanArg(plan_file);
     if (!p.ok()) return Fail(err, p.status(), 2);
     plan = std::move(*p);
@@ -312,6 +347,26 @@ int RunTrain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   measured /= (K - first);
   measured_bubble /= (K - first);
   const double error = predicted->iteration_time_s / measured - 1;
+  std::string report_decision;
+  if (stub) {
+    proto::ReportStageTimesRequest req;
+    req.set_job_id(job);
+    req.set_plan_version(job_version);
+    req.set_node_id("octopipe-train");
+    for (const auto& [key, sum_n] : mean) {
+      proto::StageTime* t = req.add_times();
+      t->set_stage(key.first);
+      t->set_op_kind(std::string(OpKindName(static_cast<OpKind>(key.second))));
+      t->set_seconds(sum_n.first / sum_n.second);
+      t->set_samples(sum_n.second);
+    }
+    proto::ReportStageTimesResponse resp;
+    auto ctx = planner.Context();
+    grpc::Status s = stub->ReportStageTimes(ctx.get(), req, &resp);
+    if (!s.ok()) return Fail(err, FromGrpc(s), 1);
+    report_decision = absl::StrCat("reported to the planner (", job, " v", job_version, "): ",
+                                   resp.decision());
+  }
   if (json) {
     JsonWriter w;
     w.BeginObject().Field("ranks", N).Field("transport", transport);
@@ -326,7 +381,9 @@ int RunTrain(const std::vector<std::string>& args, std::ostream& out, std::ostre
     w.Field("measured_iteration_time_s", measured).Field("measured_bubble_ratio", measured_bubble);
     w.Field("predicted_iteration_time_s", predicted->iteration_time_s);
     w.Field("predicted_bubble_ratio", predicted->bubble_ratio);
-    w.Field("prediction_error", error).EndObject();
+    w.Field("prediction_error", error);
+    if (!report_decision.empty()) w.Field("planner_report", report_decision);
+    w.EndObject();
     out << w.str() << "\n";
     return 0;
   }
@@ -344,6 +401,7 @@ int RunTrain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   out << "simulator with the measured op times: " << FormatSeconds(predicted->iteration_time_s)
       << ", bubble " << FormatPercent(predicted->bubble_ratio) << " ("
       << absl::StrFormat("%+.1f%%", error * 100) << " vs measured)\n";
+  if (!report_decision.empty()) out << report_decision << "\n";
   return 0;
 }
 
