@@ -417,11 +417,7 @@ void Evaluator::ComputeMemory(const PipelineProblem& pb, const Schedule& schedul
   }
 }
 
-absl::StatusOr<Evaluator::Summary> Evaluator::EvaluateSummary(const PipelineProblem& pb,
-                                                              const Schedule& schedule) {
-  RETURN_IF_ERROR(Prepare(pb, schedule));
-  absl::Status run = pb.link_contention ? RunEvents(pb, false, false) : RunDag(pb, false);
-  if (!run.ok()) return CycleError(pb, schedule);
+Evaluator::Summary Evaluator::Summarize(const PipelineProblem& pb, const Schedule& schedule) {
   Summary out;
   double first = std::numeric_limits<double>::infinity(), last = 0;
   for (int d = 0; d < pb.num_devices; ++d) {
@@ -433,12 +429,21 @@ absl::StatusOr<Evaluator::Summary> Evaluator::EvaluateSummary(const PipelineProb
         std::max(out.steady_state_iteration_time_s, end_[hi - 1] - start_[lo]);
   }
   out.iteration_time_s = ops_.empty() ? 0 : last - first;
-  std::vector<double> peak;
-  ComputeMemory(pb, schedule, &peak);
+  ComputeMemory(pb, schedule, &peak_);
   for (int d = 0; d < pb.num_devices; ++d) {
-    if (peak[d] > pb.memory_capacity[d] * (1 + kMemorySlack)) out.fits_memory = false;
+    const double over = peak_[d] - pb.memory_capacity[d];
+    if (peak_[d] > pb.memory_capacity[d] * (1 + kMemorySlack)) out.fits_memory = false;
+    out.memory_overflow_bytes = std::max(out.memory_overflow_bytes, over);
   }
   return out;
+}
+
+absl::StatusOr<Evaluator::Summary> Evaluator::EvaluateSummary(const PipelineProblem& pb,
+                                                              const Schedule& schedule) {
+  RETURN_IF_ERROR(Prepare(pb, schedule));
+  absl::Status run = pb.link_contention ? RunEvents(pb, false, false) : RunDag(pb, false);
+  if (!run.ok()) return CycleError(pb, schedule);
+  return Summarize(pb, schedule);
 }
 
 absl::StatusOr<SimResult> Evaluator::Evaluate(const PipelineProblem& pb, const Schedule& schedule,
@@ -449,11 +454,13 @@ absl::StatusOr<SimResult> Evaluator::Evaluate(const PipelineProblem& pb, const S
   if (!run.ok()) return CycleError(pb, schedule);
 
   const int P = pb.num_devices;
+  const Summary summary = Summarize(pb, schedule);
   SimResult r;
+  r.iteration_time_s = summary.iteration_time_s;
+  r.steady_state_iteration_time_s = summary.steady_state_iteration_time_s;
+  r.fits_memory = summary.fits_memory;
   r.devices.resize(P);
-  std::vector<double> peak;
-  ComputeMemory(pb, schedule, &peak);
-  double first = std::numeric_limits<double>::infinity(), last = 0, busy_total = 0;
+  double busy_total = 0;
   for (int d = 0; d < P; ++d) {
     DeviceResult& dr = r.devices[d];
     const int32_t lo = device_offset_[d], hi = device_offset_[d + 1];
@@ -461,17 +468,11 @@ absl::StatusOr<SimResult> Evaluator::Evaluate(const PipelineProblem& pb, const S
     if (lo < hi) {
       dr.first_start_s = start_[lo];
       dr.last_end_s = end_[hi - 1];
-      first = std::min(first, dr.first_start_s);
-      last = std::max(last, dr.last_end_s);
-      r.steady_state_iteration_time_s =
-          std::max(r.steady_state_iteration_time_s, dr.last_end_s - dr.first_start_s);
     }
     busy_total += dr.busy_s;
-    dr.peak_memory_bytes = peak[d];
-    dr.fits_memory = peak[d] <= pb.memory_capacity[d] * (1 + kMemorySlack);
-    r.fits_memory = r.fits_memory && dr.fits_memory;
+    dr.peak_memory_bytes = peak_[d];
+    dr.fits_memory = peak_[d] <= pb.memory_capacity[d] * (1 + kMemorySlack);
   }
-  r.iteration_time_s = ops_.empty() ? 0 : last - first;
   auto ratio = [](double busy, double span) { return span > 0 ? 1.0 - busy / span : 0.0; };
   for (DeviceResult& dr : r.devices) {
     dr.bubble_ratio = ratio(dr.busy_s, r.iteration_time_s);

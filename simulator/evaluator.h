@@ -18,6 +18,7 @@
 #define OCTOPIPE_SIMULATOR_EVALUATOR_H_
 
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -88,6 +89,8 @@ class Evaluator {
     double iteration_time_s = 0;
     double steady_state_iteration_time_s = 0;
     bool fits_memory = true;
+    // Largest (peak - capacity) over devices: how far the worst device is over (<= 0: fits).
+    double memory_overflow_bytes = -std::numeric_limits<double>::infinity();
   };
   absl::StatusOr<Summary> EvaluateSummary(const PipelineProblem& problem,
                                           const Schedule& schedule);
@@ -100,6 +103,8 @@ class Evaluator {
   absl::Status CycleError(const PipelineProblem& problem, const Schedule& schedule) const;
   void ComputeMemory(const PipelineProblem& problem, const Schedule& schedule,
                      std::vector<double>* peak) const;
+  // Iteration times and memory fit of the last run; fills peak_.
+  Summary Summarize(const PipelineProblem& problem, const Schedule& schedule);
 
   // Scratch, indexed by op id = (stage * M + microbatch) * kNumOpKinds + kind.
   std::vector<int32_t> pos_;         // flat schedule position of the op, -1 if absent
@@ -116,7 +121,8 @@ class Evaluator {
   std::vector<int32_t> worklist_;  // devices that may advance
   std::vector<uint8_t> queued_;
   std::vector<int32_t> device_offset_;
-  std::vector<TransferRecord> transfer_log_;  // served transfers under contention
+  std::vector<TransferRecord> transfer_log_;
+  std::vector<double> peak_;  // per device, of the last run  // served transfers under contention
   int S_ = 0, M_ = 0;
 };
 

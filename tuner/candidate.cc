@@ -111,16 +111,7 @@ Score CandidateEvaluator::EvaluateClassic(const Candidate& c, Schedule* schedule
   score.fits = sum->fits_memory;
   score.iteration_time_s = sum->iteration_time_s;
   score.steady_state_iteration_time_s = sum->steady_state_iteration_time_s;
-  if (!score.fits) {
-    absl::StatusOr<SimResult> full = evaluator_.Evaluate(problem_, order);
-    if (full.ok()) {
-      for (size_t d = 0; d < full->devices.size(); ++d) {
-        score.memory_overflow_bytes =
-            std::max(score.memory_overflow_bytes,
-                     full->devices[d].peak_memory_bytes - problem_.memory_capacity[d]);
-      }
-    }
-  }
+  if (!score.fits) score.memory_overflow_bytes = std::max(0.0, sum->memory_overflow_bytes);
   if (schedule != nullptr) *schedule = order;
   return score;
 }
@@ -169,17 +160,8 @@ Score CandidateEvaluator::Evaluate(const Candidate& c, Schedule* schedule) {
   score.fits = sum->fits_memory;
   score.iteration_time_s = sum->iteration_time_s;
   score.steady_state_iteration_time_s = sum->steady_state_iteration_time_s;
-  if (!score.fits) {
-    // The activation caps gate F only; R and pending W can still overshoot. Measure by how much.
-    absl::StatusOr<SimResult> full = evaluator_.Evaluate(problem_, ls->schedule);
-    if (full.ok()) {
-      for (int d = 0; d < P; ++d) {
-        score.memory_overflow_bytes =
-            std::max(score.memory_overflow_bytes,
-                     full->devices[d].peak_memory_bytes - problem_.memory_capacity[d]);
-      }
-    }
-  }
+  // The activation caps gate F only; R and pending W can still overshoot: by this much.
+  if (!score.fits) score.memory_overflow_bytes = std::max(0.0, sum->memory_overflow_bytes);
   if (schedule != nullptr) *schedule = std::move(ls->schedule);
   return score;
 }
