@@ -27,6 +27,18 @@ std::string ResolvePath(const std::string& path) {
   return absl::StrCat(base, "/", path);
 }
 
+void AddModelClusterFlags(FlagSet& flags, std::string* model, std::string* cluster) {
+  flags.String("model", model,
+               "model: a model file (protobuf JSON, see examples/models/), zoo:NAME\n"
+               "(llama3-8b, nemotron-h-8b, jamba-v0.1, deepseek-v3, ...),\n"
+               "synthetic:layers=L,f=F,b=B,w=W (every layer costs F/B/W seconds, no memory), or\n"
+               "ref:pattern=... (the executor's reference model, see executor/model_spec.h)");
+  flags.String("cluster", cluster,
+               "cluster: a cluster file (see examples/clusters/), preset:NAME (h100-1node,\n"
+               "h100-4nodes, h100-16nodes, h200-1node, a100-1node, mixed-h100-a100), or\n"
+               "synthetic:devices=P (identical devices, unlimited memory, free links)");
+}
+
 absl::StatusOr<ModelGraph> LoadModelArg(const std::string& spec) {
   absl::StatusOr<ModelGraph> model;
   if (absl::StartsWith(spec, "synthetic:")) {

@@ -69,8 +69,7 @@ int RunJobs(const std::vector<std::string>& all_args, std::ostream& out, std::os
   remote.AddFlags(flags);
   flags.Bool("json", &json, "print protobuf JSON instead of a summary");
   if (sub == "create") {
-    flags.String("model", &model_spec, "model file, zoo:NAME or synthetic:...");
-    flags.String("cluster", &cluster_spec, "cluster file, preset:NAME or synthetic:devices=P");
+    AddModelClusterFlags(flags, &model_spec, &cluster_spec);
     flags.String("name", &name, "job name (default: its id)");
     flags.Int("devices", &devices, "pipeline devices; 0 = all");
     flags.Int("microbatches", &microbatches, "micro-batches; 0 = the model's");

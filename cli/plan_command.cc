@@ -263,8 +263,7 @@ int RunPlan(const std::vector<std::string>& args, std::ostream& out, std::ostrea
                 "Tunes partition, placement and schedule together (the bubble-aware tuner),\n"
                 "reports the plan, its predicted iteration time, bubble and memory, and every\n"
                 "baseline's figures in the same simulator.");
-  flags.String("model", &o.model, "model file, zoo:NAME or synthetic:layers=L,f=F,b=B,w=W");
-  flags.String("cluster", &o.cluster, "cluster file, preset:NAME or synthetic:devices=P");
+  AddModelClusterFlags(flags, &o.model, &o.cluster);
   flags.Int("devices", &o.devices, "pipeline devices P (the cluster's first P); 0 = all");
   flags.Int("microbatches", &o.microbatches,
             "micro-batches M; 0 = the model's training.num_microbatches");

@@ -75,14 +75,7 @@ int RunSimulate(const std::vector<std::string>& args, std::ostream& out, std::os
                 "reports iteration time (synchronous and steady-state), bubble ratios,\n"
                 "throughput and peak memory per device. With no flags it compares every\n"
                 "classic schedule for Nemotron-H 8B on one 8 x H100 node.");
-  flags.String("model", &o.model,
-               "model: a model file (protobuf JSON, see examples/models/), zoo:NAME\n"
-               "(llama3-8b, nemotron-h-8b, jamba-v0.1, deepseek-v3, ...), or\n"
-               "synthetic:layers=L,f=F,b=B,w=W (every layer costs F/B/W seconds, no memory)");
-  flags.String("cluster", &o.cluster,
-               "cluster: a cluster file (see examples/clusters/), preset:NAME (h100-1node,\n"
-               "h100-4nodes, h100-16nodes, h200-1node, a100-1node, mixed-h100-a100), or\n"
-               "synthetic:devices=P (identical devices, unlimited memory, free links)");
+  AddModelClusterFlags(flags, &o.model, &o.cluster);
   flags.String("schedule", &o.schedule,
                "gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v, dualpipev, or all (comparison)");
   flags.Int("devices", &o.devices, "pipeline devices P (the cluster's first P); 0 = all");
