@@ -65,7 +65,7 @@ void WriteRunJson(JsonWriter& w, const Plan& plan, const PipelineProblem& proble
   w.EndObject();
 }
 
-std::string RenderRun(const ModelGraph& model, const Plan& plan, const PipelineProblem& problem,
+std::string RenderRun(const Plan& plan, const PipelineProblem& problem,
                       const SimResult& r) {
   std::string out;
   absl::StrAppend(&out, "schedule ", plan.schedule_name, ": ", plan.num_stages(),
@@ -95,7 +95,6 @@ std::string RenderRun(const ModelGraph& model, const Plan& plan, const PipelineP
               dr.fits_memory ? "yes" : "NO"});
   }
   absl::StrAppend(&out, t.Render({false, true}));
-  (void)model;
   return out;
 }
 

@@ -21,7 +21,7 @@ void WriteRunJson(JsonWriter& w, const Plan& plan, const PipelineProblem& proble
                   const SimResult& result);
 
 // Summary lines plus the per-device table.
-std::string RenderRun(const ModelGraph& model, const Plan& plan, const PipelineProblem& problem,
+std::string RenderRun(const Plan& plan, const PipelineProblem& problem,
                       const SimResult& result);
 
 }  // namespace octopipe::cli

@@ -151,7 +151,7 @@ int RunSimulate(const std::vector<std::string>& args, std::ostream& out, std::os
     } else {
       out << "model " << model->name << " (" << model->num_layers() << " layers), cluster "
           << cluster->name << "\n"
-          << RenderRun(*model, run->plan, run->problem, run->result);
+          << RenderRun(run->plan, run->problem, run->result);
       if (!o.trace.empty()) out << "\ntrace written to " << o.trace << "\n";
     }
     return 0;
