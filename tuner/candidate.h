@@ -92,8 +92,6 @@ class CandidateEvaluator {
   absl::StatusOr<SimResult> Simulate(const Candidate& candidate, const Schedule& schedule,
                                      const EvalOptions& options = {});
 
-  const PipelineProblem& last_problem() const { return problem_; }
-
   // Schedules without regard to memory (no static check, no activation caps): what a plan
   // would need, for infeasible answers.
   void set_ignore_memory(bool ignore) { ignore_memory_ = ignore; }
