@@ -11,6 +11,8 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libgloo-dev libeigen3-dev libsqlite3-dev
   libcpp-httplib-dev prometheus
+  prometheus-cpp-dev nlohmann-json3-dev libcli11-dev
+  python3-grpcio protobuf-compiler-grpc
 )
 
 missing=()
