@@ -11,7 +11,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libgloo-dev libeigen3-dev libsqlite3-dev
   libcpp-httplib-dev prometheus
-  prometheus-cpp-dev nlohmann-json3-dev libcli11-dev
+  prometheus-cpp-dev nlohmann-json3-dev libcli11-dev python3-yaml
   python3-grpcio protobuf-compiler-grpc
 )
 
