@@ -140,7 +140,7 @@ TEST(TunerTest, NeverSlowerThanAnyFittingBaselineOnZooModels) {
     for (const BaselineResult& b : r->baselines) {
       if (!b.ran || !b.fits) continue;
       EXPECT_LE(r->predicted.iteration_time_s, b.result.iteration_time_s * (1 + 1e-12))
-          << what << ": slower than " << b.name << " (origin " << r->origin << ")";
+          << what << ": slower than " << b.name << " (origin " << PlanOriginText(*r) << ")";
     }
     if (best != nullptr) {
       EXPECT_EQ(r->best_baseline, best->name) << what;
@@ -170,7 +170,7 @@ TEST(TunerTest, PlanStaysWithinEveryDevicesMemoryEvenWhenBaselinesDoNot) {
     if (gb == 50.0) {
       EXPECT_EQ(BestFittingBaseline(r->baselines, false), nullptr)
           << what << ": the tight case should be one no baseline survives";
-      EXPECT_EQ(r->origin, "tuned") << what;
+      EXPECT_EQ(r->origin, PlanOrigin::kTuned) << what;
     }
   }
 }
@@ -340,7 +340,7 @@ void ExpectTunerFindsTheBruteForceOptimum(const SmallCase& c) {
   const double got = Objective(r->predicted, c.steady);
   EXPECT_LE(got, want * (1 + 1e-9))
       << c.label << ": brute force " << brute << ", best baseline " << baseline << " ("
-      << (best ? best->name : "none") << "), tuner " << got << " (origin " << r->origin << ")";
+      << (best ? best->name : "none") << "), tuner " << got << " (origin " << PlanOriginText(*r) << ")";
   ExpectWithinMemory(*r, c.cluster, c.label);
 
   // The prediction is what the simulator says of the returned plan.
@@ -480,7 +480,8 @@ TEST(TunerTest, ModelTooLargeIsAnInfeasibleAnswerWithPerDeviceMemory) {
   absl::StatusOr<TuneResult> r = Tune(model, cluster, cost, Options(2, 8, FrozenClock()));
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_FALSE(r->feasible);
-  EXPECT_EQ(r->origin, "infeasible");
+  EXPECT_EQ(r->origin, PlanOrigin::kIgnoringMemory);
+  EXPECT_EQ(PlanOriginText(*r), "infeasible");
   EXPECT_NE(r->infeasible_reason.find("does not fit"), std::string::npos)
       << r->infeasible_reason;
   ASSERT_EQ(r->required_memory_bytes.size(), 2u);
