@@ -185,7 +185,7 @@ int main(int argc, char** argv) {
       w.BeginObject().Field("model", row.model).Field("gpus", row.gpus).Field("tp", row.tp);
       w.Field("dp", row.dp).Field("pipeline_devices", row.devices).Field("microbatches", row.microbatches);
       w.Field("layers", row.layers).Field("heterogeneous", row.heterogeneous);
-      w.Field("feasible", t.feasible).Field("origin", t.origin);
+      w.Field("feasible", t.feasible).Field("origin", PlanOriginText(t));
       w.Field("best_baseline", t.best_baseline);
       double base_time = 0, base_bubble = 0;
       for (const BaselineResult& b : t.baselines) {

@@ -57,7 +57,7 @@ void WriteJson(std::ostream& out, const ModelGraph& model, const TuneResult& t) 
     for (double b : t.required_memory_bytes) w.Number(b);
     w.EndArray();
   }
-  w.Field("origin", t.origin);
+  w.Field("origin", PlanOriginText(t));
   w.Key("plan").BeginObject();
   w.Field("num_devices", t.plan.num_devices).Field("num_microbatches", t.plan.num_microbatches);
   w.Key("partition").BeginArray();
@@ -135,7 +135,7 @@ void WriteTables(std::ostream& out, const ModelGraph& model, const Cluster& clus
     stages.AddRow({absl::StrCat(s), absl::StrCat(st.first_layer, "-", st.last_layer),
                    KindsOf(model, st), absl::StrCat(st.device), st.recompute ? "yes" : "no"});
   }
-  out << "plan (" << t.origin << "):\n" << stages.Render({false, false, true, false, true});
+  out << "plan (" << PlanOriginText(t) << "):\n" << stages.Render({false, false, true, false, true});
   out << "\npredicted iteration " << FormatSeconds(t.predicted.iteration_time_s)
       << " synchronous / " << FormatSeconds(t.predicted.steady_state_iteration_time_s)
       << " steady-state; bubble " << FormatPercent(t.predicted.bubble_ratio) << " / "

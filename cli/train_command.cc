@@ -134,10 +134,9 @@ int RunTrain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   if (microbatches > 0) spec->microbatches = static_cast<int>(microbatches);
   if (ranks < 1) return Fail(err, absl::InvalidArgumentError(absl::StrCat("--ranks must be >= 1, got ", ranks)), 2);
   if (iterations < 1) return Fail(err, absl::InvalidArgumentError(absl::StrCat("--iterations must be >= 1, got ", iterations)), 2);
-  if (transport != "gloo" && transport != "nccl" && transport != "auto" &&
-      transport != "inproc") {
-    return Fail(err, absl::InvalidArgumentError(absl::StrCat(
-                         "--transport must be gloo, nccl, auto or inproc, got '", transport, "'")),
+  absl::StatusOr<executor::TransportKind> transport_kind = executor::ParseTransportKind(transport);
+  if (!transport_kind.ok()) {
+    return Fail(err, absl::InvalidArgumentError(absl::StrCat("--", transport_kind.status().message())),
                 2);
   }
   const ModelGraph graph = executor::ToModelGraph(*spec);
@@ -194,7 +193,7 @@ int RunTrain(const std::vector<std::string>& args, std::ostream& out, std::ostre
 
   // Run the ranks and collect each one's JSON report (or its error).
   std::vector<std::string> reports(N), errors(N);
-  if (transport == "inproc") {
+  if (*transport_kind == executor::TransportKind::kInProc) {
     executor::InProcHub hub(N, executor::InProcOptions{.timeout_s = timeout});
     std::vector<std::thread> threads;
     for (int r = 0; r < N; ++r) {
@@ -242,7 +241,7 @@ int RunTrain(const std::vector<std::string>& args, std::ostream& out, std::ostre
         tc.timeout_s = timeout;
         tc.cuda_device = r;
         absl::StatusOr<std::unique_ptr<executor::Transport>> t =
-            executor::MakeTransport(transport, tc);
+            executor::MakeTransport(*transport_kind, tc);
         absl::StatusOr<RankResult> res =
             t.ok() ? executor::TrainRank(*spec, plan, r, t->get(), options)
                    : absl::StatusOr<RankResult>(t.status());

@@ -1,6 +1,7 @@
 #include "core/schedule.h"
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace octopipe {
@@ -20,23 +21,24 @@ std::string OpToString(const Op& op) {
   return absl::StrCat(OpKindName(op.kind), op.stage, ".", op.microbatch);
 }
 
+absl::StatusOr<OpKind> ParseOpKind(absl::string_view text) {
+  for (OpKind k : {OpKind::kF, OpKind::kB, OpKind::kW, OpKind::kBW, OpKind::kR}) {
+    if (text == OpKindName(k)) return k;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("op_kind must be one of F, B, W, BW, R, got '", text, "'"));
+}
+
 absl::StatusOr<Op> ParseOp(absl::string_view text) {
-  Op op;
-  absl::string_view rest = text;
-  if (rest.substr(0, 2) == "BW") {
-    op.kind = OpKind::kBW;
-    rest.remove_prefix(2);
-  } else if (!rest.empty() && (rest[0] == 'F' || rest[0] == 'B' || rest[0] == 'W' ||
-                               rest[0] == 'R')) {
-    op.kind = rest[0] == 'F'   ? OpKind::kF
-              : rest[0] == 'B' ? OpKind::kB
-              : rest[0] == 'W' ? OpKind::kW
-                               : OpKind::kR;
-    rest.remove_prefix(1);
-  } else {
+  const size_t kind_len = absl::StartsWith(text, "BW") ? 2 : 1;
+  absl::StatusOr<OpKind> kind = ParseOpKind(text.substr(0, kind_len));
+  if (!kind.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "op '", text, "': expected KIND STAGE.MICROBATCH with KIND in F, B, W, BW, R"));
   }
+  Op op;
+  op.kind = *kind;
+  absl::string_view rest = text.substr(kind_len);
   const size_t dot = rest.find('.');
   int stage = -1, mb = -1;
   if (dot == absl::string_view::npos || !absl::SimpleAtoi(rest.substr(0, dot), &stage) ||

@@ -20,6 +20,9 @@ enum class OpKind : uint8_t { kF = 0, kB = 1, kW = 2, kBW = 3, kR = 4 };
 inline constexpr int kNumOpKinds = 5;
 
 absl::string_view OpKindName(OpKind kind);
+// The inverse of OpKindName: "F", "B", "W", "BW", "R" (exactly) -> OpKind. kInvalidArgument
+// otherwise, naming the field `op_kind` and the value.
+absl::StatusOr<OpKind> ParseOpKind(absl::string_view text);
 
 struct Op {
   OpKind kind = OpKind::kF;

@@ -1,5 +1,6 @@
 #include "executor/engine.h"
 
+#include <atomic>
 #include <chrono>
 #include <deque>
 #include <map>
@@ -133,33 +134,41 @@ absl::Status PipelineEngine::Validate() const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<IterationStats> PipelineEngine::RunIteration(
-    const std::vector<MicroBatch>& microbatches) {
-  RETURN_IF_ERROR(Validate());
-  const int S = plan_.num_stages();
-  const int M = static_cast<int>(microbatches.size());
-  if (M != plan_.num_microbatches) {
-    return absl::InvalidArgumentError(absl::StrCat("microbatches: the plan has ",
-                                                   plan_.num_microbatches, ", got ", M));
-  }
-  const int P = plan_.num_devices;
-  const size_t bytes = static_cast<size_t>(tokens_) * hidden_ * sizeof(float);
-  const auto t0 = std::chrono::steady_clock::now();
-  auto now = [&] {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  };
-  IterationStats stats;
+// One RunIteration's state: the communication threads and the per (stage, micro-batch)
+// tensors and layer contexts on this rank.
+struct PipelineEngine::Iteration {
+  Iteration(const std::vector<MicroBatch>& mbs, int P) : microbatches(mbs), outboxes(P) {}
+
+  const std::vector<MicroBatch>& microbatches;
+  size_t bytes = 0;  // of every message
+  std::chrono::steady_clock::time_point t0;
 
   // Communication threads: one receiver and one sender per peer this rank talks to.
   Mailbox mailbox;
-  std::vector<std::unique_ptr<Outbox>> outboxes(P);
+  std::vector<std::unique_ptr<Outbox>> outboxes;
   std::vector<std::thread> threads;
   std::atomic<int64_t> received{0}, sent{0};
+
+  std::map<std::pair<int, int>, Tensor> local_fwd, local_bwd, stage_input;
+  std::map<std::pair<int, int>, std::vector<LayerContext>> ctx;
+  double loss_sum = 0;
+
+  double now() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+};
+
+void PipelineEngine::StartCommunication(Iteration* it) {
+  const int P = plan_.num_devices;
+  const size_t bytes = it->bytes;
+  Mailbox& mailbox = it->mailbox;
+  std::atomic<int64_t>& received = it->received;
+  std::atomic<int64_t>& sent = it->sent;
   for (int peer = 0; peer < P; ++peer) {
     if (peer == rank_) continue;
     std::vector<Message> expect = SendsBetween(peer, rank_);
     if (!expect.empty()) {
-      threads.emplace_back([this, peer, expect, &mailbox, bytes, &received] {
+      it->threads.emplace_back([this, peer, expect, &mailbox, bytes, &received] {
         for (const Message& m : expect) {
           Tensor t(tokens_, hidden_);
           absl::Status s = transport_->Recv(peer, m.tag, t.data(), bytes);
@@ -175,9 +184,9 @@ absl::StatusOr<IterationStats> PipelineEngine::RunIteration(
       });
     }
     if (!SendsBetween(rank_, peer).empty()) {
-      outboxes[peer] = std::make_unique<Outbox>();
-      Outbox* box = outboxes[peer].get();
-      threads.emplace_back([this, peer, box, &mailbox, bytes, &sent] {
+      it->outboxes[peer] = std::make_unique<Outbox>();
+      Outbox* box = it->outboxes[peer].get();
+      it->threads.emplace_back([this, peer, box, &mailbox, bytes, &sent] {
         uint32_t tag;
         Tensor t;
         bool failed = false;
@@ -197,130 +206,151 @@ absl::StatusOr<IterationStats> PipelineEngine::RunIteration(
       });
     }
   }
-  auto finish_threads = [&] {
-    for (auto& box : outboxes) {
-      if (box) box->Close();
+}
+
+void PipelineEngine::FinishCommunication(Iteration* it) {
+  for (auto& box : it->outboxes) {
+    if (box) box->Close();
+  }
+  for (std::thread& t : it->threads) t.join();
+}
+
+absl::Status PipelineEngine::TakeInputs(const Op& op, Iteration* it, Tensor* input,
+                                        Tensor* grad) {
+  const int S = plan_.num_stages();
+  const int s = op.stage, m = op.microbatch;
+  if (op.kind == OpKind::kF && s > 0) {
+    if (plan_.stages[s - 1].device == rank_) {
+      *input = std::move(it->local_fwd[{s - 1, m}]);
+      it->local_fwd.erase({s - 1, m});
+    } else {
+      absl::StatusOr<Tensor> t = it->mailbox.Take(Tag(s - 1, m, kForward));
+      if (!t.ok()) {
+        return absl::Status(t.status().code(), absl::StrCat(t.status().message(),
+                                                            " (waiting for the input of ",
+                                                            OpToString(op), ")"));
+      }
+      *input = std::move(*t);
     }
-    for (std::thread& t : threads) t.join();
-  };
+  }
+  if ((op.kind == OpKind::kB || op.kind == OpKind::kBW) && s + 1 < S) {
+    if (plan_.stages[s + 1].device == rank_) {
+      *grad = std::move(it->local_bwd[{s + 1, m}]);
+      it->local_bwd.erase({s + 1, m});
+    } else {
+      absl::StatusOr<Tensor> t = it->mailbox.Take(Tag(s + 1, m, kBackward));
+      if (!t.ok()) {
+        return absl::Status(t.status().code(), absl::StrCat(t.status().message(),
+                                                            " (waiting for the gradient of ",
+                                                            OpToString(op), ")"));
+      }
+      *grad = std::move(*t);
+    }
+  }
+  return absl::OkStatus();
+}
 
-  // Per (stage, micro-batch) state on this rank.
-  std::map<std::pair<int, int>, Tensor> local_fwd, local_bwd, stage_input;
-  std::map<std::pair<int, int>, std::vector<LayerContext>> ctx;
-  double loss_sum = 0;
+Tensor PipelineEngine::ForwardStage(int s, int m, const Tensor& in, Iteration* it) {
+  const int lo = plan_.stages[s].first_layer, hi = plan_.stages[s].last_layer;
+  std::vector<LayerContext>& c = it->ctx[{s, m}];
+  c.assign(hi - lo + 1, LayerContext{});
+  Tensor x = in;
+  for (int l = lo; l <= hi; ++l) x = (*layers_)[l]->Forward(x, it->microbatches[m], &c[l - lo]);
+  return x;
+}
+
+void PipelineEngine::RunOp(const Op& op, Tensor input, Tensor grad, Iteration* it) {
+  const int S = plan_.num_stages();
+  const int M = static_cast<int>(it->microbatches.size());
+  const int s = op.stage, m = op.microbatch;
+  const auto key = std::make_pair(s, m);
+  const std::vector<MicroBatch>& microbatches = it->microbatches;
+  const int lo = plan_.stages[s].first_layer, hi = plan_.stages[s].last_layer;
+  switch (op.kind) {
+    case OpKind::kF: {
+      if (plan_.stages[s].recompute) it->stage_input[key] = input;
+      Tensor out = ForwardStage(s, m, input, it);
+      if (plan_.stages[s].recompute) it->ctx.erase(key);  // R rebuilds it before the backward
+      if (s == S - 1) {
+        it->loss_sum += out(0, 0);
+      } else if (plan_.stages[s + 1].device == rank_) {
+        it->local_fwd[key] = std::move(out);
+      } else {
+        it->outboxes[plan_.stages[s + 1].device]->Push(Tag(s, m, kForward), std::move(out));
+      }
+      break;
+    }
+    case OpKind::kR: {
+      ForwardStage(s, m, it->stage_input[key], it);
+      it->stage_input.erase(key);
+      break;
+    }
+    case OpKind::kB:
+    case OpKind::kBW: {
+      Tensor dy = s == S - 1 ? Tensor::Constant(1, 1, 1.0f / M) : std::move(grad);
+      std::vector<LayerContext>& c = it->ctx[key];
+      for (int l = hi; l >= lo; --l) {
+        dy = (*layers_)[l]->BackwardInput(dy, microbatches[m], &c[l - lo]);
+      }
+      if (op.kind == OpKind::kBW) {
+        for (int l = lo; l <= hi; ++l) (*layers_)[l]->BackwardWeight(microbatches[m], &c[l - lo]);
+        it->ctx.erase(key);
+      }
+      if (s > 0) {
+        if (plan_.stages[s - 1].device == rank_) {
+          it->local_bwd[key] = std::move(dy);
+        } else {
+          it->outboxes[plan_.stages[s - 1].device]->Push(Tag(s, m, kBackward), std::move(dy));
+        }
+      }
+      break;
+    }
+    case OpKind::kW: {
+      std::vector<LayerContext>& c = it->ctx[key];
+      for (int l = lo; l <= hi; ++l) (*layers_)[l]->BackwardWeight(microbatches[m], &c[l - lo]);
+      it->ctx.erase(key);
+      break;
+    }
+  }
+}
+
+absl::StatusOr<IterationStats> PipelineEngine::RunIteration(
+    const std::vector<MicroBatch>& microbatches) {
+  RETURN_IF_ERROR(Validate());
+  const int M = static_cast<int>(microbatches.size());
+  if (M != plan_.num_microbatches) {
+    return absl::InvalidArgumentError(absl::StrCat("microbatches: the plan has ",
+                                                   plan_.num_microbatches, ", got ", M));
+  }
+  Iteration it(microbatches, plan_.num_devices);
+  it.bytes = static_cast<size_t>(tokens_) * hidden_ * sizeof(float);
+  it.t0 = std::chrono::steady_clock::now();
+  IterationStats stats;
+  StartCommunication(&it);
+
   absl::Status failure;
-
-  auto layers_of = [&](int s) {
-    return std::pair<int, int>{plan_.stages[s].first_layer, plan_.stages[s].last_layer};
-  };
-  auto forward = [&](int s, int m, const Tensor& in) {
-    auto [lo, hi] = layers_of(s);
-    std::vector<LayerContext>& c = ctx[{s, m}];
-    c.assign(hi - lo + 1, LayerContext{});
-    Tensor x = in;
-    for (int l = lo; l <= hi; ++l) x = (*layers_)[l]->Forward(x, microbatches[m], &c[l - lo]);
-    return x;
-  };
-
   for (const Op& op : plan_.schedule.ops[rank_]) {
     OpTiming timing;
     timing.op = op;
-    const int s = op.stage, m = op.microbatch;
-    const auto key = std::make_pair(s, m);
     // Inputs first (waiting for them is not compute time).
-    Tensor input;
-    if (op.kind == OpKind::kF && s > 0) {
-      if (plan_.stages[s - 1].device == rank_) {
-        input = std::move(local_fwd[{s - 1, m}]);
-        local_fwd.erase({s - 1, m});
-      } else {
-        absl::StatusOr<Tensor> t = mailbox.Take(Tag(s - 1, m, kForward));
-        if (!t.ok()) {
-          failure = absl::Status(t.status().code(), absl::StrCat(t.status().message(),
-                                                                 " (waiting for the input of ",
-                                                                 OpToString(op), ")"));
-          break;
-        }
-        input = std::move(*t);
-      }
-    }
-    Tensor grad;
-    if ((op.kind == OpKind::kB || op.kind == OpKind::kBW) && s + 1 < S) {
-      if (plan_.stages[s + 1].device == rank_) {
-        grad = std::move(local_bwd[{s + 1, m}]);
-        local_bwd.erase({s + 1, m});
-      } else {
-        absl::StatusOr<Tensor> t = mailbox.Take(Tag(s + 1, m, kBackward));
-        if (!t.ok()) {
-          failure = absl::Status(t.status().code(), absl::StrCat(t.status().message(),
-                                                                 " (waiting for the gradient of ",
-                                                                 OpToString(op), ")"));
-          break;
-        }
-        grad = std::move(*t);
-      }
-    }
-    timing.start_s = now();
-    auto [lo, hi] = layers_of(s);
-    switch (op.kind) {
-      case OpKind::kF: {
-        if (plan_.stages[s].recompute) stage_input[key] = input;
-        Tensor out = forward(s, m, input);
-        if (plan_.stages[s].recompute) ctx.erase(key);  // R rebuilds it before the backward
-        if (s == S - 1) {
-          loss_sum += out(0, 0);
-        } else if (plan_.stages[s + 1].device == rank_) {
-          local_fwd[key] = std::move(out);
-        } else {
-          outboxes[plan_.stages[s + 1].device]->Push(Tag(s, m, kForward), std::move(out));
-        }
-        break;
-      }
-      case OpKind::kR: {
-        forward(s, m, stage_input[key]);
-        stage_input.erase(key);
-        break;
-      }
-      case OpKind::kB:
-      case OpKind::kBW: {
-        Tensor dy = s == S - 1 ? Tensor::Constant(1, 1, 1.0f / M) : std::move(grad);
-        std::vector<LayerContext>& c = ctx[key];
-        for (int l = hi; l >= lo; --l) {
-          dy = (*layers_)[l]->BackwardInput(dy, microbatches[m], &c[l - lo]);
-        }
-        if (op.kind == OpKind::kBW) {
-          for (int l = lo; l <= hi; ++l) (*layers_)[l]->BackwardWeight(microbatches[m], &c[l - lo]);
-          ctx.erase(key);
-        }
-        if (s > 0) {
-          if (plan_.stages[s - 1].device == rank_) {
-            local_bwd[key] = std::move(dy);
-          } else {
-            outboxes[plan_.stages[s - 1].device]->Push(Tag(s, m, kBackward), std::move(dy));
-          }
-        }
-        break;
-      }
-      case OpKind::kW: {
-        std::vector<LayerContext>& c = ctx[key];
-        for (int l = lo; l <= hi; ++l) (*layers_)[l]->BackwardWeight(microbatches[m], &c[l - lo]);
-        ctx.erase(key);
-        break;
-      }
-    }
-    timing.end_s = now();
+    Tensor input, grad;
+    failure = TakeInputs(op, &it, &input, &grad);
+    if (!failure.ok()) break;
+    timing.start_s = it.now();
+    RunOp(op, std::move(input), std::move(grad), &it);
+    timing.end_s = it.now();
     stats.ops.push_back(timing);
   }
-  finish_threads();
-  if (failure.ok()) failure = mailbox.error();
+  FinishCommunication(&it);
+  if (failure.ok()) failure = it.mailbox.error();
   if (!failure.ok()) return failure;
   for (const StageAssignment& st : plan_.stages) {
     if (st.device == rank_ && &st == &plan_.stages.back()) stats.has_loss = true;
   }
-  stats.loss = stats.has_loss ? loss_sum / M : 0;
-  stats.wall_s = now();
-  stats.bytes_sent = sent;
-  stats.bytes_received = received;
+  stats.loss = stats.has_loss ? it.loss_sum / M : 0;
+  stats.wall_s = it.now();
+  stats.bytes_sent = it.sent;
+  stats.bytes_received = it.received;
   return stats;
 }
 

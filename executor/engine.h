@@ -67,6 +67,21 @@ class PipelineEngine {
   // Messages `from` sends to `to`, in `from`'s op order.
   std::vector<Message> SendsBetween(int from, int to) const;
 
+  // The steps of RunIteration, over one iteration's state (defined in engine.cc).
+  struct Iteration;
+  // Starts one receiving thread per peer that sends here and one sending thread per peer
+  // this rank sends to.
+  void StartCommunication(Iteration* it);
+  // Closes the outboxes and joins the communication threads.
+  void FinishCommunication(Iteration* it);
+  // The op's activation input (F) or incoming gradient (B, BW), local or received; an error
+  // names the op that waited.
+  absl::Status TakeInputs(const Op& op, Iteration* it, Tensor* input, Tensor* grad);
+  // Runs the stage's layers forward, keeping their contexts for the backward.
+  Tensor ForwardStage(int stage, int microbatch, const Tensor& input, Iteration* it);
+  // Computes the op and hands its output to the next stage (local or outbox).
+  void RunOp(const Op& op, Tensor input, Tensor grad, Iteration* it);
+
   const Plan& plan_;
   const int rank_;
   std::vector<std::unique_ptr<Layer>>* layers_;

@@ -214,7 +214,9 @@ absl::Status DyingRank(int rank, const std::string& dir) {
                     "Recv from dead rank 1: want kUnavailable, got " + s.ToString());
     RETURN_IF_FALSE(absl::StrContains(s.message(), "Recv from rank 1"),
                     "error does not name rank 1: " + s.ToString());
-    RETURN_IF_FALSE(waited < kTimeout0 + 1, absl::StrCat("dead rank noticed after ", waited, " s"));
+    // kUnavailable (not kDeadlineExceeded) already shows the death was noticed, not timed out;
+    // the bound is generous so a loaded machine cannot fail it.
+    RETURN_IF_FALSE(waited < kTimeout0 + 10, absl::StrCat("dead rank noticed after ", waited, " s"));
 
     // The link to rank 2 is unaffected.
     v = 77;
@@ -231,7 +233,9 @@ absl::Status DyingRank(int rank, const std::string& dir) {
                     "Recv from silent rank 2: want kDeadlineExceeded, got " + s.ToString());
     RETURN_IF_FALSE(absl::StrContains(s.message(), "Recv from rank 2"),
                     "error does not name rank 2: " + s.ToString());
-    RETURN_IF_FALSE(timed_out_after > kTimeout0 * 0.9 && timed_out_after < kTimeout0 + 2,
+    // Never early (the deadline is the clock's, not the load's); late only by a generous margin
+    // on a loaded machine (rank 2 relies on rank 0 giving up well before its own 20 s).
+    RETURN_IF_FALSE(timed_out_after > kTimeout0 * 0.9 && timed_out_after < kTimeout0 + 10,
                     absl::StrCat("timeout fired after ", timed_out_after, " s"));
     // After a timeout the link is closed for good.
     s = t.Send(2, 1, &v, sizeof(v));

@@ -42,23 +42,52 @@ absl::StatusOr<std::unique_ptr<Transport>> MakeNccl(const TransportConfig& c) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Transport>> MakeTransport(absl::string_view kind,
-                                                         const TransportConfig& config) {
-  if (kind == "gloo") return MakeGloo(config);
-  if (kind == "nccl") return MakeNccl(config);
-  if (kind == "auto") {
-    absl::StatusOr<int> gpus = CudaDeviceCount();
-    if (gpus.ok()) {
-      Logger()->info("rank {}: transport=auto picked nccl: {} CUDA device(s) found", config.rank,
-                     *gpus);
-      return MakeNccl(config);
-    }
-    Logger()->info("rank {}: transport=auto picked gloo: {}", config.rank,
-                   std::string(gpus.status().message()));
-    return MakeGloo(config);
+absl::string_view TransportKindName(TransportKind kind) {
+  switch (kind) {
+    case TransportKind::kGloo: return "gloo";
+    case TransportKind::kNccl: return "nccl";
+    case TransportKind::kAuto: return "auto";
+    case TransportKind::kInProc: return "inproc";
+  }
+  return "?";
+}
+
+absl::StatusOr<TransportKind> ParseTransportKind(absl::string_view name) {
+  for (TransportKind k :
+       {TransportKind::kGloo, TransportKind::kNccl, TransportKind::kAuto, TransportKind::kInProc}) {
+    if (name == TransportKindName(k)) return k;
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("transport '", kind, "' is unknown; use gloo, nccl or auto"));
+      absl::StrCat("transport must be gloo, nccl, auto or inproc, got '", name, "'"));
+}
+
+absl::StatusOr<std::unique_ptr<Transport>> MakeTransport(TransportKind kind,
+                                                         const TransportConfig& config) {
+  switch (kind) {
+    case TransportKind::kGloo: return MakeGloo(config);
+    case TransportKind::kNccl: return MakeNccl(config);
+    case TransportKind::kAuto: break;
+    case TransportKind::kInProc:
+      return absl::InvalidArgumentError(
+          "transport inproc connects the threads of one process: take its endpoints from an "
+          "InProcHub");
+  }
+  absl::StatusOr<int> gpus = CudaDeviceCount();
+  if (gpus.ok()) {
+    Logger()->info("rank {}: transport=auto picked nccl: {} CUDA device(s) found", config.rank,
+                   *gpus);
+    return MakeNccl(config);
+  }
+  Logger()->info("rank {}: transport=auto picked gloo: {}", config.rank,
+                 std::string(gpus.status().message()));
+  return MakeGloo(config);
+}
+
+absl::StatusOr<std::unique_ptr<Transport>> MakeTransport(absl::string_view kind,
+                                                         const TransportConfig& config) {
+  absl::StatusOr<TransportKind> parsed = ParseTransportKind(kind);
+  if (!parsed.ok()) return parsed.status();
+  return MakeTransport(*parsed, config);
 }
 
 }  // namespace octopipe::executor

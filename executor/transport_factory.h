@@ -1,10 +1,11 @@
-// MakeTransport: the one place that turns a transport name from configuration into a
+// MakeTransport: the one place that turns a transport kind from configuration into a
 // Transport, so the worker, the CLI and the benchmarks choose transports the same way.
 //
-//   "gloo"  TCP via Gloo (CPU; works everywhere).
-//   "nccl"  NCCL (GPU); kFailedPrecondition naming the CUDA error on a host without a GPU.
-//   "auto"  NCCL if GpuAvailable(), else Gloo. The choice and its reason are logged on the
+//   gloo    TCP via Gloo (CPU; works everywhere).
+//   nccl    NCCL (GPU); kFailedPrecondition naming the CUDA error on a host without a GPU.
+//   auto    NCCL if GpuAvailable(), else Gloo. The choice and its reason are logged on the
 //           "transport" spdlog logger (created on stderr unless main registered one).
+//   inproc  threads of one process (InProcHub); a hub, not this factory, makes its endpoints.
 //
 // Thread safety: MakeTransport is safe to call concurrently (each call builds its own
 // transport). Do not call it before fork() if a child will use CUDA: "auto" and "nccl"
@@ -37,8 +38,19 @@ struct TransportConfig {
   int cuda_device = -1;
 };
 
-// kInvalidArgument for an unknown `kind`; otherwise whatever the chosen transport's Create
-// returns.
+enum class TransportKind { kGloo, kNccl, kAuto, kInProc };
+
+// "gloo", "nccl", "auto", "inproc" (also what Transport::name() says of each).
+absl::string_view TransportKindName(TransportKind kind);
+// The inverse of TransportKindName; kInvalidArgument naming the value otherwise
+// ("transport must be gloo, nccl, auto or inproc, got 'mpi'").
+absl::StatusOr<TransportKind> ParseTransportKind(absl::string_view name);
+
+// Whatever the chosen transport's Create returns; kInvalidArgument for kInProc (its endpoints
+// share an InProcHub, which the caller owns).
+absl::StatusOr<std::unique_ptr<Transport>> MakeTransport(TransportKind kind,
+                                                         const TransportConfig& config);
+// ParseTransportKind, then the above.
 absl::StatusOr<std::unique_ptr<Transport>> MakeTransport(absl::string_view kind,
                                                          const TransportConfig& config);
 

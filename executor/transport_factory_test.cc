@@ -22,6 +22,34 @@ TEST(TransportFactoryTest, UnknownKindIsInvalidArgumentNamingIt) {
   EXPECT_THAT(std::string(t.status().message()), HasSubstr("'mpi'"));
 }
 
+TEST(TransportFactoryTest, KindNamesRoundTripAndMatchTheTransportsOwnNames) {
+  for (TransportKind k :
+       {TransportKind::kGloo, TransportKind::kNccl, TransportKind::kAuto, TransportKind::kInProc}) {
+    absl::StatusOr<TransportKind> parsed = ParseTransportKind(TransportKindName(k));
+    ASSERT_TRUE(parsed.ok()) << TransportKindName(k) << ": " << parsed.status();
+    EXPECT_EQ(*parsed, k);
+  }
+  for (const char* bad : {"", "Gloo", "mpi", "gloo "}) {
+    absl::StatusOr<TransportKind> parsed = ParseTransportKind(bad);
+    ASSERT_FALSE(parsed.ok()) << bad;
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(parsed.status().message()),
+                HasSubstr(std::string("got '") + bad + "'"));
+  }
+  absl::StatusOr<std::unique_ptr<Transport>> gloo =
+      MakeTransport(TransportKind::kGloo, TransportConfig{});
+  ASSERT_TRUE(gloo.ok()) << gloo.status();
+  EXPECT_EQ((*gloo)->name(), TransportKindName(TransportKind::kGloo));
+}
+
+TEST(TransportFactoryTest, InProcIsNotMadeByTheFactory) {
+  absl::StatusOr<std::unique_ptr<Transport>> t =
+      MakeTransport(TransportKind::kInProc, TransportConfig{});
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(t.status().message()), HasSubstr("InProcHub"));
+}
+
 TEST(TransportFactoryTest, GlooByName) {
   absl::StatusOr<std::unique_ptr<Transport>> t = MakeTransport("gloo", TransportConfig{});
   ASSERT_TRUE(t.ok()) << t.status();

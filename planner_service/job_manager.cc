@@ -66,7 +66,7 @@ absl::Status JobManager::Recover() {
     e.job = std::move(job);
     if (!e.versions.empty()) e.job.set_current_version(e.versions.back().version());
     jobs_[id] = std::move(e);
-    if (needs_plan) SchedulePlanning(id, "initial", /*bounded=*/false);
+    if (needs_plan) SchedulePlanning(id, ReplanReason::kInitial, /*bounded=*/false);
   }
   if (observer_) observer_->OnJobCount(static_cast<int>(jobs_.size()));
   return absl::OkStatus();
@@ -89,7 +89,7 @@ absl::StatusOr<proto::Job> JobManager::Create(const proto::CreateJobRequest& req
   e.job.set_created_unix_ms(UnixMillis());
   RETURN_IF_ERROR(store_->PutJob(e.job));
   jobs_[id] = e;
-  if (!SchedulePlanning(id, "initial", /*bounded=*/true)) {
+  if (!SchedulePlanning(id, ReplanReason::kInitial, /*bounded=*/true)) {
     jobs_.erase(id);
     absl::Status s = store_->DeleteJob(id);
     (void)s;  // best effort: the job was never visible
@@ -181,12 +181,12 @@ int JobManager::num_jobs() const {
   return static_cast<int>(jobs_.size());
 }
 
-bool JobManager::SchedulePlanning(const std::string& job_id, const std::string& reason,
+bool JobManager::SchedulePlanning(const std::string& job_id, ReplanReason reason,
                                   bool bounded) {
   Entry& e = jobs_[job_id];
   if (e.planning) {
     // A task is queued or running; run once more after it with the latest reason.
-    if (e.pending_reason.empty() || reason != "measured") e.pending_reason = reason;
+    if (!e.pending_reason || reason != ReplanReason::kMeasured) e.pending_reason = reason;
     return true;
   }
   auto task = [this, job_id, reason] { RunPlanning(job_id, reason); };
@@ -199,7 +199,7 @@ bool JobManager::SchedulePlanning(const std::string& job_id, const std::string& 
   return true;
 }
 
-void JobManager::RunPlanning(const std::string& job_id, const std::string& reason) {
+void JobManager::RunPlanning(const std::string& job_id, ReplanReason reason) {
   proto::Job job;
   std::vector<double> factors;
   proto::PlanVersion current;
@@ -219,7 +219,7 @@ void JobManager::RunPlanning(const std::string& job_id, const std::string& reaso
       input.ok() ? planner::RunPlanning(*input, factors)
                  : absl::StatusOr<proto::PlanResult>(input.status());
   bool accept = result.ok();
-  if (result.ok() && reason == "measured" && has_current) {
+  if (result.ok() && reason == ReplanReason::kMeasured && has_current) {
     // Only worth a switch when the new plan is predicted min_gain faster than the current one
     // under the same calibrated costs.
     absl::StatusOr<double> now_s = CurrentObjective(*input, current.result().plan(), factors);
@@ -241,7 +241,7 @@ void JobManager::RunPlanning(const std::string& job_id, const std::string& reaso
       version.set_job_id(job_id);
       version.set_version(e.job.current_version() + 1);
       *version.mutable_result() = *result;
-      version.set_reason(reason);
+      version.set_reason(std::string(ReplanReasonName(reason)));
       version.set_created_unix_ms(UnixMillis());
       absl::Status stored = store_->PutPlanVersion(version);
       if (stored.ok()) {
@@ -261,16 +261,16 @@ void JobManager::RunPlanning(const std::string& job_id, const std::string& reaso
       absl::Status s = store_->PutJob(e.job);
       (void)s;
     }
-    if (!e.pending_reason.empty()) {
-      const std::string next = e.pending_reason;
-      e.pending_reason.clear();
+    if (e.pending_reason) {
+      const ReplanReason next = *e.pending_reason;
+      e.pending_reason.reset();
       SchedulePlanning(job_id, next, /*bounded=*/false);
     }
   }
   if (result.ok() && accept) {
     if (observer_) {
       observer_->OnPlanComputed(job_id, *result);
-      if (reason != "initial") observer_->OnReplan(reason);
+      if (reason != ReplanReason::kInitial) observer_->OnReplan(reason);
     }
   }
 }
@@ -333,7 +333,7 @@ absl::StatusOr<proto::ReportStageTimesResponse> JobManager::ReportStageTimes(
   it->second.factors = update.factors;
   const bool replan = policy_.OnReport(request.job_id(), update.max_deviation,
                                        clock_->NowSeconds());
-  if (replan) SchedulePlanning(request.job_id(), "measured", /*bounded=*/false);
+  if (replan) SchedulePlanning(request.job_id(), ReplanReason::kMeasured, /*bounded=*/false);
   out.set_replanned(replan);
   out.set_current_version(it->second.job.current_version());
   out.set_decision(absl::StrFormat(
@@ -344,7 +344,7 @@ absl::StatusOr<proto::ReportStageTimesResponse> JobManager::ReportStageTimes(
 }
 
 std::vector<std::string> JobManager::NodeLost(const std::string& node_id,
-                                              const std::string& reason) {
+                                              ReplanReason reason) {
   std::vector<std::string> out;
   absl::MutexLock lock(&mu_);
   for (auto& [id, e] : jobs_) {
@@ -372,7 +372,7 @@ std::vector<std::string> JobManager::NodeJoined(const std::string& node_id) {
     for (const std::string& n : excluded) e.job.add_excluded_nodes(n);
     absl::Status s = store_->PutJob(e.job);
     (void)s;
-    SchedulePlanning(id, "node_join", /*bounded=*/false);
+    SchedulePlanning(id, ReplanReason::kNodeJoin, /*bounded=*/false);
     out.push_back(id);
   }
   return out;

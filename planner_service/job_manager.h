@@ -17,6 +17,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,7 @@
 #include "planner_service/clock.h"
 #include "planner_service/planning.h"
 #include "planner_service/replan_policy.h"
+#include "planner_service/replan_reason.h"
 #include "planner_service/store.h"
 #include "planner_service/tuning_pool.h"
 #include "proto/planner.pb.h"
@@ -37,7 +39,7 @@ class JobObserver {
  public:
   virtual ~JobObserver() = default;
   virtual void OnPlanComputed(const std::string& job_id, const proto::PlanResult& result) {}
-  virtual void OnReplan(const std::string& reason) {}
+  virtual void OnReplan(ReplanReason reason) {}
   virtual void OnJobRemoved(const std::string& job_id) {}
   virtual void OnJobCount(int jobs) {}
 };
@@ -77,7 +79,7 @@ class JobManager {
       const proto::ReportStageTimesRequest& request);
 
   // A node failed / was drained / came back: the affected jobs are re-planned. Returns them.
-  std::vector<std::string> NodeLost(const std::string& node_id, const std::string& reason);
+  std::vector<std::string> NodeLost(const std::string& node_id, ReplanReason reason);
   std::vector<std::string> NodeJoined(const std::string& node_id);
 
   int num_jobs() const;
@@ -88,7 +90,7 @@ class JobManager {
     std::vector<proto::PlanVersion> versions;
     std::vector<double> factors;  // calibration, one per layer (empty: none yet)
     bool planning = false;        // a task is queued or running
-    std::string pending_reason;   // another re-plan asked for while planning
+    std::optional<ReplanReason> pending_reason;  // another re-plan asked for while planning
   };
   struct Subscription {
     std::string job_id;
@@ -97,9 +99,9 @@ class JobManager {
   };
 
   // Queues planning for the job (coalescing with a running task). `bounded` uses TrySubmit.
-  bool SchedulePlanning(const std::string& job_id, const std::string& reason, bool bounded)
+  bool SchedulePlanning(const std::string& job_id, ReplanReason reason, bool bounded)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void RunPlanning(const std::string& job_id, const std::string& reason);
+  void RunPlanning(const std::string& job_id, ReplanReason reason);
   std::string NewJobId() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Store* const store_;

@@ -547,8 +547,8 @@ TEST_F(JobManagerTest, LostNodeReplansOnTheRestAndItsReturnRestores) {
   ASSERT_TRUE(v1.ok()) << v1.status();
   EXPECT_EQ(v1->result().plan().num_devices(), 4);
 
-  EXPECT_THAT(manager_->NodeLost("node7", "node_failure"), IsEmpty());  // not in its cluster
-  EXPECT_THAT(manager_->NodeLost("node1", "node_failure"), ElementsAre(id));
+  EXPECT_THAT(manager_->NodeLost("node7", ReplanReason::kNodeFailure), IsEmpty());  // not in its cluster
+  EXPECT_THAT(manager_->NodeLost("node1", ReplanReason::kNodeFailure), ElementsAre(id));
   absl::StatusOr<proto::PlanVersion> v2 = recorder_.WaitForVersion(id, 2);
   ASSERT_TRUE(v2.ok()) << v2.status();
   EXPECT_EQ(v2->version(), 2);
@@ -559,7 +559,7 @@ TEST_F(JobManagerTest, LostNodeReplansOnTheRestAndItsReturnRestores) {
   EXPECT_THAT(got->job().excluded_nodes(), ElementsAre("node1"));
   EXPECT_EQ(got->job().current_version(), 2);
   // Losing it again changes nothing.
-  EXPECT_THAT(manager_->NodeLost("node1", "node_failure"), IsEmpty());
+  EXPECT_THAT(manager_->NodeLost("node1", ReplanReason::kNodeFailure), IsEmpty());
 
   EXPECT_THAT(manager_->NodeJoined("node1"), ElementsAre(id));
   absl::StatusOr<proto::PlanVersion> v3 = recorder_.WaitForVersion(id, 3);

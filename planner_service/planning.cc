@@ -129,7 +129,7 @@ proto::PlanResult ToProto(const TuneResult& r) {
   out.set_best_baseline(r.best_baseline);
   out.set_speedup_vs_best_baseline(r.speedup_vs_best_baseline);
   out.set_tuning_wall_s(r.tuning_wall_s);
-  out.set_origin(r.origin);
+  out.set_origin(PlanOriginText(r));
   return out;
 }
 

@@ -29,13 +29,6 @@ absl::StatusOr<std::string> ReadPem(const std::string& flag, const std::string& 
   return s.str();
 }
 
-metrics::ReplanReason ReasonOf(const std::string& reason) {
-  if (reason == "node_failure") return metrics::ReplanReason::kNodeFailure;
-  if (reason == "drain") return metrics::ReplanReason::kDrain;
-  if (reason == "node_join") return metrics::ReplanReason::kNodeJoin;
-  return metrics::ReplanReason::kMeasured;
-}
-
 // Feeds the metrics from the job manager and the service.
 class MetricsObserver : public JobObserver, public RpcObserver {
  public:
@@ -48,7 +41,7 @@ class MetricsObserver : public JobObserver, public RpcObserver {
         r.plan().predicted().iteration_time_s());
     m_->predicted_bubble_ratio->WithLabels({job_id}).Set(r.plan().predicted().bubble_ratio());
   }
-  void OnReplan(const std::string& reason) override { m_->Replans(ReasonOf(reason)).Inc(); }
+  void OnReplan(ReplanReason reason) override { m_->Replans(reason).Inc(); }
   void OnJobRemoved(const std::string& job_id) override {
     m_->predicted_iteration_seconds->Remove({job_id});
     m_->predicted_bubble_ratio->Remove({job_id});
@@ -189,7 +182,7 @@ void PlannerServer::DetectFailures() {
   while (!mu_.AwaitWithTimeout(absl::Condition(&stopping_), period)) {
     mu_.Unlock();
     for (const std::string& node : impl_->agents->DetectFailures()) {
-      impl_->jobs->NodeLost(node, "node_failure");
+      impl_->jobs->NodeLost(node, ReplanReason::kNodeFailure);
     }
     impl_->metrics->agents_alive->Set(impl_->agents->AliveCount());
     mu_.Lock();

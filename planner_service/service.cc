@@ -294,8 +294,8 @@ grpc::ServerUnaryReactor* PlannerService::ReportStageTimes(
   return Done(ctx, "ReportStageTimes", r.status());
 }
 
-absl::Status PlannerService::LoseNode(const proto::NodeRequest& request,
-                                      const std::string& reason, proto::NodeResponse* response) {
+absl::Status PlannerService::LoseNode(const proto::NodeRequest& request, ReplanReason reason,
+                                      proto::NodeResponse* response) {
   if (request.node_id().empty()) return absl::InvalidArgumentError("node_id is empty");
   agents_->MarkFailed(request.node_id());
   if (observer_) observer_->OnAgentsAlive(agents_->AliveCount());
@@ -309,14 +309,14 @@ grpc::ServerUnaryReactor* PlannerService::ReportNodeFailure(grpc::CallbackServer
                                                             const proto::NodeRequest* request,
                                                             proto::NodeResponse* response) {
   if (absl::Status s = Authorize(ctx); !s.ok()) return Done(ctx, "ReportNodeFailure", s);
-  return Done(ctx, "ReportNodeFailure", LoseNode(*request, "node_failure", response));
+  return Done(ctx, "ReportNodeFailure", LoseNode(*request, ReplanReason::kNodeFailure, response));
 }
 
 grpc::ServerUnaryReactor* PlannerService::DrainNode(grpc::CallbackServerContext* ctx,
                                                     const proto::NodeRequest* request,
                                                     proto::NodeResponse* response) {
   if (absl::Status s = Authorize(ctx); !s.ok()) return Done(ctx, "DrainNode", s);
-  return Done(ctx, "DrainNode", LoseNode(*request, "drain", response));
+  return Done(ctx, "DrainNode", LoseNode(*request, ReplanReason::kDrain, response));
 }
 
 }  // namespace octopipe::planner

@@ -79,7 +79,7 @@ class PlannerService final : public proto::Planner::CallbackService {
   grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx, const char* method,
                                  const absl::Status& status);
   absl::Status Authorize(grpc::CallbackServerContext* ctx) const;
-  absl::Status LoseNode(const proto::NodeRequest& request, const std::string& reason,
+  absl::Status LoseNode(const proto::NodeRequest& request, ReplanReason reason,
                         proto::NodeResponse* response);
 
   JobManager* const jobs_;

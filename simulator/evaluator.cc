@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/status_macros.h"
+#include "simulator/pipeline_rules.h"
 
 namespace octopipe {
 namespace {
@@ -110,63 +111,19 @@ absl::Status Evaluator::Prepare(const PipelineProblem& pb, const Schedule& sched
   return absl::OkStatus();
 }
 
-// Calls fn(consumer_flat, bytes_if_cross_device) for every data successor of `op`; bytes < 0
-// marks a same-stage edge (never a transfer).
-template <typename Fn>
-inline void ForEachDataSuccessor(const PipelineProblem& pb, const std::vector<int32_t>& pos,
-                                 int S, int M, const Op& op, Fn&& fn) {
-  const int s = op.stage;
-  const int m = op.microbatch;
-  auto at = [&](int k, int st) { return pos[IdOf(k, st, m, M)]; };
-  auto back = [&](int st) {
-    const int32_t b = at(kB, st);
-    return b >= 0 ? b : at(kBW, st);
-  };
-  switch (op.kind) {
-    case OpKind::kF:
-      if (s + 1 < S) {
-        fn(at(kF, s + 1), pb.output_bytes[s]);
-      } else {
-        fn(back(s), -1.0);
-      }
-      if (pb.recompute[s]) fn(at(kR, s), -1.0);
-      break;
-    case OpKind::kR:
-      fn(back(s), -1.0);
-      break;
-    case OpKind::kB:
-      if (s > 0) fn(back(s - 1), pb.output_bytes[s - 1]);
-      fn(at(kW, s), -1.0);
-      break;
-    case OpKind::kBW:
-      if (s > 0) fn(back(s - 1), pb.output_bytes[s - 1]);
-      break;
-    case OpKind::kW:  // no successors
-      break;
-  }
-}
-
 namespace {
 
-inline int DataPredecessorCount(const PipelineProblem& pb, const Op& op) {
-  switch (op.kind) {
-    case OpKind::kF: return op.stage > 0 ? 1 : 0;
-    case OpKind::kB:
-    case OpKind::kBW: return 1 + (pb.recompute[op.stage] ? 1 : 0);
-    default: return 1;  // R <- F, W <- B
-  }
-}
-
-inline double Duration(const PipelineProblem& pb, const Op& op) {
-  const int s = op.stage;
-  switch (op.kind) {
-    case OpKind::kF: return pb.forward_s[s];
-    case OpKind::kB: return pb.backward_input_s[s];
-    case OpKind::kW: return pb.weight_grad_s[s];
-    case OpKind::kBW: return pb.backward_input_s[s] + pb.weight_grad_s[s];
-    case OpKind::kR: return pb.recompute_s[s];
-  }
-  return 0;
+// Calls fn(consumer_flat_position, bytes) for every data successor of `op` (the rule is
+// ForEachDataSuccessor); bytes < 0 marks a same-stage edge (never a transfer). A stage's
+// backward is B when the schedule has it, else BW.
+template <typename Fn>
+inline void ForEachSuccessorPosition(const PipelineProblem& pb, const std::vector<int32_t>& pos,
+                                     int M, const Op& op, Fn&& fn) {
+  const int m = op.microbatch;
+  auto backward = [&](int st) { return pos[IdOf(kB, st, m, M)] >= 0 ? OpKind::kB : OpKind::kBW; };
+  ForEachDataSuccessor(pb, op.kind, op.stage, backward, [&](OpKind kind, int st, double bytes) {
+    fn(pos[IdOf(static_cast<int>(kind), st, m, M)], bytes);
+  });
 }
 
 }  // namespace
@@ -193,7 +150,7 @@ absl::Status Evaluator::RunDag(const PipelineProblem& pb, bool track_pred) {
   const int32_t n = static_cast<int32_t>(ops_.size());
   const int P = pb.num_devices;
   ResetTiming(track_pred);
-  for (int32_t f = 0; f < n; ++f) pending_[f] = DataPredecessorCount(pb, ops_[f]);
+  for (int32_t f = 0; f < n; ++f) pending_[f] = DataPredecessorCount(pb, ops_[f].kind, ops_[f].stage);
   cursor_.assign(device_offset_.begin(), device_offset_.end() - 1);
   queued_.assign(P, 1);
   worklist_.resize(P);
@@ -215,11 +172,11 @@ absl::Status Evaluator::RunDag(const PipelineProblem& pb, bool track_pred) {
         }
         start = device_free;
       }
-      const double end = start + Duration(pb, ops_[p]);
+      const double end = start + OpDuration(pb, ops_[p].kind, ops_[p].stage);
       start_[p] = start;
       end_[p] = end;
       device_free = end;
-      ForEachDataSuccessor(pb, pos_, S_, M_, ops_[p], [&](int32_t c, double bytes) {
+      ForEachSuccessorPosition(pb, pos_, M_, ops_[p], [&](int32_t c, double bytes) {
         const int dc = device_[c];
         const bool transfer = bytes >= 0 && dc != d;
         const double t = transfer ? end + pb.transfer_s(d, dc, bytes) : end;
@@ -278,7 +235,7 @@ absl::Status Evaluator::RunEvents(const PipelineProblem& pb, bool track_pred,
   std::vector<double> link_free(static_cast<size_t>(P) * P, 0.0);
   for (int d = 0; d < P; ++d) {
     for (int32_t f = device_offset_[d]; f < device_offset_[d + 1]; ++f) {
-      pending_[f] = DataPredecessorCount(pb, ops_[f]) + (f > device_offset_[d] ? 1 : 0);
+      pending_[f] = DataPredecessorCount(pb, ops_[f].kind, ops_[f].stage) + (f > device_offset_[d] ? 1 : 0);
       if (pending_[f] == 0) heap.push(Event{0.0, seq++, -1, f});
     }
   }
@@ -301,7 +258,7 @@ absl::Status Evaluator::RunEvents(const PipelineProblem& pb, bool track_pred,
       const int b = device_[e.op];
       const size_t link = static_cast<size_t>(a) * P + b;
       double bytes = 0;
-      ForEachDataSuccessor(pb, pos_, S_, M_, ops_[e.producer], [&](int32_t c, double by) {
+      ForEachSuccessorPosition(pb, pos_, M_, ops_[e.producer], [&](int32_t c, double by) {
         if (c == e.op) bytes = by;
       });
       const double start = std::max(e.time, link_free[link]);
@@ -323,10 +280,10 @@ absl::Status Evaluator::RunEvents(const PipelineProblem& pb, bool track_pred,
     const int32_t p = e.op;
     ++processed;
     start_[p] = e.time;
-    end_[p] = e.time + Duration(pb, ops_[p]);
+    end_[p] = e.time + OpDuration(pb, ops_[p].kind, ops_[p].stage);
     const int dp = device_[p];
     if (p + 1 < device_offset_[dp + 1]) resolve(p + 1, end_[p], p, false);
-    ForEachDataSuccessor(pb, pos_, S_, M_, ops_[p], [&](int32_t c, double bytes) {
+    ForEachSuccessorPosition(pb, pos_, M_, ops_[p], [&](int32_t c, double bytes) {
       if (bytes >= 0 && device_[c] != dp) {
         heap.push(Event{end_[p], seq++, p, c});
       } else {
@@ -350,21 +307,13 @@ absl::Status Evaluator::CycleError(const PipelineProblem& pb, const Schedule& sc
     if (f > device_offset_[d] && pending_[f - 1] > 0) return f - 1;
     const Op op = op_of(f);
     const int s = op.stage, m = op.microbatch;
-    auto at = [&](int k, int st) { return pos_[IdOf(k, st, m, M_)]; };
-    auto back = [&](int st) { return at(kB, st) >= 0 ? at(kB, st) : at(kBW, st); };
+    auto backward = [&](int st) {
+      return pos_[IdOf(kB, st, m, M_)] >= 0 ? OpKind::kB : OpKind::kBW;
+    };
     std::vector<int32_t> preds;
-    switch (op.kind) {
-      case OpKind::kF:
-        if (s > 0) preds.push_back(at(kF, s - 1));
-        break;
-      case OpKind::kR: preds.push_back(at(kF, s)); break;
-      case OpKind::kB:
-      case OpKind::kBW:
-        preds.push_back(s + 1 < S_ ? back(s + 1) : at(kF, s));
-        if (pb.recompute[s]) preds.push_back(at(kR, s));
-        break;
-      case OpKind::kW: preds.push_back(at(kB, s)); break;
-    }
+    ForEachDataPredecessor(pb, op.kind, s, backward, [&](OpKind kind, int st) {
+      preds.push_back(pos_[IdOf(static_cast<int>(kind), st, m, M_)]);
+    });
     for (int32_t q : preds) {
       if (pending_[q] > 0) return q;
     }
@@ -401,16 +350,7 @@ void Evaluator::ComputeMemory(const PipelineProblem& pb, const Schedule& schedul
   for (int d = 0; d < pb.num_devices; ++d) {
     double live = 0, max_live = 0;
     for (const Op& op : schedule.ops[d]) {
-      const int s = op.stage;
-      const double act = pb.activation_bytes[s];
-      const double act_w = pb.activation_bytes_w[s];
-      switch (op.kind) {
-        case OpKind::kF: live += pb.recompute[s] ? pb.input_bytes[s] : act; break;
-        case OpKind::kR: live += act - pb.input_bytes[s]; break;
-        case OpKind::kB: live -= act - act_w; break;
-        case OpKind::kW: live -= act_w; break;
-        case OpKind::kBW: live -= act; break;
-      }
+      live += ActivationDelta(pb, op.kind, op.stage);
       max_live = std::max(max_live, live);
     }
     (*peak)[d] = pb.static_bytes[d] + max_live;
@@ -499,7 +439,7 @@ absl::StatusOr<SimResult> Evaluator::Evaluate(const PipelineProblem& pb, const S
       const int32_t n = static_cast<int32_t>(ops_.size());
       for (int32_t p = 0; p < n; ++p) {
         const int dp = device_[p];
-        ForEachDataSuccessor(pb, pos_, S_, M_, ops_[p], [&](int32_t c, double bytes) {
+        ForEachSuccessorPosition(pb, pos_, M_, ops_[p], [&](int32_t c, double bytes) {
           const int dc = device_[c];
           if (bytes < 0 || dc == dp) return;
           TransferRecord t;

@@ -7,28 +7,16 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "simulator/pipeline_rules.h"
 
 namespace octopipe {
 namespace {
 
 constexpr int kF = static_cast<int>(OpKind::kF);
-constexpr int kB = static_cast<int>(OpKind::kB);
 constexpr int kW = static_cast<int>(OpKind::kW);
-constexpr int kBW = static_cast<int>(OpKind::kBW);
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-}  // namespace
-
-double WeightedPolicy::Priority(const PipelineProblem& problem, const Op& op, double ready_s,
-                                const DeviceState& state) const {
-  (void)problem;
-  (void)state;
-  return kind_weight[static_cast<int>(op.kind)] - microbatch_weight * op.microbatch +
-         stage_weight * op.stage - age_weight * ready_s;
-}
-
-absl::StatusOr<ListScheduleResult> ListSchedule(const PipelineProblem& pb, const SchedulePolicy& policy,
-                                      const ListSchedulerOptions& options) {
+absl::Status ValidateInput(const PipelineProblem& pb, const ListSchedulerOptions& options) {
   const int P = pb.num_devices, S = pb.num_stages, M = pb.num_microbatches;
   if (P <= 0 || S <= 0 || M <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("list scheduler: devices (", P,
@@ -42,220 +30,323 @@ absl::StatusOr<ListScheduleResult> ListSchedule(const PipelineProblem& pb, const
                                                      " entries for ", P, " devices"));
     }
   }
-  const bool split = options.split_backward;
-  const int back_kind = split ? kB : kBW;
-  auto id_of = [&](int kind, int s, int m) { return (kind * S + s) * M + m; };
-  const size_t num_ids = static_cast<size_t>(kNumOpKinds) * S * M;
-  std::vector<int8_t> pending(num_ids, 0);
-  std::vector<double> ready(num_ids, 0.0);
-  std::vector<double> end(num_ids, 0.0);
-  std::vector<std::vector<int32_t>> available(P);
-  for (int s = 0; s < S; ++s) {
-    for (int m = 0; m < M; ++m) {
-      pending[id_of(kF, s, m)] = s > 0 ? 1 : 0;
-      pending[id_of(back_kind, s, m)] = 1;
-      if (split) pending[id_of(kW, s, m)] = 1;
-      // Micro-batches enter stage 0 in order (they are interchangeable there): only the next
-      // one is ever available, which keeps the first device's ready list short.
-      if (s == 0 && m == 0) available[pb.stage_device[0]].push_back(id_of(kF, 0, 0));
-    }
-  }
-  std::vector<double> free_at(P, 0.0), live(P, 0.0);
-  std::vector<int> inflight(P, 0);
-  ListScheduleResult result;
-  Schedule& out = result.schedule;
-  out.ops.resize(P);
-  double makespan = 0;
-  const size_t total = static_cast<size_t>(S) * M * (split ? 3 : 2);
-  size_t emitted = 0;
+  return absl::OkStatus();
+}
 
+// One run of the list scheduler: the state of the greedy construction and its steps. The data
+// edges and per-op costs come from pipeline_rules.h; R is not a node here (it is emitted right
+// before its backward), so edges into and out of R are skipped.
+class ListScheduleRun {
+ public:
+  ListScheduleRun(const PipelineProblem& pb, const SchedulePolicy& policy,
+                  const ListSchedulerOptions& options);
+
+  absl::StatusOr<ListScheduleResult> Run();
+
+ private:
+  int32_t IdOf(int kind, int s, int m) const { return (kind * S_ + s) * M_ + m; }
+  int KindOf(int32_t id) const { return id / (S_ * M_); }
+  int StageOf(int32_t id) const { return (id / M_) % S_; }
+  int MicrobatchOf(int32_t id) const { return id % M_; }
+  OpKind BackwardKind() const { return split_ ? OpKind::kB : OpKind::kBW; }
+
+  // Pending data predecessors of every op; the first forward of stage 0 is available.
+  void InitPending();
+  // Whether device d may start op `id` under its in-flight and activation caps.
+  bool CapOk(int d, int32_t id) const;
+  // One data predecessor of c finished, its output available at t.
+  void Release(int32_t c, double t);
+  // Recomputes device d's earliest possible start and pushes it on the heap.
+  void Refresh(int d);
+  // Pops the device with the earliest possible start; false when none can start anything.
+  bool PopEarliestDevice(int* d, double* t);
+  // Why no device can proceed: kResourceExhausted naming the blocked device and its caps.
+  absl::Status BlockedError() const;
+  // Index in available_[d] of the ready op the policy ranks first at time t.
+  size_t PickOp(int d, double t) const;
+  // Appends op `id` (and its R under recompute) to device d's order starting no earlier than
+  // t, updates memory and in-flight counts; returns its end time.
+  double Emit(int d, double t, int32_t id);
+  // Releases the data successors of op `id`, which ended at `finish`.
+  void ReleaseSuccessors(int32_t id, double finish);
+  // Refreshes the devices whose state changed in the step that ran on device d.
+  void RefreshAfterStep(int d);
+
+  const PipelineProblem& pb_;
+  const SchedulePolicy& policy_;
+  const ListSchedulerOptions& options_;
+  const int P_, S_, M_;
+  const bool split_;
+
+  std::vector<int8_t> pending_;
+  std::vector<double> ready_;
+  std::vector<std::vector<int32_t>> available_;
+  std::vector<double> free_at_, live_;
+  std::vector<int> inflight_;
   // In-flight caps are a heuristic budget, not a hard limit: when every device is blocked by
   // them (e.g. a device holding the first and the last stage has filled its budget with
   // early micro-batches before the first one comes back), one op is let through.
-  bool relax_inflight = false;
-  auto cap_ok = [&](int d, int32_t id) {
-    const int kind = id / (S * M);
-    if (kind != kF) return true;  // backward work always proceeds: it frees memory
-    const int s = (id / M) % S;
-    if (!relax_inflight && !options.inflight_cap.empty() &&
-        inflight[d] >= options.inflight_cap[d]) {
-      return false;
-    }
-    if (!options.activation_cap_bytes.empty()) {
-      const double alloc = pb.recompute[s] ? pb.input_bytes[s] : pb.activation_bytes[s];
-      if (live[d] + alloc > options.activation_cap_bytes[d] * (1 + 1e-12)) return false;
-    }
-    return true;
-  };
-  std::vector<int> touched;  // devices whose ready set grew during this step
+  bool relax_inflight_ = false;
+  std::vector<int> touched_;  // devices whose ready set grew during this step
   // Ready W ops queue per stage with only the oldest in the ready list: ZeroBubble-style orders
   // defer W, and scanning a long tail of interchangeable W ops at every step would make the
   // scheduler O(ops x M).
-  std::vector<std::deque<int32_t>> w_waiting(S);
-  std::vector<uint8_t> w_listed(S, 0);
-  auto release = [&](int32_t c, double t) {
-    ready[c] = std::max(ready[c], t);
-    if (--pending[c] == 0) {
-      const int st = (c / M) % S;
-      const int dev = pb.stage_device[st];
-      if (c / (S * M) == kW) {
-        if (w_listed[st]) {
-          w_waiting[st].push_back(c);
-          return;
-        }
-        w_listed[st] = 1;
-      }
-      available[dev].push_back(c);
-      touched.push_back(dev);
-    }
-  };
-
+  std::vector<std::deque<int32_t>> w_waiting_;
+  std::vector<uint8_t> w_listed_;
   // Each device's earliest possible start (free time vs. its ready ops that fit), kept in a
   // min-heap with lazy deletion, so a step costs O(ready ops on one device + log P).
-  std::vector<double> key(P, kInf);
-  std::vector<uint32_t> version(P, 0);
+  std::vector<double> key_;
+  std::vector<uint32_t> version_;
   using Entry = std::tuple<double, int, uint32_t>;  // (key, device, version)
-  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> heap;
-  auto refresh = [&](int d) {
-    double k = kInf;
-    for (int32_t id : available[d]) {
-      if (cap_ok(d, id)) k = std::min(k, std::max(free_at[d], ready[id]));
-    }
-    key[d] = k;
-    ++version[d];
-    if (k < kInf) heap.push(Entry{k, d, version[d]});
-  };
-  touched.clear();
-  for (int d = 0; d < P; ++d) refresh(d);
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> heap_;
+  ListScheduleResult result_;
+};
 
-  while (emitted < total) {
-    int best_d = -1;
-    double best_t = kInf;
-    while (!heap.empty()) {
-      const auto [k, d, v] = heap.top();
-      heap.pop();
-      if (v != version[d]) continue;
-      best_d = d;
-      best_t = k;
-      break;
-    }
-    if (best_d < 0 && !relax_inflight && !options.inflight_cap.empty()) {
-      relax_inflight = true;
-      for (int d = 0; d < P; ++d) refresh(d);
-      continue;
-    }
-    if (best_d < 0) {
-      for (int d = 0; d < P; ++d) {
-        if (!available[d].empty()) {
-          return absl::ResourceExhaustedError(absl::StrCat(
-              "list scheduler: device ", d, " cannot start any ready op within its memory cap (",
-              options.inflight_cap.empty() ? std::string("no in-flight cap")
-                                           : absl::StrCat("in-flight cap ",
-                                                          options.inflight_cap[d]),
-              options.activation_cap_bytes.empty()
-                  ? std::string()
-                  : absl::StrCat(", activation cap ", options.activation_cap_bytes[d], " bytes"),
-              ") and no other device can make progress"));
-        }
-      }
-      return absl::InternalError("list scheduler: no op is available");
-    }
-    const int d = best_d;
-    const double t = best_t;
-    DeviceState state{d, t, live[d], inflight[d]};
-    size_t pick = available[d].size();
-    double pick_priority = -kInf;
-    for (size_t i = 0; i < available[d].size(); ++i) {
-      const int32_t id = available[d][i];
-      if (ready[id] > t || !cap_ok(d, id)) continue;
-      const Op op{static_cast<OpKind>(id / (S * M)), (id / M) % S, id % M};
-      const double pr = policy.Priority(pb, op, ready[id], state);
-      if (pick == available[d].size() || pr > pick_priority ||
-          (pr == pick_priority && id < available[d][pick])) {
-        pick = i;
-        pick_priority = pr;
+ListScheduleRun::ListScheduleRun(const PipelineProblem& pb, const SchedulePolicy& policy,
+                                 const ListSchedulerOptions& options)
+    : pb_(pb),
+      policy_(policy),
+      options_(options),
+      P_(pb.num_devices),
+      S_(pb.num_stages),
+      M_(pb.num_microbatches),
+      split_(options.split_backward) {
+  const size_t num_ids = static_cast<size_t>(kNumOpKinds) * S_ * M_;
+  pending_.assign(num_ids, 0);
+  ready_.assign(num_ids, 0.0);
+  available_.resize(P_);
+  free_at_.assign(P_, 0.0);
+  live_.assign(P_, 0.0);
+  inflight_.assign(P_, 0);
+  w_waiting_.resize(S_);
+  w_listed_.assign(S_, 0);
+  key_.assign(P_, kInf);
+  version_.assign(P_, 0);
+  result_.schedule.ops.resize(P_);
+}
+
+void ListScheduleRun::InitPending() {
+  auto backward = [&](int) { return BackwardKind(); };
+  for (int s = 0; s < S_; ++s) {
+    for (int m = 0; m < M_; ++m) {
+      for (OpKind kind : {OpKind::kF, BackwardKind(), OpKind::kW}) {
+        if (kind == OpKind::kW && !split_) continue;
+        int count = 0;
+        ForEachDataPredecessor(pb_, kind, s, backward, [&](OpKind k, int) {
+          if (k != OpKind::kR) ++count;
+        });
+        pending_[IdOf(static_cast<int>(kind), s, m)] = static_cast<int8_t>(count);
       }
     }
-    const int32_t id = available[d][pick];
-    available[d][pick] = available[d].back();
-    available[d].pop_back();
-    const int kind = id / (S * M);
-    const int s = (id / M) % S;
-    const int m = id % M;
-    double start = t;
-    if ((kind == kB || kind == kBW) && pb.recompute[s]) {
-      // R needs only its own F, done long before, so it runs as soon as the device is free
-      // (filling any wait for the gradient); B follows it and its upstream gradient.
-      out.ops[d].push_back(Op{OpKind::kR, s, m});
-      live[d] += pb.activation_bytes[s] - pb.input_bytes[s];
-      start = std::max(t, free_at[d] + pb.recompute_s[s]);
-    }
-    out.ops[d].push_back(Op{static_cast<OpKind>(kind), s, m});
-    ++emitted;
-    double dur = 0;
-    switch (kind) {
-      case kF:
-        dur = pb.forward_s[s];
-        live[d] += pb.recompute[s] ? pb.input_bytes[s] : pb.activation_bytes[s];
-        ++inflight[d];
-        break;
-      case kB:
-        dur = pb.backward_input_s[s];
-        live[d] -= pb.activation_bytes[s] - pb.activation_bytes_w[s];
-        if (options.inflight_until_b) --inflight[d];
-        break;
-      case kW:
-        if (w_waiting[s].empty()) {
-          w_listed[s] = 0;
-        } else {
-          available[d].push_back(w_waiting[s].front());
-          w_waiting[s].pop_front();
-        }
-        dur = pb.weight_grad_s[s];
-        live[d] -= pb.activation_bytes_w[s];
-        if (!options.inflight_until_b) --inflight[d];
-        break;
-      default:  // BW
-        dur = pb.backward_input_s[s] + pb.weight_grad_s[s];
-        live[d] -= pb.activation_bytes[s];
-        --inflight[d];
-        break;
-    }
-    const double finish = start + dur;
-    end[id] = finish;
-    free_at[d] = finish;
-    makespan = std::max(makespan, finish);
-    // Successors.
-    auto cross = [&](int to_stage, double bytes) {
-      const int a = pb.stage_device[s], b = pb.stage_device[to_stage];
-      return a == b ? finish : finish + pb.transfer_s(a, b, bytes);
-    };
-    if (kind == kF) {
-      if (s == 0 && m + 1 < M) {
-        available[d].push_back(id_of(kF, 0, m + 1));  // ready from the start
-      }
-      if (s + 1 < S) {
-        release(id_of(kF, s + 1, m), cross(s + 1, pb.output_bytes[s]));
-      } else {
-        release(id_of(back_kind, s, m), finish);
-      }
-    } else if (kind == kB || kind == kBW) {
-      if (s > 0) release(id_of(back_kind, s - 1, m), cross(s - 1, pb.output_bytes[s - 1]));
-      if (kind == kB) release(id_of(kW, s, m), finish);
-    }
-    if (relax_inflight) {
-      relax_inflight = false;
-      for (int dev = 0; dev < P; ++dev) refresh(dev);
-    } else {
-      refresh(d);
-      for (int dev : touched) {
-        if (dev != d) refresh(dev);
-      }
-    }
-    touched.clear();
   }
-  result.iteration_time_s = makespan;  // F of stage 0, micro-batch 0 starts at time 0
-  return result;
+  // Micro-batches enter stage 0 in order (they are interchangeable there): only the next
+  // one is ever available, which keeps the first device's ready list short.
+  available_[pb_.stage_device[0]].push_back(IdOf(kF, 0, 0));
+}
+
+bool ListScheduleRun::CapOk(int d, int32_t id) const {
+  if (KindOf(id) != kF) return true;  // backward work always proceeds: it frees memory
+  const int s = StageOf(id);
+  if (!relax_inflight_ && !options_.inflight_cap.empty() &&
+      inflight_[d] >= options_.inflight_cap[d]) {
+    return false;
+  }
+  if (!options_.activation_cap_bytes.empty()) {
+    const double alloc = ActivationDelta(pb_, OpKind::kF, s);
+    if (live_[d] + alloc > options_.activation_cap_bytes[d] * (1 + 1e-12)) return false;
+  }
+  return true;
+}
+
+void ListScheduleRun::Release(int32_t c, double t) {
+  ready_[c] = std::max(ready_[c], t);
+  if (--pending_[c] != 0) return;
+  const int st = StageOf(c);
+  const int dev = pb_.stage_device[st];
+  if (KindOf(c) == kW) {
+    if (w_listed_[st]) {
+      w_waiting_[st].push_back(c);
+      return;
+    }
+    w_listed_[st] = 1;
+  }
+  available_[dev].push_back(c);
+  touched_.push_back(dev);
+}
+
+void ListScheduleRun::Refresh(int d) {
+  double k = kInf;
+  for (int32_t id : available_[d]) {
+    if (CapOk(d, id)) k = std::min(k, std::max(free_at_[d], ready_[id]));
+  }
+  key_[d] = k;
+  ++version_[d];
+  if (k < kInf) heap_.push(Entry{k, d, version_[d]});
+}
+
+bool ListScheduleRun::PopEarliestDevice(int* d, double* t) {
+  while (!heap_.empty()) {
+    const auto [k, dev, v] = heap_.top();
+    heap_.pop();
+    if (v != version_[dev]) continue;
+    *d = dev;
+    *t = k;
+    return true;
+  }
+  return false;
+}
+
+absl::Status ListScheduleRun::BlockedError() const {
+  for (int d = 0; d < P_; ++d) {
+    if (!available_[d].empty()) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "list scheduler: device ", d, " cannot start any ready op within its memory cap (",
+          options_.inflight_cap.empty()
+              ? std::string("no in-flight cap")
+              : absl::StrCat("in-flight cap ", options_.inflight_cap[d]),
+          options_.activation_cap_bytes.empty()
+              ? std::string()
+              : absl::StrCat(", activation cap ", options_.activation_cap_bytes[d], " bytes"),
+          ") and no other device can make progress"));
+    }
+  }
+  return absl::InternalError("list scheduler: no op is available");
+}
+
+size_t ListScheduleRun::PickOp(int d, double t) const {
+  const std::vector<int32_t>& avail = available_[d];
+  const DeviceState state{d, t, live_[d], inflight_[d]};
+  size_t pick = avail.size();
+  double pick_priority = -kInf;
+  for (size_t i = 0; i < avail.size(); ++i) {
+    const int32_t id = avail[i];
+    if (ready_[id] > t || !CapOk(d, id)) continue;
+    const Op op{static_cast<OpKind>(KindOf(id)), StageOf(id), MicrobatchOf(id)};
+    const double pr = policy_.Priority(pb_, op, ready_[id], state);
+    if (pick == avail.size() || pr > pick_priority ||
+        (pr == pick_priority && id < avail[pick])) {
+      pick = i;
+      pick_priority = pr;
+    }
+  }
+  return pick;
+}
+
+double ListScheduleRun::Emit(int d, double t, int32_t id) {
+  const OpKind kind = static_cast<OpKind>(KindOf(id));
+  const int s = StageOf(id);
+  const int m = MicrobatchOf(id);
+  std::vector<Op>& order = result_.schedule.ops[d];
+  double start = t;
+  if (IsBackward(kind) && pb_.recompute[s]) {
+    // R needs only its own F, done long before, so it runs as soon as the device is free
+    // (filling any wait for the gradient); B follows it and its upstream gradient.
+    order.push_back(Op{OpKind::kR, s, m});
+    live_[d] += ActivationDelta(pb_, OpKind::kR, s);
+    start = std::max(t, free_at_[d] + OpDuration(pb_, OpKind::kR, s));
+  }
+  order.push_back(Op{kind, s, m});
+  live_[d] += ActivationDelta(pb_, kind, s);
+  switch (kind) {
+    case OpKind::kF:
+      ++inflight_[d];
+      break;
+    case OpKind::kB:
+      if (options_.inflight_until_b) --inflight_[d];
+      break;
+    case OpKind::kW:
+      if (w_waiting_[s].empty()) {
+        w_listed_[s] = 0;
+      } else {
+        available_[d].push_back(w_waiting_[s].front());
+        w_waiting_[s].pop_front();
+      }
+      if (!options_.inflight_until_b) --inflight_[d];
+      break;
+    default:  // BW
+      --inflight_[d];
+      break;
+  }
+  const double finish = start + OpDuration(pb_, kind, s);
+  free_at_[d] = finish;
+  return finish;
+}
+
+void ListScheduleRun::ReleaseSuccessors(int32_t id, double finish) {
+  const OpKind kind = static_cast<OpKind>(KindOf(id));
+  const int s = StageOf(id);
+  const int m = MicrobatchOf(id);
+  if (kind == OpKind::kF && s == 0 && m + 1 < M_) {
+    available_[pb_.stage_device[0]].push_back(IdOf(kF, 0, m + 1));  // ready from the start
+  }
+  auto backward = [&](int) { return BackwardKind(); };
+  ForEachDataSuccessor(pb_, kind, s, backward, [&](OpKind k, int to_stage, double bytes) {
+    if (k == OpKind::kR) return;
+    const int a = pb_.stage_device[s], b = pb_.stage_device[to_stage];
+    const double t = bytes < 0 || a == b ? finish : finish + pb_.transfer_s(a, b, bytes);
+    Release(IdOf(static_cast<int>(k), to_stage, m), t);
+  });
+}
+
+void ListScheduleRun::RefreshAfterStep(int d) {
+  if (relax_inflight_) {
+    relax_inflight_ = false;
+    for (int dev = 0; dev < P_; ++dev) Refresh(dev);
+  } else {
+    Refresh(d);
+    for (int dev : touched_) {
+      if (dev != d) Refresh(dev);
+    }
+  }
+  touched_.clear();
+}
+
+absl::StatusOr<ListScheduleResult> ListScheduleRun::Run() {
+  InitPending();
+  for (int d = 0; d < P_; ++d) Refresh(d);
+  const size_t total = static_cast<size_t>(S_) * M_ * (split_ ? 3 : 2);
+  double makespan = 0;
+  for (size_t emitted = 0; emitted < total;) {
+    int d = -1;
+    double t = kInf;
+    if (!PopEarliestDevice(&d, &t)) {
+      if (!relax_inflight_ && !options_.inflight_cap.empty()) {
+        relax_inflight_ = true;
+        for (int dev = 0; dev < P_; ++dev) Refresh(dev);
+        continue;
+      }
+      return BlockedError();
+    }
+    const size_t pick = PickOp(d, t);
+    std::vector<int32_t>& avail = available_[d];
+    const int32_t id = avail[pick];
+    avail[pick] = avail.back();
+    avail.pop_back();
+    const double finish = Emit(d, t, id);
+    ++emitted;
+    makespan = std::max(makespan, finish);
+    ReleaseSuccessors(id, finish);
+    RefreshAfterStep(d);
+  }
+  result_.iteration_time_s = makespan;  // F of stage 0, micro-batch 0 starts at time 0
+  return std::move(result_);
+}
+
+}  // namespace
+
+double WeightedPolicy::Priority(const PipelineProblem& problem, const Op& op, double ready_s,
+                                const DeviceState& state) const {
+  (void)problem;
+  (void)state;
+  return kind_weight[static_cast<int>(op.kind)] - microbatch_weight * op.microbatch +
+         stage_weight * op.stage - age_weight * ready_s;
+}
+
+absl::StatusOr<ListScheduleResult> ListSchedule(const PipelineProblem& pb, const SchedulePolicy& policy,
+                                      const ListSchedulerOptions& options) {
+  if (absl::Status valid = ValidateInput(pb, options); !valid.ok()) return valid;
+  ListScheduleRun run(pb, policy, options);
+  return run.Run();
 }
 
 }  // namespace octopipe

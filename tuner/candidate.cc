@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "simulator/pipeline_rules.h"
 
 namespace octopipe {
 
@@ -52,6 +53,15 @@ std::vector<int> InflightCaps(const Policy& policy, const std::vector<StageAssig
   return caps;
 }
 
+std::vector<std::vector<int>> SeedPlacements(int devices, int layers, int max_chunks) {
+  std::vector<std::vector<int>> out;
+  for (int v = 1; v <= max_chunks && v * devices <= layers; ++v) {
+    out.push_back(LoopPlacement(devices, v));
+    if (v == 2 && devices > 1) out.push_back(VShapePlacement(devices));
+  }
+  return out;
+}
+
 ClassicOrders::ClassicOrders(int devices, int microbatches, int num_layers) {
   for (ScheduleKind kind : AllScheduleKinds()) {
     const size_t i = static_cast<size_t>(kind);
@@ -74,7 +84,7 @@ Schedule WithRecompute(const Schedule& schedule, const std::vector<StageAssignme
   for (size_t d = 0; d < schedule.ops.size(); ++d) {
     out.ops[d].reserve(schedule.ops[d].size() * 4 / 3);
     for (const Op& op : schedule.ops[d]) {
-      if ((op.kind == OpKind::kB || op.kind == OpKind::kBW) && stages[op.stage].recompute) {
+      if (IsBackward(op.kind) && stages[op.stage].recompute) {
         out.ops[d].push_back(Op{OpKind::kR, op.stage, op.microbatch});
       }
       out.ops[d].push_back(op);

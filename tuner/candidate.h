@@ -115,6 +115,11 @@ class CandidateEvaluator {
 // forward-eager variant.
 std::vector<Policy> SeedPolicies();
 
+// The placements (stage -> device) the tuner seeds from: the loop placement with v = 1 ..
+// max_chunks stages per device while v * devices <= layers (simulator's LoopPlacement), and
+// after v = 2 the V shape (VShapePlacement) when there are two devices or more.
+std::vector<std::vector<int>> SeedPlacements(int devices, int layers, int max_chunks);
+
 // Per-device in-flight caps for a policy and placement (empty when the policy sets none).
 std::vector<int> InflightCaps(const Policy& policy, const std::vector<StageAssignment>& stages,
                               int num_devices);

@@ -13,32 +13,13 @@
 #include "core/status_macros.h"
 #include "simulator/problem_builder.h"
 #include "tuner/candidate.h"
+#include "tuner/infeasibility.h"
 #include "tuner/partition.h"
 
 namespace octopipe {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
-
-struct Placement {
-  std::string name;
-  std::vector<int> stage_device;
-};
-
-std::vector<Placement> PlacementFamilies(int P, int L, int max_chunks) {
-  std::vector<Placement> out;
-  for (int v = 1; v <= max_chunks && v * P <= L; ++v) {
-    Placement loop{v == 1 ? "one stage per device" : absl::StrCat("loop x", v), {}};
-    for (int s = 0; s < v * P; ++s) loop.stage_device.push_back(s % P);
-    out.push_back(loop);
-    if (v == 2 && P > 1) {
-      Placement vshape{"V-shape", {}};
-      for (int s = 0; s < 2 * P; ++s) vshape.stage_device.push_back(s < P ? s : 2 * P - 1 - s);
-      out.push_back(vshape);
-    }
-  }
-  return out;
-}
 
 class Search {
  public:
@@ -407,10 +388,7 @@ bool SchedulePhase(Search& search, int trials) {
   return search.current_objective() < before;
 }
 
-}  // namespace
-
-absl::StatusOr<TuneResult> Tune(const ModelGraph& model, const Cluster& cluster,
-                                const CostModel& cost_model, const TunerOptions& options) {
+absl::Status ValidateOptions(const ModelGraph& model, const TunerOptions& options) {
   if (options.num_microbatches < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("microbatches must be >= 1, got ", options.num_microbatches));
@@ -428,13 +406,251 @@ absl::StatusOr<TuneResult> Tune(const ModelGraph& model, const Cluster& cluster,
     return absl::InvalidArgumentError(
         absl::StrCat("time_budget_s must be > 0, got ", options.time_budget_s));
   }
-  std::function<double()> now = options.now;
-  if (!now) {
-    now = [] {
-      return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-          .count();
-    };
+  return absl::OkStatus();
+}
+
+std::function<double()> ClockOrSteady(std::function<double()> now) {
+  if (now) return now;
+  return [] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  };
+}
+
+double BaselineObjective(const BaselineResult& b, bool steady) {
+  return steady ? b.result.steady_state_iteration_time_s : b.result.iteration_time_s;
+}
+
+// Every classic order with its own placement, on the exact min-max partition and the even
+// one, with and without recompute: the baselines' schedules, co-optimised with the partition.
+void SeedClassicOrders(Search& search, const ProblemBuilder& builder,
+                       const ClassicOrders& classic, TuneResult* result) {
+  const int L = builder.num_layers(), P = builder.num_devices();
+  const int64_t evals = search.evaluations();
+  std::vector<Candidate> seeds;
+  for (ScheduleKind kind : AllScheduleKinds()) {
+    const GeneratedSchedule* g = classic.Get(kind);
+    if (g == nullptr) continue;
+    Policy p;
+    p.classic = static_cast<int>(kind);
+    std::vector<std::vector<StageAssignment>> partitions;
+    absl::StatusOr<std::vector<StageAssignment>> balanced =
+        MinMaxPartition(builder, g->stage_device);
+    if (balanced.ok()) {
+      partitions.push_back(*balanced);
+      if (g->num_stages > P) {
+        partitions.push_back(BalanceDeviceLoads(builder, *balanced, std::vector<double>(P, 1.0)));
+      }
+    }
+    std::vector<StageAssignment> even = EvenPartition(L, g->num_stages);
+    for (int st = 0; st < g->num_stages; ++st) even[st].device = g->stage_device[st];
+    partitions.push_back(even);
+    for (const auto& part : partitions) {
+      seeds.push_back(Candidate{part, p});
+      Candidate r{part, p};
+      for (StageAssignment& st : r.stages) st.recompute = true;
+      seeds.push_back(std::move(r));
+    }
   }
+  search.EvaluateAll(seeds);
+  search.Log(result, "classic", kInf, evals,
+             absl::StrCat(seeds.size(), " classic orders on balanced and even partitions"));
+}
+
+struct ScoredSeeds {
+  std::vector<Candidate> candidates;
+  std::vector<Score> scores;
+};
+
+// Seeds: every placement family, exact min-max partition, every base policy; the best
+// baseline's partition and placement with the base policies; and recompute variants.
+ScoredSeeds SeedPlacementFamilies(Search& search, const ProblemBuilder& builder,
+                                  const std::vector<Policy>& policies, int max_chunks,
+                                  TuneResult* result) {
+  const int L = builder.num_layers(), P = builder.num_devices();
+  const int64_t evals = search.evaluations();
+  const double before_seeds = search.best_objective();
+  ScoredSeeds out;
+  std::vector<Candidate>& seeds = out.candidates;
+  for (const std::vector<int>& placement : SeedPlacements(P, L, max_chunks)) {
+    absl::StatusOr<std::vector<StageAssignment>> st = MinMaxPartition(builder, placement);
+    if (!st.ok()) continue;
+    std::vector<std::vector<StageAssignment>> parts = {*st};
+    if (static_cast<int>(st->size()) > P) {
+      parts.push_back(BalanceDeviceLoads(builder, *st, std::vector<double>(P, 1.0)));
+    }
+    for (const auto& part : parts) {
+      for (const Policy& p : policies) {
+        seeds.push_back(Candidate{part, p});
+        Candidate r{part, p};
+        for (StageAssignment& s : r.stages) s.recompute = true;
+        seeds.push_back(std::move(r));
+      }
+    }
+  }
+  for (const BaselineResult& b : result->baselines) {
+    if (!b.ran) continue;
+    for (const Policy& p : policies) seeds.push_back(Candidate{b.plan.stages, p});
+  }
+  out.scores = search.EvaluateAll(seeds);
+  search.Log(result, "seed", before_seeds, evals,
+             absl::StrCat(seeds.size(), " seeds over placements, partitions and policies"));
+  return out;
+}
+
+// Start points after the best candidate so far: the best seed of each other stage count
+// (placement family), only seeds within 10% of the best, at most four.
+std::vector<size_t> RestartPoints(const Search& search, const ScoredSeeds& seeds) {
+  std::vector<std::pair<double, size_t>> ranked;
+  for (size_t i = 0; i < seeds.candidates.size(); ++i) {
+    const double obj = seeds.scores[i].objective(search.steady());
+    if (obj < kInf) ranked.push_back({obj, i});
+  }
+  std::stable_sort(ranked.begin(), ranked.end());
+  std::vector<size_t> restarts;
+  std::vector<size_t> stage_counts_started = {
+      search.has_current() ? search.current().stages.size() : 0};
+  for (const auto& [obj, i] : ranked) {
+    // Only seeds close to the best are worth a local search of their own.
+    if (obj > 1.10 * search.best_objective() || restarts.size() >= 4) break;
+    const size_t S = seeds.candidates[i].stages.size();
+    if (std::find(stage_counts_started.begin(), stage_counts_started.end(), S) !=
+        stage_counts_started.end()) {
+      continue;
+    }
+    stage_counts_started.push_back(S);
+    restarts.push_back(i);
+  }
+  return restarts;
+}
+
+// From the search's incumbent: iterate the phases until a round gains less than 0.1% or the
+// budget runs out.
+void LocalSearch(Search& search, const ProblemBuilder& builder, TuneResult* result) {
+  for (int iteration = 0; !search.out_of_time(); ++iteration) {
+    const double round_start = search.current_objective();
+    bool any = false;
+    double before = search.best_objective();
+    int64_t evals = search.evaluations();
+    any |= PartitionPhase(search, builder);
+    search.Log(result, "partition", before, evals, "boundary moves");
+    before = search.best_objective();
+    evals = search.evaluations();
+    any |= RebalancePhase(search, builder);
+    search.Log(result, "rebalance", before, evals, "bubble-weighted exact re-partition");
+    before = search.best_objective();
+    evals = search.evaluations();
+    any |= PlacementPhase(search, builder);
+    search.Log(result, "placement", before, evals, "stage swaps and moves + re-partition");
+    before = search.best_objective();
+    evals = search.evaluations();
+    any |= SchedulePhase(search, 16);
+    search.Log(result, "schedule", before, evals,
+               search.has_current() ? search.current().policy.ToString() : "no fitting order");
+    if (!any || search.current_objective() > 0.9999 * round_start) break;
+  }
+}
+
+// Large instances: seeds, then a local search from the best one and from each restart point.
+void IterativeSearch(Search& search, const ProblemBuilder& builder,
+                     const std::vector<Policy>& policies, int max_chunks, TuneResult* result) {
+  const ScoredSeeds seeds = SeedPlacementFamilies(search, builder, policies, max_chunks, result);
+  const std::vector<size_t> restarts = RestartPoints(search, seeds);
+  for (size_t start_point = 0; start_point <= restarts.size() && !search.out_of_time();
+       ++start_point) {
+    if (start_point > 0) {
+      const size_t i = restarts[start_point - 1];
+      search.Restart(seeds.candidates[i], seeds.scores[i].objective(search.steady()));
+      search.Log(result, "restart", search.best_objective(), search.evaluations(),
+                 absl::StrCat("local search from the best ", seeds.candidates[i].stages.size(),
+                              "-stage seed (", search.current_objective(), " s)"));
+    }
+    LocalSearch(search, builder, result);
+  }
+}
+
+// The answer: our best, unless a baseline is at least as good; when nothing fits, the
+// infeasible answer. Fills the plan's stages and schedule, origin, feasibility and, when
+// infeasible, the reason and the memory needed.
+absl::Status ChooseAnswer(Search& search, const ProblemBuilder& builder, const Cluster& cluster,
+                          const ClassicOrders& classic, const TunerOptions& options,
+                          const BaselineResult* best_baseline, TuneResult* result) {
+  const bool steady = search.steady();
+  const double ours = search.best_objective();
+  const bool baseline_wins =
+      best_baseline != nullptr && BaselineObjective(*best_baseline, steady) <= ours;
+  if (search.has_best() && !baseline_wins) {
+    const Candidate& c = search.best();
+    Schedule schedule;
+    search.evaluator().Evaluate(c, &schedule);
+    result->plan.stages = c.stages;
+    result->plan.schedule = std::move(schedule);
+    result->origin = PlanOrigin::kTuned;
+    result->feasible = true;
+    return absl::OkStatus();
+  }
+  if (best_baseline != nullptr) {
+    result->plan = best_baseline->plan;
+    result->origin = PlanOrigin::kBaseline;
+    result->feasible = true;
+    return absl::OkStatus();
+  }
+  if (!search.has_fastest() && !search.has_closest()) {
+    return absl::InternalError("tuner: no candidate could be scheduled at all");
+  }
+  std::vector<Candidate> pool;
+  if (search.has_fastest()) pool.push_back(search.fastest());
+  if (search.has_closest()) pool.push_back(search.closest());
+  ASSIGN_OR_RETURN(InfeasibleAnswer answer,
+                   ExplainInfeasible(builder, cluster, &classic, options.num_microbatches,
+                                     options.link_contention, options.max_chunks, pool,
+                                     search.has_fastest() ? &search.fastest() : nullptr));
+  result->plan.stages = std::move(answer.plan.stages);
+  result->plan.schedule = std::move(answer.plan.schedule);
+  result->required_memory_bytes = std::move(answer.required_memory_bytes);
+  result->infeasible_reason = std::move(answer.reason);
+  result->origin = PlanOrigin::kIgnoringMemory;
+  result->feasible = false;
+  return absl::OkStatus();
+}
+
+// Names and sizes the plan, simulates it in full (critical path included) and compares it
+// with the best fitting baseline.
+absl::Status FinishResult(const ProblemBuilder& builder, const TunerOptions& options,
+                          const BaselineResult* best_baseline, TuneResult* result) {
+  const bool steady = options.objective == Objective::kSteadyState;
+  result->plan.schedule_name =
+      result->origin == PlanOrigin::kTuned ? "octopipe" : PlanOriginText(*result);
+  result->plan.num_devices = options.num_devices;
+  result->plan.num_microbatches = options.num_microbatches;
+  ASSIGN_OR_RETURN(PipelineProblem problem, builder.Build(result->plan));
+  problem.link_contention = options.link_contention;
+  EvalOptions eval;
+  eval.critical_path = true;
+  ASSIGN_OR_RETURN(result->predicted, octopipe::Simulate(problem, result->plan.schedule, eval));
+  if (best_baseline != nullptr) {
+    const double ours_final = steady ? result->predicted.steady_state_iteration_time_s
+                                     : result->predicted.iteration_time_s;
+    result->speedup_vs_best_baseline = BaselineObjective(*best_baseline, steady) / ours_final;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string PlanOriginText(const TuneResult& result) {
+  switch (result.origin) {
+    case PlanOrigin::kTuned: return "tuned";
+    case PlanOrigin::kBaseline: return absl::StrCat("baseline:", result.best_baseline);
+    case PlanOrigin::kIgnoringMemory: return "infeasible";
+  }
+  return "?";
+}
+
+absl::StatusOr<TuneResult> Tune(const ModelGraph& model, const Cluster& cluster,
+                                const CostModel& cost_model, const TunerOptions& options) {
+  RETURN_IF_ERROR(ValidateOptions(model, options));
+  const std::function<double()> now = ClockOrSteady(options.now);
   const double start = now();  // the budget covers everything from here
   ASSIGN_OR_RETURN(ProblemBuilder builder,
                    ProblemBuilder::Create(model, cluster, cost_model, options.num_devices,
@@ -445,254 +661,30 @@ absl::StatusOr<TuneResult> Tune(const ModelGraph& model, const Cluster& cluster,
   const bool steady = options.objective == Objective::kSteadyState;
   const int L = model.num_layers(), P = options.num_devices, M = options.num_microbatches;
 
-  // Baselines.
   result.baselines = RunBaselines(model, builder, M, options.link_contention);
   const BaselineResult* best_baseline = BestFittingBaseline(result.baselines, steady);
-  auto baseline_objective = [&](const BaselineResult& b) {
-    return steady ? b.result.steady_state_iteration_time_s : b.result.iteration_time_s;
-  };
+  if (best_baseline != nullptr) result.best_baseline = best_baseline->name;
   search.Log(&result, "baselines", kInf, 0,
              best_baseline ? absl::StrCat("best fitting baseline: ", best_baseline->name, " ",
-                                          baseline_objective(*best_baseline), " s")
+                                          BaselineObjective(*best_baseline, steady), " s")
                            : "no baseline fits in memory");
 
   const std::vector<Policy> policies = SeedPolicies();
-  int64_t evals = search.evaluations();
-  // Every classic order with its own placement, on the exact min-max partition and the even
-  // one, with and without recompute: the baselines' schedules, co-optimised with the partition.
-  {
-    std::vector<Candidate> seeds;
-    for (ScheduleKind kind : AllScheduleKinds()) {
-      const GeneratedSchedule* g = classic.Get(kind);
-      if (g == nullptr) continue;
-      Policy p;
-      p.classic = static_cast<int>(kind);
-      std::vector<std::vector<StageAssignment>> partitions;
-      absl::StatusOr<std::vector<StageAssignment>> balanced =
-          MinMaxPartition(builder, g->stage_device);
-      if (balanced.ok()) {
-        partitions.push_back(*balanced);
-        if (g->num_stages > P) {
-          partitions.push_back(BalanceDeviceLoads(builder, *balanced, std::vector<double>(P, 1.0)));
-        }
-      }
-      std::vector<StageAssignment> even = EvenPartition(L, g->num_stages);
-      for (int st = 0; st < g->num_stages; ++st) even[st].device = g->stage_device[st];
-      partitions.push_back(even);
-      for (const auto& part : partitions) {
-        seeds.push_back(Candidate{part, p});
-        Candidate r{part, p};
-        for (StageAssignment& st : r.stages) st.recompute = true;
-        seeds.push_back(std::move(r));
-      }
-    }
-    search.EvaluateAll(seeds);
-    search.Log(&result, "classic", kInf, evals,
-               absl::StrCat(seeds.size(), " classic orders on balanced and even partitions"));
-    evals = search.evaluations();
-  }
+  SeedClassicOrders(search, builder, classic, &result);
   if (SpaceSize(L, P, options.exhaustive_limit) <= options.exhaustive_limit) {
     const double before_exhaustive = search.best_objective();
+    const int64_t evals = search.evaluations();
     Exhaustive(search, builder, policies);
     search.Log(&result, "exhaustive", before_exhaustive, evals,
                "every partition and placement with each seed policy");
   } else {
-    // Seeds: every placement family, exact min-max partition, every base policy; the best
-    // baseline's partition and placement with the base policies; and recompute variants.
-    const double before_seeds = search.best_objective();
-    std::vector<Candidate> seeds;
-    for (const Placement& family : PlacementFamilies(P, L, options.max_chunks)) {
-      absl::StatusOr<std::vector<StageAssignment>> st =
-          MinMaxPartition(builder, family.stage_device);
-      if (!st.ok()) continue;
-      std::vector<std::vector<StageAssignment>> parts = {*st};
-      if (static_cast<int>(st->size()) > P) {
-        parts.push_back(BalanceDeviceLoads(builder, *st, std::vector<double>(P, 1.0)));
-      }
-      for (const auto& part : parts) {
-        for (const Policy& p : policies) {
-          seeds.push_back(Candidate{part, p});
-          Candidate r{part, p};
-          for (StageAssignment& s : r.stages) s.recompute = true;
-          seeds.push_back(std::move(r));
-        }
-      }
-    }
-    for (const BaselineResult& b : result.baselines) {
-      if (!b.ran) continue;
-      for (const Policy& p : policies) seeds.push_back(Candidate{b.plan.stages, p});
-    }
-    const std::vector<Score> seed_scores = search.EvaluateAll(seeds);
-    search.Log(&result, "seed", before_seeds, evals,
-               absl::StrCat(seeds.size(), " seeds over placements, partitions and policies"));
-    // Start points: the best candidate so far, then the best seed of each other stage count
-    // (placement family) while the budget lasts.
-    std::vector<std::pair<double, size_t>> ranked;
-    for (size_t i = 0; i < seeds.size(); ++i) {
-      const double obj = seed_scores[i].objective(steady);
-      if (obj < kInf) ranked.push_back({obj, i});
-    }
-    std::stable_sort(ranked.begin(), ranked.end());
-    std::vector<size_t> restarts;
-    std::vector<size_t> stage_counts_started = {
-        search.has_current() ? search.current().stages.size() : 0};
-    for (const auto& [obj, i] : ranked) {
-      // Only seeds close to the best are worth a local search of their own.
-      if (obj > 1.10 * search.best_objective() || restarts.size() >= 4) break;
-      const size_t S = seeds[i].stages.size();
-      if (std::find(stage_counts_started.begin(), stage_counts_started.end(), S) !=
-          stage_counts_started.end()) {
-        continue;
-      }
-      stage_counts_started.push_back(S);
-      restarts.push_back(i);
-    }
-    for (size_t start_point = 0; start_point <= restarts.size() && !search.out_of_time();
-         ++start_point) {
-      if (start_point > 0) {
-        const size_t i = restarts[start_point - 1];
-        search.Restart(seeds[i], seed_scores[i].objective(steady));
-        search.Log(&result, "restart", search.best_objective(), search.evaluations(),
-                   absl::StrCat("local search from the best ", seeds[i].stages.size(),
-                                "-stage seed (", search.current_objective(), " s)"));
-      }
-      // Iterate the phases until a round gains less than 0.1%.
-      for (int iteration = 0; !search.out_of_time(); ++iteration) {
-        const double round_start = search.current_objective();
-        bool any = false;
-        double before = search.best_objective();
-        evals = search.evaluations();
-        any |= PartitionPhase(search, builder);
-        search.Log(&result, "partition", before, evals, "boundary moves");
-        before = search.best_objective();
-        evals = search.evaluations();
-        any |= RebalancePhase(search, builder);
-        search.Log(&result, "rebalance", before, evals, "bubble-weighted exact re-partition");
-        before = search.best_objective();
-        evals = search.evaluations();
-        any |= PlacementPhase(search, builder);
-        search.Log(&result, "placement", before, evals, "stage swaps and moves + re-partition");
-        before = search.best_objective();
-        evals = search.evaluations();
-        any |= SchedulePhase(search, 16);
-        search.Log(&result, "schedule", before, evals,
-                   search.has_current() ? search.current().policy.ToString() : "no fitting order");
-        if (!any || search.current_objective() > 0.9999 * round_start) break;
-      }
-    }
+    IterativeSearch(search, builder, policies, options.max_chunks, &result);
   }
   result.budget_exhausted = search.out_of_time();
   result.evaluations = search.evaluations();
 
-  // The answer: our best, unless a baseline is better.
-  CandidateEvaluator& ev = search.evaluator();
-  const double ours = search.best_objective();
-  const bool baseline_wins = best_baseline != nullptr && baseline_objective(*best_baseline) <= ours;
-  if (search.has_best() && !baseline_wins) {
-    const Candidate& c = search.best();
-    Schedule schedule;
-    ev.Evaluate(c, &schedule);
-    result.plan.stages = c.stages;
-    result.plan.schedule = std::move(schedule);
-    result.origin = "tuned";
-  } else if (best_baseline != nullptr) {
-    result.plan = best_baseline->plan;
-    result.origin = absl::StrCat("baseline:", best_baseline->name);
-  } else {
-    // Infeasible: report the fastest plan ignoring memory, and what the least-memory plan
-    // found (full recompute, 1F1B's in-flight budget) would need per device.
-    if (!search.has_fastest() && !search.has_closest()) {
-      return absl::InternalError("tuner: no candidate could be scheduled at all");
-    }
-    CandidateEvaluator unlimited(builder, M, options.link_contention, &classic);
-    unlimited.set_ignore_memory(true);
-    // The least-memory plan among the fastest and closest candidates and every placement
-    // family's exact partition, each with full recompute and 1F1B's in-flight budget, split
-    // and unsplit: ranked by what it would need ignoring memory, so every candidate is
-    // measured the same way.
-    std::vector<Candidate> pool;
-    if (search.has_fastest()) pool.push_back(search.fastest());
-    if (search.has_closest()) pool.push_back(search.closest());
-    for (const Placement& family : PlacementFamilies(P, L, options.max_chunks)) {
-      absl::StatusOr<std::vector<StageAssignment>> st =
-          MinMaxPartition(builder, family.stage_device);
-      if (st.ok()) pool.push_back(Candidate{*st, Policy{}});
-    }
-    Candidate least;
-    Schedule least_schedule;
-    absl::StatusOr<SimResult> need = absl::InternalError("tuner: no candidate could be scheduled");
-    double least_ratio = kInf;
-    for (const Candidate& base : pool) {
-      for (bool split : {false, true}) {
-        Candidate c = base;
-        for (StageAssignment& s : c.stages) s.recompute = true;
-        c.policy = Policy{};
-        c.policy.split_backward = split;
-        c.policy.inflight_scale = 1;
-        Schedule schedule;
-        if (!unlimited.Evaluate(c, &schedule).scheduled) continue;
-        absl::StatusOr<SimResult> sim = unlimited.Simulate(c, schedule);
-        if (!sim.ok()) continue;
-        double ratio = 0;
-        for (int d = 0; d < P; ++d) {
-          ratio =
-              std::max(ratio, (sim->devices[d].peak_memory_bytes + cluster.memory_reserve_bytes) /
-                                  cluster.device_hardware(d).memory_bytes);
-        }
-        if (ratio < least_ratio) {
-          least_ratio = ratio;
-          least = c;
-          least_schedule = std::move(schedule);
-          need = std::move(sim);
-        }
-      }
-    }
-    if (!need.ok()) return need.status();
-    int worst = 0;
-    double worst_ratio = 0;
-    for (int d = 0; d < P; ++d) {
-      const double bytes = need->devices[d].peak_memory_bytes + cluster.memory_reserve_bytes;
-      result.required_memory_bytes.push_back(bytes);
-      const double ratio = bytes / cluster.device_hardware(d).memory_bytes;
-      if (ratio > worst_ratio) {
-        worst_ratio = ratio;
-        worst = d;
-      }
-    }
-    result.infeasible_reason = absl::StrCat(
-        "the model does not fit on ", P,
-        " devices: even with full recompute and 1F1B's "
-        "in-flight budget, device ",
-        worst, " needs ", absl::StrFormat("%.1f", result.required_memory_bytes[worst] / 1e9),
-        " GB but has ", absl::StrFormat("%.1f", cluster.device_hardware(worst).memory_bytes / 1e9),
-        " GB (", absl::StrFormat("%.1f", cluster.memory_reserve_bytes / 1e9),
-        " GB of it reserved)");
-    const Candidate shown = search.has_fastest() ? search.fastest() : least;
-    Schedule schedule;
-    if (unlimited.Evaluate(shown, &schedule).scheduled) {
-      result.plan.stages = shown.stages;
-      result.plan.schedule = std::move(schedule);
-    } else {
-      result.plan.stages = least.stages;
-      result.plan.schedule = std::move(least_schedule);
-    }
-    result.origin = "infeasible";
-  }
-  result.feasible = result.origin != "infeasible";
-  result.plan.schedule_name = result.origin == "tuned" ? "octopipe" : result.origin;
-  result.plan.num_devices = P;
-  result.plan.num_microbatches = M;
-  ASSIGN_OR_RETURN(PipelineProblem problem, builder.Build(result.plan));
-  problem.link_contention = options.link_contention;
-  EvalOptions eval;
-  eval.critical_path = true;
-  ASSIGN_OR_RETURN(result.predicted, octopipe::Simulate(problem, result.plan.schedule, eval));
-  if (best_baseline != nullptr) {
-    result.best_baseline = best_baseline->name;
-    const double ours_final =
-        steady ? result.predicted.steady_state_iteration_time_s : result.predicted.iteration_time_s;
-    result.speedup_vs_best_baseline = baseline_objective(*best_baseline) / ours_final;
-  }
+  RETURN_IF_ERROR(ChooseAnswer(search, builder, cluster, classic, options, best_baseline, &result));
+  RETURN_IF_ERROR(FinishResult(builder, options, best_baseline, &result));
   result.tuning_wall_s = search.elapsed();
   return result;
 }

@@ -65,6 +65,13 @@ struct TuneLogEntry {
   std::string detail;
 };
 
+// Where a TuneResult's plan comes from.
+enum class PlanOrigin {
+  kTuned,           // the tuner's own search
+  kBaseline,        // the best fitting baseline (`best_baseline`), which the search did not beat
+  kIgnoringMemory,  // nothing fits: the fastest plan found ignoring memory (feasible == false)
+};
+
 struct TuneResult {
   // False: nothing fits in memory. Then `plan` is the best-time plan ignoring memory and
   // `required_memory_bytes` says what each device would need for the least-memory plan found.
@@ -74,7 +81,7 @@ struct TuneResult {
 
   Plan plan;
   SimResult predicted;
-  std::string origin;  // "tuned" or "baseline:<name>" when a baseline could not be beaten
+  PlanOrigin origin = PlanOrigin::kTuned;
   std::vector<BaselineResult> baselines;
   std::string best_baseline;  // empty when no baseline fits
   double speedup_vs_best_baseline = 0;  // best fitting baseline objective / ours
@@ -83,6 +90,10 @@ struct TuneResult {
   bool budget_exhausted = false;
   std::vector<TuneLogEntry> log;
 };
+
+// The origin as text for tables, files and the planner's `origin` field: "tuned",
+// "baseline:<name>" or "infeasible".
+std::string PlanOriginText(const TuneResult& result);
 
 // kInvalidArgument for bad options (naming the field); an infeasible model is a result with
 // feasible == false, not an error.

@@ -1,5 +1,5 @@
-// Pins the tuner's promises (tuner.h): the plan is never slower than a fitting baseline, never
-// over any device's memory, the same for the same seed, optimal over its own search space on
+// Pins the tuner's promises (tuner.h): its local search improves on its best seed by a pinned
+// margin on a known case, the plan is never over any device's memory, the same for the same seed, optimal over its own search space on
 // small instances (checked against an independent brute force), isolates a heavy layer, honours
 // the steady-state objective, answers "infeasible" with a reason and per-device memory instead
 // of failing, and rejects bad options with kInvalidArgument naming the field.
@@ -88,7 +88,11 @@ void ExpectWellFormedPlan(const TuneResult& r, int L, int P, int M, const std::s
   EXPECT_TRUE(ValidatePlanShape(r.plan, L).ok()) << what << ": " << ValidatePlanShape(r.plan, L);
   EXPECT_EQ(r.plan.schedule.num_devices(), P) << what;
   EXPECT_EQ(r.predicted.devices.size(), static_cast<size_t>(P)) << what;
-  EXPECT_GT(r.predicted.iteration_time_s, 0) << what;
+  // The iteration spans at least the busiest device's work.
+  for (size_t d = 0; d < r.predicted.devices.size(); ++d) {
+    EXPECT_LE(r.predicted.devices[d].busy_s, r.predicted.iteration_time_s * (1 + 1e-12))
+        << what << " device " << d;
+  }
 }
 
 // Every device of a feasible answer is within its usable memory.
@@ -104,7 +108,7 @@ void ExpectWithinMemory(const TuneResult& r, const Cluster& cluster, const std::
 }
 
 // ---------------------------------------------------------------------------------------------
-// Never slower than a fitting baseline.
+// Zoo models: a well-formed plan within memory, or an infeasible answer.
 
 struct ZooCase {
   std::string model;
@@ -112,7 +116,7 @@ struct ZooCase {
   int microbatches;
 };
 
-TEST(TunerTest, NeverSlowerThanAnyFittingBaselineOnZooModels) {
+TEST(TunerTest, ZooModelsGetAPlanWithinMemoryOrAnInfeasibleAnswer) {
   const Cluster cluster = Preset("h100-1node");
   const CostModel cost;
   // deepseek-v3 (671B parameters) cannot fit on 8 H100s: there the answer must be infeasible.
@@ -137,14 +141,10 @@ TEST(TunerTest, NeverSlowerThanAnyFittingBaselineOnZooModels) {
     }
     ExpectWellFormedPlan(*r, model.num_layers(), c.devices, c.microbatches, what);
     ExpectWithinMemory(*r, cluster, what);
-    for (const BaselineResult& b : r->baselines) {
-      if (!b.ran || !b.fits) continue;
-      EXPECT_LE(r->predicted.iteration_time_s, b.result.iteration_time_s * (1 + 1e-12))
-          << what << ": slower than " << b.name << " (origin " << r->origin << ")";
-    }
+    // (That the plan is never slower than a fitting baseline holds by construction — a baseline
+    // that wins is returned — so it is not what this pins; see LocalSearchImproves... below.)
     if (best != nullptr) {
       EXPECT_EQ(r->best_baseline, best->name) << what;
-      EXPECT_GE(r->speedup_vs_best_baseline, 1.0 - 1e-12) << what;
       EXPECT_NEAR(r->speedup_vs_best_baseline,
                   best->result.iteration_time_s / r->predicted.iteration_time_s, 1e-12)
           << what;
@@ -170,7 +170,7 @@ TEST(TunerTest, PlanStaysWithinEveryDevicesMemoryEvenWhenBaselinesDoNot) {
     if (gb == 50.0) {
       EXPECT_EQ(BestFittingBaseline(r->baselines, false), nullptr)
           << what << ": the tight case should be one no baseline survives";
-      EXPECT_EQ(r->origin, "tuned") << what;
+      EXPECT_EQ(r->origin, PlanOrigin::kTuned) << what;
     }
   }
 }
@@ -340,7 +340,7 @@ void ExpectTunerFindsTheBruteForceOptimum(const SmallCase& c) {
   const double got = Objective(r->predicted, c.steady);
   EXPECT_LE(got, want * (1 + 1e-9))
       << c.label << ": brute force " << brute << ", best baseline " << baseline << " ("
-      << (best ? best->name : "none") << "), tuner " << got << " (origin " << r->origin << ")";
+      << (best ? best->name : "none") << "), tuner " << got << " (origin " << PlanOriginText(*r) << ")";
   ExpectWithinMemory(*r, c.cluster, c.label);
 
   // The prediction is what the simulator says of the returned plan.
@@ -437,9 +437,70 @@ TEST(TunerTest, IsolatesOneHeavyLayerAndBeatsOneFOneB) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The tuner's own search (not its final choice between its plan and a baseline).
+
+// The best objective the seeding phases reached ("classic" and "seed" log entries), i.e. the
+// incumbent the local search starts from.
+double BestSeedObjective(const TuneResult& r) {
+  double best = kInf;
+  for (const TuneLogEntry& e : r.log) {
+    if (e.phase == "classic" || e.phase == "seed") best = std::min(best, e.after_s);
+  }
+  return best;
+}
+
+// The local search (partition, rebalance, placement and schedule phases) is what makes the plan,
+// not the final choice between the plan and a baseline: on llama3-8b over 8 H100s (M = 16) it
+// improves on the best seed — every classic order on balanced and even partitions and every
+// placement family with each seed policy — by more than 3% (5.5% when this was pinned: 0.896 s
+// to 0.847 s), and the plan is its own, more than 1.2x faster than the best fitting baseline
+// (ZB-V, 1.30x when pinned). The clock is frozen, so the search runs to convergence.
+TEST(TunerTest, LocalSearchImprovesOnTheBestSeedByAPinnedMargin) {
+  const Cluster cluster = Preset("h100-1node");
+  const CostModel cost;
+  absl::StatusOr<TuneResult> r = Tune(Zoo("llama3-8b"), cluster, cost, Options(8, 16, FrozenClock()));
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->feasible) << r->infeasible_reason;
+  EXPECT_FALSE(r->budget_exhausted);
+  EXPECT_EQ(r->origin, PlanOrigin::kTuned) << PlanOriginText(*r);
+  const double seed = BestSeedObjective(*r);
+  ASSERT_LT(seed, kInf) << "no seed fitted";
+  const double got = r->predicted.iteration_time_s;
+  EXPECT_LT(got, 0.97 * seed) << "local search: best seed " << seed << " s, plan " << got << " s";
+  const BaselineResult* best = BestFittingBaseline(r->baselines, false);
+  ASSERT_NE(best, nullptr);
+  EXPECT_GT(r->speedup_vs_best_baseline, 1.2) << "best baseline " << best->name;
+  ExpectWithinMemory(*r, cluster, "llama3-8b P=8");
+}
+
+// The steady-state objective is honoured: the plan tuned for it has a steady-state period no
+// longer than the plan tuned for the synchronous objective (same model, cluster and seed), and
+// clearly shorter where overlapping iterations pay (llama3-8b over 8 devices).
+TEST(TunerTest, SteadyStateObjectiveGivesAPeriodNoLongerThanTheSynchronousPlans) {
+  const Cluster cluster = Preset("h100-1node");
+  const CostModel cost;
+  for (const ZooCase& c : std::vector<ZooCase>{{"llama3-8b", 8, 16}, {"nemotron-h-8b", 4, 16}}) {
+    const std::string what = absl::StrCat(c.model, " P=", c.devices);
+    TunerOptions o = Options(c.devices, c.microbatches, FrozenClock());
+    absl::StatusOr<TuneResult> sync = Tune(Zoo(c.model), cluster, cost, o);
+    o.objective = Objective::kSteadyState;
+    absl::StatusOr<TuneResult> steady = Tune(Zoo(c.model), cluster, cost, o);
+    ASSERT_TRUE(sync.ok() && steady.ok()) << what;
+    ASSERT_TRUE(sync->feasible && steady->feasible) << what;
+    const double period = steady->predicted.steady_state_iteration_time_s;
+    const double sync_period = sync->predicted.steady_state_iteration_time_s;
+    EXPECT_LE(period, sync_period * (1 + 1e-9)) << what;
+    // llama3-8b: 0.818 s against 0.847 s (3.5%) when pinned.
+    if (c.model == "llama3-8b") {
+      EXPECT_LT(period, 0.98 * sync_period) << what;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 // The steady-state objective.
 
-TEST(TunerTest, SteadyStateObjectiveBeatsEveryFittingBaselinesSteadyState) {
+TEST(TunerTest, SteadyStateObjectiveJudgesTheBaselinesBySteadyState) {
   const Cluster cluster = Preset("h100-1node");
   const CostModel cost;
   for (const ZooCase& c : std::vector<ZooCase>{{"llama3-8b", 8, 16}, {"nemotron-h-8b", 4, 16}}) {
@@ -450,15 +511,8 @@ TEST(TunerTest, SteadyStateObjectiveBeatsEveryFittingBaselinesSteadyState) {
     ASSERT_TRUE(r.ok()) << what << ": " << r.status();
     ASSERT_TRUE(r->feasible) << what << ": " << r->infeasible_reason;
     ExpectWithinMemory(*r, cluster, what);
-    int fitting = 0;
-    for (const BaselineResult& b : r->baselines) {
-      if (!b.ran || !b.fits) continue;
-      ++fitting;
-      EXPECT_LE(r->predicted.steady_state_iteration_time_s,
-                b.result.steady_state_iteration_time_s * (1 + 1e-12))
-          << what << ": slower than " << b.name;
-    }
-    EXPECT_GT(fitting, 0) << what;
+    // (Never slower than a fitting baseline holds by construction; what this pins is that the
+    // best baseline and the speed-up are judged by the steady-state objective.)
     const BaselineResult* best = BestFittingBaseline(r->baselines, true);
     ASSERT_NE(best, nullptr);
     EXPECT_EQ(r->best_baseline, best->name) << what;
@@ -480,7 +534,8 @@ TEST(TunerTest, ModelTooLargeIsAnInfeasibleAnswerWithPerDeviceMemory) {
   absl::StatusOr<TuneResult> r = Tune(model, cluster, cost, Options(2, 8, FrozenClock()));
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_FALSE(r->feasible);
-  EXPECT_EQ(r->origin, "infeasible");
+  EXPECT_EQ(r->origin, PlanOrigin::kIgnoringMemory);
+  EXPECT_EQ(PlanOriginText(*r), "infeasible");
   EXPECT_NE(r->infeasible_reason.find("does not fit"), std::string::npos)
       << r->infeasible_reason;
   ASSERT_EQ(r->required_memory_bytes.size(), 2u);

@@ -14,15 +14,7 @@ absl::string_view PlanKindLabel(PlanKind kind) {
   return "unknown";
 }
 
-absl::string_view ReplanReasonLabel(ReplanReason reason) {
-  switch (reason) {
-    case ReplanReason::kMeasured: return "measured";
-    case ReplanReason::kNodeFailure: return "node_failure";
-    case ReplanReason::kDrain: return "drain";
-    case ReplanReason::kNodeJoin: return "node_join";
-  }
-  return "unknown";
-}
+absl::string_view ReplanReasonLabel(ReplanReason reason) { return ReplanReasonName(reason); }
 
 const std::vector<double>& PlannerMetrics::TuningSecondsBuckets() {
   static const auto* buckets =

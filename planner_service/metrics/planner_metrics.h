@@ -31,6 +31,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "planner_service/metrics/metrics.h"
+#include "planner_service/replan_reason.h"
 
 namespace octopipe::metrics {
 
@@ -39,9 +40,10 @@ enum class PlanKind { kOneshot, kJob };
 inline constexpr int kNumPlanKinds = 2;
 absl::string_view PlanKindLabel(PlanKind kind);  // "oneshot", "job"
 
-// Value of the `reason` label of octopipe_replans_total.
-enum class ReplanReason { kMeasured, kNodeFailure, kDrain, kNodeJoin };
-inline constexpr int kNumReplanReasons = 4;
+// The `reason` label of octopipe_replans_total: the one ReplanReason enum
+// (planner_service/replan_reason.h), by ReplanReasonName; kInitial is not a re-plan and has no
+// child.
+using ::octopipe::ReplanReason;
 absl::string_view ReplanReasonLabel(ReplanReason reason);  // "measured", "node_failure", ...
 
 struct PlannerMetrics {
