@@ -40,16 +40,12 @@ bool IsBool(const std::string& s) {
   return l == "true" || l == "false" || l == "1" || l == "0";
 }
 
-// The help column: `help` with its default appended, re-wrapped to kHelpWidth columns (CLI11
-// indents the continuation lines under the first).
-constexpr size_t kHelpWidth = 68;
-
-std::string Describe(const std::string& help, const std::string& default_text) {
-  const std::string text = absl::StrCat(absl::StrReplaceAll(help, {{"\n", " "}}),
-                                        " (default: ", default_text, ")");
+// `text` with its line breaks dropped, re-wrapped at `width` columns.
+std::string Wrap(const std::string& text, size_t width) {
   std::string out, line;
-  for (absl::string_view word : absl::StrSplit(text, ' ', absl::SkipEmpty())) {
-    if (!line.empty() && line.size() + 1 + word.size() > kHelpWidth) {
+  for (absl::string_view word :
+       absl::StrSplit(absl::StrReplaceAll(text, {{"\n", " "}}), ' ', absl::SkipEmpty())) {
+    if (!line.empty() && line.size() + 1 + word.size() > width) {
       absl::StrAppend(&out, line, "\n");
       line.clear();
     }
@@ -58,10 +54,16 @@ std::string Describe(const std::string& help, const std::string& default_text) {
   return out + line;
 }
 
+// The help column of a flag: its help with the default appended, wrapped to fit beside the
+// flag names (CLI11 indents the continuation lines under the first).
+std::string Describe(const std::string& help, const std::string& default_text) {
+  return Wrap(absl::StrCat(help, " (default: ", default_text, ")"), 68);
+}
+
 }  // namespace
 
 CommandLine::CommandLine(const std::string& command, const std::string& summary)
-    : app_(std::make_unique<CLI::App>(summary, "octopipe " + command)) {
+    : app_(std::make_unique<CLI::App>(Wrap(summary, 96) + "\n", "octopipe " + command)) {
   app_->allow_extras();  // collected and reported as "unknown flag" by Parse
   app_->get_formatter()->column_width(30);
 }

@@ -175,6 +175,17 @@ int Watch(const JobsOptions& o, proto::Planner::Stub& stub, std::ostream& out,
   return 0;
 }
 
+std::string Summary(const std::string& sub) {
+  if (sub == "create") {
+    return "Creates a job on the planner: it tunes a first plan in the background and re-plans "
+           "from measured times and node changes (watch it with `octopipe jobs watch`).";
+  }
+  if (sub == "list") return "Lists the planner's jobs with their state and current version.";
+  if (sub == "get") return "Shows one job: its state, last error and current plan version.";
+  if (sub == "delete") return "Deletes a job with its plan versions and calibration.";
+  return "Prints the job's plan versions as the planner publishes them.";
+}
+
 using Subcommand = int (*)(const JobsOptions&, proto::Planner::Stub&, std::ostream&,
                            std::ostream&);
 
@@ -201,7 +212,7 @@ int RunJobs(const std::vector<std::string>& all_args, std::ostream& out, std::os
     return 2;
   }
   JobsOptions o;
-  CommandLine flags(absl::StrCat("jobs ", sub), "Manage jobs on a running octopipe-planner.");
+  CommandLine flags(absl::StrCat("jobs ", sub), Summary(sub));
   DeclareFlags(sub, flags, o);
   if (absl::Status s = flags.Parse({all_args.begin() + 1, all_args.end()}); !s.ok()) {
     return Fail(err, s, 2);

@@ -153,6 +153,8 @@ std::string Replace(absl::string_view from, absl::string_view to) {
 
 TEST(ProfileImporterTest, ErrorsNameTheJsonPath) {
   ExpectError("{", "JSON parse error");
+  ExpectError(Replace("\"forward_ms\": 3", "\"forward_ms\": 1e999"), "number overflow");
+  ExpectError(Replace("\"forward_ms\": 3", "\"forward_ms\": 3,"), "JSON parse error");
   ExpectError("[]", "must be a JSON object");
   ExpectError(Replace("gpt-13B", "gpt-99B"), "model 'gpt-99B' has no known architecture");
   ExpectError(Replace("\"ms\"", "\"s\""), "units must be \"ms\"");
