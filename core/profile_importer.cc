@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <map>
+#include <set>
+#include <string>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -197,13 +199,29 @@ struct RawLayer {
   double forward_ms = 0, backward_ms = 0;
 };
 
-// Step 1: the document as a JSON object.
+// Step 1: the document as a JSON object. A key repeated within one object is an error (JSON
+// leaves its meaning open; nlohmann-json would silently keep the last).
 absl::StatusOr<json> ParseDocument(absl::string_view text) {
+  std::vector<std::set<std::string>> open_objects;
+  std::string duplicate;
+  const json::parser_callback_t check_keys = [&](int, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::object_start) open_objects.emplace_back();
+    if (event == json::parse_event_t::object_end) open_objects.pop_back();
+    if (event == json::parse_event_t::key && duplicate.empty() &&
+        !open_objects.back().insert(parsed.get<std::string>()).second) {
+      duplicate = parsed.get<std::string>();
+    }
+    return true;
+  };
   json doc;
   try {
-    doc = json::parse(text.begin(), text.end());
+    doc = json::parse(text.begin(), text.end(), check_keys);
   } catch (const json::exception& e) {  // parse_error, or out_of_range for 1e999
     return absl::InvalidArgumentError(absl::StrCat("profile: JSON parse error: ", e.what()));
+  }
+  if (!duplicate.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("profile: JSON parse error: duplicate key '", duplicate, "'"));
   }
   if (!doc.is_object()) return FieldError("(document)", "must be a JSON object");
   return doc;
