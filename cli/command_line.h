@@ -10,7 +10,8 @@
 //  - One-line errors that name the flag and the value, as absl::Status kInvalidArgument:
 //    "unknown flag --devcies", "--devices: expected an integer, got 'x'",
 //    "--json: expected true or false, got 'maybe'". Positional arguments are rejected.
-// Accepts --name=value and --name value; booleans also bare --name. Flags live only in cli/
+// Accepts --name=value and --name value; booleans also bare --name. A flag given twice takes the
+// last value. Flags live only in cli/
 // (libraries never read flags). Not thread-safe; one instance per parse.
 #ifndef OCTOPIPE_CLI_COMMAND_LINE_H_
 #define OCTOPIPE_CLI_COMMAND_LINE_H_

@@ -42,6 +42,15 @@ TEST(CommandLineTest, ParsesEveryTypeAndBothForms) {
   EXPECT_FALSE(flags.help_requested());
 }
 
+TEST(CommandLineTest, AFlagGivenTwiceTakesTheLastValue) {
+  Values v;
+  CommandLine flags("plan", "summary");
+  Declare(flags, v);
+  ASSERT_TRUE(flags.Parse({"--devices=2", "--json", "--devices", "3", "--json=false"}).ok());
+  EXPECT_EQ(v.devices, 3);
+  EXPECT_FALSE(v.json);
+}
+
 TEST(CommandLineTest, OldHyphenatedSpellingsAreHiddenAliases) {
   Values v;
   CommandLine flags("plan", "summary");
