@@ -65,8 +65,8 @@ std::string Describe(const std::string& help, const std::string& default_text) {
 CommandLine::CommandLine(const std::string& command, const std::string& summary)
     : app_(std::make_unique<CLI::App>(Wrap(summary, 96) + "\n", "octopipe " + command)) {
   app_->allow_extras();  // collected and reported as "unknown flag" by Parse
-  // A flag given twice takes the last value, so a wrapper script's defaults can be overridden
-  // by appending (tools/demo.sh passes its arguments after its own).
+  // A flag given twice takes the last value (as before CLI11), so a script's defaults can be
+  // overridden by appending to its command line.
   app_->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app_->get_formatter()->column_width(30);
 }
