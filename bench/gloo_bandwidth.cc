@@ -27,7 +27,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
-#include "core/json_writer.h"
+#include "core/json_text.h"
 #include "executor/gloo_transport.h"
 
 namespace {
@@ -104,14 +104,12 @@ int Run(int rank, const std::string& store_dir, size_t min_bytes, size_t max_byt
     }
     const double pingpong_s = Seconds(start);
     if (rank == 0) {
-      octopipe::JsonWriter w;
-      w.BeginObject()
-          .Field("bytes", static_cast<int64_t>(n))
-          .Field("gbytes_per_s", static_cast<double>(n) * iters / stream_s / 1e9)
-          .Field("latency_us", pingpong_s / kPingPongs / 2 * 1e6)
-          .Field("iters", iters)
-          .EndObject();
-      std::printf("%s\n", w.str().c_str());
+      const octopipe::Json line = {
+          {"bytes", static_cast<int64_t>(n)},
+          {"gbytes_per_s", static_cast<double>(n) * iters / stream_s / 1e9},
+          {"latency_us", pingpong_s / kPingPongs / 2 * 1e6},
+          {"iters", iters}};
+      std::printf("%s\n", octopipe::JsonText(line).c_str());
       std::fflush(stdout);
     }
   }

@@ -30,7 +30,7 @@
 #include "core/cluster_presets.h"
 #include "core/convert.h"
 #include "core/cost_model.h"
-#include "core/json_writer.h"
+#include "core/json_text.h"
 #include "simulator/problem_builder.h"
 #include "tuner/tuner.h"
 
@@ -181,12 +181,6 @@ int main(int argc, char** argv) {
       }
       row.r = std::move(*r);
       const TuneResult& t = row.r;
-      JsonWriter w;
-      w.BeginObject().Field("model", row.model).Field("gpus", row.gpus).Field("tp", row.tp);
-      w.Field("dp", row.dp).Field("pipeline_devices", row.devices).Field("microbatches", row.microbatches);
-      w.Field("layers", row.layers).Field("heterogeneous", row.heterogeneous);
-      w.Field("feasible", t.feasible).Field("origin", PlanOriginText(t));
-      w.Field("best_baseline", t.best_baseline);
       double base_time = 0, base_bubble = 0;
       for (const BaselineResult& b : t.baselines) {
         if (b.name == t.best_baseline) {
@@ -196,17 +190,28 @@ int main(int argc, char** argv) {
       }
       double peak = 0;
       for (const DeviceResult& d : t.predicted.devices) peak = std::max(peak, d.peak_memory_bytes);
-      w.Field("best_baseline_iteration_time_s", base_time);
-      w.Field("best_baseline_bubble_ratio", base_bubble);
-      w.Field("iteration_time_s", t.predicted.iteration_time_s);
-      w.Field("bubble_ratio", t.predicted.bubble_ratio);
-      w.Field("steady_state_bubble_ratio", t.predicted.steady_state_bubble_ratio);
-      w.Field("speedup_vs_best_baseline", t.speedup_vs_best_baseline);
-      w.Field("max_peak_memory_bytes", peak);
-      w.Field("tuning_wall_s", t.tuning_wall_s);
-      w.Field("evaluations", t.evaluations).Field("budget_exhausted", t.budget_exhausted);
-      w.EndObject();
-      std::printf("%s\n", w.str().c_str());
+      const Json line = {{"model", row.model},
+                         {"gpus", row.gpus},
+                         {"tp", row.tp},
+                         {"dp", row.dp},
+                         {"pipeline_devices", row.devices},
+                         {"microbatches", row.microbatches},
+                         {"layers", row.layers},
+                         {"heterogeneous", row.heterogeneous},
+                         {"feasible", t.feasible},
+                         {"origin", PlanOriginText(t)},
+                         {"best_baseline", t.best_baseline},
+                         {"best_baseline_iteration_time_s", base_time},
+                         {"best_baseline_bubble_ratio", base_bubble},
+                         {"iteration_time_s", t.predicted.iteration_time_s},
+                         {"bubble_ratio", t.predicted.bubble_ratio},
+                         {"steady_state_bubble_ratio", t.predicted.steady_state_bubble_ratio},
+                         {"speedup_vs_best_baseline", t.speedup_vs_best_baseline},
+                         {"max_peak_memory_bytes", peak},
+                         {"tuning_wall_s", t.tuning_wall_s},
+                         {"evaluations", t.evaluations},
+                         {"budget_exhausted", t.budget_exhausted}};
+      std::printf("%s\n", JsonText(line).c_str());
       std::fflush(stdout);
       rows.push_back(std::move(row));
     }

@@ -21,7 +21,7 @@
 #include "core/cluster_presets.h"
 #include "core/convert.h"
 #include "core/model_zoo.h"
-#include "core/json_writer.h"
+#include "core/json_text.h"
 #include "planner_service/server.h"
 #include "proto/planner.grpc.pb.h"
 
@@ -108,15 +108,19 @@ int main(int argc, char** argv) {
       };
       double sum = 0;
       for (double x : all) sum += x;
-      JsonWriter w;
-      w.BeginObject().Field("job", job.name).Field("model", job.model);
-      w.Field("pipeline_devices", job.devices).Field("clients", clients);
-      w.Field("calls", static_cast<int>(all.size())).Field("failures", failures);
-      w.Field("time_budget_s", budget).Field("workers", workers);
-      w.Field("p50_s", pct(0.50)).Field("p99_s", pct(0.99));
-      w.Field("mean_s", all.empty() ? 0 : sum / all.size());
-      w.Field("plans_per_s", all.size() / wall).EndObject();
-      std::printf("%s\n", w.str().c_str());
+      const Json line = {{"job", job.name},
+                         {"model", job.model},
+                         {"pipeline_devices", job.devices},
+                         {"clients", clients},
+                         {"calls", static_cast<int>(all.size())},
+                         {"failures", failures},
+                         {"time_budget_s", budget},
+                         {"workers", workers},
+                         {"p50_s", pct(0.50)},
+                         {"p99_s", pct(0.99)},
+                         {"mean_s", all.empty() ? 0 : sum / all.size()},
+                         {"plans_per_s", all.size() / wall}};
+      std::printf("%s\n", JsonText(line).c_str());
       std::fflush(stdout);
     }
   }

@@ -27,7 +27,7 @@ std::string ResolvePath(const std::string& path) {
   return absl::StrCat(base, "/", path);
 }
 
-void AddModelClusterFlags(FlagSet& flags, std::string* model, std::string* cluster) {
+void AddModelClusterFlags(CommandLine& flags, std::string* model, std::string* cluster) {
   flags.String("model", model,
                "model: a model file (protobuf JSON, see examples/models/), zoo:NAME\n"
                "(llama3-8b, nemotron-h-8b, jamba-v0.1, deepseek-v3, ...),\n"

@@ -13,7 +13,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "cli/flags.h"
+#include "cli/command_line.h"
 #include "core/cluster.h"
 #include "core/model_graph.h"
 #include "core/plan.h"
@@ -23,7 +23,7 @@ namespace octopipe::cli {
 std::string ResolvePath(const std::string& path);
 
 // Declares --model and --cluster with the help text above (one wording for every command).
-void AddModelClusterFlags(FlagSet& flags, std::string* model, std::string* cluster);
+void AddModelClusterFlags(CommandLine& flags, std::string* model, std::string* cluster);
 
 absl::StatusOr<ModelGraph> LoadModelArg(const std::string& spec);
 absl::StatusOr<Cluster> LoadClusterArg(const std::string& spec);

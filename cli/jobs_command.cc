@@ -2,7 +2,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "cli/flags.h"
+#include "absl/strings/str_join.h"
+#include "cli/command_line.h"
 #include "cli/inputs.h"
 #include "cli/planner_client.h"
 #include "cli/table.h"
@@ -15,7 +16,7 @@ constexpr char kUsage[] =
     "usage: octopipe jobs SUBCOMMAND --planner=HOST:PORT [flags]\n"
     "\n"
     "subcommands:\n"
-    "  create   --model=... --cluster=... [--name --devices --microbatches --time-budget]\n"
+    "  create   --model=... --cluster=... [--name --devices --microbatches --time_budget]\n"
     "  list\n"
     "  get      --job=ID\n"
     "  delete   --job=ID\n"
@@ -47,6 +48,156 @@ std::string VersionLine(const proto::PlanVersion& v) {
                          v.result().feasible() ? "" : " [INFEASIBLE]");
 }
 
+// Flags of every jobs subcommand (each declares the ones it takes).
+struct JobsOptions {
+  PlannerConnection remote;
+  std::string model, cluster, name, job;
+  int64_t devices = 0, microbatches = 0, after = 0, count = 0;
+  double time_budget = 0;
+  bool json = false;
+};
+
+void DeclareFlags(const std::string& sub, CommandLine& flags, JobsOptions& o) {
+  o.remote.AddFlags(flags);
+  flags.Bool("json", &o.json, "print protobuf JSON instead of a summary");
+  if (sub == "create") {
+    AddModelClusterFlags(flags, &o.model, &o.cluster);
+    flags.String("name", &o.name, "job name (none: its id)");
+    flags.Int("devices", &o.devices, "pipeline devices; 0 = all");
+    flags.Int("microbatches", &o.microbatches, "micro-batches; 0 = the model's");
+    flags.Double("time_budget", &o.time_budget, "tuning seconds; 0 = the planner's default");
+  }
+  if (sub == "get" || sub == "delete" || sub == "watch") flags.String("job", &o.job, "job id");
+  if (sub == "watch") {
+    flags.Int("after", &o.after, "print versions newer than this (0: the current one first)");
+    flags.Int("count", &o.count, "exit after this many versions (0: until interrupted)");
+  }
+}
+
+int Create(const JobsOptions& o, proto::Planner::Stub& stub, std::ostream& out,
+           std::ostream& err) {
+  if (o.model.empty() || o.cluster.empty()) {
+    return Fail(err, absl::InvalidArgumentError("--model and --cluster are required"), 2);
+  }
+  absl::StatusOr<ModelGraph> model = LoadModelArg(o.model);
+  if (!model.ok()) return Fail(err, model.status(), 2);
+  absl::StatusOr<Cluster> cluster = LoadClusterArg(o.cluster);
+  if (!cluster.ok()) return Fail(err, cluster.status(), 2);
+  proto::CreateJobRequest req;
+  req.set_name(o.name);
+  *req.mutable_model() = ModelToProto(*model);
+  *req.mutable_cluster() = ClusterToProto(*cluster);
+  req.mutable_options()->set_num_devices(static_cast<int>(o.devices));
+  req.mutable_options()->set_num_microbatches(static_cast<int>(o.microbatches));
+  req.mutable_options()->set_time_budget_s(o.time_budget);
+  proto::Job created;
+  auto ctx = o.remote.Context();
+  grpc::Status s = stub.CreateJob(ctx.get(), req, &created);
+  if (!s.ok()) return Fail(err, FromGrpc(s), 1);
+  out << (o.json ? ProtoToJson(created)
+                 : absl::StrCat("created ", created.id(), " (", created.name(), "), planning"))
+      << "\n";
+  return 0;
+}
+
+int List(const JobsOptions& o, proto::Planner::Stub& stub, std::ostream& out,
+         std::ostream& err) {
+  proto::ListJobsResponse resp;
+  auto ctx = o.remote.Context();
+  grpc::Status s = stub.ListJobs(ctx.get(), proto::ListJobsRequest(), &resp);
+  if (!s.ok()) return Fail(err, FromGrpc(s), 1);
+  if (o.json) {
+    out << ProtoToJson(resp) << "\n";
+    return 0;
+  }
+  TextTable t({"job", "name", "state", "version", "model", "excluded nodes"});
+  for (const proto::Job& j : resp.jobs()) {
+    t.AddRow({j.id(), j.name(), StateName(j.state()), absl::StrCat(j.current_version()),
+              j.model().name(), absl::StrJoin(j.excluded_nodes(), ",")});
+  }
+  out << t.Render();
+  return 0;
+}
+
+int Get(const JobsOptions& o, proto::Planner::Stub& stub, std::ostream& out,
+        std::ostream& err) {
+  proto::GetJobRequest req;
+  req.set_job_id(o.job);
+  proto::GetJobResponse resp;
+  auto ctx = o.remote.Context();
+  grpc::Status s = stub.GetJob(ctx.get(), req, &resp);
+  if (!s.ok()) return Fail(err, FromGrpc(s), 1);
+  if (o.json) {
+    out << ProtoToJson(resp) << "\n";
+    return 0;
+  }
+  const proto::Job& job = resp.job();
+  out << job.id() << " (" << job.name() << "): " << StateName(job.state())
+      << (job.last_error().empty() ? "" : ", " + job.last_error()) << "\n";
+  if (resp.has_current()) out << VersionLine(resp.current()) << "\n";
+  return 0;
+}
+
+int Delete(const JobsOptions& o, proto::Planner::Stub& stub, std::ostream& out,
+           std::ostream& err) {
+  proto::DeleteJobRequest req;
+  req.set_job_id(o.job);
+  proto::DeleteJobResponse resp;
+  auto ctx = o.remote.Context();
+  grpc::Status s = stub.DeleteJob(ctx.get(), req, &resp);
+  if (!s.ok()) return Fail(err, FromGrpc(s), 1);
+  out << "deleted " << o.job << "\n";
+  return 0;
+}
+
+// Prints plan versions as the planner publishes them, until --count or the stream ends.
+int Watch(const JobsOptions& o, proto::Planner::Stub& stub, std::ostream& out,
+          std::ostream& err) {
+  grpc::ClientContext watch_ctx;  // no deadline: watches run until interrupted
+  if (!o.remote.token.empty()) {
+    watch_ctx.AddMetadata("authorization", "Bearer " + o.remote.token);
+  }
+  proto::WatchPlanRequest req;
+  req.set_job_id(o.job);
+  req.set_after_version(o.after);
+  auto reader = stub.WatchPlan(&watch_ctx, req);
+  proto::PlanVersion v;
+  int64_t seen = 0;
+  while (reader->Read(&v)) {
+    out << (o.json ? ProtoToJson(v) : VersionLine(v)) << std::endl;
+    if (o.count > 0 && ++seen >= o.count) {
+      watch_ctx.TryCancel();
+      return 0;
+    }
+  }
+  grpc::Status s = reader->Finish();
+  if (!s.ok() && s.error_code() != grpc::StatusCode::CANCELLED) return Fail(err, FromGrpc(s), 1);
+  return 0;
+}
+
+std::string Summary(const std::string& sub) {
+  if (sub == "create") {
+    return "Creates a job on the planner: it tunes a first plan in the background and re-plans "
+           "from measured times and node changes (watch it with `octopipe jobs watch`).";
+  }
+  if (sub == "list") return "Lists the planner's jobs with their state and current version.";
+  if (sub == "get") return "Shows one job: its state, last error and current plan version.";
+  if (sub == "delete") return "Deletes a job with its plan versions and calibration.";
+  return "Prints the job's plan versions as the planner publishes them.";
+}
+
+using Subcommand = int (*)(const JobsOptions&, proto::Planner::Stub&, std::ostream&,
+                           std::ostream&);
+
+Subcommand FindSubcommand(const std::string& sub) {
+  if (sub == "create") return Create;
+  if (sub == "list") return List;
+  if (sub == "get") return Get;
+  if (sub == "delete") return Delete;
+  if (sub == "watch") return Watch;
+  return nullptr;
+}
+
 }  // namespace
 
 int RunJobs(const std::vector<std::string>& all_args, std::ostream& out, std::ostream& err) {
@@ -55,127 +206,27 @@ int RunJobs(const std::vector<std::string>& all_args, std::ostream& out, std::os
     return all_args.empty() ? 2 : 0;
   }
   const std::string sub = all_args[0];
-  const std::vector<std::string> args(all_args.begin() + 1, all_args.end());
-  if (sub != "create" && sub != "list" && sub != "get" && sub != "delete" && sub != "watch") {
+  const Subcommand run = FindSubcommand(sub);
+  if (run == nullptr) {
     err << "octopipe jobs: unknown subcommand '" << sub << "'\n\n" << kUsage;
     return 2;
   }
-  PlannerConnection remote;
-  std::string model_spec, cluster_spec, name, job;
-  int64_t devices = 0, microbatches = 0, after = 0, count = 0;
-  double budget = 0;
-  bool json = false;
-  FlagSet flags(absl::StrCat("jobs ", sub), "Manage jobs on a running octopipe-planner.");
-  remote.AddFlags(flags);
-  flags.Bool("json", &json, "print protobuf JSON instead of a summary");
-  if (sub == "create") {
-    AddModelClusterFlags(flags, &model_spec, &cluster_spec);
-    flags.String("name", &name, "job name (default: its id)");
-    flags.Int("devices", &devices, "pipeline devices; 0 = all");
-    flags.Int("microbatches", &microbatches, "micro-batches; 0 = the model's");
-    flags.Double("time-budget", &budget, "tuning seconds; 0 = the planner's default");
+  JobsOptions o;
+  CommandLine flags(absl::StrCat("jobs ", sub), Summary(sub));
+  DeclareFlags(sub, flags, o);
+  if (absl::Status s = flags.Parse({all_args.begin() + 1, all_args.end()}); !s.ok()) {
+    return Fail(err, s, 2);
   }
-  if (sub == "get" || sub == "delete" || sub == "watch") flags.String("job", &job, "job id");
-  if (sub == "watch") {
-    flags.Int("after", &after, "print versions newer than this (0: the current one first)");
-    flags.Int("count", &count, "exit after this many versions (0: until interrupted)");
-  }
-  if (absl::Status s = flags.Parse(args); !s.ok()) return Fail(err, s, 2);
   if (flags.help_requested()) {
     out << flags.Usage();
     return 0;
   }
-  if ((sub == "get" || sub == "delete" || sub == "watch") && job.empty()) {
+  if ((sub == "get" || sub == "delete" || sub == "watch") && o.job.empty()) {
     return Fail(err, absl::InvalidArgumentError("--job: a job id is required"), 2);
   }
-  auto stub = remote.Connect();
+  auto stub = o.remote.Connect();
   if (!stub.ok()) return Fail(err, stub.status(), 2);
-  auto ctx = remote.Context();
-
-  if (sub == "create") {
-    if (model_spec.empty() || cluster_spec.empty()) {
-      return Fail(err, absl::InvalidArgumentError("--model and --cluster are required"), 2);
-    }
-    absl::StatusOr<ModelGraph> model = LoadModelArg(model_spec);
-    if (!model.ok()) return Fail(err, model.status(), 2);
-    absl::StatusOr<Cluster> cluster = LoadClusterArg(cluster_spec);
-    if (!cluster.ok()) return Fail(err, cluster.status(), 2);
-    proto::CreateJobRequest req;
-    req.set_name(name);
-    *req.mutable_model() = ModelToProto(*model);
-    *req.mutable_cluster() = ClusterToProto(*cluster);
-    req.mutable_options()->set_num_devices(static_cast<int>(devices));
-    req.mutable_options()->set_num_microbatches(static_cast<int>(microbatches));
-    req.mutable_options()->set_time_budget_s(budget);
-    proto::Job created;
-    grpc::Status s = (*stub)->CreateJob(ctx.get(), req, &created);
-    if (!s.ok()) return Fail(err, FromGrpc(s), 1);
-    out << (json ? ProtoToJson(created) : absl::StrCat("created ", created.id(), " (",
-                                                       created.name(), "), planning"))
-        << "\n";
-    return 0;
-  }
-  if (sub == "list") {
-    proto::ListJobsResponse resp;
-    grpc::Status s = (*stub)->ListJobs(ctx.get(), proto::ListJobsRequest(), &resp);
-    if (!s.ok()) return Fail(err, FromGrpc(s), 1);
-    if (json) {
-      out << ProtoToJson(resp) << "\n";
-      return 0;
-    }
-    TextTable t({"job", "name", "state", "version", "model", "excluded nodes"});
-    for (const proto::Job& j : resp.jobs()) {
-      std::string excluded;
-      for (const std::string& n : j.excluded_nodes()) absl::StrAppend(&excluded, excluded.empty() ? "" : ",", n);
-      t.AddRow({j.id(), j.name(), StateName(j.state()), absl::StrCat(j.current_version()),
-                j.model().name(), excluded});
-    }
-    out << t.Render();
-    return 0;
-  }
-  if (sub == "get") {
-    proto::GetJobRequest req;
-    req.set_job_id(job);
-    proto::GetJobResponse resp;
-    grpc::Status s = (*stub)->GetJob(ctx.get(), req, &resp);
-    if (!s.ok()) return Fail(err, FromGrpc(s), 1);
-    if (json) {
-      out << ProtoToJson(resp) << "\n";
-    } else {
-      out << resp.job().id() << " (" << resp.job().name() << "): " << StateName(resp.job().state())
-          << (resp.job().last_error().empty() ? "" : ", " + resp.job().last_error()) << "\n";
-      if (resp.has_current()) out << VersionLine(resp.current()) << "\n";
-    }
-    return 0;
-  }
-  if (sub == "delete") {
-    proto::DeleteJobRequest req;
-    req.set_job_id(job);
-    proto::DeleteJobResponse resp;
-    grpc::Status s = (*stub)->DeleteJob(ctx.get(), req, &resp);
-    if (!s.ok()) return Fail(err, FromGrpc(s), 1);
-    out << "deleted " << job << "\n";
-    return 0;
-  }
-  // watch
-  grpc::ClientContext watch_ctx;  // no deadline: watches run until interrupted
-  if (!remote.token.empty()) watch_ctx.AddMetadata("authorization", "Bearer " + remote.token);
-  proto::WatchPlanRequest req;
-  req.set_job_id(job);
-  req.set_after_version(after);
-  auto reader = (*stub)->WatchPlan(&watch_ctx, req);
-  proto::PlanVersion v;
-  int64_t seen = 0;
-  while (reader->Read(&v)) {
-    out << (json ? ProtoToJson(v) : VersionLine(v)) << std::endl;
-    if (count > 0 && ++seen >= count) {
-      watch_ctx.TryCancel();
-      return 0;
-    }
-  }
-  grpc::Status s = reader->Finish();
-  if (!s.ok() && s.error_code() != grpc::StatusCode::CANCELLED) return Fail(err, FromGrpc(s), 1);
-  return 0;
+  return run(o, **stub, out, err);
 }
 
 }  // namespace octopipe::cli

@@ -1,4 +1,5 @@
-// The `octopipe` command: the one place flags are parsed and pieces wired together.
+// The `octopipe` command: picks the subcommand; each one parses its own flags (CLI11, see
+// cli/command_line.h) and wires its pieces together.
 #include <iostream>
 #include <string>
 #include <vector>
@@ -10,35 +11,61 @@
 
 namespace {
 
-constexpr char kUsage[] =
-    "usage: octopipe COMMAND [flags]\n"
-    "\n"
-    "OctoPipe plans and simulates pipeline-parallel training of heterogeneous LLMs.\n"
-    "\n"
-    "commands:\n"
-    "  simulate   evaluate pipeline schedules (or a plan file) with the DAG simulator\n"
-    "  plan       tune partition, placement and schedule; compare with every baseline\n"
-    "             (locally, or on a running planner with --planner=HOST:PORT)\n"
-    "  jobs       create, list, get, delete and watch jobs on a running planner\n"
-    "  train      run a plan on the reference model with one process per rank (Gloo)\n"
-    "  help       print this text\n"
-    "\n"
-    "Run `octopipe COMMAND --help` for the flags of a command.\n";
+struct Command {
+  const char* name;
+  const char* summary;  // lines after the first are indented under it
+  int (*run)(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+};
+
+constexpr Command kCommands[] = {
+    {"simulate", "evaluate pipeline schedules (or a plan file) with the DAG simulator",
+     octopipe::cli::RunSimulate},
+    {"plan",
+     "tune partition, placement and schedule; compare with every baseline\n"
+     "(locally, or on a running planner with --planner=HOST:PORT)",
+     octopipe::cli::RunPlan},
+    {"jobs", "create, list, get, delete and watch jobs on a running planner",
+     octopipe::cli::RunJobs},
+    {"train", "run a plan on the reference model with one process per rank (Gloo)",
+     octopipe::cli::RunTrain},
+};
+
+std::string Usage() {
+  std::string out =
+      "usage: octopipe COMMAND [flags]\n"
+      "\n"
+      "OctoPipe plans and simulates pipeline-parallel training of heterogeneous LLMs.\n"
+      "\n"
+      "commands:\n";
+  for (const Command& c : kCommands) {
+    std::string line = std::string("  ") + c.name;
+    line.resize(13, ' ');
+    for (const char* p = c.summary; *p != '\0'; ++p) {
+      line += *p;
+      if (*p == '\n') line += std::string(13, ' ');
+    }
+    out += line + "\n";
+  }
+  out +=
+      "  help       print this text\n"
+      "\n"
+      "Run `octopipe COMMAND --help` for the flags of a command.\n";
+  return out;
+}
 
 }  // namespace
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "help" || args[0] == "--help" || args[0] == "-h") {
-    std::cout << kUsage;
+    std::cout << Usage();
     return args.empty() ? 2 : 0;
   }
   const std::string command = args[0];
   args.erase(args.begin());
-  if (command == "simulate") return octopipe::cli::RunSimulate(args, std::cout, std::cerr);
-  if (command == "plan") return octopipe::cli::RunPlan(args, std::cout, std::cerr);
-  if (command == "jobs") return octopipe::cli::RunJobs(args, std::cout, std::cerr);
-  if (command == "train") return octopipe::cli::RunTrain(args, std::cout, std::cerr);
-  std::cerr << "octopipe: unknown command '" << command << "'\n\n" << kUsage;
+  for (const Command& c : kCommands) {
+    if (command == c.name) return c.run(args, std::cout, std::cerr);
+  }
+  std::cerr << "octopipe: unknown command '" << command << "'\n\n" << Usage();
   return 2;
 }

@@ -3,16 +3,18 @@
 #include <cmath>
 #include <map>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "cli/flags.h"
+#include "cli/command_line.h"
 #include "cli/inputs.h"
 #include "cli/planner_client.h"
 #include "cli/table.h"
 #include "core/convert.h"
 #include "core/file_io.h"
-#include "core/json_writer.h"
+#include "core/json_text.h"
+#include "core/status_macros.h"
 #include "simulator/trace.h"
 #include "tuner/tuner.h"
 
@@ -47,76 +49,82 @@ double PeakMax(const SimResult& r) {
   return m;
 }
 
-void WriteJson(std::ostream& out, const ModelGraph& model, const TuneResult& t) {
-  JsonWriter w;
-  w.BeginObject();
-  w.Field("feasible", t.feasible);
-  if (!t.feasible) {
-    w.Field("infeasible_reason", t.infeasible_reason);
-    w.Key("required_memory_bytes").BeginArray();
-    for (double b : t.required_memory_bytes) w.Number(b);
-    w.EndArray();
+Json PlanJson(const ModelGraph& model, const Plan& plan) {
+  Json partition = Json::array(), placement = Json::array(), schedule = Json::array();
+  for (const StageAssignment& st : plan.stages) {
+    partition.push_back({{"first_layer", st.first_layer},
+                         {"last_layer", st.last_layer},
+                         {"recompute", st.recompute},
+                         {"kinds", KindsOf(model, st)}});
+    placement.push_back(st.device);
   }
-  w.Field("origin", PlanOriginText(t));
-  w.Key("plan").BeginObject();
-  w.Field("num_devices", t.plan.num_devices).Field("num_microbatches", t.plan.num_microbatches);
-  w.Key("partition").BeginArray();
-  for (const StageAssignment& st : t.plan.stages) {
-    w.BeginObject().Field("first_layer", st.first_layer).Field("last_layer", st.last_layer);
-    w.Field("recompute", st.recompute).Field("kinds", KindsOf(model, st)).EndObject();
+  for (const auto& ops : plan.schedule.ops) {
+    Json device = Json::array();
+    for (const Op& op : ops) device.push_back(OpToString(op));
+    schedule.push_back(std::move(device));
   }
-  w.EndArray();
-  w.Key("placement").BeginArray();
-  for (const StageAssignment& st : t.plan.stages) w.Int(st.device);
-  w.EndArray();
-  w.Key("schedule").BeginArray();
-  for (const auto& ops : t.plan.schedule.ops) {
-    w.BeginArray();
-    for (const Op& op : ops) w.String(OpToString(op));
-    w.EndArray();
-  }
-  w.EndArray().EndObject();
-  w.Key("predicted").BeginObject();
-  w.Field("iteration_time_s", t.predicted.iteration_time_s);
-  w.Field("bubble_ratio", t.predicted.bubble_ratio);
-  w.Field("steady_state_iteration_time_s", t.predicted.steady_state_iteration_time_s);
-  w.Field("steady_state_bubble_ratio", t.predicted.steady_state_bubble_ratio);
-  w.Field("tokens_per_s", t.predicted.tokens_per_s);
-  w.Key("peak_memory_bytes").BeginArray();
-  for (const DeviceResult& d : t.predicted.devices) w.Number(d.peak_memory_bytes);
-  w.EndArray().EndObject();
-  w.Key("baselines").BeginObject();
-  for (const BaselineResult& b : t.baselines) {
-    w.Key(b.name).BeginObject();
+  return {{"num_devices", plan.num_devices},
+          {"num_microbatches", plan.num_microbatches},
+          {"partition", std::move(partition)},
+          {"placement", std::move(placement)},
+          {"schedule", std::move(schedule)}};
+}
+
+Json PredictedJson(const SimResult& p) {
+  Json peaks = Json::array();
+  for (const DeviceResult& d : p.devices) peaks.push_back(d.peak_memory_bytes);
+  return {{"iteration_time_s", p.iteration_time_s},
+          {"bubble_ratio", p.bubble_ratio},
+          {"steady_state_iteration_time_s", p.steady_state_iteration_time_s},
+          {"steady_state_bubble_ratio", p.steady_state_bubble_ratio},
+          {"tokens_per_s", p.tokens_per_s},
+          {"peak_memory_bytes", std::move(peaks)}};
+}
+
+Json BaselinesJson(const std::vector<BaselineResult>& baselines) {
+  Json out = Json::object();
+  for (const BaselineResult& b : baselines) {
     if (!b.ran) {
-      w.Field("error", b.error).Field("fits", false);
-    } else {
-      w.Field("iteration_time_s", b.result.iteration_time_s);
-      w.Field("bubble_ratio", b.result.bubble_ratio);
-      w.Field("steady_state_iteration_time_s", b.result.steady_state_iteration_time_s);
-      w.Field("steady_state_bubble_ratio", b.result.steady_state_bubble_ratio);
-      w.Field("peak_memory_bytes", PeakMax(b.result));
-      w.Field("fits", b.fits);
+      out[b.name] = {{"error", b.error}, {"fits", false}};
+      continue;
     }
-    w.EndObject();
+    out[b.name] = {{"iteration_time_s", b.result.iteration_time_s},
+                   {"bubble_ratio", b.result.bubble_ratio},
+                   {"steady_state_iteration_time_s", b.result.steady_state_iteration_time_s},
+                   {"steady_state_bubble_ratio", b.result.steady_state_bubble_ratio},
+                   {"peak_memory_bytes", PeakMax(b.result)},
+                   {"fits", b.fits}};
   }
-  w.EndObject();
-  w.Field("best_baseline", t.best_baseline);
-  if (t.best_baseline.empty()) {
-    w.Key("speedup_vs_best_baseline").Null();
-  } else {
-    w.Field("speedup_vs_best_baseline", t.speedup_vs_best_baseline);
+  return out;
+}
+
+// The --json document: feasibility, the plan, its prediction, every baseline and the log.
+Json TuneResultJson(const ModelGraph& model, const TuneResult& t) {
+  Json j = {{"feasible", t.feasible}};
+  if (!t.feasible) {
+    j["infeasible_reason"] = t.infeasible_reason;
+    j["required_memory_bytes"] = t.required_memory_bytes;
   }
-  w.Field("tuning_wall_s", t.tuning_wall_s);
-  w.Field("evaluations", t.evaluations);
-  w.Key("log").BeginArray();
+  j["origin"] = PlanOriginText(t);
+  j["plan"] = PlanJson(model, t.plan);
+  j["predicted"] = PredictedJson(t.predicted);
+  j["baselines"] = BaselinesJson(t.baselines);
+  j["best_baseline"] = t.best_baseline;
+  j["speedup_vs_best_baseline"] =
+      t.best_baseline.empty() ? Json(nullptr) : Json(t.speedup_vs_best_baseline);
+  j["tuning_wall_s"] = t.tuning_wall_s;
+  j["evaluations"] = t.evaluations;
+  Json log = Json::array();
   for (const TuneLogEntry& e : t.log) {
-    w.BeginObject().Field("phase", e.phase).Field("before_s", e.before_s);
-    w.Field("after_s", e.after_s).Field("evaluations", e.evaluations);
-    w.Field("wall_s", e.wall_s).Field("detail", e.detail).EndObject();
+    log.push_back({{"phase", e.phase},
+                   {"before_s", e.before_s},
+                   {"after_s", e.after_s},
+                   {"evaluations", e.evaluations},
+                   {"wall_s", e.wall_s},
+                   {"detail", e.detail}});
   }
-  w.EndArray().EndObject();
-  out << w.str() << "\n";
+  j["log"] = std::move(log);
+  return j;
 }
 
 void WriteTables(std::ostream& out, const ModelGraph& model, const Cluster& cluster,
@@ -224,7 +232,7 @@ void WriteRemoteTables(std::ostream& out, const ModelGraph& model,
 }
 
 int RunRemotePlan(PlannerConnection& remote, const ModelGraph& model, const Cluster& cluster,
-                  const TunerOptions& t, const PlanOptions& o, const FlagSet& flags,
+                  const TunerOptions& t, const PlanOptions& o, const CommandLine& flags,
                   std::ostream& out, std::ostream& err) {
   auto stub = remote.Connect();
   if (!stub.ok()) return Fail(err, stub.status(), 2);
@@ -233,7 +241,7 @@ int RunRemotePlan(PlannerConnection& remote, const ModelGraph& model, const Clus
   *req.mutable_cluster() = ClusterToProto(cluster);
   req.mutable_options()->set_num_devices(t.num_devices);
   req.mutable_options()->set_num_microbatches(t.num_microbatches);
-  if (flags.was_set("time-budget")) req.mutable_options()->set_time_budget_s(o.time_budget);
+  if (flags.was_set("time_budget")) req.mutable_options()->set_time_budget_s(o.time_budget);
   req.mutable_options()->set_seed(t.seed);
   req.mutable_options()->set_objective(o.objective);
   req.mutable_options()->set_link_contention(o.contention);
@@ -255,32 +263,127 @@ int RunRemotePlan(PlannerConnection& remote, const ModelGraph& model, const Clus
   return resp.result().feasible() ? 0 : 3;
 }
 
-}  // namespace
-
-int RunPlan(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  PlanOptions o;
-  FlagSet flags("plan",
-                "Tunes partition, placement and schedule together (the bubble-aware tuner),\n"
-                "reports the plan, its predicted iteration time, bubble and memory, and every\n"
-                "baseline's figures in the same simulator.");
+void DeclareFlags(CommandLine& flags, PlanOptions& o, PlannerConnection& remote) {
   AddModelClusterFlags(flags, &o.model, &o.cluster);
   flags.Int("devices", &o.devices, "pipeline devices P (the cluster's first P); 0 = all");
   flags.Int("microbatches", &o.microbatches,
             "micro-batches M; 0 = the model's training.num_microbatches");
-  flags.Double("time-budget", &o.time_budget,
+  flags.Double("time_budget", &o.time_budget,
                "seconds of search; the best plan so far is returned when it runs out");
   flags.Int("seed", &o.seed, "random seed (same seed, same plan)");
   flags.Int("threads", &o.threads, "evaluation threads");
   flags.String("objective", &o.objective,
-               "synchronous (first op start to last op end) or steady-state (overlapped\n"
+               "synchronous (first op start to last op end) or steady-state (overlapped "
                "iterations); both are always reported");
   flags.String("out", &o.out, "write the plan file here (re-evaluate with simulate --plan)");
   flags.String("trace", &o.trace, "write the plan's timeline as Chrome trace JSON");
   flags.Bool("json", &o.json, "print one JSON object instead of tables");
   flags.Bool("contention", &o.contention, "serve transfers on one link one at a time");
   flags.Bool("quiet", &o.quiet, "no progress lines on stderr");
-  PlannerConnection remote;
   remote.AddFlags(flags);
+}
+
+// Step 1: the tuner's options from the flags, the model and the cluster (errors name the flag).
+absl::StatusOr<TunerOptions> ResolveTunerOptions(const PlanOptions& o, const CommandLine& flags,
+                                                 const ModelGraph& model,
+                                                 const Cluster& cluster) {
+  TunerOptions t;
+  t.num_devices = static_cast<int>(flags.was_set("devices") ? o.devices : cluster.num_devices());
+  t.num_microbatches = static_cast<int>(flags.was_set("microbatches")
+                                            ? o.microbatches
+                                            : model.training.num_microbatches);
+  if (o.objective == "synchronous") {
+    t.objective = Objective::kSynchronous;
+  } else if (o.objective == "steady-state") {
+    t.objective = Objective::kSteadyState;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--objective must be synchronous or steady-state, got '", o.objective, "'"));
+  }
+  if (o.threads < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--threads must be >= 1, got ", o.threads));
+  }
+  t.time_budget_s = o.time_budget;
+  t.seed = static_cast<uint64_t>(o.seed);
+  t.threads = static_cast<int>(o.threads);
+  t.link_contention = o.contention;
+  return t;
+}
+
+// The tuner names its option ("time_budget_s must be > 0"); the user sees the flag.
+absl::Status NameTheFlag(const absl::Status& s) {
+  std::string msg(s.message());
+  for (const auto& [option, flag] : {std::pair{"devices", "devices"},
+                                     std::pair{"microbatches", "microbatches"},
+                                     std::pair{"time_budget_s", "time_budget"}}) {
+    if (absl::StartsWith(msg, option)) {
+      msg = absl::StrCat("--", flag, msg.substr(std::string(option).size()));
+      break;
+    }
+  }
+  return absl::Status(s.code(), msg);
+}
+
+// Step 3a: --out, the plan file with its prediction (what `simulate --plan` re-evaluates).
+absl::Status WritePlanFile(const std::string& path, const TuneResult& r) {
+  proto::Plan p = PlanToProto(r.plan);
+  proto::Prediction* pred = p.mutable_predicted();
+  pred->set_iteration_time_s(r.predicted.iteration_time_s);
+  pred->set_steady_state_iteration_time_s(r.predicted.steady_state_iteration_time_s);
+  pred->set_bubble_ratio(r.predicted.bubble_ratio);
+  pred->set_steady_state_bubble_ratio(r.predicted.steady_state_bubble_ratio);
+  pred->set_tokens_per_s(r.predicted.tokens_per_s);
+  for (const DeviceResult& d : r.predicted.devices) {
+    pred->add_peak_memory_bytes(d.peak_memory_bytes);
+  }
+  absl::Status s = WriteStringToFile(ResolvePath(path), ProtoToJson(p));
+  if (!s.ok()) return absl::Status(s.code(), absl::StrCat("--out: ", s.message()));
+  return absl::OkStatus();
+}
+
+// Step 3b: --trace, the plan's timeline re-simulated with timeline recording on.
+absl::Status WritePlanTrace(const std::string& path, const ModelGraph& model,
+                            const Cluster& cluster, const CostModel& cost, bool contention,
+                            const Plan& plan) {
+  ASSIGN_OR_RETURN(PipelineProblem pb, BuildProblem(model, cluster, cost, plan));
+  pb.link_contention = contention;
+  ASSIGN_OR_RETURN(SimResult timeline, Simulate(pb, plan.schedule, EvalOptions{.timeline = true}));
+  return WriteChromeTrace(ResolvePath(path), plan.schedule, timeline,
+                          absl::StrCat(model.name, " / octopipe plan"));
+}
+
+// Step 2 (local): tune, write the requested files, print; exit 3 when infeasible.
+int RunLocalPlan(const ModelGraph& model, const Cluster& cluster, const TunerOptions& t,
+                 const PlanOptions& o, std::ostream& out, std::ostream& err) {
+  const CostModel cost;
+  absl::StatusOr<TuneResult> r = Tune(model, cluster, cost, t);
+  if (!r.ok()) return Fail(err, NameTheFlag(r.status()), 2);
+  if (!o.out.empty()) {
+    if (absl::Status s = WritePlanFile(o.out, *r); !s.ok()) return Fail(err, s, 1);
+  }
+  if (!o.trace.empty()) {
+    absl::Status s = WritePlanTrace(o.trace, model, cluster, cost, o.contention, r->plan);
+    if (!s.ok()) return Fail(err, s, 1);
+  }
+  if (o.json) {
+    out << JsonText(TuneResultJson(model, *r)) << "\n";
+  } else {
+    WriteTables(out, model, cluster, *r, t.objective == Objective::kSteadyState);
+    if (!o.out.empty()) out << "\nplan written to " << o.out << "\n";
+  }
+  return r->feasible ? 0 : 3;
+}
+
+}  // namespace
+
+int RunPlan(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  PlanOptions o;
+  PlannerConnection remote;
+  CommandLine flags("plan",
+                    "Tunes partition, placement and schedule together (the bubble-aware tuner), "
+                    "reports the plan, its predicted iteration time, bubble and memory, and "
+                    "every baseline's figures in the same simulator.");
+  DeclareFlags(flags, o, remote);
   if (absl::Status s = flags.Parse(args); !s.ok()) return Fail(err, s, 2);
   if (flags.help_requested()) {
     out << flags.Usage();
@@ -290,84 +393,18 @@ int RunPlan(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   if (!model.ok()) return Fail(err, model.status(), 2);
   absl::StatusOr<Cluster> cluster = LoadClusterArg(o.cluster);
   if (!cluster.ok()) return Fail(err, cluster.status(), 2);
-  TunerOptions t;
-  t.num_devices = static_cast<int>(flags.was_set("devices") ? o.devices : cluster->num_devices());
-  t.num_microbatches = static_cast<int>(flags.was_set("microbatches")
-                                            ? o.microbatches
-                                            : model->training.num_microbatches);
-  if (o.objective == "synchronous") {
-    t.objective = Objective::kSynchronous;
-  } else if (o.objective == "steady-state") {
-    t.objective = Objective::kSteadyState;
-  } else {
-    return Fail(err, absl::InvalidArgumentError(absl::StrCat(
-                         "--objective must be synchronous or steady-state, got '",
-                         o.objective, "'")), 2);
-  }
-  if (o.threads < 1) {
-    return Fail(err, absl::InvalidArgumentError(
-                         absl::StrCat("--threads must be >= 1, got ", o.threads)), 2);
-  }
-  t.time_budget_s = o.time_budget;
-  t.seed = static_cast<uint64_t>(o.seed);
-  t.threads = static_cast<int>(o.threads);
-  t.link_contention = o.contention;
+  absl::StatusOr<TunerOptions> t = ResolveTunerOptions(o, flags, *model, *cluster);
+  if (!t.ok()) return Fail(err, t.status(), 2);
   if (!o.quiet && !o.json) {
-    t.progress = [&err](const TuneLogEntry& e) {
+    t->progress = [&err](const TuneLogEntry& e) {
       err << absl::StrFormat("[%6.2f s] %-10s best %s (%d candidates)\n", e.wall_s, e.phase,
                              FormatSeconds(e.after_s), e.evaluations);
     };
   }
   if (!remote.address.empty()) {
-    return RunRemotePlan(remote, *model, *cluster, t, o, flags, out, err);
+    return RunRemotePlan(remote, *model, *cluster, *t, o, flags, out, err);
   }
-  const CostModel cost;
-  absl::StatusOr<TuneResult> r = Tune(*model, *cluster, cost, t);
-  if (!r.ok()) {
-    absl::Status s = r.status();
-    std::string msg(s.message());
-    for (const char* flag : {"devices", "microbatches", "time_budget_s"}) {
-      if (msg.rfind(flag, 0) == 0) {
-        msg = absl::StrCat("--", flag == std::string("time_budget_s") ? "time-budget" : flag,
-                           msg.substr(std::string(flag).size()));
-      }
-    }
-    return Fail(err, absl::Status(s.code(), msg), 2);
-  }
-  if (!o.out.empty()) {
-    proto::Plan p = PlanToProto(r->plan);
-    proto::Prediction* pred = p.mutable_predicted();
-    pred->set_iteration_time_s(r->predicted.iteration_time_s);
-    pred->set_steady_state_iteration_time_s(r->predicted.steady_state_iteration_time_s);
-    pred->set_bubble_ratio(r->predicted.bubble_ratio);
-    pred->set_steady_state_bubble_ratio(r->predicted.steady_state_bubble_ratio);
-    pred->set_tokens_per_s(r->predicted.tokens_per_s);
-    for (const DeviceResult& d : r->predicted.devices) pred->add_peak_memory_bytes(d.peak_memory_bytes);
-    if (absl::Status s = WriteStringToFile(ResolvePath(o.out), ProtoToJson(p)); !s.ok()) {
-      return Fail(err, absl::Status(s.code(), absl::StrCat("--out: ", s.message())), 1);
-    }
-  }
-  if (!o.trace.empty()) {
-    absl::StatusOr<SimResult> timeline;
-    absl::StatusOr<PipelineProblem> pb = BuildProblem(*model, *cluster, cost, r->plan);
-    if (pb.ok()) {
-      pb->link_contention = o.contention;
-      timeline = Simulate(*pb, r->plan.schedule, EvalOptions{.timeline = true});
-    } else {
-      timeline = pb.status();
-    }
-    if (!timeline.ok()) return Fail(err, timeline.status(), 1);
-    absl::Status s = WriteChromeTrace(ResolvePath(o.trace), r->plan.schedule, *timeline,
-                                      absl::StrCat(model->name, " / octopipe plan"));
-    if (!s.ok()) return Fail(err, s, 1);
-  }
-  if (o.json) {
-    WriteJson(out, *model, *r);
-  } else {
-    WriteTables(out, *model, *cluster, *r, t.objective == Objective::kSteadyState);
-    if (!o.out.empty()) out << "\nplan written to " << o.out << "\n";
-  }
-  return r->feasible ? 0 : 3;
+  return RunLocalPlan(*model, *cluster, *t, o, out, err);
 }
 
 }  // namespace octopipe::cli

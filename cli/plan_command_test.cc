@@ -13,7 +13,7 @@
 
 #include "absl/strings/str_split.h"
 #include "cli/simulate_command.h"
-#include "core/json.h"
+#include "core/json_text.h"
 #include "core/schedule.h"
 #include "gtest/gtest.h"
 
@@ -37,18 +37,21 @@ CliRun SimulateCli(std::vector<std::string> args) {
   return {code, out.str(), err.str()};
 }
 
-JsonValue JsonOf(const CliRun& r) {
-  auto j = ParseJson(r.out);
-  EXPECT_TRUE(j.ok()) << j.status() << "\n" << r.out << r.err;
-  return j.ok() ? *j : JsonValue{};
+// The output parsed (members in document order); null when it is not JSON.
+Json JsonOf(const CliRun& r) {
+  Json j = Json::parse(r.out, nullptr, /*allow_exceptions=*/false);
+  EXPECT_FALSE(j.is_discarded()) << r.out << r.err;
+  return j.is_discarded() ? Json() : j;
 }
 
-const JsonValue& Get(const JsonValue& j, const char* key) {
-  const JsonValue* v = j.Find(key);
-  EXPECT_NE(v, nullptr) << "missing " << key;
-  static const JsonValue kNull;
-  return v ? *v : kNull;
+const Json& Get(const Json& j, const char* key) {
+  static const Json kNull;
+  const bool found = j.is_object() && j.contains(key);
+  EXPECT_TRUE(found) << "missing " << key;
+  return found ? j.at(key) : kNull;
 }
+
+double Num(const Json& j) { return j.is_number() ? j.get<double>() : -1; }
 
 std::string TmpPath(const std::string& name) {
   return std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
@@ -57,7 +60,7 @@ std::string TmpPath(const std::string& name) {
 // A small real model on 4 H100s; the search converges well inside a 2 s budget.
 std::vector<std::string> Llama4(std::vector<std::string> extra = {}) {
   std::vector<std::string> args = {"--model=zoo:llama3-8b", "--cluster=preset:h100-1node",
-                                   "--devices=4", "--microbatches=16", "--time-budget=2",
+                                   "--devices=4", "--microbatches=16", "--time_budget=2",
                                    "--quiet"};
   args.insert(args.end(), extra.begin(), extra.end());
   return args;
@@ -70,71 +73,74 @@ const std::vector<std::string> kBaselines = {"gpipe",          "1f1b",  "1f1b-ba
 TEST(PlanCommandTest, JsonCarriesThePlanThePredictionAndEveryBaseline) {
   CliRun r = PlanCli(Llama4({"--json"}));
   ASSERT_EQ(r.code, 0) << r.err;
-  const JsonValue j = JsonOf(r);
-  EXPECT_TRUE(Get(j, "feasible").bool_value());
+  const Json j = JsonOf(r);
+  EXPECT_EQ(Get(j, "feasible"), true);
 
   // plan.partition covers the 66 layers contiguously; plan.placement has a device per stage.
-  const JsonValue& plan = Get(j, "plan");
-  const std::vector<JsonValue>& partition = Get(plan, "partition").items();
-  const std::vector<JsonValue>& placement = Get(plan, "placement").items();
+  const Json& plan = Get(j, "plan");
+  const Json& partition = Get(plan, "partition");
+  const Json& placement = Get(plan, "placement");
   ASSERT_FALSE(partition.empty());
   ASSERT_EQ(placement.size(), partition.size());
   int next = 0;
   for (size_t s = 0; s < partition.size(); ++s) {
-    EXPECT_EQ(Get(partition[s], "first_layer").number(), next) << "stage " << s;
-    next = static_cast<int>(Get(partition[s], "last_layer").number()) + 1;
-    const double device = placement[s].number();
+    EXPECT_EQ(Num(Get(partition[s], "first_layer")), next) << "stage " << s;
+    next = static_cast<int>(Num(Get(partition[s], "last_layer"))) + 1;
+    const double device = Num(placement[s]);
     EXPECT_TRUE(device >= 0 && device < 4) << "stage " << s << " on device " << device;
   }
   EXPECT_EQ(next, 66);
 
   // plan.schedule: one list per device of op strings such as "F3.7", every op exactly once.
-  const std::vector<JsonValue>& schedule = Get(plan, "schedule").items();
+  const Json& schedule = Get(plan, "schedule");
   ASSERT_EQ(schedule.size(), 4u);
   std::set<std::string> seen;
   size_t forwards = 0;
-  for (const JsonValue& device : schedule) {
-    for (const JsonValue& op : device.items()) {
-      absl::StatusOr<Op> parsed = ParseOp(op.string());
-      ASSERT_TRUE(parsed.ok()) << "'" << op.string() << "': " << parsed.status();
-      EXPECT_EQ(OpToString(*parsed), op.string());
-      EXPECT_TRUE(seen.insert(op.string()).second) << op.string() << " twice";
+  for (const Json& device : schedule) {
+    for (const Json& op_json : device) {
+      const std::string op = op_json.get<std::string>();
+      absl::StatusOr<Op> parsed = ParseOp(op);
+      ASSERT_TRUE(parsed.ok()) << "'" << op << "': " << parsed.status();
+      EXPECT_EQ(OpToString(*parsed), op);
+      EXPECT_TRUE(seen.insert(op).second) << op << " twice";
       if (parsed->kind == OpKind::kF) ++forwards;
     }
   }
   EXPECT_EQ(forwards, partition.size() * 16);
 
-  const JsonValue& predicted = Get(j, "predicted");
-  const double time = Get(predicted, "iteration_time_s").number();
+  const Json& predicted = Get(j, "predicted");
+  const double time = Num(Get(predicted, "iteration_time_s"));
   EXPECT_GT(time, 0);
-  const double bubble = Get(predicted, "bubble_ratio").number();
+  const double bubble = Num(Get(predicted, "bubble_ratio"));
   EXPECT_TRUE(bubble >= 0 && bubble < 1) << bubble;
-  ASSERT_EQ(Get(predicted, "peak_memory_bytes").items().size(), 4u);
-  for (const JsonValue& peak : Get(predicted, "peak_memory_bytes").items()) {
-    EXPECT_GT(peak.number(), 0);
-    EXPECT_LE(peak.number(), 80e9 - 4e9);  // an H100 less the preset's reserve
+  ASSERT_EQ(Get(predicted, "peak_memory_bytes").size(), 4u);
+  for (const Json& peak : Get(predicted, "peak_memory_bytes")) {
+    EXPECT_GT(Num(peak), 0);
+    EXPECT_LE(Num(peak), 80e9 - 4e9);  // an H100 less the preset's reserve
   }
 
   // baselines: name -> figures; the best fitting one is no faster than the plan.
-  const JsonValue& baselines = Get(j, "baselines");
-  EXPECT_EQ(baselines.keys(), kBaselines);
+  const Json& baselines = Get(j, "baselines");
+  std::vector<std::string> names;
+  for (const auto& member : baselines.items()) names.push_back(member.key());
+  EXPECT_EQ(names, kBaselines);
   double best_fitting = 1e300;
   for (const std::string& name : kBaselines) {
-    const JsonValue* b = baselines.Find(name);
-    ASSERT_NE(b, nullptr) << name;
-    EXPECT_GT(Get(*b, "iteration_time_s").number(), 0) << name;
-    EXPECT_NE(b->Find("bubble_ratio"), nullptr) << name;
-    ASSERT_TRUE(Get(*b, "fits").is_bool()) << name;
-    if (Get(*b, "fits").bool_value()) {
-      best_fitting = std::min(best_fitting, Get(*b, "iteration_time_s").number());
+    ASSERT_TRUE(baselines.contains(name)) << name;
+    const Json& b = baselines.at(name);
+    EXPECT_GT(Num(Get(b, "iteration_time_s")), 0) << name;
+    EXPECT_TRUE(b.contains("bubble_ratio")) << name;
+    ASSERT_TRUE(Get(b, "fits").is_boolean()) << name;
+    if (Get(b, "fits").get<bool>()) {
+      best_fitting = std::min(best_fitting, Num(Get(b, "iteration_time_s")));
     }
   }
   EXPECT_LE(time, best_fitting * (1 + 1e-12));
-  EXPECT_NEAR(Get(j, "speedup_vs_best_baseline").number(), best_fitting / time, 1e-9);
+  EXPECT_NEAR(Num(Get(j, "speedup_vs_best_baseline")), best_fitting / time, 1e-9);
   // The tuning time covers every phase of the search log (each stamped since the start).
-  ASSERT_FALSE(Get(j, "log").items().empty());
-  for (const JsonValue& e : Get(j, "log").items()) {
-    EXPECT_LE(Get(e, "wall_s").number(), Get(j, "tuning_wall_s").number());
+  ASSERT_FALSE(Get(j, "log").empty());
+  for (const Json& e : Get(j, "log")) {
+    EXPECT_LE(Num(Get(e, "wall_s")), Num(Get(j, "tuning_wall_s")));
   }
   EXPECT_TRUE(r.err.empty()) << "--json prints no progress: " << r.err;
 }
@@ -153,18 +159,18 @@ TEST(PlanCommandTest, PlanFileReSimulatesToTheSameIterationTime) {
   for (const Case& c : cases) {
     const std::string file = TmpPath(c.label + ".plan.json");
     std::vector<std::string> args = c.inputs;
-    for (const char* a : {"--time-budget=2", "--json", "--quiet"}) args.push_back(a);
+    for (const char* a : {"--time_budget=2", "--json", "--quiet"}) args.push_back(a);
     args.push_back("--out=" + file);
     CliRun planned = PlanCli(args);
     ASSERT_EQ(planned.code, 0) << c.label << ": " << planned.err;
-    const double want = Get(Get(JsonOf(planned), "predicted"), "iteration_time_s").number();
+    const double want = Num(Get(Get(JsonOf(planned), "predicted"), "iteration_time_s"));
 
     std::vector<std::string> sim_args = c.inputs;
     sim_args.push_back("--plan=" + file);
     sim_args.push_back("--json");
     CliRun simulated = SimulateCli(sim_args);
     ASSERT_EQ(simulated.code, 0) << c.label << ": " << simulated.err;
-    const double got = Get(JsonOf(simulated), "iteration_time_s").number();
+    const double got = Num(Get(JsonOf(simulated), "iteration_time_s"));
     EXPECT_NEAR(got, want, 1e-9 * want) << c.label;
   }
 }
@@ -185,23 +191,20 @@ TEST(PlanCommandTest, TablesNameThePlanAndEveryBaseline) {
 TEST(PlanCommandTest, TraceHasOneComputeEventPerOp) {
   const std::string trace = TmpPath("plan-trace.json");
   CliRun r = PlanCli({"--model=synthetic:layers=8,f=1,b=1,w=1", "--cluster=synthetic:devices=2",
-                   "--devices=2", "--microbatches=4", "--time-budget=2", "--json", "--quiet",
+                   "--devices=2", "--microbatches=4", "--time_budget=2", "--json", "--quiet",
                    "--trace=" + trace});
   ASSERT_EQ(r.code, 0) << r.err;
   size_t ops = 0;
-  for (const JsonValue& d : Get(Get(JsonOf(r), "plan"), "schedule").items()) {
-    ops += d.items().size();
-  }
+  const Json planned = JsonOf(r);
+  for (const Json& d : Get(Get(planned, "plan"), "schedule")) ops += d.size();
   std::ifstream in(trace);
   std::stringstream text;
   text << in.rdbuf();
-  absl::StatusOr<JsonValue> j = ParseJson(text.str());
-  ASSERT_TRUE(j.ok()) << j.status();
+  const Json j = Json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  ASSERT_FALSE(j.is_discarded()) << "trace is not JSON";
   size_t compute = 0;
-  for (const JsonValue& e : Get(*j, "traceEvents").items()) {
-    const JsonValue* ph = e.Find("ph");
-    const JsonValue* cat = e.Find("cat");
-    if (ph && ph->string() == "X" && !(cat && cat->string() == "transfer")) ++compute;
+  for (const Json& e : Get(j, "traceEvents")) {
+    if (e.value("ph", "") == "X" && e.value("cat", "") != "transfer") ++compute;
   }
   EXPECT_GT(ops, 0u);
   EXPECT_EQ(compute, ops);
@@ -210,7 +213,7 @@ TEST(PlanCommandTest, TraceHasOneComputeEventPerOp) {
 TEST(PlanCommandTest, HelpListsEveryFlag) {
   CliRun r = PlanCli({"--help"});
   EXPECT_EQ(r.code, 0);
-  for (const char* flag : {"--model", "--cluster", "--devices", "--microbatches", "--time-budget",
+  for (const char* flag : {"--model", "--cluster", "--devices", "--microbatches", "--time_budget",
                            "--seed", "--threads", "--objective", "--out", "--trace", "--json",
                            "--contention", "--quiet"}) {
     EXPECT_NE(r.out.find(flag), std::string::npos) << flag << " not in:\n" << r.out;
@@ -226,14 +229,15 @@ TEST(PlanCommandTest, BadFlagsAndValuesExitTwoNamingTheFlag) {
   const std::vector<Case> cases = {
       {{"--devcies=4"}, "unknown flag --devcies"},
       {{"--devices=x"}, "--devices: expected an integer, got 'x'"},
-      {{"--time-budget=soon"}, "--time-budget: expected a number, got 'soon'"},
+      {{"--time_budget=soon"}, "--time_budget: expected a number, got 'soon'"},
+      {{"--time-budget=soon"}, "--time_budget: expected a number, got 'soon'"},  // old spelling
       {{"--json=maybe"}, "--json: expected true or false"},
       {{"stray"}, "unexpected argument 'stray'"},
       {{"--microbatches=0"}, "--microbatches must be >= 1, got 0"},
       {{"--devices=0"}, "--devices must be >= 1, got 0"},
       {{"--devices=9"}, "--devices: 9 requested"},  // the preset has 8
       {{four_layers, "--cluster=synthetic:devices=8", "--devices=8"}, "--devices: 8 devices"},
-      {{"--time-budget=0"}, "--time-budget must be > 0, got 0"},
+      {{"--time_budget=0"}, "--time_budget must be > 0, got 0"},
       {{"--objective=fastest"}, "--objective must be synchronous or steady-state, got 'fastest'"},
       {{"--threads=0"}, "--threads must be >= 1, got 0"},
       {{"--model=zoo:gpt5"}, "--model"},
@@ -254,7 +258,7 @@ TEST(PlanCommandTest, BadFlagsAndValuesExitTwoNamingTheFlag) {
 TEST(PlanCommandTest, InfeasibleModelExitsThreeWithTheMemoryEachDeviceNeeds) {
   // llama3-70b's weights and Adam state alone are ~1.1 TB: two 80 GB H100s cannot hold them.
   const std::vector<std::string> args = {"--model=zoo:llama3-70b", "--devices=2",
-                                         "--microbatches=8", "--time-budget=2", "--quiet"};
+                                         "--microbatches=8", "--time_budget=2", "--quiet"};
   CliRun tables = PlanCli(args);
   EXPECT_EQ(tables.code, 3) << tables.err;
   EXPECT_NE(tables.out.find("INFEASIBLE"), std::string::npos) << tables.out;
@@ -276,11 +280,12 @@ TEST(PlanCommandTest, InfeasibleModelExitsThreeWithTheMemoryEachDeviceNeeds) {
   json_args.push_back("--json");
   CliRun json = PlanCli(json_args);
   EXPECT_EQ(json.code, 3) << json.err;
-  const JsonValue j = JsonOf(json);
-  EXPECT_FALSE(Get(j, "feasible").bool_value());
-  EXPECT_NE(Get(j, "infeasible_reason").string().find("does not fit"), std::string::npos);
-  ASSERT_EQ(Get(j, "required_memory_bytes").items().size(), 2u);
-  for (const JsonValue& b : Get(j, "required_memory_bytes").items()) EXPECT_GT(b.number(), 80e9);
+  const Json j = JsonOf(json);
+  EXPECT_EQ(Get(j, "feasible"), false);
+  EXPECT_NE(Get(j, "infeasible_reason").get<std::string>().find("does not fit"),
+            std::string::npos);
+  ASSERT_EQ(Get(j, "required_memory_bytes").size(), 2u);
+  for (const Json& b : Get(j, "required_memory_bytes")) EXPECT_GT(Num(b), 80e9);
   EXPECT_TRUE(Get(j, "speedup_vs_best_baseline").is_null());
 }
 

@@ -18,7 +18,7 @@ absl::StatusOr<std::string> ReadFile(const std::string& flag, const std::string&
 
 }  // namespace
 
-void PlannerConnection::AddFlags(FlagSet& flags) {
+void PlannerConnection::AddFlags(CommandLine& flags) {
   flags.String("planner", &address, "HOST:PORT of a running octopipe-planner");
   flags.String("token", &token, "bearer token the planner requires (prefer --token_file)");
   flags.String("token_file", &token_file, "read the bearer token from this file");

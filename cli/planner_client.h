@@ -9,7 +9,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/status/statusor.h"
-#include "cli/flags.h"
+#include "cli/command_line.h"
 #include "proto/planner.grpc.pb.h"
 
 namespace octopipe::cli {
@@ -24,7 +24,7 @@ struct PlannerConnection {
   double timeout_s = 600;
 
   // Declares --planner, --token, --token_file, --tls_ca, --tls_cert, --tls_key.
-  void AddFlags(FlagSet& flags);
+  void AddFlags(CommandLine& flags);
   absl::StatusOr<std::unique_ptr<proto::Planner::Stub>> Connect();
   // A context with the deadline and the token.
   std::unique_ptr<grpc::ClientContext> Context() const;

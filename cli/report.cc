@@ -20,49 +20,46 @@ std::vector<int> StagesOf(const Plan& plan, int device) {
 
 }  // namespace
 
-void WriteRunJson(JsonWriter& w, const Plan& plan, const PipelineProblem& problem,
-                  const SimResult& r) {
-  w.BeginObject();
-  w.Field("schedule", plan.schedule_name);
-  w.Field("num_devices", plan.num_devices);
-  w.Field("num_stages", plan.num_stages());
-  w.Field("num_microbatches", plan.num_microbatches);
-  w.Field("iteration_time_s", r.iteration_time_s);
-  w.Field("bubble_ratio", r.bubble_ratio);
-  w.Field("steady_state_iteration_time_s", r.steady_state_iteration_time_s);
-  w.Field("steady_state_bubble_ratio", r.steady_state_bubble_ratio);
-  w.Field("tokens_per_s", r.tokens_per_s);
-  w.Field("fits_memory", r.fits_memory);
-  w.Key("stages").BeginArray();
+Json RunJson(const Plan& plan, const PipelineProblem& problem, const SimResult& r) {
+  Json stages = Json::array();
   for (const StageAssignment& st : plan.stages) {
-    w.BeginObject().Field("first_layer", st.first_layer).Field("last_layer", st.last_layer);
-    w.Field("device", st.device).Field("recompute", st.recompute).EndObject();
+    stages.push_back({{"first_layer", st.first_layer},
+                      {"last_layer", st.last_layer},
+                      {"device", st.device},
+                      {"recompute", st.recompute}});
   }
-  w.EndArray();
-  w.Key("devices").BeginArray();
+  Json devices = Json::array();
   for (int d = 0; d < static_cast<int>(r.devices.size()); ++d) {
     const DeviceResult& dr = r.devices[d];
-    w.BeginObject().Field("device", d);
-    w.Key("stages").BeginArray();
-    for (int s : StagesOf(plan, d)) w.Int(s);
-    w.EndArray();
-    w.Field("busy_s", dr.busy_s);
-    w.Field("bubble_ratio", dr.bubble_ratio);
-    w.Field("steady_state_bubble_ratio", dr.steady_state_bubble_ratio);
-    w.Field("peak_memory_bytes", dr.peak_memory_bytes);
-    w.Field("memory_capacity_bytes", problem.memory_capacity[d]);
-    w.Field("fits_memory", dr.fits_memory);
-    w.EndObject();
+    devices.push_back({{"device", d},
+                       {"stages", StagesOf(plan, d)},
+                       {"busy_s", dr.busy_s},
+                       {"bubble_ratio", dr.bubble_ratio},
+                       {"steady_state_bubble_ratio", dr.steady_state_bubble_ratio},
+                       {"peak_memory_bytes", dr.peak_memory_bytes},
+                       {"memory_capacity_bytes", problem.memory_capacity[d]},
+                       {"fits_memory", dr.fits_memory}});
   }
-  w.EndArray();
+  Json j = {{"schedule", plan.schedule_name},
+            {"num_devices", plan.num_devices},
+            {"num_stages", plan.num_stages()},
+            {"num_microbatches", plan.num_microbatches},
+            {"iteration_time_s", r.iteration_time_s},
+            {"bubble_ratio", r.bubble_ratio},
+            {"steady_state_iteration_time_s", r.steady_state_iteration_time_s},
+            {"steady_state_bubble_ratio", r.steady_state_bubble_ratio},
+            {"tokens_per_s", r.tokens_per_s},
+            {"fits_memory", r.fits_memory},
+            {"stages", std::move(stages)},
+            {"devices", std::move(devices)}};
   if (!r.critical_path.empty()) {
-    w.Key("critical_path").BeginArray();
+    Json path = Json::array();
     for (const CriticalPathEntry& e : r.critical_path) {
-      w.String(absl::StrCat(OpToString(e.op), "@", e.device));
+      path.push_back(absl::StrCat(OpToString(e.op), "@", e.device));
     }
-    w.EndArray();
+    j["critical_path"] = std::move(path);
   }
-  w.EndObject();
+  return j;
 }
 
 std::string RenderRun(const Plan& plan, const PipelineProblem& problem,

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "core/json_writer.h"
+#include "core/json_text.h"
 #include "core/model_graph.h"
 #include "core/plan.h"
 #include "simulator/evaluator.h"
@@ -17,8 +17,7 @@ namespace octopipe::cli {
 // steady_state_iteration_time_s, steady_state_bubble_ratio, tokens_per_s, fits_memory,
 // devices[] (device, stages, busy_s, bubble_ratio, steady_state_bubble_ratio,
 // peak_memory_bytes, memory_capacity_bytes, fits_memory) and the critical path when present.
-void WriteRunJson(JsonWriter& w, const Plan& plan, const PipelineProblem& problem,
-                  const SimResult& result);
+Json RunJson(const Plan& plan, const PipelineProblem& problem, const SimResult& result);
 
 // Summary lines plus the per-device table.
 std::string RenderRun(const Plan& plan, const PipelineProblem& problem,

@@ -1,13 +1,15 @@
 #include "cli/simulate_command.h"
 
+#include <algorithm>
+
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "cli/flags.h"
+#include "cli/command_line.h"
 #include "cli/inputs.h"
 #include "cli/report.h"
 #include "cli/table.h"
 #include "core/cost_model.h"
-#include "core/json_writer.h"
+#include "core/json_text.h"
 #include "core/status_macros.h"
 #include "simulator/classic_pipeline.h"
 #include "simulator/problem_builder.h"
@@ -66,15 +68,7 @@ int Fail(std::ostream& err, const absl::Status& s, int code = 1) {
   return code;
 }
 
-}  // namespace
-
-int RunSimulate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  SimulateOptions o;
-  FlagSet flags("simulate",
-                "Evaluates pipeline schedules on a model and cluster with the DAG simulator and\n"
-                "reports iteration time (synchronous and steady-state), bubble ratios,\n"
-                "throughput and peak memory per device. With no flags it compares every\n"
-                "classic schedule for Nemotron-H 8B on one 8 x H100 node.");
+void DeclareFlags(CommandLine& flags, SimulateOptions& o) {
   AddModelClusterFlags(flags, &o.model, &o.cluster);
   flags.String("schedule", &o.schedule,
                "gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v, dualpipev, or all (comparison)");
@@ -89,118 +83,157 @@ int RunSimulate(const std::vector<std::string>& args, std::ostream& out, std::os
                "write the timeline as Chrome trace JSON (open in ui.perfetto.dev)");
   flags.Bool("json", &o.json, "print one JSON object instead of tables");
   flags.Bool("contention", &o.contention,
-             "serve transfers on one link one at a time (default: links never contend)");
-  if (absl::Status s = flags.Parse(args); !s.ok()) return Fail(err, s, 2);
-  if (flags.help_requested()) {
-    out << flags.Usage();
-    return 0;
-  }
+             "serve transfers on one link one at a time (otherwise links never contend)");
+}
 
-  absl::StatusOr<ModelGraph> model = LoadModelArg(o.model);
-  if (!model.ok()) return Fail(err, model.status(), 2);
-  absl::StatusOr<Cluster> cluster = LoadClusterArg(o.cluster);
-  if (!cluster.ok()) return Fail(err, cluster.status(), 2);
-  if (!flags.was_set("devices")) o.devices = cluster->num_devices();
-  if (!flags.was_set("microbatches")) o.microbatches = model->training.num_microbatches;
-  for (const auto& [flag, value] : {std::pair{"devices", o.devices},
-                                    std::pair{"microbatches", o.microbatches}}) {
-    if (absl::Status s = CheckPositive(flag, value); !s.ok()) return Fail(err, s, 2);
-  }
-  if (o.chunks < 0) {
-    return Fail(err, absl::InvalidArgumentError(
-                         absl::StrCat("--chunks must be >= 0, got ", o.chunks)), 2);
-  }
-  const CostModel cost;
-  EvalOptions eval;
-  eval.timeline = !o.trace.empty();
-  eval.critical_path = o.json;
-
+// What the flags resolve to: the inputs and the schedules to run (none: the plan file).
+struct SimulateInputs {
+  ModelGraph model;
+  Cluster cluster;
   std::vector<ScheduleKind> kinds;
-  if (!o.plan.empty()) {
-    // A plan carries its own partition, placement and schedule.
-  } else if (o.schedule == "all") {
-    if (!o.trace.empty()) {
-      return Fail(err, absl::InvalidArgumentError(
-                           "--trace needs one --schedule (or --plan), not all"), 2);
-    }
-    kinds = AllScheduleKinds();
-  } else {
-    absl::StatusOr<ScheduleKind> kind = ParseScheduleKind(o.schedule);
-    if (!kind.ok()) {
-      return Fail(err, absl::InvalidArgumentError(
-                           absl::StrCat("--schedule: ", kind.status().message())), 2);
-    }
-    kinds = {*kind};
-  }
+  CostModel cost;
+  EvalOptions eval;
+};
 
-  // Single run: the plan file or one schedule.
-  if (kinds.size() <= 1) {
-    absl::StatusOr<RunOutput> run =
-        o.plan.empty() ? RunClassic(kinds[0], o, *model, *cluster, cost, eval)
-                       : RunPlanFile(o, *model, *cluster, cost, eval);
-    if (!run.ok()) return Fail(err, run.status(), 2);
+// Step 1: loads --model/--cluster, fills the defaults that depend on them and checks the
+// numbers; every error names the flag.
+absl::StatusOr<SimulateInputs> ResolveInputs(SimulateOptions& o, const CommandLine& flags) {
+  SimulateInputs in;
+  ASSIGN_OR_RETURN(in.model, LoadModelArg(o.model));
+  ASSIGN_OR_RETURN(in.cluster, LoadClusterArg(o.cluster));
+  if (!flags.was_set("devices")) o.devices = in.cluster.num_devices();
+  if (!flags.was_set("microbatches")) o.microbatches = in.model.training.num_microbatches;
+  RETURN_IF_ERROR(CheckPositive("devices", o.devices));
+  RETURN_IF_ERROR(CheckPositive("microbatches", o.microbatches));
+  if (o.chunks < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--chunks must be >= 0, got ", o.chunks));
+  }
+  in.eval.timeline = !o.trace.empty();
+  in.eval.critical_path = o.json;
+  if (!o.plan.empty()) return in;  // a plan carries its own partition, placement and schedule
+  if (o.schedule == "all") {
     if (!o.trace.empty()) {
-      absl::Status s = WriteChromeTrace(ResolvePath(o.trace), run->plan.schedule, run->result,
-                                        absl::StrCat(model->name, " / ", run->plan.schedule_name));
-      if (!s.ok()) return Fail(err, s);
+      return absl::InvalidArgumentError("--trace needs one --schedule (or --plan), not all");
     }
-    if (o.json) {
-      JsonWriter w;
-      WriteRunJson(w, run->plan, run->problem, run->result);
-      out << w.str() << "\n";
-    } else {
-      out << "model " << model->name << " (" << model->num_layers() << " layers), cluster "
-          << cluster->name << "\n"
-          << RenderRun(run->plan, run->problem, run->result);
-      if (!o.trace.empty()) out << "\ntrace written to " << o.trace << "\n";
-    }
+    in.kinds = AllScheduleKinds();
+    return in;
+  }
+  absl::StatusOr<ScheduleKind> kind = ParseScheduleKind(o.schedule);
+  if (!kind.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--schedule: ", kind.status().message()));
+  }
+  in.kinds = {*kind};
+  return in;
+}
+
+// Step 2a: one run (the plan file or one schedule), printed in detail or as JSON.
+int RunSingle(const SimulateOptions& o, const SimulateInputs& in, std::ostream& out,
+              std::ostream& err) {
+  absl::StatusOr<RunOutput> run =
+      o.plan.empty() ? RunClassic(in.kinds[0], o, in.model, in.cluster, in.cost, in.eval)
+                     : RunPlanFile(o, in.model, in.cluster, in.cost, in.eval);
+  if (!run.ok()) return Fail(err, run.status(), 2);
+  if (!o.trace.empty()) {
+    absl::Status s =
+        WriteChromeTrace(ResolvePath(o.trace), run->plan.schedule, run->result,
+                         absl::StrCat(in.model.name, " / ", run->plan.schedule_name));
+    if (!s.ok()) return Fail(err, s);
+  }
+  if (o.json) {
+    out << JsonText(RunJson(run->plan, run->problem, run->result)) << "\n";
     return 0;
   }
+  out << "model " << in.model.name << " (" << in.model.num_layers() << " layers), cluster "
+      << in.cluster.name << "\n"
+      << RenderRun(run->plan, run->problem, run->result);
+  if (!o.trace.empty()) out << "\ntrace written to " << o.trace << "\n";
+  return 0;
+}
 
-  // Comparison of every classic schedule.
-  JsonWriter w;
-  w.BeginObject().Field("model", model->name).Field("cluster", cluster->name);
-  w.Field("num_devices", static_cast<int64_t>(o.devices));
-  w.Field("num_microbatches", static_cast<int64_t>(o.microbatches));
-  w.Key("schedules").BeginArray();
+// One schedule of the comparison: its run, or why it could not run.
+struct ComparisonRow {
+  ScheduleKind kind;
+  absl::StatusOr<RunOutput> run;
+};
+
+Json ComparisonJson(const SimulateOptions& o, const SimulateInputs& in,
+                    const std::vector<ComparisonRow>& rows) {
+  Json schedules = Json::array();
+  for (const ComparisonRow& row : rows) {
+    if (row.run.ok()) {
+      schedules.push_back(RunJson(row.run->plan, row.run->problem, row.run->result));
+    } else {
+      schedules.push_back({{"schedule", std::string(ScheduleKindName(row.kind))},
+                           {"error", std::string(row.run.status().message())}});
+    }
+  }
+  return {{"model", in.model.name},
+          {"cluster", in.cluster.name},
+          {"num_devices", o.devices},
+          {"num_microbatches", o.microbatches},
+          {"schedules", std::move(schedules)}};
+}
+
+std::string ComparisonTable(const SimulateOptions& o, const SimulateInputs& in,
+                            const std::vector<ComparisonRow>& rows) {
   TextTable table({"schedule", "stages", "iteration", "steady-state", "bubble", "steady bubble",
                    "tokens/s", "max peak memory", "fits"});
-  std::vector<std::string> not_run;
-  absl::Status first_error;
-  for (ScheduleKind kind : kinds) {
-    absl::StatusOr<RunOutput> run = RunClassic(kind, o, *model, *cluster, cost, eval);
-    if (!run.ok()) {
-      w.BeginObject().Field("schedule", ScheduleKindName(kind));
-      w.Field("error", run.status().message()).EndObject();
-      table.AddRow({std::string(ScheduleKindName(kind)), "-", "-", "-", "-", "-", "-", "-",
-                    "n/a"});
-      not_run.push_back(absl::StrCat(ScheduleKindName(kind), ": ", run.status().message()));
-      if (first_error.ok()) first_error = run.status();
+  std::string not_run;
+  for (const ComparisonRow& row : rows) {
+    const std::string name(ScheduleKindName(row.kind));
+    if (!row.run.ok()) {
+      table.AddRow({name, "-", "-", "-", "-", "-", "-", "-", "n/a"});
+      absl::StrAppend(&not_run, "\nnot run: ", name, ": ", row.run.status().message());
       continue;
     }
-    WriteRunJson(w, run->plan, run->problem, run->result);
+    const SimResult& r = row.run->result;
     double peak = 0;
-    for (const DeviceResult& d : run->result.devices) peak = std::max(peak, d.peak_memory_bytes);
-    const SimResult& r = run->result;
-    table.AddRow({std::string(ScheduleKindName(kind)), absl::StrCat(run->plan.num_stages()),
+    for (const DeviceResult& d : r.devices) peak = std::max(peak, d.peak_memory_bytes);
+    table.AddRow({name, absl::StrCat(row.run->plan.num_stages()),
                   FormatSeconds(r.iteration_time_s),
                   FormatSeconds(r.steady_state_iteration_time_s), FormatPercent(r.bubble_ratio),
                   FormatPercent(r.steady_state_bubble_ratio), FormatCount(r.tokens_per_s),
                   FormatBytes(peak), r.fits_memory ? "yes" : "NO"});
   }
-  w.EndArray().EndObject();
-  if (not_run.size() == kinds.size()) return Fail(err, first_error, 2);
-  if (o.json) {
-    out << w.str() << "\n";
-  } else {
-    out << "model " << model->name << " (" << model->num_layers() << " layers), cluster "
-        << cluster->name << ", " << o.devices << " devices, " << o.microbatches
-        << " micro-batches; layers split evenly into stages\n\n"
-        << table.Render();
-    for (const std::string& line : not_run) out << "\nnot run: " << line;
-    if (!not_run.empty()) out << "\n";
+  return absl::StrCat("model ", in.model.name, " (", in.model.num_layers(),
+                      " layers), cluster ", in.cluster.name, ", ", o.devices, " devices, ",
+                      o.microbatches, " micro-batches; layers split evenly into stages\n\n",
+                      table.Render(), not_run, not_run.empty() ? "" : "\n");
+}
+
+// Step 2b: every classic schedule side by side; fails only when none could run.
+int RunComparison(const SimulateOptions& o, const SimulateInputs& in, std::ostream& out,
+                  std::ostream& err) {
+  std::vector<ComparisonRow> rows;
+  for (ScheduleKind kind : in.kinds) {
+    rows.push_back({kind, RunClassic(kind, o, in.model, in.cluster, in.cost, in.eval)});
   }
+  const bool any_ran = std::any_of(rows.begin(), rows.end(),
+                                   [](const ComparisonRow& row) { return row.run.ok(); });
+  if (!any_ran) return Fail(err, rows.front().run.status(), 2);
+  out << (o.json ? JsonText(ComparisonJson(o, in, rows)) + "\n"
+                 : ComparisonTable(o, in, rows));
   return 0;
+}
+
+}  // namespace
+
+int RunSimulate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  SimulateOptions o;
+  CommandLine flags("simulate",
+                    "Evaluates pipeline schedules on a model and cluster with the DAG simulator "
+                    "and reports iteration time (synchronous and steady-state), bubble ratios, "
+                    "throughput and peak memory per device. With no flags it compares every "
+                    "classic schedule for Nemotron-H 8B on one 8 x H100 node.");
+  DeclareFlags(flags, o);
+  if (absl::Status s = flags.Parse(args); !s.ok()) return Fail(err, s, 2);
+  if (flags.help_requested()) {
+    out << flags.Usage();
+    return 0;
+  }
+  absl::StatusOr<SimulateInputs> in = ResolveInputs(o, flags);
+  if (!in.ok()) return Fail(err, in.status(), 2);
+  return in->kinds.size() <= 1 ? RunSingle(o, *in, out, err) : RunComparison(o, *in, out, err);
 }
 
 }  // namespace octopipe::cli

@@ -6,7 +6,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "core/json.h"
+#include "core/json_text.h"
 #include "gtest/gtest.h"
 
 namespace octopipe::cli {
@@ -23,16 +23,17 @@ CliRun Simulate(std::vector<std::string> args) {
   return {code, out.str(), err.str()};
 }
 
-JsonValue JsonOf(const CliRun& r) {
-  auto j = ParseJson(r.out);
-  EXPECT_TRUE(j.ok()) << j.status() << "\n" << r.out << r.err;
-  return j.ok() ? *j : JsonValue{};
+// The output parsed; null when it is not JSON.
+Json JsonOf(const CliRun& r) {
+  Json j = Json::parse(r.out, nullptr, /*allow_exceptions=*/false);
+  EXPECT_FALSE(j.is_discarded()) << r.out << r.err;
+  return j.is_discarded() ? Json() : j;
 }
 
-double Num(const JsonValue& j, const char* key) {
-  const JsonValue* v = j.Find(key);
-  EXPECT_NE(v, nullptr) << key;
-  return v ? v->number() : -1;
+double Num(const Json& j, const char* key) {
+  const bool found = j.is_object() && j.contains(key) && j.at(key).is_number();
+  EXPECT_TRUE(found) << key;
+  return found ? j.at(key).get<double>() : -1;
 }
 
 std::vector<std::string> Synthetic(int layers, int p, int m, const std::string& schedule) {
@@ -47,7 +48,7 @@ std::vector<std::string> Synthetic(int layers, int p, int m, const std::string& 
 TEST(SimulateCommandTest, ClosedFormsHoldThroughTheCli) {
   // GPipe and 1F1B: bubble (p-1)/(m+p-1).
   for (const char* s : {"gpipe", "1f1b"}) {
-    JsonValue j = JsonOf(Simulate(Synthetic(4, 4, 8, s)));
+    Json j = JsonOf(Simulate(Synthetic(4, 4, 8, s)));
     EXPECT_NEAR(Num(j, "bubble_ratio"), 3.0 / 11.0, 1e-12) << s;
   }
   // Interleaved, v = 2, 8 layers on 4 devices: (p-1)/(v m + p - 1).
@@ -55,34 +56,34 @@ TEST(SimulateCommandTest, ClosedFormsHoldThroughTheCli) {
   args.push_back("--chunks=2");
   EXPECT_NEAR(Num(JsonOf(Simulate(args)), "bubble_ratio"), 3.0 / 19.0, 1e-12);
   // ZB-H1: 3m + p - 1 under both definitions.
-  JsonValue h1 = JsonOf(Simulate(Synthetic(8, 8, 24, "zb-h1")));
+  Json h1 = JsonOf(Simulate(Synthetic(8, 8, 24, "zb-h1")));
   EXPECT_DOUBLE_EQ(Num(h1, "iteration_time_s"), 79);
   EXPECT_DOUBLE_EQ(Num(h1, "steady_state_iteration_time_s"), 79);
   // ZB-H2: steady-state 3m, no steady-state bubble, synchronous 3m + p - 1.
-  JsonValue h2 = JsonOf(Simulate(Synthetic(4, 4, 8, "zb-h2")));
+  Json h2 = JsonOf(Simulate(Synthetic(4, 4, 8, "zb-h2")));
   EXPECT_DOUBLE_EQ(Num(h2, "steady_state_iteration_time_s"), 24);
   EXPECT_NEAR(Num(h2, "steady_state_bubble_ratio"), 0, 1e-12);
   EXPECT_DOUBLE_EQ(Num(h2, "iteration_time_s"), 27);
   // ZB-V: one unit layer per stage, 2 chunks: steady-state 6m, synchronous 6m + p - 1.
-  JsonValue v = JsonOf(Simulate(Synthetic(16, 8, 24, "zb-v")));
+  Json v = JsonOf(Simulate(Synthetic(16, 8, 24, "zb-v")));
   EXPECT_DOUBLE_EQ(Num(v, "steady_state_iteration_time_s"), 144);
   EXPECT_NEAR(Num(v, "steady_state_bubble_ratio"), 0, 1e-12);
   EXPECT_DOUBLE_EQ(Num(v, "iteration_time_s"), 151);
 }
 
 TEST(SimulateCommandTest, JsonCarriesEveryDocumentedField) {
-  JsonValue j = JsonOf(Simulate(Synthetic(4, 4, 8, "1f1b")));
+  Json j = JsonOf(Simulate(Synthetic(4, 4, 8, "1f1b")));
   for (const char* key : {"iteration_time_s", "bubble_ratio", "steady_state_iteration_time_s",
                           "steady_state_bubble_ratio", "tokens_per_s", "schedule", "devices"}) {
-    EXPECT_NE(j.Find(key), nullptr) << key;
+    EXPECT_TRUE(j.contains(key)) << key;
   }
-  const JsonValue* devices = j.Find("devices");
-  ASSERT_NE(devices, nullptr);
-  ASSERT_EQ(devices->items().size(), 4u);
+  ASSERT_TRUE(j.contains("devices"));
+  const Json& devices = j.at("devices");
+  ASSERT_EQ(devices.size(), 4u);
   for (const char* key : {"busy_s", "bubble_ratio", "peak_memory_bytes"}) {
-    EXPECT_NE(devices->items()[0].Find(key), nullptr) << key;
+    EXPECT_TRUE(devices[0].contains(key)) << key;
   }
-  EXPECT_EQ(j.Find("schedule")->string(), "1f1b");
+  EXPECT_EQ(j.value("schedule", ""), "1f1b");
 }
 
 TEST(SimulateCommandTest, DefaultComparesEveryScheduleOnTheEmbeddedModel) {
@@ -104,11 +105,12 @@ TEST(SimulateCommandTest, TraceFileIsValidJsonWithOneEventPerOp) {
   std::ifstream in(path);
   std::stringstream text;
   text << in.rdbuf();
-  auto j = ParseJson(text.str());
-  ASSERT_TRUE(j.ok()) << j.status();
+  const Json j = Json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  ASSERT_FALSE(j.is_discarded()) << "trace is not JSON";
+  ASSERT_TRUE(j.contains("traceEvents"));
   int compute = 0;
-  for (const JsonValue& e : j->Find("traceEvents")->items()) {
-    if (e.Find("ph")->string() == "X" && e.Find("cat")->string() != "transfer") ++compute;
+  for (const Json& e : j.at("traceEvents")) {
+    if (e.value("ph", "") == "X" && e.value("cat", "") != "transfer") ++compute;
   }
   EXPECT_EQ(compute, 4 * 8 * 2);  // F and BW per stage and micro-batch
 }

@@ -17,13 +17,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/status_macros.h"
-#include "cli/flags.h"
+#include "cli/command_line.h"
 #include "cli/inputs.h"
 #include "cli/planner_client.h"
 #include "core/convert.h"
 #include "cli/table.h"
-#include "core/json.h"
-#include "core/json_writer.h"
+#include "core/json_text.h"
 #include "executor/transport_factory.h"
 #include "executor/inproc_transport.h"
 #include "executor/model_spec.h"
@@ -44,20 +43,21 @@ int Fail(std::ostream& err, const absl::Status& s, int code) {
   return code;
 }
 
-// One rank's iterations as JSON (what a rank process hands to the parent).
+// One rank's iterations as JSON (what a rank process hands to the parent). Ops are
+// [name, start_s, end_s]; a loss that is not finite is written as null and read back as NaN.
 std::string ResultJson(const RankResult& r) {
-  JsonWriter w;
-  w.BeginObject().Field("rank", r.rank).Key("iterations").BeginArray();
+  Json iterations = Json::array();
   for (const IterationStats& it : r.iterations) {
-    w.BeginObject().Field("has_loss", it.has_loss).Field("loss", it.loss);
-    w.Field("wall_s", it.wall_s).Key("ops").BeginArray();
+    Json ops = Json::array();
     for (const executor::OpTiming& op : it.ops) {
-      w.BeginArray().String(OpToString(op.op)).Number(op.start_s).Number(op.end_s).EndArray();
+      ops.push_back({OpToString(op.op), op.start_s, op.end_s});
     }
-    w.EndArray().EndObject();
+    iterations.push_back({{"has_loss", it.has_loss},
+                          {"loss", it.loss},
+                          {"wall_s", it.wall_s},
+                          {"ops", std::move(ops)}});
   }
-  w.EndArray().EndObject();
-  return w.str();
+  return JsonText({{"rank", r.rank}, {"iterations", std::move(iterations)}});
 }
 
 struct RankReport {
@@ -68,20 +68,25 @@ struct RankReport {
 };
 
 absl::StatusOr<RankReport> ParseReport(const std::string& text) {
-  ASSIGN_OR_RETURN(JsonValue j, ParseJson(text));
-  RankReport r;
-  for (const JsonValue& it : j.Find("iterations")->items()) {
-    r.has_loss = it.Find("has_loss")->bool_value();
-    r.loss.push_back(it.Find("loss")->number());
-    r.wall.push_back(it.Find("wall_s")->number());
-    std::vector<std::pair<Op, double>> ops;
-    for (const JsonValue& op : it.Find("ops")->items()) {
-      ASSIGN_OR_RETURN(Op o, ParseOp(op.items()[0].string()));
-      ops.push_back({o, op.items()[2].number() - op.items()[1].number()});
+  try {
+    const Json j = Json::parse(text);
+    RankReport r;
+    for (const Json& it : j.at("iterations")) {
+      r.has_loss = it.at("has_loss").get<bool>();
+      const Json& loss = it.at("loss");
+      r.loss.push_back(loss.is_null() ? std::nan("") : loss.get<double>());
+      r.wall.push_back(it.at("wall_s").get<double>());
+      std::vector<std::pair<Op, double>> ops;
+      for (const Json& op : it.at("ops")) {
+        ASSIGN_OR_RETURN(Op o, ParseOp(op.at(0).get<std::string>()));
+        ops.push_back({o, op.at(2).get<double>() - op.at(1).get<double>()});
+      }
+      r.ops.push_back(std::move(ops));
     }
-    r.ops.push_back(std::move(ops));
+    return r;
+  } catch (const Json::exception& e) {
+    return absl::InternalError(absl::StrCat("a rank's report is malformed: ", e.what()));
   }
-  return r;
 }
 
 }  // namespace
@@ -94,7 +99,7 @@ int RunTrain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   int64_t ranks = 2, iterations = 3, microbatches = 0, chunks = 0;
   double lr = 1e-3, timeout = 60;
   bool json = false;
-  FlagSet flags("train",
+  CommandLine flags("train",
                 "Runs a pipeline plan on the executor's reference model (embedding, selective\n"
                 "scan, attention, SwiGLU MLP, top-k MoE, head; fp32 on CPU) with one process\n"
                 "per rank over Gloo/TCP (or threads in one process), and reports loss, measured\n"
@@ -367,23 +372,19 @@ int RunTrain(const std::vector<std::string>& args, std::ostream& out, std::ostre
                                    resp.decision());
   }
   if (json) {
-    JsonWriter w;
-    w.BeginObject().Field("ranks", N).Field("transport", transport);
-    w.Field("schedule", plan_file.empty() ? schedule : plan_file);
-    w.Key("loss").BeginArray();
-    for (double l : loss) w.Number(l);
-    w.EndArray().Key("iteration_time_s").BeginArray();
-    for (double t : wall) w.Number(t);
-    w.EndArray().Key("bubble_ratio").BeginArray();
-    for (double b : bubble) w.Number(b);
-    w.EndArray();
-    w.Field("measured_iteration_time_s", measured).Field("measured_bubble_ratio", measured_bubble);
-    w.Field("predicted_iteration_time_s", predicted->iteration_time_s);
-    w.Field("predicted_bubble_ratio", predicted->bubble_ratio);
-    w.Field("prediction_error", error);
-    if (!report_decision.empty()) w.Field("planner_report", report_decision);
-    w.EndObject();
-    out << w.str() << "\n";
+    Json j = {{"ranks", N},
+              {"transport", transport},
+              {"schedule", plan_file.empty() ? schedule : plan_file},
+              {"loss", loss},
+              {"iteration_time_s", wall},
+              {"bubble_ratio", bubble},
+              {"measured_iteration_time_s", measured},
+              {"measured_bubble_ratio", measured_bubble},
+              {"predicted_iteration_time_s", predicted->iteration_time_s},
+              {"predicted_bubble_ratio", predicted->bubble_ratio},
+              {"prediction_error", error}};
+    if (!report_decision.empty()) j["planner_report"] = report_decision;
+    out << JsonText(j) << "\n";
     return 0;
   }
   out << "model " << graph.name << " (" << graph.num_layers() << " layers), " << N << " ranks over "

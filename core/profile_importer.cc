@@ -2,13 +2,16 @@
 
 #include <cmath>
 #include <map>
+#include <set>
+#include <string>
 #include <utility>
+
+#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/cost_model.h"
 #include "core/file_io.h"
-#include "core/json.h"
 #include "core/status_macros.h"
 
 namespace octopipe {
@@ -166,16 +169,27 @@ absl::Status FieldError(absl::string_view path, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat("profile: ", path, " ", what));
 }
 
-absl::StatusOr<const JsonValue*> Field(const JsonValue& obj, absl::string_view path,
-                                       absl::string_view key, JsonValue::Type type) {
-  const JsonValue* v = obj.Find(key);
+using nlohmann::json;
+
+// The member `key` of `obj` (at JSON path `path`), which must exist and have type `type`.
+absl::StatusOr<const json*> Field(const json& obj, absl::string_view path, absl::string_view key,
+                                  json::value_t type) {
   const std::string full = path.empty() ? std::string(key) : absl::StrCat(path, ".", key);
-  if (v == nullptr) return FieldError(full, "is missing");
-  if (v->type() != type) {
-    return FieldError(full, absl::StrCat("must be a ", JsonTypeName(type), ", got a ",
-                                         JsonTypeName(v->type())));
+  const auto it = obj.find(std::string(key));
+  if (it == obj.end()) return FieldError(full, "is missing");
+  // Integers and floating-point numbers are both "number".
+  const bool is_number_type = type == json::value_t::number_float;
+  if (is_number_type ? !it->is_number() : it->type() != type) {
+    return FieldError(full, absl::StrCat("must be a ", json(type).type_name(), ", got a ",
+                                         it->type_name()));
   }
-  return v;
+  return &*it;
+}
+
+// The string member `key`, or "" when it is absent or not a string (optional fields).
+std::string OptionalString(const json& obj, absl::string_view key) {
+  const auto it = obj.find(std::string(key));
+  return it != obj.end() && it->is_string() ? it->get<std::string>() : std::string();
 }
 
 struct RawLayer {
@@ -184,6 +198,202 @@ struct RawLayer {
   std::string token;
   double forward_ms = 0, backward_ms = 0;
 };
+
+// Step 1: the document as a JSON object. A key repeated within one object is an error (JSON
+// leaves its meaning open; nlohmann-json would silently keep the last).
+absl::StatusOr<json> ParseDocument(absl::string_view text) {
+  std::vector<std::set<std::string>> open_objects;
+  std::string duplicate;
+  const json::parser_callback_t check_keys = [&](int, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::object_start) open_objects.emplace_back();
+    if (event == json::parse_event_t::object_end) open_objects.pop_back();
+    if (event == json::parse_event_t::key && duplicate.empty() &&
+        !open_objects.back().insert(parsed.get<std::string>()).second) {
+      duplicate = parsed.get<std::string>();
+    }
+    return true;
+  };
+  json doc;
+  try {
+    doc = json::parse(text.begin(), text.end(), check_keys);
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for 1e999
+    return absl::InvalidArgumentError(absl::StrCat("profile: JSON parse error: ", e.what()));
+  }
+  if (!duplicate.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("profile: JSON parse error: duplicate key '", duplicate, "'"));
+  }
+  if (!doc.is_object()) return FieldError("(document)", "must be a JSON object");
+  return doc;
+}
+
+// Step 2: the known architecture named by "model".
+absl::StatusOr<const ProfileArch*> FindArch(const json& doc) {
+  ASSIGN_OR_RETURN(const json* model_v, Field(doc, "", "model", json::value_t::string));
+  const std::string& model = model_v->get_ref<const std::string&>();
+  for (const ProfileArch& a : Archs()) {
+    if (model == a.model) return &a;
+  }
+  return FieldError("model", absl::StrCat("'", model, "' has no known architecture (known: ",
+                                          absl::StrJoin(KnownProfileModels(), ", "), ")"));
+}
+
+// Step 3: "units" (must be ms) and "seq_len" (a positive integer).
+absl::StatusOr<int64_t> ReadSeqLen(const json& doc) {
+  ASSIGN_OR_RETURN(const json* units, Field(doc, "", "units", json::value_t::string));
+  if (units->get_ref<const std::string&>() != "ms") {
+    return FieldError("units", absl::StrCat("must be \"ms\", got \"",
+                                            units->get_ref<const std::string&>(), "\""));
+  }
+  ASSIGN_OR_RETURN(const json* seq_v, Field(doc, "", "seq_len", json::value_t::number_float));
+  const double seq = seq_v->get<double>();
+  if (!(seq >= 1) || seq != std::floor(seq) || seq > 1e12) {
+    return FieldError("seq_len", absl::StrCat("must be a positive integer, got ", seq));
+  }
+  return static_cast<int64_t>(seq);
+}
+
+// The letter of `arch` named by a layer's "kind", or an error listing the valid ones.
+absl::StatusOr<const Letter*> FindLetter(const ProfileArch& arch, const std::string& kind,
+                                         absl::string_view path) {
+  for (const Letter& l : arch.letters) {
+    if (kind.size() == 1 && kind[0] == l.letter) return &l;
+  }
+  std::vector<std::string> valid;
+  for (const Letter& l : arch.letters) valid.push_back(std::string(1, l.letter));
+  return FieldError(absl::StrCat(path, ".kind"),
+                    absl::StrCat("'", kind, "' is not a layer letter of ", arch.model,
+                                 " (valid: ", absl::StrJoin(valid, ", "), ")"));
+}
+
+// Step 4a: one entry of "layers" (index i of n).
+absl::StatusOr<RawLayer> ReadLayer(const json& item, size_t i, size_t n,
+                                   const ProfileArch& arch) {
+  const std::string p = absl::StrCat("layers[", i, "]");
+  if (!item.is_object()) return FieldError(p, "must be an object");
+  ASSIGN_OR_RETURN(const json* index, Field(item, p, "index", json::value_t::number_float));
+  if (index->get<double>() != static_cast<double>(i)) {
+    return FieldError(absl::StrCat(p, ".index"), absl::StrCat("must be ", i,
+                                                              " (layers in order), got ",
+                                                              index->get<double>()));
+  }
+  ASSIGN_OR_RETURN(const json* kind, Field(item, p, "kind", json::value_t::string));
+  ASSIGN_OR_RETURN(const json* emb, Field(item, p, "embedding", json::value_t::boolean));
+  ASSIGN_OR_RETURN(const json* head, Field(item, p, "head", json::value_t::boolean));
+  ASSIGN_OR_RETURN(const json* fwd, Field(item, p, "forward_ms", json::value_t::number_float));
+  ASSIGN_OR_RETURN(const json* bwd, Field(item, p, "backward_ms", json::value_t::number_float));
+  const std::string& kind_text = kind->get_ref<const std::string&>();
+  ASSIGN_OR_RETURN(const Letter* letter, FindLetter(arch, kind_text, p));
+  RawLayer r;
+  r.letter = letter->letter;
+  r.embedding = emb->get<bool>();
+  r.head = head->get<bool>();
+  if (r.embedding && i != 0) {
+    return FieldError(absl::StrCat(p, ".embedding"), "is true but only layers[0] can hold it");
+  }
+  if (r.head && i + 1 != n) {
+    return FieldError(absl::StrCat(p, ".head"), "is true but only the last layer can hold it");
+  }
+  r.token = OptionalString(item, "arch_token");
+  if (r.token.empty()) {
+    r.token = absl::StrCat(kind_text, r.embedding ? "+E" : "", r.head ? "+H" : "");
+  }
+  r.forward_ms = fwd->get<double>();
+  r.backward_ms = bwd->get<double>();
+  if (r.forward_ms < 0) {
+    return FieldError(absl::StrCat(p, ".forward_ms"),
+                      absl::StrCat("must be >= 0, got ", r.forward_ms));
+  }
+  if (r.backward_ms < 0) {
+    return FieldError(absl::StrCat(p, ".backward_ms"),
+                      absl::StrCat("must be >= 0, got ", r.backward_ms));
+  }
+  return r;
+}
+
+// Step 4: "layers" (non-empty, matching "num_layers" when given), each read by ReadLayer.
+absl::StatusOr<std::vector<RawLayer>> ReadLayers(const json& doc, const ProfileArch& arch) {
+  ASSIGN_OR_RETURN(const json* layers_v, Field(doc, "", "layers", json::value_t::array));
+  const size_t n = layers_v->size();
+  if (n == 0) return FieldError("layers", "must not be empty");
+  if (const auto it = doc.find("num_layers"); it != doc.end()) {
+    if (!it->is_number() || it->get<double>() != static_cast<double>(n)) {
+      return FieldError("num_layers",
+                        absl::StrCat("must equal the length of layers (", n, ")"));
+    }
+  }
+  std::vector<RawLayer> raw;
+  raw.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    ASSIGN_OR_RETURN(RawLayer r, ReadLayer((*layers_v)[i], i, n, arch));
+    raw.push_back(std::move(r));
+  }
+  return raw;
+}
+
+// Step 5 (optional): every plain layer's times become the mean over its letter.
+void AveragePlainLayers(std::vector<RawLayer>& raw) {
+  std::map<char, std::pair<double, double>> sums;
+  std::map<char, int> counts;
+  for (const RawLayer& r : raw) {
+    if (r.embedding || r.head) continue;
+    sums[r.letter].first += r.forward_ms;
+    sums[r.letter].second += r.backward_ms;
+    ++counts[r.letter];
+  }
+  for (RawLayer& r : raw) {
+    if (r.embedding || r.head) continue;
+    r.forward_ms = sums[r.letter].first / counts[r.letter];
+    r.backward_ms = sums[r.letter].second / counts[r.letter];
+  }
+}
+
+// Step 6: the model's provenance line (times source, averaging, split rule, dims source).
+std::string Provenance(const json& doc, const ProfileArch& arch, bool averaged) {
+  std::string provenance = OptionalString(doc, "source");
+  if (const std::string revision = OptionalString(doc, "source_revision"); !revision.empty()) {
+    absl::StrAppend(&provenance, " @ ", revision);
+  }
+  return absl::StrCat("times: ", provenance, averaged ? " (plain layers averaged per kind)" : "",
+                      "; B = W = backward/2; ", arch.source);
+}
+
+// Step 7: the ModelGraph layer for raw layer i: dims of its kind, measured times, and for
+// composite layers the analytic memory of all their parts (see the header).
+Layer BuildLayer(const RawLayer& r, size_t i, const ProfileArch& arch,
+                 const TrainingOptions& training) {
+  const Letter* letter = nullptr;
+  for (const Letter& l : arch.letters) {
+    if (l.letter == r.letter) letter = &l;
+  }
+  std::vector<LayerKind> parts;
+  if (r.embedding) parts.push_back(LayerKind::kEmbedding);
+  parts.insert(parts.end(), letter->parts.begin(), letter->parts.end());
+  if (r.head) parts.push_back(LayerKind::kHead);
+
+  Layer layer = LayerOfKind(letter->kind, arch);
+  std::vector<std::string> part_names;
+  for (LayerKind k : parts) part_names.push_back(std::string(LayerKindName(k)));
+  layer.name = absl::StrCat("L", i, ".", absl::StrJoin(part_names, "+"), " (", r.token, ")");
+  layer.measured.forward_s = r.forward_ms / 1000.0;
+  layer.measured.backward_input_s = r.backward_ms / 2000.0;
+  layer.measured.weight_grad_s = r.backward_ms / 2000.0;
+  if (parts.size() > 1) {
+    const CostModel cost_model;
+    const HardwareSpec any_device{"memory-only", 1, 1, 1};  // memory does not depend on it
+    double activation = 0, params = 0, output = 0;
+    for (LayerKind k : parts) {
+      const LayerCost c = cost_model.Cost(LayerOfKind(k, arch), training, any_device);
+      activation += c.activation_bytes;
+      params += c.param_bytes;
+      output = c.output_bytes;  // what the last part sends on
+    }
+    layer.measured.activation_bytes = activation;
+    layer.measured.param_bytes = params;
+    layer.measured.output_bytes = output;
+  }
+  return layer;
+}
 
 }  // namespace
 
@@ -195,157 +405,20 @@ std::vector<std::string> KnownProfileModels() {
 
 absl::StatusOr<ModelGraph> ImportProfile(absl::string_view json_text,
                                          const ProfileImportOptions& options) {
-  ASSIGN_OR_RETURN(const JsonValue doc, ParseJson(json_text));
-  if (!doc.is_object()) return FieldError("(document)", "must be a JSON object");
-
-  ASSIGN_OR_RETURN(const JsonValue* model_v, Field(doc, "", "model", JsonValue::Type::kString));
-  const ProfileArch* arch = nullptr;
-  for (const ProfileArch& a : Archs()) {
-    if (model_v->string() == a.model) arch = &a;
-  }
-  if (arch == nullptr) {
-    return FieldError("model", absl::StrCat("'", model_v->string(),
-                                            "' has no known architecture (known: ",
-                                            absl::StrJoin(KnownProfileModels(), ", "), ")"));
-  }
-  ASSIGN_OR_RETURN(const JsonValue* units, Field(doc, "", "units", JsonValue::Type::kString));
-  if (units->string() != "ms") {
-    return FieldError("units", absl::StrCat("must be \"ms\", got \"", units->string(), "\""));
-  }
-  ASSIGN_OR_RETURN(const JsonValue* seq_v, Field(doc, "", "seq_len", JsonValue::Type::kNumber));
-  const double seq = seq_v->number();
-  if (!(seq >= 1) || seq != std::floor(seq) || seq > 1e12) {
-    return FieldError("seq_len", absl::StrCat("must be a positive integer, got ", seq));
-  }
-  ASSIGN_OR_RETURN(const JsonValue* layers_v, Field(doc, "", "layers", JsonValue::Type::kArray));
-  const std::vector<JsonValue>& items = layers_v->items();
-  if (items.empty()) return FieldError("layers", "must not be empty");
-  if (const JsonValue* n = doc.Find("num_layers"); n != nullptr) {
-    if (!n->is_number() || n->number() != static_cast<double>(items.size())) {
-      return FieldError("num_layers", absl::StrCat("must equal the length of layers (",
-                                                    items.size(), ")"));
-    }
-  }
-
-  std::vector<RawLayer> raw(items.size());
-  for (size_t i = 0; i < items.size(); ++i) {
-    const std::string p = absl::StrCat("layers[", i, "]");
-    const JsonValue& item = items[i];
-    if (!item.is_object()) return FieldError(p, "must be an object");
-    ASSIGN_OR_RETURN(const JsonValue* index, Field(item, p, "index", JsonValue::Type::kNumber));
-    if (index->number() != static_cast<double>(i)) {
-      return FieldError(absl::StrCat(p, ".index"),
-                        absl::StrCat("must be ", i, " (layers in order), got ", index->number()));
-    }
-    ASSIGN_OR_RETURN(const JsonValue* kind, Field(item, p, "kind", JsonValue::Type::kString));
-    ASSIGN_OR_RETURN(const JsonValue* emb, Field(item, p, "embedding", JsonValue::Type::kBool));
-    ASSIGN_OR_RETURN(const JsonValue* head, Field(item, p, "head", JsonValue::Type::kBool));
-    ASSIGN_OR_RETURN(const JsonValue* fwd, Field(item, p, "forward_ms", JsonValue::Type::kNumber));
-    ASSIGN_OR_RETURN(const JsonValue* bwd,
-                     Field(item, p, "backward_ms", JsonValue::Type::kNumber));
-    RawLayer& r = raw[i];
-    const Letter* letter = nullptr;
-    for (const Letter& l : arch->letters) {
-      if (kind->string().size() == 1 && kind->string()[0] == l.letter) letter = &l;
-    }
-    if (letter == nullptr) {
-      std::vector<std::string> valid;
-      for (const Letter& l : arch->letters) valid.push_back(std::string(1, l.letter));
-      return FieldError(absl::StrCat(p, ".kind"),
-                        absl::StrCat("'", kind->string(), "' is not a layer letter of ",
-                                     arch->model, " (valid: ", absl::StrJoin(valid, ", "), ")"));
-    }
-    r.letter = letter->letter;
-    r.embedding = emb->bool_value();
-    r.head = head->bool_value();
-    if (r.embedding && i != 0) {
-      return FieldError(absl::StrCat(p, ".embedding"), "is true but only layers[0] can hold it");
-    }
-    if (r.head && i + 1 != items.size()) {
-      return FieldError(absl::StrCat(p, ".head"), "is true but only the last layer can hold it");
-    }
-    if (const JsonValue* token = item.Find("arch_token"); token != nullptr && token->is_string()) {
-      r.token = token->string();
-    } else {
-      r.token = absl::StrCat(kind->string(), r.embedding ? "+E" : "", r.head ? "+H" : "");
-    }
-    r.forward_ms = fwd->number();
-    r.backward_ms = bwd->number();
-    if (r.forward_ms < 0) {
-      return FieldError(absl::StrCat(p, ".forward_ms"), absl::StrCat("must be >= 0, got ",
-                                                                     r.forward_ms));
-    }
-    if (r.backward_ms < 0) {
-      return FieldError(absl::StrCat(p, ".backward_ms"), absl::StrCat("must be >= 0, got ",
-                                                                      r.backward_ms));
-    }
-  }
-
-  if (options.average_plain_layers) {
-    std::map<char, std::pair<double, double>> sums;
-    std::map<char, int> counts;
-    for (const RawLayer& r : raw) {
-      if (r.embedding || r.head) continue;
-      sums[r.letter].first += r.forward_ms;
-      sums[r.letter].second += r.backward_ms;
-      ++counts[r.letter];
-    }
-    for (RawLayer& r : raw) {
-      if (r.embedding || r.head) continue;
-      r.forward_ms = sums[r.letter].first / counts[r.letter];
-      r.backward_ms = sums[r.letter].second / counts[r.letter];
-    }
-  }
+  ASSIGN_OR_RETURN(const json doc, ParseDocument(json_text));
+  ASSIGN_OR_RETURN(const ProfileArch* arch, FindArch(doc));
+  ASSIGN_OR_RETURN(const int64_t seq_len, ReadSeqLen(doc));
+  ASSIGN_OR_RETURN(std::vector<RawLayer> raw, ReadLayers(doc, *arch));
+  if (options.average_plain_layers) AveragePlainLayers(raw);
 
   ModelGraph m;
   m.name = absl::StrCat("profile-", arch->model);
-  std::string provenance;
-  if (const JsonValue* s = doc.Find("source"); s != nullptr && s->is_string()) {
-    provenance = s->string();
-  }
-  if (const JsonValue* s = doc.Find("source_revision"); s != nullptr && s->is_string()) {
-    absl::StrAppend(&provenance, " @ ", s->string());
-  }
-  m.source = absl::StrCat("times: ", provenance,
-                          options.average_plain_layers ? " (plain layers averaged per kind)" : "",
-                          "; B = W = backward/2; ", arch->source);
+  m.source = Provenance(doc, *arch, options.average_plain_layers);
   m.training = options.training;
-  m.training.seq_len = static_cast<int64_t>(seq);
+  m.training.seq_len = seq_len;
   m.training.micro_batch_size = 1;
-
-  const CostModel cost_model;
-  const HardwareSpec any_device{"memory-only", 1, 1, 1};  // memory does not depend on it
   for (size_t i = 0; i < raw.size(); ++i) {
-    const RawLayer& r = raw[i];
-    const Letter* letter = nullptr;
-    for (const Letter& l : arch->letters) {
-      if (l.letter == r.letter) letter = &l;
-    }
-    std::vector<LayerKind> parts;
-    if (r.embedding) parts.push_back(LayerKind::kEmbedding);
-    parts.insert(parts.end(), letter->parts.begin(), letter->parts.end());
-    if (r.head) parts.push_back(LayerKind::kHead);
-
-    Layer layer = LayerOfKind(letter->kind, *arch);
-    std::vector<std::string> part_names;
-    for (LayerKind k : parts) part_names.push_back(std::string(LayerKindName(k)));
-    layer.name = absl::StrCat("L", i, ".", absl::StrJoin(part_names, "+"), " (", r.token, ")");
-    layer.measured.forward_s = r.forward_ms / 1000.0;
-    layer.measured.backward_input_s = r.backward_ms / 2000.0;
-    layer.measured.weight_grad_s = r.backward_ms / 2000.0;
-    if (parts.size() > 1) {
-      double activation = 0, params = 0, output = 0;
-      for (LayerKind k : parts) {
-        const LayerCost c = cost_model.Cost(LayerOfKind(k, *arch), m.training, any_device);
-        activation += c.activation_bytes;
-        params += c.param_bytes;
-        output = c.output_bytes;  // what the last part sends on
-      }
-      layer.measured.activation_bytes = activation;
-      layer.measured.param_bytes = params;
-      layer.measured.output_bytes = output;
-    }
-    m.layers.push_back(std::move(layer));
+    m.layers.push_back(BuildLayer(raw[i], i, *arch, m.training));
   }
   RETURN_IF_ERROR(Validate(m));
   return m;

@@ -48,8 +48,10 @@ struct ProfileImportOptions {
 // Profile models whose architecture the importer knows ("nemotron-nano-v2-9B", ...).
 std::vector<std::string> KnownProfileModels();
 
-// Parses a profile document. kInvalidArgument naming the JSON path ("layers[3].forward_ms")
-// and the value for malformed or inconsistent input, an unknown model or an unknown letter.
+// Parses a profile document (JSON via nlohmann-json). kInvalidArgument naming the JSON path
+// ("layers[3].forward_ms") and the value for malformed JSON (including a key repeated in one
+// object, or a number that overflows a double) or inconsistent input, an unknown model or an
+// unknown letter.
 absl::StatusOr<ModelGraph> ImportProfile(absl::string_view json_text,
                                          const ProfileImportOptions& options = {});
 

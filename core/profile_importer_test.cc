@@ -153,6 +153,10 @@ std::string Replace(absl::string_view from, absl::string_view to) {
 
 TEST(ProfileImporterTest, ErrorsNameTheJsonPath) {
   ExpectError("{", "JSON parse error");
+  ExpectError(Replace("\"forward_ms\": 3", "\"forward_ms\": 1e999"), "number overflow");
+  ExpectError(Replace("\"forward_ms\": 3", "\"forward_ms\": 3,"), "JSON parse error");
+  ExpectError(Replace("\"forward_ms\": 3", "\"forward_ms\": 3, \"forward_ms\": 5"),
+              "duplicate key 'forward_ms'");
   ExpectError("[]", "must be a JSON object");
   ExpectError(Replace("gpt-13B", "gpt-99B"), "model 'gpt-99B' has no known architecture");
   ExpectError(Replace("\"ms\"", "\"s\""), "units must be \"ms\"");

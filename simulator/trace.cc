@@ -5,7 +5,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
-#include "core/json_writer.h"
+#include "core/json_text.h"
 
 namespace octopipe {
 namespace {
@@ -24,53 +24,64 @@ const char* ColorOf(OpKind kind) {
   return "generic_work";
 }
 
+// Metadata events: the process name, and per device a compute lane and a receive lane.
+void AddLaneNames(Json& events, int devices, const std::string& title) {
+  events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", 0},
+                    {"args", {{"name", title}}}});
+  for (int d = 0; d < devices; ++d) {
+    for (int lane = 0; lane < 2; ++lane) {
+      const int tid = d * 2 + lane;
+      const std::string name =
+          lane == 0 ? absl::StrCat("device ", d) : absl::StrCat("device ", d, " recv");
+      events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", tid},
+                        {"args", {{"name", name}}}});
+      events.push_back({{"name", "thread_sort_index"}, {"ph", "M"}, {"pid", 0}, {"tid", tid},
+                        {"args", {{"sort_index", tid}}}});
+    }
+  }
+}
+
 }  // namespace
 
 std::string ChromeTraceJson(const Schedule& schedule, const SimResult& result,
                             const std::string& title) {
-  JsonWriter w;
   const int P = schedule.num_devices();
-  w.BeginObject().Field("displayTimeUnit", "ms").Key("otherData").BeginObject();
-  w.Field("title", title).Field("iteration_time_s", result.iteration_time_s);
-  w.Field("bubble_ratio", result.bubble_ratio).EndObject();
-  w.Key("traceEvents").BeginArray();
-  w.BeginObject().Field("name", "process_name").Field("ph", "M").Field("pid", 0);
-  w.Key("args").BeginObject().Field("name", title).EndObject().EndObject();
-  for (int d = 0; d < P; ++d) {
-    for (int lane = 0; lane < 2; ++lane) {
-      w.BeginObject().Field("name", "thread_name").Field("ph", "M").Field("pid", 0);
-      w.Field("tid", d * 2 + lane).Key("args").BeginObject();
-      w.Field("name", lane == 0 ? absl::StrCat("device ", d)
-                                : absl::StrCat("device ", d, " recv"));
-      w.EndObject().EndObject();
-      w.BeginObject().Field("name", "thread_sort_index").Field("ph", "M").Field("pid", 0);
-      w.Field("tid", d * 2 + lane).Key("args").BeginObject();
-      w.Field("sort_index", d * 2 + lane).EndObject().EndObject();
-    }
-  }
+  Json events = Json::array();
+  AddLaneNames(events, P, title);
   for (int d = 0; d < P && d < static_cast<int>(result.op_start_s.size()); ++d) {
     for (size_t i = 0; i < schedule.ops[d].size(); ++i) {
       const Op& op = schedule.ops[d][i];
       const double start = result.op_start_s[d][i];
       const double end = result.op_end_s[d][i];
-      w.BeginObject().Field("name", OpToString(op)).Field("cat", OpKindName(op.kind));
-      w.Field("ph", "X").Field("pid", 0).Field("tid", d * 2);
-      w.Field("ts", start * kMicros).Field("dur", (end - start) * kMicros);
-      w.Field("cname", ColorOf(op.kind));
-      w.Key("args").BeginObject().Field("stage", op.stage).Field("microbatch", op.microbatch);
-      w.EndObject().EndObject();
+      events.push_back({{"name", OpToString(op)},
+                        {"cat", std::string(OpKindName(op.kind))},
+                        {"ph", "X"},
+                        {"pid", 0},
+                        {"tid", d * 2},
+                        {"ts", start * kMicros},
+                        {"dur", (end - start) * kMicros},
+                        {"cname", ColorOf(op.kind)},
+                        {"args", {{"stage", op.stage}, {"microbatch", op.microbatch}}}});
     }
   }
   for (const TransferRecord& t : result.transfers) {
-    w.BeginObject();
-    w.Field("name", absl::StrCat("to ", OpToString(t.consumer), " from device ", t.from_device));
-    w.Field("cat", "transfer").Field("ph", "X").Field("pid", 0);
-    w.Field("tid", t.to_device * 2 + 1);
-    w.Field("ts", t.start_s * kMicros).Field("dur", (t.end_s - t.start_s) * kMicros);
-    w.Key("args").BeginObject().Field("bytes", t.bytes).EndObject().EndObject();
+    events.push_back(
+        {{"name", absl::StrCat("to ", OpToString(t.consumer), " from device ", t.from_device)},
+         {"cat", "transfer"},
+         {"ph", "X"},
+         {"pid", 0},
+         {"tid", t.to_device * 2 + 1},
+         {"ts", t.start_s * kMicros},
+         {"dur", (t.end_s - t.start_s) * kMicros},
+         {"args", {{"bytes", t.bytes}}}});
   }
-  w.EndArray().EndObject();
-  return w.str();
+  Json doc = {{"displayTimeUnit", "ms"},
+              {"otherData",
+               {{"title", title},
+                {"iteration_time_s", result.iteration_time_s},
+                {"bubble_ratio", result.bubble_ratio}}},
+              {"traceEvents", std::move(events)}};
+  return JsonText(doc);
 }
 
 absl::Status WriteChromeTrace(const std::string& path, const Schedule& schedule,

@@ -23,6 +23,20 @@ check unknown-command 2 "$bin" frobnicate
 contains unknown-command err "unknown command 'frobnicate'"
 check help 0 "$bin" simulate --help
 contains help out "--microbatches"
+# Every subcommand's --help lists its flags in snake_case with their defaults.
+check plan-help 0 "$bin" plan --help
+contains plan-help out "--time_budget NUMBER"
+contains plan-help out "(default: 10)"
+check train-help 0 "$bin" train --help
+contains train-help out "(default: 1f1b)"
+check jobs-create-help 0 "$bin" jobs create --help
+contains jobs-create-help out "--token_file"
+# The old hyphenated spelling still works (hidden alias); a bad value names the flag.
+check old-spelling 0 "$bin" plan --model=synthetic:layers=4,f=1,b=1,w=1 \
+  --cluster=synthetic:devices=2 --microbatches=4 --time-budget=1 --quiet --json
+contains old-spelling out '"feasible":true'
+check bad-value 2 "$bin" plan --time_budget=soon
+contains bad-value err "--time_budget: expected a number, got 'soon'"
 check bad-flag 2 "$bin" simulate --schedule=zb-h9
 contains bad-flag err "--schedule: unknown schedule 'zb-h9'"
 check too-many-devices 2 "$bin" simulate --model=synthetic:layers=2,f=1,b=1,w=1 \

@@ -115,7 +115,7 @@ CliResult RunCli(const std::vector<std::string>& args) {
 // The flags every `plan` / `jobs create` below uses: a small real model that tunes fast.
 std::vector<std::string> SmallPlanFlags(const std::string& planner) {
   return {"--planner=" + planner,  "--model=zoo:llama3-8b", "--cluster=preset:h100-1node",
-          "--devices=4",           "--microbatches=8",      "--time-budget=2"};
+          "--devices=4",           "--microbatches=8",      "--time_budget=2"};
 }
 
 std::vector<std::string> Concat(std::vector<std::string> a, const std::vector<std::string>& b) {

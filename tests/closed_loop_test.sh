@@ -15,7 +15,7 @@ for _ in $(seq 300); do [ -s "$tmp/port" ] && break; sleep 0.1; done  # readines
 addr="127.0.0.1:$(head -1 "$tmp/port")"
 model="ref:pattern=M*-E,hidden=32,heads=2,ffn=64,seq=32,vocab=64,microbatches=4"
 "$bin" jobs create --planner="$addr" --model="$model" --cluster=synthetic:devices=2 \
-  --time-budget=2 || exit 1
+  --time_budget=2 || exit 1
 "$bin" jobs watch --planner="$addr" --job=job-1 --count=1 | tee "$tmp/v1" || exit 1
 grep -q "v1 (initial)" "$tmp/v1" || { echo "FAIL no initial plan"; exit 1; }
 "$bin" train --planner="$addr" --job=job-1 --model="$model" --iterations=2 | tee "$tmp/train" \
