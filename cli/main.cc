@@ -5,6 +5,7 @@
 
 #include "cli/jobs_command.h"
 #include "cli/plan_command.h"
+#include "cli/profile_command.h"
 #include "cli/simulate_command.h"
 #include "cli/train_command.h"
 
@@ -21,6 +22,8 @@ constexpr char kUsage[] =
     "             (locally, or on a running planner with --planner=HOST:PORT)\n"
     "  jobs       create, list, get, delete and watch jobs on a running planner\n"
     "  train      run a plan on the reference model with one process per rank (Gloo)\n"
+    "  profile    measure the reference model on this machine: model + cluster files to plan\n"
+    "             for real runs (then `plan --model=P.model.json --cluster=P.cluster.json`)\n"
     "  help       print this text\n"
     "\n"
     "Run `octopipe COMMAND --help` for the flags of a command.\n";
@@ -39,6 +42,7 @@ int main(int argc, char** argv) {
   if (command == "plan") return octopipe::cli::RunPlan(args, std::cout, std::cerr);
   if (command == "jobs") return octopipe::cli::RunJobs(args, std::cout, std::cerr);
   if (command == "train") return octopipe::cli::RunTrain(args, std::cout, std::cerr);
+  if (command == "profile") return octopipe::cli::RunProfile(args, std::cout, std::cerr);
   std::cerr << "octopipe: unknown command '" << command << "'\n\n" << kUsage;
   return 2;
 }

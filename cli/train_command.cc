@@ -54,7 +54,12 @@ std::string ResultJson(const RankResult& r) {
     for (const executor::OpTiming& op : it.ops) {
       w.BeginArray().String(OpToString(op.op)).Number(op.start_s).Number(op.end_s).EndArray();
     }
-    w.EndArray().EndObject();
+    w.EndArray().Key("layer_ops").BeginArray();
+    for (const executor::LayerOpTiming& t : it.layer_ops) {
+      w.BeginArray().Int(t.layer).Int(static_cast<int>(t.kind)).Number(t.seconds).EndArray();
+    }
+    w.EndArray().Field("peak_activation_bytes", it.peak_activation_bytes);
+    w.EndObject();
   }
   w.EndArray().EndObject();
   return w.str();
@@ -64,6 +69,9 @@ struct RankReport {
   std::vector<double> loss;  // per iteration (only the head's rank)
   std::vector<double> wall;
   std::vector<std::vector<std::pair<Op, double>>> ops;  // per iteration: (op, duration)
+  // Per iteration: (layer, op kind) -> (seconds summed over micro-batches, count).
+  std::vector<std::map<std::pair<int, int>, std::pair<double, int>>> layer_ops;
+  std::vector<double> peak_activation_bytes;  // per iteration, the executor's own accounting
   bool has_loss = false;
 };
 
@@ -80,6 +88,15 @@ absl::StatusOr<RankReport> ParseReport(const std::string& text) {
       ops.push_back({o, op.items()[2].number() - op.items()[1].number()});
     }
     r.ops.push_back(std::move(ops));
+    std::map<std::pair<int, int>, std::pair<double, int>> layer_ops;
+    for (const JsonValue& t : it.Find("layer_ops")->items()) {
+      auto& s = layer_ops[{static_cast<int>(t.items()[0].number()),
+                           static_cast<int>(t.items()[1].number())}];
+      s.first += t.items()[2].number();
+      ++s.second;
+    }
+    r.layer_ops.push_back(std::move(layer_ops));
+    r.peak_activation_bytes.push_back(it.Find("peak_activation_bytes")->number());
   }
   return r;
 }
@@ -360,6 +377,23 @@ int RunTrain(const std::vector<std::string>& args, std::ostream& out, std::ostre
       t->set_seconds(sum_n.first / sum_n.second);
       t->set_samples(sum_n.second);
     }
+    // Per-layer times: each layer calibrates itself, wherever the next plan puts it.
+    std::map<std::pair<int, int>, std::pair<double, int>> layer_mean;
+    for (int r = 0; r < N; ++r) {
+      for (int it = first; it < K; ++it) {
+        for (const auto& [key, sum_n] : rr[r].layer_ops[it]) {
+          layer_mean[key].first += sum_n.first;
+          layer_mean[key].second += sum_n.second;
+        }
+      }
+    }
+    for (const auto& [key, sum_n] : layer_mean) {
+      proto::LayerOpTime* t = req.add_layer_times();
+      t->set_layer(key.first);
+      t->set_op_kind(std::string(OpKindName(static_cast<OpKind>(key.second))));
+      t->set_seconds(sum_n.first / sum_n.second);
+      t->set_samples(sum_n.second);
+    }
     proto::ReportStageTimesResponse resp;
     auto ctx = planner.Context();
     grpc::Status s = stub->ReportStageTimes(ctx.get(), req, &resp);
@@ -382,6 +416,13 @@ int RunTrain(const std::vector<std::string>& args, std::ostream& out, std::ostre
     w.Field("predicted_iteration_time_s", predicted->iteration_time_s);
     w.Field("predicted_bubble_ratio", predicted->bubble_ratio);
     w.Field("prediction_error", error);
+    w.Key("peak_activation_bytes").BeginArray();  // per rank, max over iterations
+    for (int r = 0; r < N; ++r) {
+      double peak = 0;
+      for (double b : rr[r].peak_activation_bytes) peak = std::max(peak, b);
+      w.Number(peak);
+    }
+    w.EndArray();
     if (!report_decision.empty()) w.Field("planner_report", report_decision);
     w.EndObject();
     out << w.str() << "\n";

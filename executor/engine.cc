@@ -1,5 +1,6 @@
 #include "executor/engine.h"
 
+#include <algorithm>
 #include <chrono>
 #include <deque>
 #include <map>
@@ -84,6 +85,13 @@ class Outbox {
 };
 
 }  // namespace
+
+int64_t ContextBytes(const LayerContext& ctx) {
+  int64_t bytes = 0;
+  for (const Tensor& t : ctx.saved) bytes += static_cast<int64_t>(t.size()) * sizeof(float);
+  for (const auto& v : ctx.saved_index) bytes += static_cast<int64_t>(v.size()) * sizeof(int32_t);
+  return bytes;
+}
 
 PipelineEngine::PipelineEngine(const Plan& plan, int rank,
                                std::vector<std::unique_ptr<Layer>>* layers, Transport* transport,
@@ -213,13 +221,42 @@ absl::StatusOr<IterationStats> PipelineEngine::RunIteration(
   auto layers_of = [&](int s) {
     return std::pair<int, int>{plan_.stages[s].first_layer, plan_.stages[s].last_layer};
   };
-  auto forward = [&](int s, int m, const Tensor& in) {
+  // Runs `body` and records its duration as layer `l`'s share of op (kind, s, m).
+  auto timed = [&](int l, OpKind kind, int s, int m, auto&& body) {
+    const auto start = std::chrono::steady_clock::now();
+    body();
+    stats.layer_ops.push_back(LayerOpTiming{
+        l, s, m, kind,
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()});
+  };
+  auto forward = [&](int s, int m, const Tensor& in, OpKind kind) {
     auto [lo, hi] = layers_of(s);
     std::vector<LayerContext>& c = ctx[{s, m}];
     c.assign(hi - lo + 1, LayerContext{});
     Tensor x = in;
-    for (int l = lo; l <= hi; ++l) x = (*layers_)[l]->Forward(x, microbatches[m], &c[l - lo]);
+    for (int l = lo; l <= hi; ++l) {
+      timed(l, kind, s, m, [&] { x = (*layers_)[l]->Forward(x, microbatches[m], &c[l - lo]); });
+    }
     return x;
+  };
+  // Activation accounting: bytes held per (stage, micro-batch), re-measured after every op.
+  std::map<std::pair<int, int>, int64_t> held;
+  int64_t held_total = 0;
+  auto account = [&](const std::pair<int, int>& key) {
+    int64_t bytes = 0;
+    if (auto it = ctx.find(key); it != ctx.end()) {
+      for (const LayerContext& c : it->second) bytes += ContextBytes(c);
+    }
+    if (auto it = stage_input.find(key); it != stage_input.end()) {
+      bytes += static_cast<int64_t>(it->second.size()) * sizeof(float);
+    }
+    held_total += bytes - held[key];
+    if (bytes == 0) {
+      held.erase(key);
+    } else {
+      held[key] = bytes;
+    }
+    stats.peak_activation_bytes = std::max(stats.peak_activation_bytes, held_total);
   };
 
   for (const Op& op : plan_.schedule.ops[rank_]) {
@@ -234,7 +271,9 @@ absl::StatusOr<IterationStats> PipelineEngine::RunIteration(
         input = std::move(local_fwd[{s - 1, m}]);
         local_fwd.erase({s - 1, m});
       } else {
+        const double wait_from = now();
         absl::StatusOr<Tensor> t = mailbox.Take(Tag(s - 1, m, kForward));
+        timing.wait_s += now() - wait_from;
         if (!t.ok()) {
           failure = absl::Status(t.status().code(), absl::StrCat(t.status().message(),
                                                                  " (waiting for the input of ",
@@ -250,7 +289,9 @@ absl::StatusOr<IterationStats> PipelineEngine::RunIteration(
         grad = std::move(local_bwd[{s + 1, m}]);
         local_bwd.erase({s + 1, m});
       } else {
+        const double wait_from = now();
         absl::StatusOr<Tensor> t = mailbox.Take(Tag(s + 1, m, kBackward));
+        timing.wait_s += now() - wait_from;
         if (!t.ok()) {
           failure = absl::Status(t.status().code(), absl::StrCat(t.status().message(),
                                                                  " (waiting for the gradient of ",
@@ -265,7 +306,7 @@ absl::StatusOr<IterationStats> PipelineEngine::RunIteration(
     switch (op.kind) {
       case OpKind::kF: {
         if (plan_.stages[s].recompute) stage_input[key] = input;
-        Tensor out = forward(s, m, input);
+        Tensor out = forward(s, m, input, OpKind::kF);
         if (plan_.stages[s].recompute) ctx.erase(key);  // R rebuilds it before the backward
         if (s == S - 1) {
           loss_sum += out(0, 0);
@@ -277,7 +318,7 @@ absl::StatusOr<IterationStats> PipelineEngine::RunIteration(
         break;
       }
       case OpKind::kR: {
-        forward(s, m, stage_input[key]);
+        forward(s, m, stage_input[key], OpKind::kR);
         stage_input.erase(key);
         break;
       }
@@ -286,10 +327,14 @@ absl::StatusOr<IterationStats> PipelineEngine::RunIteration(
         Tensor dy = s == S - 1 ? Tensor::Constant(1, 1, 1.0f / M) : std::move(grad);
         std::vector<LayerContext>& c = ctx[key];
         for (int l = hi; l >= lo; --l) {
-          dy = (*layers_)[l]->BackwardInput(dy, microbatches[m], &c[l - lo]);
+          timed(l, OpKind::kB, s, m,
+                [&] { dy = (*layers_)[l]->BackwardInput(dy, microbatches[m], &c[l - lo]); });
         }
         if (op.kind == OpKind::kBW) {
-          for (int l = lo; l <= hi; ++l) (*layers_)[l]->BackwardWeight(microbatches[m], &c[l - lo]);
+          for (int l = lo; l <= hi; ++l) {
+            timed(l, OpKind::kW, s, m,
+                  [&] { (*layers_)[l]->BackwardWeight(microbatches[m], &c[l - lo]); });
+          }
           ctx.erase(key);
         }
         if (s > 0) {
@@ -303,13 +348,17 @@ absl::StatusOr<IterationStats> PipelineEngine::RunIteration(
       }
       case OpKind::kW: {
         std::vector<LayerContext>& c = ctx[key];
-        for (int l = lo; l <= hi; ++l) (*layers_)[l]->BackwardWeight(microbatches[m], &c[l - lo]);
+        for (int l = lo; l <= hi; ++l) {
+          timed(l, OpKind::kW, s, m,
+                [&] { (*layers_)[l]->BackwardWeight(microbatches[m], &c[l - lo]); });
+        }
         ctx.erase(key);
         break;
       }
     }
     timing.end_s = now();
     stats.ops.push_back(timing);
+    account(key);
   }
   finish_threads();
   if (failure.ok()) failure = mailbox.error();

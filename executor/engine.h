@@ -30,6 +30,21 @@ struct OpTiming {
   Op op;
   double start_s = 0;  // since the iteration began
   double end_s = 0;
+  // Seconds the op blocked waiting for a message before start_s (0 when its input was local
+  // or had already arrived). start_s - previous op's end_s - wait_s is the engine's own time
+  // between ops.
+  double wait_s = 0;
+};
+
+// One layer's share of one op: F, B, W or R of `layer` for `microbatch` (a BW op yields one B
+// and one W entry per layer). `seconds` is the layer's own compute, so the op's duration minus
+// the sum of its layers' seconds is the engine's per-op overhead.
+struct LayerOpTiming {
+  int layer = 0;
+  int stage = 0;
+  int microbatch = 0;
+  OpKind kind = OpKind::kF;  // kF, kB, kW or kR
+  double seconds = 0;
 };
 
 struct IterationStats {
@@ -39,7 +54,16 @@ struct IterationStats {
   std::vector<OpTiming> ops;
   int64_t bytes_sent = 0;
   int64_t bytes_received = 0;
+  // Per-layer op times, in execution order.
+  std::vector<LayerOpTiming> layer_ops;
+  // The engine's own accounting of the activation bytes this rank holds between ops: every
+  // tensor and index saved in a layer context (from F until its W / BW) plus the stage inputs
+  // kept for recompute. Not RSS; received messages and the weights are not counted.
+  int64_t peak_activation_bytes = 0;
 };
+
+// Bytes a layer context holds (saved tensors as fp32, saved indices as int32).
+int64_t ContextBytes(const LayerContext& ctx);
 
 class PipelineEngine {
  public:
