@@ -94,9 +94,13 @@ absl::StatusOr<std::vector<LayerBytes>> MeasureBytes(const ModelSpec& spec) {
   return out;
 }
 
-// ZB-H1 with every stage recomputed: each layer's F, R, B and W run as separate ops.
-absl::StatusOr<Plan> ProfilePlan(int ranks, int microbatches, const ModelGraph& graph) {
+// ZB-H1: each layer's F, B and W run as separate ops. With `recompute` every stage is
+// recomputed, so R runs too (right before B, so B then runs on a freshly built context: that is
+// why F, B and W are taken from the run without recompute).
+absl::StatusOr<Plan> ProfilePlan(int ranks, int microbatches, const ModelGraph& graph,
+                                 bool recompute) {
   ASSIGN_OR_RETURN(Plan plan, ClassicPlan(ScheduleKind::kZbH1, ranks, 0, microbatches, graph));
+  if (!recompute) return plan;
   for (StageAssignment& st : plan.stages) st.recompute = true;
   for (std::vector<Op>& ops : plan.schedule.ops) {
     std::vector<Op> with_r;
@@ -141,12 +145,15 @@ absl::StatusOr<std::vector<std::pair<double, double>>> PingPong(executor::Transp
   return out;
 }
 
-// One rank: 1 + repeat iterations of the profile plan, then the ping-pong. Returns JSON:
+// One rank: 1 + repeat iterations of the profile plan, then (with `ping`) the ping-pong.
+// Returns JSON:
 //   {"layers": [[iteration, layer, kind, mean seconds over micro-batches], ...],
 //    "overhead": [mean per-op executor overhead of each measured iteration],
+//    "ops": [[iteration, stage, micro-batch, kind, start, end, previous op's end], ...] (times
+//            on the machine-wide steady clock, seconds),
 //    "link": [[bytes, one-way seconds], ...]}
 absl::StatusOr<std::string> ProfileRank(const ModelSpec& spec, const Plan& plan, int rank,
-                                        executor::Transport* transport, int repeat) {
+                                        executor::Transport* transport, int repeat, bool ping) {
   executor::TrainOptions options;
   options.iterations = repeat + 1;
   ASSIGN_OR_RETURN(executor::RankResult result,
@@ -188,10 +195,24 @@ absl::StatusOr<std::string> ProfileRank(const ModelSpec& spec, const Plan& plan,
   }
   w.EndArray().Key("overhead").BeginArray();
   for (double o : overhead) w.Number(o);
+  w.EndArray().Key("ops").BeginArray();
+  for (int it = 1; it <= repeat; ++it) {
+    const executor::IterationStats& st = result.iterations[it];
+    double prev_end = st.start_steady_s;
+    for (const executor::OpTiming& op : st.ops) {
+      w.BeginArray().Int(it).Int(op.op.stage).Int(op.op.microbatch).Int(static_cast<int>(op.op.kind));
+      w.Number(st.start_steady_s + op.start_s).Number(st.start_steady_s + op.end_s).Number(prev_end);
+      w.EndArray();
+      prev_end = st.start_steady_s + op.end_s;
+    }
+  }
   w.EndArray();
   const size_t message_bytes =
       static_cast<size_t>(spec.dims.batch) * spec.dims.seq_len * spec.dims.hidden * sizeof(float);
-  ASSIGN_OR_RETURN(auto link, PingPong(transport, message_bytes));
+  std::vector<std::pair<double, double>> link;
+  if (ping) {
+    ASSIGN_OR_RETURN(link, PingPong(transport, message_bytes));
+  }
   w.Key("link").BeginArray();
   for (const auto& [bytes, s] : link) w.BeginArray().Number(bytes).Number(s).EndArray();
   w.EndArray().EndObject();
@@ -202,7 +223,7 @@ absl::StatusOr<std::string> ProfileRank(const ModelSpec& spec, const Plan& plan,
 // rank over a real one. Returns each rank's JSON, or the first rank's error.
 absl::StatusOr<std::vector<std::string>> RunRanks(const ModelSpec& spec, const Plan& plan,
                                                   int N, const std::string& transport,
-                                                  int repeat, double timeout) {
+                                                  int repeat, double timeout, bool ping) {
   std::vector<std::string> reports(N), errors(N);
   if (transport == "inproc") {
     executor::InProcHub hub(N, executor::InProcOptions{.timeout_s = timeout});
@@ -210,7 +231,7 @@ absl::StatusOr<std::vector<std::string>> RunRanks(const ModelSpec& spec, const P
     for (int r = 0; r < N; ++r) {
       threads.emplace_back([&, r] {
         auto t = hub.Endpoint(r);
-        absl::StatusOr<std::string> res = ProfileRank(spec, plan, r, t.get(), repeat);
+        absl::StatusOr<std::string> res = ProfileRank(spec, plan, r, t.get(), repeat, ping);
         if (res.ok()) {
           reports[r] = *res;
         } else {
@@ -243,7 +264,7 @@ absl::StatusOr<std::vector<std::string>> RunRanks(const ModelSpec& spec, const P
         tc.cuda_device = r;
         auto t = executor::MakeTransport(transport, tc);
         absl::StatusOr<std::string> res =
-            t.ok() ? ProfileRank(spec, plan, r, t->get(), repeat)
+            t.ok() ? ProfileRank(spec, plan, r, t->get(), repeat, ping)
                    : absl::StatusOr<std::string>(t.status());
         const std::string base = absl::StrCat(dir, "/rank-", r);
         if (res.ok()) {
@@ -298,6 +319,45 @@ std::pair<double, double> MeasureDevice() {
     copy.push_back(2.0 * static_cast<double>(src.size()) / Seconds(t0));
   }
   return {Median(gemm), Median(copy)};
+}
+
+// What a message costs in the engine itself (send and receive threads, mailbox hand-off
+// included): for each consumer op whose input came from another rank and that sat idle while
+// it travelled, consumer start - producer end. `reports` are ProfileRank's, by rank.
+std::vector<double> MessageTimes(const Plan& plan, const std::vector<JsonValue>& reports) {
+  struct Times {
+    double start, end, prev_end;
+  };
+  std::map<std::tuple<int, int, int, int>, Times> ops;  // (iteration, stage, mb, kind)
+  for (const JsonValue& j : reports) {
+    for (const JsonValue& v : j.Find("ops")->items()) {
+      const auto& x = v.items();
+      ops[{static_cast<int>(x[0].number()), static_cast<int>(x[1].number()),
+           static_cast<int>(x[2].number()), static_cast<int>(x[3].number())}] =
+          Times{x[4].number(), x[5].number(), x[6].number()};
+    }
+  }
+  const int S = plan.num_stages();
+  std::vector<double> out;
+  for (const auto& [key, c] : ops) {
+    const auto [it, s, m, kind] = key;
+    std::vector<std::tuple<int, int, int, int>> producers;
+    if (kind == static_cast<int>(OpKind::kF) && s > 0 &&
+        plan.stages[s - 1].device != plan.stages[s].device) {
+      producers.push_back({it, s - 1, m, static_cast<int>(OpKind::kF)});
+    }
+    if ((kind == static_cast<int>(OpKind::kB) || kind == static_cast<int>(OpKind::kBW)) &&
+        s + 1 < S && plan.stages[s + 1].device != plan.stages[s].device) {
+      producers.push_back({it, s + 1, m, static_cast<int>(OpKind::kB)});
+      producers.push_back({it, s + 1, m, static_cast<int>(OpKind::kBW)});
+    }
+    for (const auto& pk : producers) {
+      auto p = ops.find(pk);
+      if (p == ops.end() || !(c.prev_end < p->second.end)) continue;
+      out.push_back(c.start - p->second.end);
+    }
+  }
+  return out;
 }
 
 double PhysicalMemory() {
@@ -406,26 +466,42 @@ int RunProfile(const std::vector<std::string>& args, std::ostream& out, std::ost
                 3);
   }
   const ModelGraph graph = executor::ToModelGraph(*spec);
-  absl::StatusOr<Plan> plan = ProfilePlan(static_cast<int>(ranks), spec->microbatches, graph);
+  absl::StatusOr<Plan> plan =
+      ProfilePlan(static_cast<int>(ranks), spec->microbatches, graph, /*recompute=*/false);
   if (!plan.ok()) return usage(absl::StrCat("--ranks: ", plan.status().message()));
+  absl::StatusOr<Plan> plan_r =
+      ProfilePlan(static_cast<int>(ranks), spec->microbatches, graph, /*recompute=*/true);
+  if (!plan_r.ok()) return usage(absl::StrCat("--ranks: ", plan_r.status().message()));
 
-  absl::StatusOr<std::vector<std::string>> reports =
-      RunRanks(*spec, *plan, static_cast<int>(ranks), transport, static_cast<int>(repeat), timeout);
-  if (!reports.ok()) return Fail(err, reports.status(), 1);
+  // Phase 1: F, B, W, the per-op overhead, the messages and the ping-pong; phase 2: R.
   std::map<std::pair<int, int>, std::vector<double>> samples;  // (layer, kind) -> per iteration
   std::vector<double> overhead;
   std::vector<std::pair<double, double>> link;
-  for (const std::string& text : *reports) {
-    absl::StatusOr<JsonValue> j = ParseJson(text);
-    if (!j.ok()) return Fail(err, j.status(), 1);
-    for (const JsonValue& v : j->Find("layers")->items()) {
-      samples[{static_cast<int>(v.items()[1].number()), static_cast<int>(v.items()[2].number())}]
-          .push_back(v.items()[3].number());
+  std::vector<double> message_s;  // producer end -> consumer start, consumer idle meanwhile
+  for (int phase = 0; phase < 2; ++phase) {
+    absl::StatusOr<std::vector<std::string>> reports =
+        RunRanks(*spec, phase == 0 ? *plan : *plan_r, static_cast<int>(ranks), transport,
+                 static_cast<int>(repeat), timeout, /*ping=*/phase == 0);
+    if (!reports.ok()) return Fail(err, reports.status(), 1);
+    std::vector<JsonValue> parsed;
+    for (const std::string& text : *reports) {
+      absl::StatusOr<JsonValue> j = ParseJson(text);
+      if (!j.ok()) return Fail(err, j.status(), 1);
+      parsed.push_back(std::move(*j));
     }
-    for (const JsonValue& v : j->Find("overhead")->items()) overhead.push_back(v.number());
-    for (const JsonValue& v : j->Find("link")->items()) {
-      link.push_back({v.items()[0].number(), v.items()[1].number()});
+    for (const JsonValue& j : parsed) {
+      for (const JsonValue& v : j.Find("layers")->items()) {
+        const int kind = static_cast<int>(v.items()[2].number());
+        if ((phase == 1) != (kind == static_cast<int>(OpKind::kR))) continue;
+        samples[{static_cast<int>(v.items()[1].number()), kind}].push_back(v.items()[3].number());
+      }
+      if (phase == 1) continue;
+      for (const JsonValue& v : j.Find("overhead")->items()) overhead.push_back(v.number());
+      for (const JsonValue& v : j.Find("link")->items()) {
+        link.push_back({v.items()[0].number(), v.items()[1].number()});
+      }
     }
+    if (phase == 0) message_s = MessageTimes(*plan, parsed);
   }
 
   // The model file.
@@ -469,10 +545,19 @@ int RunProfile(const std::vector<std::string>& args, std::ostream& out, std::ost
   // The cluster file.
   const auto [flops, copy_bandwidth] = MeasureDevice();
   LinkSpec link_spec{std::numeric_limits<double>::infinity(), 0};
+  double pingpong_latency = 0;
   if (!link.empty()) {
     absl::StatusOr<LinkFit> fit = FitLink(link);
     if (!fit.ok()) return Fail(err, fit.status(), 1);
     link_spec = LinkSpec{fit->bandwidth, fit->latency_s};
+    pingpong_latency = fit->latency_s;
+  }
+  // The engine's messages cost more than the transport's ping-pong (thread hand-offs on both
+  // sides): the latency is what the engine's own messages took beyond bytes / bandwidth.
+  const double message_bytes = (*bytes)[0].output;
+  if (message_s.size() >= 3) {
+    const double transfer = std::isinf(link_spec.bandwidth) ? 0 : message_bytes / link_spec.bandwidth;
+    link_spec.latency_s = std::max(0.0, Median(message_s) - transfer);
   }
   char host[256] = "localhost";
   gethostname(host, sizeof(host) - 1);
@@ -502,7 +587,9 @@ int RunProfile(const std::vector<std::string>& args, std::ostream& out, std::ost
       << FormatPercent(worst_spread) << "\n"
       << "link: latency " << FormatSeconds(link_spec.latency_s) << ", bandwidth "
       << absl::StrFormat("%.3g", link_spec.bandwidth) << " B/s (fitted over " << link.size()
-      << " message sizes)\n"
+      << " message sizes; ping-pong latency " << FormatSeconds(pingpong_latency) << ", the "
+      << "engine's " << message_s.size() << " messages " << FormatSeconds(Median(message_s))
+      << " median)\n"
       << "device: " << absl::StrFormat("%.3g", flops) << " FLOP/s (GEMM), "
       << absl::StrFormat("%.3g", copy_bandwidth) << " B/s copy, "
       << absl::StrFormat("%.3g", device_memory) << " bytes\n"

@@ -157,6 +157,7 @@ absl::StatusOr<IterationStats> PipelineEngine::RunIteration(
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
   IterationStats stats;
+  stats.start_steady_s = std::chrono::duration<double>(t0.time_since_epoch()).count();
 
   // Communication threads: one receiver and one sender per peer this rank talks to.
   Mailbox mailbox;

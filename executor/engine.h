@@ -60,6 +60,10 @@ struct IterationStats {
   // tensor and index saved in a layer context (from F until its W / BW) plus the stage inputs
   // kept for recompute. Not RSS; received messages and the weights are not counted.
   int64_t peak_activation_bytes = 0;
+  // std::chrono::steady_clock time of the iteration's start, in seconds since the clock's
+  // epoch: on one machine it is the same clock in every process, so ranks' op times can be
+  // compared (e.g. a message's producer end with its consumer's start).
+  double start_steady_s = 0;
 };
 
 // Bytes a layer context holds (saved tensors as fp32, saved indices as int32).
