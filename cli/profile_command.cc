@@ -412,7 +412,7 @@ absl::StatusOr<LinkFit> FitLink(const std::vector<std::pair<double, double>>& sa
 }
 
 int RunProfile(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  std::string model, prefix, transport = "gloo";
+  std::string model, prefix, transport = "gloo", check;
   int64_t ranks = 2, repeat = 5, microbatches = 0;
   double timeout = 60, memory = 0;
   FlagSet flags("profile",
@@ -430,9 +430,21 @@ int RunProfile(const std::vector<std::string>& args, std::ostream& out, std::ost
   flags.Double("memory", &memory,
                "device memory in bytes to record and check the model against; 0 = this\n"
                "machine's physical memory / ranks");
+  flags.String("check", &check,
+               "only check a measured model file (every layer has F, B, W, R seconds > 0) and\n"
+               "exit: 0 if it is a complete profile, 2 naming the first bad layer otherwise");
   if (absl::Status s = flags.Parse(args); !s.ok()) return Fail(err, s, 2);
   if (flags.help_requested()) {
     out << flags.Usage();
+    return 0;
+  }
+  if (!check.empty()) {
+    absl::StatusOr<ModelGraph> g = LoadModelArg(check);
+    if (!g.ok()) return Fail(err, absl::InvalidArgumentError(absl::StrCat("--check: ", g.status().message())), 2);
+    if (absl::Status s = ValidateMeasuredProfile(*g); !s.ok()) {
+      return Fail(err, absl::InvalidArgumentError(absl::StrCat("--check: ", s.message())), 2);
+    }
+    out << check << ": a complete measured profile of " << g->num_layers() << " layers\n";
     return 0;
   }
   auto usage = [&](const std::string& msg) {

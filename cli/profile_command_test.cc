@@ -52,6 +52,17 @@ TEST(ProfileCommandTest, ProfileThenPlanThenTrain) {
   EXPECT_GT(cluster->hardware[0].op_overhead_s, 0);
   EXPECT_GT(cluster->link(0, 1).bandwidth, 0);
 
+  std::ostringstream cout_, cerr_;
+  EXPECT_EQ(RunProfile({"--check=" + prefix + ".model.json"}, cout_, cerr_), 0) << cerr_.str();
+  // A profile with a layer's time removed is refused by --check, naming the layer.
+  ModelGraph broken = *model;
+  broken.layers[3].measured.recompute_s.reset();
+  ASSERT_TRUE(WriteModelFile(prefix + ".broken.json", broken).ok());
+  EXPECT_EQ(RunProfile({"--check=" + prefix + ".broken.json"}, cout_, cerr_), 2);
+  EXPECT_NE(cerr_.str().find("layers[3] (L3.moe): measured.recompute_s is missing"),
+            std::string::npos)
+      << cerr_.str();
+
   std::ostringstream pout, perr;
   const std::string plan = prefix + ".plan.json";
   ASSERT_EQ(RunPlan({"--model=" + prefix + ".model.json", "--cluster=" + prefix + ".cluster.json",
