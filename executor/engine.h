@@ -9,6 +9,11 @@
 // only for its own inputs. So a schedule whose DAG has no cycle always completes, and a dead
 // peer surfaces as an error from the transport's timeout, never as a hang.
 //
+// Measurement: every op is timed (OpTiming, with the time it waited for a message) and so is
+// each layer's share of it (LayerOpTiming: F, B, W, R per layer and micro-batch); the engine
+// accounts the activation bytes the rank holds between ops (peak_activation_bytes). These are
+// what `octopipe profile` turns into a measured model and what `train --planner` reports.
+//
 // Message tag of a transfer: ((microbatch * stages + stage) * 2 + direction), stage being the
 // producer's stage. Every activation and gradient is a [batch*seq_len, hidden] fp32 tensor.
 // Not thread-safe: one engine per rank, RunIteration called from one thread.
