@@ -459,6 +459,15 @@ int RunProfile(const std::vector<std::string>& args, std::ostream& out, std::ost
   }
   absl::StatusOr<ModelSpec> spec = executor::ParseModelSpec(model);
   if (!spec.ok()) return usage(absl::StrCat("--model: ", spec.status().message()));
+  {
+    // Fail before measuring, not after, when the files cannot be written there.
+    const std::filesystem::path dir =
+        std::filesystem::path(ResolvePath(prefix + ".model.json")).parent_path();
+    std::error_code ec;
+    if (!dir.empty() && !std::filesystem::is_directory(dir, ec)) {
+      return usage(absl::StrCat("--out: directory '", dir.string(), "' is not a directory"));
+    }
+  }
   if (microbatches > 0) spec->microbatches = static_cast<int>(microbatches);
   const auto started = std::chrono::steady_clock::now();
 
