@@ -465,7 +465,7 @@ int RunProfile(const std::vector<std::string>& args, std::ostream& out, std::ost
         std::filesystem::path(ResolvePath(prefix + ".model.json")).parent_path();
     std::error_code ec;
     if (!dir.empty() && !std::filesystem::is_directory(dir, ec)) {
-      return usage(absl::StrCat("--out: directory '", dir.string(), "' is not a directory"));
+      return usage(absl::StrCat("--out: '", dir.string(), "' is not a directory"));
     }
   }
   if (microbatches > 0) spec->microbatches = static_cast<int>(microbatches);
