@@ -6,6 +6,7 @@
 
 #include "cli/jobs_command.h"
 #include "cli/plan_command.h"
+#include "cli/profile_command.h"
 #include "cli/simulate_command.h"
 #include "cli/train_command.h"
 
@@ -28,6 +29,10 @@ constexpr Command kCommands[] = {
      octopipe::cli::RunJobs},
     {"train", "run a plan on the reference model with one process per rank (Gloo)",
      octopipe::cli::RunTrain},
+    {"profile",
+     "measure the reference model on this machine: model + cluster files to plan\n"
+     "for real runs (then `plan --model=P.model.json --cluster=P.cluster.json`)",
+     octopipe::cli::RunProfile},
 };
 
 std::string Usage() {

@@ -52,10 +52,16 @@ std::string ResultJson(const RankResult& r) {
     for (const executor::OpTiming& op : it.ops) {
       ops.push_back({OpToString(op.op), op.start_s, op.end_s});
     }
+    Json layer_ops = Json::array();
+    for (const executor::LayerOpTiming& t : it.layer_ops) {
+      layer_ops.push_back({t.layer, static_cast<int>(t.kind), t.seconds});
+    }
     iterations.push_back({{"has_loss", it.has_loss},
                           {"loss", it.loss},
                           {"wall_s", it.wall_s},
-                          {"ops", std::move(ops)}});
+                          {"ops", std::move(ops)},
+                          {"layer_ops", std::move(layer_ops)},
+                          {"peak_activation_bytes", it.peak_activation_bytes}});
   }
   return JsonText({{"rank", r.rank}, {"iterations", std::move(iterations)}});
 }
@@ -64,6 +70,9 @@ struct RankReport {
   std::vector<double> loss;  // per iteration (only the head's rank)
   std::vector<double> wall;
   std::vector<std::vector<std::pair<Op, double>>> ops;  // per iteration: (op, duration)
+  // Per iteration: (layer, op kind) -> (seconds summed over micro-batches, count).
+  std::vector<std::map<std::pair<int, int>, std::pair<double, int>>> layer_ops;
+  std::vector<double> peak_activation_bytes;  // per iteration, the executor's own accounting
   bool has_loss = false;
 };
 
@@ -82,6 +91,14 @@ absl::StatusOr<RankReport> ParseReport(const std::string& text) {
         ops.push_back({o, op.at(2).get<double>() - op.at(1).get<double>()});
       }
       r.ops.push_back(std::move(ops));
+      std::map<std::pair<int, int>, std::pair<double, int>> layer_ops;
+      for (const Json& t : it.at("layer_ops")) {
+        auto& sum = layer_ops[{t.at(0).get<int>(), t.at(1).get<int>()}];
+        sum.first += t.at(2).get<double>();
+        ++sum.second;
+      }
+      r.layer_ops.push_back(std::move(layer_ops));
+      r.peak_activation_bytes.push_back(it.at("peak_activation_bytes").get<double>());
     }
     return r;
   } catch (const Json::exception& e) {
@@ -364,6 +381,23 @@ int RunTrain(const std::vector<std::string>& args, std::ostream& out, std::ostre
       t->set_seconds(sum_n.first / sum_n.second);
       t->set_samples(sum_n.second);
     }
+    // Per-layer times: each layer calibrates itself, wherever the next plan puts it.
+    std::map<std::pair<int, int>, std::pair<double, int>> layer_mean;
+    for (int r = 0; r < N; ++r) {
+      for (int it = first; it < K; ++it) {
+        for (const auto& [key, sum_n] : rr[r].layer_ops[it]) {
+          layer_mean[key].first += sum_n.first;
+          layer_mean[key].second += sum_n.second;
+        }
+      }
+    }
+    for (const auto& [key, sum_n] : layer_mean) {
+      proto::LayerOpTime* t = req.add_layer_times();
+      t->set_layer(key.first);
+      t->set_op_kind(std::string(OpKindName(static_cast<OpKind>(key.second))));
+      t->set_seconds(sum_n.first / sum_n.second);
+      t->set_samples(sum_n.second);
+    }
     proto::ReportStageTimesResponse resp;
     auto ctx = planner.Context();
     grpc::Status s = stub->ReportStageTimes(ctx.get(), req, &resp);
@@ -372,6 +406,12 @@ int RunTrain(const std::vector<std::string>& args, std::ostream& out, std::ostre
                                    resp.decision());
   }
   if (json) {
+    Json peaks = Json::array();  // per rank, max over iterations
+    for (int r = 0; r < N; ++r) {
+      double peak = 0;
+      for (double b : rr[r].peak_activation_bytes) peak = std::max(peak, b);
+      peaks.push_back(peak);
+    }
     Json j = {{"ranks", N},
               {"transport", transport},
               {"schedule", plan_file.empty() ? schedule : plan_file},
@@ -382,7 +422,8 @@ int RunTrain(const std::vector<std::string>& args, std::ostream& out, std::ostre
               {"measured_bubble_ratio", measured_bubble},
               {"predicted_iteration_time_s", predicted->iteration_time_s},
               {"predicted_bubble_ratio", predicted->bubble_ratio},
-              {"prediction_error", error}};
+              {"prediction_error", error},
+              {"peak_activation_bytes", std::move(peaks)}};
     if (!report_decision.empty()) j["planner_report"] = report_decision;
     out << JsonText(j) << "\n";
     return 0;

@@ -1,5 +1,6 @@
 #include "core/cluster.h"
 
+#include <cmath>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -78,6 +79,10 @@ absl::Status Validate(const Cluster& c) {
         return absl::InvalidArgumentError(
             absl::StrCat(p, ".", name, " must be > 0, got ", value));
       }
+    }
+    if (!(h.op_overhead_s >= 0) || !std::isfinite(h.op_overhead_s)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(p, ".op_overhead_s must be finite and >= 0, got ", h.op_overhead_s));
     }
   }
   if (c.nodes.empty()) {

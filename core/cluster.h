@@ -18,6 +18,7 @@ struct HardwareSpec {
   double peak_flops = 0;        // dense BF16 FLOP/s
   double memory_bytes = 0;      // HBM capacity (may be +inf for synthetic clusters)
   double memory_bandwidth = 0;  // HBM bytes/s
+  double op_overhead_s = 0;     // fixed executor cost per scheduled op (measured clusters)
 };
 
 struct LinkSpec {

@@ -85,6 +85,9 @@ proto::MeasuredCosts MeasuredToProto(const MeasuredCosts& m) {
   if (m.activation_bytes) p.set_activation_bytes(*m.activation_bytes);
   if (m.param_bytes) p.set_param_bytes(*m.param_bytes);
   if (m.output_bytes) p.set_output_bytes(*m.output_bytes);
+  if (m.recompute_s) p.set_recompute_s(*m.recompute_s);
+  if (m.activation_bytes_w) p.set_activation_bytes_w(*m.activation_bytes_w);
+  if (m.input_bytes) p.set_input_bytes(*m.input_bytes);
   return p;
 }
 
@@ -96,6 +99,9 @@ MeasuredCosts MeasuredFromProto(const proto::MeasuredCosts& p) {
   if (p.has_activation_bytes()) m.activation_bytes = p.activation_bytes();
   if (p.has_param_bytes()) m.param_bytes = p.param_bytes();
   if (p.has_output_bytes()) m.output_bytes = p.output_bytes();
+  if (p.has_recompute_s()) m.recompute_s = p.recompute_s();
+  if (p.has_activation_bytes_w()) m.activation_bytes_w = p.activation_bytes_w();
+  if (p.has_input_bytes()) m.input_bytes = p.input_bytes();
   return m;
 }
 
@@ -128,7 +134,8 @@ proto::Model ModelToProto(const ModelGraph& model) {
     *pl->mutable_dims() = DimsToProto(l.dims);
     const MeasuredCosts& m = l.measured;
     if (m.forward_s || m.backward_input_s || m.weight_grad_s || m.activation_bytes ||
-        m.param_bytes || m.output_bytes) {
+        m.param_bytes || m.output_bytes || m.recompute_s || m.activation_bytes_w ||
+        m.input_bytes) {
       *pl->mutable_measured() = MeasuredToProto(m);
     }
   }
@@ -184,6 +191,7 @@ proto::Cluster ClusterToProto(const Cluster& cluster) {
     ph->set_peak_flops(h.peak_flops);
     ph->set_memory_bytes(h.memory_bytes);
     ph->set_memory_bandwidth(h.memory_bandwidth);
+    ph->set_op_overhead_s(h.op_overhead_s);
   }
   for (const Node& n : cluster.nodes) {
     proto::Node* pn = p.add_nodes();
@@ -204,7 +212,8 @@ absl::StatusOr<Cluster> ClusterFromProto(const proto::Cluster& p) {
   c.name = p.name();
   for (const proto::HardwareSpec& ph : p.hardware()) {
     c.hardware.push_back(
-        HardwareSpec{ph.name(), ph.peak_flops(), ph.memory_bytes(), ph.memory_bandwidth()});
+        HardwareSpec{ph.name(), ph.peak_flops(), ph.memory_bytes(), ph.memory_bandwidth(),
+                     ph.op_overhead_s()});
   }
   for (const proto::Node& pn : p.nodes()) {
     Node n;

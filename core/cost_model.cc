@@ -364,7 +364,9 @@ LayerCost CostModel::Cost(const Layer& layer, const TrainingOptions& training,
   }
   if (m.param_bytes) c.param_count = *m.param_bytes / e;
   if (m.output_bytes) c.output_bytes = *m.output_bytes;
-  c.recompute_s = c.forward_s;
+  if (m.activation_bytes_w) c.activation_bytes_w = *m.activation_bytes_w;
+  if (m.input_bytes) c.input_bytes = *m.input_bytes;
+  c.recompute_s = m.recompute_s ? *m.recompute_s : c.forward_s;
 
   // Weights, gradients and Adam state (fp32 master weights, momentum, variance; 12 bytes in
   // mixed precision, 8 beyond the fp32 weights in fp32), the optimizer part sharded by ZeRO.

@@ -179,6 +179,9 @@ absl::Status Validate(const ModelGraph& model) {
         {"activation_bytes", m.activation_bytes},
         {"param_bytes", m.param_bytes},
         {"output_bytes", m.output_bytes},
+        {"recompute_s", m.recompute_s},
+        {"activation_bytes_w", m.activation_bytes_w},
+        {"input_bytes", m.input_bytes},
     };
     bool all_time_measured = m.forward_s && m.backward_input_s && m.weight_grad_s;
     for (const auto& [name, value] : measured) {

@@ -71,6 +71,9 @@ struct MeasuredCosts {
   std::optional<double> activation_bytes;
   std::optional<double> param_bytes;
   std::optional<double> output_bytes;
+  std::optional<double> recompute_s;         // R (default: forward_s)
+  std::optional<double> activation_bytes_w;  // held from B until W
+  std::optional<double> input_bytes;         // kept by full recompute
 };
 
 struct Layer {

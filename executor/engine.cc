@@ -1,6 +1,6 @@
 #include "executor/engine.h"
 
-#include <atomic>
+#include <algorithm>
 #include <chrono>
 #include <deque>
 #include <map>
@@ -86,6 +86,13 @@ class Outbox {
 
 }  // namespace
 
+int64_t ContextBytes(const LayerContext& ctx) {
+  int64_t bytes = 0;
+  for (const Tensor& t : ctx.saved) bytes += static_cast<int64_t>(t.size()) * sizeof(float);
+  for (const auto& v : ctx.saved_index) bytes += static_cast<int64_t>(v.size()) * sizeof(int32_t);
+  return bytes;
+}
+
 PipelineEngine::PipelineEngine(const Plan& plan, int rank,
                                std::vector<std::unique_ptr<Layer>>* layers, Transport* transport,
                                int tokens_per_microbatch, int hidden)
@@ -134,41 +141,34 @@ absl::Status PipelineEngine::Validate() const {
   return absl::OkStatus();
 }
 
-// One RunIteration's state: the communication threads and the per (stage, micro-batch)
-// tensors and layer contexts on this rank.
-struct PipelineEngine::Iteration {
-  Iteration(const std::vector<MicroBatch>& mbs, int P) : microbatches(mbs), outboxes(P) {}
-
-  const std::vector<MicroBatch>& microbatches;
-  size_t bytes = 0;  // of every message
-  std::chrono::steady_clock::time_point t0;
+absl::StatusOr<IterationStats> PipelineEngine::RunIteration(
+    const std::vector<MicroBatch>& microbatches) {
+  RETURN_IF_ERROR(Validate());
+  const int S = plan_.num_stages();
+  const int M = static_cast<int>(microbatches.size());
+  if (M != plan_.num_microbatches) {
+    return absl::InvalidArgumentError(absl::StrCat("microbatches: the plan has ",
+                                                   plan_.num_microbatches, ", got ", M));
+  }
+  const int P = plan_.num_devices;
+  const size_t bytes = static_cast<size_t>(tokens_) * hidden_ * sizeof(float);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto now = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  IterationStats stats;
+  stats.start_steady_s = std::chrono::duration<double>(t0.time_since_epoch()).count();
 
   // Communication threads: one receiver and one sender per peer this rank talks to.
   Mailbox mailbox;
-  std::vector<std::unique_ptr<Outbox>> outboxes;
+  std::vector<std::unique_ptr<Outbox>> outboxes(P);
   std::vector<std::thread> threads;
   std::atomic<int64_t> received{0}, sent{0};
-
-  std::map<std::pair<int, int>, Tensor> local_fwd, local_bwd, stage_input;
-  std::map<std::pair<int, int>, std::vector<LayerContext>> ctx;
-  double loss_sum = 0;
-
-  double now() const {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  }
-};
-
-void PipelineEngine::StartCommunication(Iteration* it) {
-  const int P = plan_.num_devices;
-  const size_t bytes = it->bytes;
-  Mailbox& mailbox = it->mailbox;
-  std::atomic<int64_t>& received = it->received;
-  std::atomic<int64_t>& sent = it->sent;
   for (int peer = 0; peer < P; ++peer) {
     if (peer == rank_) continue;
     std::vector<Message> expect = SendsBetween(peer, rank_);
     if (!expect.empty()) {
-      it->threads.emplace_back([this, peer, expect, &mailbox, bytes, &received] {
+      threads.emplace_back([this, peer, expect, &mailbox, bytes, &received] {
         for (const Message& m : expect) {
           Tensor t(tokens_, hidden_);
           absl::Status s = transport_->Recv(peer, m.tag, t.data(), bytes);
@@ -184,9 +184,9 @@ void PipelineEngine::StartCommunication(Iteration* it) {
       });
     }
     if (!SendsBetween(rank_, peer).empty()) {
-      it->outboxes[peer] = std::make_unique<Outbox>();
-      Outbox* box = it->outboxes[peer].get();
-      it->threads.emplace_back([this, peer, box, &mailbox, bytes, &sent] {
+      outboxes[peer] = std::make_unique<Outbox>();
+      Outbox* box = outboxes[peer].get();
+      threads.emplace_back([this, peer, box, &mailbox, bytes, &sent] {
         uint32_t tag;
         Tensor t;
         bool failed = false;
@@ -206,151 +206,171 @@ void PipelineEngine::StartCommunication(Iteration* it) {
       });
     }
   }
-}
-
-void PipelineEngine::FinishCommunication(Iteration* it) {
-  for (auto& box : it->outboxes) {
-    if (box) box->Close();
-  }
-  for (std::thread& t : it->threads) t.join();
-}
-
-absl::Status PipelineEngine::TakeInputs(const Op& op, Iteration* it, Tensor* input,
-                                        Tensor* grad) {
-  const int S = plan_.num_stages();
-  const int s = op.stage, m = op.microbatch;
-  if (op.kind == OpKind::kF && s > 0) {
-    if (plan_.stages[s - 1].device == rank_) {
-      *input = std::move(it->local_fwd[{s - 1, m}]);
-      it->local_fwd.erase({s - 1, m});
-    } else {
-      absl::StatusOr<Tensor> t = it->mailbox.Take(Tag(s - 1, m, kForward));
-      if (!t.ok()) {
-        return absl::Status(t.status().code(), absl::StrCat(t.status().message(),
-                                                            " (waiting for the input of ",
-                                                            OpToString(op), ")"));
-      }
-      *input = std::move(*t);
+  auto finish_threads = [&] {
+    for (auto& box : outboxes) {
+      if (box) box->Close();
     }
-  }
-  if ((op.kind == OpKind::kB || op.kind == OpKind::kBW) && s + 1 < S) {
-    if (plan_.stages[s + 1].device == rank_) {
-      *grad = std::move(it->local_bwd[{s + 1, m}]);
-      it->local_bwd.erase({s + 1, m});
-    } else {
-      absl::StatusOr<Tensor> t = it->mailbox.Take(Tag(s + 1, m, kBackward));
-      if (!t.ok()) {
-        return absl::Status(t.status().code(), absl::StrCat(t.status().message(),
-                                                            " (waiting for the gradient of ",
-                                                            OpToString(op), ")"));
-      }
-      *grad = std::move(*t);
-    }
-  }
-  return absl::OkStatus();
-}
+    for (std::thread& t : threads) t.join();
+  };
 
-Tensor PipelineEngine::ForwardStage(int s, int m, const Tensor& in, Iteration* it) {
-  const int lo = plan_.stages[s].first_layer, hi = plan_.stages[s].last_layer;
-  std::vector<LayerContext>& c = it->ctx[{s, m}];
-  c.assign(hi - lo + 1, LayerContext{});
-  Tensor x = in;
-  for (int l = lo; l <= hi; ++l) x = (*layers_)[l]->Forward(x, it->microbatches[m], &c[l - lo]);
-  return x;
-}
-
-void PipelineEngine::RunOp(const Op& op, Tensor input, Tensor grad, Iteration* it) {
-  const int S = plan_.num_stages();
-  const int M = static_cast<int>(it->microbatches.size());
-  const int s = op.stage, m = op.microbatch;
-  const auto key = std::make_pair(s, m);
-  const std::vector<MicroBatch>& microbatches = it->microbatches;
-  const int lo = plan_.stages[s].first_layer, hi = plan_.stages[s].last_layer;
-  switch (op.kind) {
-    case OpKind::kF: {
-      if (plan_.stages[s].recompute) it->stage_input[key] = input;
-      Tensor out = ForwardStage(s, m, input, it);
-      if (plan_.stages[s].recompute) it->ctx.erase(key);  // R rebuilds it before the backward
-      if (s == S - 1) {
-        it->loss_sum += out(0, 0);
-      } else if (plan_.stages[s + 1].device == rank_) {
-        it->local_fwd[key] = std::move(out);
-      } else {
-        it->outboxes[plan_.stages[s + 1].device]->Push(Tag(s, m, kForward), std::move(out));
-      }
-      break;
-    }
-    case OpKind::kR: {
-      ForwardStage(s, m, it->stage_input[key], it);
-      it->stage_input.erase(key);
-      break;
-    }
-    case OpKind::kB:
-    case OpKind::kBW: {
-      Tensor dy = s == S - 1 ? Tensor::Constant(1, 1, 1.0f / M) : std::move(grad);
-      std::vector<LayerContext>& c = it->ctx[key];
-      for (int l = hi; l >= lo; --l) {
-        dy = (*layers_)[l]->BackwardInput(dy, microbatches[m], &c[l - lo]);
-      }
-      if (op.kind == OpKind::kBW) {
-        for (int l = lo; l <= hi; ++l) (*layers_)[l]->BackwardWeight(microbatches[m], &c[l - lo]);
-        it->ctx.erase(key);
-      }
-      if (s > 0) {
-        if (plan_.stages[s - 1].device == rank_) {
-          it->local_bwd[key] = std::move(dy);
-        } else {
-          it->outboxes[plan_.stages[s - 1].device]->Push(Tag(s, m, kBackward), std::move(dy));
-        }
-      }
-      break;
-    }
-    case OpKind::kW: {
-      std::vector<LayerContext>& c = it->ctx[key];
-      for (int l = lo; l <= hi; ++l) (*layers_)[l]->BackwardWeight(microbatches[m], &c[l - lo]);
-      it->ctx.erase(key);
-      break;
-    }
-  }
-}
-
-absl::StatusOr<IterationStats> PipelineEngine::RunIteration(
-    const std::vector<MicroBatch>& microbatches) {
-  RETURN_IF_ERROR(Validate());
-  const int M = static_cast<int>(microbatches.size());
-  if (M != plan_.num_microbatches) {
-    return absl::InvalidArgumentError(absl::StrCat("microbatches: the plan has ",
-                                                   plan_.num_microbatches, ", got ", M));
-  }
-  Iteration it(microbatches, plan_.num_devices);
-  it.bytes = static_cast<size_t>(tokens_) * hidden_ * sizeof(float);
-  it.t0 = std::chrono::steady_clock::now();
-  IterationStats stats;
-  StartCommunication(&it);
-
+  // Per (stage, micro-batch) state on this rank.
+  std::map<std::pair<int, int>, Tensor> local_fwd, local_bwd, stage_input;
+  std::map<std::pair<int, int>, std::vector<LayerContext>> ctx;
+  double loss_sum = 0;
   absl::Status failure;
+
+  auto layers_of = [&](int s) {
+    return std::pair<int, int>{plan_.stages[s].first_layer, plan_.stages[s].last_layer};
+  };
+  // Runs `body` and records its duration as layer `l`'s share of op (kind, s, m).
+  auto timed = [&](int l, OpKind kind, int s, int m, auto&& body) {
+    const auto start = std::chrono::steady_clock::now();
+    body();
+    stats.layer_ops.push_back(LayerOpTiming{
+        l, s, m, kind,
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()});
+  };
+  auto forward = [&](int s, int m, const Tensor& in, OpKind kind) {
+    auto [lo, hi] = layers_of(s);
+    std::vector<LayerContext>& c = ctx[{s, m}];
+    c.assign(hi - lo + 1, LayerContext{});
+    Tensor x = in;
+    for (int l = lo; l <= hi; ++l) {
+      timed(l, kind, s, m, [&] { x = (*layers_)[l]->Forward(x, microbatches[m], &c[l - lo]); });
+    }
+    return x;
+  };
+  // Activation accounting: bytes held per (stage, micro-batch), re-measured after every op.
+  std::map<std::pair<int, int>, int64_t> held;
+  int64_t held_total = 0;
+  auto account = [&](const std::pair<int, int>& key) {
+    int64_t bytes = 0;
+    if (auto it = ctx.find(key); it != ctx.end()) {
+      for (const LayerContext& c : it->second) bytes += ContextBytes(c);
+    }
+    if (auto it = stage_input.find(key); it != stage_input.end()) {
+      bytes += static_cast<int64_t>(it->second.size()) * sizeof(float);
+    }
+    held_total += bytes - held[key];
+    if (bytes == 0) {
+      held.erase(key);
+    } else {
+      held[key] = bytes;
+    }
+    stats.peak_activation_bytes = std::max(stats.peak_activation_bytes, held_total);
+  };
+
   for (const Op& op : plan_.schedule.ops[rank_]) {
     OpTiming timing;
     timing.op = op;
+    const int s = op.stage, m = op.microbatch;
+    const auto key = std::make_pair(s, m);
     // Inputs first (waiting for them is not compute time).
-    Tensor input, grad;
-    failure = TakeInputs(op, &it, &input, &grad);
-    if (!failure.ok()) break;
-    timing.start_s = it.now();
-    RunOp(op, std::move(input), std::move(grad), &it);
-    timing.end_s = it.now();
+    Tensor input;
+    if (op.kind == OpKind::kF && s > 0) {
+      if (plan_.stages[s - 1].device == rank_) {
+        input = std::move(local_fwd[{s - 1, m}]);
+        local_fwd.erase({s - 1, m});
+      } else {
+        const double wait_from = now();
+        absl::StatusOr<Tensor> t = mailbox.Take(Tag(s - 1, m, kForward));
+        timing.wait_s += now() - wait_from;
+        if (!t.ok()) {
+          failure = absl::Status(t.status().code(), absl::StrCat(t.status().message(),
+                                                                 " (waiting for the input of ",
+                                                                 OpToString(op), ")"));
+          break;
+        }
+        input = std::move(*t);
+      }
+    }
+    Tensor grad;
+    if ((op.kind == OpKind::kB || op.kind == OpKind::kBW) && s + 1 < S) {
+      if (plan_.stages[s + 1].device == rank_) {
+        grad = std::move(local_bwd[{s + 1, m}]);
+        local_bwd.erase({s + 1, m});
+      } else {
+        const double wait_from = now();
+        absl::StatusOr<Tensor> t = mailbox.Take(Tag(s + 1, m, kBackward));
+        timing.wait_s += now() - wait_from;
+        if (!t.ok()) {
+          failure = absl::Status(t.status().code(), absl::StrCat(t.status().message(),
+                                                                 " (waiting for the gradient of ",
+                                                                 OpToString(op), ")"));
+          break;
+        }
+        grad = std::move(*t);
+      }
+    }
+    timing.start_s = now();
+    auto [lo, hi] = layers_of(s);
+    switch (op.kind) {
+      case OpKind::kF: {
+        if (plan_.stages[s].recompute) stage_input[key] = input;
+        Tensor out = forward(s, m, input, OpKind::kF);
+        if (plan_.stages[s].recompute) ctx.erase(key);  // R rebuilds it before the backward
+        if (s == S - 1) {
+          loss_sum += out(0, 0);
+        } else if (plan_.stages[s + 1].device == rank_) {
+          local_fwd[key] = std::move(out);
+        } else {
+          outboxes[plan_.stages[s + 1].device]->Push(Tag(s, m, kForward), std::move(out));
+        }
+        break;
+      }
+      case OpKind::kR: {
+        forward(s, m, stage_input[key], OpKind::kR);
+        stage_input.erase(key);
+        break;
+      }
+      case OpKind::kB:
+      case OpKind::kBW: {
+        Tensor dy = s == S - 1 ? Tensor::Constant(1, 1, 1.0f / M) : std::move(grad);
+        std::vector<LayerContext>& c = ctx[key];
+        for (int l = hi; l >= lo; --l) {
+          timed(l, OpKind::kB, s, m,
+                [&] { dy = (*layers_)[l]->BackwardInput(dy, microbatches[m], &c[l - lo]); });
+        }
+        if (op.kind == OpKind::kBW) {
+          for (int l = lo; l <= hi; ++l) {
+            timed(l, OpKind::kW, s, m,
+                  [&] { (*layers_)[l]->BackwardWeight(microbatches[m], &c[l - lo]); });
+          }
+          ctx.erase(key);
+        }
+        if (s > 0) {
+          if (plan_.stages[s - 1].device == rank_) {
+            local_bwd[key] = std::move(dy);
+          } else {
+            outboxes[plan_.stages[s - 1].device]->Push(Tag(s, m, kBackward), std::move(dy));
+          }
+        }
+        break;
+      }
+      case OpKind::kW: {
+        std::vector<LayerContext>& c = ctx[key];
+        for (int l = lo; l <= hi; ++l) {
+          timed(l, OpKind::kW, s, m,
+                [&] { (*layers_)[l]->BackwardWeight(microbatches[m], &c[l - lo]); });
+        }
+        ctx.erase(key);
+        break;
+      }
+    }
+    timing.end_s = now();
     stats.ops.push_back(timing);
+    account(key);
   }
-  FinishCommunication(&it);
-  if (failure.ok()) failure = it.mailbox.error();
+  finish_threads();
+  if (failure.ok()) failure = mailbox.error();
   if (!failure.ok()) return failure;
   for (const StageAssignment& st : plan_.stages) {
     if (st.device == rank_ && &st == &plan_.stages.back()) stats.has_loss = true;
   }
-  stats.loss = stats.has_loss ? it.loss_sum / M : 0;
-  stats.wall_s = it.now();
-  stats.bytes_sent = it.sent;
-  stats.bytes_received = it.received;
+  stats.loss = stats.has_loss ? loss_sum / M : 0;
+  stats.wall_s = now();
+  stats.bytes_sent = sent;
+  stats.bytes_received = received;
   return stats;
 }
 

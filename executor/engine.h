@@ -9,6 +9,11 @@
 // only for its own inputs. So a schedule whose DAG has no cycle always completes, and a dead
 // peer surfaces as an error from the transport's timeout, never as a hang.
 //
+// Measurement: every op is timed (OpTiming, with the time it waited for a message) and so is
+// each layer's share of it (LayerOpTiming: F, B, W, R per layer and micro-batch); the engine
+// accounts the activation bytes the rank holds between ops (peak_activation_bytes). These are
+// what `octopipe profile` turns into a measured model and what `train --planner` reports.
+//
 // Message tag of a transfer: ((microbatch * stages + stage) * 2 + direction), stage being the
 // producer's stage. Every activation and gradient is a [batch*seq_len, hidden] fp32 tensor.
 // Not thread-safe: one engine per rank, RunIteration called from one thread.
@@ -30,6 +35,21 @@ struct OpTiming {
   Op op;
   double start_s = 0;  // since the iteration began
   double end_s = 0;
+  // Seconds the op blocked waiting for a message before start_s (0 when its input was local
+  // or had already arrived). start_s - previous op's end_s - wait_s is the engine's own time
+  // between ops.
+  double wait_s = 0;
+};
+
+// One layer's share of one op: F, B, W or R of `layer` for `microbatch` (a BW op yields one B
+// and one W entry per layer). `seconds` is the layer's own compute, so the op's duration minus
+// the sum of its layers' seconds is the engine's per-op overhead.
+struct LayerOpTiming {
+  int layer = 0;
+  int stage = 0;
+  int microbatch = 0;
+  OpKind kind = OpKind::kF;  // kF, kB, kW or kR
+  double seconds = 0;
 };
 
 struct IterationStats {
@@ -39,7 +59,20 @@ struct IterationStats {
   std::vector<OpTiming> ops;
   int64_t bytes_sent = 0;
   int64_t bytes_received = 0;
+  // Per-layer op times, in execution order.
+  std::vector<LayerOpTiming> layer_ops;
+  // The engine's own accounting of the activation bytes this rank holds between ops: every
+  // tensor and index saved in a layer context (from F until its W / BW) plus the stage inputs
+  // kept for recompute. Not RSS; received messages and the weights are not counted.
+  int64_t peak_activation_bytes = 0;
+  // std::chrono::steady_clock time of the iteration's start, in seconds since the clock's
+  // epoch: on one machine it is the same clock in every process, so ranks' op times can be
+  // compared (e.g. a message's producer end with its consumer's start).
+  double start_steady_s = 0;
 };
+
+// Bytes a layer context holds (saved tensors as fp32, saved indices as int32).
+int64_t ContextBytes(const LayerContext& ctx);
 
 class PipelineEngine {
  public:
@@ -66,21 +99,6 @@ class PipelineEngine {
   uint32_t Tag(int stage, int microbatch, int direction) const;
   // Messages `from` sends to `to`, in `from`'s op order.
   std::vector<Message> SendsBetween(int from, int to) const;
-
-  // The steps of RunIteration, over one iteration's state (defined in engine.cc).
-  struct Iteration;
-  // Starts one receiving thread per peer that sends here and one sending thread per peer
-  // this rank sends to.
-  void StartCommunication(Iteration* it);
-  // Closes the outboxes and joins the communication threads.
-  void FinishCommunication(Iteration* it);
-  // The op's activation input (F) or incoming gradient (B, BW), local or received; an error
-  // names the op that waited.
-  absl::Status TakeInputs(const Op& op, Iteration* it, Tensor* input, Tensor* grad);
-  // Runs the stage's layers forward, keeping their contexts for the backward.
-  Tensor ForwardStage(int stage, int microbatch, const Tensor& input, Iteration* it);
-  // Computes the op and hands its output to the next stage (local or outbox).
-  void RunOp(const Op& op, Tensor input, Tensor grad, Iteration* it);
 
   const Plan& plan_;
   const int rank_;

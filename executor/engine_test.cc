@@ -5,12 +5,15 @@
 #include "executor/engine.h"
 
 #include <atomic>
+#include <map>
+#include <tuple>
 #include <random>
 #include <thread>
 
 #include "executor/inproc_transport.h"
 #include "executor/testing/random_plan.h"
 #include "gtest/gtest.h"
+#include "simulator/evaluator.h"
 #include "simulator/list_scheduler.h"
 #include "simulator/problem.h"
 #include "simulator/schedules.h"
@@ -294,6 +297,96 @@ TEST(EngineTest, AFailedSendIsNotRetriedForTheRestOfTheQueue) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("rank 1"), absl::string_view::npos) << r.status();
   EXPECT_EQ(transport.sends_to(1), 1);
+}
+
+// Bytes the fake layers' contexts hold after F and after B (see their Forward/BackwardInput).
+int64_t FakeBytesAfterF(int l, int L) {
+  if (l == 0) return 0;
+  if (l == L - 1) return (kTokens * kHidden + kTokens) * 4;
+  return 2 * kTokens * kHidden * 4;
+}
+int64_t FakeBytesAfterB(int l, int L) {
+  if (l == 0) return kTokens * kHidden * 4;
+  if (l == L - 1) return (kTokens * kHidden + 2 * kTokens) * 4;
+  return 3 * kTokens * kHidden * 4;
+}
+
+// Per-layer timing and activation accounting: every layer of every op is timed once per
+// micro-batch and kind, inside its op; the engine's peak activation bytes per rank equal what
+// the simulator's memory rules predict from the layers' context sizes, for classic and random
+// plans with B/W split and recompute.
+TEST(EngineTest, TimesEveryLayerOpAndAccountsPeakActivationsAsTheSimulatorPredicts) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 30; ++trial) {
+    const int P = 2 + trial % 2;
+    const int S = P + static_cast<int>(rng() % (P + 1));
+    const int L = S + 1 + static_cast<int>(rng() % 3);
+    const int M = 2 + static_cast<int>(rng() % 4);
+    const Plan plan = trial == 0 ? ClassicPlanFor(ScheduleKind::k1F1B, 2, 0, 4, 6)
+                                 : testing::RandomPlan(rng, L, P, S, M, trial % 2 == 0);
+    const int LL = trial == 0 ? 6 : L;
+    const std::vector<MicroBatch> mbs = Data(plan.num_microbatches);
+    InProcHub hub(plan.num_devices);
+    std::vector<std::vector<std::unique_ptr<Layer>>> layers(plan.num_devices);
+    std::vector<absl::StatusOr<IterationStats>> results(plan.num_devices);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < plan.num_devices; ++r) {
+      layers[r] = BuildLayers(LL);
+      threads.emplace_back([&, r] {
+        auto transport = hub.Endpoint(r);
+        PipelineEngine engine(plan, r, &layers[r], transport.get(), kTokens, kHidden);
+        results[r] = engine.RunIteration(mbs);
+      });
+    }
+    for (auto& t : threads) t.join();
+
+    // The simulator's view of the same plan, with the fake layers' bytes.
+    std::vector<int> placement;
+    for (const StageAssignment& st : plan.stages) placement.push_back(st.device);
+    PipelineProblem pb = UniformProblem(placement, plan.num_devices, plan.num_microbatches, 1, 1, 1);
+    for (int s = 0; s < plan.num_stages(); ++s) {
+      const StageAssignment& st = plan.stages[s];
+      pb.recompute[s] = st.recompute;
+      pb.activation_bytes[s] = pb.activation_bytes_w[s] = 0;
+      for (int l = st.first_layer; l <= st.last_layer; ++l) {
+        pb.activation_bytes[s] += FakeBytesAfterF(l, LL);
+        pb.activation_bytes_w[s] += FakeBytesAfterB(l, LL);
+      }
+      pb.input_bytes[s] = st.first_layer == 0 ? 0 : kTokens * kHidden * 4;
+    }
+    absl::StatusOr<SimResult> sim = Simulate(pb, plan.schedule);
+    ASSERT_TRUE(sim.ok()) << sim.status();
+
+    for (int r = 0; r < plan.num_devices; ++r) {
+      ASSERT_TRUE(results[r].ok()) << "trial " << trial << " rank " << r << ": " << results[r].status();
+      const IterationStats& st = *results[r];
+      EXPECT_EQ(st.peak_activation_bytes, static_cast<int64_t>(sim->devices[r].peak_memory_bytes))
+          << "trial " << trial << " rank " << r;
+      // Each (layer, micro-batch, kind) once; F, B, W for every layer of the rank, R where the
+      // stage recomputes; the layers' seconds fit inside their op.
+      std::map<std::tuple<int, int, int>, int> seen;
+      for (const LayerOpTiming& t : st.layer_ops) {
+        EXPECT_GE(t.seconds, 0);
+        EXPECT_EQ(plan.stages[t.stage].device, r);
+        EXPECT_GE(t.layer, plan.stages[t.stage].first_layer);
+        EXPECT_LE(t.layer, plan.stages[t.stage].last_layer);
+        ++seen[{t.layer, t.microbatch, static_cast<int>(t.kind)}];
+      }
+      int expected = 0;
+      for (const StageAssignment& sa : plan.stages) {
+        if (sa.device != r) continue;
+        expected += (sa.last_layer - sa.first_layer + 1) * plan.num_microbatches *
+                    (sa.recompute ? 4 : 3);
+      }
+      EXPECT_EQ(static_cast<int>(seen.size()), expected) << "trial " << trial << " rank " << r;
+      for (const auto& [k, n] : seen) EXPECT_EQ(n, 1);
+      double layer_sum = 0, op_sum = 0;
+      for (const LayerOpTiming& t : st.layer_ops) layer_sum += t.seconds;
+      for (const OpTiming& t : st.ops) op_sum += t.end_s - t.start_s;
+      EXPECT_LE(layer_sum, op_sum + 1e-9);
+    }
+    if (HasFailure()) return;
+  }
 }
 
 }  // namespace

@@ -66,4 +66,54 @@ absl::StatusOr<CalibrationUpdate> FitCalibration(const Plan& plan,
   return out;
 }
 
+absl::StatusOr<CalibrationUpdate> FitLayerCalibration(const std::vector<LayerCost>& predicted,
+                                                      const std::vector<MeasuredLayerTime>& times,
+                                                      std::vector<double> factors) {
+  const int L = static_cast<int>(predicted.size());
+  if (factors.empty()) factors.assign(L, 1.0);
+  std::vector<double> measured(L, 0.0), expected(L, 0.0);
+  for (size_t i = 0; i < times.size(); ++i) {
+    const MeasuredLayerTime& t = times[i];
+    const std::string field = absl::StrCat("layer_times[", i, "]");
+    if (t.layer < 0 || t.layer >= L) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".layer must be in [0, ", L - 1, "], got ", t.layer));
+    }
+    if (!(t.seconds > 0) || !std::isfinite(t.seconds)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".seconds must be > 0, got ", t.seconds));
+    }
+    if (t.samples < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".samples must be >= 1, got ", t.samples));
+    }
+    const LayerCost& c = predicted[t.layer];
+    double p = 0;
+    switch (t.kind) {
+      case OpKind::kF: p = c.forward_s; break;
+      case OpKind::kB: p = c.backward_input_s; break;
+      case OpKind::kW: p = c.weight_grad_s; break;
+      case OpKind::kR: p = c.recompute_s; break;
+      case OpKind::kBW:
+        return absl::InvalidArgumentError(
+            absl::StrCat(field, ".op_kind must be F, B, W or R (report BW as its B and W)"));
+    }
+    if (!(p > 0)) continue;  // nothing predicted to compare with
+    measured[t.layer] += t.seconds * t.samples;
+    expected[t.layer] += p * t.samples;
+  }
+  CalibrationUpdate out;
+  for (int l = 0; l < L; ++l) {
+    if (!(expected[l] > 0)) continue;
+    const double ratio = measured[l] / expected[l];
+    if (std::abs(ratio - 1) > out.max_deviation) {
+      out.max_deviation = std::abs(ratio - 1);
+      out.worst_layer = l;
+    }
+    factors[l] *= ratio;
+  }
+  out.factors = std::move(factors);
+  return out;
+}
+
 }  // namespace octopipe::planner

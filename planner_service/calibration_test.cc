@@ -194,5 +194,45 @@ TEST(ParseOpKindTest, RejectsAnythingElseNamingTheValue) {
   }
 }
 
+// Per-layer calibration: each layer gets its own measured / predicted ratio; layers without
+// reports keep their factor; the layers of one stage are no longer smeared together.
+std::vector<LayerCost> LayerCosts() {
+  std::vector<LayerCost> c(4);
+  for (int l = 0; l < 4; ++l) {
+    c[l].forward_s = 1.0 * (l + 1);
+    c[l].backward_input_s = 2.0 * (l + 1);
+    c[l].weight_grad_s = 0.5 * (l + 1);
+    c[l].recompute_s = c[l].forward_s;
+  }
+  return c;
+}
+
+TEST(FitLayerCalibrationTest, EachLayerGetsItsOwnRatio) {
+  // Layer 0 measured 3x slower in F and B; layer 2 half as fast in W only (F not reported);
+  // layers 1 and 3 unreported.
+  std::vector<MeasuredLayerTime> times = {
+      {0, OpKind::kF, 3.0, 4}, {0, OpKind::kB, 6.0, 4}, {2, OpKind::kW, 3.0, 8}};
+  absl::StatusOr<CalibrationUpdate> u = FitLayerCalibration(LayerCosts(), times, {1, 1, 2, 1});
+  ASSERT_TRUE(u.ok()) << u.status();
+  EXPECT_DOUBLE_EQ(u->factors[0], 3.0);
+  EXPECT_DOUBLE_EQ(u->factors[1], 1.0);
+  EXPECT_DOUBLE_EQ(u->factors[2], 2.0 * 2.0);  // predicted W 1.5 s, measured 3 s
+  EXPECT_DOUBLE_EQ(u->factors[3], 1.0);
+  EXPECT_DOUBLE_EQ(u->max_deviation, 2.0);
+  EXPECT_EQ(u->worst_layer, 0);
+}
+
+TEST(FitLayerCalibrationTest, RejectsBadReportsNamingTheField) {
+  auto fit = [](MeasuredLayerTime t) { return FitLayerCalibration(LayerCosts(), {t}, {}).status(); };
+  EXPECT_THAT(std::string(fit({4, OpKind::kF, 1, 1}).message()),
+              HasSubstr("layer_times[0].layer must be in [0, 3], got 4"));
+  EXPECT_THAT(std::string(fit({1, OpKind::kF, 0, 1}).message()),
+              HasSubstr("layer_times[0].seconds must be > 0"));
+  EXPECT_THAT(std::string(fit({1, OpKind::kF, 1, 0}).message()),
+              HasSubstr("layer_times[0].samples must be >= 1"));
+  EXPECT_THAT(std::string(fit({1, OpKind::kBW, 1, 1}).message()),
+              HasSubstr("op_kind must be F, B, W or R"));
+}
+
 }  // namespace
 }  // namespace octopipe::planner

@@ -308,6 +308,16 @@ absl::StatusOr<proto::ReportStageTimesResponse> JobManager::ReportStageTimes(
     }
     times.push_back(MeasuredStageTime{t.stage(), *kind, t.seconds(), t.samples()});
   }
+  std::vector<MeasuredLayerTime> layer_times;
+  for (int i = 0; i < request.layer_times_size(); ++i) {
+    const proto::LayerOpTime& t = request.layer_times(i);
+    absl::StatusOr<OpKind> kind = ParseOpKind(t.op_kind());
+    if (!kind.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("layer_times[", i, "].", kind.status().message()));
+    }
+    layer_times.push_back(MeasuredLayerTime{t.layer(), *kind, t.seconds(), t.samples()});
+  }
   ASSIGN_OR_RETURN(PlanningInput input, PrepareInput(job.model(), job.cluster(), job.options(),
                                                      Excluded(job), options_.limits));
   ASSIGN_OR_RETURN(Plan plan, PlanFromProto(current.result().plan()));
@@ -317,6 +327,18 @@ absl::StatusOr<proto::ReportStageTimesResponse> JobManager::ReportStageTimes(
   ASSIGN_OR_RETURN(PipelineProblem predicted, builder.Build(plan));
   ASSIGN_OR_RETURN(CalibrationUpdate update,
                    FitCalibration(plan, predicted, times, factors, input.model.num_layers()));
+  if (!layer_times.empty()) {
+    // Per-layer factors; the stage deviation above still decides about re-planning.
+    std::vector<LayerCost> layer_costs(input.model.num_layers());
+    for (const StageAssignment& st : plan.stages) {
+      for (int l = st.first_layer; l <= st.last_layer; ++l) {
+        layer_costs[l] = builder.layer_cost(l, st.device);
+      }
+    }
+    ASSIGN_OR_RETURN(CalibrationUpdate by_layer,
+                     FitLayerCalibration(layer_costs, layer_times, factors));
+    update.factors = std::move(by_layer.factors);
+  }
   proto::ReportStageTimesResponse out;
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(request.job_id());

@@ -490,6 +490,54 @@ TEST_F(JobManagerTest, SlowStageTriggersAMeasuredVersionSmallDeviationDoesNot) {
   EXPECT_THAT(std::string(s.message()), HasSubstr("times[0].stage"));
 }
 
+// Per-layer reports calibrate each layer by its own ratio (not smeared over its stage).
+TEST_F(JobManagerTest, PerLayerReportsCalibrateEachLayerByItself) {
+  const proto::CreateJobRequest req = SmallJob("per-layer", TwoNodes());
+  absl::StatusOr<proto::Job> job = manager_->Create(req);
+  ASSERT_TRUE(job.ok()) << job.status();
+  const std::string id = job->id();
+  ASSERT_TRUE(Watch(id).ok());
+  absl::StatusOr<proto::PlanVersion> v1 = recorder_.WaitForVersion(id, 1);
+  ASSERT_TRUE(v1.ok()) << v1.status();
+  absl::StatusOr<PipelineProblem> p = Predicted(req, *v1, {});
+  ASSERT_TRUE(p.ok()) << p.status();
+  proto::ReportStageTimesRequest report = Report(id, 1, *p, -1, 1.0, 1.0);
+  absl::StatusOr<ModelGraph> model = ModelFromProto(req.model());
+  absl::StatusOr<Cluster> cluster = ClusterFromProto(req.cluster());
+  absl::StatusOr<Plan> plan = PlanFromProto(v1->result().plan());
+  ASSERT_TRUE(model.ok() && cluster.ok() && plan.ok());
+  absl::StatusOr<ProblemBuilder> builder =
+      ProblemBuilder::Create(*model, *cluster, CostModel(), plan->num_devices);
+  ASSERT_TRUE(builder.ok()) << builder.status();
+  // The first layer of stage 0 measured 1.5x its prediction, every other layer as predicted.
+  const int slow_layer = plan->stages[0].first_layer;
+  for (const StageAssignment& st : plan->stages) {
+    for (int l = st.first_layer; l <= st.last_layer; ++l) {
+      const LayerCost& c = builder->layer_cost(l, st.device);
+      for (auto [kind, secs] : {std::pair{"F", c.forward_s}, std::pair{"B", c.backward_input_s},
+                                std::pair{"W", c.weight_grad_s}}) {
+        if (secs <= 0) continue;
+        proto::LayerOpTime* t = report.add_layer_times();
+        t->set_layer(l);
+        t->set_op_kind(kind);
+        t->set_seconds(secs * (l == slow_layer ? 1.5 : 1.0));
+        t->set_samples(8);
+      }
+    }
+  }
+  absl::StatusOr<proto::ReportStageTimesResponse> r = manager_->ReportStageTimes(report);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const std::vector<double> factors = Factors(id);
+  ASSERT_EQ(factors.size(), static_cast<size_t>(model->num_layers()));
+  for (int l = 0; l < model->num_layers(); ++l) {
+    EXPECT_NEAR(factors[l], l == slow_layer ? 1.5 : 1.0, 1e-9) << "layer " << l;
+  }
+  // A bad per-layer entry is refused naming the field.
+  report.add_layer_times()->set_op_kind("X");
+  EXPECT_THAT(std::string(manager_->ReportStageTimes(report).status().message()),
+              HasSubstr("layer_times["));
+}
+
 TEST_F(JobManagerTest, CooldownAllowsOneMeasuredReplanUntilTheClockMoves) {
   // Default policy: 30 s between measured-time re-plans of a job.
   const proto::CreateJobRequest req = SmallJob("cooldown", TwoNodes());

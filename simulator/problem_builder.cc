@@ -43,6 +43,7 @@ absl::StatusOr<ProblemBuilder> ProblemBuilder::Create(
     if (it == class_names.end()) {
       class_names.push_back(hw.name);
       HardwareClass hc;
+      hc.op_overhead_s = hw.op_overhead_s;
       hc.layers.reserve(L);
       for (int l = 0; l < L; ++l) {
         LayerCost cost = cost_model.Cost(model.layers[l], model.training, hw);
@@ -127,10 +128,10 @@ void ProblemBuilder::BuildInto(const std::vector<StageAssignment>& stages, int n
     const int lo = st.first_layer, hi = st.last_layer + 1;
     p.stage_device[s] = st.device;
     p.recompute[s] = st.recompute ? 1 : 0;
-    p.forward_s[s] = hc.f[hi] - hc.f[lo];
-    p.backward_input_s[s] = hc.b[hi] - hc.b[lo];
-    p.weight_grad_s[s] = hc.w[hi] - hc.w[lo];
-    p.recompute_s[s] = hc.r[hi] - hc.r[lo];
+    p.forward_s[s] = hc.f[hi] - hc.f[lo] + hc.op_overhead_s;
+    p.backward_input_s[s] = hc.b[hi] - hc.b[lo] + hc.op_overhead_s;
+    p.weight_grad_s[s] = hc.w[hi] - hc.w[lo] + hc.op_overhead_s;
+    p.recompute_s[s] = hc.r[hi] - hc.r[lo] + hc.op_overhead_s;
     p.activation_bytes[s] = hc.act[hi] - hc.act[lo];
     p.activation_bytes_w[s] = hc.act_w[hi] - hc.act_w[lo];
     // Under recompute F keeps the stage input; never more than F would hold anyway.

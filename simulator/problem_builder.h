@@ -3,6 +3,9 @@
 //
 // The cost model is queried once per (layer, hardware kind) at construction; afterwards a stage
 // costs O(1) through prefix sums, so search loops can build thousands of problems cheaply.
+// What the executor pays beyond its layers' compute comes from the cluster (measured by
+// `octopipe profile`): the hardware's per-op overhead is added to every stage op, and each
+// message costs the link's latency + bytes / bandwidth.
 // Immutable after construction; safe to share const across threads.
 #ifndef OCTOPIPE_SIMULATOR_PROBLEM_BUILDER_H_
 #define OCTOPIPE_SIMULATOR_PROBLEM_BUILDER_H_
@@ -55,6 +58,9 @@ class ProblemBuilder {
   struct HardwareClass {
     std::vector<LayerCost> layers;
     std::vector<double> f, b, w, r, act, act_w, statics, work;
+    // The hardware's fixed executor cost per scheduled op (HardwareSpec::op_overhead_s), added
+    // once to each stage's F, B, W and R: a stage's op pays it once whatever its layer count.
+    double op_overhead_s = 0;
   };
 
   int num_layers_ = 0;

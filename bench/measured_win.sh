@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# bench/measured_win.sh: does a plan tuned from a measured profile win in real runs?
+#
+# For each reference model (scan-heavy with a large vocabulary head, MoE-heavy, attention-heavy
+# with an odd layer mix), on 2 Gloo ranks as processes:
+#   1. octopipe profile  -> PREFIX.model.json + PREFIX.cluster.json   (timed)
+#   2. octopipe plan     -> the tuned plan and its prediction, made before any run
+#   3. octopipe simulate -> the prediction for every classic schedule
+#   4. octopipe train    -> the tuned plan and every classic schedule, interleaved (the order
+#      rotates each repeat), WARMUP + ITERS iterations each, REPEATS times
+# and prints one JSON line per (model, schedule) then a Markdown table: median measured
+# iteration (median over repeats of each run's median iteration after warm-up), measured
+# bubble, predicted iteration, prediction error, speed-up of the tuned plan, measured vs
+# predicted peak activation bytes per rank (the executor's own accounting).
+#
+# Usage: bazel build -c opt //cli:octopipe && bench/measured_win.sh [--quick]
+#   or:  bazel run -c opt //bench:measured_win -- [--quick]
+# Environment: OCTOPIPE (the binary), REPEATS (3), ITERS (5), WARMUP (1), BUDGET (plan
+# time budget, 5 s), OUT (a directory to keep the files in; default a fresh temp directory).
+# --quick: one small model, 1 repeat, 2 iterations (checks that the bench runs).
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+if [[ -z "${OCTOPIPE:-}" ]]; then
+  for c in "$here/../cli/octopipe" "$here/../bazel-bin/cli/octopipe" "${BUILD_WORKSPACE_DIRECTORY:-.}/bazel-bin/cli/octopipe"; do
+    if [[ -x "$c" ]]; then OCTOPIPE="$c"; break; fi
+  done
+fi
+[[ -x "${OCTOPIPE:-}" ]] || { echo "measured_win: set OCTOPIPE to the octopipe binary" >&2; exit 2; }
+PY=/usr/bin/python3
+REPEATS=${REPEATS:-3}
+ITERS=${ITERS:-5}
+WARMUP=${WARMUP:-1}
+BUDGET=${BUDGET:-5}
+OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/measured-win-XXXXXX")}
+mkdir -p "$OUT"
+
+COMMON="heads=4,experts=4,top_k=2,state=8,expand=2,microbatches=8"
+MODELS=(
+  "scan-vocab|ref:pattern=MMM-MMM-MM,hidden=96,ffn=192,moe_ffn=96,seq=128,vocab=4096,$COMMON"
+  "moe-heavy|ref:pattern=E-EE*EE-EE,hidden=96,ffn=192,moe_ffn=192,seq=128,vocab=512,$COMMON"
+  "attention-odd|ref:pattern=**-*M***-E*,hidden=128,ffn=384,moe_ffn=128,seq=192,vocab=512,$COMMON"
+)
+SCHEDULES=(1f1b gpipe interleaved zb-h1 zb-h2 zb-v dualpipev)
+if [[ "${1:-}" == "--quick" ]]; then
+  MODELS=("quick|ref:pattern=M*E-M*,hidden=32,ffn=64,moe_ffn=32,seq=32,vocab=256,$COMMON")
+  REPEATS=1 ITERS=2 WARMUP=1 BUDGET=1
+fi
+
+for entry in "${MODELS[@]}"; do
+  name=${entry%%|*}
+  spec=${entry#*|}
+  p="$OUT/$name"
+  t0=$(date +%s%N)
+  "$OCTOPIPE" profile --model="$spec" --out="$p" --ranks=2 --transport=gloo --repeat=3 > "$p.profile.txt"
+  t1=$(date +%s%N)
+  echo "{\"profile_s\": $(((t1 - t0) / 1000000)).0e-3}" > "$p.profile.json"
+  "$OCTOPIPE" plan --model="$p.model.json" --cluster="$p.cluster.json" --devices=2 \
+    --time-budget="$BUDGET" --seed=1 --out="$p.tuned.plan.json" --json > "$p.plan.out.json"
+  "$OCTOPIPE" simulate --model="$p.model.json" --cluster="$p.cluster.json" \
+    --plan="$p.tuned.plan.json" --json > "$p.pred.tuned.json"
+  for s in "${SCHEDULES[@]}"; do
+    "$OCTOPIPE" simulate --model="$p.model.json" --cluster="$p.cluster.json" --devices=2 \
+      --schedule="$s" --json > "$p.pred.$s.json" 2> /dev/null || echo '{}' > "$p.pred.$s.json"
+  done
+  candidates=(tuned "${SCHEDULES[@]}")
+  n=${#candidates[@]}
+  for ((rep = 0; rep < REPEATS; ++rep)); do
+    for ((i = 0; i < n; ++i)); do
+      c=${candidates[$(((i + rep) % n))]}
+      if [[ $c == tuned ]]; then what=(--plan="$p.tuned.plan.json"); else what=(--schedule="$c"); fi
+      "$OCTOPIPE" train --model="$spec" "${what[@]}" --ranks=2 --transport=gloo \
+        --iterations=$((WARMUP + ITERS)) --json > "$p.run.$c.$rep.json" 2> "$p.run.$c.$rep.err" ||
+        echo '{}' > "$p.run.$c.$rep.json"
+    done
+  done
+done
+
+"$PY" - "$OUT" "$WARMUP" "$REPEATS" "${SCHEDULES[@]}" <<'EOF'
+import json, os, statistics, sys
+out, warmup, repeats, schedules = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:]
+names = sorted({f.split('.')[0] for f in os.listdir(out) if f.endswith('.model.json')})
+
+def load(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+def predicted(pred, model):
+    """(iteration s, bubble, activation peak per device) from `simulate --json`."""
+    runs = pred.get('schedules') or ([pred] if 'iteration_time_s' in pred else [])
+    if not runs or 'iteration_time_s' not in runs[0]:
+        return None
+    r = runs[0]
+    layers = model['layers']
+    static = [0.0] * len(r['devices'])
+    for st in r['stages']:  # fp32 weights + gradients + AdamW m, v: 4 x the weight bytes
+        for l in range(st['first_layer'], st['last_layer'] + 1):
+            static[st['device']] += 4 * float(layers[l]['measured'].get('param_bytes', 0))
+    act = [d['peak_memory_bytes'] - static[i] for i, d in enumerate(r['devices'])]
+    return r['iteration_time_s'], r['bubble_ratio'], act
+
+rows = []
+for name in names:
+    base = os.path.join(out, name)
+    model = load(base + '.model.json')
+    profile_s = load(base + '.profile.json').get('profile_s')
+    for c in ['tuned'] + schedules:
+        pred = predicted(load(f'{base}.pred.{c}.json'), model)
+        iters, bubbles, peaks = [], [], []
+        for rep in range(repeats):
+            run = load(f'{base}.run.{c}.{rep}.json')
+            if 'iteration_time_s' not in run:
+                continue
+            iters.append(statistics.median(run['iteration_time_s'][warmup:]))
+            bubbles.append(statistics.median(run['bubble_ratio'][warmup:]))
+            peaks.append(run.get('peak_activation_bytes', []))
+        row = {'model': name, 'schedule': c, 'profile_s': profile_s, 'runs': len(iters)}
+        if iters:
+            row['measured_iteration_s'] = statistics.median(iters)
+            row['measured_bubble'] = statistics.median(bubbles)
+            row['measured_peak_activation_bytes'] = [max(p[r] for p in peaks) for r in range(len(peaks[0]))]
+        if pred:
+            row['predicted_iteration_s'], row['predicted_bubble'], row['predicted_peak_activation_bytes'] = pred
+        if iters and pred:
+            row['prediction_error'] = pred[0] / row['measured_iteration_s'] - 1
+        rows.append(row)
+    tuned = next((r for r in rows if r['model'] == name and r['schedule'] == 'tuned'), {})
+    classic = [r for r in rows if r['model'] == name and r['schedule'] != 'tuned' and 'measured_iteration_s' in r]
+    if 'measured_iteration_s' in tuned and classic:
+        best = min(classic, key=lambda r: r['measured_iteration_s'])
+        f1 = next((r for r in classic if r['schedule'] == '1f1b'), best)
+        tuned['speedup_vs_best_classic'] = best['measured_iteration_s'] / tuned['measured_iteration_s']
+        tuned['best_classic'] = best['schedule']
+        tuned['speedup_vs_1f1b'] = f1['measured_iteration_s'] / tuned['measured_iteration_s']
+
+for r in rows:
+    print(json.dumps(r))
+
+def ms(v):
+    return '-' if v is None else f'{v * 1e3:.1f} ms'
+def pct(v):
+    return '-' if v is None else f'{v * 100:+.1f}%'
+def mib(v):
+    return '/'.join(f'{b / 2**20:.2f}' for b in v) if v else '-'
+print()
+print('| model | schedule | measured iteration | measured bubble | predicted (before running) | error | speed-up of tuned | peak activation MiB per rank, measured / predicted |')
+print('|---|---|---|---|---|---|---|---|')
+for r in rows:
+    sp = ''
+    if r['schedule'] == 'tuned' and 'speedup_vs_best_classic' in r:
+        sp = f"{r['speedup_vs_best_classic']:.3f}x vs {r['best_classic']}, {r['speedup_vs_1f1b']:.3f}x vs 1f1b"
+    bub = r.get('measured_bubble')
+    print(f"| {r['model']} | {r['schedule']} | {ms(r.get('measured_iteration_s'))} | "
+          f"{'-' if bub is None else f'{bub * 100:.1f}%'} | {ms(r.get('predicted_iteration_s'))} | "
+          f"{pct(r.get('prediction_error'))} | {sp} | "
+          f"{mib(r.get('measured_peak_activation_bytes'))} / {mib(r.get('predicted_peak_activation_bytes'))} |")
+print()
+for name in names:
+    ps = load(os.path.join(out, name + '.profile.json')).get('profile_s')
+    print(f'profile {name}: {ps:.1f} s' if ps is not None else f'profile {name}: -')
+EOF
+echo "files in $OUT" >&2

@@ -1,0 +1,49 @@
+// `octopipe profile`: measures the executor's reference model on this machine and transport and
+// writes what the planner needs to plan for it:
+//
+//   PREFIX.model.json    the model file (proto/model.proto) with every layer's measured F, B, W
+//                        and R seconds for one micro-batch, and the executor's own activation
+//                        (after F, and after B until W), input, output and parameter bytes;
+//   PREFIX.cluster.json  one node of --ranks devices: the measured per-op executor overhead,
+//                        GEMM rate, memory, memory bandwidth, and the link's latency and
+//                        bandwidth fitted over the message sizes the plans send.
+//
+// How: the ranks run a split-backward pipeline (ZB-H1 with every stage recomputed, so each
+// layer's F, R, B and W all run) on the real transport for 1 + --repeat iterations; each layer's
+// op time is its mean over the micro-batches of one iteration, and the file gets the median over
+// the measured iterations (the spread, (max - min) / median, is printed). Then ranks 0 and 1
+// ping-pong messages of the plans' size and neighbours to fit latency + bytes / bandwidth.
+//
+// Then: octopipe plan --model=PREFIX.model.json --cluster=PREFIX.cluster.json --out=plan.json
+//       octopipe train --model=ref:SPEC --plan=plan.json
+#ifndef OCTOPIPE_CLI_PROFILE_COMMAND_H_
+#define OCTOPIPE_CLI_PROFILE_COMMAND_H_
+
+#include <iosfwd>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "core/model_graph.h"
+
+namespace octopipe::cli {
+
+int RunProfile(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
+// A measured profile must give every layer positive F, B, W and R seconds. kInvalidArgument
+// naming the layer (index and name) and the field: "layers[3] (L3.moe): measured.weight_grad_s
+// is missing" or "... must be > 0, got 0".
+absl::Status ValidateMeasuredProfile(const ModelGraph& model);
+
+struct LinkFit {
+  double latency_s = 0;
+  double bandwidth = 0;  // bytes/s; +inf when the time does not grow with the size
+};
+// Least-squares fit of seconds = latency + bytes / bandwidth over (bytes, seconds) samples with
+// at least two distinct sizes; the latency is clamped at 0. kInvalidArgument otherwise.
+absl::StatusOr<LinkFit> FitLink(const std::vector<std::pair<double, double>>& samples);
+
+}  // namespace octopipe::cli
+
+#endif  // OCTOPIPE_CLI_PROFILE_COMMAND_H_

@@ -1,0 +1,139 @@
+// `octopipe profile` end to end (two ranks as threads over the in-process transport, so the
+// test is fast): the profile's files are a valid measured model and cluster, `plan` accepts
+// them and `train` runs the resulting plan; bad models and bad profiles are refused clearly.
+#include "cli/profile_command.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <sstream>
+#include <string>
+
+#include "cli/plan_command.h"
+#include "cli/train_command.h"
+#include "core/convert.h"
+#include "gtest/gtest.h"
+
+namespace octopipe::cli {
+namespace {
+
+constexpr char kSpec[] =
+    "ref:pattern=M*E-,hidden=16,heads=2,ffn=32,experts=4,top_k=2,moe_ffn=16,state=4,seq=8,"
+    "vocab=32,microbatches=4";
+
+std::string TmpPrefix(const std::string& name) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return std::string(dir ? dir : "/tmp") + "/" + name;
+}
+
+TEST(ProfileCommandTest, ProfileThenPlanThenTrain) {
+  const std::string prefix = TmpPrefix("prof");
+  std::ostringstream out, err;
+  ASSERT_EQ(RunProfile({std::string("--model=") + kSpec, "--out=" + prefix, "--ranks=2",
+                        "--transport=inproc", "--repeat=3"},
+                       out, err),
+            0)
+      << err.str();
+  EXPECT_NE(out.str().find("spread"), std::string::npos) << out.str();
+  absl::StatusOr<ModelGraph> model = LoadModelFile(prefix + ".model.json");
+  ASSERT_TRUE(model.ok()) << model.status();
+  ASSERT_EQ(model->num_layers(), 6);  // embedding, 4 letters, head
+  EXPECT_TRUE(ValidateMeasuredProfile(*model).ok());
+  for (const Layer& l : model->layers) {
+    EXPECT_GT(*l.measured.activation_bytes_w, 0) << l.name;
+    EXPECT_GT(*l.measured.param_bytes, 0) << l.name;
+  }
+  // Every non-head layer hands a [seq, hidden] fp32 tensor on; the head nothing.
+  EXPECT_EQ(*model->layers[1].measured.output_bytes, 8 * 16 * 4);
+  EXPECT_EQ(*model->layers[5].measured.output_bytes, 0);
+  EXPECT_EQ(*model->layers[0].measured.input_bytes, 0);
+  absl::StatusOr<Cluster> cluster = LoadClusterFile(prefix + ".cluster.json");
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  EXPECT_EQ(cluster->num_devices(), 2);
+  EXPECT_GT(cluster->hardware[0].op_overhead_s, 0);
+  EXPECT_GT(cluster->link(0, 1).bandwidth, 0);
+
+  std::ostringstream cout_, cerr_;
+  EXPECT_EQ(RunProfile({"--check=" + prefix + ".model.json"}, cout_, cerr_), 0) << cerr_.str();
+  // A profile with a layer's time removed is refused by --check, naming the layer.
+  ModelGraph broken = *model;
+  broken.layers[3].measured.recompute_s.reset();
+  ASSERT_TRUE(WriteModelFile(prefix + ".broken.json", broken).ok());
+  EXPECT_EQ(RunProfile({"--check=" + prefix + ".broken.json"}, cout_, cerr_), 2);
+  EXPECT_NE(cerr_.str().find("layers[3] (L3.moe): measured.recompute_s is missing"),
+            std::string::npos)
+      << cerr_.str();
+
+  std::ostringstream pout, perr;
+  const std::string plan = prefix + ".plan.json";
+  ASSERT_EQ(RunPlan({"--model=" + prefix + ".model.json", "--cluster=" + prefix + ".cluster.json",
+                     "--out=" + plan, "--time-budget=1", "--seed=1"},
+                    pout, perr),
+            0)
+      << perr.str();
+  std::ostringstream tout, terr;
+  EXPECT_EQ(RunTrain({std::string("--model=") + kSpec, "--plan=" + plan, "--ranks=2",
+                      "--transport=inproc", "--iterations=2"},
+                     tout, terr),
+            0)
+      << terr.str();
+}
+
+TEST(ProfileCommandTest, AModelTheExecutorCannotBuildIsAClearError) {
+  std::ostringstream out, err;
+  EXPECT_EQ(RunProfile({"--model=ref:pattern=M*X", "--out=" + TmpPrefix("bad"),
+                        "--transport=inproc"},
+                       out, err),
+            2);
+  EXPECT_NE(err.str().find("'X'"), std::string::npos) << err.str();
+}
+
+TEST(ProfileCommandTest, TooLittleMemoryIsAClearError) {
+  std::ostringstream out, err;
+  EXPECT_EQ(RunProfile({std::string("--model=") + kSpec, "--out=" + TmpPrefix("small"),
+                        "--transport=inproc", "--memory=1000"},
+                       out, err),
+            3);
+  EXPECT_NE(err.str().find("a device has 1000"), std::string::npos) << err.str();
+}
+
+ModelGraph MeasuredModel() {
+  ModelGraph g;
+  for (int i = 0; i < 3; ++i) {
+    Layer l;
+    l.name = "L" + std::to_string(i);
+    l.measured.forward_s = l.measured.backward_input_s = l.measured.weight_grad_s =
+        l.measured.recompute_s = 0.001;
+    g.layers.push_back(l);
+  }
+  return g;
+}
+
+TEST(ProfileCommandTest, AProfileWithAMissingOrNonPositiveTimeIsRejectedNamingTheLayer) {
+  EXPECT_TRUE(ValidateMeasuredProfile(MeasuredModel()).ok());
+  ModelGraph missing = MeasuredModel();
+  missing.layers[2].measured.weight_grad_s.reset();
+  absl::Status s = ValidateMeasuredProfile(missing);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("layers[2] (L2): measured.weight_grad_s is missing"),
+            absl::string_view::npos)
+      << s;
+  ModelGraph zero = MeasuredModel();
+  zero.layers[1].measured.forward_s = 0;
+  s = ValidateMeasuredProfile(zero);
+  EXPECT_NE(s.message().find("layers[1] (L1): measured.forward_s must be > 0, got 0"),
+            absl::string_view::npos)
+      << s;
+}
+
+TEST(ProfileCommandTest, FitLinkRecoversLatencyAndBandwidth) {
+  absl::StatusOr<LinkFit> fit = FitLink({{1000, 1e-5 + 1000 / 1e9}, {4000, 1e-5 + 4000 / 1e9},
+                                         {16000, 1e-5 + 16000 / 1e9}});
+  ASSERT_TRUE(fit.ok()) << fit.status();
+  EXPECT_NEAR(fit->latency_s, 1e-5, 1e-9);
+  EXPECT_NEAR(fit->bandwidth, 1e9, 1e3);
+  EXPECT_FALSE(FitLink({{1000, 1e-5}}).ok());
+  EXPECT_FALSE(FitLink({{1000, 1e-5}, {1000, 2e-5}}).ok());
+}
+
+}  // namespace
+}  // namespace octopipe::cli

@@ -1,0 +1,71 @@
+// Pins what ProblemBuilder takes from a measured profile (octopipe profile's files): measured
+// per-layer F, B, W, R seconds and the executor's bytes are summed per stage, the hardware's
+// per-op overhead is added once to every stage op, and messages cost the link's latency plus
+// bytes / bandwidth.
+#include "simulator/problem_builder.h"
+
+#include "gtest/gtest.h"
+
+namespace octopipe {
+namespace {
+
+ModelGraph MeasuredModel() {
+  ModelGraph g;
+  g.name = "measured";
+  g.training.num_microbatches = 4;
+  g.training.precision = Precision::kFp32;
+  for (int l = 0; l < 4; ++l) {
+    Layer layer;
+    layer.name = "L" + std::to_string(l);
+    layer.kind = LayerKind::kMlp;
+    MeasuredCosts& m = layer.measured;
+    m.forward_s = 0.001 * (l + 1);
+    m.backward_input_s = 0.002 * (l + 1);
+    m.weight_grad_s = 0.0005 * (l + 1);
+    m.recompute_s = 0.0011 * (l + 1);
+    m.activation_bytes = 1000.0 * (l + 1);
+    m.activation_bytes_w = 1500.0 * (l + 1);  // the executor keeps more after B than after F
+    m.input_bytes = 100;
+    m.output_bytes = 100;
+    m.param_bytes = 400;
+    g.layers.push_back(layer);
+  }
+  return g;
+}
+
+Cluster MeasuredCluster() {
+  Cluster c;
+  c.name = "measured";
+  c.hardware.push_back(HardwareSpec{"cpu", 1e10, 1e9, 1e10, /*op_overhead_s=*/0.0002});
+  c.nodes.push_back(Node{"n", "cpu", 2, LinkSpec{1e8, 5e-5}});
+  c.inter_node_link = LinkSpec{1e8, 5e-5};
+  return c;
+}
+
+TEST(ProblemBuilderTest, MeasuredProfileOverheadAndLinkAreWhatTheExecutorPays) {
+  ASSERT_TRUE(Validate(MeasuredModel()).ok());
+  ASSERT_TRUE(Validate(MeasuredCluster()).ok());
+  Plan plan;
+  plan.num_devices = 2;
+  plan.num_microbatches = 4;
+  plan.stages = {StageAssignment{0, 1, 0, false}, StageAssignment{2, 3, 1, true}};
+  absl::StatusOr<ProblemBuilder> b =
+      ProblemBuilder::Create(MeasuredModel(), MeasuredCluster(), CostModel(), 2);
+  ASSERT_TRUE(b.ok()) << b.status();
+  PipelineProblem p;
+  b->BuildInto(plan.stages, 4, &p);
+  EXPECT_NEAR(p.forward_s[0], 0.001 + 0.002 + 0.0002, 1e-12);
+  EXPECT_NEAR(p.backward_input_s[1], 0.006 + 0.008 + 0.0002, 1e-12);
+  EXPECT_NEAR(p.weight_grad_s[1], 0.0015 + 0.002 + 0.0002, 1e-12);
+  EXPECT_NEAR(p.recompute_s[1], 0.0033 + 0.0044 + 0.0002, 1e-12);
+  EXPECT_DOUBLE_EQ(p.activation_bytes[0], 3000);
+  EXPECT_DOUBLE_EQ(p.activation_bytes_w[0], 4500);
+  EXPECT_DOUBLE_EQ(p.input_bytes[1], 100);
+  EXPECT_DOUBLE_EQ(p.output_bytes[0], 100);
+  EXPECT_NEAR(p.transfer_s(0, 1, 100), 5e-5 + 100 / 1e8, 1e-15);
+  // Layer costs themselves carry no overhead (it is per op, not per layer).
+  EXPECT_NEAR(b->layer_cost(0, 0).forward_s, 0.001, 1e-15);
+}
+
+}  // namespace
+}  // namespace octopipe
