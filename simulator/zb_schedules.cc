@@ -85,6 +85,7 @@ class HBuilder {
       : pb_(pb), c_(c), v_(v), n_(pb.num_stages), nmb_(pb.num_microbatches),
         max_mem_(max_mem), f_(n_), b_(n_), w_(n_), e_(n_), m_(n_), bubble_(n_), ops_(n_) {
     for (auto& t : t_) t.assign(static_cast<size_t>(n_) * nmb_, -1.0);
+    for (auto& ops : ops_) ops.reserve(4 * static_cast<size_t>(nmb_));
   }
 
   absl::Status Run();
@@ -93,7 +94,7 @@ class HBuilder {
  private:
   double& T(int cat, int j, int mb) { return t_[cat][static_cast<size_t>(j) * nmb_ + mb]; }
   double T(int cat, int j, int mb) const { return t_[cat][static_cast<size_t>(j) * nmb_ + mb]; }
-  double MaxBubble() const { return *std::max_element(bubble_.begin(), bubble_.end()); }
+  double MaxBubble() const { return max_bubble_; }  // bubbles only grow: a running max
   void Put(int j, int cat);
   void WarmUp();
   // W ops until `mem` more fits on stage j; kResourceExhausted when no W is left to free any.
@@ -111,6 +112,7 @@ class HBuilder {
   std::array<std::vector<double>, 3> t_;
   std::vector<std::vector<Op>> ops_;
   bool broken_ = false;
+  double max_bubble_ = 0;
 };
 
 void HBuilder::Put(int j, int cat) {
@@ -124,7 +126,10 @@ void HBuilder::Put(int j, int cat) {
   double end = no_bubble;
   if (cat == kF && j > 0) end = std::max(end, T(kF, j - 1, mb) + c_.comm_f[j] + cost);
   if (cat == kB && j + 1 < n_) end = std::max(end, T(kB, j + 1, mb) + c_.comm_b[j] + cost);
-  if (f_[j] > 0) bubble_[j] += end - no_bubble;
+  if (f_[j] > 0) {
+    bubble_[j] += end - no_bubble;
+    max_bubble_ = std::max(max_bubble_, bubble_[j]);
+  }
   e_[j] = end;
   T(cat, j, mb) = end;
   m_[j] += c_.mem[cat][j];
@@ -252,6 +257,7 @@ class VBuilder {
         max_mem_(max_mem), approved_(approved), cur_(n_), mem_(n_), bubble_(n_),
         count_(n_, std::array<int, 6>{}), pending_w_(n_), ops_(n_) {
     end_.assign(static_cast<size_t>(6) * n_ * nmb_, -1.0);
+    for (auto& ops : ops_) ops.reserve(8 * static_cast<size_t>(nmb_));
     max_approved_ = approved_.empty() ? -1.0
                                       : *std::max_element(approved_.begin(), approved_.end());
   }
@@ -295,6 +301,7 @@ class VBuilder {
   const double max_mem_;
   const std::vector<double> approved_;
   double max_approved_ = -1;
+  double max_bubble_ = 0;  // running max of bubble_ (bubbles only grow)
   std::vector<double> cur_, mem_, bubble_;
   std::vector<std::array<int, 6>> count_;
   std::vector<std::deque<int>> pending_w_;  // chunk of each pending W, FIFO
@@ -303,8 +310,7 @@ class VBuilder {
 };
 
 double VBuilder::MaxStageBubble(int stage) const {
-  double best = 0;
-  for (double b : bubble_) best = std::max(best, b);
+  double best = max_bubble_;
   if (stage >= 0 && !approved_.empty()) {
     best = std::max(best, max_approved_ - approved_[stage]);
   }
@@ -331,7 +337,10 @@ absl::Status VBuilder::Put(int cat, int chunk, int i) {
       end = std::max(end, dep + Comm(cat, chunk, i) + cost);
     }
   }
-  if (count_[i][0] > 0) bubble_[i] += end - no_bubble;
+  if (count_[i][0] > 0) {
+    bubble_[i] += end - no_bubble;
+    max_bubble_ = std::max(max_bubble_, bubble_[i]);
+  }
   End(cat, chunk, i, mb) = end;
   cur_[i] = end;
   mem_[i] += Mem(cat, chunk, i);
