@@ -116,8 +116,9 @@ class HBuilder {
 };
 
 void HBuilder::Put(int j, int cat) {
-  // Upstream's prioritise-B rule can leave a stage short of forwards; such a variant places a
-  // B before its F and is discarded (upstream would emit a broken order).
+  // With unequal per-stage costs a variant can leave a stage short of forwards (a later
+  // stage's warm-up outruns it); it then places a B before its F and is discarded (upstream,
+  // which reads unplaced ops as ending at 0, would emit a broken order).
   if (cat == kB && b_[j] >= f_[j]) broken_ = true;
   int& count = cat == kF ? f_[j] : cat == kB ? b_[j] : w_[j];
   const int mb = count;
