@@ -48,6 +48,8 @@ SimResult Eval(const PipelineProblem& pb, const Schedule& s) {
 
 // Traced by hand (end times in brackets), the first variant (bubble allowed before the first B,
 // B prioritised, greedy fill); no other variant is faster. Memory limit P x 1 = 2 in flight.
+// Upstream's own Python (zb.initial_solution, per-stage costs, one transfer cost) run on the
+// same inputs gives the same order and time (15), and 14 with the ZB-H2 limit below.
 // Warm-up: F0.0 [1], F1.0 [max(2, 1 + .5 + 2) = 3.5]; B1.0 could start at 3.5 + 1 = 4.5 and
 // its gradient reach stage 0 at 5, so stage 0 fits one more F (the limit allows one): F0.1 [2];
 // B1.0 [4.5], B0.0 [4.5 + .5 + 2 = 7]. Micro-batch 1: F0.2 [8]; stage 1 has no W worth
@@ -82,8 +84,9 @@ TEST(ZbSchedulesTest, ZbH2HandTracedWithUnequalCostsAndTransferDelay) {
 }
 
 // P = 2, M = 3, V shape: device 0 holds stages 0 and 3, device 1 stages 1 and 2, unequal
-// costs, 0.5 s transfers. Pinned from the builder (not traced by hand); the Evaluator agrees
-// with the builder's own timing.
+// costs, 0.5 s transfers. Pinned from the builder, not traced by hand: upstream's V builder
+// takes one F, B, W for all stages, so there is no upstream run to compare this one with (see
+// ZbVMatchesUpstreamOnUniformStages for that).
 TEST(ZbSchedulesTest, ZbVWithUnequalCostsAndTransferDelay) {
   PipelineProblem pb = UniformProblem(VShapePlacement(2), 2, 3, 1, 1, 1);
   pb.forward_s = {1, 2, 1, 1};
@@ -237,6 +240,45 @@ TEST(ZbSchedulesTest, RejectsOtherPlacements) {
   EXPECT_EQ(v.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(v.status().message().find("stage_device[2]"), absl::string_view::npos);
   EXPECT_EQ(ZeroBubbleH(TwoStages(), 0).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Uniform stages with unequal F, B, W and a transfer delay, the inputs upstream's V builder
+// takes (scalars): the orders and makespans below are what upstream's own Python
+// (zbv.PipelineGraph.try_v_schedule, its four fill variants with the approved-bubble re-runs,
+// the one with the smallest worst bubble) produces for the same inputs, run side by side.
+TEST(ZbSchedulesTest, ZbVMatchesUpstreamOnUniformStages) {
+  {
+    PipelineProblem pb = UniformProblem(VShapePlacement(2), 2, 3, 1.0, 2.0, 1.0);
+    SetLatency(&pb, 0.5);
+    absl::StatusOr<ZbScheduleResult> r = ZeroBubbleV(pb);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(Order(r->schedule.ops[0]),
+              "F0.0 F0.1 F0.2 F3.0 B3.0 F3.1 B3.1 W3.0 W3.1 B0.0 F3.2 B3.2 B0.1 W0.0 W3.2 W0.1 "
+              "B0.2 W0.2");
+    EXPECT_EQ(Order(r->schedule.ops[1]),
+              "F1.0 F2.0 F1.1 F2.1 B2.0 F1.2 B1.0 F2.2 B2.1 B1.1 W2.0 B2.2 B1.2 W1.0 W2.1 W1.1 "
+              "W2.2 W1.2");
+    EXPECT_DOUBLE_EQ(r->makespan_s, 27.5);
+  }
+  {
+    PipelineProblem pb = UniformProblem(VShapePlacement(3), 3, 6, 1.0, 1.5, 0.75);
+    SetLatency(&pb, 0.25);
+    absl::StatusOr<ZbScheduleResult> r = ZeroBubbleV(pb);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(Order(r->schedule.ops[0]),
+              "F0.0 F0.1 F0.2 F0.3 F0.4 F5.0 B5.0 F5.1 B5.1 F5.2 B5.2 F0.5 W5.0 W5.1 B0.0 F5.3 "
+              "B5.3 W5.2 B0.1 F5.4 B5.4 W0.0 B0.2 F5.5 B5.5 B0.3 W5.3 W0.1 W5.4 B0.4 W0.2 W5.5 "
+              "W0.3 B0.5 W0.4 W0.5");
+    EXPECT_EQ(Order(r->schedule.ops[1]),
+              "F1.0 F1.1 F1.2 F4.0 F1.3 F4.1 B4.0 F4.2 B4.1 F1.4 W4.0 B1.0 F4.3 B4.2 F1.5 B1.1 "
+              "F4.4 B4.3 W4.1 B1.2 F4.5 B4.4 B1.3 W1.0 B4.5 B1.4 W4.2 W1.1 W4.3 B1.5 W1.2 W4.4 "
+              "W1.3 W4.5 W1.4 W1.5");
+    EXPECT_EQ(Order(r->schedule.ops[2]),
+              "F2.0 F3.0 F2.1 F3.1 F2.2 F3.2 B3.0 F2.3 B2.0 F3.3 B3.1 F2.4 B2.1 F3.4 B3.2 F2.5 "
+              "B2.2 F3.5 B3.3 B2.3 W3.0 B3.4 B2.4 W2.0 B3.5 B2.5 W3.1 W2.1 W3.2 W2.2 W3.3 W2.3 "
+              "W3.4 W2.4 W3.5 W2.5");
+    EXPECT_DOUBLE_EQ(r->makespan_s, 43.5);
+  }
 }
 
 }  // namespace
