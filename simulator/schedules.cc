@@ -147,8 +147,8 @@ Schedule DualPipeV(int P, int M) {
   return sch;
 }
 
-// The ZB family at unit costs (F = B = W = 1, no transfer time, one activation unit per
-// micro-batch): ZeroBubble's own builders, whose orders give the papers' closed forms.
+// The ZB family built for `pb` by ZeroBubble's own builders (simulator/zb_schedules.h):
+// ZB-H1 and ZB-H2 with 1 and 2 x P pending activations, ZB-V with its 1F1B-sized limit.
 absl::StatusOr<Schedule> ZeroBubbleFor(ScheduleKind kind, const PipelineProblem& pb) {
   absl::StatusOr<ZbScheduleResult> r = kind == ScheduleKind::kZbV ? ZeroBubbleV(pb)
                                        : ZeroBubbleH(pb, kind == ScheduleKind::kZbH1 ? 1 : 2);
@@ -156,6 +156,8 @@ absl::StatusOr<Schedule> ZeroBubbleFor(ScheduleKind kind, const PipelineProblem&
   return std::move(r->schedule);
 }
 
+// The same at unit costs (F = B = W = 1, no transfer time, one activation unit per
+// micro-batch), whose orders give the papers' closed forms.
 absl::StatusOr<Schedule> ZeroBubbleUnit(ScheduleKind kind, int P, int M,
                                         const std::vector<int>& placement) {
   const PipelineProblem pb = UniformProblem(placement, P, M, 1.0, 1.0, 1.0);
