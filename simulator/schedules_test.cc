@@ -144,6 +144,31 @@ TEST(SchedulesTest, EveryScheduleIsDeadlockFreeOverManyShapes) {
   }
 }
 
+// ScheduleForProblem builds the ZB family for the problem's costs (ZeroBubble's builders) and
+// returns the cost-independent orders of the others, for the generator's own placement only.
+TEST(SchedulesTest, ScheduleForProblemBuildsTheZbFamilyForTheCosts) {
+  PipelineProblem pb = UniformProblem(LoopPlacement(3, 1), 3, 6, 1.0, 1.0, 1.0);
+  pb.forward_s = {0.5, 1.5, 1.0};
+  pb.backward_input_s = {2.0, 1.0, 1.5};
+  absl::StatusOr<Schedule> built = ScheduleForProblem(ScheduleKind::kZbH2, 0, pb);
+  ASSERT_TRUE(built.ok()) << built.status();
+  absl::StatusOr<GeneratedSchedule> unit = GenerateSchedule(ScheduleKind::kZbH2, 3, 0, 6);
+  ASSERT_TRUE(unit.ok());
+  auto a = Simulate(pb, *built);
+  auto b = Simulate(pb, unit->schedule);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_LE(a->steady_state_iteration_time_s, b->steady_state_iteration_time_s);
+
+  absl::StatusOr<Schedule> one = ScheduleForProblem(ScheduleKind::k1F1B, 0, pb);
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(one->ops, GenerateSchedule(ScheduleKind::k1F1B, 3, 0, 6)->schedule.ops);
+
+  const PipelineProblem v = UniformProblem(VShapePlacement(3), 3, 6, 1.0, 1.0, 1.0);
+  absl::StatusOr<Schedule> wrong = ScheduleForProblem(ScheduleKind::kInterleaved, 2, v);
+  EXPECT_EQ(wrong.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(wrong.status().message().find("stage_device"), absl::string_view::npos);
+}
+
 TEST(SchedulesTest, RejectsBadParameters) {
   EXPECT_EQ(GenerateSchedule(ScheduleKind::k1F1B, 4, 2, 8).status().code(),
             absl::StatusCode::kInvalidArgument);
