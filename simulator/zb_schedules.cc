@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <deque>
 #include <limits>
 #include <utility>
@@ -63,6 +64,22 @@ StageCosts Costs(const PipelineProblem& pb) {
   return c;
 }
 
+// Buffers reused across a builder's variants: allocating them afresh for each variant costs
+// more than building it (large vectors come from fresh, unfaulted pages).
+struct Scratch {
+  std::vector<double> times;
+  Schedule schedule;
+
+  void Reset(int devices, size_t num_times, size_t ops_per_device) {
+    times.assign(num_times, -1.0);
+    schedule.ops.resize(devices);
+    for (auto& ops : schedule.ops) {
+      ops.clear();
+      ops.reserve(ops_per_device);
+    }
+  }
+};
+
 // Appends the op, preceded by R when the stage recomputes and the op is its B.
 void Emit(const PipelineProblem& pb, int cat, int stage, int mb, std::vector<Op>* ops) {
   static constexpr OpKind kKinds[3] = {OpKind::kF, OpKind::kB, OpKind::kW};
@@ -81,19 +98,24 @@ struct HVariant {
 
 class HBuilder {
  public:
-  HBuilder(const PipelineProblem& pb, const StageCosts& c, double max_mem, HVariant v)
+  HBuilder(const PipelineProblem& pb, const StageCosts& c, double max_mem, HVariant v,
+           Scratch* scratch)
       : pb_(pb), c_(c), v_(v), n_(pb.num_stages), nmb_(pb.num_microbatches),
-        max_mem_(max_mem), f_(n_), b_(n_), w_(n_), e_(n_), m_(n_), bubble_(n_), ops_(n_) {
-    for (auto& t : t_) t.assign(static_cast<size_t>(n_) * nmb_, -1.0);
-    for (auto& ops : ops_) ops.reserve(4 * static_cast<size_t>(nmb_));
+        max_mem_(max_mem), f_(n_), b_(n_), w_(n_), e_(n_), m_(n_), bubble_(n_),
+        t_(scratch->times), ops_(scratch->schedule.ops) {
+    scratch->Reset(n_, 3 * static_cast<size_t>(n_) * nmb_, 4 * static_cast<size_t>(nmb_));
   }
 
+  // The order is left in the scratch's schedule.
   absl::Status Run();
-  Schedule TakeSchedule() { return Schedule{std::move(ops_)}; }
 
  private:
-  double& T(int cat, int j, int mb) { return t_[cat][static_cast<size_t>(j) * nmb_ + mb]; }
-  double T(int cat, int j, int mb) const { return t_[cat][static_cast<size_t>(j) * nmb_ + mb]; }
+  double& T(int cat, int j, int mb) {
+    return t_[(static_cast<size_t>(cat) * n_ + j) * nmb_ + mb];
+  }
+  double T(int cat, int j, int mb) const {
+    return t_[(static_cast<size_t>(cat) * n_ + j) * nmb_ + mb];
+  }
   double MaxBubble() const { return max_bubble_; }  // bubbles only grow: a running max
   void Put(int j, int cat);
   void WarmUp();
@@ -109,8 +131,8 @@ class HBuilder {
   const double max_mem_;
   std::vector<int> f_, b_, w_;
   std::vector<double> e_, m_, bubble_;
-  std::array<std::vector<double>, 3> t_;
-  std::vector<std::vector<Op>> ops_;
+  std::vector<double>& t_;  // end times, [cat][stage][micro-batch], -1 until placed
+  std::vector<std::vector<Op>>& ops_;
   bool broken_ = false;
   double max_bubble_ = 0;
 };
@@ -197,6 +219,7 @@ void HBuilder::WarmUp() {
 absl::Status HBuilder::Run() {
   WarmUp();
   for (int i = 1; i < nmb_; ++i) {
+    if (broken_) return absl::InternalError("zb-h: a variant placed a B before its F");
     std::vector<int> req(n_, 0);
     for (int j = 0; j < n_; ++j) {
       if (f_[j] >= nmb_) continue;
@@ -253,12 +276,12 @@ struct VVariant {
 class VBuilder {
  public:
   VBuilder(const PipelineProblem& pb, const StageCosts& c, double max_mem, VVariant v,
-           const std::vector<double>& approved)
+           const std::vector<double>& approved, Scratch* scratch)
       : pb_(pb), c_(c), v_(v), n_(pb.num_devices), nmb_(pb.num_microbatches),
         max_mem_(max_mem), approved_(approved), cur_(n_), mem_(n_), bubble_(n_),
-        count_(n_, std::array<int, 6>{}), pending_w_(n_), ops_(n_) {
-    end_.assign(static_cast<size_t>(6) * n_ * nmb_, -1.0);
-    for (auto& ops : ops_) ops.reserve(8 * static_cast<size_t>(nmb_));
+        count_(n_, std::array<int, 6>{}), pending_w_(n_), end_(scratch->times),
+        ops_(scratch->schedule.ops) {
+    scratch->Reset(n_, 6 * static_cast<size_t>(n_) * nmb_, 8 * static_cast<size_t>(nmb_));
     max_approved_ = approved_.empty() ? -1.0
                                       : *std::max_element(approved_.begin(), approved_.end());
   }
@@ -266,7 +289,6 @@ class VBuilder {
   absl::Status Run();
   double MaxBubble() const { return MaxStageBubble(-1); }
   const std::vector<double>& bubbles() const { return bubble_; }
-  Schedule TakeSchedule() { return Schedule{std::move(ops_)}; }
 
  private:
   int Stage(int cat, int chunk, int i) const {
@@ -306,8 +328,8 @@ class VBuilder {
   std::vector<double> cur_, mem_, bubble_;
   std::vector<std::array<int, 6>> count_;
   std::vector<std::deque<int>> pending_w_;  // chunk of each pending W, FIFO
-  std::vector<double> end_;
-  std::vector<std::vector<Op>> ops_;
+  std::vector<double>& end_;  // [cat][chunk][device][micro-batch], -1 until placed
+  std::vector<std::vector<Op>>& ops_;
 };
 
 double VBuilder::MaxStageBubble(int stage) const {
@@ -498,16 +520,34 @@ std::vector<StageCosts> CostSets(const StageCosts& own) {
   return sets;
 }
 
+// FNV-1a over the ops: variants often build the same order, which is evaluated once.
+uint64_t Fingerprint(const Schedule& schedule) {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](uint64_t x) { h = (h ^ x) * 1099511628211ull; };
+  for (const auto& ops : schedule.ops) {
+    mix(ops.size());
+    for (const Op& op : ops) {
+      mix((static_cast<uint64_t>(op.kind) << 56) ^ (static_cast<uint64_t>(op.stage) << 28) ^
+          static_cast<uint64_t>(op.microbatch));
+    }
+  }
+  return h;
+}
+
 // Keeps `schedule` in *best when the Evaluator accepts it (complete, deadlock-free) and its
-// longest per-device span, upstream's objective, is strictly the smallest so far.
-void Consider(const PipelineProblem& problem, Schedule schedule, Evaluator* evaluator,
-              absl::StatusOr<ZbScheduleResult>* best) {
+// longest per-device span, upstream's objective, is strictly the smallest so far. `seen`
+// holds the fingerprints of the orders already considered.
+void Consider(const PipelineProblem& problem, const Schedule& schedule, Evaluator* evaluator,
+              std::vector<uint64_t>* seen, absl::StatusOr<ZbScheduleResult>* best) {
+  const uint64_t fp = Fingerprint(schedule);
+  if (std::find(seen->begin(), seen->end(), fp) != seen->end()) return;
+  seen->push_back(fp);
   absl::StatusOr<Evaluator::Summary> sum = evaluator->EvaluateSummary(problem, schedule);
   if (!sum.ok()) return;
   if (best->ok() && !(sum->steady_state_iteration_time_s < (*best)->longest_span_s - 1e-12)) {
     return;
   }
-  *best = ZbScheduleResult{std::move(schedule), sum->steady_state_iteration_time_s,
+  *best = ZbScheduleResult{schedule, sum->steady_state_iteration_time_s,
                            sum->iteration_time_s};
 }
 
@@ -535,13 +575,15 @@ absl::StatusOr<ZbScheduleResult> ZeroBubbleH(const PipelineProblem& problem, int
       absl::ResourceExhaustedError(absl::StrCat(
           "zb-h: no variant fits the memory limit of ", pending, " x ", P, " activations"));
   Evaluator evaluator;
+  Scratch scratch;
+  std::vector<uint64_t> seen;
   for (const StageCosts& c : CostSets(own)) {
     for (bool allow : {true, false}) {
       for (bool prio : {true, false}) {
         for (bool greedy : {true, false}) {
-          HBuilder h(problem, c, max_mem, HVariant{allow, prio, greedy});
+          HBuilder h(problem, c, max_mem, HVariant{allow, prio, greedy}, &scratch);
           if (!h.Run().ok()) continue;
-          Consider(problem, h.TakeSchedule(), &evaluator, &best);
+          Consider(problem, scratch.schedule, &evaluator, &seen, &best);
         }
       }
     }
@@ -568,6 +610,8 @@ absl::StatusOr<ZbScheduleResult> ZeroBubbleV(const PipelineProblem& problem) {
   absl::StatusOr<ZbScheduleResult> best = absl::ResourceExhaustedError(
       absl::StrCat("zb-v: no variant fits the memory limit of 2 x ", P, " activations"));
   Evaluator evaluator;
+  Scratch scratch;
+  std::vector<uint64_t> seen;
   for (const StageCosts& c : CostSets(own)) {
     for (bool fill_b : {true, false}) {
       for (bool fill_f : {true, false}) {
@@ -577,15 +621,15 @@ absl::StatusOr<ZbScheduleResult> ZeroBubbleV(const PipelineProblem& problem) {
         double variant_bubble = std::numeric_limits<double>::infinity();
         Schedule variant;
         for (int refine = 0; refine < kMaxRefinements; ++refine) {
-          VBuilder v(problem, c, max_mem, VVariant{fill_f, fill_b}, approved);
+          VBuilder v(problem, c, max_mem, VVariant{fill_f, fill_b}, approved, &scratch);
           if (!v.Run().ok()) break;
           const double bubble = v.MaxBubble();
           if (!(bubble < variant_bubble)) break;
           variant_bubble = bubble;
           approved = v.bubbles();
-          variant = v.TakeSchedule();
+          variant.ops.swap(scratch.schedule.ops);  // the scratch keeps the old buffers
         }
-        if (!variant.ops.empty()) Consider(problem, std::move(variant), &evaluator, &best);
+        if (!variant.ops.empty()) Consider(problem, variant, &evaluator, &seen, &best);
       }
     }
   }
