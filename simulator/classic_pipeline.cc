@@ -42,6 +42,9 @@ absl::StatusOr<ClassicRun> SimulateClassic(const ModelGraph& model, const Cluste
                                          request.microbatches, model));
   ASSIGN_OR_RETURN(run.problem, BuildProblem(model, cluster, cost_model, run.plan));
   run.problem.link_contention = request.link_contention;
+  // The ZB family's order is built for the real costs (ZeroBubble's own builders).
+  ASSIGN_OR_RETURN(run.plan.schedule,
+                   ScheduleForProblem(request.kind, request.chunks, run.problem));
   ASSIGN_OR_RETURN(run.result, Simulate(run.problem, run.plan.schedule, request.eval));
   return run;
 }

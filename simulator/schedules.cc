@@ -6,8 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
-#include "simulator/list_scheduler.h"
 #include "simulator/problem.h"
+#include "simulator/zb_schedules.h"
 
 namespace octopipe {
 namespace {
@@ -52,25 +52,29 @@ Schedule OneFOneB(int P, int M) {
   return sch;
 }
 
-// Megatron-LM's interleaved order: micro-batches in groups of P, each group through every chunk
-// (forward: chunks ascending; backward: descending); warm-up (P - d - 1) * 2 + (V - 1) * P.
+// Megatron-LM's interleaved order (megatron/core/pipeline_parallel/schedules.py): micro-batches
+// in groups of N (the smallest group size Megatron accepts, see InterleavedGroupSize), each group
+// through every chunk (forward: chunks ascending; backward: descending), the last group taking
+// the remainder; warm-up (P - d - 1) * 2 + (V - 1) * N, 1F1B after it.
 Schedule Interleaved(int P, int V, int M) {
   Schedule sch;
   sch.ops.resize(P);
+  const int N = InterleavedGroupSize(P, M);
   std::vector<std::pair<int, int>> fwd, bwd;  // (chunk, micro-batch)
-  for (int g = 0; g < M; g += P) {
-    const int size = std::min(P, M - g);
+  for (int g = 0; g < M; g += N) {
+    const int end = g + N >= M ? M : g + N;  // Megatron: the last group runs to M
     for (int c = 0; c < V; ++c) {
-      for (int j = 0; j < size; ++j) fwd.push_back({c, g + j});
+      for (int m = g; m < end; ++m) fwd.push_back({c, m});
     }
     for (int c = V - 1; c >= 0; --c) {
-      for (int j = 0; j < size; ++j) bwd.push_back({c, g + j});
+      for (int m = g; m < end; ++m) bwd.push_back({c, m});
     }
+    if (end == M) break;
   }
   const int total = V * M;
   for (int d = 0; d < P; ++d) {
     auto& ops = sch.ops[d];
-    const int warmup = std::min((P - d - 1) * 2 + (V - 1) * P, total);
+    const int warmup = std::min((P - d - 1) * 2 + (V - 1) * N, total);
     for (int k = 0; k < warmup; ++k) ops.push_back(F(fwd[k].first * P + d, fwd[k].second));
     for (int k = 0; k < total - warmup; ++k) {
       ops.push_back(F(fwd[warmup + k].first * P + d, fwd[warmup + k].second));
@@ -143,27 +147,21 @@ Schedule DualPipeV(int P, int M) {
   return sch;
 }
 
-// The ZB family: list scheduling at unit costs, B before F before W, with the in-flight cap
-// of the paper's memory budget on each device.
-absl::StatusOr<Schedule> ZeroBubble(ScheduleKind kind, int P, int M,
-                                    const std::vector<int>& placement) {
+// The ZB family built for `pb` by ZeroBubble's own builders (simulator/zb_schedules.h):
+// ZB-H1 and ZB-H2 with 1 and 2 x P pending activations, ZB-V with its 1F1B-sized limit.
+absl::StatusOr<Schedule> ZeroBubbleFor(ScheduleKind kind, const PipelineProblem& pb) {
+  absl::StatusOr<ZbScheduleResult> r = kind == ScheduleKind::kZbV ? ZeroBubbleV(pb)
+                                       : ZeroBubbleH(pb, kind == ScheduleKind::kZbH1 ? 1 : 2);
+  if (!r.ok()) return r.status();
+  return std::move(r->schedule);
+}
+
+// The same at unit costs (F = B = W = 1, no transfer time, one activation unit per
+// micro-batch), whose orders give the papers' closed forms.
+absl::StatusOr<Schedule> ZeroBubbleUnit(ScheduleKind kind, int P, int M,
+                                        const std::vector<int>& placement) {
   const PipelineProblem pb = UniformProblem(placement, P, M, 1.0, 1.0, 1.0);
-  WeightedPolicy policy;
-  ListSchedulerOptions options;
-  options.split_backward = true;
-  // A pair counts against the cap from its F until its B: W only holds the weight-gradient
-  // inputs and is what fills the bubbles.
-  options.inflight_until_b = true;
-  options.inflight_cap.resize(P);
-  for (int d = 0; d < P; ++d) {
-    switch (kind) {
-      case ScheduleKind::kZbH1: options.inflight_cap[d] = P - d; break;
-      case ScheduleKind::kZbH2: options.inflight_cap[d] = 2 * (P - d) - 1; break;
-      default: options.inflight_cap[d] = 2 * P; break;  // ZB-V: 2P half-size chunks = 1F1B
-    }
-  }
-  ASSIGN_OR_RETURN(ListScheduleResult r, ListSchedule(pb, policy, options));
-  return std::move(r.schedule);
+  return ZeroBubbleFor(kind, pb);
 }
 
 }  // namespace
@@ -204,6 +202,32 @@ bool SplitsBackward(ScheduleKind kind) {
          kind == ScheduleKind::kZbV || kind == ScheduleKind::kDualPipeV;
 }
 
+int InterleavedGroupSize(int devices, int microbatches) {
+  for (int n = devices; n < microbatches; ++n) {
+    const int rest = microbatches % n;
+    if (rest == 0 || rest >= devices) return n;
+  }
+  return std::max(devices, microbatches);
+}
+
+absl::StatusOr<Schedule> ScheduleForProblem(ScheduleKind kind, int chunks,
+                                            const PipelineProblem& problem) {
+  switch (kind) {
+    case ScheduleKind::kZbH1:
+    case ScheduleKind::kZbH2:
+    case ScheduleKind::kZbV: return ZeroBubbleFor(kind, problem);
+    default: {
+      ASSIGN_OR_RETURN(GeneratedSchedule g, GenerateSchedule(kind, problem.num_devices, chunks,
+                                                             problem.num_microbatches));
+      if (g.stage_device != problem.stage_device) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "stage_device: the problem's placement is not ", ScheduleKindName(kind), "'s"));
+      }
+      return std::move(g.schedule);
+    }
+  }
+}
+
 std::vector<int> LoopPlacement(int devices, int chunks) {
   std::vector<int> out(static_cast<size_t>(devices) * chunks);
   for (size_t s = 0; s < out.size(); ++s) out[s] = static_cast<int>(s % devices);
@@ -233,9 +257,9 @@ absl::StatusOr<GeneratedSchedule> GenerateSchedule(ScheduleKind kind, int device
         "chunks must be ", fixed ? absl::StrCat(DefaultChunks(kind)) : std::string(">= 1"),
         " for ", name, ", got ", chunks));
   }
-  if (kind == ScheduleKind::kInterleaved && chunks > 1 && microbatches % devices != 0) {
+  if (kind == ScheduleKind::kInterleaved && chunks > 1 && microbatches < devices) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "microbatches must be a multiple of devices (", devices,
+        "microbatches must be >= devices (", devices,
         ") for interleaved with chunks > 1 (Megatron-LM's rule), got ", microbatches));
   }
   if (kind == ScheduleKind::kDualPipeV && microbatches < 2 * devices) {
@@ -259,7 +283,8 @@ absl::StatusOr<GeneratedSchedule> GenerateSchedule(ScheduleKind kind, int device
       break;
     case ScheduleKind::kDualPipeV: g.schedule = DualPipeV(devices, microbatches); break;
     default: {
-      ASSIGN_OR_RETURN(g.schedule, ZeroBubble(kind, devices, microbatches, g.stage_device));
+      ASSIGN_OR_RETURN(g.schedule,
+                       ZeroBubbleUnit(kind, devices, microbatches, g.stage_device));
     }
   }
   return g;

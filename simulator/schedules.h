@@ -3,16 +3,19 @@
 // Each generator returns the placement it assumes (stage -> device) together with the per-device
 // op orders, so callers build a PipelineProblem with the same placement:
 //   gpipe, 1f1b          V = 1, stage d on device d, unsplit backward (BW)
-//   interleaved          V >= 1 chunks, stage c*P + d on device d (Megatron-LM order), BW
+//   interleaved          V >= 1 chunks, stage c*P + d on device d (Megatron-LM order), BW;
+//                        any M >= P (micro-batch groups of InterleavedGroupSize)
 //   zb-h1, zb-h2         V = 1, split B/W (ZeroBubble, arXiv 2401.10241: H1 keeps 1F1B's
 //                        memory, H2 allows about twice as much to remove the warm-up bubble)
 //   zb-v                 V = 2, V-shaped placement (stage s on device s for s < P, else
 //                        2P - 1 - s), split B/W, 1F1B's memory
 //   dualpipev            V = 2, V-shaped placement, the DualPipeV step structure (DeepSeek
 //                        DualPipe repository), mixing unsplit and split backwards; M >= 2P
-// The orders do not depend on costs: the hand-written ones follow their papers; the ZB family
-// is built by the list scheduler at unit F = B = W costs with the memory cap of its paper, as
-// ZeroBubble's own heuristic does. Any of them evaluated with real costs stays deadlock-free.
+// GenerateSchedule's orders do not depend on costs: the hand-written ones follow their papers;
+// the ZB family is built by ZeroBubble's own builders (simulator/zb_schedules.h) at unit
+// F = B = W costs. ScheduleForProblem builds the ZB family FOR a problem's real costs, as
+// ZeroBubble does; that is what baselines must use. Any order evaluated with real costs stays
+// deadlock-free.
 #ifndef OCTOPIPE_SIMULATOR_SCHEDULES_H_
 #define OCTOPIPE_SIMULATOR_SCHEDULES_H_
 
@@ -21,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "core/schedule.h"
+#include "simulator/problem.h"
 
 namespace octopipe {
 
@@ -49,6 +53,20 @@ struct GeneratedSchedule {
 // the rule it breaks.
 absl::StatusOr<GeneratedSchedule> GenerateSchedule(ScheduleKind kind, int devices, int chunks,
                                                    int microbatches);
+
+// The order of `kind` for this problem, whose placement must be the generator's (stage_device
+// as GenerateSchedule returns it for problem.num_devices and `chunks`): ZB-H1, ZB-H2 and ZB-V
+// built for the problem's per-stage costs, transfer times and their memory limits
+// (ZeroBubbleH with 1 or 2 x P pending activations, ZeroBubbleV); the other kinds' orders do
+// not depend on costs and are GenerateSchedule's. GenerateSchedule's errors, kInvalidArgument
+// for another placement, the ZB builders' errors.
+absl::StatusOr<Schedule> ScheduleForProblem(ScheduleKind kind, int chunks,
+                                            const PipelineProblem& problem);
+
+// Megatron-LM's micro-batch group size for interleaving (microbatch_group_size_per_vp_stage):
+// it must lie in [P, M] and leave a last group of 0 or >= P micro-batches; this is the smallest
+// such size (P when M is a multiple of P, as Megatron's default). Requires M >= P.
+int InterleavedGroupSize(int devices, int microbatches);
 
 // Placements used above, exposed for the tuner and tests.
 std::vector<int> LoopPlacement(int devices, int chunks);  // stage c*P + d -> d

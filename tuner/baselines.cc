@@ -44,6 +44,13 @@ BaselineResult RunOne(const Spec& spec, const ModelGraph& model, const ProblemBu
     return out;
   }
   problem->link_contention = contention;
+  // The ZB family's order is built for this problem's costs, as ZeroBubble does.
+  absl::StatusOr<Schedule> order = ScheduleForProblem(spec.kind, spec.chunks, *problem);
+  if (!order.ok()) {
+    out.error = std::string(order.status().message());
+    return out;
+  }
+  plan.schedule = std::move(*order);
   absl::StatusOr<SimResult> result = Simulate(*problem, plan.schedule);
   if (!result.ok()) {
     out.error = std::string(result.status().message());

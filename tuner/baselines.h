@@ -1,8 +1,11 @@
 // The baselines OctoPipe is compared against, evaluated in the same simulator with the same
 // costs: GPipe, 1F1B with uniform layers, 1F1B with a min-max balanced partition, interleaved
 // 1F1B (V = 2 and 4 where the layer and micro-batch counts allow), ZB-H1, ZB-H2, ZB-V and
-// DualPipeV. A baseline that cannot run (too few layers, micro-batch rule) carries its reason;
-// one that runs but exceeds memory is reported with fits = false, never dropped.
+// DualPipeV. ZB-H1, ZB-H2 and ZB-V are built for the problem's own costs, transfer times and
+// memory limits by ZeroBubble's own builders (simulator/zb_schedules.h), not at unit cost; the
+// other schedules' orders do not depend on costs. A baseline that cannot run (too few layers,
+// micro-batch rule) carries its reason; one that runs but exceeds memory is reported with
+// fits = false, never dropped.
 #ifndef OCTOPIPE_TUNER_BASELINES_H_
 #define OCTOPIPE_TUNER_BASELINES_H_
 
