@@ -291,6 +291,13 @@ int RunPlan(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   absl::StatusOr<Cluster> cluster = LoadClusterArg(o.cluster);
   if (!cluster.ok()) return Fail(err, cluster.status(), 2);
   TunerOptions t;
+  if (absl::Status s = CheckRunFlags(
+          *model, flags.was_set("devices") ? o.devices : cluster->num_devices(), t.max_chunks,
+          flags.was_set("microbatches") ? o.microbatches : model->training.num_microbatches,
+          o.threads);
+      !s.ok()) {
+    return Fail(err, s, 2);
+  }
   t.num_devices = static_cast<int>(flags.was_set("devices") ? o.devices : cluster->num_devices());
   t.num_microbatches = static_cast<int>(flags.was_set("microbatches")
                                             ? o.microbatches

@@ -106,6 +106,9 @@ int RunSimulate(const std::vector<std::string>& args, std::ostream& out, std::os
                                     std::pair{"microbatches", o.microbatches}}) {
     if (absl::Status s = CheckPositive(flag, value); !s.ok()) return Fail(err, s, 2);
   }
+  if (absl::Status s = CheckRunFlags(*model, o.devices, o.chunks, o.microbatches, 1); !s.ok()) {
+    return Fail(err, s, 2);
+  }
   if (o.chunks < 0) {
     return Fail(err, absl::InvalidArgumentError(
                          absl::StrCat("--chunks must be >= 0, got ", o.chunks)), 2);

@@ -169,6 +169,7 @@ absl::Status PlannerServer::Start() {
     return absl::UnavailableError(absl::StrCat("--port: cannot listen on ", options_.host, ":",
                                                options_.port));
   }
+  m.service->SetHealthService(m.server->GetHealthCheckService());
   if (options_.metrics_port >= 0) {
     metrics::HttpExporterOptions eo;
     eo.host = options_.metrics_host;

@@ -55,7 +55,10 @@ class Search {
   double elapsed() const { return now_() - start_; }
   // Stops searching at 90% of the budget so the final plan construction and full evaluation
   // still fit in it.
-  bool out_of_time() const { return elapsed() >= 0.9 * options_.time_budget_s; }
+  bool out_of_time() const {
+    return elapsed() >= 0.9 * options_.time_budget_s ||
+           (options_.should_stop && options_.should_stop());
+  }
   bool steady() const { return options_.objective == Objective::kSteadyState; }
   int64_t evaluations() const { return evaluations_; }
   std::mt19937_64& rng() { return rng_; }
@@ -64,11 +67,18 @@ class Search {
   std::vector<Score> EvaluateAll(const std::vector<Candidate>& cands) {
     std::vector<Score> scores(cands.size());
     const int T = static_cast<int>(workers_.size());
-    auto run = [&](int t) {
-      for (size_t i = t; i < cands.size(); i += T) scores[i] = workers_[t]->Evaluate(cands[i]);
+    // A batch may be long (thousands of seeds on a big pipeline): past the budget the rest
+    // stays unscored (Score{} never wins), so the deadline bounds the batch too.
+    auto run_strided = [&](int t, int stride) {
+      int done = 0;
+      for (size_t i = t; i < cands.size(); i += stride) {
+        if (done++ % 8 == 0 && out_of_time()) break;
+        scores[i] = workers_[t]->Evaluate(cands[i]);
+      }
     };
+    auto run = [&](int t) { run_strided(t, T); };
     if (T == 1 || cands.size() < 4) {
-      for (size_t i = 0; i < cands.size(); ++i) scores[i] = workers_[0]->Evaluate(cands[i]);
+      run_strided(0, 1);
     } else {
       std::vector<std::thread> threads;
       for (int t = 1; t < T; ++t) threads.emplace_back(run, t);
