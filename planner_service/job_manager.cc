@@ -110,6 +110,9 @@ absl::StatusOr<proto::Job> JobManager::Create(const proto::CreateJobRequest& req
         options_.limits.max_name_bytes, " (max_name_bytes)"));
   }
   absl::MutexLock lock(&mu_);
+  if (pool_->stopping()) {
+    return absl::UnavailableError("the planner is shutting down; retry on another replica");
+  }
   if (pool_->full(TuningPool::Lane::kJobs)) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "job planning queue is full (", pool_->max_queued(), " tasks waiting); retry later"));

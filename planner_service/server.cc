@@ -205,6 +205,7 @@ void PlannerServer::Shutdown(double grace_s) {
   }
   if (detector_.joinable()) detector_.join();
   if (!impl_) return;
+  if (impl_->pool) impl_->pool->Cancel();  // running tuning ends now, not after its budget
   if (impl_->server) {
     impl_->server->Shutdown(std::chrono::system_clock::now() +
                             std::chrono::milliseconds(static_cast<int64_t>(grace_s * 1000)));

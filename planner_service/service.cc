@@ -92,9 +92,13 @@ grpc::ServerUnaryReactor* PlannerService::Plan(grpc::CallbackServerContext* ctx,
       TuningPool::Lane::kOneShot);
   UpdateHealth();
   if (!queued) {
-    const grpc::Status g(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                         absl::StrCat("one-shot Plan queue is full (", pool_->max_queued(),
-                                      " calls waiting); retry later"));
+    const grpc::Status g =
+        pool_->stopping()
+            ? grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                           "the planner is shutting down; retry on another replica")
+            : grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                           absl::StrCat("one-shot Plan queue is full (", pool_->max_queued(),
+                                        " calls waiting); retry later"));
     if (observer_) observer_->OnRpc("Plan", g.error_code());
     reactor->Finish(g);
   }

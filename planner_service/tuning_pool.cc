@@ -24,12 +24,14 @@ void TuningPool::Submit(std::function<void()> task) {
   queues_[static_cast<int>(Lane::kJobs)].push_back(std::move(task));
 }
 
+void TuningPool::Cancel() {
+  absl::MutexLock lock(&mu_);
+  stopping_ = true;
+  stopping_flag_.store(true, std::memory_order_relaxed);
+}
+
 void TuningPool::Shutdown() {
-  {
-    absl::MutexLock lock(&mu_);
-    stopping_ = true;
-    stopping_flag_.store(true, std::memory_order_relaxed);
-  }
+  Cancel();
   for (std::thread& t : threads_) {
     if (t.joinable()) t.join();
   }

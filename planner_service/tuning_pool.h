@@ -34,6 +34,10 @@ class TuningPool {
 
   bool TrySubmit(std::function<void()> task, Lane lane = Lane::kJobs);
   void Submit(std::function<void()> task);
+  // Begins shutdown without waiting: stopping() turns true (running tuning ends early),
+  // nothing new is accepted, queued tasks still run and see stopping(). Idempotent.
+  void Cancel();
+  // Cancel(), then joins the workers.
   void Shutdown();
 
   // Tasks waiting (not running) in `lane`.

@@ -4,6 +4,7 @@
 // unknown and conflicting nodes, durable re-plan intent across kill -9, job ids that never
 // repeat, pages of job summaries under gRPC's default 4 MB, and an empty database refused.
 #include <signal.h>
+#include <sys/wait.h>
 
 #include <chrono>
 #include <cmath>
@@ -12,6 +13,7 @@
 #include <limits>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include <grpcpp/grpcpp.h>
 
@@ -407,6 +409,92 @@ TEST(PlannerHardeningTest, AcknowledgedDrainIsReplannedAfterKill9) {
   auto c = Ctx();
   ASSERT_TRUE(stub->GetJob(c.get(), g, &got).ok());
   EXPECT_TRUE(got.job().pending_replan_reason().empty());
+}
+
+proto::PlanRequest SlowPlan() {
+  proto::PlanRequest slow;
+  *slow.mutable_model() = ModelToProto(*ParseSyntheticModel("layers=512,f=1,b=1,w=1"));
+  *slow.mutable_cluster() = ClusterToProto(SyntheticCluster(128));
+  slow.mutable_options()->set_num_microbatches(256);
+  slow.mutable_options()->set_time_budget_s(60);
+  return slow;
+}
+
+grpc::health::v1::HealthCheckResponse::ServingStatus Health(const PlannerProcess& p) {
+  auto health = grpc::health::v1::Health::NewStub(
+      grpc::CreateChannel(p.address(), grpc::InsecureChannelCredentials()));
+  grpc::health::v1::HealthCheckRequest req;
+  grpc::health::v1::HealthCheckResponse resp;
+  auto ctx = Ctx(10);
+  if (!health->Check(ctx.get(), req, &resp).ok()) return resp.UNKNOWN;
+  return resp.status();
+}
+
+// Polls `pred` every 20 ms for up to `timeout_s`; true once it holds.
+bool WaitFor(const std::function<bool()>& pred, double timeout_s) {
+  const auto end = std::chrono::steady_clock::now() +
+                   std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  while (std::chrono::steady_clock::now() < end) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return pred();
+}
+
+// Slow one-shot Plan calls whose clients give up must neither keep the workers busy nor keep
+// job planning waiting; while their queue is full the health service says NOT_SERVING.
+TEST(PlannerHardeningTest, CancelledPlansStopTuningAndDoNotStarveJobs) {
+  PlannerProcess planner(kPlanner);
+  ASSERT_TRUE(planner
+                  .Start({"--state_dir=" + TmpDir("cancel"), "--workers=1", "--max_queued=1"})
+                  .ok())
+      << planner.log();
+  auto stub = Connect(planner);
+  std::vector<std::thread> calls;
+  std::vector<grpc::StatusCode> codes(4, grpc::StatusCode::OK);
+  for (int i = 0; i < 4; ++i) {
+    calls.emplace_back([&, i] {
+      proto::PlanResponse resp;
+      auto ctx = Ctx(3);  // the client gives up after 3 s; the budget asks for 60 s
+      codes[i] = stub->Plan(ctx.get(), SlowPlan(), &resp).error_code();
+    });
+  }
+  EXPECT_TRUE(WaitFor([&] { return Health(planner) == grpc::health::v1::HealthCheckResponse::NOT_SERVING; }, 3));
+  for (std::thread& t : calls) t.join();
+  for (grpc::StatusCode c : codes) {
+    EXPECT_TRUE(c == grpc::StatusCode::DEADLINE_EXCEEDED ||
+                c == grpc::StatusCode::RESOURCE_EXHAUSTED)
+        << c;
+  }
+  // The one running call stops within a few evaluations of its cancellation.
+  EXPECT_TRUE(WaitFor([&] { return Health(planner) == grpc::health::v1::HealthCheckResponse::SERVING; }, 20));
+  const auto start = std::chrono::steady_clock::now();
+  proto::Job job;
+  ASSERT_TRUE(CallCreate(stub.get(), AsJob(SmallPlan(), "after"), &job).ok());
+  absl::StatusOr<proto::PlanVersion> v1 = NextVersion(stub.get(), job.id(), 0);
+  ASSERT_TRUE(v1.ok());
+  // Well below the 60 s budgets the cancelled calls asked for.
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 30);
+}
+
+TEST(PlannerHardeningTest, SigtermCancelsTuningAndExitsWithinTheGracePeriod) {
+  PlannerProcess planner(kPlanner);
+  ASSERT_TRUE(planner.Start({"--state_dir=" + TmpDir("sigterm"), "--workers=1"}).ok())
+      << planner.log();
+  auto stub = Connect(planner);
+  proto::Job slow;
+  ASSERT_TRUE(CallCreate(stub.get(), AsJob(SlowPlan(), "slow-job"), &slow).ok());
+  std::thread call([&] {
+    proto::PlanResponse resp;
+    auto ctx = Ctx(120);
+    stub->Plan(ctx.get(), SlowPlan(), &resp);
+  });
+  const auto start = std::chrono::steady_clock::now();
+  const int status = planner.Kill(SIGTERM);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  call.join();
+  EXPECT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_LT(took, 20) << "grace period is 5 s; the 60 s budgets must not be waited for";
 }
 
 TEST(PlannerHardeningTest, EmptyDatabaseFileIsRefusedAtStartUp) {
