@@ -52,6 +52,10 @@ void PlannerService::SetHealthService(grpc::HealthCheckServiceInterface* health)
 }
 
 void PlannerService::UpdateHealth() {
+  if (observer_) {
+    observer_->OnQueueDepth("jobs", pool_->queued(TuningPool::Lane::kJobs));
+    observer_->OnQueueDepth("oneshot", pool_->queued(TuningPool::Lane::kOneShot));
+  }
   grpc::HealthCheckServiceInterface* health = health_.load();
   if (health == nullptr) return;
   const int serving = pool_->full(TuningPool::Lane::kOneShot) ? 0 : 1;
@@ -111,6 +115,7 @@ grpc::ServerUnaryReactor* PlannerService::CreateJob(grpc::CallbackServerContext*
   if (absl::Status s = Authorize(ctx); !s.ok()) return Done(ctx, "CreateJob", s);
   absl::StatusOr<proto::Job> job = jobs_->Create(*request);
   if (job.ok()) *response = std::move(*job);
+  UpdateHealth();
   return Done(ctx, "CreateJob", job.status());
 }
 

@@ -27,6 +27,10 @@ class RpcObserver {
   virtual void OnRpc(const std::string& method, grpc::StatusCode code) {}
   virtual void OnOneShotPlan(const proto::PlanResult& result) {}
   virtual void OnAgentsAlive(int alive) {}
+  // Tuning tasks waiting in each lane of the pool ("jobs", "oneshot"), reported when a Plan or
+  // CreateJob call queues work and when a one-shot task starts. For a gauge such as
+  // octopipe_tuning_queue_depth{lane}.
+  virtual void OnQueueDepth(const std::string& lane, int depth) {}
 };
 
 struct ServiceOptions {
@@ -94,7 +98,8 @@ class PlannerService final : public proto::Planner::CallbackService {
   absl::Status LoseNode(const proto::NodeRequest& request, const std::string& reason,
                         proto::NodeResponse* response);
   absl::Status CheckRegistration(const proto::RegisterAgentRequest& request) const;
-  // Health follows the one-shot queue: NOT_SERVING exactly while it is full.
+  // Health follows the one-shot queue: NOT_SERVING exactly while it is full. Also reports
+  // both queue depths to the observer.
   void UpdateHealth();
 
   JobManager* const jobs_;

@@ -456,7 +456,8 @@ absl::StatusOr<TuneResult> Tune(const ModelGraph& model, const Cluster& cluster,
   const int L = model.num_layers(), P = options.num_devices, M = options.num_microbatches;
 
   // Baselines.
-  result.baselines = RunBaselines(model, builder, M, options.link_contention);
+  result.baselines = RunBaselines(model, builder, M, options.link_contention,
+                                  [&search] { return search.out_of_time(); });
   const BaselineResult* best_baseline = BestFittingBaseline(result.baselines, steady);
   auto baseline_objective = [&](const BaselineResult& b) {
     return steady ? b.result.steady_state_iteration_time_s : b.result.iteration_time_s;
