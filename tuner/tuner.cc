@@ -189,6 +189,7 @@ void Exhaustive(Search& search, const ProblemBuilder& b, const std::vector<Polic
   // Every composition of L into S parts (bit i of `cuts` set: a stage starts at layer i+1),
   // times every placement of the S stages.
   for (uint32_t cuts = 0; cuts < (1u << (L - 1)); ++cuts) {
+    if (search.out_of_time()) break;
     std::vector<StageAssignment> stages;
     int first = 0;
     for (int l = 1; l <= L; ++l) {
@@ -474,6 +475,7 @@ absl::StatusOr<TuneResult> Tune(const ModelGraph& model, const Cluster& cluster,
   {
     std::vector<Candidate> seeds;
     for (ScheduleKind kind : AllScheduleKinds()) {
+      if (search.out_of_time()) break;  // each partition costs O(layers x stages)
       const GeneratedSchedule* g = classic.Get(kind);
       if (g == nullptr) continue;
       Policy p;
@@ -502,7 +504,10 @@ absl::StatusOr<TuneResult> Tune(const ModelGraph& model, const Cluster& cluster,
                absl::StrCat(seeds.size(), " classic orders on balanced and even partitions"));
     evals = search.evaluations();
   }
-  if (SpaceSize(L, P, options.exhaustive_limit) <= options.exhaustive_limit) {
+  if (search.out_of_time()) {
+    search.Log(&result, "seed", search.best_objective(), evals,
+               "skipped: the time budget ran out before the search");
+  } else if (SpaceSize(L, P, options.exhaustive_limit) <= options.exhaustive_limit) {
     const double before_exhaustive = search.best_objective();
     Exhaustive(search, builder, policies);
     search.Log(&result, "exhaustive", before_exhaustive, evals,
@@ -513,6 +518,7 @@ absl::StatusOr<TuneResult> Tune(const ModelGraph& model, const Cluster& cluster,
     const double before_seeds = search.best_objective();
     std::vector<Candidate> seeds;
     for (const Placement& family : PlacementFamilies(P, L, options.max_chunks)) {
+      if (search.out_of_time()) break;
       absl::StatusOr<std::vector<StageAssignment>> st =
           MinMaxPartition(builder, family.stage_device);
       if (!st.ok()) continue;
