@@ -116,9 +116,20 @@ int RunJobs(const std::vector<std::string>& all_args, std::ostream& out, std::os
     return 0;
   }
   if (sub == "list") {
+    // Every page of summaries (the planner pages the list; see ListJobsRequest).
     proto::ListJobsResponse resp;
     grpc::Status s = (*stub)->ListJobs(ctx.get(), proto::ListJobsRequest(), &resp);
     if (!s.ok()) return Fail(err, FromGrpc(s), 1);
+    while (!resp.next_page_token().empty()) {
+      proto::ListJobsRequest next;
+      next.set_page_token(resp.next_page_token());
+      proto::ListJobsResponse page;
+      auto page_ctx = remote.Context();
+      s = (*stub)->ListJobs(page_ctx.get(), next, &page);
+      if (!s.ok()) return Fail(err, FromGrpc(s), 1);
+      for (proto::Job& j : *page.mutable_jobs()) *resp.add_jobs() = std::move(j);
+      resp.set_next_page_token(page.next_page_token());
+    }
     if (json) {
       out << ProtoToJson(resp) << "\n";
       return 0;

@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "core/convert.h"
 #include "core/cost_model.h"
+#include "core/limits.h"
 #include "core/status_macros.h"
 #include "planner_service/calibration.h"
 #include "simulator/evaluator.h"
@@ -386,6 +387,9 @@ void JobManager::RunPlanning(const std::string& job_id, const std::string& reaso
 
 absl::StatusOr<proto::ReportStageTimesResponse> JobManager::ReportStageTimes(
     const proto::ReportStageTimesRequest& request) {
+  // One entry per (stage, op kind) at most: bounded by the stage limit.
+  RETURN_IF_ERROR(CheckLimit("times", request.times_size(),
+                             5 * options_.limits.max_layers, "5 x max_layers"));
   proto::Job job;
   std::vector<double> factors;
   proto::PlanVersion current;

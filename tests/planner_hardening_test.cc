@@ -144,6 +144,18 @@ TEST(PlannerHardeningTest, HugeMicrobatchesAreRefusedNamingTheLimitAndTheServerL
   s = CallPlan(stub.get(), r);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_THAT(s.error_message(), HasSubstr("max_stage_microbatches"));
+  // 100,000 hardware specs: refused before conversion.
+  r = SmallPlan();
+  for (int i = 0; i < 100000; ++i) {
+    proto::HardwareSpec* h = r.mutable_cluster()->add_hardware();
+    h->set_name(absl::StrCat("hw", i));
+    h->set_peak_flops(1e15);
+    h->set_memory_bytes(80e9);
+    h->set_memory_bandwidth(3e12);
+  }
+  s = CallPlan(stub.get(), r);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(s.error_message(), HasSubstr("cluster.hardware: 100001 exceeds the limit of 256"));
   EXPECT_TRUE(Serving(planner));
   EXPECT_TRUE(CallPlan(stub.get(), SmallPlan()).ok());
 }

@@ -683,7 +683,11 @@ absl::StatusOr<TuneResult> Tune(const ModelGraph& model, const Cluster& cluster,
         worst, " needs ", absl::StrFormat("%.1f", result.required_memory_bytes[worst] / 1e9),
         " GB but has ", absl::StrFormat("%.1f", cluster.device_hardware(worst).memory_bytes / 1e9),
         " GB (", absl::StrFormat("%.1f", cluster.memory_reserve_bytes / 1e9),
-        " GB of it reserved)");
+        " GB of it reserved)",
+        result.budget_exhausted && result.evaluations == 0
+            ? "; the search was stopped before evaluating any candidate (a larger time "
+              "budget may find a plan that fits)"
+            : "");
     const Candidate shown = search.has_fastest() ? search.fastest() : least;
     Schedule schedule;
     if (unlimited.Evaluate(shown, &schedule).scheduled) {
