@@ -62,6 +62,9 @@ class MetricsObserver : public JobObserver, public RpcObserver {
     m_->TuningSeconds().Observe(r.tuning_wall_s());
   }
   void OnAgentsAlive(int alive) override { m_->agents_alive->Set(alive); }
+  void OnQueueDepth(const std::string& lane, int depth) override {
+    m_->tuning_queue_depth->WithLabels({lane}).Set(depth);
+  }
 
  private:
   metrics::PlannerMetrics* m_;
