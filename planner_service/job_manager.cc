@@ -292,10 +292,12 @@ bool JobManager::SchedulePlanning(const std::string& job_id, const std::string& 
     pool_->Submit(task);
   }
   e.planning = true;
+  if (observer_) observer_->OnQueueDepth("jobs", pool_->queued(TuningPool::Lane::kJobs));
   return true;
 }
 
 void JobManager::RunPlanning(const std::string& job_id, const std::string& reason) {
+  if (observer_) observer_->OnQueueDepth("jobs", pool_->queued(TuningPool::Lane::kJobs));
   proto::Job job;
   std::vector<double> factors;
   proto::PlanVersion current;

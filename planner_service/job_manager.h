@@ -40,6 +40,9 @@ class JobObserver {
   virtual void OnReplan(const std::string& reason) {}
   virtual void OnJobRemoved(const std::string& job_id) {}
   virtual void OnJobCount(int jobs) {}
+  // Tasks waiting in the pool's jobs lane (lane is "jobs"), when a job's planning is queued or
+  // starts. Same signature as RpcObserver::OnQueueDepth, so one override serves both.
+  virtual void OnQueueDepth(const std::string& lane, int depth) {}
 };
 
 struct JobManagerOptions {
