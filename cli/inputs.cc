@@ -7,6 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "core/cluster_presets.h"
 #include "core/convert.h"
+#include "core/limits.h"
+#include "core/status_macros.h"
 #include "core/model_zoo.h"
 #include "core/synthetic_model.h"
 #include "executor/model_spec.h"
@@ -15,6 +17,7 @@ namespace octopipe::cli {
 namespace {
 
 absl::Status Prefixed(const std::string& flag, const absl::Status& s) {
+  if (s.ok()) return s;
   return absl::Status(s.code(), absl::StrCat(flag, ": ", s.message()));
 }
 
@@ -61,7 +64,21 @@ absl::StatusOr<ModelGraph> LoadModelArg(const std::string& spec) {
     model = LoadModelFile(ResolvePath(spec));
   }
   if (!model.ok()) return Prefixed("--model", model.status());
+  if (absl::Status s = CheckModelSize(*model, SizeLimits()); !s.ok()) {
+    return Prefixed("--model", s);
+  }
   return model;
+}
+
+absl::Status CheckRunFlags(const ModelGraph& model, int64_t devices, int64_t chunks,
+                           int64_t microbatches, int64_t threads) {
+  RunSizeNames names;
+  names.devices = "--devices";
+  names.chunks = "--chunks";
+  names.microbatches = "--microbatches";
+  names.threads = "--threads";
+  return CheckRunSize(model.num_layers(), devices, chunks, microbatches, threads, SizeLimits(),
+                      names);
 }
 
 absl::StatusOr<Cluster> LoadClusterArg(const std::string& spec) {
@@ -73,12 +90,17 @@ absl::StatusOr<Cluster> LoadClusterArg(const std::string& spec) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--cluster: expected synthetic:devices=P with P >= 1, got '", spec, "'"));
     }
+    RETURN_IF_ERROR(Prefixed("--cluster", CheckLimit("synthetic:devices", devices,
+                                                     SizeLimits().max_devices, "max_devices")));
     return SyntheticCluster(devices);
   }
   absl::StatusOr<Cluster> cluster = absl::StartsWith(spec, "preset:")
                                         ? ClusterPreset(spec.substr(7))
                                         : LoadClusterFile(ResolvePath(spec));
   if (!cluster.ok()) return Prefixed("--cluster", cluster.status());
+  if (absl::Status s = CheckClusterSize(*cluster, SizeLimits()); !s.ok()) {
+    return Prefixed("--cluster", s);
+  }
   return cluster;
 }
 

@@ -29,6 +29,12 @@ absl::StatusOr<ModelGraph> LoadModelArg(const std::string& spec);
 absl::StatusOr<Cluster> LoadClusterArg(const std::string& spec);
 absl::StatusOr<Plan> LoadPlanArg(const std::string& path);
 
+// The run the flags ask for, against the same limits as the planner service (core/limits.h
+// defaults): kResourceExhausted naming the flag and the limit. Call before any value is
+// narrowed to an int and before anything is allocated for it.
+absl::Status CheckRunFlags(const ModelGraph& model, int64_t devices, int64_t chunks,
+                           int64_t microbatches, int64_t threads);
+
 }  // namespace octopipe::cli
 
 #endif  // OCTOPIPE_CLI_INPUTS_H_

@@ -106,6 +106,17 @@ int List(const JobsOptions& o, proto::Planner::Stub& stub, std::ostream& out,
   auto ctx = o.remote.Context();
   grpc::Status s = stub.ListJobs(ctx.get(), proto::ListJobsRequest(), &resp);
   if (!s.ok()) return Fail(err, FromGrpc(s), 1);
+  // Every page of summaries (the planner pages the list; see ListJobsRequest).
+  while (!resp.next_page_token().empty()) {
+    proto::ListJobsRequest next;
+    next.set_page_token(resp.next_page_token());
+    proto::ListJobsResponse page;
+    auto page_ctx = o.remote.Context();
+    s = stub.ListJobs(page_ctx.get(), next, &page);
+    if (!s.ok()) return Fail(err, FromGrpc(s), 1);
+    for (proto::Job& j : *page.mutable_jobs()) *resp.add_jobs() = std::move(j);
+    resp.set_next_page_token(page.next_page_token());
+  }
   if (o.json) {
     out << ProtoToJson(resp) << "\n";
     return 0;

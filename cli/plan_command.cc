@@ -288,6 +288,10 @@ absl::StatusOr<TunerOptions> ResolveTunerOptions(const PlanOptions& o, const Com
                                                  const ModelGraph& model,
                                                  const Cluster& cluster) {
   TunerOptions t;
+  RETURN_IF_ERROR(CheckRunFlags(
+      model, flags.was_set("devices") ? o.devices : cluster.num_devices(), t.max_chunks,
+      flags.was_set("microbatches") ? o.microbatches : model.training.num_microbatches,
+      o.threads));
   t.num_devices = static_cast<int>(flags.was_set("devices") ? o.devices : cluster.num_devices());
   t.num_microbatches = static_cast<int>(flags.was_set("microbatches")
                                             ? o.microbatches

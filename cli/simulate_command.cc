@@ -105,6 +105,7 @@ absl::StatusOr<SimulateInputs> ResolveInputs(SimulateOptions& o, const CommandLi
   if (!flags.was_set("microbatches")) o.microbatches = in.model.training.num_microbatches;
   RETURN_IF_ERROR(CheckPositive("devices", o.devices));
   RETURN_IF_ERROR(CheckPositive("microbatches", o.microbatches));
+  RETURN_IF_ERROR(CheckRunFlags(in.model, o.devices, o.chunks, o.microbatches, 1));
   if (o.chunks < 0) {
     return absl::InvalidArgumentError(absl::StrCat("--chunks must be >= 0, got ", o.chunks));
   }

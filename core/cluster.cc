@@ -1,6 +1,7 @@
 #include "core/cluster.h"
 
 #include <cmath>
+#include <cstdint>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -15,14 +16,30 @@ const HardwareSpec* FindHardware(const Cluster& c, const std::string& name) {
   return nullptr;
 }
 
+// Physical ranges (finite unless said): values outside them overflow the simulator's sums or
+// quotients to inf/NaN. Unlimited memory and links (+inf) are allowed: synthetic clusters use
+// them, and they only ever appear as divisors or capacities.
+constexpr double kMinRate = 1;      // bytes/s, FLOP/s
+constexpr double kMaxRate = 1e21;   // far above any device or link
+constexpr double kMaxBytes = 1e18;  // device memory
+constexpr double kMaxLatencyS = 3600;
+
+bool InRange(double value, double lo, double hi, bool inf_ok) {
+  if (inf_ok && value == std::numeric_limits<double>::infinity()) return true;
+  return std::isfinite(value) && value >= lo && value <= hi;
+}
+
+absl::Status RangeError(const std::string& path, double value, const char* range) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(path, " must be ", range, ", got ", value));
+}
+
 absl::Status ValidateLink(const std::string& path, const LinkSpec& link) {
-  if (!(link.bandwidth > 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ".bandwidth must be > 0 bytes/s, got ", link.bandwidth));
+  if (!InRange(link.bandwidth, kMinRate, kMaxRate, /*inf_ok=*/true)) {
+    return RangeError(path + ".bandwidth", link.bandwidth, "in [1, 1e21] bytes/s or +inf");
   }
-  if (!(link.latency_s >= 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ".latency_s must be >= 0, got ", link.latency_s));
+  if (!InRange(link.latency_s, 0, kMaxLatencyS, /*inf_ok=*/false)) {
+    return RangeError(path + ".latency_s", link.latency_s, "finite and in [0, 3600] s");
   }
   return absl::OkStatus();
 }
@@ -71,14 +88,15 @@ absl::Status Validate(const Cluster& c) {
             absl::StrCat(p, ".name '", h.name, "' is defined twice"));
       }
     }
-    const std::pair<const char*, double> fields[] = {{"peak_flops", h.peak_flops},
-                                                     {"memory_bytes", h.memory_bytes},
-                                                     {"memory_bandwidth", h.memory_bandwidth}};
-    for (const auto& [name, value] : fields) {
-      if (!(value > 0)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(p, ".", name, " must be > 0, got ", value));
-      }
+    if (!InRange(h.peak_flops, kMinRate, kMaxRate, /*inf_ok=*/false)) {
+      return RangeError(p + ".peak_flops", h.peak_flops, "finite and in [1, 1e21] FLOP/s");
+    }
+    if (!InRange(h.memory_bytes, 1, kMaxBytes, /*inf_ok=*/true)) {
+      return RangeError(p + ".memory_bytes", h.memory_bytes, "in [1, 1e18] bytes or +inf");
+    }
+    if (!InRange(h.memory_bandwidth, kMinRate, kMaxRate, /*inf_ok=*/false)) {
+      return RangeError(p + ".memory_bandwidth", h.memory_bandwidth,
+                        "finite and in [1, 1e21] bytes/s");
     }
     if (!(h.op_overhead_s >= 0) || !std::isfinite(h.op_overhead_s)) {
       return absl::InvalidArgumentError(
@@ -91,6 +109,14 @@ absl::Status Validate(const Cluster& c) {
   for (size_t i = 0; i < c.nodes.size(); ++i) {
     const Node& n = c.nodes[i];
     const std::string p = absl::StrCat("nodes[", i, "]");
+    // Nodes are addressed by name (agents, drains, failures): names must be unique.
+    if (n.name.empty()) return absl::InvalidArgumentError(absl::StrCat(p, ".name is empty"));
+    for (size_t j = 0; j < i; ++j) {
+      if (c.nodes[j].name == n.name) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(p, ".name '", n.name, "' is used by nodes[", j, "] too"));
+      }
+    }
     if (n.num_devices <= 0) {
       return absl::InvalidArgumentError(
           absl::StrCat(p, ".num_devices must be > 0, got ", n.num_devices));
@@ -108,9 +134,15 @@ absl::Status Validate(const Cluster& c) {
     absl::Status s = ValidateLink("inter_node_link", c.inter_node_link);
     if (!s.ok()) return s;
   }
-  if (!(c.memory_reserve_bytes >= 0)) {
+  if (!InRange(c.memory_reserve_bytes, 0, kMaxBytes, /*inf_ok=*/false)) {
+    return RangeError("memory_reserve_bytes", c.memory_reserve_bytes,
+                      "finite and in [0, 1e18] bytes");
+  }
+  int64_t devices = 0;
+  for (const Node& n : c.nodes) devices += n.num_devices;
+  if (devices > std::numeric_limits<int>::max()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("memory_reserve_bytes must be >= 0, got ", c.memory_reserve_bytes));
+        absl::StrCat("nodes: ", devices, " devices in total overflow a device index"));
   }
   return absl::OkStatus();
 }

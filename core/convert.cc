@@ -1,9 +1,12 @@
 #include "core/convert.h"
 
+#include <filesystem>
+#include <system_error>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/file_io.h"
+#include "core/limits.h"
 #include "core/schedule.h"
 #include "core/status_macros.h"
 #include "google/protobuf/util/json_util.h"
@@ -16,6 +19,7 @@ absl::Status AtPath(absl::string_view path, const absl::Status& s) {
 }
 
 absl::Status InFile(const std::string& path, const absl::Status& s) {
+  if (s.ok()) return s;
   return absl::Status(s.code(), absl::StrCat("file '", path, "': ", s.message()));
 }
 
@@ -325,6 +329,21 @@ namespace {
 template <typename ProtoT, typename CoreT>
 absl::StatusOr<CoreT> LoadFile(const std::string& path,
                                absl::StatusOr<CoreT> (*from_proto)(const ProtoT&)) {
+  // Only regular files of bounded size: /dev/zero or a FIFO would be read forever.
+  std::error_code ec;
+  const std::filesystem::file_status st = std::filesystem::status(path, ec);
+  if (!ec && std::filesystem::exists(st) && !std::filesystem::is_regular_file(st) &&
+      !std::filesystem::is_directory(st)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("file '", path, "': not a regular file (a device, FIFO or socket)"));
+  }
+  if (!ec && std::filesystem::is_regular_file(st)) {
+    const uintmax_t size = std::filesystem::file_size(path, ec);
+    if (!ec) {
+      RETURN_IF_ERROR(InFile(path, CheckLimit("size in bytes", static_cast<int64_t>(size),
+                                              SizeLimits().max_file_bytes, "max_file_bytes")));
+    }
+  }
   absl::StatusOr<std::string> text = ReadFileToString(path);
   if (!text.ok()) return text.status();  // already names the path
   ProtoT p;

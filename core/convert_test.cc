@@ -253,7 +253,7 @@ TEST(ConvertTest, ModelErrorsNameTheFieldPath) {
   ExpectModelError("\"seq_len\": \"128\"", "\"seq_len\": \"0\"",
                    "training.seq_len must be > 0, got 0");
   ExpectModelError("\"forward_s\": 0.00125", "\"forward_s\": -1",
-                   "layers[1].measured.forward_s must be >= 0, got -1");
+                   "layers[1].measured.forward_s must be finite and 0 or in [1e-12, 1e6] s, got -1");
   ExpectModelError("\"precision\": \"fp16\"", "\"precision\": \"int8\"",
                    "training.precision: unknown precision 'int8'");
   ExpectModelError("\"recompute\": \"selective\"", "\"recompute\": \"some\"",
@@ -283,7 +283,7 @@ TEST(ConvertTest, ClusterErrorsNameTheFieldPath) {
   p.mutable_hardware(1)->set_peak_flops(-1);
   absl::StatusOr<Cluster> c = ClusterFromProto(p);
   ASSERT_EQ(absl::StatusCode::kInvalidArgument, c.status().code());
-  EXPECT_THAT(std::string(c.status().message()), HasSubstr("hardware[1].peak_flops must be > 0"));
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("hardware[1].peak_flops must be finite and in [1, 1e21] FLOP/s, got -1"));
 
   p = ClusterToProto(*ClusterPreset("h100-4nodes"));
   p.mutable_nodes(2)->set_num_devices(0);

@@ -1,6 +1,7 @@
 #include "core/model_graph.h"
 
 #include <array>
+#include <cmath>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -26,9 +27,24 @@ absl::Status Positive(const std::string& path, int64_t value) {
   return absl::InvalidArgumentError(absl::StrCat(path, " must be > 0, got ", value));
 }
 
-absl::Status NonNegative(const std::string& path, double value) {
-  if (value >= 0) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(path, " must be >= 0, got ", value));
+// Measured costs must be finite and physical: a per-layer time of zero (free) or between a
+// picosecond and a million seconds, a byte count up to a petabyte. Values outside overflow
+// the simulator's sums (1e308) or its throughput (1e-300 s per layer) to inf/NaN.
+constexpr double kMinSeconds = 1e-12;
+constexpr double kMaxSeconds = 1e6;
+constexpr double kMaxBytes = 1e15;
+// Dimensions beyond 2^31 make no model today and overflow the FLOP/byte products.
+constexpr int64_t kMaxDim = int64_t{1} << 31;
+
+absl::Status MeasuredInRange(const std::string& path, double value, bool is_time) {
+  const double max = is_time ? kMaxSeconds : kMaxBytes;
+  if (!std::isfinite(value) || value < 0 || value > max ||
+      (is_time && value > 0 && value < kMinSeconds)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, " must be finite and ", is_time ? "0 or in [1e-12, 1e6] s" : "in [0, 1e15] bytes",
+        ", got ", value));
+  }
+  return absl::OkStatus();
 }
 
 // The dimension fields each kind needs to be positive.
@@ -89,6 +105,16 @@ absl::Status ValidateDims(const std::string& p, LayerKind kind, const LayerDims&
     if (value < 0) {
       return absl::InvalidArgumentError(
           absl::StrCat(p, ".dims.", name, " must be >= 0, got ", value));
+    }
+  }
+  if (d.hidden > kMaxDim) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(p, ".dims.hidden must be <= ", kMaxDim, ", got ", d.hidden));
+  }
+  for (const auto& [name, value] : non_negative) {
+    if (value > kMaxDim) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(p, ".dims.", name, " must be <= ", kMaxDim, ", got ", value));
     }
   }
   if (kind == LayerKind::kMoe && d.top_k > d.experts) {
@@ -167,26 +193,37 @@ absl::Status Validate(const ModelGraph& model) {
   for (const auto& [path, value] : training_fields) {
     absl::Status s = Positive(path, value);
     if (!s.ok()) return s;
+    if (value > kMaxDim) {
+      // Refused, never truncated: callers keep some of these in an int.
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, " must be <= ", kMaxDim, ", got ", value));
+    }
   }
   for (int i = 0; i < model.num_layers(); ++i) {
     const Layer& layer = model.layers[i];
     const std::string p = absl::StrCat("layers[", i, "]");
     const MeasuredCosts& m = layer.measured;
-    const std::pair<const char*, std::optional<double>> measured[] = {
-        {"forward_s", m.forward_s},
-        {"backward_input_s", m.backward_input_s},
-        {"weight_grad_s", m.weight_grad_s},
-        {"activation_bytes", m.activation_bytes},
-        {"param_bytes", m.param_bytes},
-        {"output_bytes", m.output_bytes},
-        {"recompute_s", m.recompute_s},
-        {"activation_bytes_w", m.activation_bytes_w},
-        {"input_bytes", m.input_bytes},
+    struct Field {
+      const char* name;
+      std::optional<double> value;
+      bool is_time;
+    };
+    const Field measured[] = {
+        {"forward_s", m.forward_s, true},
+        {"backward_input_s", m.backward_input_s, true},
+        {"weight_grad_s", m.weight_grad_s, true},
+        {"activation_bytes", m.activation_bytes, false},
+        {"param_bytes", m.param_bytes, false},
+        {"output_bytes", m.output_bytes, false},
+        {"recompute_s", m.recompute_s, true},
+        {"activation_bytes_w", m.activation_bytes_w, false},
+        {"input_bytes", m.input_bytes, false},
     };
     bool all_time_measured = m.forward_s && m.backward_input_s && m.weight_grad_s;
-    for (const auto& [name, value] : measured) {
-      if (value) {
-        absl::Status s = NonNegative(absl::StrCat(p, ".measured.", name), *value);
+    for (const Field& f : measured) {
+      if (f.value) {
+        absl::Status s = MeasuredInRange(absl::StrCat(p, ".measured.", f.name), *f.value,
+                                         f.is_time);
         if (!s.ok()) return s;
       }
     }

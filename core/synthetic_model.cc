@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "core/limits.h"
 #include "core/status_macros.h"
 
 namespace octopipe {
@@ -39,6 +40,9 @@ absl::StatusOr<ModelGraph> ParseSyntheticModel(absl::string_view spec) {
         return SpecError(absl::StrCat("layers=", value, ": not an integer"));
       }
       if (n < 1) return SpecError(absl::StrCat("layers=", value, ": must be >= 1"));
+      // Before the layers are allocated (layers=2000000000 would exhaust memory).
+      RETURN_IF_ERROR(CheckLimit("synthetic model spec: layers", n, SizeLimits().max_layers,
+                                 "max_layers"));
       layers = n;
       continue;
     }

@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "core/convert.h"
 #include "core/cost_model.h"
+#include "core/limits.h"
 #include "core/status_macros.h"
 #include "planner_service/calibration.h"
 #include "simulator/evaluator.h"
@@ -48,7 +49,11 @@ JobManager::JobManager(Store* store, TuningPool* pool, const Clock* clock,
     : store_(store), pool_(pool), clock_(clock), options_(options), observer_(observer),
       policy_(options.replan) {}
 
-std::string JobManager::NewJobId() { return absl::StrCat("job-", next_job_++); }
+absl::StatusOr<std::string> JobManager::NewJobId() {
+  // From the store: a number is never handed out twice, across deletes and restarts.
+  ASSIGN_OR_RETURN(int64_t n, store_->NextJobNumber());
+  return absl::StrCat("job-", n);
+}
 
 absl::Status JobManager::Recover() {
   ASSIGN_OR_RETURN(std::vector<proto::Job> jobs, store_->LoadJobs());
@@ -57,19 +62,49 @@ absl::Status JobManager::Recover() {
     Entry e;
     ASSIGN_OR_RETURN(e.versions, store_->LoadPlanVersions(job.id()));
     ASSIGN_OR_RETURN(e.factors, store_->LoadCalibration(job.id()));
-    int64_t n = 0;
-    if (job.id().size() > 4 && absl::SimpleAtoi(absl::string_view(job.id()).substr(4), &n)) {
-      next_job_ = std::max(next_job_, n + 1);
-    }
     const std::string id = job.id();
-    const bool needs_plan = e.versions.empty();
     e.job = std::move(job);
     if (!e.versions.empty()) e.job.set_current_version(e.versions.back().version());
+    // Stored data that no longer passes validation (an older binary accepted it, or the
+    // limits were lowered) makes the job FAILED with the reason; it is never planned, so it
+    // cannot crash the service on every start.
+    absl::Status valid = PrepareInput(e.job.model(), e.job.cluster(), e.job.options(),
+                                      Excluded(e.job), options_.limits)
+                             .status();
+    if (!valid.ok() && valid.code() != absl::StatusCode::kFailedPrecondition) {
+      e.job.set_state(proto::JOB_STATE_FAILED);
+      e.job.set_last_error(absl::StrCat("at start-up: ", valid.message()));
+      e.job.clear_pending_replan_reason();
+      RETURN_IF_ERROR(store_->PutJob(e.job));
+      jobs_[id] = std::move(e);
+      continue;
+    }
+    // A re-plan acknowledged before the restart (stored with the acknowledgement) resumes;
+    // a job that never got its first plan gets it.
+    std::string reason = e.job.pending_replan_reason();
+    if (reason.empty() && e.versions.empty() && e.job.state() != proto::JOB_STATE_FAILED) {
+      reason = "initial";
+    }
     jobs_[id] = std::move(e);
-    if (needs_plan) SchedulePlanning(id, ReplanReason::kInitial, /*bounded=*/false);
+    if (!reason.empty()) {
+      ReplanReason r = ReplanReason::kInitial;
+      if (!ParseReplanReason(reason, &r)) {
+        // An intent this binary does not know: plan anyway, as for a node change.
+        r = ReplanReason::kNodeJoin;
+      }
+      SchedulePlanning(id, r, /*bounded=*/false);
+    }
   }
   if (observer_) observer_->OnJobCount(static_cast<int>(jobs_.size()));
   return absl::OkStatus();
+}
+
+bool JobManager::KnowsNode(const std::string& node_id) const {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [id, e] : jobs_) {
+    if (HasNode(e.job.cluster(), node_id)) return true;
+  }
+  return false;
 }
 
 absl::StatusOr<proto::Job> JobManager::Create(const proto::CreateJobRequest& request) {
@@ -77,8 +112,20 @@ absl::StatusOr<proto::Job> JobManager::Create(const proto::CreateJobRequest& req
   RETURN_IF_ERROR(
       PrepareInput(request.model(), request.cluster(), request.options(), {}, options_.limits)
           .status());
+  if (static_cast<int64_t>(request.name().size()) > options_.limits.max_name_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "name: ", request.name().size(), " bytes exceed the limit of ",
+        options_.limits.max_name_bytes, " (max_name_bytes)"));
+  }
   absl::MutexLock lock(&mu_);
-  const std::string id = NewJobId();
+  if (pool_->stopping()) {
+    return absl::UnavailableError("the planner is shutting down; retry on another replica");
+  }
+  if (pool_->full(TuningPool::Lane::kJobs)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "job planning queue is full (", pool_->max_queued(), " tasks waiting); retry later"));
+  }
+  ASSIGN_OR_RETURN(const std::string id, NewJobId());
   Entry e;
   e.job.set_id(id);
   e.job.set_name(request.name().empty() ? id : request.name());
@@ -87,6 +134,7 @@ absl::StatusOr<proto::Job> JobManager::Create(const proto::CreateJobRequest& req
   *e.job.mutable_options() = request.options();
   e.job.set_state(proto::JOB_STATE_PLANNING);
   e.job.set_created_unix_ms(UnixMillis());
+  e.job.set_pending_replan_reason("initial");
   RETURN_IF_ERROR(store_->PutJob(e.job));
   jobs_[id] = e;
   if (!SchedulePlanning(id, ReplanReason::kInitial, /*bounded=*/true)) {
@@ -94,7 +142,7 @@ absl::StatusOr<proto::Job> JobManager::Create(const proto::CreateJobRequest& req
     absl::Status s = store_->DeleteJob(id);
     (void)s;  // best effort: the job was never visible
     return absl::ResourceExhaustedError(absl::StrCat(
-        "planning queue is full (", pool_->max_queued(), " tasks waiting); retry later"));
+        "job planning queue is full (", pool_->max_queued(), " tasks waiting); retry later"));
   }
   if (observer_) observer_->OnJobCount(static_cast<int>(jobs_.size()));
   return jobs_[id].job;
@@ -109,6 +157,56 @@ absl::StatusOr<proto::GetJobResponse> JobManager::Get(const std::string& job_id)
   proto::GetJobResponse out;
   *out.mutable_job() = it->second.job;
   if (!it->second.versions.empty()) *out.mutable_current() = it->second.versions.back();
+  if (out.ByteSizeLong() > kMaxResponseBytes) {
+    *out.mutable_job() = Summary(it->second.job);
+    out.set_model_omitted(true);
+  }
+  return out;
+}
+
+proto::Job JobManager::Summary(const proto::Job& job) {
+  proto::Job s = job;
+  s.set_num_layers(job.model().layers_size());
+  s.mutable_model()->clear_layers();
+  return s;
+}
+
+absl::StatusOr<proto::ListJobsResponse> JobManager::ListPage(int page_size,
+                                                            const std::string& page_token) const {
+  if (page_size < 0 || page_size > kMaxPageSize) {
+    return absl::InvalidArgumentError(absl::StrCat("page_size must be in [0, ", kMaxPageSize,
+                                                   "] (0 = ", kDefaultPageSize, "), got ",
+                                                   page_size));
+  }
+  if (page_size == 0) page_size = kDefaultPageSize;
+  // The token is the (created_unix_ms, id) of the last job of the previous page: the next page
+  // starts after it, so deletes and creates in between neither repeat nor skip a job.
+  int64_t after_ms = 0;
+  std::string after_id;
+  if (!page_token.empty()) {
+    const size_t colon = page_token.find(':');
+    if (colon == std::string::npos ||
+        !absl::SimpleAtoi(absl::string_view(page_token).substr(0, colon), &after_ms)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("page_token: '", page_token.substr(0, 64), "' is not a token this server gave"));
+    }
+    after_id = page_token.substr(colon + 1);
+  }
+  proto::ListJobsResponse out;
+  size_t bytes = 0;
+  for (const proto::Job& job : List()) {
+    if (!page_token.empty() &&
+        std::make_pair(job.created_unix_ms(), job.id()) <= std::make_pair(after_ms, after_id)) {
+      continue;
+    }
+    if (out.jobs_size() == page_size || (out.jobs_size() > 0 && bytes > kMaxResponseBytes)) {
+      const proto::Job& last = out.jobs(out.jobs_size() - 1);
+      out.set_next_page_token(absl::StrCat(last.created_unix_ms(), ":", last.id()));
+      break;
+    }
+    *out.add_jobs() = Summary(job);
+    bytes += out.jobs(out.jobs_size() - 1).ByteSizeLong();
+  }
   return out;
 }
 
@@ -184,6 +282,11 @@ int JobManager::num_jobs() const {
 bool JobManager::SchedulePlanning(const std::string& job_id, ReplanReason reason,
                                   bool bounded) {
   Entry& e = jobs_[job_id];
+  // The intent, stored by the caller's next PutJob (with its acknowledgement): a restart
+  // resumes it. "initial" stays until the first plan exists.
+  if (e.job.pending_replan_reason().empty() || e.job.pending_replan_reason() == "measured") {
+    e.job.set_pending_replan_reason(std::string(ReplanReasonName(reason)));
+  }
   if (e.planning) {
     // A task is queued or running; run once more after it with the latest reason.
     if (!e.pending_reason || reason != ReplanReason::kMeasured) e.pending_reason = reason;
@@ -196,10 +299,12 @@ bool JobManager::SchedulePlanning(const std::string& job_id, ReplanReason reason
     pool_->Submit(task);
   }
   e.planning = true;
+  if (observer_) observer_->OnQueueDepth("jobs", pool_->queued(TuningPool::Lane::kJobs));
   return true;
 }
 
 void JobManager::RunPlanning(const std::string& job_id, ReplanReason reason) {
+  if (observer_) observer_->OnQueueDepth("jobs", pool_->queued(TuningPool::Lane::kJobs));
   proto::Job job;
   std::vector<double> factors;
   proto::PlanVersion current;
@@ -216,8 +321,15 @@ void JobManager::RunPlanning(const std::string& job_id, ReplanReason reason) {
   absl::StatusOr<PlanningInput> input =
       PrepareInput(job.model(), job.cluster(), job.options(), Excluded(job), options_.limits);
   absl::StatusOr<proto::PlanResult> result =
-      input.ok() ? planner::RunPlanning(*input, factors)
+      input.ok() ? planner::RunPlanning(*input, factors, [this] { return pool_->stopping(); })
                  : absl::StatusOr<proto::PlanResult>(input.status());
+  if (result.status().code() == absl::StatusCode::kCancelled) {
+    // Shutting down: the intent stays stored, and the next start resumes it.
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(job_id);
+    if (it != jobs_.end()) it->second.planning = false;
+    return;
+  }
   bool accept = result.ok();
   if (result.ok() && reason == ReplanReason::kMeasured && has_current) {
     // Only worth a switch when the new plan is predicted min_gain faster than the current one
@@ -232,6 +344,8 @@ void JobManager::RunPlanning(const std::string& job_id, ReplanReason reason) {
     if (it == jobs_.end()) return;  // deleted meanwhile
     Entry& e = it->second;
     e.planning = false;
+    // This run carried the stored intent; a re-plan asked for meanwhile sets it again below.
+    e.job.clear_pending_replan_reason();
     if (!result.ok()) {
       e.job.set_state(proto::JOB_STATE_FAILED);
       e.job.set_last_error(std::string(result.status().message()));
@@ -260,11 +374,16 @@ void JobManager::RunPlanning(const std::string& job_id, ReplanReason reason) {
       }
       absl::Status s = store_->PutJob(e.job);
       (void)s;
+    } else {
+      absl::Status s = store_->PutJob(e.job);  // the intent is done: not worth a switch
+      (void)s;
     }
     if (e.pending_reason) {
       const ReplanReason next = *e.pending_reason;
       e.pending_reason.reset();
       SchedulePlanning(job_id, next, /*bounded=*/false);
+      absl::Status s = store_->PutJob(e.job);
+      (void)s;
     }
   }
   if (result.ok() && accept) {
@@ -277,6 +396,9 @@ void JobManager::RunPlanning(const std::string& job_id, ReplanReason reason) {
 
 absl::StatusOr<proto::ReportStageTimesResponse> JobManager::ReportStageTimes(
     const proto::ReportStageTimesRequest& request) {
+  // One entry per (stage, op kind) at most: bounded by the stage limit.
+  RETURN_IF_ERROR(CheckLimit("times", request.times_size(),
+                             5 * options_.limits.max_layers, "5 x max_layers"));
   proto::Job job;
   std::vector<double> factors;
   proto::PlanVersion current;
@@ -355,7 +477,11 @@ absl::StatusOr<proto::ReportStageTimesResponse> JobManager::ReportStageTimes(
   it->second.factors = update.factors;
   const bool replan = policy_.OnReport(request.job_id(), update.max_deviation,
                                        clock_->NowSeconds());
-  if (replan) SchedulePlanning(request.job_id(), ReplanReason::kMeasured, /*bounded=*/false);
+  if (replan) {
+    SchedulePlanning(request.job_id(), ReplanReason::kMeasured, /*bounded=*/false);
+    absl::Status s = store_->PutJob(it->second.job);
+    (void)s;  // the calibration is stored; a lost intent only delays this re-plan
+  }
   out.set_replanned(replan);
   out.set_current_version(it->second.job.current_version());
   out.set_decision(absl::StrFormat(
@@ -374,9 +500,10 @@ std::vector<std::string> JobManager::NodeLost(const std::string& node_id,
     const std::vector<std::string> excluded = Excluded(e.job);
     if (std::find(excluded.begin(), excluded.end(), node_id) != excluded.end()) continue;
     e.job.add_excluded_nodes(node_id);
+    // The exclusion and the re-plan intent are stored together, before the caller is told.
+    SchedulePlanning(id, reason, /*bounded=*/false);
     absl::Status s = store_->PutJob(e.job);
     (void)s;
-    SchedulePlanning(id, reason, /*bounded=*/false);
     out.push_back(id);
   }
   return out;
@@ -392,9 +519,9 @@ std::vector<std::string> JobManager::NodeJoined(const std::string& node_id) {
     excluded.erase(pos);
     e.job.clear_excluded_nodes();
     for (const std::string& n : excluded) e.job.add_excluded_nodes(n);
+    SchedulePlanning(id, ReplanReason::kNodeJoin, /*bounded=*/false);
     absl::Status s = store_->PutJob(e.job);
     (void)s;
-    SchedulePlanning(id, ReplanReason::kNodeJoin, /*bounded=*/false);
     out.push_back(id);
   }
   return out;

@@ -42,6 +42,9 @@ class JobObserver {
   virtual void OnReplan(ReplanReason reason) {}
   virtual void OnJobRemoved(const std::string& job_id) {}
   virtual void OnJobCount(int jobs) {}
+  // Tasks waiting in the pool's jobs lane (lane is "jobs"), when a job's planning is queued or
+  // starts. Same signature as RpcObserver::OnQueueDepth, so one override serves both.
+  virtual void OnQueueDepth(const std::string& lane, int depth) {}
 };
 
 struct JobManagerOptions {
@@ -54,14 +57,32 @@ class JobManager {
   JobManager(Store* store, TuningPool* pool, const Clock* clock, JobManagerOptions options,
              JobObserver* observer = nullptr);
 
-  // Loads jobs, versions and calibration from the store; jobs without a plan are re-queued.
+  // Loads jobs, versions and calibration from the store. A stored re-plan intent
+  // (Job.pending_replan_reason) is resumed and a job without a plan is planned; a job whose
+  // stored input no longer validates is marked FAILED with the reason (never planned).
   absl::Status Recover();
 
   // Validates, persists and queues the first plan. kResourceExhausted when the pool's queue is
   // full (nothing is created), kInvalidArgument naming the field.
   absl::StatusOr<proto::Job> Create(const proto::CreateJobRequest& request);
+  // The job and its current version; the job is its Summary (model_omitted) when the
+  // response would exceed kMaxResponseBytes.
   absl::StatusOr<proto::GetJobResponse> Get(const std::string& job_id) const;
+  // Every job, full, oldest first.
   std::vector<proto::Job> List() const;
+  // One page of summaries (Summary()), oldest first, at most `page_size` (0: default) jobs and
+  // about kMaxResponseBytes. kInvalidArgument for a bad page_size or token.
+  absl::StatusOr<proto::ListJobsResponse> ListPage(int page_size,
+                                                   const std::string& page_token) const;
+  // The job without model.layers, with num_layers set.
+  static proto::Job Summary(const proto::Job& job);
+  // Whether any job's cluster has this node.
+  bool KnowsNode(const std::string& node_id) const;
+
+  // Responses stay under gRPC's default 4 MB receive limit with room to spare.
+  static constexpr size_t kMaxResponseBytes = 3 << 20;
+  static constexpr int kDefaultPageSize = 100;
+  static constexpr int kMaxPageSize = 1000;
   absl::Status Delete(const std::string& job_id);
 
   // Calls `on_version` for every version newer than `after_version` (the current one first
@@ -102,7 +123,7 @@ class JobManager {
   bool SchedulePlanning(const std::string& job_id, ReplanReason reason, bool bounded)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RunPlanning(const std::string& job_id, ReplanReason reason);
-  std::string NewJobId() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<std::string> NewJobId() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Store* const store_;
   TuningPool* const pool_;
@@ -115,7 +136,6 @@ class JobManager {
   std::map<std::string, Entry> jobs_ ABSL_GUARDED_BY(mu_);
   std::map<int64_t, Subscription> subscriptions_ ABSL_GUARDED_BY(mu_);
   int64_t next_subscription_ ABSL_GUARDED_BY(mu_) = 1;
-  int64_t next_job_ ABSL_GUARDED_BY(mu_) = 1;
 };
 
 }  // namespace octopipe::planner

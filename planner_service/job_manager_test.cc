@@ -264,6 +264,36 @@ TEST_F(JobManagerTest, CreateReturnsPlanningThenVersionOneArrivesThroughWatch) {
   EXPECT_EQ((*stored)[0].SerializeAsString(), v->SerializeAsString());
 }
 
+// ListPage: summaries (no layers, num_layers set), oldest first, pages joined by tokens that
+// survive a delete in between; malformed tokens and sizes are INVALID_ARGUMENT.
+TEST_F(JobManagerTest, ListPagesSummariesWithTokens) {
+  std::vector<std::string> ids;
+  for (const char* name : {"a", "b", "c"}) {
+    absl::StatusOr<proto::Job> j = manager_->Create(SmallJob(name, OneNode()));
+    ASSERT_TRUE(j.ok()) << j.status();
+    ids.push_back(j->id());
+  }
+  absl::StatusOr<proto::ListJobsResponse> page = manager_->ListPage(2, "");
+  ASSERT_TRUE(page.ok()) << page.status();
+  ASSERT_EQ(page->jobs_size(), 2);
+  EXPECT_EQ(page->jobs(0).id(), ids[0]);
+  EXPECT_EQ(page->jobs(1).id(), ids[1]);
+  EXPECT_EQ(page->jobs(0).model().layers_size(), 0);
+  EXPECT_GT(page->jobs(0).num_layers(), 0);
+  EXPECT_FALSE(page->jobs(0).model().name().empty());
+  ASSERT_FALSE(page->next_page_token().empty());
+  ASSERT_TRUE(manager_->Delete(ids[1]).ok());  // the last job of the page goes away
+  absl::StatusOr<proto::ListJobsResponse> rest = manager_->ListPage(2, page->next_page_token());
+  ASSERT_TRUE(rest.ok()) << rest.status();
+  ASSERT_EQ(rest->jobs_size(), 1);
+  EXPECT_EQ(rest->jobs(0).id(), ids[2]);
+  EXPECT_TRUE(rest->next_page_token().empty());
+  EXPECT_EQ(manager_->ListPage(0, "garbage").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(manager_->ListPage(5000, "").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(manager_->ListPage(-1, "").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(JobManagerTest, GetListAndDelete) {
   absl::StatusOr<proto::Job> a = manager_->Create(SmallJob("a", OneNode()));
   ASSERT_TRUE(a.ok()) << a.status();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <new>
 
 #include "absl/strings/str_cat.h"
 #include "core/convert.h"
@@ -21,33 +22,49 @@ Cluster WithoutNodes(const Cluster& cluster, const std::vector<std::string>& exc
   return out;
 }
 
+namespace {
+
+// Sizes read from the wire form, before any conversion allocates in proportion to them.
+absl::Status CheckWireSizes(const proto::Model& model, const proto::Cluster& cluster,
+                            const proto::PlanOptions& options, const SizeLimits& limits) {
+  RETURN_IF_ERROR(CheckLimit("model.layers", model.layers_size(), limits.max_layers,
+                             "max_layers"));
+  RETURN_IF_ERROR(CheckLimit("cluster.nodes", cluster.nodes_size(), limits.max_nodes,
+                             "max_nodes"));
+  RETURN_IF_ERROR(CheckLimit("cluster.hardware", cluster.hardware_size(), limits.max_hardware,
+                             "max_hardware"));
+  int64_t devices = 0;
+  for (const proto::Node& n : cluster.nodes()) devices += std::max(0, n.num_devices());
+  RETURN_IF_ERROR(CheckLimit("cluster devices (sum of nodes[].num_devices)", devices,
+                             limits.max_devices, "max_devices"));
+  RETURN_IF_ERROR(CheckLimit("options.num_devices", options.num_devices(), limits.max_devices,
+                             "max_devices"));
+  RETURN_IF_ERROR(CheckLimit("options.num_microbatches", options.num_microbatches(),
+                             limits.max_microbatches, "max_microbatches"));
+  return CheckLimit("model.training.num_microbatches", model.training().num_microbatches(),
+                    limits.max_microbatches, "max_microbatches");
+}
+
+}  // namespace
+
 absl::StatusOr<PlanningInput> PrepareInput(const proto::Model& model_proto,
                                            const proto::Cluster& cluster_proto,
                                            const proto::PlanOptions& options,
                                            const std::vector<std::string>& excluded,
                                            const PlanningLimits& limits) {
-  if (model_proto.layers_size() > limits.max_layers) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "model.layers: ", model_proto.layers_size(), " layers exceed the server's limit of ",
-        limits.max_layers));
-  }
-  int64_t devices = 0;
-  for (const proto::Node& n : cluster_proto.nodes()) devices += n.num_devices();
-  if (devices > limits.max_devices) {
-    return absl::ResourceExhaustedError(absl::StrCat("cluster.nodes: ", devices,
-                                                     " devices exceed the server's limit of ",
-                                                     limits.max_devices));
-  }
+  RETURN_IF_ERROR(CheckWireSizes(model_proto, cluster_proto, options, limits));
   PlanningInput in;
   absl::StatusOr<ModelGraph> model = ModelFromProto(model_proto);
   if (!model.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("model.", model.status().message()));
   }
   in.model = std::move(*model);
+  RETURN_IF_ERROR(CheckModelSize(in.model, limits));
   absl::StatusOr<Cluster> cluster = ClusterFromProto(cluster_proto);
   if (!cluster.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("cluster.", cluster.status().message()));
   }
+  RETURN_IF_ERROR(CheckClusterSize(*cluster, limits));
   in.cluster = WithoutNodes(*cluster, excluded);
   if (in.cluster.nodes.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -59,7 +76,19 @@ absl::StatusOr<PlanningInput> PrepareInput(const proto::Model& model_proto,
     return absl::InvalidArgumentError(absl::StrCat(
         "options.num_devices must be >= 0 (0 = all), got ", options.num_devices()));
   }
-  // After node loss the job keeps going on what is left.
+  if (excluded.empty() && options.num_devices() > available) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "options.num_devices: ", options.num_devices(), " devices asked for, but cluster '",
+        cluster->name, "' has ", available));
+  }
+  if (options.num_devices() > in.model.num_layers()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "options.num_devices: ", options.num_devices(),
+        " pipeline devices need at least as many layers, but model '", in.model.name, "' has ",
+        in.model.num_layers()));
+  }
+  // After node loss the job keeps going on what is left; "0 = all" means at most one device
+  // per layer.
   t.num_devices = options.num_devices() == 0 ? available
                                              : std::min(options.num_devices(), available);
   t.num_devices = std::min(t.num_devices, in.model.num_layers());
@@ -68,6 +97,7 @@ absl::StatusOr<PlanningInput> PrepareInput(const proto::Model& model_proto,
         "options.num_microbatches must be >= 0 (0 = the model's), got ",
         options.num_microbatches()));
   }
+  // In range: CheckWireSizes bounded both by max_microbatches (an int).
   t.num_microbatches = options.num_microbatches() == 0
                            ? static_cast<int>(in.model.training.num_microbatches)
                            : options.num_microbatches();
@@ -94,6 +124,13 @@ absl::StatusOr<PlanningInput> PrepareInput(const proto::Model& model_proto,
   }
   t.link_contention = options.link_contention();
   t.threads = limits.tuner_threads;
+  RunSizeNames names;
+  names.devices = "options.num_devices";
+  names.microbatches = "options.num_microbatches";
+  names.threads = "tuner_threads";
+  names.chunks = "tuner chunks per device";
+  RETURN_IF_ERROR(CheckRunSize(in.model.num_layers(), t.num_devices, t.max_chunks,
+                               t.num_microbatches, t.threads, limits, names));
   return in;
 }
 
@@ -134,11 +171,33 @@ proto::PlanResult ToProto(const TuneResult& r) {
 }
 
 absl::StatusOr<proto::PlanResult> RunPlanning(const PlanningInput& input,
-                                              const std::vector<double>& layer_time_factors) {
+                                              const std::vector<double>& layer_time_factors,
+                                              std::function<bool()> should_stop) {
+  if (should_stop && should_stop()) return absl::CancelledError("planning cancelled");
   TunerOptions t = input.tuner;
   t.layer_time_factors = layer_time_factors;
+  t.should_stop = should_stop;
   const CostModel cost;
-  ASSIGN_OR_RETURN(TuneResult r, Tune(input.model, input.cluster, cost, t));
+  absl::StatusOr<TuneResult> tuned;
+  try {
+    tuned = Tune(input.model, input.cluster, cost, t);
+  } catch (const std::bad_alloc&) {
+    // The limits should make this unreachable; if not, one request must not end the service.
+    return absl::ResourceExhaustedError(
+        "planning ran out of memory; lower the model, cluster or micro-batch sizes");
+  }
+  if (!tuned.ok()) return tuned.status();
+  const TuneResult& r = *tuned;
+  if (should_stop && should_stop()) return absl::CancelledError("planning cancelled");
+  const SimResult& p = r.predicted;
+  for (double v : {p.iteration_time_s, p.steady_state_iteration_time_s, p.bubble_ratio,
+                   p.steady_state_bubble_ratio}) {
+    if (!std::isfinite(v)) {
+      return absl::InvalidArgumentError(
+          "model/cluster: the measured costs and hardware figures give non-finite predictions "
+          "(a value too large or too small for the cost model)");
+    }
+  }
   return ToProto(r);
 }
 

@@ -4,23 +4,24 @@
 #ifndef OCTOPIPE_PLANNER_SERVICE_PLANNING_H_
 #define OCTOPIPE_PLANNER_SERVICE_PLANNING_H_
 
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "core/cluster.h"
+#include "core/limits.h"
 #include "core/model_graph.h"
 #include "proto/planner.pb.h"
 #include "tuner/tuner.h"
 
 namespace octopipe::planner {
 
-struct PlanningLimits {
-  int max_layers = 4096;           // model.layers beyond this: RESOURCE_EXHAUSTED
-  int max_devices = 4096;          // cluster devices beyond this: RESOURCE_EXHAUSTED
-  double max_time_budget_s = 600;  // options.time_budget_s beyond this: RESOURCE_EXHAUSTED
+// The server's limits: every size limit of core/limits.h (RESOURCE_EXHAUSTED beyond it, checked
+// before anything proportional is allocated) plus the planning defaults.
+struct PlanningLimits : SizeLimits {
   double default_time_budget_s = 10;
-  int tuner_threads = 1;           // per planning task (the pool runs several tasks)
+  int tuner_threads = 1;  // per planning task (the pool runs several tasks)
 };
 
 struct PlanningInput {
@@ -31,7 +32,10 @@ struct PlanningInput {
 
 // Errors: kInvalidArgument naming the field ("model.layers[3].kind: unknown layer kind 'x'",
 // "options.num_devices: ..."), kResourceExhausted naming the limit, kFailedPrecondition when
-// excluded nodes leave no device.
+// excluded nodes leave no device. Sizes are checked on the wire form before conversion.
+// options.num_devices larger than the cluster (or the model's layer count) is an error, never
+// clamped — except after node loss (`excluded_nodes` non-empty), when a job continues on the
+// devices left.
 absl::StatusOr<PlanningInput> PrepareInput(const proto::Model& model,
                                            const proto::Cluster& cluster,
                                            const proto::PlanOptions& options,
@@ -42,8 +46,13 @@ absl::StatusOr<PlanningInput> PrepareInput(const proto::Model& model,
 Cluster WithoutNodes(const Cluster& cluster, const std::vector<std::string>& excluded_nodes);
 
 // Runs the tuner (with calibration factors, possibly empty) and converts the result.
+// `should_stop` (may be empty) is polled by the tuner: when it returns true (client gone,
+// deadline passed, shutting down) tuning ends early and the answer is kCancelled. A result
+// whose predictions are not finite is kInvalidArgument (inputs outside what the cost model
+// can represent), never a plan.
 absl::StatusOr<proto::PlanResult> RunPlanning(const PlanningInput& input,
-                                              const std::vector<double>& layer_time_factors);
+                                              const std::vector<double>& layer_time_factors,
+                                              std::function<bool()> should_stop = {});
 
 proto::PlanResult ToProto(const TuneResult& result);
 

@@ -32,6 +32,18 @@ inline absl::string_view ReplanReasonName(ReplanReason reason) {
   return "?";
 }
 
+// The inverse of ReplanReasonName (stored intents); false for an unknown name.
+inline bool ParseReplanReason(absl::string_view name, ReplanReason* out) {
+  for (ReplanReason r : {ReplanReason::kMeasured, ReplanReason::kNodeFailure,
+                         ReplanReason::kDrain, ReplanReason::kNodeJoin, ReplanReason::kInitial}) {
+    if (ReplanReasonName(r) == name) {
+      *out = r;
+      return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace octopipe
 
 #endif  // OCTOPIPE_PLANNER_SERVICE_REPLAN_REASON_H_

@@ -55,6 +55,9 @@ class MetricsObserver : public JobObserver, public RpcObserver {
     m_->TuningSeconds().Observe(r.tuning_wall_s());
   }
   void OnAgentsAlive(int alive) override { m_->agents_alive->Set(alive); }
+  void OnQueueDepth(const std::string& lane, int depth) override {
+    m_->tuning_queue_depth->WithLabels({lane}).Set(depth);
+  }
 
  private:
   metrics::PlannerMetrics* m_;
@@ -162,6 +165,7 @@ absl::Status PlannerServer::Start() {
     return absl::UnavailableError(absl::StrCat("--port: cannot listen on ", options_.host, ":",
                                                options_.port));
   }
+  m.service->SetHealthService(m.server->GetHealthCheckService());
   if (options_.metrics_port >= 0) {
     metrics::HttpExporterOptions eo;
     eo.host = options_.metrics_host;
@@ -197,6 +201,7 @@ void PlannerServer::Shutdown(double grace_s) {
   }
   if (detector_.joinable()) detector_.join();
   if (!impl_) return;
+  if (impl_->pool) impl_->pool->Cancel();  // running tuning ends now, not after its budget
   if (impl_->server) {
     impl_->server->Shutdown(std::chrono::system_clock::now() +
                             std::chrono::milliseconds(static_cast<int64_t>(grace_s * 1000)));

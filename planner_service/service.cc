@@ -5,6 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "core/limits.h"
+#include "core/status_macros.h"
 #include "planner_service/clock.h"
 
 namespace octopipe::planner {
@@ -44,6 +46,22 @@ absl::Status PlannerService::Authorize(grpc::CallbackServerContext* ctx) const {
   return absl::OkStatus();
 }
 
+void PlannerService::SetHealthService(grpc::HealthCheckServiceInterface* health) {
+  health_.store(health);
+  UpdateHealth();
+}
+
+void PlannerService::UpdateHealth() {
+  if (observer_) {
+    observer_->OnQueueDepth("jobs", pool_->queued(TuningPool::Lane::kJobs));
+    observer_->OnQueueDepth("oneshot", pool_->queued(TuningPool::Lane::kOneShot));
+  }
+  grpc::HealthCheckServiceInterface* health = health_.load();
+  if (health == nullptr) return;
+  const int serving = pool_->full(TuningPool::Lane::kOneShot) ? 0 : 1;
+  if (serving_.exchange(serving) != serving) health->SetServingStatus(serving == 1);
+}
+
 grpc::ServerUnaryReactor* PlannerService::Plan(grpc::CallbackServerContext* ctx,
                                                const proto::PlanRequest* request,
                                                proto::PlanResponse* response) {
@@ -53,21 +71,38 @@ grpc::ServerUnaryReactor* PlannerService::Plan(grpc::CallbackServerContext* ctx,
   if (!input.ok()) return Done(ctx, "Plan", input.status());
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   auto shared = std::make_shared<PlanningInput>(std::move(*input));
+  // The RPC is not finished before the task runs, so `ctx` stays valid inside it. Tuning
+  // stops when the client cancels, its deadline passes (gRPC cancels the call) or the
+  // service shuts down.
+  TuningPool* pool = pool_;
+  std::function<bool()> should_stop = [ctx, pool] {
+    return ctx->IsCancelled() || pool->stopping();
+  };
   RpcObserver* observer = observer_;
-  const bool queued = pool_->TrySubmit([reactor, shared, response, observer] {
-    absl::StatusOr<proto::PlanResult> r = RunPlanning(*shared, {});
-    if (r.ok()) {
-      *response->mutable_result() = std::move(*r);
-      if (observer) observer->OnOneShotPlan(response->result());
-    }
-    const grpc::Status g = ToGrpc(r.status());
-    if (observer) observer->OnRpc("Plan", g.error_code());
-    reactor->Finish(g);
-  });
+  const bool queued = pool_->TrySubmit(
+      [this, reactor, shared, response, observer, should_stop] {
+        UpdateHealth();  // a slot is free again
+        absl::StatusOr<proto::PlanResult> r = RunPlanning(*shared, {}, should_stop);
+        if (r.ok()) {
+          *response->mutable_result() = std::move(*r);
+          if (observer) observer->OnOneShotPlan(response->result());
+        } else if (r.status().code() == absl::StatusCode::kCancelled && pool_->stopping()) {
+          r = absl::UnavailableError("the planner is shutting down; retry on another replica");
+        }
+        const grpc::Status g = ToGrpc(r.status());
+        if (observer) observer->OnRpc("Plan", g.error_code());
+        reactor->Finish(g);
+      },
+      TuningPool::Lane::kOneShot);
+  UpdateHealth();
   if (!queued) {
-    const grpc::Status g(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                         absl::StrCat("planning queue is full (", pool_->max_queued(),
-                                      " tasks waiting); retry later"));
+    const grpc::Status g =
+        pool_->stopping()
+            ? grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                           "the planner is shutting down; retry on another replica")
+            : grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                           absl::StrCat("one-shot Plan queue is full (", pool_->max_queued(),
+                                        " calls waiting); retry later"));
     if (observer_) observer_->OnRpc("Plan", g.error_code());
     reactor->Finish(g);
   }
@@ -80,6 +115,7 @@ grpc::ServerUnaryReactor* PlannerService::CreateJob(grpc::CallbackServerContext*
   if (absl::Status s = Authorize(ctx); !s.ok()) return Done(ctx, "CreateJob", s);
   absl::StatusOr<proto::Job> job = jobs_->Create(*request);
   if (job.ok()) *response = std::move(*job);
+  UpdateHealth();
   return Done(ctx, "CreateJob", job.status());
 }
 
@@ -94,8 +130,10 @@ grpc::ServerUnaryReactor* PlannerService::GetJob(grpc::CallbackServerContext* ct
 grpc::ServerUnaryReactor* PlannerService::ListJobs(grpc::CallbackServerContext* ctx,
                                                    const proto::ListJobsRequest* request,
                                                    proto::ListJobsResponse* response) {
-  for (proto::Job& j : jobs_->List()) *response->add_jobs() = std::move(j);
-  return Done(ctx, "ListJobs", absl::OkStatus());
+  absl::StatusOr<proto::ListJobsResponse> page =
+      jobs_->ListPage(request->page_size(), request->page_token());
+  if (page.ok()) *response = std::move(*page);
+  return Done(ctx, "ListJobs", page.status());
 }
 
 grpc::ServerUnaryReactor* PlannerService::DeleteJob(grpc::CallbackServerContext* ctx,
@@ -251,13 +289,8 @@ grpc::ServerUnaryReactor* PlannerService::RegisterAgent(
     grpc::CallbackServerContext* ctx, const proto::RegisterAgentRequest* request,
     proto::RegisterAgentResponse* response) {
   if (absl::Status s = Authorize(ctx); !s.ok()) return Done(ctx, "RegisterAgent", s);
-  if (request->node_id().empty()) {
-    return Done(ctx, "RegisterAgent", absl::InvalidArgumentError("node_id is empty"));
-  }
-  if (request->num_devices() < 0) {
-    return Done(ctx, "RegisterAgent",
-                absl::InvalidArgumentError(absl::StrCat("num_devices must be >= 0, got ",
-                                                        request->num_devices())));
+  if (absl::Status s = CheckRegistration(*request); !s.ok()) {
+    return Done(ctx, "RegisterAgent", s);
   }
   AgentRecord record;
   record.node_id = request->node_id();
@@ -282,6 +315,9 @@ grpc::ServerUnaryReactor* PlannerService::Heartbeat(grpc::CallbackServerContext*
                                                     const proto::HeartbeatRequest* request,
                                                     proto::HeartbeatResponse* response) {
   if (absl::Status s = Authorize(ctx); !s.ok()) return Done(ctx, "Heartbeat", s);
+  if (request->node_id().empty()) {
+    return Done(ctx, "Heartbeat", absl::InvalidArgumentError("node_id is empty"));
+  }
   return Done(ctx, "Heartbeat", agents_->Heartbeat(request->node_id()));
 }
 
@@ -294,9 +330,41 @@ grpc::ServerUnaryReactor* PlannerService::ReportStageTimes(
   return Done(ctx, "ReportStageTimes", r.status());
 }
 
+absl::Status PlannerService::CheckRegistration(const proto::RegisterAgentRequest& r) const {
+  if (r.node_id().empty()) return absl::InvalidArgumentError("node_id is empty");
+  const int64_t max_name = options_.limits.max_name_bytes;
+  if (static_cast<int64_t>(r.node_id().size()) > max_name) {
+    return absl::InvalidArgumentError(absl::StrCat("node_id: ", r.node_id().size(),
+                                                   " bytes exceed the limit of ", max_name));
+  }
+  if (r.address().size() > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("address: ", r.address().size(), " bytes exceed the limit of 1024"));
+  }
+  if (r.num_devices() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_devices must be >= 0, got ", r.num_devices()));
+  }
+  RETURN_IF_ERROR(CheckLimit("num_devices", r.num_devices(), options_.limits.max_devices,
+                             "max_devices"));
+  absl::optional<AgentInfo> known = agents_->Get(r.node_id());
+  if (known && known->alive && known->num_devices != r.num_devices()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "node_id: node '", r.node_id(), "' is registered and alive with ", known->num_devices,
+        " devices (agent at ", known->address, "); a registration with ", r.num_devices(),
+        " devices conflicts. Drain the node or let its heartbeats time out first"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status PlannerService::LoseNode(const proto::NodeRequest& request, ReplanReason reason,
                                       proto::NodeResponse* response) {
   if (request.node_id().empty()) return absl::InvalidArgumentError("node_id is empty");
+  if (!agents_->Get(request.node_id()) && !jobs_->KnowsNode(request.node_id())) {
+    return absl::NotFoundError(absl::StrCat(
+        "node_id: no node '", request.node_id().substr(0, 256),
+        "' (no agent registered it and no job's cluster has it)"));
+  }
   agents_->MarkFailed(request.node_id());
   if (observer_) observer_->OnAgentsAlive(agents_->AliveCount());
   for (std::string& id : jobs_->NodeLost(request.node_id(), reason)) {

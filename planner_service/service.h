@@ -5,9 +5,11 @@
 #ifndef OCTOPIPE_PLANNER_SERVICE_SERVICE_H_
 #define OCTOPIPE_PLANNER_SERVICE_SERVICE_H_
 
+#include <atomic>
 #include <string>
 
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
 
 #include "planner_service/agent_registry.h"
 #include "planner_service/job_manager.h"
@@ -25,6 +27,10 @@ class RpcObserver {
   virtual void OnRpc(const std::string& method, grpc::StatusCode code) {}
   virtual void OnOneShotPlan(const proto::PlanResult& result) {}
   virtual void OnAgentsAlive(int alive) {}
+  // Tuning tasks waiting in each lane of the pool ("jobs", "oneshot"), reported when a Plan or
+  // CreateJob call queues work and when a one-shot task starts. For a gauge such as
+  // octopipe_tuning_queue_depth{lane}.
+  virtual void OnQueueDepth(const std::string& lane, int depth) {}
 };
 
 struct ServiceOptions {
@@ -34,12 +40,22 @@ struct ServiceOptions {
   int64_t heartbeat_interval_ms = 1000;  // told to agents at registration
 };
 
+// Agent registration (documented contract): registering a node that is already registered
+// and alive with the same num_devices is a retry or an agent restart and replaces the
+// address; a different num_devices while it is alive is FAILED_PRECONDITION (two agents claim
+// one node) — drain it or let it time out first. DrainNode / ReportNodeFailure for a node no
+// agent registered and no job's cluster has is NOT_FOUND.
+
 grpc::Status ToGrpc(const absl::Status& status);
 
 class PlannerService final : public proto::Planner::CallbackService {
  public:
   PlannerService(JobManager* jobs, AgentRegistry* agents, Store* store, TuningPool* pool,
                  ServiceOptions options, RpcObserver* observer = nullptr);
+
+  // The server's health service (after the server is built): set NOT_SERVING while the
+  // one-shot Plan queue is full, SERVING again when it has room. Not owned; may stay unset.
+  void SetHealthService(grpc::HealthCheckServiceInterface* health);
 
   grpc::ServerUnaryReactor* Plan(grpc::CallbackServerContext* ctx,
                                  const proto::PlanRequest* request,
@@ -81,6 +97,10 @@ class PlannerService final : public proto::Planner::CallbackService {
   absl::Status Authorize(grpc::CallbackServerContext* ctx) const;
   absl::Status LoseNode(const proto::NodeRequest& request, ReplanReason reason,
                         proto::NodeResponse* response);
+  absl::Status CheckRegistration(const proto::RegisterAgentRequest& request) const;
+  // Health follows the one-shot queue: NOT_SERVING exactly while it is full. Also reports
+  // both queue depths to the observer.
+  void UpdateHealth();
 
   JobManager* const jobs_;
   AgentRegistry* const agents_;
@@ -88,6 +108,8 @@ class PlannerService final : public proto::Planner::CallbackService {
   TuningPool* const pool_;
   const ServiceOptions options_;
   RpcObserver* const observer_;
+  std::atomic<grpc::HealthCheckServiceInterface*> health_{nullptr};
+  std::atomic<int> serving_{-1};  // last status set: -1 unknown, 0 NOT_SERVING, 1 SERVING
 };
 
 }  // namespace octopipe::planner

@@ -48,6 +48,18 @@ const char* const kMigrations[] = {
       registered_unix_ms INTEGER NOT NULL
     );
     )sql",
+    // 2: monotonic counters (job numbers never repeat, even after a delete and a restart),
+    // seeded past every job number already stored as "job-N".
+    R"sql(
+    CREATE TABLE counters (
+      name  TEXT PRIMARY KEY NOT NULL,
+      value INTEGER NOT NULL
+    );
+    INSERT INTO counters (name, value)
+      SELECT 'job', COALESCE(MAX(CAST(substr(id, 5) AS INTEGER)), 0) FROM jobs
+      WHERE id GLOB 'job-[0-9]*';
+    INSERT OR IGNORE INTO counters (name, value) VALUES ('job', 0);
+    )sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == Store::kSchemaVersion,
               "one migration per schema version");
@@ -79,6 +91,8 @@ constexpr char kPutAgent[] =
     "ON CONFLICT (node_id) DO UPDATE SET num_devices = excluded.num_devices, "
     "address = excluded.address, registered_unix_ms = excluded.registered_unix_ms";
 constexpr char kDeleteAgent[] = "DELETE FROM agents WHERE node_id = ?1";
+constexpr char kBumpCounter[] =
+    "UPDATE counters SET value = value + 1 WHERE name = ?1 RETURNING value";
 constexpr char kLoadAgents[] =
     "SELECT node_id, num_devices, address, registered_unix_ms FROM agents ORDER BY node_id";
 
@@ -161,6 +175,17 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
         return absl::FailedPreconditionError(absl::StrCat(
             "store ", path, ": cannot create directory ", parent.string(), ": ", ec.message()));
       }
+    }
+  }
+  if (path != ":memory:") {
+    // SQLite takes an empty file for an empty database; here it means the state was lost
+    // (truncated, or replaced by a failed copy): refuse rather than serve no jobs.
+    std::error_code ec;
+    if (std::filesystem::exists(path, ec) && std::filesystem::is_regular_file(path, ec) &&
+        std::filesystem::file_size(path, ec) == 0 && !ec) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "store ", path, ": the database file is empty (0 bytes); its state is lost. Restore "
+          "it from a backup, or delete it to start with no jobs"));
     }
   }
   sqlite3* db = nullptr;
@@ -262,7 +287,16 @@ absl::Status Store::Init() {
   }
   RETURN_IF_ERROR(Exec("PRAGMA synchronous = FULL"));
   RETURN_IF_ERROR(Exec("PRAGMA foreign_keys = ON"));
-  return Migrate();
+  if (sqlite3_db_readonly(db_, "main") == 1) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("store ", path_, ": the database is read-only; the planner must write it"));
+  }
+  RETURN_IF_ERROR(Migrate());
+  // Prove the file is writable now, not at the first acknowledged request: a read-only file
+  // (or directory) passes the reads above and would fail every mutating call.
+  return InTransaction([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
+    return Exec("UPDATE schema_version SET version = version");
+  });
 }
 
 absl::Status Store::Migrate() {
@@ -457,6 +491,23 @@ absl::StatusOr<std::vector<double>> Store::LoadCalibration(const std::string& jo
   std::vector<double> factors(bytes.size() / sizeof(double));
   if (!bytes.empty()) std::memcpy(factors.data(), bytes.data(), bytes.size());
   return factors;
+}
+
+// ---- Counters. ----
+
+absl::StatusOr<int64_t> Store::NextJobNumber() {
+  absl::MutexLock lock(&mu_);
+  int64_t value = 0;
+  RETURN_IF_ERROR(InTransaction([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
+    ASSIGN_OR_RETURN(sqlite3_stmt * stmt, Prepare(kBumpCounter));
+    ResetOnExit reset(stmt);
+    BindText(stmt, 1, "job");
+    const int rc = sqlite3_step(stmt);
+    if (rc != SQLITE_ROW) return Error(rc, "next job number");
+    value = sqlite3_column_int64(stmt, 0);
+    return absl::OkStatus();
+  }));
+  return value;
 }
 
 // ---- Agents. ----

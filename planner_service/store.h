@@ -20,8 +20,9 @@
 //   kNotFound            deleting a job or an agent that is not stored;
 //   kAlreadyExists       a plan version that is already stored for the job;
 //   kFailedPrecondition  the file cannot be created or opened, is not a database, is
-//                        corrupt or read-only, or is from a newer schema; a write for a
-//                        job that is not stored;
+//                        corrupt or read-only (checked at Open with a write), is empty
+//                        (0 bytes: an existing file is never taken for a new store), or is
+//                        from a newer schema; a write for a job that is not stored;
 //   kUnavailable         the database is busy (locked by another process) or an I/O error;
 //                        retrying may succeed;
 //   kResourceExhausted   the disk is full;
@@ -64,7 +65,7 @@ struct AgentRecord {
 class Store {
  public:
   // The layout version this binary writes (schema_version.version after Open).
-  static constexpr int kSchemaVersion = 1;
+  static constexpr int kSchemaVersion = 2;
 
   // Opens (creating if missing) the database at `path`, creating its parent directories and
   // the schema as needed. ":memory:" gives a private in-memory database (no durability; for
@@ -99,6 +100,12 @@ class Store {
   absl::Status PutCalibration(const std::string& job_id, const std::vector<double>& layer_factors);
   // The job's factors; an empty vector when none are stored.
   absl::StatusOr<std::vector<double>> LoadCalibration(const std::string& job_id);
+
+  // ---- Counters. ----
+  // The next job number: 1, 2, ... durable and never repeated, even after the job with the
+  // highest number is deleted and the process restarts (a file from schema 1 continues after
+  // the highest stored "job-N").
+  absl::StatusOr<int64_t> NextJobNumber();
 
   // ---- Agents. ----
   // Inserts or replaces the agent with record.node_id (non-empty).

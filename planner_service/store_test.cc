@@ -304,6 +304,42 @@ TEST(StoreTest, NewerSchemaIsFailedPrecondition) {
               AllOf(HasSubstr(path), HasSubstr("schema version 99 is newer")));
 }
 
+TEST(StoreTest, JobNumbersNeverRepeatAcrossDeleteAndReopen) {
+  const std::string path = TestDir() + "/numbers.db";
+  {
+    std::unique_ptr<Store> store = OpenOrDie(path);
+    EXPECT_EQ(*store->NextJobNumber(), 1);
+    EXPECT_EQ(*store->NextJobNumber(), 2);
+    ASSERT_TRUE(store->PutJob(MakeJob("job-2", 1)).ok());
+    ASSERT_TRUE(store->DeleteJob("job-2").ok());
+  }
+  std::unique_ptr<Store> store = OpenOrDie(path);
+  EXPECT_EQ(*store->NextJobNumber(), 3);
+}
+
+TEST(StoreTest, SchemaOneFileContinuesAfterItsHighestJobNumber) {
+  const std::string path = TestDir() + "/v1.db";
+  {
+    std::unique_ptr<Store> store = OpenOrDie(path);
+    ASSERT_TRUE(store->PutJob(MakeJob("job-41", 1)).ok());
+    ASSERT_TRUE(store->PutJob(MakeJob("custom", 2)).ok());
+  }
+  // As a schema-1 binary left it: no counters table.
+  RawQuery(path, "DROP TABLE counters");
+  RawQuery(path, "UPDATE schema_version SET version = 1");
+  std::unique_ptr<Store> store = OpenOrDie(path);
+  EXPECT_EQ(*store->NextJobNumber(), 42);
+}
+
+TEST(StoreTest, EmptyFileIsFailedPreconditionNotAnEmptyStore) {
+  const std::string path = TestDir() + "/empty.db";
+  std::ofstream(path).close();
+  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(path);
+  EXPECT_EQ(absl::StatusCode::kFailedPrecondition, store.status().code());
+  EXPECT_THAT(std::string(store.status().message()),
+              AllOf(HasSubstr(path), HasSubstr("empty (0 bytes)")));
+}
+
 TEST(StoreTest, FileThatIsNotADatabaseIsFailedPreconditionNamingIt) {
   const std::string path = TestDir() + "/garbage.db";
   {

@@ -10,33 +10,37 @@ TuningPool::TuningPool(int threads, int max_queued) : max_queued_(std::max(0, ma
 
 TuningPool::~TuningPool() { Shutdown(); }
 
-bool TuningPool::TrySubmit(std::function<void()> task) {
+bool TuningPool::TrySubmit(std::function<void()> task, Lane lane) {
   absl::MutexLock lock(&mu_);
-  if (stopping_ || static_cast<int>(queue_.size()) >= max_queued_) return false;
-  queue_.push_back(std::move(task));
+  auto& queue = queues_[static_cast<int>(lane)];
+  if (stopping_ || static_cast<int>(queue.size()) >= max_queued_) return false;
+  queue.push_back(std::move(task));
   return true;
 }
 
 void TuningPool::Submit(std::function<void()> task) {
   absl::MutexLock lock(&mu_);
   if (stopping_) return;
-  queue_.push_back(std::move(task));
+  queues_[static_cast<int>(Lane::kJobs)].push_back(std::move(task));
+}
+
+void TuningPool::Cancel() {
+  absl::MutexLock lock(&mu_);
+  stopping_ = true;
+  stopping_flag_.store(true, std::memory_order_relaxed);
 }
 
 void TuningPool::Shutdown() {
-  {
-    absl::MutexLock lock(&mu_);
-    stopping_ = true;
-  }
+  Cancel();
   for (std::thread& t : threads_) {
     if (t.joinable()) t.join();
   }
   threads_.clear();
 }
 
-int TuningPool::queued() const {
+int TuningPool::queued(Lane lane) const {
   absl::MutexLock lock(&mu_);
-  return static_cast<int>(queue_.size());
+  return static_cast<int>(queues_[static_cast<int>(lane)].size());
 }
 
 void TuningPool::Work() {
@@ -46,12 +50,14 @@ void TuningPool::Work() {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(
           +[](TuningPool* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu_) {
-            return p->stopping_ || !p->queue_.empty();
+            return p->stopping_ || !p->queues_[0].empty() || !p->queues_[1].empty();
           },
           this));
-      if (queue_.empty()) return;  // stopping and drained
-      task = std::move(queue_.front());
-      queue_.pop_front();
+      // Jobs first: a job's re-plan never waits behind one-shot calls that are queued.
+      auto& queue = !queues_[0].empty() ? queues_[0] : queues_[1];
+      if (queue.empty()) return;  // stopping and drained
+      task = std::move(queue.front());
+      queue.pop_front();
     }
     task();
   }

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -182,6 +183,55 @@ TEST(TuningPoolTest, TasksRunConcurrentlyOnAllThreads) {
   EXPECT_EQ(passed, kThreads) << "the tasks did not all run at the same time";
   std::sort(ids.begin(), ids.end());
   EXPECT_EQ(std::unique(ids.begin(), ids.end()) - ids.begin(), kThreads);
+}
+
+// One-shot calls fill their own queue without touching the jobs lane, and an idle worker
+// takes every queued job task before any queued one-shot task.
+TEST(TuningPoolTest, LanesAreBoundedSeparatelyAndJobsGoFirst) {
+  absl::Notification release;
+  Counter started;
+  absl::Mutex order_mu;
+  std::vector<char> order;
+  auto record = [&](char c) {
+    return [&order_mu, &order, c] {
+      absl::MutexLock lock(&order_mu);
+      order.push_back(c);
+    };
+  };
+  TuningPool pool(/*threads=*/1, /*max_queued=*/2);
+  ReleaseOnExit guard(release);
+  BlockWorkers(pool, 1, release, started);
+  EXPECT_TRUE(pool.TrySubmit(record('o'), TuningPool::Lane::kOneShot));
+  EXPECT_TRUE(pool.TrySubmit(record('o'), TuningPool::Lane::kOneShot));
+  EXPECT_FALSE(pool.TrySubmit(record('x'), TuningPool::Lane::kOneShot));
+  EXPECT_TRUE(pool.full(TuningPool::Lane::kOneShot));
+  EXPECT_FALSE(pool.full(TuningPool::Lane::kJobs));
+  EXPECT_TRUE(pool.TrySubmit(record('j'), TuningPool::Lane::kJobs));
+  pool.Submit(record('j'));
+  EXPECT_EQ(pool.queued(TuningPool::Lane::kJobs), 2);
+  EXPECT_EQ(pool.queued(TuningPool::Lane::kOneShot), 2);
+  release.Notify();
+  pool.Shutdown();
+  EXPECT_EQ(std::string(order.begin(), order.end()), "jjoo");
+}
+
+// Cancel turns stopping() on at once; queued tasks still run (and can see it); nothing new is
+// accepted.
+TEST(TuningPoolTest, CancelSignalsRunningTasksAndRefusesNewWork) {
+  absl::Notification release;
+  Counter started;
+  bool saw_stopping = false;
+  TuningPool pool(/*threads=*/1, /*max_queued=*/4);
+  ReleaseOnExit guard(release);
+  BlockWorkers(pool, 1, release, started);
+  EXPECT_TRUE(pool.TrySubmit([&] { saw_stopping = pool.stopping(); }));
+  EXPECT_FALSE(pool.stopping());
+  pool.Cancel();
+  EXPECT_TRUE(pool.stopping());
+  EXPECT_FALSE(pool.TrySubmit([] {}, TuningPool::Lane::kOneShot));
+  release.Notify();
+  pool.Shutdown();
+  EXPECT_TRUE(saw_stopping);
 }
 
 }  // namespace

@@ -65,7 +65,8 @@ BaselineResult RunOne(const Spec& spec, const ModelGraph& model, const ProblemBu
 }  // namespace
 
 std::vector<BaselineResult> RunBaselines(const ModelGraph& model, const ProblemBuilder& builder,
-                                         int num_microbatches, bool link_contention) {
+                                         int num_microbatches, bool link_contention,
+                                         const std::function<bool()>& should_stop) {
   const std::vector<Spec> specs = {
       {"gpipe", ScheduleKind::kGpipe, 1, false},
       {"1f1b", ScheduleKind::k1F1B, 1, false},
@@ -80,6 +81,13 @@ std::vector<BaselineResult> RunBaselines(const ModelGraph& model, const ProblemB
   std::vector<BaselineResult> out;
   out.reserve(specs.size());
   for (const Spec& spec : specs) {
+    if (out.size() >= 2 && should_stop && should_stop()) {
+      BaselineResult skipped;
+      skipped.name = spec.name;
+      skipped.error = "skipped: time budget exhausted";
+      out.push_back(std::move(skipped));
+      continue;
+    }
     out.push_back(RunOne(spec, model, builder, num_microbatches, link_contention));
   }
   return out;

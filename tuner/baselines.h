@@ -9,6 +9,7 @@
 #ifndef OCTOPIPE_TUNER_BASELINES_H_
 #define OCTOPIPE_TUNER_BASELINES_H_
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -30,8 +31,12 @@ struct BaselineResult {
   SimResult result;
 };
 
+// `should_stop` (may be empty) is checked before each baseline after the first two (GPipe and
+// 1F1B always run, so a plan exists): once true, the rest are reported as not run with
+// error "skipped: time budget exhausted".
 std::vector<BaselineResult> RunBaselines(const ModelGraph& model, const ProblemBuilder& builder,
-                                         int num_microbatches, bool link_contention);
+                                         int num_microbatches, bool link_contention,
+                                         const std::function<bool()>& should_stop = {});
 
 // The fitting baseline with the smallest objective (synchronous or steady-state iteration
 // time), or nullptr when none fits.

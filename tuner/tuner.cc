@@ -36,7 +36,10 @@ class Search {
   double elapsed() const { return now_() - start_; }
   // Stops searching at 90% of the budget so the final plan construction and full evaluation
   // still fit in it.
-  bool out_of_time() const { return elapsed() >= 0.9 * options_.time_budget_s; }
+  bool out_of_time() const {
+    return elapsed() >= 0.9 * options_.time_budget_s ||
+           (options_.should_stop && options_.should_stop());
+  }
   bool steady() const { return options_.objective == Objective::kSteadyState; }
   int64_t evaluations() const { return evaluations_; }
   std::mt19937_64& rng() { return rng_; }
@@ -45,11 +48,18 @@ class Search {
   std::vector<Score> EvaluateAll(const std::vector<Candidate>& cands) {
     std::vector<Score> scores(cands.size());
     const int T = static_cast<int>(workers_.size());
-    auto run = [&](int t) {
-      for (size_t i = t; i < cands.size(); i += T) scores[i] = workers_[t]->Evaluate(cands[i]);
+    // A batch may be long (thousands of seeds on a big pipeline): past the budget the rest
+    // stays unscored (Score{} never wins), so the deadline bounds the batch too.
+    auto run_strided = [&](int t, int stride) {
+      int done = 0;
+      for (size_t i = t; i < cands.size(); i += stride) {
+        if (done++ % 8 == 0 && out_of_time()) break;
+        scores[i] = workers_[t]->Evaluate(cands[i]);
+      }
     };
+    auto run = [&](int t) { run_strided(t, T); };
     if (T == 1 || cands.size() < 4) {
-      for (size_t i = 0; i < cands.size(); ++i) scores[i] = workers_[0]->Evaluate(cands[i]);
+      run_strided(0, 1);
     } else {
       std::vector<std::thread> threads;
       for (int t = 1; t < T; ++t) threads.emplace_back(run, t);
@@ -160,6 +170,7 @@ void Exhaustive(Search& search, const ProblemBuilder& b, const std::vector<Polic
   // Every composition of L into S parts (bit i of `cuts` set: a stage starts at layer i+1),
   // times every placement of the S stages.
   for (uint32_t cuts = 0; cuts < (1u << (L - 1)); ++cuts) {
+    if (search.out_of_time()) break;
     std::vector<StageAssignment> stages;
     int first = 0;
     for (int l = 1; l <= L; ++l) {
@@ -429,6 +440,7 @@ void SeedClassicOrders(Search& search, const ProblemBuilder& builder,
   const int64_t evals = search.evaluations();
   std::vector<Candidate> seeds;
   for (ScheduleKind kind : AllScheduleKinds()) {
+    if (search.out_of_time()) break;  // each partition costs O(layers x stages)
     const GeneratedSchedule* g = classic.Get(kind);
     if (g == nullptr) continue;
     Policy p;
@@ -473,6 +485,7 @@ ScoredSeeds SeedPlacementFamilies(Search& search, const ProblemBuilder& builder,
   ScoredSeeds out;
   std::vector<Candidate>& seeds = out.candidates;
   for (const std::vector<int>& placement : SeedPlacements(P, L, max_chunks)) {
+    if (search.out_of_time()) break;
     absl::StatusOr<std::vector<StageAssignment>> st = MinMaxPartition(builder, placement);
     if (!st.ok()) continue;
     std::vector<std::vector<StageAssignment>> parts = {*st};
@@ -609,6 +622,11 @@ absl::Status ChooseAnswer(Search& search, const ProblemBuilder& builder, const C
   result->plan.schedule = std::move(answer.plan.schedule);
   result->required_memory_bytes = std::move(answer.required_memory_bytes);
   result->infeasible_reason = std::move(answer.reason);
+  if (result->budget_exhausted && result->evaluations == 0) {
+    result->infeasible_reason +=
+        "; the search was stopped before evaluating any candidate (a larger time budget may "
+        "find a plan that fits)";
+  }
   result->origin = PlanOrigin::kIgnoringMemory;
   result->feasible = false;
   return absl::OkStatus();
@@ -661,7 +679,8 @@ absl::StatusOr<TuneResult> Tune(const ModelGraph& model, const Cluster& cluster,
   const bool steady = options.objective == Objective::kSteadyState;
   const int L = model.num_layers(), P = options.num_devices, M = options.num_microbatches;
 
-  result.baselines = RunBaselines(model, builder, M, options.link_contention);
+  result.baselines = RunBaselines(model, builder, M, options.link_contention,
+                                  [&search] { return search.out_of_time(); });
   const BaselineResult* best_baseline = BestFittingBaseline(result.baselines, steady);
   if (best_baseline != nullptr) result.best_baseline = best_baseline->name;
   search.Log(&result, "baselines", kInf, 0,
@@ -671,7 +690,10 @@ absl::StatusOr<TuneResult> Tune(const ModelGraph& model, const Cluster& cluster,
 
   const std::vector<Policy> policies = SeedPolicies();
   SeedClassicOrders(search, builder, classic, &result);
-  if (SpaceSize(L, P, options.exhaustive_limit) <= options.exhaustive_limit) {
+  if (search.out_of_time()) {
+    search.Log(&result, "seed", search.best_objective(), search.evaluations(),
+               "skipped: the time budget ran out before the search");
+  } else if (SpaceSize(L, P, options.exhaustive_limit) <= options.exhaustive_limit) {
     const double before_exhaustive = search.best_objective();
     const int64_t evals = search.evaluations();
     Exhaustive(search, builder, policies);

@@ -52,6 +52,10 @@ struct TunerOptions {
   int64_t exhaustive_limit = 60000;
   // Clock in seconds (injectable for tests); default: steady_clock.
   std::function<double()> now;
+  // Polled between evaluations (may be empty): true ends the search as an exhausted budget
+  // would (a client that cancelled, a request deadline, a shutdown). The caller decides what
+  // the early result is worth.
+  std::function<bool()> should_stop;
   // Called after each phase with the log entry (for progress output on long runs).
   std::function<void(const struct TuneLogEntry&)> progress;
 };

@@ -56,6 +56,13 @@ absl::StatusOr<std::unique_ptr<PlannerMetrics>> PlannerMetrics::Create(Registry&
                                                 "", {"method", "code"}));
   ASSIGN_OR_RETURN(GaugeFamily * jobs,
                    registry.AddGauge("octopipe_jobs", "Jobs the planner manages.", ""));
+  ASSIGN_OR_RETURN(m->tuning_queue_depth,
+                   registry.AddGauge("octopipe_tuning_queue_depth",
+                                     "Tuning tasks waiting, by lane: jobs (first plans and "
+                                     "re-plans) and oneshot (Plan calls).",
+                                     "", {"lane"}));
+  m->tuning_queue_depth->WithLabels({"jobs"}).Set(0);
+  m->tuning_queue_depth->WithLabels({"oneshot"}).Set(0);
 
   m->agents_alive = &agents_alive->WithLabels({});
   m->jobs = &jobs->WithLabels({});

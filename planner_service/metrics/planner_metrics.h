@@ -12,6 +12,7 @@
 //   octopipe_agents_alive                  gauge      -              -
 //   octopipe_rpcs_total                    counter    method, code   -        code: "OK", ...
 //   octopipe_jobs                          gauge      -              -
+//   octopipe_tuning_queue_depth            gauge      lane           -        jobs | oneshot
 //
 // The known label values of `kind` and `reason` are created at Create, so their series exist
 // (at 0) from the first scrape and rate() sees the first increment. Use the typed accessors for
@@ -63,6 +64,7 @@ struct PlannerMetrics {
   Gauge* agents_alive = nullptr;                    // the single child of a label-less family
   CounterFamily* rpcs = nullptr;                    // {method, code}
   Gauge* jobs = nullptr;                            // the single child of a label-less family
+  GaugeFamily* tuning_queue_depth = nullptr;        // {lane}: "jobs", "oneshot" (exist at 0)
 
   Counter& PlansComputed(PlanKind kind) const { return *plans_by_kind_[static_cast<int>(kind)]; }
   Counter& Replans(ReplanReason reason) const {

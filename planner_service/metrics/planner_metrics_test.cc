@@ -125,6 +125,8 @@ TEST(PlannerMetricsTest, KnownLabelValuesAreExportedAtZero) {
            "octopipe_replans_total{reason=\"node_join\"} 0\n",
            "octopipe_agents_alive 0\n",
            "octopipe_jobs 0\n",
+           "octopipe_tuning_queue_depth{lane=\"jobs\"} 0\n",
+           "octopipe_tuning_queue_depth{lane=\"oneshot\"} 0\n",
            "octopipe_tuning_seconds_count 0\n",
        }) {
     EXPECT_THAT(text, HasSubstr(series));
