@@ -174,7 +174,7 @@ TEST(TokenFileTest, CrlfIsTrimmedAndRpcsAreLoggedAsJson) {
                                        "\"code\":\"UNAUTHENTICATED\""));
 }
 
-TEST(FlagsTest, BadValuesExitTwoNamingTheFlag) {
+TEST(FlagsTest, BadValuesFailNamingTheFlag) {
   RunResult r = RunPlanner({"--state_dir=" + Tmp("f1"), "--log_level=loud"});
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_THAT(r.output, HasSubstr("--log level: 'loud'"));
