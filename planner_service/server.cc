@@ -112,6 +112,8 @@ absl::Status PlannerServer::Start() {
   m.jobs = std::make_unique<JobManager>(m.store.get(), m.pool.get(), &m.clock, jm,
                                         m.observer.get());
   if (absl::Status s = m.jobs->Recover(); !s.ok()) return s;
+  logging::Event(*logging::Logger("store"), spdlog::level::info, "state opened",
+                 {{"state_dir", options_.state_dir}, {"jobs", m.jobs->num_jobs()}});
   // Agents registered before a restart are known but must register again: their next
   // heartbeat is refused (FAILED_PRECONDITION) and the registration that follows re-admits the
   // node to the jobs that excluded it. No job is re-planned for the restart itself.
