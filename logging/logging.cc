@@ -1,5 +1,6 @@
 #include "logging/logging.h"
 
+#include <atomic>
 #include <map>
 
 #include <spdlog/pattern_formatter.h>
@@ -7,10 +8,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/time/clock.h"
 #include "absl/time/time.h"
 
 namespace octopipe::logging {
@@ -61,6 +60,7 @@ std::string TextValue(const nlohmann::json& value) {
 }
 
 struct Factory {
+  std::atomic<bool> json{false};  // options.json, read by every Event without the lock
   absl::Mutex mu;
   LogOptions options ABSL_GUARDED_BY(mu);
   std::shared_ptr<spdlog::sinks::sink> sink ABSL_GUARDED_BY(mu);
@@ -103,6 +103,7 @@ void Configure(const LogOptions& options) {
   Factory& f = TheFactory();
   absl::MutexLock lock(&f.mu);
   f.options = options;
+  f.json.store(options.json, std::memory_order_relaxed);
   f.sink = MakeSink(options);
   for (auto& [name, logger] : f.loggers) {
     logger->sinks() = {f.sink};
@@ -125,20 +126,19 @@ std::shared_ptr<spdlog::logger> Logger(absl::string_view component) {
 void Event(spdlog::logger& logger, spdlog::level::level_enum level, absl::string_view message,
            const std::vector<Field>& fields) {
   if (!logger.should_log(level)) return;
-  // The text line carries the fields in its message; the JSON formatter reads them from
-  // current_fields instead and keeps the message bare.
-  std::string text(message);
-  for (const Field& field : fields) absl::StrAppend(&text, " ", field.first, "=", TextValue(field.second));
-  const std::vector<Field>* saved = current_fields;
-  current_fields = &fields;
-  bool json = false;
-  {
-    Factory& f = TheFactory();
-    absl::MutexLock lock(&f.mu);
-    json = f.options.json;
+  if (TheFactory().json.load(std::memory_order_relaxed)) {
+    // The JSON formatter reads the fields from current_fields and keeps the message bare.
+    const std::vector<Field>* saved = current_fields;
+    current_fields = &fields;
+    logger.log(level, spdlog::string_view_t(message.data(), message.size()));
+    current_fields = saved;
+    return;
   }
-  logger.log(level, json ? std::string(message) : text);
-  current_fields = saved;
+  std::string text(message);
+  for (const Field& field : fields) {
+    absl::StrAppend(&text, " ", field.first, "=", TextValue(field.second));
+  }
+  logger.log(level, text);
 }
 
 }  // namespace octopipe::logging

@@ -222,19 +222,22 @@ int main(int argc, char** argv) {
     std::cerr << "octopipe-planner: error: " << s.message() << "\n";
     return 1;
   }
-  // Tests and scripts wait for this line (or --port_file); keep its shape.
-  std::cerr << "octopipe-planner: serving on " << o.host << ":" << server.port()
-            << (o.tls_cert.empty() ? "" : " (TLS)")
-            << (server.metrics_port() >= 0
-                    ? absl::StrCat(", metrics on ", o.metrics_host, ":", server.metrics_port())
-                    : std::string())
-            << ", state in " << o.state_dir << std::endl;
+  // Tests and scripts wait for this line (or --port_file); keep its "serving on HOST:PORT" and
+  // "metrics on HOST:PORT" parts. Logged, so that with --log_json stderr is JSON lines only.
+  auto log = octopipe::logging::Logger("planner");
+  log->info("serving on {}:{}{}{}, state in {}", o.host, server.port(),
+            o.tls_cert.empty() ? "" : " (TLS)",
+            server.metrics_port() >= 0
+                ? absl::StrCat(", metrics on ", o.metrics_host, ":", server.metrics_port())
+                : std::string(),
+            o.state_dir);
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
   if (!port_file.empty()) WritePortFile(port_file, server.port(), server.metrics_port());
   int sig = 0;
   sigwait(&signals, &sig);
-  std::cerr << "octopipe-planner: signal " << sig << ", shutting down" << std::endl;
+  log->info("signal {}, shutting down", sig);
   server.Shutdown(5);
-  std::cerr << "octopipe-planner: stopped" << std::endl;
+  log->info("stopped");
+  log->flush();
   return 0;
 }
