@@ -8,7 +8,8 @@
 //                  {{"job", job_id}, {"reason", "measured"}, {"deviation", 0.31}});
 //
 // Two output formats (LogOptions::json):
-//   text:  2026-12-01T03:04:05.678Z info  [replan] re-plan decision job=job-1 reason=measured deviation=0.31
+//   text:  2026-12-01T03:04:05.678Z info  [replan] re-plan decision job=job-1 ...
+//          (fields as key=value; strings with spaces or quotes are JSON-quoted)
 //   json:  {"time":"2026-12-01T03:04:05.678Z","level":"info","logger":"replan",
 //           "msg":"re-plan decision","job":"job-1","reason":"measured","deviation":0.31}
 // JSON lines are one object per line (JSON-lines), fields after the fixed keys in the order

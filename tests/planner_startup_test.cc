@@ -7,10 +7,12 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <grpcpp/grpcpp.h>
@@ -55,6 +57,18 @@ RunResult RunPlanner(const std::vector<std::string>& args) {
   const int status = pclose(pipe);
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
+}
+
+// The planner's stderr once it contains `text`, or as it is after 30 s. The planner writes a
+// line before it answers the call, but the test reads stderr on another thread.
+std::string LogWith(const PlannerProcess& planner, const std::string& text) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  std::string log = planner.log();
+  while (log.find(text) == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    log = planner.log();
+  }
+  return log;
 }
 
 void WriteFile(const std::string& path, const std::string& content) {
@@ -166,12 +180,41 @@ TEST(TokenFileTest, CrlfIsTrimmedAndRpcsAreLoggedAsJson) {
   };
   EXPECT_EQ(delete_job("s3cret"), grpc::StatusCode::NOT_FOUND);  // authorized; no such job
   EXPECT_EQ(delete_job("wrong"), grpc::StatusCode::UNAUTHENTICATED);
-  // The status is sent after the line is written, so both lines are in the log now.
+  const std::string unauthenticated =
+      "\"method\":\"DeleteJob\",\"job\":\"job-absent\",\"code\":\"UNAUTHENTICATED\"";
+  EXPECT_THAT(LogWith(planner, unauthenticated), HasSubstr(unauthenticated));
   EXPECT_THAT(planner.log(), HasSubstr("\"logger\":\"rpc\",\"msg\":\"rpc\",\"method\":"
                                        "\"DeleteJob\",\"job\":\"job-absent\",\"code\":"
                                        "\"NOT_FOUND\""));
-  EXPECT_THAT(planner.log(), HasSubstr("\"method\":\"DeleteJob\",\"job\":\"job-absent\","
-                                       "\"code\":\"UNAUTHENTICATED\""));
+}
+
+// Agent events are logged on the "agents" logger: registration, then a drain.
+TEST(LogTest, AgentRegistrationAndDrainAreJsonLines) {
+  PlannerProcess planner(kPlanner);
+  ASSERT_TRUE(planner.Start({"--state_dir=" + Tmp("l1"), "--log_json"}).ok()) << planner.log();
+  auto stub = proto::Planner::NewStub(
+      grpc::CreateChannel(planner.address(), grpc::InsecureChannelCredentials()));
+  {
+    grpc::ClientContext ctx;
+    proto::RegisterAgentRequest request;
+    request.set_node_id("node-7");
+    request.set_num_devices(4);
+    request.set_address("10.0.0.7:1");
+    proto::RegisterAgentResponse response;
+    ASSERT_TRUE(stub->RegisterAgent(&ctx, request, &response).ok());
+  }
+  {
+    grpc::ClientContext ctx;
+    proto::NodeRequest request;
+    request.set_node_id("node-7");
+    proto::NodeResponse response;
+    ASSERT_TRUE(stub->DrainNode(&ctx, request, &response).ok());
+  }
+  const std::string drained =
+      "\"logger\":\"agents\",\"msg\":\"node drained\",\"node\":\"node-7\"";
+  EXPECT_THAT(LogWith(planner, drained), HasSubstr(drained));
+  EXPECT_THAT(planner.log(), HasSubstr("\"logger\":\"agents\",\"msg\":\"agent registered\","
+                                       "\"node\":\"node-7\",\"devices\":4"));
 }
 
 TEST(FlagsTest, BadValuesFailNamingTheFlag) {
