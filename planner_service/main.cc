@@ -22,6 +22,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "logging/logging.h"
+#include "planner_service/metrics/planner_metrics.h"
 #include "planner_service/server.h"
 
 namespace {
@@ -216,8 +217,14 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
+  // Every metric of the process is declared here, on the registry /metrics serves.
   auto registry = std::make_shared<prometheus::Registry>();
-  PlannerServer server(o, registry);
+  auto metrics = octopipe::metrics::PlannerMetrics::Create(*registry);
+  if (!metrics.ok()) {
+    std::cerr << "octopipe-planner: error: " << metrics.status().message() << "\n";
+    return 1;
+  }
+  PlannerServer server(o, registry, std::move(*metrics));
   if (absl::Status s = server.Start(); !s.ok()) {
     std::cerr << "octopipe-planner: error: " << s.message() << "\n";
     return 1;

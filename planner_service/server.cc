@@ -65,7 +65,7 @@ class MetricsObserver : public JobObserver, public RpcObserver {
 
 struct PlannerServer::Impl {
   RealClock clock;
-  std::unique_ptr<metrics::PlannerMetrics> metrics;
+  metrics::PlannerMetrics* metrics = nullptr;  // owned by PlannerServer::metrics_
   std::unique_ptr<MetricsObserver> observer;
   std::unique_ptr<metrics::MetricsEndpoint> exporter;
   std::unique_ptr<Store> store;
@@ -77,9 +77,11 @@ struct PlannerServer::Impl {
 };
 
 PlannerServer::PlannerServer(PlannerServerOptions options,
-                             std::shared_ptr<prometheus::Registry> registry)
+                             std::shared_ptr<prometheus::Registry> registry,
+                             std::unique_ptr<metrics::PlannerMetrics> metrics)
     : options_(std::move(options)),
-      registry_(registry ? std::move(registry) : std::make_shared<prometheus::Registry>()) {}
+      registry_(registry ? std::move(registry) : std::make_shared<prometheus::Registry>()),
+      metrics_(std::move(metrics)) {}
 
 PlannerServer::~PlannerServer() { Shutdown(0); }
 
@@ -90,10 +92,13 @@ int PlannerServer::metrics_port() const {
 absl::Status PlannerServer::Start() {
   impl_ = std::make_unique<Impl>();
   Impl& m = *impl_;
-  auto metrics = metrics::PlannerMetrics::Create(*registry_);
-  if (!metrics.ok()) return metrics.status();
-  m.metrics = std::move(*metrics);
-  m.observer = std::make_unique<MetricsObserver>(m.metrics.get());
+  if (metrics_ == nullptr) {
+    auto metrics = metrics::PlannerMetrics::Create(*registry_);
+    if (!metrics.ok()) return metrics.status();
+    metrics_ = std::move(*metrics);
+  }
+  m.metrics = metrics_.get();
+  m.observer = std::make_unique<MetricsObserver>(m.metrics);
 
   std::error_code ec;
   std::filesystem::create_directories(options_.state_dir, ec);

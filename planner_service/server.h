@@ -1,7 +1,7 @@
 // PlannerServer: wires the planner together — SQLite store, job manager, agent registry and
 // failure detector, tuning pool, gRPC service (with health and reflection, optional TLS/mTLS),
-// the planner's metrics (declared on a prometheus-cpp Registry that `main` builds and passes in)
-// and the /metrics endpoint that serves them. `main` parses flags into PlannerServerOptions and
+// the planner's metrics (PlannerMetrics on a prometheus-cpp Registry, both built by `main` and
+// passed in) and the /metrics endpoint that serves that registry. `main` parses flags into PlannerServerOptions and
 // runs one; tests run one in-process or as a process. Logs on the "rpc" (one line per call),
 // "agents" (heartbeat loss) and "jobs" (plans computed) loggers of logging/logging.h.
 #ifndef OCTOPIPE_PLANNER_SERVICE_SERVER_H_
@@ -16,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "planner_service/metrics/planner_metrics.h"
 #include "planner_service/planning.h"
 #include "planner_service/replan_policy.h"
 
@@ -46,9 +47,11 @@ struct PlannerServerOptions {
 
 class PlannerServer {
  public:
-  // The planner's metrics are declared on `registry` at Start (null: a registry of its own).
+  // `metrics` must have been declared on `registry`, which /metrics serves. Without them (both
+  // null, e.g. in benchmarks) the server makes its own at Start.
   explicit PlannerServer(PlannerServerOptions options,
-                         std::shared_ptr<prometheus::Registry> registry = nullptr);
+                         std::shared_ptr<prometheus::Registry> registry = nullptr,
+                         std::unique_ptr<metrics::PlannerMetrics> metrics = nullptr);
   ~PlannerServer();
 
   // Opens the state, recovers jobs, starts serving. Errors name the flag/field at fault.
@@ -66,6 +69,7 @@ class PlannerServer {
 
   PlannerServerOptions options_;
   std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<metrics::PlannerMetrics> metrics_;
   std::unique_ptr<Impl> impl_;
   int port_ = 0;
   absl::Mutex mu_;
