@@ -9,6 +9,7 @@
 #include "core/cost_model.h"
 #include "core/limits.h"
 #include "core/status_macros.h"
+#include "logging/logging.h"
 #include "planner_service/calibration.h"
 #include "simulator/evaluator.h"
 #include "simulator/problem_builder.h"
@@ -335,7 +336,14 @@ void JobManager::RunPlanning(const std::string& job_id, ReplanReason reason) {
     // Only worth a switch when the new plan is predicted min_gain faster than the current one
     // under the same calibrated costs.
     absl::StatusOr<double> now_s = CurrentObjective(*input, current.result().plan(), factors);
-    if (now_s.ok()) accept = policy_.Accept(*now_s, ObjectiveOf(*result, input->tuner));
+    if (now_s.ok()) {
+      const double new_s = ObjectiveOf(*result, input->tuner);
+      accept = policy_.Accept(*now_s, new_s);
+      logging::Event(*logging::Logger("replan"), spdlog::level::info, "re-plan decision",
+                     {{"job", job_id}, {"reason", reason}, {"current_s", *now_s},
+                      {"new_s", new_s}, {"predicted_gain", *now_s > 0 ? 1 - new_s / *now_s : 0},
+                      {"adopted", accept}});
+    }
   }
   proto::PlanVersion version;
   {
@@ -347,6 +355,9 @@ void JobManager::RunPlanning(const std::string& job_id, ReplanReason reason) {
     // This run carried the stored intent; a re-plan asked for meanwhile sets it again below.
     e.job.clear_pending_replan_reason();
     if (!result.ok()) {
+      logging::Event(*logging::Logger("jobs"), spdlog::level::warn, "planning failed",
+                     {{"job", job_id}, {"reason", reason},
+                      {"error", std::string(result.status().message())}});
       e.job.set_state(proto::JOB_STATE_FAILED);
       e.job.set_last_error(std::string(result.status().message()));
       absl::Status s = store_->PutJob(e.job);
@@ -482,6 +493,9 @@ absl::StatusOr<proto::ReportStageTimesResponse> JobManager::ReportStageTimes(
     absl::Status s = store_->PutJob(it->second.job);
     (void)s;  // the calibration is stored; a lost intent only delays this re-plan
   }
+  logging::Event(*logging::Logger("replan"), spdlog::level::info, "measured deviation",
+                 {{"job", request.job_id()}, {"deviation", update.max_deviation},
+                  {"worst_stage", update.worst_stage}, {"replan", replan}});
   out.set_replanned(replan);
   out.set_current_version(it->second.job.current_version());
   out.set_decision(absl::StrFormat(

@@ -1,86 +1,232 @@
-// octopipe-planner: the long-running gRPC planner service. Flags are parsed here only and
-// copied into PlannerServerOptions; SIGTERM/SIGINT shut it down gracefully.
+// octopipe-planner: the long-running gRPC planner service. Flags (Abseil) are read here only
+// and copied into PlannerServerOptions and logging::LogOptions; `main` builds the metrics
+// registry and passes it in. SIGTERM/SIGINT shut it down gracefully.
+//
+// Exit codes: 0 after a signal; 1 when the server cannot start (the message names the flag or
+// file at fault), and, by Abseil's convention, after --help and for a flag it cannot parse;
+// 2 for a flag value the planner refuses (a token file, a log level, a stray argument).
 #include <csignal>
+#include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "cli/flags.h"
+#include "logging/logging.h"
+#include "planner_service/metrics/planner_metrics.h"
 #include "planner_service/server.h"
+
+namespace {
+using octopipe::planner::PlannerServerOptions;
+const PlannerServerOptions kDefaults;
+}  // namespace
+
+ABSL_FLAG(std::string, host, kDefaults.host,
+          "Address to serve gRPC on; 0.0.0.0 serves every interface.");
+ABSL_FLAG(int, port, kDefaults.port, "gRPC port; 0 picks a free one (see --port_file).");
+ABSL_FLAG(std::string, port_file, "",
+          "Once serving, write the gRPC port and the metrics port (one per line) to this file, "
+          "atomically (for scripts and tests).");
+ABSL_FLAG(std::string, state_dir, kDefaults.state_dir,
+          "Directory of the SQLite state (planner.db: jobs, plans, calibration); created if "
+          "missing.");
+ABSL_FLAG(int, metrics_port, kDefaults.metrics_port,
+          "Prometheus /metrics port; 0 picks a free one; -1 turns metrics off.");
+ABSL_FLAG(std::string, metrics_host, kDefaults.metrics_host, "Address to serve /metrics on.");
+ABSL_FLAG(int, metrics_threads, kDefaults.metrics_threads,
+          "/metrics HTTP worker threads; each slow or half-open client holds one until "
+          "--metrics_request_timeout_ms, so scrapes go on while fewer than this many stall.");
+ABSL_FLAG(int, metrics_request_timeout_ms, kDefaults.metrics_request_timeout_ms,
+          "Milliseconds a /metrics client may take to send its request before it is dropped.");
+ABSL_FLAG(std::string, tls_cert, "",
+          "Server certificate (PEM); with --tls_key, serve gRPC over TLS. Checked at start-up: "
+          "a missing, non-PEM or mismatched file is an error naming it.");
+ABSL_FLAG(std::string, tls_key, "", "Server private key (PEM, unencrypted) for --tls_cert.");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "CA (PEM) that must sign client certificates: mutual TLS. Needs --tls_cert.");
+ABSL_FLAG(std::string, token, "",
+          "Bearer token agents and mutating calls must present; empty: none. Visible in the "
+          "process list: prefer --token_file.");
+ABSL_FLAG(std::string, token_file, "",
+          "Read the bearer token from this file; surrounding whitespace and line endings "
+          "(CRLF too) are trimmed, and an empty token is refused.");
+ABSL_FLAG(int, max_request_bytes, kDefaults.max_request_bytes,
+          "Largest gRPC request accepted, in bytes.");
+ABSL_FLAG(int64_t, max_layers, kDefaults.limits.max_layers, "Largest model (layers) accepted.");
+ABSL_FLAG(int64_t, max_devices, kDefaults.limits.max_devices,
+          "Largest cluster (devices) accepted, and largest pipeline.");
+ABSL_FLAG(int64_t, max_nodes, kDefaults.limits.max_nodes, "Most nodes a cluster may list.");
+ABSL_FLAG(int64_t, max_hardware, kDefaults.limits.max_hardware,
+          "Most hardware entries a cluster may list.");
+ABSL_FLAG(int64_t, max_microbatches, kDefaults.limits.max_microbatches,
+          "Most micro-batches per iteration a request or model may ask for.");
+ABSL_FLAG(int64_t, max_stage_microbatches, kDefaults.limits.max_stage_microbatches,
+          "Largest stages x micro-batches of one candidate (bounds one simulator pass).");
+ABSL_FLAG(int64_t, max_layer_devices, kDefaults.limits.max_layer_devices,
+          "Largest layers x pipeline devices (the size of one run's cost table).");
+ABSL_FLAG(int64_t, max_name_bytes, kDefaults.limits.max_name_bytes,
+          "Longest job, node, hardware or layer name accepted, in bytes.");
+ABSL_FLAG(double, max_time_budget_s, kDefaults.limits.max_time_budget_s,
+          "Largest tuning budget, in seconds, a request may ask for.");
+ABSL_FLAG(double, default_time_budget_s, kDefaults.limits.default_time_budget_s,
+          "Tuning budget, in seconds, when a request does not set one.");
+ABSL_FLAG(int, workers, kDefaults.workers, "Tuning threads.");
+ABSL_FLAG(int, max_queued, kDefaults.max_queued,
+          "Tuning tasks allowed to wait; beyond it Plan and CreateJob answer "
+          "RESOURCE_EXHAUSTED.");
+ABSL_FLAG(double, heartbeat_timeout_s, kDefaults.heartbeat_timeout_s,
+          "A node whose agent misses heartbeats this long is lost and its jobs re-planned.");
+ABSL_FLAG(double, replan_start_deviation, kDefaults.replan.start_deviation,
+          "Measured/predicted deviation of a stage that starts a re-plan (0.2 = 20%).");
+ABSL_FLAG(double, replan_stop_deviation, kDefaults.replan.stop_deviation,
+          "Deviation at or below which a job is back to normal (hysteresis).");
+ABSL_FLAG(double, replan_min_gain, kDefaults.replan.min_gain,
+          "A re-plan is adopted only if predicted at least this fraction faster.");
+ABSL_FLAG(double, replan_cooldown_s, kDefaults.replan.cooldown_s,
+          "Seconds between measured-time re-plans of one job.");
+ABSL_FLAG(std::string, log_level, "info",
+          "Lowest level logged: trace, debug, info, warn, error, critical or off. At info: one "
+          "line per RPC, per plan and re-plan decision, per agent event.");
+ABSL_FLAG(bool, log_json, false,
+          "Log JSON lines (one object per line: time, level, logger, msg and the event's "
+          "fields) instead of text.");
+
+namespace {
+
+constexpr char kUsage[] =
+    "The OctoPipe planner service: cluster schedulers create jobs and ask for plans over\n"
+    "gRPC; worker agents register, heartbeat, watch their job's plan and report measured\n"
+    "stage times, which re-plan the job when the gain is worth it. State lives in SQLite\n"
+    "under --state_dir; metrics are served for Prometheus on --metrics_port.\n\n"
+    "Usage: octopipe-planner [--flag=value ...]";
+
+// The token in `path`, without surrounding whitespace (a file written on Windows ends in
+// CRLF); an empty token is an error: it would silently turn authentication off.
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--token_file: cannot read '", path, "'"));
+  }
+  std::stringstream s;
+  s << in.rdbuf();
+  std::string token(absl::StripAsciiWhitespace(s.str()));
+  if (token.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--token_file: '", path, "' holds no token (empty or only whitespace)"));
+  }
+  if (token.find_first_of(" \t\r\n") != std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--token_file: the token in '", path, "' contains whitespace; a bearer token is one "
+        "word"));
+  }
+  return token;
+}
+
+// Copies the flags into the options; errors name the flag.
+absl::StatusOr<PlannerServerOptions> OptionsFromFlags() {
+  PlannerServerOptions o;
+  o.host = absl::GetFlag(FLAGS_host);
+  o.port = absl::GetFlag(FLAGS_port);
+  o.state_dir = absl::GetFlag(FLAGS_state_dir);
+  o.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  o.metrics_host = absl::GetFlag(FLAGS_metrics_host);
+  o.metrics_threads = absl::GetFlag(FLAGS_metrics_threads);
+  o.metrics_request_timeout_ms = absl::GetFlag(FLAGS_metrics_request_timeout_ms);
+  o.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  o.tls_key = absl::GetFlag(FLAGS_tls_key);
+  o.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
+  o.token = absl::GetFlag(FLAGS_token);
+  o.max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
+  o.limits.max_layers = absl::GetFlag(FLAGS_max_layers);
+  o.limits.max_devices = absl::GetFlag(FLAGS_max_devices);
+  o.limits.max_nodes = absl::GetFlag(FLAGS_max_nodes);
+  o.limits.max_hardware = absl::GetFlag(FLAGS_max_hardware);
+  o.limits.max_microbatches = absl::GetFlag(FLAGS_max_microbatches);
+  o.limits.max_stage_microbatches = absl::GetFlag(FLAGS_max_stage_microbatches);
+  o.limits.max_layer_devices = absl::GetFlag(FLAGS_max_layer_devices);
+  o.limits.max_name_bytes = absl::GetFlag(FLAGS_max_name_bytes);
+  o.limits.max_time_budget_s = absl::GetFlag(FLAGS_max_time_budget_s);
+  o.limits.default_time_budget_s = absl::GetFlag(FLAGS_default_time_budget_s);
+  o.workers = absl::GetFlag(FLAGS_workers);
+  o.max_queued = absl::GetFlag(FLAGS_max_queued);
+  o.heartbeat_timeout_s = absl::GetFlag(FLAGS_heartbeat_timeout_s);
+  o.replan.start_deviation = absl::GetFlag(FLAGS_replan_start_deviation);
+  o.replan.stop_deviation = absl::GetFlag(FLAGS_replan_stop_deviation);
+  o.replan.min_gain = absl::GetFlag(FLAGS_replan_min_gain);
+  o.replan.cooldown_s = absl::GetFlag(FLAGS_replan_cooldown_s);
+  const std::string token_file = absl::GetFlag(FLAGS_token_file);
+  if (!token_file.empty()) {
+    if (!o.token.empty()) {
+      return absl::InvalidArgumentError("--token and --token_file are mutually exclusive");
+    }
+    absl::StatusOr<std::string> token = ReadTokenFile(token_file);
+    if (!token.ok()) return token.status();
+    o.token = *token;
+  }
+  return o;
+}
+
+absl::StatusOr<octopipe::logging::LogOptions> LogOptionsFromFlags() {
+  absl::StatusOr<spdlog::level::level_enum> level =
+      octopipe::logging::ParseLevel(absl::GetFlag(FLAGS_log_level));
+  if (!level.ok()) return absl::InvalidArgumentError(absl::StrCat("--", level.status().message()));
+  octopipe::logging::LogOptions options;
+  options.level = *level;
+  options.json = absl::GetFlag(FLAGS_log_json);
+  return options;
+}
+
+// --help lists this binary's flags only, not those of the libraries it links.
+void SetUpUsage() {
+  absl::SetProgramUsageMessage(kUsage);
+  absl::FlagsUsageConfig config;
+  config.contains_help_flags = [](absl::string_view file) {
+    return absl::EndsWith(file, "planner_service/main.cc");
+  };
+  config.contains_helpshort_flags = config.contains_help_flags;
+  config.normalize_filename = [](absl::string_view file) { return std::string(file); };
+  absl::SetFlagsUsageConfig(config);
+}
+
+void WritePortFile(const std::string& path, int port, int metrics_port) {
+  // Written atomically so a reader never sees a partial number.
+  const std::string tmp = path + ".tmp";
+  std::ofstream(tmp) << port << "\n" << metrics_port << "\n";
+  std::rename(tmp.c_str(), path.c_str());
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using octopipe::planner::PlannerServer;
-  using octopipe::planner::PlannerServerOptions;
-  PlannerServerOptions o;
-  int64_t port = o.port, metrics_port = o.metrics_port, max_request = o.max_request_bytes;
-  int64_t max_layers = o.limits.max_layers, max_devices = o.limits.max_devices;
-  int64_t workers = o.workers, max_queued = o.max_queued;
-  std::string port_file, token_file;
-  octopipe::cli::FlagSet flags(
-      "planner",
-      "The OctoPipe planner service: cluster schedulers create jobs and ask for plans over\n"
-      "gRPC; worker agents register, heartbeat, watch their job's plan and report measured\n"
-      "stage times, which re-plan the job when the gain is worth it. State lives in SQLite\n"
-      "under --state_dir; metrics are served for Prometheus on --metrics_port.");
-  flags.String("host", &o.host, "address to serve gRPC on (0.0.0.0 for every interface)");
-  flags.Int("port", &port, "gRPC port; 0 picks a free one (see --port_file)");
-  flags.String("port_file", &port_file, "write the gRPC port here once serving (for scripts)");
-  flags.String("state_dir", &o.state_dir, "directory of the SQLite state (created if missing)");
-  flags.Int("metrics_port", &metrics_port, "Prometheus /metrics port; 0 picks one; -1 off");
-  flags.String("metrics_host", &o.metrics_host, "address for /metrics");
-  flags.String("tls_cert", &o.tls_cert, "server certificate (PEM); enables TLS with --tls_key");
-  flags.String("tls_key", &o.tls_key, "server private key (PEM)");
-  flags.String("tls_client_ca", &o.tls_client_ca,
-               "CA (PEM) that must sign client certificates: mutual TLS");
-  flags.String("token", &o.token,
-               "bearer token agents and mutating calls must present (prefer --token_file)");
-  flags.String("token_file", &token_file, "read the bearer token from this file");
-  flags.Int("max_request_bytes", &max_request, "largest request accepted");
-  flags.Int("max_layers", &max_layers, "largest model (layers) accepted");
-  flags.Int("max_devices", &max_devices, "largest cluster (devices) accepted");
-  flags.Double("max_time_budget_s", &o.limits.max_time_budget_s,
-               "largest tuning budget a request may ask for");
-  flags.Double("default_time_budget_s", &o.limits.default_time_budget_s,
-               "tuning budget when a request does not set one");
-  flags.Int("workers", &workers, "tuning threads");
-  flags.Int("max_queued", &max_queued,
-            "tuning tasks allowed to wait; beyond it Plan/CreateJob answer RESOURCE_EXHAUSTED");
-  flags.Double("heartbeat_timeout_s", &o.heartbeat_timeout_s,
-               "a node that misses heartbeats this long is lost and its jobs re-planned");
-  flags.Double("replan_start_deviation", &o.replan.start_deviation,
-               "measured/predicted deviation of a stage that starts a re-plan");
-  flags.Double("replan_stop_deviation", &o.replan.stop_deviation,
-               "deviation at or below which a job is back to normal (hysteresis)");
-  flags.Double("replan_min_gain", &o.replan.min_gain,
-               "a new plan must be predicted at least this fraction faster");
-  flags.Double("replan_cooldown_s", &o.replan.cooldown_s,
-               "seconds between measured-time re-plans of one job");
-  std::vector<std::string> args(argv + 1, argv + argc);
-  if (absl::Status s = flags.Parse(args); !s.ok()) {
-    std::cerr << "octopipe-planner: error: " << s.message() << "\n";
+  SetUpUsage();
+  const std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  if (positional.size() > 1) {
+    std::cerr << "octopipe-planner: error: unexpected argument '" << positional[1]
+              << "' (flags are --name=value; see --help)\n";
     return 2;
   }
-  if (flags.help_requested()) {
-    std::cout << flags.Usage();
-    return 0;
-  }
-  o.port = static_cast<int>(port);
-  o.metrics_port = static_cast<int>(metrics_port);
-  o.max_request_bytes = static_cast<int>(max_request);
-  o.limits.max_layers = static_cast<int>(max_layers);
-  o.limits.max_devices = static_cast<int>(max_devices);
-  o.workers = static_cast<int>(workers);
-  o.max_queued = static_cast<int>(max_queued);
-  if (!token_file.empty()) {
-    std::ifstream in(token_file);
-    if (!in || !std::getline(in, o.token) || o.token.empty()) {
-      std::cerr << "octopipe-planner: error: --token_file: cannot read a token from '"
-                << token_file << "'\n";
+  absl::StatusOr<octopipe::logging::LogOptions> log_options = LogOptionsFromFlags();
+  absl::StatusOr<PlannerServerOptions> options = OptionsFromFlags();
+  for (const absl::Status& s : {log_options.status(), options.status()}) {
+    if (!s.ok()) {
+      std::cerr << "octopipe-planner: error: " << s.message() << "\n";
       return 2;
     }
   }
+  octopipe::logging::Configure(*log_options);
+  const PlannerServerOptions& o = *options;
+
   // Block the shutdown signals in every thread; the main thread waits for them.
   sigset_t signals;
   sigemptyset(&signals);
@@ -88,27 +234,34 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  PlannerServer server(o);
+  // Every metric of the process is declared here, on the registry /metrics serves.
+  auto registry = std::make_shared<prometheus::Registry>();
+  auto metrics = octopipe::metrics::PlannerMetrics::Create(*registry);
+  if (!metrics.ok()) {
+    std::cerr << "octopipe-planner: error: " << metrics.status().message() << "\n";
+    return 1;
+  }
+  PlannerServer server(o, registry, std::move(*metrics));
   if (absl::Status s = server.Start(); !s.ok()) {
     std::cerr << "octopipe-planner: error: " << s.message() << "\n";
     return 1;
   }
-  std::cerr << "octopipe-planner: serving on " << o.host << ":" << server.port()
-            << (o.tls_cert.empty() ? "" : " (TLS)")
-            << (server.metrics_port() >= 0
-                    ? absl::StrCat(", metrics on ", o.metrics_host, ":", server.metrics_port())
-                    : std::string())
-            << ", state in " << o.state_dir << std::endl;
-  if (!port_file.empty()) {
-    // Written atomically so a reader never sees a partial number.
-    const std::string tmp = port_file + ".tmp";
-    std::ofstream(tmp) << server.port() << "\n" << server.metrics_port() << "\n";
-    std::rename(tmp.c_str(), port_file.c_str());
-  }
+  // Tests and scripts wait for this line (or --port_file); keep its "serving on HOST:PORT" and
+  // "metrics on HOST:PORT" parts. Logged, so that with --log_json stderr is JSON lines only.
+  auto log = octopipe::logging::Logger("planner");
+  log->info("serving on {}:{}{}{}, state in {}", o.host, server.port(),
+            o.tls_cert.empty() ? "" : " (TLS)",
+            server.metrics_port() >= 0
+                ? absl::StrCat(", metrics on ", o.metrics_host, ":", server.metrics_port())
+                : std::string(),
+            o.state_dir);
+  const std::string port_file = absl::GetFlag(FLAGS_port_file);
+  if (!port_file.empty()) WritePortFile(port_file, server.port(), server.metrics_port());
   int sig = 0;
   sigwait(&signals, &sig);
-  std::cerr << "octopipe-planner: signal " << sig << ", shutting down" << std::endl;
+  log->info("signal {}, shutting down", sig);
   server.Shutdown(5);
-  std::cerr << "octopipe-planner: stopped" << std::endl;
+  log->info("stopped");
+  log->flush();
   return 0;
 }

@@ -1,8 +1,6 @@
 #include "planner_service/server.h"
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
@@ -12,22 +10,17 @@
 #include "planner_service/agent_registry.h"
 #include "planner_service/clock.h"
 #include "planner_service/job_manager.h"
-#include "planner_service/metrics/http_exporter.h"
+#include "logging/logging.h"
+#include "planner_service/metrics/exposer.h"
 #include "planner_service/metrics/planner_metrics.h"
+#include "planner_service/rpc_log.h"
 #include "planner_service/service.h"
 #include "planner_service/store.h"
+#include "planner_service/tls_files.h"
 #include "planner_service/tuning_pool.h"
 
 namespace octopipe::planner {
 namespace {
-
-absl::StatusOr<std::string> ReadPem(const std::string& flag, const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::InvalidArgumentError(absl::StrCat("--", flag, ": cannot read '", path, "'"));
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 // Feeds the metrics from the job manager and the service.
 class MetricsObserver : public JobObserver, public RpcObserver {
@@ -35,28 +28,29 @@ class MetricsObserver : public JobObserver, public RpcObserver {
   explicit MetricsObserver(metrics::PlannerMetrics* m) : m_(m) {}
 
   void OnPlanComputed(const std::string& job_id, const proto::PlanResult& r) override {
-    m_->PlansComputed(metrics::PlanKind::kJob).Inc();
+    m_->PlansComputed(metrics::PlanKind::kJob).Increment();
     m_->TuningSeconds().Observe(r.tuning_wall_s());
-    m_->predicted_iteration_seconds->WithLabels({job_id}).Set(
-        r.plan().predicted().iteration_time_s());
-    m_->predicted_bubble_ratio->WithLabels({job_id}).Set(r.plan().predicted().bubble_ratio());
+    m_->SetJobPrediction(job_id, r.plan().predicted().iteration_time_s(),
+                         r.plan().predicted().bubble_ratio());
+    logging::Event(*logging::Logger("jobs"), spdlog::level::info, "plan computed",
+                   {{"job", job_id},
+                    {"feasible", r.feasible()},
+                    {"predicted_iteration_s", r.plan().predicted().iteration_time_s()},
+                    {"tuning_s", r.tuning_wall_s()}});
   }
-  void OnReplan(ReplanReason reason) override { m_->Replans(reason).Inc(); }
-  void OnJobRemoved(const std::string& job_id) override {
-    m_->predicted_iteration_seconds->Remove({job_id});
-    m_->predicted_bubble_ratio->Remove({job_id});
-  }
-  void OnJobCount(int jobs) override { m_->jobs->Set(jobs); }
+  void OnReplan(ReplanReason reason) override { m_->Replans(reason).Increment(); }
+  void OnJobRemoved(const std::string& job_id) override { m_->RemoveJob(job_id); }
+  void OnJobCount(int jobs) override { m_->Jobs().Set(jobs); }
   void OnRpc(const std::string& method, grpc::StatusCode code) override {
-    m_->Rpcs(method, static_cast<absl::StatusCode>(code)).Inc();
+    m_->Rpcs(method, static_cast<absl::StatusCode>(code)).Increment();
   }
   void OnOneShotPlan(const proto::PlanResult& r) override {
-    m_->PlansComputed(metrics::PlanKind::kOneshot).Inc();
+    m_->PlansComputed(metrics::PlanKind::kOneshot).Increment();
     m_->TuningSeconds().Observe(r.tuning_wall_s());
   }
-  void OnAgentsAlive(int alive) override { m_->agents_alive->Set(alive); }
+  void OnAgentsAlive(int alive) override { m_->AgentsAlive().Set(alive); }
   void OnQueueDepth(const std::string& lane, int depth) override {
-    m_->tuning_queue_depth->WithLabels({lane}).Set(depth);
+    m_->TuningQueueDepth(lane).Set(depth);
   }
 
  private:
@@ -67,10 +61,9 @@ class MetricsObserver : public JobObserver, public RpcObserver {
 
 struct PlannerServer::Impl {
   RealClock clock;
-  metrics::Registry registry;
-  std::unique_ptr<metrics::PlannerMetrics> metrics;
+  metrics::PlannerMetrics* metrics = nullptr;  // owned by PlannerServer::metrics_
   std::unique_ptr<MetricsObserver> observer;
-  std::unique_ptr<metrics::HttpExporter> exporter;
+  std::unique_ptr<metrics::MetricsEndpoint> exporter;
   std::unique_ptr<Store> store;
   std::unique_ptr<TuningPool> pool;
   std::unique_ptr<AgentRegistry> agents;
@@ -79,7 +72,12 @@ struct PlannerServer::Impl {
   std::unique_ptr<grpc::Server> server;
 };
 
-PlannerServer::PlannerServer(PlannerServerOptions options) : options_(std::move(options)) {}
+PlannerServer::PlannerServer(PlannerServerOptions options,
+                             std::shared_ptr<prometheus::Registry> registry,
+                             std::unique_ptr<metrics::PlannerMetrics> metrics)
+    : options_(std::move(options)),
+      registry_(registry ? std::move(registry) : std::make_shared<prometheus::Registry>()),
+      metrics_(std::move(metrics)) {}
 
 PlannerServer::~PlannerServer() { Shutdown(0); }
 
@@ -90,10 +88,13 @@ int PlannerServer::metrics_port() const {
 absl::Status PlannerServer::Start() {
   impl_ = std::make_unique<Impl>();
   Impl& m = *impl_;
-  auto metrics = metrics::PlannerMetrics::Create(m.registry);
-  if (!metrics.ok()) return metrics.status();
-  m.metrics = std::move(*metrics);
-  m.observer = std::make_unique<MetricsObserver>(m.metrics.get());
+  if (metrics_ == nullptr) {
+    auto metrics = metrics::PlannerMetrics::Create(*registry_);
+    if (!metrics.ok()) return metrics.status();
+    metrics_ = std::move(*metrics);
+  }
+  m.metrics = metrics_.get();
+  m.observer = std::make_unique<MetricsObserver>(m.metrics);
 
   std::error_code ec;
   std::filesystem::create_directories(options_.state_dir, ec);
@@ -112,6 +113,8 @@ absl::Status PlannerServer::Start() {
   m.jobs = std::make_unique<JobManager>(m.store.get(), m.pool.get(), &m.clock, jm,
                                         m.observer.get());
   if (absl::Status s = m.jobs->Recover(); !s.ok()) return s;
+  logging::Event(*logging::Logger("store"), spdlog::level::info, "state opened",
+                 {{"state_dir", options_.state_dir}, {"jobs", m.jobs->num_jobs()}});
   // Agents registered before a restart are known but must register again: their next
   // heartbeat is refused (FAILED_PRECONDITION) and the registration that follows re-admits the
   // node to the jobs that excluded it. No job is re-planned for the restart itself.
@@ -121,7 +124,7 @@ absl::Status PlannerServer::Start() {
     m.agents->Register(a.node_id, a.num_devices, a.address);
     m.agents->MarkFailed(a.node_id);
   }
-  m.metrics->agents_alive->Set(m.agents->AliveCount());
+  m.metrics->AgentsAlive().Set(m.agents->AliveCount());
 
   ServiceOptions so;
   so.token = options_.token;
@@ -136,20 +139,10 @@ absl::Status PlannerServer::Start() {
     if (options_.tls_cert.empty() || options_.tls_key.empty()) {
       return absl::InvalidArgumentError("--tls_cert and --tls_key must be given together");
     }
-    auto cert = ReadPem("tls_cert", options_.tls_cert);
-    if (!cert.ok()) return cert.status();
-    auto key = ReadPem("tls_key", options_.tls_key);
-    if (!key.ok()) return key.status();
-    grpc::SslServerCredentialsOptions ssl;
-    ssl.pem_key_cert_pairs.push_back({*key, *cert});
-    if (!options_.tls_client_ca.empty()) {
-      auto ca = ReadPem("tls_client_ca", options_.tls_client_ca);
-      if (!ca.ok()) return ca.status();
-      ssl.pem_root_certs = *ca;
-      ssl.client_certificate_request =
-          GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
-    }
-    creds = grpc::SslServerCredentials(ssl);
+    absl::StatusOr<grpc::SslServerCredentialsOptions> ssl =
+        LoadServerTls({options_.tls_cert, options_.tls_key, options_.tls_client_ca});
+    if (!ssl.ok()) return ssl.status();
+    creds = grpc::SslServerCredentials(*ssl);
   } else if (!options_.tls_client_ca.empty()) {
     return absl::InvalidArgumentError("--tls_client_ca needs --tls_cert and --tls_key");
   }
@@ -160,6 +153,9 @@ absl::Status PlannerServer::Start() {
   builder.AddListeningPort(absl::StrCat(options_.host, ":", options_.port), creds, &port_);
   builder.RegisterService(m.service.get());
   builder.SetMaxReceiveMessageSize(options_.max_request_bytes);
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(std::make_unique<RpcLogInterceptorFactory>());
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   m.server = builder.BuildAndStart();
   if (!m.server || port_ == 0) {
     return absl::UnavailableError(absl::StrCat("--port: cannot listen on ", options_.host, ":",
@@ -167,13 +163,17 @@ absl::Status PlannerServer::Start() {
   }
   m.service->SetHealthService(m.server->GetHealthCheckService());
   if (options_.metrics_port >= 0) {
-    metrics::HttpExporterOptions eo;
+    metrics::MetricsEndpointOptions eo;
     eo.host = options_.metrics_host;
     eo.port = options_.metrics_port;
-    m.exporter = std::make_unique<metrics::HttpExporter>(m.registry, eo);
-    if (absl::Status s = m.exporter->Start(); !s.ok()) {
-      return absl::Status(s.code(), absl::StrCat("--metrics_port: ", s.message()));
+    eo.num_threads = options_.metrics_threads;
+    eo.request_timeout_ms = options_.metrics_request_timeout_ms;
+    auto exporter = metrics::MetricsEndpoint::Start(registry_, eo);
+    if (!exporter.ok()) {
+      return absl::Status(exporter.status().code(),
+                          absl::StrCat("--metrics_port: ", exporter.status().message()));
     }
+    m.exporter = std::move(*exporter);
   }
   detector_ = std::thread([this] { DetectFailures(); });
   return absl::OkStatus();
@@ -186,9 +186,13 @@ void PlannerServer::DetectFailures() {
   while (!mu_.AwaitWithTimeout(absl::Condition(&stopping_), period)) {
     mu_.Unlock();
     for (const std::string& node : impl_->agents->DetectFailures()) {
-      impl_->jobs->NodeLost(node, ReplanReason::kNodeFailure);
+      const std::vector<std::string> jobs = impl_->jobs->NodeLost(node, ReplanReason::kNodeFailure);
+      logging::Event(*logging::Logger("agents"), spdlog::level::warn, "heartbeats lost",
+                     {{"node", node},
+                      {"timeout_s", options_.heartbeat_timeout_s},
+                      {"replanned_jobs", jobs}});
     }
-    impl_->metrics->agents_alive->Set(impl_->agents->AliveCount());
+    impl_->metrics->AgentsAlive().Set(impl_->agents->AliveCount());
     mu_.Lock();
   }
 }
@@ -207,7 +211,7 @@ void PlannerServer::Shutdown(double grace_s) {
                             std::chrono::milliseconds(static_cast<int64_t>(grace_s * 1000)));
   }
   if (impl_->pool) impl_->pool->Shutdown();
-  if (impl_->exporter) impl_->exporter->Stop();
+  impl_->exporter.reset();
   if (impl_->server) impl_->server->Wait();
 }
 

@@ -1,7 +1,9 @@
 // PlannerServer: wires the planner together — SQLite store, job manager, agent registry and
 // failure detector, tuning pool, gRPC service (with health and reflection, optional TLS/mTLS),
-// metrics registry and its HTTP exporter. `main` parses flags into PlannerServerOptions and
-// runs one; tests run one in-process or as a process.
+// the planner's metrics (PlannerMetrics on a prometheus-cpp Registry, both built by `main` and
+// passed in) and the /metrics endpoint that serves that registry. `main` parses flags into PlannerServerOptions and
+// runs one; tests run one in-process or as a process. Logs on the "rpc" (one line per call),
+// "agents" (heartbeat loss) and "jobs" (plans computed) loggers of logging/logging.h.
 #ifndef OCTOPIPE_PLANNER_SERVICE_SERVER_H_
 #define OCTOPIPE_PLANNER_SERVICE_SERVER_H_
 
@@ -10,9 +12,11 @@
 #include <thread>
 
 #include <grpcpp/grpcpp.h>
+#include <prometheus/registry.h>
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "planner_service/metrics/planner_metrics.h"
 #include "planner_service/planning.h"
 #include "planner_service/replan_policy.h"
 
@@ -24,6 +28,10 @@ struct PlannerServerOptions {
   std::string state_dir = "octopipe-state";  // holds planner.db (jobs, plans, calibration)
   int metrics_port = 9464;         // Prometheus /metrics; 0: pick; -1: off
   std::string metrics_host = "127.0.0.1";
+  // /metrics HTTP workers and the time a connection may take to send its request: slow or
+  // half-open clients hold a worker each, until the timeout, without blocking a scrape.
+  int metrics_threads = 8;
+  int metrics_request_timeout_ms = 5000;
   // TLS: server certificate and key (PEM files); with a client CA, clients must present a
   // certificate it signed (mutual TLS). Empty: plaintext.
   std::string tls_cert, tls_key, tls_client_ca;
@@ -39,7 +47,11 @@ struct PlannerServerOptions {
 
 class PlannerServer {
  public:
-  explicit PlannerServer(PlannerServerOptions options);
+  // `metrics` must have been declared on `registry`, which /metrics serves. Without them (both
+  // null, e.g. in benchmarks) the server makes its own at Start.
+  explicit PlannerServer(PlannerServerOptions options,
+                         std::shared_ptr<prometheus::Registry> registry = nullptr,
+                         std::unique_ptr<metrics::PlannerMetrics> metrics = nullptr);
   ~PlannerServer();
 
   // Opens the state, recovers jobs, starts serving. Errors name the flag/field at fault.
@@ -56,6 +68,8 @@ class PlannerServer {
   void DetectFailures();
 
   PlannerServerOptions options_;
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<metrics::PlannerMetrics> metrics_;
   std::unique_ptr<Impl> impl_;
   int port_ = 0;
   absl::Mutex mu_;

@@ -7,6 +7,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/limits.h"
 #include "core/status_macros.h"
+#include "logging/logging.h"
 #include "planner_service/clock.h"
 
 namespace octopipe::planner {
@@ -305,7 +306,10 @@ grpc::ServerUnaryReactor* PlannerService::RegisterAgent(
   // (a no-op for the others). Not only when the registry saw the node as new or failed:
   // agents restored from the store on a restart come back alive, so a node excluded before
   // the restart would otherwise never rejoin.
-  jobs_->NodeJoined(request->node_id());
+  const std::vector<std::string> rejoined = jobs_->NodeJoined(request->node_id());
+  logging::Event(*logging::Logger("agents"), spdlog::level::info, "agent registered",
+                 {{"node", request->node_id()}, {"devices", request->num_devices()},
+                  {"address", request->address()}, {"rejoined_jobs", rejoined}});
   if (observer_) observer_->OnAgentsAlive(agents_->AliveCount());
   response->set_heartbeat_interval_ms(options_.heartbeat_interval_ms);
   return Done(ctx, "RegisterAgent", absl::OkStatus());
@@ -367,9 +371,11 @@ absl::Status PlannerService::LoseNode(const proto::NodeRequest& request, ReplanR
   }
   agents_->MarkFailed(request.node_id());
   if (observer_) observer_->OnAgentsAlive(agents_->AliveCount());
-  for (std::string& id : jobs_->NodeLost(request.node_id(), reason)) {
-    response->add_replanned_job_ids(std::move(id));
-  }
+  const std::vector<std::string> replanned = jobs_->NodeLost(request.node_id(), reason);
+  logging::Event(*logging::Logger("agents"), spdlog::level::warn,
+                 reason == ReplanReason::kDrain ? "node drained" : "node failure reported",
+                 {{"node", request.node_id()}, {"replanned_jobs", replanned}});
+  for (const std::string& id : replanned) response->add_replanned_job_ids(id);
   return absl::OkStatus();
 }
 

@@ -1,8 +1,8 @@
 #include "planner_service/metrics/planner_metrics.h"
 
-#include <string>
+#include <stdexcept>
 
-#include "core/status_macros.h"
+#include "absl/strings/str_cat.h"
 
 namespace octopipe::metrics {
 
@@ -14,73 +14,97 @@ absl::string_view PlanKindLabel(PlanKind kind) {
   return "unknown";
 }
 
-absl::string_view ReplanReasonLabel(ReplanReason reason) { return ReplanReasonName(reason); }
-
 const std::vector<double>& PlannerMetrics::TuningSecondsBuckets() {
   static const auto* buckets =
       new std::vector<double>{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
   return *buckets;
 }
 
-absl::StatusOr<std::unique_ptr<PlannerMetrics>> PlannerMetrics::Create(Registry& registry) {
-  auto m = std::make_unique<PlannerMetrics>();
-  ASSIGN_OR_RETURN(m->plans_computed,
-                   registry.AddCounter("octopipe_plans_computed_total",
-                                       "Plans computed by the tuner, by kind: oneshot (the Plan "
-                                       "RPC) or job (a job's first plan and its re-plans).",
-                                       "", {"kind"}));
-  ASSIGN_OR_RETURN(m->tuning_seconds,
-                   registry.AddHistogram("octopipe_tuning_seconds",
-                                         "Wall time of one tuner run, in seconds.", "seconds", {},
-                                         TuningSecondsBuckets()));
-  ASSIGN_OR_RETURN(m->predicted_iteration_seconds,
-                   registry.AddGauge("octopipe_predicted_iteration_seconds",
-                                     "Iteration time the simulator predicts for the job's "
-                                     "current plan, in seconds.",
-                                     "seconds", {"job"}));
-  ASSIGN_OR_RETURN(m->predicted_bubble_ratio,
-                   registry.AddGauge("octopipe_predicted_bubble_ratio",
-                                     "Fraction of device time the job's current plan leaves "
-                                     "idle (pipeline bubble), as predicted, 0 to 1.",
-                                     "ratio", {"job"}));
-  ASSIGN_OR_RETURN(m->replans,
-                   registry.AddCounter("octopipe_replans_total",
-                                       "Re-plans of running jobs, by reason: measured (profiles "
-                                       "drifted from the model), node_failure, drain, node_join.",
-                                       "", {"reason"}));
-  ASSIGN_OR_RETURN(GaugeFamily * agents_alive,
-                   registry.AddGauge("octopipe_agents_alive",
-                                     "Agents whose heartbeats are current.", ""));
-  ASSIGN_OR_RETURN(m->rpcs, registry.AddCounter("octopipe_rpcs_total",
-                                                "Planner RPCs handled, by method and status code.",
-                                                "", {"method", "code"}));
-  ASSIGN_OR_RETURN(GaugeFamily * jobs,
-                   registry.AddGauge("octopipe_jobs", "Jobs the planner manages.", ""));
-  ASSIGN_OR_RETURN(m->tuning_queue_depth,
-                   registry.AddGauge("octopipe_tuning_queue_depth",
-                                     "Tuning tasks waiting, by lane: jobs (first plans and "
-                                     "re-plans) and oneshot (Plan calls).",
-                                     "", {"lane"}));
-  m->tuning_queue_depth->WithLabels({"jobs"}).Set(0);
-  m->tuning_queue_depth->WithLabels({"oneshot"}).Set(0);
+absl::StatusOr<std::unique_ptr<PlannerMetrics>> PlannerMetrics::Create(
+    prometheus::Registry& registry) {
+  std::unique_ptr<PlannerMetrics> m(new PlannerMetrics());
+  // prometheus-cpp reports a refused declaration by throwing std::invalid_argument.
+  try {
+    m->plans_computed_ = &prometheus::BuildCounter()
+                              .Name("octopipe_plans_computed_total")
+                              .Help("Plans computed by the tuner, by kind: oneshot (the Plan "
+                                    "RPC) or job (a job's first plan and its re-plans).")
+                              .Register(registry);
+    auto& tuning = prometheus::BuildHistogram()
+                       .Name("octopipe_tuning_seconds")
+                       .Help("Wall time of one tuner run, in seconds.")
+                       .Register(registry);
+    m->predicted_iteration_ = &prometheus::BuildGauge()
+                                   .Name("octopipe_predicted_iteration_seconds")
+                                   .Help("Iteration time the simulator predicts for the job's "
+                                         "current plan, in seconds.")
+                                   .Register(registry);
+    m->predicted_bubble_ = &prometheus::BuildGauge()
+                                .Name("octopipe_predicted_bubble_ratio")
+                                .Help("Fraction of device time the job's current plan leaves "
+                                      "idle (pipeline bubble), as predicted, ratio 0 to 1.")
+                                .Register(registry);
+    m->replans_ = &prometheus::BuildCounter()
+                       .Name("octopipe_replans_total")
+                       .Help("Re-plans of running jobs, by reason: measured (profiles drifted "
+                             "from the model), node_failure, drain, node_join.")
+                       .Register(registry);
+    auto& agents = prometheus::BuildGauge()
+                       .Name("octopipe_agents_alive")
+                       .Help("Agents whose heartbeats are current.")
+                       .Register(registry);
+    m->rpcs_ = &prometheus::BuildCounter()
+                    .Name("octopipe_rpcs_total")
+                    .Help("Planner RPCs handled, by method and status code.")
+                    .Register(registry);
+    auto& jobs = prometheus::BuildGauge()
+                     .Name("octopipe_jobs")
+                     .Help("Jobs the planner manages.")
+                     .Register(registry);
+    m->queue_depth_ = &prometheus::BuildGauge()
+                           .Name("octopipe_tuning_queue_depth")
+                           .Help("Tuning tasks waiting, by lane: jobs (first plans and "
+                                 "re-plans) and oneshot (Plan calls).")
+                           .Register(registry);
+    m->queue_depth_->Add({{"lane", "jobs"}}).Set(0);
+    m->queue_depth_->Add({{"lane", "oneshot"}}).Set(0);
 
-  m->agents_alive = &agents_alive->WithLabels({});
-  m->jobs = &jobs->WithLabels({});
-  m->tuning_seconds_child_ = &m->tuning_seconds->WithLabels({});
-  for (int i = 0; i < kNumPlanKinds; ++i) {
-    m->plans_by_kind_[i] =
-        &m->plans_computed->WithLabels({PlanKindLabel(static_cast<PlanKind>(i))});
-  }
-  for (int i = 0; i < kNumReplanReasons; ++i) {
-    m->replans_by_reason_[i] =
-        &m->replans->WithLabels({ReplanReasonLabel(static_cast<ReplanReason>(i))});
+    m->tuning_seconds_ = &tuning.Add({}, TuningSecondsBuckets());
+    m->agents_alive_ = &agents.Add({});
+    m->jobs_ = &jobs.Add({});
+    for (int i = 0; i < kNumPlanKinds; ++i) {
+      m->plans_by_kind_[i] = &m->plans_computed_->Add(
+          {{"kind", std::string(PlanKindLabel(static_cast<PlanKind>(i)))}});
+    }
+    for (int i = 0; i < kNumReplanReasons; ++i) {
+      m->replans_by_reason_[i] = &m->replans_->Add(
+          {{"reason", std::string(ReplanReasonName(static_cast<ReplanReason>(i)))}});
+    }
+  } catch (const std::invalid_argument& e) {
+    return absl::InvalidArgumentError(absl::StrCat("declaring the planner's metrics: ", e.what()));
   }
   return m;
 }
 
-Counter& PlannerMetrics::Rpcs(absl::string_view method, absl::StatusCode code) const {
-  const std::string code_name = absl::StatusCodeToString(code);
-  return rpcs->WithLabels({method, code_name});
+prometheus::Counter& PlannerMetrics::Rpcs(absl::string_view method, absl::StatusCode code) const {
+  return rpcs_->Add(
+      {{"method", std::string(method)}, {"code", absl::StatusCodeToString(code)}});
+}
+
+prometheus::Gauge& PlannerMetrics::TuningQueueDepth(absl::string_view lane) const {
+  return queue_depth_->Add({{"lane", std::string(lane)}});
+}
+
+void PlannerMetrics::SetJobPrediction(const std::string& job_id, double iteration_s,
+                                      double bubble_ratio) {
+  predicted_iteration_->Add({{"job_id", job_id}}).Set(iteration_s);
+  predicted_bubble_->Add({{"job_id", job_id}}).Set(bubble_ratio);
+}
+
+void PlannerMetrics::RemoveJob(const std::string& job_id) {
+  for (prometheus::Family<prometheus::Gauge>* family : {predicted_iteration_, predicted_bubble_}) {
+    if (family->Has({{"job_id", job_id}})) family->Remove(&family->Add({{"job_id", job_id}}));
+  }
 }
 
 }  // namespace octopipe::metrics

@@ -1,37 +1,51 @@
 // PlannerMetrics: every metric the planner service exports, declared in one place (STYLE.md
-// item 11; DESIGN.md "Metrics (Prometheus)"). `main` builds a Registry, calls Create once and
-// passes the struct (by reference) to the service, job manager and agent registry; an
-// HttpExporter serves the same Registry.
+// item 11) on a prometheus-cpp Registry. `main` builds the Registry and passes it to the
+// PlannerServer, which calls Create once and hands the struct (by reference) to the code that
+// updates it; an Exposer (metrics/exposer.h) serves the same Registry on /metrics.
 //
-//   name                                   type       labels         unit
+//   name                                   type       labels         unit     notes
 //   octopipe_plans_computed_total          counter    kind           -        oneshot | job
 //   octopipe_tuning_seconds                histogram  -              seconds  0.01 .. 60 s
-//   octopipe_predicted_iteration_seconds   gauge      job            seconds
-//   octopipe_predicted_bubble_ratio        gauge      job            ratio    0 .. 1
+//   octopipe_predicted_iteration_seconds   gauge      job_id         seconds
+//   octopipe_predicted_bubble_ratio        gauge      job_id         ratio    0 .. 1
 //   octopipe_replans_total                 counter    reason         -        see ReplanReason
 //   octopipe_agents_alive                  gauge      -              -
 //   octopipe_rpcs_total                    counter    method, code   -        code: "OK", ...
 //   octopipe_jobs                          gauge      -              -
 //   octopipe_tuning_queue_depth            gauge      lane           -        jobs | oneshot
 //
-// The known label values of `kind` and `reason` are created at Create, so their series exist
-// (at 0) from the first scrape and rate() sees the first increment. Use the typed accessors for
-// them; they return cached children without a lookup. Per-job gauges should be dropped with
-// `Family::Remove({job})` when the job is deleted.
+// Per-job series are labelled `job_id`, not `job`: Prometheus attaches its own `job` label (the
+// scrape job) to every series, and a metric label of that name would be renamed exported_job.
 //
-// Thread safety and lifetime: as metrics.h; the pointers are owned by the Registry passed to
-// Create, which must outlive this struct's use.
+// The names, labels and buckets are what deploy/grafana/ and tests/prometheus_scrape_test.sh
+// read; change them together. prometheus-cpp has no unit field, so the unit is the name's
+// suffix and is stated in the help text.
+//
+// The known label values of `kind` and `reason` are created at Create, so their series exist
+// (at 0) from the first scrape and rate() sees the first increment; the typed accessors return
+// those cached children without a lookup. Per-job gauges are set with SetJobPrediction and
+// dropped with RemoveJob when the job is deleted.
+//
+// Thread safety: every method may be called from any thread (prometheus-cpp metrics are atomic;
+// its families lock on Add/Remove). Lifetime: the metric objects are owned by the Registry
+// passed to Create, which must outlive this object.
 #ifndef OCTOPIPE_PLANNER_SERVICE_METRICS_PLANNER_METRICS_H_
 #define OCTOPIPE_PLANNER_SERVICE_METRICS_PLANNER_METRICS_H_
 
 #include <array>
 #include <memory>
+#include <string>
 #include <vector>
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "planner_service/metrics/metrics.h"
 #include "planner_service/replan_reason.h"
 
 namespace octopipe::metrics {
@@ -41,44 +55,54 @@ enum class PlanKind { kOneshot, kJob };
 inline constexpr int kNumPlanKinds = 2;
 absl::string_view PlanKindLabel(PlanKind kind);  // "oneshot", "job"
 
-// The `reason` label of octopipe_replans_total: the one ReplanReason enum
-// (planner_service/replan_reason.h), by ReplanReasonName; kInitial is not a re-plan and has no
-// child.
+// The `reason` label of octopipe_replans_total is ReplanReasonName (planner_service/
+// replan_reason.h) of the re-plan causes (never kInitial).
 using ::octopipe::ReplanReason;
-absl::string_view ReplanReasonLabel(ReplanReason reason);  // "measured", "node_failure", ...
 
-struct PlannerMetrics {
-  // Declares the families above on `registry`. Fails (kAlreadyExists) if any is already there,
-  // e.g. when called twice on one registry.
-  static absl::StatusOr<std::unique_ptr<PlannerMetrics>> Create(Registry& registry);
+class PlannerMetrics {
+ public:
+  // Declares the families above on `registry`. kInvalidArgument if prometheus-cpp refuses a
+  // declaration (e.g. a family of the same name but another type is already there).
+  static absl::StatusOr<std::unique_ptr<PlannerMetrics>> Create(prometheus::Registry& registry);
 
   // Buckets of octopipe_tuning_seconds: a one-shot tune of a small model takes tens of
   // milliseconds, a large search up to a minute.
   static const std::vector<double>& TuningSecondsBuckets();
 
-  CounterFamily* plans_computed = nullptr;          // {kind}
-  HistogramFamily* tuning_seconds = nullptr;        // no labels: tuning_seconds->WithLabels({})
-  GaugeFamily* predicted_iteration_seconds = nullptr;  // {job}
-  GaugeFamily* predicted_bubble_ratio = nullptr;    // {job}
-  CounterFamily* replans = nullptr;                 // {reason}
-  Gauge* agents_alive = nullptr;                    // the single child of a label-less family
-  CounterFamily* rpcs = nullptr;                    // {method, code}
-  Gauge* jobs = nullptr;                            // the single child of a label-less family
-  GaugeFamily* tuning_queue_depth = nullptr;        // {lane}: "jobs", "oneshot" (exist at 0)
-
-  Counter& PlansComputed(PlanKind kind) const { return *plans_by_kind_[static_cast<int>(kind)]; }
-  Counter& Replans(ReplanReason reason) const {
+  prometheus::Counter& PlansComputed(PlanKind kind) const {
+    return *plans_by_kind_[static_cast<int>(kind)];
+  }
+  prometheus::Counter& Replans(ReplanReason reason) const {
     return *replans_by_reason_[static_cast<int>(reason)];
   }
-  Histogram& TuningSeconds() const { return *tuning_seconds_child_; }
-  // The RPC counter for `method` (e.g. "SubmitJob") and the status it returned; the code label
+  prometheus::Histogram& TuningSeconds() const { return *tuning_seconds_; }
+  prometheus::Gauge& AgentsAlive() const { return *agents_alive_; }
+  prometheus::Gauge& Jobs() const { return *jobs_; }
+  // Tuning tasks waiting in a lane of the pool: "jobs" or "oneshot".
+  prometheus::Gauge& TuningQueueDepth(absl::string_view lane) const;
+  // The RPC counter for `method` (e.g. "CreateJob") and the status it returned; the code label
   // is the canonical gRPC/Abseil name ("OK", "INVALID_ARGUMENT", ...). Looks the child up.
-  Counter& Rpcs(absl::string_view method, absl::StatusCode code) const;
+  prometheus::Counter& Rpcs(absl::string_view method, absl::StatusCode code) const;
+
+  // The predicted iteration time and bubble ratio of a job's current plan.
+  void SetJobPrediction(const std::string& job_id, double iteration_s, double bubble_ratio);
+  // Drops the job's series from the page. No-op for a job without series.
+  void RemoveJob(const std::string& job_id);
 
  private:
-  std::array<Counter*, kNumPlanKinds> plans_by_kind_{};
-  std::array<Counter*, kNumReplanReasons> replans_by_reason_{};
-  Histogram* tuning_seconds_child_ = nullptr;
+  PlannerMetrics() = default;
+
+  prometheus::Family<prometheus::Counter>* plans_computed_ = nullptr;       // {kind}
+  prometheus::Family<prometheus::Gauge>* predicted_iteration_ = nullptr;    // {job_id}
+  prometheus::Family<prometheus::Gauge>* predicted_bubble_ = nullptr;       // {job_id}
+  prometheus::Family<prometheus::Counter>* replans_ = nullptr;              // {reason}
+  prometheus::Family<prometheus::Counter>* rpcs_ = nullptr;                 // {method, code}
+  prometheus::Family<prometheus::Gauge>* queue_depth_ = nullptr;            // {lane}
+  std::array<prometheus::Counter*, kNumPlanKinds> plans_by_kind_{};
+  std::array<prometheus::Counter*, kNumReplanReasons> replans_by_reason_{};
+  prometheus::Histogram* tuning_seconds_ = nullptr;
+  prometheus::Gauge* agents_alive_ = nullptr;
+  prometheus::Gauge* jobs_ = nullptr;
 };
 
 }  // namespace octopipe::metrics

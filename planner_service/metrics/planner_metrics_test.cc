@@ -12,7 +12,9 @@
 #include "absl/strings/strip.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "planner_service/metrics/metrics.h"
+#include "prometheus/counter.h"
+#include "prometheus/registry.h"
+#include "prometheus/text_serializer.h"
 
 namespace octopipe::metrics {
 namespace {
@@ -58,6 +60,12 @@ CommandResult PromtoolCheck(const std::string& text, const std::string& file_nam
   return RunShell(absl::StrCat("'", promtool, "' check metrics < '", path, "'"));
 }
 
+using Registry = prometheus::Registry;
+
+std::string RenderText(const Registry& registry) {
+  return prometheus::TextSerializer().Serialize(registry.Collect());
+}
+
 std::unique_ptr<PlannerMetrics> MustCreate(Registry& registry) {
   absl::StatusOr<std::unique_ptr<PlannerMetrics>> m = PlannerMetrics::Create(registry);
   EXPECT_TRUE(m.ok()) << m.status();
@@ -65,17 +73,17 @@ std::unique_ptr<PlannerMetrics> MustCreate(Registry& registry) {
 }
 
 void SetSomeValues(PlannerMetrics& m) {
-  m.PlansComputed(PlanKind::kOneshot).Inc();
-  m.PlansComputed(PlanKind::kJob).Inc(2);
+  m.PlansComputed(PlanKind::kOneshot).Increment();
+  m.PlansComputed(PlanKind::kJob).Increment(2);
   m.TuningSeconds().Observe(0.02);
   m.TuningSeconds().Observe(3.5);
-  m.predicted_iteration_seconds->WithLabels({"job-1"}).Set(1.25);
-  m.predicted_bubble_ratio->WithLabels({"job-1"}).Set(0.125);
-  m.Replans(ReplanReason::kNodeFailure).Inc();
-  m.agents_alive->Set(3);
-  m.Rpcs("SubmitJob", absl::StatusCode::kOk).Inc();
-  m.Rpcs("GetPlan", absl::StatusCode::kNotFound).Inc();
-  m.jobs->Set(1);
+  m.SetJobPrediction("job-1", 1.25, 0.125);
+  m.Replans(ReplanReason::kNodeFailure).Increment();
+  m.AgentsAlive().Set(3);
+  m.Rpcs("SubmitJob", absl::StatusCode::kOk).Increment();
+  m.Rpcs("GetPlan", absl::StatusCode::kNotFound).Increment();
+  m.Jobs().Set(1);
+  m.TuningQueueDepth("oneshot").Set(4);
 }
 
 TEST(PlannerMetricsTest, DeclaresEveryFamilyWithItsTypeAndLabels) {
@@ -83,7 +91,7 @@ TEST(PlannerMetricsTest, DeclaresEveryFamilyWithItsTypeAndLabels) {
   auto m = MustCreate(registry);
   ASSERT_NE(m, nullptr);
   SetSomeValues(*m);
-  const std::string text = registry.RenderText();
+  const std::string text = RenderText(registry);
   for (const char* type_line : {
            "# TYPE octopipe_plans_computed_total counter\n",
            "# TYPE octopipe_tuning_seconds histogram\n",
@@ -93,6 +101,7 @@ TEST(PlannerMetricsTest, DeclaresEveryFamilyWithItsTypeAndLabels) {
            "# TYPE octopipe_agents_alive gauge\n",
            "# TYPE octopipe_rpcs_total counter\n",
            "# TYPE octopipe_jobs gauge\n",
+           "# TYPE octopipe_tuning_queue_depth gauge\n",
        }) {
     EXPECT_THAT(text, HasSubstr(type_line));
   }
@@ -101,13 +110,14 @@ TEST(PlannerMetricsTest, DeclaresEveryFamilyWithItsTypeAndLabels) {
   EXPECT_THAT(text, HasSubstr("octopipe_tuning_seconds_bucket{le=\"0.025\"} 1\n"));
   EXPECT_THAT(text, HasSubstr("octopipe_tuning_seconds_bucket{le=\"60\"} 2\n"));
   EXPECT_THAT(text, HasSubstr("octopipe_tuning_seconds_count 2\n"));
-  EXPECT_THAT(text, HasSubstr("octopipe_predicted_iteration_seconds{job=\"job-1\"} 1.25\n"));
-  EXPECT_THAT(text, HasSubstr("octopipe_predicted_bubble_ratio{job=\"job-1\"} 0.125\n"));
+  EXPECT_THAT(text, HasSubstr("octopipe_predicted_iteration_seconds{job_id=\"job-1\"} 1.25\n"));
+  EXPECT_THAT(text, HasSubstr("octopipe_predicted_bubble_ratio{job_id=\"job-1\"} 0.125\n"));
   EXPECT_THAT(text, HasSubstr("octopipe_replans_total{reason=\"node_failure\"} 1\n"));
   EXPECT_THAT(text, HasSubstr("octopipe_agents_alive 3\n"));
-  EXPECT_THAT(text, HasSubstr("octopipe_rpcs_total{method=\"GetPlan\",code=\"NOT_FOUND\"} 1\n"));
-  EXPECT_THAT(text, HasSubstr("octopipe_rpcs_total{method=\"SubmitJob\",code=\"OK\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("octopipe_rpcs_total{code=\"NOT_FOUND\",method=\"GetPlan\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("octopipe_rpcs_total{code=\"OK\",method=\"SubmitJob\"} 1\n"));
   EXPECT_THAT(text, HasSubstr("octopipe_jobs 1\n"));
+  EXPECT_THAT(text, HasSubstr("octopipe_tuning_queue_depth{lane=\"oneshot\"} 4\n"));
 }
 
 // Known label values exist before their first increment, so rate() sees the first one.
@@ -115,7 +125,7 @@ TEST(PlannerMetricsTest, KnownLabelValuesAreExportedAtZero) {
   Registry registry;
   auto m = MustCreate(registry);
   ASSERT_NE(m, nullptr);
-  const std::string text = registry.RenderText();
+  const std::string text = RenderText(registry);
   for (const char* series : {
            "octopipe_plans_computed_total{kind=\"oneshot\"} 0\n",
            "octopipe_plans_computed_total{kind=\"job\"} 0\n",
@@ -131,26 +141,42 @@ TEST(PlannerMetricsTest, KnownLabelValuesAreExportedAtZero) {
        }) {
     EXPECT_THAT(text, HasSubstr(series));
   }
-  // No job yet: the per-job and per-RPC families have no series and are left out.
-  EXPECT_THAT(text, Not(HasSubstr("octopipe_predicted_iteration_seconds")));
-  EXPECT_THAT(text, Not(HasSubstr("octopipe_rpcs_total")));
+  // No job or RPC yet: their labelled families have no series.
+  EXPECT_THAT(text, Not(HasSubstr("octopipe_predicted_iteration_seconds{")));
+  EXPECT_THAT(text, Not(HasSubstr("octopipe_rpcs_total{")));
 }
 
-TEST(PlannerMetricsTest, TypedAccessorsAreTheLabelledChildren) {
+TEST(PlannerMetricsTest, RpcCounterIsOneSeriesPerMethodAndCode) {
   Registry registry;
   auto m = MustCreate(registry);
   ASSERT_NE(m, nullptr);
-  EXPECT_EQ(&m->Replans(ReplanReason::kDrain), &m->replans->WithLabels({"drain"}));
-  EXPECT_EQ(&m->PlansComputed(PlanKind::kOneshot), &m->plans_computed->WithLabels({"oneshot"}));
   EXPECT_EQ(&m->Rpcs("Plan", absl::StatusCode::kInvalidArgument),
-            &m->rpcs->WithLabels({"Plan", "INVALID_ARGUMENT"}));
+            &m->Rpcs("Plan", absl::StatusCode::kInvalidArgument));
+  EXPECT_NE(&m->Rpcs("Plan", absl::StatusCode::kInvalidArgument),
+            &m->Rpcs("Plan", absl::StatusCode::kOk));
 }
 
-TEST(PlannerMetricsTest, CreateTwiceOnOneRegistryFails) {
+TEST(PlannerMetricsTest, RemoveJobDropsItsSeriesOnly) {
   Registry registry;
-  ASSERT_NE(MustCreate(registry), nullptr);
-  auto again = PlannerMetrics::Create(registry);
-  EXPECT_EQ(again.status().code(), absl::StatusCode::kAlreadyExists);
+  auto m = MustCreate(registry);
+  ASSERT_NE(m, nullptr);
+  m->SetJobPrediction("job-1", 1.5, 0.25);
+  m->SetJobPrediction("job-2", 2.5, 0.5);
+  m->RemoveJob("job-1");
+  m->RemoveJob("job-never-seen");
+  const std::string text = RenderText(registry);
+  EXPECT_THAT(text, Not(HasSubstr("job_id=\"job-1\"")));
+  EXPECT_THAT(text, HasSubstr("octopipe_predicted_iteration_seconds{job_id=\"job-2\"} 2.5\n"));
+  EXPECT_THAT(text, HasSubstr("octopipe_predicted_bubble_ratio{job_id=\"job-2\"} 0.5\n"));
+}
+
+// A name already taken by a metric of another type is refused with a status, not a throw.
+TEST(PlannerMetricsTest, NameTakenByAnotherTypeIsInvalidArgument) {
+  Registry registry;
+  prometheus::BuildCounter().Name("octopipe_jobs").Help("a clash").Register(registry);
+  auto m = PlannerMetrics::Create(registry);
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(m.status().message(), HasSubstr("planner's metrics"));
 }
 
 TEST(PlannerMetricsTest, TuningBucketsSpanTenMillisecondsToAMinute) {
@@ -167,8 +193,8 @@ TEST(PromtoolTest, PlannerPagePassesPromtoolCheckMetrics) {
   auto m = MustCreate(registry);
   ASSERT_NE(m, nullptr);
   SetSomeValues(*m);
-  m->predicted_bubble_ratio->WithLabels({"quote\"back\\slash\nnewline"}).Set(0.5);
-  CommandResult check = PromtoolCheck(registry.RenderText(), "planner_metrics.prom");
+  m->SetJobPrediction("quote\"back\\slash\nnewline", 2, 0.5);
+  CommandResult check = PromtoolCheck(RenderText(registry), "planner_metrics.prom");
   EXPECT_EQ(check.exit_code, 0) << check.output;
   EXPECT_EQ(check.output, "");
 }

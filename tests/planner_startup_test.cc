@@ -1,0 +1,249 @@
+// The real octopipe-planner binary at start-up (issue 11.5): a token file is trimmed (CRLF
+// too) and an empty one refused; TLS files that are not PEM, a key that does not match the
+// certificate, or a directory are reported naming the file and the fault, not as a port that
+// cannot be listened on. Also: bad flag values exit 2 naming the flag, --help explains every
+// flag, and --log_json writes one JSON line per RPC.
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "proto/planner.grpc.pb.h"
+#include "tests/planner_process.h"
+
+namespace octopipe {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+using testing::PlannerProcess;
+
+constexpr char kPlanner[] = "planner_service/octopipe-planner";
+
+std::string Tmp(const std::string& name) {
+  return std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
+}
+
+struct RunResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr
+};
+
+// Runs the planner with `args` and waits for it to exit; a planner that starts serving is
+// stopped by `timeout` after 60 s (exit 124), which fails the callers' expectations.
+RunResult RunPlanner(const std::vector<std::string>& args) {
+  std::string command = absl::StrCat("timeout 60 ", kPlanner, " --port=0 --metrics_port=-1");
+  for (const std::string& a : args) absl::StrAppend(&command, " '", a, "'");
+  absl::StrAppend(&command, " 2>&1");
+  RunResult r;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) r.output.append(buf, n);
+  const int status = pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+// The planner's stderr once it contains `text`, or as it is after 30 s. The planner writes a
+// line before it answers the call, but the test reads stderr on another thread.
+std::string LogWith(const PlannerProcess& planner, const std::string& text) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  std::string log = planner.log();
+  while (log.find(text) == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    log = planner.log();
+  }
+  return log;
+}
+
+void WriteFile(const std::string& path, const std::string& content) {
+  std::ofstream(path, std::ios::binary) << content;
+}
+
+// Two self-signed certificate/key pairs, a and b, made once with the openssl CLI.
+class TlsFilesTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    for (const char* name : {"a", "b"}) {
+      const std::string cmd = absl::StrCat(
+          "openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=localhost -keyout '",
+          Tmp(name), ".key' -out '", Tmp(name), ".pem' >/dev/null 2>&1");
+      ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    }
+  }
+};
+
+TEST_F(TlsFilesTest, CertificateThatIsNotPemNamesTheFile) {
+  WriteFile(Tmp("garbage.pem"), "this is not a certificate\n");
+  const RunResult r = RunPlanner({"--state_dir=" + Tmp("s1"), "--tls_cert=" + Tmp("garbage.pem"),
+                                  "--tls_key=" + Tmp("a.key")});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--tls_cert: '" + Tmp("garbage.pem") +
+                                  "' holds no PEM certificate"));
+  EXPECT_THAT(r.output, Not(HasSubstr("cannot listen")));
+}
+
+TEST_F(TlsFilesTest, KeyThatDoesNotMatchTheCertificateNamesBoth) {
+  const RunResult r = RunPlanner({"--state_dir=" + Tmp("s2"), "--tls_cert=" + Tmp("a.pem"),
+                                  "--tls_key=" + Tmp("b.key")});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--tls_key: '" + Tmp("b.key") +
+                                  "' does not match the certificate in '" + Tmp("a.pem") + "'"));
+}
+
+TEST_F(TlsFilesTest, KeyFileHoldingACertificateIsNoPrivateKey) {
+  const RunResult r = RunPlanner({"--state_dir=" + Tmp("s3"), "--tls_cert=" + Tmp("a.pem"),
+                                  "--tls_key=" + Tmp("a.pem")});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--tls_key: '" + Tmp("a.pem") + "' holds no"));
+}
+
+TEST_F(TlsFilesTest, DirectoryIsReportedAsADirectory) {
+  ASSERT_EQ(mkdir(Tmp("certdir").c_str(), 0755), 0);
+  const RunResult r = RunPlanner({"--state_dir=" + Tmp("s4"), "--tls_cert=" + Tmp("certdir"),
+                                  "--tls_key=" + Tmp("a.key")});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--tls_cert: '" + Tmp("certdir") + "' is a directory"));
+}
+
+TEST_F(TlsFilesTest, ClientCaThatIsNotPemNamesTheFile) {
+  WriteFile(Tmp("ca-garbage.pem"), "-----BEGIN NOTHING-----\n");
+  const RunResult r = RunPlanner({"--state_dir=" + Tmp("s5"), "--tls_cert=" + Tmp("a.pem"),
+                                  "--tls_key=" + Tmp("a.key"),
+                                  "--tls_client_ca=" + Tmp("ca-garbage.pem")});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--tls_client_ca: '" + Tmp("ca-garbage.pem") +
+                                  "' holds no PEM certificate"));
+}
+
+TEST_F(TlsFilesTest, MatchingPairServes) {
+  PlannerProcess planner(kPlanner);
+  ASSERT_TRUE(planner.Start({"--state_dir=" + Tmp("s6"), "--tls_cert=" + Tmp("a.pem"),
+                             "--tls_key=" + Tmp("a.key")})
+                  .ok())
+      << planner.log();
+  EXPECT_THAT(planner.log(), HasSubstr("(TLS)"));
+}
+
+TEST(TokenFileTest, EmptyOrBlankTokenFileIsRefused) {
+  for (const std::string& content : {std::string(""), std::string(" \r\n\t\n")}) {
+    WriteFile(Tmp("blank.token"), content);
+    const RunResult r =
+        RunPlanner({"--state_dir=" + Tmp("t1"), "--token_file=" + Tmp("blank.token")});
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_THAT(r.output, HasSubstr("--token_file: '" + Tmp("blank.token") + "' holds no token"));
+  }
+}
+
+TEST(TokenFileTest, MissingTokenFileNamesIt) {
+  const RunResult r =
+      RunPlanner({"--state_dir=" + Tmp("t2"), "--token_file=" + Tmp("no-such.token")});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--token_file: cannot read '" + Tmp("no-such.token") + "'"));
+}
+
+// A token file written on Windows ends in CRLF: the token is the word without it, so clients
+// presenting "s3cret" get in and others do not. --log_json: each RPC is one JSON line.
+TEST(TokenFileTest, CrlfIsTrimmedAndRpcsAreLoggedAsJson) {
+  WriteFile(Tmp("crlf.token"), "s3cret\r\n");
+  PlannerProcess planner(kPlanner);
+  ASSERT_TRUE(planner
+                  .Start({"--state_dir=" + Tmp("t3"), "--token_file=" + Tmp("crlf.token"),
+                          "--log_json"})
+                  .ok())
+      << planner.log();
+  auto stub = proto::Planner::NewStub(
+      grpc::CreateChannel(planner.address(), grpc::InsecureChannelCredentials()));
+  auto delete_job = [&](const std::string& token) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    ctx.AddMetadata("authorization", "Bearer " + token);
+    proto::DeleteJobRequest request;
+    request.set_job_id("job-absent");
+    proto::DeleteJobResponse response;
+    return stub->DeleteJob(&ctx, request, &response).error_code();
+  };
+  EXPECT_EQ(delete_job("s3cret"), grpc::StatusCode::NOT_FOUND);  // authorized; no such job
+  EXPECT_EQ(delete_job("wrong"), grpc::StatusCode::UNAUTHENTICATED);
+  const std::string unauthenticated =
+      "\"method\":\"DeleteJob\",\"job\":\"job-absent\",\"code\":\"UNAUTHENTICATED\"";
+  EXPECT_THAT(LogWith(planner, unauthenticated), HasSubstr(unauthenticated));
+  EXPECT_THAT(planner.log(), HasSubstr("\"logger\":\"rpc\",\"msg\":\"rpc\",\"method\":"
+                                       "\"DeleteJob\",\"job\":\"job-absent\",\"code\":"
+                                       "\"NOT_FOUND\""));
+}
+
+// Agent events are logged on the "agents" logger: registration, then a drain.
+TEST(LogTest, AgentRegistrationAndDrainAreJsonLines) {
+  PlannerProcess planner(kPlanner);
+  ASSERT_TRUE(planner.Start({"--state_dir=" + Tmp("l1"), "--log_json"}).ok()) << planner.log();
+  auto stub = proto::Planner::NewStub(
+      grpc::CreateChannel(planner.address(), grpc::InsecureChannelCredentials()));
+  {
+    grpc::ClientContext ctx;
+    proto::RegisterAgentRequest request;
+    request.set_node_id("node-7");
+    request.set_num_devices(4);
+    request.set_address("10.0.0.7:1");
+    proto::RegisterAgentResponse response;
+    ASSERT_TRUE(stub->RegisterAgent(&ctx, request, &response).ok());
+  }
+  {
+    grpc::ClientContext ctx;
+    proto::NodeRequest request;
+    request.set_node_id("node-7");
+    proto::NodeResponse response;
+    ASSERT_TRUE(stub->DrainNode(&ctx, request, &response).ok());
+  }
+  const std::string drained =
+      "\"logger\":\"agents\",\"msg\":\"node drained\",\"node\":\"node-7\"";
+  EXPECT_THAT(LogWith(planner, drained), HasSubstr(drained));
+  EXPECT_THAT(planner.log(), HasSubstr("\"logger\":\"agents\",\"msg\":\"agent registered\","
+                                       "\"node\":\"node-7\",\"devices\":4"));
+}
+
+TEST(FlagsTest, BadValuesFailNamingTheFlag) {
+  RunResult r = RunPlanner({"--state_dir=" + Tmp("f1"), "--log_level=loud"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--log level: 'loud'"));
+  r = RunPlanner({"--state_dir=" + Tmp("f2"), "--workers=many"});
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("workers"));
+  r = RunPlanner({"--state_dir=" + Tmp("f3"), "--no_such_flag=1"});
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("no_such_flag"));
+}
+
+TEST(FlagsTest, HelpExplainsEveryFlag) {
+  const RunResult r = RunPlanner({"--help"});
+  EXPECT_THAT(r.output, HasSubstr("The OctoPipe planner service"));
+  for (const char* flag :
+       {"host", "port", "port_file", "state_dir", "metrics_port", "metrics_host",
+        "metrics_threads", "metrics_request_timeout_ms", "tls_cert", "tls_key", "tls_client_ca",
+        "token", "token_file", "max_request_bytes", "max_layers", "max_devices",
+        "max_time_budget_s", "default_time_budget_s", "workers", "max_queued",
+        "heartbeat_timeout_s", "replan_start_deviation", "replan_stop_deviation",
+        "replan_min_gain", "replan_cooldown_s", "log_level", "log_json"}) {
+    EXPECT_THAT(r.output, HasSubstr(absl::StrCat("--", flag, " ("))) << flag;
+  }
+  // Only the planner's own flags, not those of the libraries it links.
+  EXPECT_THAT(r.output, Not(HasSubstr("--flagfile")));
+}
+
+}  // namespace
+}  // namespace octopipe
