@@ -10,7 +10,7 @@ PACKAGES=(
   libabsl-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libgloo-dev libeigen3-dev libsqlite3-dev libssl-dev
-  libcpp-httplib-dev prometheus
+  prometheus
   prometheus-cpp-dev nlohmann-json3-dev libcli11-dev python3-yaml
   python3-grpcio protobuf-compiler-grpc
 )
