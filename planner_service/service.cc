@@ -1,3 +1,4 @@
+#include "planner_service/agent_jobs.h"
 #include "planner_service/service.h"
 
 #include <deque>
@@ -78,7 +79,9 @@ grpc::ServerUnaryReactor* PlannerService::CreateJob(grpc::CallbackServerContext*
                                                     const proto::CreateJobRequest* request,
                                                     proto::Job* response) {
   if (absl::Status s = Authorize(ctx); !s.ok()) return Done(ctx, "CreateJob", s);
-  absl::StatusOr<proto::Job> job = jobs_->Create(*request);
+  absl::StatusOr<proto::CreateJobRequest> resolved = ResolveAgentTraining(*request);
+  if (!resolved.ok()) return Done(ctx, "CreateJob", resolved.status());
+  absl::StatusOr<proto::Job> job = jobs_->Create(*resolved);
   if (job.ok()) *response = std::move(*job);
   return Done(ctx, "CreateJob", job.status());
 }
@@ -283,6 +286,29 @@ grpc::ServerUnaryReactor* PlannerService::Heartbeat(grpc::CallbackServerContext*
                                                     proto::HeartbeatResponse* response) {
   if (absl::Status s = Authorize(ctx); !s.ok()) return Done(ctx, "Heartbeat", s);
   return Done(ctx, "Heartbeat", agents_->Heartbeat(request->node_id()));
+}
+
+grpc::ServerUnaryReactor* PlannerService::ReportJobEvent(
+    grpc::CallbackServerContext* ctx, const proto::ReportJobEventRequest* request,
+    proto::ReportJobEventResponse* response) {
+  if (absl::Status s = Authorize(ctx); !s.ok()) return Done(ctx, "ReportJobEvent", s);
+  if (request->event().kind().empty()) {
+    return Done(ctx, "ReportJobEvent", absl::InvalidArgumentError("event.kind is empty"));
+  }
+  return Done(ctx, "ReportJobEvent", jobs_->AddEvent(request->job_id(), request->event()));
+}
+
+grpc::ServerUnaryReactor* PlannerService::ListAgents(grpc::CallbackServerContext* ctx,
+                                                     const proto::ListAgentsRequest* request,
+                                                     proto::ListAgentsResponse* response) {
+  for (const AgentInfo& a : agents_->List()) {
+    proto::AgentStatus* s = response->add_agents();
+    s->set_node_id(a.node_id);
+    s->set_num_devices(a.num_devices);
+    s->set_address(a.address);
+    s->set_alive(a.alive);
+  }
+  return Done(ctx, "ListAgents", absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* PlannerService::ReportStageTimes(
