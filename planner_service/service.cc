@@ -1,4 +1,3 @@
-#include "planner_service/agent_jobs.h"
 #include "planner_service/service.h"
 
 #include <deque>
@@ -6,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "planner_service/agent_jobs.h"
 #include "planner_service/clock.h"
 
 namespace octopipe::planner {
