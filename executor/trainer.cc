@@ -125,7 +125,9 @@ absl::StatusOr<RankResult> TrainRank(const ModelSpec& spec, const Plan& plan, in
       last_saved = it + 1;
     }
   }
-  if (checkpoints && result.stopped && last_saved != result.completed_iterations) {
+  const bool save_now =
+      result.stopped || (options.checkpoint_at_end && result.completed_iterations > 0);
+  if (checkpoints && save_now && last_saved != result.completed_iterations) {
     RETURN_IF_ERROR(
         SaveCheckpoint(spec, rank, result.completed_iterations, &result, optimizer, options));
   }

@@ -36,6 +36,8 @@ struct TrainOptions {
   // from k and training to n equals training to n uninterrupted, bit for bit, for schedules
   // that accumulate each layer's weight gradients in micro-batch order.
   bool resume = false;
+  // Also save when training completes (a restarted run then finds itself done).
+  bool checkpoint_at_end = false;
   // Complete checkpoints kept (older ones are pruned by rank 0 after each save).
   int keep_checkpoints = 2;
 
