@@ -285,6 +285,10 @@ grpc::ServerUnaryReactor* PlannerService::Heartbeat(grpc::CallbackServerContext*
                                                     const proto::HeartbeatRequest* request,
                                                     proto::HeartbeatResponse* response) {
   if (absl::Status s = Authorize(ctx); !s.ok()) return Done(ctx, "Heartbeat", s);
+  if (agents_->IsDrained(request->node_id())) {
+    response->set_drained(true);  // the agent leaves instead of registering again
+    return Done(ctx, "Heartbeat", absl::OkStatus());
+  }
   return Done(ctx, "Heartbeat", agents_->Heartbeat(request->node_id()));
 }
 
@@ -323,7 +327,11 @@ grpc::ServerUnaryReactor* PlannerService::ReportStageTimes(
 absl::Status PlannerService::LoseNode(const proto::NodeRequest& request,
                                       const std::string& reason, proto::NodeResponse* response) {
   if (request.node_id().empty()) return absl::InvalidArgumentError("node_id is empty");
-  agents_->MarkFailed(request.node_id());
+  if (reason == "drain") {
+    agents_->MarkDrained(request.node_id());
+  } else {
+    agents_->MarkFailed(request.node_id());
+  }
   if (observer_) observer_->OnAgentsAlive(agents_->AliveCount());
   for (std::string& id : jobs_->NodeLost(request.node_id(), reason)) {
     response->add_replanned_job_ids(std::move(id));

@@ -17,6 +17,20 @@ namespace {
 
 namespace fs = std::filesystem;
 
+bool SameLayout(const std::vector<DeviceSlot>& a, const std::vector<DeviceSlot>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].node != b[i].node || a[i].local_device != b[i].local_device) return false;
+  }
+  return true;
+}
+
+int64_t UnixMillisNow() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 double NowSeconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -87,7 +101,7 @@ void Agent::Event(const std::string& job_id, JobEventReport event) {
 }
 
 void Agent::KeepRegistered(double now_s) {
-  if (now_s < next_contact_s_) return;
+  if (leaving_ || now_s < next_contact_s_) return;
   absl::Status s;
   if (!registered_) {
     absl::StatusOr<double> interval =
@@ -100,7 +114,14 @@ void Agent::KeepRegistered(double now_s) {
     }
     s = interval.status();
   } else {
-    s = link_->Heartbeat(options_.node);
+    absl::StatusOr<bool> drained = link_->Heartbeat(options_.node);
+    s = drained.status();
+    if (drained.ok() && *drained) {
+      spdlog::info("agent {}: the node was drained; leaving once its ranks have stopped",
+                   options_.node);
+      leaving_ = true;
+      return;
+    }
     if (absl::IsFailedPrecondition(s) || absl::IsNotFound(s)) {
       spdlog::warn("agent {}: the planner no longer counts this node ({}); registering again",
                    options_.node, std::string(s.message()));
@@ -134,6 +155,11 @@ const AgentJob* Agent::Target() const {
     if (done_jobs_.count(job.job_id) || !UsesThisNode(job)) continue;
     auto given_up = given_up_.find(job.job_id);
     if (given_up != given_up_.end() && given_up->second >= job.version) continue;
+    auto failure = failures_.find(job.job_id);
+    if (failure != failures_.end() && job.created_unix_ms <= failure->second.unix_ms &&
+        SameLayout(job.slots, failure->second.slots)) {
+      continue;  // made before the failure, on the devices that just failed
+    }
     return &job;
   }
   return nullptr;
@@ -303,6 +329,7 @@ void Agent::FinishRun(const std::vector<RankOutcome>& outcomes) {
   }
   if (failed != nullptr) {
     given_up_[run_.job_id] = run_.version;  // wait for a newer version
+    failures_[run_.job_id] = Failure{run_.job.slots, UnixMillisNow()};
     Event(run_.job_id, {"rank_failed", "", run_.version, reached,
                         absl::StrCat("rank ", failed->rank, ": ", failed->error)});
     if (observer_) observer_->OnRankRestart(run_.job_id);
@@ -346,7 +373,7 @@ void Agent::FollowJobs(double now_s) {
       }
     }
   }
-  if (state_ == AgentState::kWatching && registered_) {
+  if (state_ == AgentState::kWatching && registered_ && !leaving_) {
     if (const AgentJob* target = Target(); target != nullptr) {
       const AgentJob job = *target;
       absl::Status s = StartRun(job);
@@ -367,7 +394,7 @@ double Agent::Tick(double now_s) {
 }
 
 void Agent::Run(const std::atomic<bool>& stop) {
-  while (!stop.load()) {
+  while (!stop.load() && !left()) {
     const double wait = Tick(NowSeconds());
     std::this_thread::sleep_for(std::chrono::duration<double>(std::max(wait, 0.01)));
   }

@@ -101,7 +101,12 @@ class Agent {
   // One pass of the loop; returns the seconds until the next pass should run.
   double Tick(double now_s);
 
-  // Ticks until `stop` becomes true (checked every pass), then kills the ranks.
+  // True once the planner said the node was drained and this node's ranks have stopped: the
+  // agent has left (Run returns).
+  bool left() const { return leaving_ && !launcher_->active(); }
+
+  // Ticks until `stop` becomes true (checked every pass) or the agent left after a drain, then
+  // kills the ranks (none are left after a drain).
   void Run(const std::atomic<bool>& stop);
 
   AgentState state() const { return state_; }
@@ -151,6 +156,14 @@ class Agent {
   ActiveRun run_;
   std::set<std::string> done_jobs_;
   std::map<std::string, int64_t> given_up_;  // job -> version that failed or was refused here
+  // job -> the device layout of a run whose ranks failed, and when (unix ms): versions with the
+  // same layout made before the failure would only fail again against the lost peer.
+  struct Failure {
+    std::vector<DeviceSlot> slots;
+    int64_t unix_ms = 0;
+  };
+  std::map<std::string, Failure> failures_;
+  bool leaving_ = false;
 };
 
 }  // namespace octopipe::agent

@@ -43,12 +43,14 @@ class GrpcPlannerLink final : public PlannerLink {
     return resp.heartbeat_interval_ms() / 1000.0;
   }
 
-  absl::Status Heartbeat(const std::string& node) override {
+  absl::StatusOr<bool> Heartbeat(const std::string& node) override {
     proto::HeartbeatRequest req;
     req.set_node_id(node);
     proto::HeartbeatResponse resp;
     auto ctx = Context();
-    return FromGrpc("Heartbeat", stub_->Heartbeat(ctx.get(), req, &resp));
+    absl::Status s = FromGrpc("Heartbeat", stub_->Heartbeat(ctx.get(), req, &resp));
+    if (!s.ok()) return s;
+    return resp.drained();
   }
 
   absl::StatusOr<std::vector<AgentJob>> AgentJobs() override {
@@ -75,6 +77,7 @@ class GrpcPlannerLink final : public PlannerLink {
       AgentJob a;
       a.job_id = job.id();
       a.version = got.current().version();
+      a.created_unix_ms = got.current().created_unix_ms();
       a.plan = std::move(*plan);
       for (const proto::DeviceSlot& slot : got.current().device_slots()) {
         a.slots.push_back({slot.node_id(), slot.local_device()});

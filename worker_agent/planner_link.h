@@ -26,6 +26,7 @@ struct DeviceSlot {
 struct AgentJob {
   std::string job_id;
   int64_t version = 0;  // 0: no plan yet
+  int64_t created_unix_ms = 0;  // when the planner made the version
   Plan plan;
   std::vector<DeviceSlot> slots;  // by plan device
   std::string reference_model;
@@ -62,7 +63,8 @@ class PlannerLink {
   // Returns the heartbeat interval the planner asks for, in seconds.
   virtual absl::StatusOr<double> Register(const std::string& node, int num_devices,
                                           const std::string& address) = 0;
-  virtual absl::Status Heartbeat(const std::string& node) = 0;
+  // Returns true when the node was drained: the agent should leave, not register again.
+  virtual absl::StatusOr<bool> Heartbeat(const std::string& node) = 0;
   // Every job with agent training and a current plan (others are left out).
   virtual absl::StatusOr<std::vector<AgentJob>> AgentJobs() = 0;
   virtual absl::StatusOr<std::vector<AgentEndpoint>> Agents() = 0;
