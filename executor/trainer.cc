@@ -117,13 +117,13 @@ absl::StatusOr<RankResult> TrainRank(const ModelSpec& spec, const Plan& plan, in
     }
     if (options.step_optimizer) RETURN_IF_ERROR(ApplyAdamW(result.layers, &optimizer));
     result.completed_iterations = it + 1;
-    if (options.on_iteration) options.on_iteration(it, *stats);
-    result.iterations.push_back(std::move(*stats));
     if (checkpoints && options.checkpoint_interval > 0 &&
         (it + 1) % options.checkpoint_interval == 0) {
       RETURN_IF_ERROR(SaveCheckpoint(spec, rank, it + 1, &result, optimizer, options));
       last_saved = it + 1;
     }
+    if (options.on_iteration) options.on_iteration(it, *stats);
+    result.iterations.push_back(std::move(*stats));
   }
   const bool save_now =
       result.stopped || (options.checkpoint_at_end && result.completed_iterations > 0);

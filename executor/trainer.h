@@ -47,7 +47,8 @@ struct TrainOptions {
   // rank saves a checkpoint of the completed iterations and returns with stopped = true.
   bool stoppable = false;
   std::function<bool()> stop_requested;  // read on rank 0 only
-  // Called after each iteration (and its optimizer step) with its index and statistics.
+  // Called after each iteration (its optimizer step and checkpoint, if any) with its index and
+  // statistics.
   std::function<void(int iteration, const IterationStats& stats)> on_iteration;
   // Called after each checkpoint this rank saved, with the iteration and seconds it took.
   std::function<void(int iteration, double seconds)> on_checkpoint;

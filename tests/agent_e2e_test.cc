@@ -5,7 +5,10 @@
 // timeout and re-plans on node-a alone, which resumes from the last checkpoint; node-b's agent
 // comes back, the job is re-planned onto it; a drain of node-b moves the job back to node-a at
 // an iteration boundary without losing work; the final weights equal an uninterrupted run's.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -108,11 +111,39 @@ class AgentProcess {
   }
 
   std::string log() const { return ReadAll(work_dir_ + "/agent.log"); }
+  // The /metrics port from the port file ("STORE_PORT METRICS_PORT").
+  int metrics_port() const {
+    std::istringstream in(ReadAll(work_dir_ + "/ports"));
+    int store = 0, metrics = -1;
+    in >> store >> metrics;
+    return metrics;
+  }
 
  private:
   const std::string node_, work_dir_, checkpoint_dir_;
   pid_t pid_ = -1;
 };
+
+// GET http://127.0.0.1:PORT/metrics, the body ("" on failure).
+std::string ScrapeMetrics(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    if (fd >= 0) close(fd);
+    return "";
+  }
+  const std::string req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+  (void)!write(fd, req.data(), req.size());
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
+  close(fd);
+  return out;
+}
 
 proto::CreateJobRequest AgentJob() {
   Cluster c = *ClusterPreset("h100-4nodes");
@@ -248,6 +279,15 @@ TEST_F(AgentE2ETest, NodeLossResumeRejoinDrainAndFinalWeightsEqualAnUninterrupte
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   ASSERT_GE(*executor::LatestCompleteCheckpoint(job_checkpoints, spec), 3 * kCheckpointInterval);
+  // Live metrics on node-a's /metrics (prometheus-cpp).
+  const std::string metrics = ScrapeMetrics(a.metrics_port());
+  for (const char* name :
+       {"octopipe_agent_iteration_seconds{", "octopipe_agent_bubble_ratio{",
+        "octopipe_agent_pipeline_bubble_ratio{", "octopipe_agent_stage_op_seconds{",
+        "octopipe_agent_tokens_per_second{", "octopipe_agent_checkpoint_seconds{",
+        "octopipe_agent_plan_version{", "octopipe_agent_state{"}) {
+    EXPECT_NE(metrics.find(name), std::string::npos) << name << " missing from\n" << metrics;
+  }
   const int events_before_kill = Get().job().events_size();
 
   // 2. kill -9 node-b's agent (its ranks die with it).

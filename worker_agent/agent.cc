@@ -272,7 +272,10 @@ void Agent::ReadProgress() {
     n.version = run_.version;
     n.iteration = it;
     double busy = 0;
-    for (const auto& [rank, r] : records) n.wall_s = std::max(n.wall_s, r.wall_s);
+    for (const auto& [rank, r] : records) {
+      n.wall_s = std::max(n.wall_s, r.wall_s);
+      n.checkpoint_s = std::max(n.checkpoint_s, r.checkpoint_s);
+    }
     for (const auto& [rank, r] : records) {
       busy += r.busy_s;
       if (r.has_loss) {

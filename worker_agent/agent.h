@@ -71,6 +71,7 @@ struct NodeIteration {
   double loss = 0;
   double tokens_per_s = 0;
   StageOpTimes ops;  // this iteration's ops on this node
+  double checkpoint_s = -1;  // slowest local rank's checkpoint after it; -1: none
 };
 
 // Told what the agent does (metrics, logs); every method has a no-op default.

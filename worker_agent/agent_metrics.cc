@@ -43,6 +43,9 @@ AgentMetrics::AgentMetrics(std::unique_ptr<prometheus::Exposer> exposer, const s
                          "Tokens per second of the last iteration", registry_)),
       loss_(Make(prometheus::BuildGauge(), "octopipe_agent_loss", "Loss of the last iteration",
                  registry_)),
+      checkpoint_seconds_(Make(prometheus::BuildGauge(), "octopipe_agent_checkpoint_seconds",
+                               "Seconds the last checkpoint took (slowest local rank)",
+                               registry_)),
       plan_version_(Make(prometheus::BuildGauge(), "octopipe_agent_plan_version",
                          "Plan version this node runs", registry_)),
       restarts_(Make(prometheus::BuildCounter(), "octopipe_agent_rank_restarts_total",
@@ -78,6 +81,7 @@ void AgentMetrics::OnIteration(const NodeIteration& n) {
   pipeline_bubble_.Add(job).Set(n.local_bubble);
   tokens_per_s_.Add(job).Set(n.tokens_per_s);
   if (n.has_loss) loss_.Add(job).Set(n.loss);
+  if (n.checkpoint_s >= 0) checkpoint_seconds_.Add(job).Set(n.checkpoint_s);
   for (const auto& [device, bubble] : n.rank_bubble) {
     bubble_.Add({{"node", node_}, {"job", n.job_id}, {"device", std::to_string(device)}})
         .Set(bubble);

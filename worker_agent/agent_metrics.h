@@ -5,6 +5,7 @@
 //   octopipe_agent_pipeline_bubble_ratio      over this node's devices
 //   octopipe_agent_stage_op_seconds{stage,kind}  mean op seconds in the last iteration
 //   octopipe_agent_tokens_per_second, octopipe_agent_loss (on the node holding the head)
+//   octopipe_agent_checkpoint_seconds         the last checkpoint (slowest local rank)
 //   octopipe_agent_plan_version, octopipe_agent_rank_restarts_total,
 //   octopipe_agent_events_total{kind}, octopipe_agent_state{state} (1 for the current state)
 // Thread-safe (prometheus-cpp metrics are).
@@ -48,6 +49,7 @@ class AgentMetrics final : public AgentObserver {
   prometheus::Family<prometheus::Gauge>& stage_op_seconds_;
   prometheus::Family<prometheus::Gauge>& tokens_per_s_;
   prometheus::Family<prometheus::Gauge>& loss_;
+  prometheus::Family<prometheus::Gauge>& checkpoint_seconds_;
   prometheus::Family<prometheus::Gauge>& plan_version_;
   prometheus::Family<prometheus::Counter>& restarts_;
   prometheus::Family<prometheus::Counter>& events_;

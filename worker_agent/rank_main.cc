@@ -78,8 +78,12 @@ absl::StatusOr<RankOutcome> Train(const std::string& run_dir, int rank, int loca
   o.stoppable = true;
   o.stop_requested = [] { return g_stop_requested.load(); };
   int counted = 0;
+  double checkpoint_s = -1;
+  o.on_checkpoint = [&](int, double seconds) { checkpoint_s = seconds; };
   o.on_iteration = [&](int it, const executor::IterationStats& stats) {
     IterationRecord r;
+    r.checkpoint_s = checkpoint_s;
+    checkpoint_s = -1;
     r.iteration = it;
     r.has_loss = stats.has_loss;
     r.loss = stats.loss;

@@ -49,6 +49,7 @@ struct IterationRecord {
   double wall_s = 0;
   double busy_s = 0;  // sum of this rank's op durations
   StageOpTimes ops;   // this iteration's ops
+  double checkpoint_s = -1;  // seconds of the checkpoint saved after it; -1: none
 };
 
 struct RankOutcome {
