@@ -37,6 +37,9 @@ ABSL_FLAG(std::string, advertise_host, "127.0.0.1",
 ABSL_FLAG(int, store_port, 0, "TCP rendezvous store port; 0 picks a free one");
 ABSL_FLAG(double, transport_timeout_s, 10,
           "seconds a rank waits on a peer before failing (a lost node is noticed within it)");
+ABSL_FLAG(double, max_backoff_s, 5,
+          "longest wait between retries while the planner is unreachable (exponential back-off "
+          "from 0.1 s; running ranks are not disturbed)");
 ABSL_FLAG(int, report_every, 5, "report measured stage times every N iterations");
 ABSL_FLAG(int, metrics_port, -1, "Prometheus /metrics port; 0 picks one; -1 off");
 ABSL_FLAG(std::string, metrics_host, "127.0.0.1", "address for /metrics");
@@ -99,6 +102,10 @@ int main(int argc, char** argv) {
   o.store_port = absl::GetFlag(FLAGS_store_port);
   o.transport_timeout_s = absl::GetFlag(FLAGS_transport_timeout_s);
   o.report_every_iterations = absl::GetFlag(FLAGS_report_every);
+  o.max_backoff_s = absl::GetFlag(FLAGS_max_backoff_s);
+  if (!(o.max_backoff_s > 0)) {
+    return Fail(absl::StrCat("--max_backoff_s must be > 0, got ", o.max_backoff_s));
+  }
   if (o.node.empty()) return Fail("--node is required");
   if (o.work_dir.empty()) return Fail("--work_dir is required");
   if (o.num_devices < 1) return Fail(absl::StrCat("--devices must be >= 1, got ", o.num_devices));
