@@ -267,6 +267,7 @@ void Agent::ReadProgress() {
     const int it = run_.partial.begin()->first;
     std::map<int, IterationRecord> records = std::move(run_.partial.begin()->second);
     run_.partial.erase(run_.partial.begin());
+    run_.completed = it + 1;
     NodeIteration n;
     n.job_id = run_.job_id;
     n.version = run_.version;
@@ -323,7 +324,7 @@ void Agent::FinishRun(const std::vector<RankOutcome>& outcomes) {
   ReportTimes(run_.unreported);
   const RankOutcome* failed = nullptr;
   bool stopped = false, completed = true;
-  int reached = 0;
+  int reached = run_.completed;
   for (const RankOutcome& o : outcomes) {
     if (!o.ok && failed == nullptr) failed = &o;
     stopped = stopped || o.stopped;
@@ -343,6 +344,8 @@ void Agent::FinishRun(const std::vector<RankOutcome>& outcomes) {
     Event(run_.job_id, {"stopped", "", run_.version, reached,
                         "stopped at an iteration boundary for a new plan version"});
   }
+  std::error_code ec;
+  fs::remove_all(run_.dir, ec);  // its outcome is reported; rank logs went to the agent's stderr
   run_ = ActiveRun();
   SetState(registered_ ? AgentState::kWatching : AgentState::kRegistering);
 }

@@ -128,6 +128,7 @@ class Agent {
     double tokens_per_iteration = 0;
     StageOpTimes unreported;
     int iterations_seen = 0;
+    int completed = 0;  // iterations complete on every local rank
   };
 
   void KeepRegistered(double now_s);
