@@ -145,7 +145,7 @@ std::string ScrapeMetrics(int port) {
   return out;
 }
 
-proto::CreateJobRequest AgentJob() {
+proto::CreateJobRequest AgentJob(int iterations = kIterations) {
   Cluster c = *ClusterPreset("h100-4nodes");
   c.nodes.resize(2);
   c.nodes[0].name = "node-a";
@@ -158,7 +158,7 @@ proto::CreateJobRequest AgentJob() {
   r.mutable_options()->set_seed(1);
   proto::AgentTraining* t = r.mutable_training();
   t->set_reference_model(kModel);
-  t->set_iterations(kIterations);
+  t->set_iterations(iterations);
   t->set_checkpoint_interval(kCheckpointInterval);
   return r;
 }
@@ -173,13 +173,15 @@ class AgentE2ETest : public ::testing::Test {
  protected:
   void SetUp() override {
     setvbuf(stdout, nullptr, _IONBF, 0);
-    ASSERT_TRUE(planner_
-                    .Start({"--state_dir=" + TmpDir("state"), "--heartbeat_timeout_s=2",
-                            "--default_time_budget_s=1"})
-                    .ok())
-        << planner_.log();
+    ASSERT_TRUE(planner_.Start(PlannerArgs()).ok()) << planner_.log();
     stub_ = proto::Planner::NewStub(
         grpc::CreateChannel(planner_.address(), grpc::InsecureChannelCredentials()));
+  }
+
+  static std::vector<std::string> PlannerArgs() {
+    const std::string test = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    return {"--state_dir=" + TmpDir("state-" + test), "--heartbeat_timeout_s=2",
+            "--default_time_budget_s=1"};
   }
 
   proto::GetJobResponse Get() {
@@ -389,6 +391,66 @@ TEST_F(AgentE2ETest, NodeLossResumeRejoinDrainAndFinalWeightsEqualAnUninterrupte
   }
   std::printf("final weights bit-identical to the uninterrupted run: %s\n",
               bitwise ? "yes" : "no (within float rounding)");
+}
+
+TEST_F(AgentE2ETest, TrainingContinuesWhileThePlannerRestarts) {
+  const std::string checkpoints = TmpDir("checkpoints-restart");
+  AgentProcess a("node-a", TmpDir("restart-a"), checkpoints);
+  AgentProcess b("node-b", TmpDir("restart-b"), checkpoints);
+  ASSERT_TRUE(a.Start(planner_.address())) << a.log();
+  ASSERT_TRUE(b.Start(planner_.address())) << b.log();
+  constexpr int kRestartIterations = 1500;
+  proto::Job job;
+  {
+    auto ctx = Ctx();
+    ASSERT_TRUE(stub_->CreateJob(ctx.get(), AgentJob(kRestartIterations), &job).ok());
+  }
+  job_id_ = job.id();
+  const executor::ModelSpec spec = *executor::ParseModelSpec(kModel);
+  const std::string job_checkpoints = checkpoints + "/" + job_id_;
+  auto latest = [&] {
+    auto l = executor::LatestCompleteCheckpoint(job_checkpoints, spec);
+    return l.ok() ? *l : 0;
+  };
+  auto wait_checkpoint = [&](int64_t at_least, double timeout_s) {
+    const double deadline = Now() + timeout_s;
+    while (Now() < deadline && latest() < at_least) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return latest();
+  };
+  ASSERT_GE(wait_checkpoint(kCheckpointInterval, 60), kCheckpointInterval) << a.log() << b.log();
+
+  // The planner goes away: the ranks keep training (checkpoints keep coming).
+  const int port = planner_.port();
+  planner_.Kill(SIGKILL);
+  const int64_t at_kill = latest();
+  EXPECT_GE(wait_checkpoint(at_kill + 3 * kCheckpointInterval, 60), at_kill + 3 * kCheckpointInterval)
+      << "training stopped without the planner\n" << a.log();
+
+  // It comes back on the same port and state: the agents reconnect; the job finishes.
+  PlannerProcess restarted(kPlanner);
+  std::vector<std::string> args = PlannerArgs();
+  args.push_back("--port=" + std::to_string(port));
+  ASSERT_TRUE(restarted.Start(args).ok()) << restarted.log();
+  EXPECT_EQ(wait_checkpoint(kRestartIterations, 120), kRestartIterations) << a.log() << b.log();
+  const double deadline = Now() + 30;
+  bool both_alive = false;
+  while (Now() < deadline && !both_alive) {
+    proto::ListAgentsResponse agents;
+    auto ctx = Ctx();
+    if (stub_->ListAgents(ctx.get(), proto::ListAgentsRequest(), &agents).ok()) {
+      int alive = 0;
+      for (const proto::AgentStatus& s : agents.agents()) alive += s.alive() ? 1 : 0;
+      both_alive = alive == 2;
+    }
+    if (!both_alive) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(both_alive) << restarted.log();
+  const proto::GetJobResponse final_job = Get();
+  for (const proto::JobEvent& e : final_job.job().events()) {
+    EXPECT_NE(e.kind(), "rank_failed") << e.message();
+  }
 }
 
 }  // namespace

@@ -156,9 +156,16 @@ const AgentJob* Agent::Target() const {
     auto given_up = given_up_.find(job.job_id);
     if (given_up != given_up_.end() && given_up->second >= job.version) continue;
     auto failure = failures_.find(job.job_id);
-    if (failure != failures_.end() && job.created_unix_ms <= failure->second.unix_ms &&
-        SameLayout(job.slots, failure->second.slots)) {
-      continue;  // made before the failure, on the devices that just failed
+    if (failure != failures_.end() && SameLayout(job.slots, failure->second.slots)) {
+      // The devices that just failed: a version made before the failure, or soon after it
+      // (before the planner's heartbeat timeout, ~4 heartbeat intervals, can have dropped a
+      // lost node), would only fail again against the lost peer. After twice that, the layout
+      // is tried again (the failure was not a node loss).
+      const int64_t grace_ms = static_cast<int64_t>(8 * heartbeat_interval_s_ * 1000);
+      if (job.created_unix_ms <= failure->second.unix_ms ||
+          UnixMillisNow() < failure->second.unix_ms + grace_ms) {
+        continue;
+      }
     }
     return &job;
   }

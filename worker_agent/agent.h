@@ -159,7 +159,7 @@ class Agent {
   std::set<std::string> done_jobs_;
   std::map<std::string, int64_t> given_up_;  // job -> version that failed or was refused here
   // job -> the device layout of a run whose ranks failed, and when (unix ms): versions with the
-  // same layout made before the failure would only fail again against the lost peer.
+  // same layout made before or soon after the failure are not started (see Target).
   struct Failure {
     std::vector<DeviceSlot> slots;
     int64_t unix_ms = 0;
