@@ -153,8 +153,8 @@ bool Agent::UsesThisNode(const AgentJob& job) const {
 const AgentJob* Agent::Target() const {
   for (const AgentJob& job : jobs_) {
     if (done_jobs_.count(job.job_id) || !UsesThisNode(job)) continue;
-    auto given_up = given_up_.find(job.job_id);
-    if (given_up != given_up_.end() && given_up->second >= job.version) continue;
+    auto ran = ran_.find(job.job_id);
+    if (ran != ran_.end() && ran->second >= job.version) continue;
     auto failure = failures_.find(job.job_id);
     if (failure != failures_.end() && SameLayout(job.slots, failure->second.slots)) {
       // The devices that just failed: a version made before the failure, or soon after it
@@ -176,13 +176,13 @@ absl::Status Agent::StartRun(const AgentJob& job) {
   absl::StatusOr<std::vector<LocalRank>> ranks =
       LocalRanksOf(job, options_.node, options_.num_devices);
   if (!ranks.ok()) {
-    given_up_[job.job_id] = job.version;
+    ran_[job.job_id] = job.version;
     Event(job.job_id, {"plan_refused", "", job.version, 0, std::string(ranks.status().message())});
     return ranks.status();
   }
   absl::StatusOr<executor::ModelSpec> spec = executor::ParseModelSpec(job.reference_model);
   if (!spec.ok()) {
-    given_up_[job.job_id] = job.version;
+    ran_[job.job_id] = job.version;
     Event(job.job_id, {"plan_refused", "", job.version, 0,
                        absl::StrCat("reference_model: ", spec.status().message())});
     return spec.status();
@@ -338,8 +338,10 @@ void Agent::FinishRun(const std::vector<RankOutcome>& outcomes) {
     completed = completed && o.ok && !o.stopped && o.completed_iterations >= run_.job.iterations;
     reached = std::max(reached, o.completed_iterations);
   }
+  // A version runs at most once here (its rendezvous prefix is single-use), whatever the
+  // outcome; the job list may still show it for a moment after the ranks stopped.
+  ran_[run_.job_id] = run_.version;
   if (failed != nullptr) {
-    given_up_[run_.job_id] = run_.version;  // wait for a newer version
     failures_[run_.job_id] = Failure{run_.job.slots, UnixMillisNow()};
     Event(run_.job_id, {"rank_failed", "", run_.version, reached,
                         absl::StrCat("rank ", failed->rank, ": ", failed->error)});

@@ -157,7 +157,8 @@ class Agent {
   std::vector<AgentJob> jobs_;  // last known
   ActiveRun run_;
   std::set<std::string> done_jobs_;
-  std::map<std::string, int64_t> given_up_;  // job -> version that failed or was refused here
+  // job -> newest version run (whatever the outcome) or refused here: each runs at most once.
+  std::map<std::string, int64_t> ran_;
   // job -> the device layout of a run whose ranks failed, and when (unix ms): versions with the
   // same layout made before or soon after the failure are not started (see Target).
   struct Failure {
