@@ -12,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "executor/tcp_store.h"
 #include "gloo/common/error.h"
 #include "gloo/rendezvous/context.h"
 #include "gloo/rendezvous/file_store.h"
@@ -60,8 +61,10 @@ absl::Status CheckOptions(const GlooOptions& o) {
   if (!(o.timeout_s > 0)) {
     return absl::InvalidArgumentError(absl::StrCat("gloo: timeout_s ", o.timeout_s, " <= 0"));
   }
-  if (o.size > 1 && o.store_dir.empty()) {
-    return absl::InvalidArgumentError("gloo: store_dir is empty; ranks need a shared directory");
+  if (o.size > 1 && o.store_dir.empty() && o.store_address.empty()) {
+    return absl::InvalidArgumentError(
+        "gloo: store_dir and store_address are empty; ranks need a shared directory or a TCP "
+        "store");
   }
   if (o.size > 1 && o.prefix.empty()) {
     return absl::InvalidArgumentError("gloo: prefix is empty; give every run its own namespace");
@@ -98,17 +101,21 @@ absl::StatusOr<std::unique_ptr<Transport>> GlooTransport::Create(const GlooOptio
   if (options.size == 1) return std::unique_ptr<Transport>(std::move(t));
 
   std::error_code ec;
-  std::filesystem::create_directories(options.store_dir, ec);
+  if (options.store_address.empty()) std::filesystem::create_directories(options.store_dir, ec);
   if (ec) {
     return absl::FailedPreconditionError(
         absl::StrCat("gloo: cannot create store_dir '", options.store_dir, "': ", ec.message()));
   }
-  std::unique_ptr<gloo::rendezvous::FileStore> store;
+  std::unique_ptr<gloo::rendezvous::Store> store;
   try {
     gloo::transport::tcp::attr attr;
     attr.hostname = options.hostname;
     t->device_ = gloo::transport::tcp::CreateDevice(attr);
-    store = std::make_unique<gloo::rendezvous::FileStore>(options.store_dir);
+    if (options.store_address.empty()) {
+      store = std::make_unique<gloo::rendezvous::FileStore>(options.store_dir);
+    } else {
+      store = std::make_unique<TcpStore>(options.store_address, timeout);
+    }
   } catch (const std::exception& e) {
     return absl::UnavailableError(
         absl::StrCat("gloo rank ", options.rank, ": cannot listen on hostname '", options.hostname,
@@ -135,7 +142,9 @@ absl::StatusOr<std::unique_ptr<Transport>> GlooTransport::Create(const GlooOptio
         return absl::Status(
             CodeForGlooError(e),
             absl::StrCat("gloo rank ", options.rank, ": connecting to rank ", peer, " (prefix '",
-                         options.prefix, "' in '", options.store_dir, "') failed: ", e.what()));
+                         options.prefix, "' in '",
+                         options.store_address.empty() ? options.store_dir : options.store_address,
+                         "') failed: ", e.what()));
       }
       t->peers_[peer] = std::move(link);
     }

@@ -50,6 +50,9 @@ struct GlooOptions {
   int size = 1;
   // Directory of the gloo::rendezvous::FileStore, shared by all ranks (created if missing).
   std::string store_dir;
+  // "HOST:PORT" of a TcpStoreServer (executor/tcp_store.h): rendezvous over TCP instead of
+  // store_dir, for hosts without a shared file system. Takes precedence over store_dir.
+  std::string store_address;
   // Per-run namespace inside store_dir. Must be fresh for every run: a rank that finds the
   // addresses of a previous run under the same prefix connects to dead ports and times out.
   std::string prefix;

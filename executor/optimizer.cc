@@ -56,4 +56,26 @@ absl::Status AdamW::Step(const std::vector<Tensor*>& params,
   return absl::OkStatus();
 }
 
+absl::Status AdamW::Restore(int64_t step, std::vector<Tensor> m, std::vector<Tensor> v) {
+  if (step < 0) return absl::InvalidArgumentError(absl::StrCat("AdamW: step ", step, " < 0"));
+  if (m.size() != v.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("AdamW: ", m.size(), " first moments but ", v.size(), " second moments"));
+  }
+  if ((step > 0) != !m.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("AdamW: step ", step, " with ", m.size(), " moments"));
+  }
+  for (size_t i = 0; i < m.size(); ++i) {
+    if (m[i].rows() != v[i].rows() || m[i].cols() != v[i].cols()) {
+      return absl::InvalidArgumentError(absl::StrCat("AdamW: moments of parameter ", i,
+                                                     " differ in shape"));
+    }
+  }
+  step_ = step;
+  m_ = std::move(m);
+  v_ = std::move(v);
+  return absl::OkStatus();
+}
+
 }  // namespace octopipe::executor

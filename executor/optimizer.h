@@ -43,6 +43,12 @@ class AdamW {
   const std::vector<Tensor>& first_moments() const { return m_; }
   const std::vector<Tensor>& second_moments() const { return v_; }
 
+  // Replaces the state with one saved earlier (a checkpoint): `step` Step calls taken, and
+  // their moments by parameter index (both empty when step is 0). kInvalidArgument when step
+  // is negative, m and v differ in length or shape, or step > 0 comes without moments; nothing
+  // is changed then.
+  absl::Status Restore(int64_t step, std::vector<Tensor> m, std::vector<Tensor> v);
+
  private:
   AdamWOptions options_;
   int64_t step_ = 0;

@@ -1,7 +1,11 @@
 #include "executor/trainer.h"
 
+#include <algorithm>
+#include <chrono>
+
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "executor/checkpoint.h"
 #include "executor/data.h"
 #include "executor/optimizer.h"
 #include "executor/reference_trainer.h"
@@ -27,6 +31,44 @@ absl::StatusOr<std::vector<std::unique_ptr<Layer>>> BuildRankLayers(const ModelS
   return layers;
 }
 
+namespace {
+
+// Rank 0 decides and tells every other rank whether to stop before the next iteration.
+absl::StatusOr<bool> AgreeOnStop(int rank, Transport* transport, const TrainOptions& options) {
+  int32_t stop = 0;
+  if (rank == 0) {
+    stop = options.stop_requested && options.stop_requested() ? 1 : 0;
+    for (int r = 1; r < transport->size(); ++r) {
+      RETURN_IF_ERROR(transport->Send(r, kStopControlTag, &stop, sizeof(stop)));
+    }
+  } else {
+    RETURN_IF_ERROR(transport->Recv(0, kStopControlTag, &stop, sizeof(stop)));
+  }
+  return stop != 0;
+}
+
+absl::Status SaveCheckpoint(const ModelSpec& spec, int rank, int completed,
+                            RankResult* result, const AdamW& optimizer,
+                            const TrainOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  RETURN_IF_ERROR(SaveRankCheckpoint(options.checkpoint_dir, completed, result->layers, optimizer));
+  if (rank == 0) {
+    // Only checkpoints older than the `keep` newest complete ones go; the one being written
+    // by the other ranks now is newer than all of those.
+    absl::StatusOr<int> pruned =
+        PruneCheckpoints(options.checkpoint_dir, spec, std::max(1, options.keep_checkpoints));
+    if (!pruned.ok()) return pruned.status();
+  }
+  if (options.on_checkpoint) {
+    options.on_checkpoint(completed, std::chrono::duration<double>(
+                                         std::chrono::steady_clock::now() - start)
+                                         .count());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<RankResult> TrainRank(const ModelSpec& spec, const Plan& plan, int rank,
                                      Transport* transport, const TrainOptions& options) {
   RankResult result;
@@ -38,7 +80,31 @@ absl::StatusOr<RankResult> TrainRank(const ModelSpec& spec, const Plan& plan, in
   AdamWOptions adam;
   adam.lr = static_cast<float>(options.lr);
   AdamW optimizer(adam);
-  for (int it = 0; it < options.iterations; ++it) {
+  const bool checkpoints = !options.checkpoint_dir.empty();
+  if (checkpoints && options.resume) {
+    absl::StatusOr<int64_t> latest = LatestCompleteCheckpoint(options.checkpoint_dir, spec);
+    if (latest.ok()) {
+      RETURN_IF_ERROR(
+          LoadRankCheckpoint(options.checkpoint_dir, *latest, result.layers, &optimizer));
+      result.first_iteration = static_cast<int>(*latest);
+    } else if (!absl::IsNotFound(latest.status())) {
+      return latest.status();
+    }
+  }
+  int last_saved = result.first_iteration;
+  result.completed_iterations = result.first_iteration;
+  for (int it = result.first_iteration; it < options.iterations; ++it) {
+    if (options.stoppable) {
+      absl::StatusOr<bool> stop = AgreeOnStop(rank, transport, options);
+      if (!stop.ok()) {
+        return absl::Status(stop.status().code(), absl::StrCat("before iteration ", it, ": ",
+                                                               stop.status().message()));
+      }
+      if (*stop) {
+        result.stopped = true;
+        break;
+      }
+    }
     for (auto& layer : result.layers) {
       if (layer) layer->ZeroGrads();
     }
@@ -49,8 +115,21 @@ absl::StatusOr<RankResult> TrainRank(const ModelSpec& spec, const Plan& plan, in
       return absl::Status(stats.status().code(),
                           absl::StrCat("iteration ", it, ": ", stats.status().message()));
     }
-    result.iterations.push_back(std::move(*stats));
     if (options.step_optimizer) RETURN_IF_ERROR(ApplyAdamW(result.layers, &optimizer));
+    result.completed_iterations = it + 1;
+    if (checkpoints && options.checkpoint_interval > 0 &&
+        (it + 1) % options.checkpoint_interval == 0) {
+      RETURN_IF_ERROR(SaveCheckpoint(spec, rank, it + 1, &result, optimizer, options));
+      last_saved = it + 1;
+    }
+    if (options.on_iteration) options.on_iteration(it, *stats);
+    result.iterations.push_back(std::move(*stats));
+  }
+  const bool save_now =
+      result.stopped || (options.checkpoint_at_end && result.completed_iterations > 0);
+  if (checkpoints && save_now && last_saved != result.completed_iterations) {
+    RETURN_IF_ERROR(
+        SaveCheckpoint(spec, rank, result.completed_iterations, &result, optimizer, options));
   }
   return result;
 }

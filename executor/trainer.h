@@ -6,7 +6,9 @@
 #ifndef OCTOPIPE_EXECUTOR_TRAINER_H_
 #define OCTOPIPE_EXECUTOR_TRAINER_H_
 
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -19,14 +21,48 @@
 namespace octopipe::executor {
 
 struct TrainOptions {
+  // Train until this many iterations are complete (counting those a resumed checkpoint holds).
   int iterations = 1;
   uint64_t data_seed = 7;
   double lr = 1e-3;
   bool step_optimizer = true;  // false: keep the gradients of the last iteration (tests)
+
+  // Checkpoints (executor/checkpoint.h) under this directory; empty: none.
+  std::string checkpoint_dir;
+  // Save after every N completed iterations; 0: only when stopping early.
+  int checkpoint_interval = 0;
+  // Start from the newest complete checkpoint in checkpoint_dir (from scratch when there is
+  // none). The data of iteration i is IterationData(.., i, ..) whatever the start, so resuming
+  // from k and training to n equals training to n uninterrupted, bit for bit, for schedules
+  // that accumulate each layer's weight gradients in micro-batch order.
+  bool resume = false;
+  // Also save when training completes (a restarted run then finds itself done).
+  bool checkpoint_at_end = false;
+  // Complete checkpoints kept (older ones are pruned by rank 0 after each save).
+  int keep_checkpoints = 2;
+
+  // Coordinated stop at an iteration boundary (plan switch, drain). Must be equal on every
+  // rank: when true, before each iteration rank 0 evaluates stop_requested (if set) and sends
+  // the decision to every other rank (one small message on a reserved tag); on "stop" every
+  // rank saves a checkpoint of the completed iterations and returns with stopped = true.
+  bool stoppable = false;
+  std::function<bool()> stop_requested;  // read on rank 0 only
+  // Called after each iteration (its optimizer step and checkpoint, if any) with its index and
+  // statistics.
+  std::function<void(int iteration, const IterationStats& stats)> on_iteration;
+  // Called after each checkpoint this rank saved, with the iteration and seconds it took.
+  std::function<void(int iteration, double seconds)> on_checkpoint;
 };
+
+// The tag of rank 0's per-iteration stop/continue message (far above the engine's tags).
+inline constexpr uint32_t kStopControlTag = 0xFFFFFF00u;
 
 struct RankResult {
   int rank = 0;
+  int first_iteration = 0;       // the iteration training started at (the checkpoint's)
+  int completed_iterations = 0;  // iterations complete when TrainRank returned
+  bool stopped = false;          // stopped early on rank 0's request
+  // Statistics of the iterations this call ran (first_iteration, first_iteration + 1, ...).
   std::vector<IterationStats> iterations;
   // The rank's layers after training, by model layer index (null where another rank owns it);
   // their grads() hold the last iteration's gradients.
@@ -41,6 +77,9 @@ std::vector<MicroBatch> IterationData(const ModelSpec& spec, uint64_t data_seed,
 absl::StatusOr<std::vector<std::unique_ptr<Layer>>> BuildRankLayers(const ModelSpec& spec,
                                                                     const Plan& plan, int rank);
 
+// Trains `rank`'s stages of `plan`. With checkpoint options, loads/saves checkpoints as
+// described on TrainOptions. Errors: a transport failure names the iteration and the peer;
+// checkpoint errors as executor/checkpoint.h.
 absl::StatusOr<RankResult> TrainRank(const ModelSpec& spec, const Plan& plan, int rank,
                                      Transport* transport, const TrainOptions& options);
 

@@ -23,6 +23,7 @@ absl::StatusOr<std::unique_ptr<Transport>> MakeGloo(const TransportConfig& c) {
   o.rank = c.rank;
   o.size = c.size;
   o.store_dir = c.store_dir;
+  o.store_address = c.store_address;
   o.prefix = c.prefix;
   o.hostname = c.hostname;
   o.timeout_s = c.timeout_s;

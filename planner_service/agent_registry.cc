@@ -19,6 +19,7 @@ bool AgentRegistry::Register(const std::string& node_id, int num_devices,
   info.address = address;
   info.last_heartbeat_s = now;
   info.alive = true;
+  info.drained = false;
   return joined;
 }
 
@@ -56,6 +57,22 @@ bool AgentRegistry::MarkFailed(const std::string& node_id) {
   if (it == agents_.end() || !it->second.alive) return false;
   it->second.alive = false;
   return true;
+}
+
+bool AgentRegistry::MarkDrained(const std::string& node_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = agents_.find(node_id);
+  if (it == agents_.end()) return false;
+  it->second.drained = true;
+  const bool was_alive = it->second.alive;
+  it->second.alive = false;
+  return was_alive;
+}
+
+bool AgentRegistry::IsDrained(const std::string& node_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = agents_.find(node_id);
+  return it != agents_.end() && it->second.drained;
 }
 
 std::vector<AgentInfo> AgentRegistry::List() const {

@@ -40,6 +40,7 @@ struct AgentInfo {
   std::string address;          // host:port of the agent
   double last_heartbeat_s = 0;  // Clock::NowSeconds of the last heartbeat or registration
   bool alive = false;
+  bool drained = false;  // declared dead by MarkDrained (until it registers again)
 };
 
 class AgentRegistry {
@@ -66,6 +67,11 @@ class AgentRegistry {
   // Declares the node dead. Returns true if it was alive (the caller should re-plan around
   // it); false if it was already dead or is unknown (idempotent; unknown nodes stay unknown).
   bool MarkFailed(const std::string& node_id);
+
+  // MarkFailed for a drain: the node is also remembered as drained (IsDrained) until it
+  // registers again, so its agent can be told to leave rather than rejoin.
+  bool MarkDrained(const std::string& node_id);
+  bool IsDrained(const std::string& node_id) const;
 
   // Every known node, alive or dead, sorted by node_id.
   std::vector<AgentInfo> List() const;

@@ -124,6 +124,20 @@ TEST(AgentRegistryTest, UnknownNodeHeartbeatIsNotFoundNamingIt) {
   EXPECT_THAT(std::string(beat.message()), HasSubstr("'stranger'"));
 }
 
+TEST(AgentRegistryTest, ADrainedNodeStaysDrainedUntilItRegistersAgain) {
+  FakeClock clock;
+  AgentRegistry registry(&clock, kTimeout);
+  registry.Register("node-a", 2, "a");
+  EXPECT_FALSE(registry.IsDrained("node-a"));
+  EXPECT_TRUE(registry.MarkDrained("node-a"));
+  EXPECT_TRUE(registry.IsDrained("node-a"));
+  EXPECT_FALSE(registry.Get("node-a")->alive);
+  EXPECT_FALSE(registry.MarkDrained("node-a")) << "already dead";
+  EXPECT_FALSE(registry.IsDrained("stranger"));
+  EXPECT_TRUE(registry.Register("node-a", 2, "a"));
+  EXPECT_FALSE(registry.IsDrained("node-a"));
+}
+
 TEST(AgentRegistryTest, MarkFailedIsIdempotentAndNotReportedAgainByDetection) {
   FakeClock clock;
   AgentRegistry registry(&clock, kTimeout);

@@ -10,6 +10,7 @@
 #include "core/limits.h"
 #include "core/status_macros.h"
 #include "logging/logging.h"
+#include "planner_service/agent_jobs.h"
 #include "planner_service/calibration.h"
 #include "simulator/evaluator.h"
 #include "simulator/problem_builder.h"
@@ -133,6 +134,7 @@ absl::StatusOr<proto::Job> JobManager::Create(const proto::CreateJobRequest& req
   *e.job.mutable_model() = request.model();
   *e.job.mutable_cluster() = request.cluster();
   *e.job.mutable_options() = request.options();
+  if (request.has_training()) *e.job.mutable_training() = request.training();
   e.job.set_state(proto::JOB_STATE_PLANNING);
   e.job.set_created_unix_ms(UnixMillis());
   e.job.set_pending_replan_reason("initial");
@@ -275,6 +277,22 @@ void JobManager::Unwatch(int64_t subscription) {
   subscriptions_.erase(subscription);
 }
 
+absl::Status JobManager::AddEvent(const std::string& job_id, proto::JobEvent event) {
+  constexpr int kMaxEvents = 200;
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job_id: no job '", job_id, "'"));
+  proto::Job job = it->second.job;
+  event.set_unix_ms(UnixMillis());
+  *job.add_events() = std::move(event);
+  if (job.events_size() > kMaxEvents) {
+    job.mutable_events()->DeleteSubrange(0, job.events_size() - kMaxEvents);
+  }
+  RETURN_IF_ERROR(store_->PutJob(job));
+  it->second.job = std::move(job);
+  return absl::OkStatus();
+}
+
 int JobManager::num_jobs() const {
   absl::MutexLock lock(&mu_);
   return static_cast<int>(jobs_.size());
@@ -368,6 +386,7 @@ void JobManager::RunPlanning(const std::string& job_id, ReplanReason reason) {
       *version.mutable_result() = *result;
       version.set_reason(std::string(ReplanReasonName(reason)));
       version.set_created_unix_ms(UnixMillis());
+      FillDeviceSlots(input->cluster, result->plan().num_devices(), &version);
       absl::Status stored = store_->PutPlanVersion(version);
       if (stored.ok()) {
         e.versions.push_back(version);

@@ -103,6 +103,10 @@ class JobManager {
   std::vector<std::string> NodeLost(const std::string& node_id, ReplanReason reason);
   std::vector<std::string> NodeJoined(const std::string& node_id);
 
+  // Appends an agent's event to the job (time-stamped, persisted; the newest 200 are kept).
+  // kNotFound for an unknown job.
+  absl::Status AddEvent(const std::string& job_id, proto::JobEvent event);
+
   int num_jobs() const;
 
  private:

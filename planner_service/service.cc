@@ -8,6 +8,7 @@
 #include "core/limits.h"
 #include "core/status_macros.h"
 #include "logging/logging.h"
+#include "planner_service/agent_jobs.h"
 #include "planner_service/clock.h"
 
 namespace octopipe::planner {
@@ -114,7 +115,9 @@ grpc::ServerUnaryReactor* PlannerService::CreateJob(grpc::CallbackServerContext*
                                                     const proto::CreateJobRequest* request,
                                                     proto::Job* response) {
   if (absl::Status s = Authorize(ctx); !s.ok()) return Done(ctx, "CreateJob", s);
-  absl::StatusOr<proto::Job> job = jobs_->Create(*request);
+  absl::StatusOr<proto::CreateJobRequest> resolved = ResolveAgentTraining(*request);
+  if (!resolved.ok()) return Done(ctx, "CreateJob", resolved.status());
+  absl::StatusOr<proto::Job> job = jobs_->Create(*resolved);
   if (job.ok()) *response = std::move(*job);
   UpdateHealth();
   return Done(ctx, "CreateJob", job.status());
@@ -322,7 +325,34 @@ grpc::ServerUnaryReactor* PlannerService::Heartbeat(grpc::CallbackServerContext*
   if (request->node_id().empty()) {
     return Done(ctx, "Heartbeat", absl::InvalidArgumentError("node_id is empty"));
   }
+  if (agents_->IsDrained(request->node_id())) {
+    response->set_drained(true);  // the agent leaves instead of registering again
+    return Done(ctx, "Heartbeat", absl::OkStatus());
+  }
   return Done(ctx, "Heartbeat", agents_->Heartbeat(request->node_id()));
+}
+
+grpc::ServerUnaryReactor* PlannerService::ReportJobEvent(
+    grpc::CallbackServerContext* ctx, const proto::ReportJobEventRequest* request,
+    proto::ReportJobEventResponse* response) {
+  if (absl::Status s = Authorize(ctx); !s.ok()) return Done(ctx, "ReportJobEvent", s);
+  if (request->event().kind().empty()) {
+    return Done(ctx, "ReportJobEvent", absl::InvalidArgumentError("event.kind is empty"));
+  }
+  return Done(ctx, "ReportJobEvent", jobs_->AddEvent(request->job_id(), request->event()));
+}
+
+grpc::ServerUnaryReactor* PlannerService::ListAgents(grpc::CallbackServerContext* ctx,
+                                                     const proto::ListAgentsRequest* request,
+                                                     proto::ListAgentsResponse* response) {
+  for (const AgentInfo& a : agents_->List()) {
+    proto::AgentStatus* s = response->add_agents();
+    s->set_node_id(a.node_id);
+    s->set_num_devices(a.num_devices);
+    s->set_address(a.address);
+    s->set_alive(a.alive);
+  }
+  return Done(ctx, "ListAgents", absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* PlannerService::ReportStageTimes(
@@ -369,7 +399,11 @@ absl::Status PlannerService::LoseNode(const proto::NodeRequest& request, ReplanR
         "node_id: no node '", request.node_id().substr(0, 256),
         "' (no agent registered it and no job's cluster has it)"));
   }
-  agents_->MarkFailed(request.node_id());
+  if (reason == ReplanReason::kDrain) {
+    agents_->MarkDrained(request.node_id());
+  } else {
+    agents_->MarkFailed(request.node_id());
+  }
   if (observer_) observer_->OnAgentsAlive(agents_->AliveCount());
   const std::vector<std::string> replanned = jobs_->NodeLost(request.node_id(), reason);
   logging::Event(*logging::Logger("agents"), spdlog::level::warn,

@@ -89,6 +89,12 @@ class PlannerService final : public proto::Planner::CallbackService {
   grpc::ServerUnaryReactor* DrainNode(grpc::CallbackServerContext* ctx,
                                       const proto::NodeRequest* request,
                                       proto::NodeResponse* response) override;
+  grpc::ServerUnaryReactor* ReportJobEvent(grpc::CallbackServerContext* ctx,
+                                           const proto::ReportJobEventRequest* request,
+                                           proto::ReportJobEventResponse* response) override;
+  grpc::ServerUnaryReactor* ListAgents(grpc::CallbackServerContext* ctx,
+                                       const proto::ListAgentsRequest* request,
+                                       proto::ListAgentsResponse* response) override;
 
  private:
   // Finishes a unary call, recording it.

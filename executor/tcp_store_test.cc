@@ -1,0 +1,79 @@
+// The TCP rendezvous store: set/get/wait with timeouts, and a real Gloo mesh of three forked
+// processes connected through it (no shared directory).
+#include "executor/tcp_store.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <thread>
+
+#include "executor/gloo_transport.h"
+#include "gloo/common/error.h"
+#include "gtest/gtest.h"
+
+namespace octopipe::executor {
+namespace {
+
+TEST(TcpStoreTest, SetGetAndWaitAcrossClients) {
+  auto server = TcpStoreServer::Start("127.0.0.1", 0);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string address = "127.0.0.1:" + std::to_string((*server)->port());
+  TcpStore a(address, std::chrono::seconds(10));
+  TcpStore b(address, std::chrono::seconds(10));
+  std::thread setter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    a.set("k", {'h', 'i'});
+  });
+  EXPECT_EQ(b.get("k"), (std::vector<char>{'h', 'i'}));  // blocks until set
+  setter.join();
+  b.wait({"k"});
+  EXPECT_THROW(b.wait({"absent"}, std::chrono::milliseconds(100)), gloo::IoException);
+  EXPECT_EQ(b.get("k"), (std::vector<char>{'h', 'i'})) << "usable after a timeout";
+}
+
+TEST(TcpStoreTest, UnreachableServerThrowsWithinTheTimeout) {
+  int port = 0;
+  {
+    auto server = TcpStoreServer::Start("127.0.0.1", 0);
+    ASSERT_TRUE(server.ok());
+    port = (*server)->port();
+  }  // closed
+  TcpStore s("127.0.0.1:" + std::to_string(port), std::chrono::milliseconds(300));
+  EXPECT_THROW(s.get("k"), gloo::IoException);
+}
+
+TEST(TcpStoreTest, GlooRanksRendezvousThroughIt) {
+  auto server = TcpStoreServer::Start("127.0.0.1", 0);
+  ASSERT_TRUE(server.ok());
+  const std::string address = "127.0.0.1:" + std::to_string((*server)->port());
+  constexpr int kRanks = 3;
+  std::vector<pid_t> pids;
+  for (int r = 0; r < kRanks; ++r) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      GlooOptions o;
+      o.rank = r;
+      o.size = kRanks;
+      o.store_address = address;
+      o.prefix = "run";
+      o.timeout_s = 30;
+      auto t = GlooTransport::Create(o);
+      if (!t.ok()) _exit(2);
+      // Ring: send our rank to the next one, receive the previous one's.
+      int32_t got = -1, mine = r;
+      std::thread send([&] { (void)(*t)->Send((r + 1) % kRanks, 5, &mine, sizeof(mine)); });
+      const bool ok = (*t)->Recv((r + kRanks - 1) % kRanks, 5, &got, sizeof(got)).ok();
+      send.join();
+      _exit(ok && got == (r + kRanks - 1) % kRanks ? 0 : 3);
+    }
+    pids.push_back(pid);
+  }
+  for (int r = 0; r < kRanks; ++r) {
+    int status = 0;
+    waitpid(pids[r], &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "rank " << r << " " << status;
+  }
+}
+
+}  // namespace
+}  // namespace octopipe::executor

@@ -1,0 +1,457 @@
+// Worker agents end to end: the real octopipe-planner and two octopipe-agent processes ("node-a",
+// "node-b", one device each; ranks rendezvous through node-a's TCP store, no shared run
+// directory) train a job on the reference model. kill -9 of node-b's agent (its ranks die with
+// it) makes node-a's ranks fail naming the lost peer; the planner drops node-b on its heartbeat
+// timeout and re-plans on node-a alone, which resumes from the last checkpoint; node-b's agent
+// comes back, the job is re-planned onto it; a drain of node-b moves the job back to node-a at
+// an iteration boundary without losing work; the final weights equal an uninterrupted run's.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "core/cluster_presets.h"
+#include "core/convert.h"
+#include "executor/checkpoint.h"
+#include "executor/inproc_transport.h"
+#include "executor/model_spec.h"
+#include "executor/trainer.h"
+#include <grpcpp/grpcpp.h>
+
+#include "gtest/gtest.h"
+#include "proto/planner.grpc.pb.h"
+#include "simulator/classic_pipeline.h"
+#include "tests/planner_process.h"
+
+namespace octopipe {
+namespace {
+
+using testing::PlannerProcess;
+
+constexpr char kPlanner[] = "planner_service/octopipe-planner";
+constexpr char kAgent[] = "worker_agent/octopipe-agent";
+constexpr char kModel[] =
+    "ref:pattern=M*-EM-,hidden=16,heads=2,ffn=24,experts=4,top_k=2,moe_ffn=12,state=4,seq=8,"
+    "vocab=32,seed=5,microbatches=4";
+constexpr int kIterations = 1200;
+constexpr int kCheckpointInterval = 20;
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string TmpDir(const std::string& name) {
+  const std::string d = std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
+  std::filesystem::create_directories(d);
+  return d;
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// One octopipe-agent process; stderr goes to WORK_DIR/agent.log. Ready once its port file exists.
+class AgentProcess {
+ public:
+  AgentProcess(std::string node, std::string work_dir, std::string checkpoint_dir)
+      : node_(std::move(node)), work_dir_(std::move(work_dir)),
+        checkpoint_dir_(std::move(checkpoint_dir)) {}
+  ~AgentProcess() { Kill(SIGKILL); }
+
+  bool Start(const std::string& planner) {
+    const std::string port_file = work_dir_ + "/ports";
+    std::filesystem::remove(port_file);
+    std::vector<std::string> args = {kAgent,
+                                     "--node=" + node_,
+                                     "--planner=" + planner,
+                                     "--devices=1",
+                                     "--work_dir=" + work_dir_,
+                                     "--checkpoint_dir=" + checkpoint_dir_,
+                                     "--transport_timeout_s=5",
+                                     "--metrics_port=0",
+                                     "--port_file=" + port_file};
+    pid_ = fork();
+    if (pid_ == 0) {
+      FILE* log = std::fopen((work_dir_ + "/agent.log").c_str(), "a");
+      if (log != nullptr) dup2(fileno(log), STDERR_FILENO);
+      std::vector<char*> argv;
+      for (std::string& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(kAgent, argv.data());
+      _exit(127);
+    }
+    for (int i = 0; i < 1200 && !std::filesystem::exists(port_file); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return std::filesystem::exists(port_file);
+  }
+
+  void Kill(int sig) {
+    if (pid_ <= 0) return;
+    kill(pid_, sig);
+    waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+
+  std::string log() const { return ReadAll(work_dir_ + "/agent.log"); }
+  // The /metrics port from the port file ("STORE_PORT METRICS_PORT").
+  int metrics_port() const {
+    std::istringstream in(ReadAll(work_dir_ + "/ports"));
+    int store = 0, metrics = -1;
+    in >> store >> metrics;
+    return metrics;
+  }
+
+ private:
+  const std::string node_, work_dir_, checkpoint_dir_;
+  pid_t pid_ = -1;
+};
+
+// GET http://127.0.0.1:PORT/metrics, the body ("" on failure).
+std::string ScrapeMetrics(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    if (fd >= 0) close(fd);
+    return "";
+  }
+  const std::string req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+  (void)!write(fd, req.data(), req.size());
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
+  close(fd);
+  return out;
+}
+
+proto::CreateJobRequest AgentJob(int iterations = kIterations) {
+  Cluster c = *ClusterPreset("h100-4nodes");
+  c.nodes.resize(2);
+  c.nodes[0].name = "node-a";
+  c.nodes[1].name = "node-b";
+  for (Node& n : c.nodes) n.num_devices = 1;
+  proto::CreateJobRequest r;
+  r.set_name("agents");
+  *r.mutable_cluster() = ClusterToProto(c);
+  r.mutable_options()->set_time_budget_s(1);
+  r.mutable_options()->set_seed(1);
+  proto::AgentTraining* t = r.mutable_training();
+  t->set_reference_model(kModel);
+  t->set_iterations(iterations);
+  t->set_checkpoint_interval(kCheckpointInterval);
+  return r;
+}
+
+std::unique_ptr<grpc::ClientContext> Ctx() {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  return ctx;
+}
+
+class AgentE2ETest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    setvbuf(stdout, nullptr, _IONBF, 0);
+    ASSERT_TRUE(planner_.Start(PlannerArgs()).ok()) << planner_.log();
+    stub_ = proto::Planner::NewStub(
+        grpc::CreateChannel(planner_.address(), grpc::InsecureChannelCredentials()));
+  }
+
+  static std::vector<std::string> PlannerArgs() {
+    const std::string test = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    return {"--state_dir=" + TmpDir("state-" + test), "--heartbeat_timeout_s=2",
+            "--default_time_budget_s=1"};
+  }
+
+  proto::GetJobResponse Get() {
+    proto::GetJobRequest req;
+    req.set_job_id(job_id_);
+    proto::GetJobResponse resp;
+    auto ctx = Ctx();
+    EXPECT_TRUE(stub_->GetJob(ctx.get(), req, &resp).ok());
+    return resp;
+  }
+
+  // The first event matching `match` at or after index `from`; waits up to `timeout_s`.
+  const proto::JobEvent* WaitEvent(const std::function<bool(const proto::JobEvent&)>& match,
+                                   int from, double timeout_s, int* index = nullptr) {
+    const double deadline = Now() + timeout_s;
+    while (Now() < deadline) {
+      last_ = Get();
+      for (int i = from; i < last_.job().events_size(); ++i) {
+        if (match(last_.job().events(i))) {
+          if (index) *index = i;
+          return &last_.job().events(i);
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return nullptr;
+  }
+
+  std::string Events() {
+    std::string out;
+    const proto::GetJobResponse r = Get();
+    for (const proto::JobEvent& e : r.job().events()) {
+      out += absl::StrCat(e.unix_ms(), " ", e.node_id(), " v", e.plan_version(), " ", e.kind(),
+                          " it=", e.iteration(), " ", e.message(), "\n");
+    }
+    return out;
+  }
+
+  bool WaitJob(const std::function<bool(const proto::GetJobResponse&)>& match, double timeout_s) {
+    const double deadline = Now() + timeout_s;
+    while (Now() < deadline) {
+      if (match(Get())) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return false;
+  }
+
+  PlannerProcess planner_{kPlanner};
+  std::unique_ptr<proto::Planner::Stub> stub_;
+  std::string job_id_;
+  proto::GetJobResponse last_;
+};
+
+// The uninterrupted run: the same job in one process with a classic plan.
+std::vector<std::vector<executor::Tensor>> UninterruptedWeights() {
+  const executor::ModelSpec spec = *executor::ParseModelSpec(kModel);
+  Plan plan = *ClassicPlan(ScheduleKind::k1F1B, 1, 0, spec.microbatches, executor::ToModelGraph(spec));
+  executor::InProcHub hub(1);
+  auto t = hub.Endpoint(0);
+  executor::TrainOptions o;
+  o.iterations = kIterations;
+  absl::StatusOr<executor::RankResult> r = executor::TrainRank(spec, plan, 0, t.get(), o);
+  EXPECT_TRUE(r.ok()) << r.status();
+  std::vector<std::vector<executor::Tensor>> w;
+  for (auto& layer : r->layers) {
+    w.emplace_back();
+    for (executor::Tensor* p : layer->params()) w.back().push_back(*p);
+  }
+  return w;
+}
+
+TEST_F(AgentE2ETest, NodeLossResumeRejoinDrainAndFinalWeightsEqualAnUninterruptedRun) {
+  const std::string checkpoints = TmpDir("checkpoints");  // storage both nodes can read
+  AgentProcess a("node-a", TmpDir("node-a"), checkpoints);
+  AgentProcess b("node-b", TmpDir("node-b"), checkpoints);
+  ASSERT_TRUE(a.Start(planner_.address())) << a.log();
+  ASSERT_TRUE(b.Start(planner_.address())) << b.log();
+
+  proto::Job job;
+  {
+    auto ctx = Ctx();
+    grpc::Status s = stub_->CreateJob(ctx.get(), AgentJob(), &job);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  job_id_ = job.id();
+  const executor::ModelSpec spec = *executor::ParseModelSpec(kModel);
+  const std::string job_checkpoints = checkpoints + "/" + job_id_;
+
+  // 1. Both nodes train; wait for a few checkpoints.
+  ASSERT_NE(WaitEvent([](const proto::JobEvent& e) { return e.kind() == "started"; }, 0, 60),
+            nullptr)
+      << Events() << a.log() << b.log();
+  const double wait_ckpt = Now() + 60;
+  while (Now() < wait_ckpt) {
+    auto latest = executor::LatestCompleteCheckpoint(job_checkpoints, spec);
+    if (latest.ok() && *latest >= 3 * kCheckpointInterval) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_GE(*executor::LatestCompleteCheckpoint(job_checkpoints, spec), 3 * kCheckpointInterval);
+  // Live metrics on node-a's /metrics (prometheus-cpp).
+  const std::string metrics = ScrapeMetrics(a.metrics_port());
+  for (const char* name :
+       {"octopipe_agent_iteration_seconds{", "octopipe_agent_bubble_ratio{",
+        "octopipe_agent_pipeline_bubble_ratio{", "octopipe_agent_stage_op_seconds{",
+        "octopipe_agent_tokens_per_second{", "octopipe_agent_checkpoint_seconds{",
+        "octopipe_agent_plan_version{", "octopipe_agent_state{"}) {
+    EXPECT_NE(metrics.find(name), std::string::npos) << name << " missing from\n" << metrics;
+  }
+  const int events_before_kill = Get().job().events_size();
+
+  // 2. kill -9 node-b's agent (its ranks die with it).
+  const double killed_at = Now();
+  b.Kill(SIGKILL);
+  int failed_index = 0;
+  const proto::JobEvent* failed = WaitEvent(
+      [](const proto::JobEvent& e) { return e.kind() == "rank_failed" && e.node_id() == "node-a"; },
+      events_before_kill, 30, &failed_index);
+  ASSERT_NE(failed, nullptr) << Events() << a.log();
+  EXPECT_NE(failed->message().find("rank 1"), std::string::npos)
+      << "the error names the lost peer: " << failed->message();
+  const double failed_after_s = failed->unix_ms() / 1e3 - killed_at;
+  EXPECT_LT(failed_after_s, 5 + 3) << "within the transport timeout";
+
+  // 3. The planner drops node-b and re-plans on node-a alone, which resumes from a checkpoint.
+  int64_t survivor_version = 0;
+  ASSERT_TRUE(WaitJob(
+      [&](const proto::GetJobResponse& r) {
+        survivor_version = r.current().version();
+        return r.job().excluded_nodes_size() == 1 && r.current().reason() == "node_failure";
+      },
+      30))
+      << Events() << a.log();
+  const proto::JobEvent* resumed = WaitEvent(
+      [&](const proto::JobEvent& e) {
+        return e.kind() == "resumed" && e.node_id() == "node-a" &&
+               e.plan_version() >= survivor_version;
+      },
+      failed_index, 60);
+  ASSERT_NE(resumed, nullptr) << Events() << a.log();
+  EXPECT_GT(resumed->iteration(), 0);
+  const double kill_to_training_s = resumed->unix_ms() / 1e3 - killed_at;
+  EXPECT_LT(kill_to_training_s, 2 /*heartbeat timeout*/ + 3 + 10 /*loaded machine*/);
+  std::printf("kill -9 -> ranks failed: %.2f s; kill -9 -> training again on node-a: %.2f s "
+              "(plan v%lld, resumed from iteration %lld)\n",
+              failed_after_s, kill_to_training_s, static_cast<long long>(survivor_version),
+              static_cast<long long>(resumed->iteration()));
+
+  // 4. node-b's agent comes back: the job is re-planned onto both nodes.
+  const int events_before_join = Get().job().events_size();
+  ASSERT_TRUE(b.Start(planner_.address())) << b.log();
+  int64_t joined_version = 0;
+  ASSERT_TRUE(WaitJob(
+      [&](const proto::GetJobResponse& r) {
+        joined_version = r.current().version();
+        return r.job().excluded_nodes_size() == 0 && joined_version > survivor_version;
+      },
+      30))
+      << Events();
+  const proto::JobEvent* rejoined = WaitEvent(
+      [&](const proto::JobEvent& e) {
+        return (e.kind() == "resumed" || e.kind() == "completed") &&
+               e.plan_version() >= joined_version;
+      },
+      events_before_join, 60);
+  ASSERT_NE(rejoined, nullptr) << Events() << a.log() << b.log();
+
+  // 5. Drain node-b: the switch happens at an iteration boundary (a "stopped", no failure).
+  if (rejoined->kind() == "resumed") {
+    const int events_before_drain = Get().job().events_size();
+    proto::NodeRequest drain;
+    drain.set_node_id("node-b");
+    drain.set_reason("maintenance");
+    proto::NodeResponse drained;
+    {
+      auto ctx = Ctx();
+      ASSERT_TRUE(stub_->DrainNode(ctx.get(), drain, &drained).ok());
+    }
+    const proto::JobEvent* after_drain = WaitEvent(
+        [&](const proto::JobEvent& e) {
+          return e.kind() == "stopped" || e.kind() == "rank_failed" || e.kind() == "completed";
+        },
+        events_before_drain, 60);
+    ASSERT_NE(after_drain, nullptr) << Events();
+    EXPECT_NE(after_drain->kind(), "rank_failed") << Events();
+  }
+
+  // 6. The job completes; its final checkpoint equals the uninterrupted run's weights.
+  ASSERT_NE(WaitEvent([](const proto::JobEvent& e) { return e.kind() == "completed"; }, 0, 180),
+            nullptr)
+      << Events() << a.log() << b.log();
+  std::printf("events:\n%s", Events().c_str());
+  ASSERT_EQ(*executor::LatestCompleteCheckpoint(job_checkpoints, spec), kIterations);
+  const auto want = UninterruptedWeights();
+  bool bitwise = true;
+  for (size_t l = 0; l < want.size(); ++l) {
+    absl::StatusOr<executor::LayerCheckpoint> got = executor::ReadLayerCheckpoint(
+        executor::LayerCheckpointPath(job_checkpoints, kIterations, static_cast<int>(l)));
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_EQ(got->params.size(), want[l].size());
+    for (size_t i = 0; i < want[l].size(); ++i) {
+      const float scale = std::max(1e-12f, want[l][i].norm());
+      EXPECT_LE((got->params[i] - want[l][i]).norm() / scale, 1e-4)
+          << "layer " << l << " parameter " << i;
+      bitwise = bitwise && std::memcmp(got->params[i].data(), want[l][i].data(),
+                                       want[l][i].size() * sizeof(float)) == 0;
+    }
+  }
+  std::printf("final weights bit-identical to the uninterrupted run: %s\n",
+              bitwise ? "yes" : "no (within float rounding)");
+}
+
+TEST_F(AgentE2ETest, TrainingContinuesWhileThePlannerRestarts) {
+  const std::string checkpoints = TmpDir("checkpoints-restart");
+  AgentProcess a("node-a", TmpDir("restart-a"), checkpoints);
+  AgentProcess b("node-b", TmpDir("restart-b"), checkpoints);
+  ASSERT_TRUE(a.Start(planner_.address())) << a.log();
+  ASSERT_TRUE(b.Start(planner_.address())) << b.log();
+  constexpr int kRestartIterations = 1500;
+  proto::Job job;
+  {
+    auto ctx = Ctx();
+    ASSERT_TRUE(stub_->CreateJob(ctx.get(), AgentJob(kRestartIterations), &job).ok());
+  }
+  job_id_ = job.id();
+  const executor::ModelSpec spec = *executor::ParseModelSpec(kModel);
+  const std::string job_checkpoints = checkpoints + "/" + job_id_;
+  auto latest = [&] {
+    auto l = executor::LatestCompleteCheckpoint(job_checkpoints, spec);
+    return l.ok() ? *l : 0;
+  };
+  auto wait_checkpoint = [&](int64_t at_least, double timeout_s) {
+    const double deadline = Now() + timeout_s;
+    while (Now() < deadline && latest() < at_least) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return latest();
+  };
+  ASSERT_GE(wait_checkpoint(kCheckpointInterval, 60), kCheckpointInterval) << a.log() << b.log();
+
+  // The planner goes away: the ranks keep training (checkpoints keep coming).
+  const int port = planner_.port();
+  planner_.Kill(SIGKILL);
+  const int64_t at_kill = latest();
+  EXPECT_GE(wait_checkpoint(at_kill + 3 * kCheckpointInterval, 60), at_kill + 3 * kCheckpointInterval)
+      << "training stopped without the planner\n" << a.log();
+
+  // It comes back on the same port and state: the agents reconnect; the job finishes.
+  PlannerProcess restarted(kPlanner);
+  std::vector<std::string> args = PlannerArgs();
+  args.push_back("--port=" + std::to_string(port));
+  ASSERT_TRUE(restarted.Start(args).ok()) << restarted.log();
+  EXPECT_EQ(wait_checkpoint(kRestartIterations, 120), kRestartIterations) << a.log() << b.log();
+  const double deadline = Now() + 30;
+  bool both_alive = false;
+  while (Now() < deadline && !both_alive) {
+    proto::ListAgentsResponse agents;
+    auto ctx = Ctx();
+    if (stub_->ListAgents(ctx.get(), proto::ListAgentsRequest(), &agents).ok()) {
+      int alive = 0;
+      for (const proto::AgentStatus& s : agents.agents()) alive += s.alive() ? 1 : 0;
+      both_alive = alive == 2;
+    }
+    if (!both_alive) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(both_alive) << restarted.log();
+  const proto::GetJobResponse final_job = Get();
+  for (const proto::JobEvent& e : final_job.job().events()) {
+    EXPECT_NE(e.kind(), "rank_failed") << e.message();
+  }
+}
+
+}  // namespace
+}  // namespace octopipe

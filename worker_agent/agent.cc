@@ -1,0 +1,422 @@
+#include "worker_agent/agent.h"
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "core/convert.h"
+#include "executor/checkpoint.h"
+#include "executor/model_spec.h"
+#include "spdlog/spdlog.h"
+
+namespace octopipe::agent {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool SameLayout(const std::vector<DeviceSlot>& a, const std::vector<DeviceSlot>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].node != b[i].node || a[i].local_device != b[i].local_device) return false;
+  }
+  return true;
+}
+
+int64_t UnixMillisNow() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+double NowSeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+const char* AgentStateName(AgentState s) {
+  switch (s) {
+    case AgentState::kRegistering: return "registering";
+    case AgentState::kWatching: return "watching";
+    case AgentState::kRunning: return "running";
+    case AgentState::kSwitching: return "switching";
+  }
+  return "?";
+}
+
+absl::StatusOr<std::vector<LocalRank>> LocalRanksOf(const AgentJob& job, const std::string& node,
+                                                    int num_devices) {
+  if (static_cast<int>(job.slots.size()) != job.plan.num_devices) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("plan v", job.version, " has ", job.plan.num_devices, " devices but ",
+                     job.slots.size(), " device slots"));
+  }
+  std::vector<LocalRank> out;
+  for (int d = 0; d < static_cast<int>(job.slots.size()); ++d) {
+    const DeviceSlot& slot = job.slots[d];
+    if (slot.node != node) continue;
+    if (slot.local_device < 0 || slot.local_device >= num_devices) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "plan v", job.version, " puts device ", d, " on device ", slot.local_device, " of node ",
+          node, ", which has ", num_devices, " device(s)"));
+    }
+    out.push_back({d, slot.local_device});
+  }
+  return out;
+}
+
+Agent::Agent(AgentOptions options, PlannerLink* link, RankLauncher* launcher,
+             AgentObserver* observer)
+    : options_(std::move(options)), link_(link), launcher_(launcher), observer_(observer) {}
+
+absl::Status Agent::Init() {
+  absl::StatusOr<std::unique_ptr<executor::TcpStoreServer>> s =
+      executor::TcpStoreServer::Start(options_.advertise_host, options_.store_port);
+  if (!s.ok()) return s.status();
+  store_ = std::move(*s);
+  return absl::OkStatus();
+}
+
+std::string Agent::store_address() const {
+  return store_ ? absl::StrCat(options_.advertise_host, ":", store_->port()) : "";
+}
+
+void Agent::SetState(AgentState s) {
+  if (s == state_) return;
+  spdlog::info("agent {}: {} -> {}", options_.node, AgentStateName(state_), AgentStateName(s));
+  state_ = s;
+  if (observer_) observer_->OnState(s);
+}
+
+void Agent::Event(const std::string& job_id, JobEventReport event) {
+  event.node = options_.node;
+  spdlog::info("agent {}: job {} event {} (v{}, iteration {}): {}", options_.node, job_id,
+               event.kind, event.plan_version, event.iteration, event.message);
+  if (observer_) observer_->OnEvent(job_id, event);
+  absl::Status s = link_->ReportEvent(job_id, event);
+  if (!s.ok()) spdlog::warn("agent {}: cannot report event: {}", options_.node, std::string(s.message()));
+}
+
+void Agent::KeepRegistered(double now_s) {
+  if (leaving_ || now_s < next_contact_s_) return;
+  absl::Status s;
+  if (!registered_) {
+    absl::StatusOr<double> interval =
+        link_->Register(options_.node, options_.num_devices, store_address());
+    if (interval.ok()) {
+      registered_ = true;
+      heartbeat_interval_s_ = std::max(0.05, *interval);
+      spdlog::info("agent {}: registered (store {}, heartbeat every {}s)", options_.node,
+                   store_address(), heartbeat_interval_s_);
+    }
+    s = interval.status();
+  } else {
+    absl::StatusOr<bool> drained = link_->Heartbeat(options_.node);
+    s = drained.status();
+    if (drained.ok() && *drained) {
+      spdlog::info("agent {}: the node was drained; leaving once its ranks have stopped",
+                   options_.node);
+      leaving_ = true;
+      return;
+    }
+    if (absl::IsFailedPrecondition(s) || absl::IsNotFound(s)) {
+      spdlog::warn("agent {}: the planner no longer counts this node ({}); registering again",
+                   options_.node, std::string(s.message()));
+      registered_ = false;
+      next_contact_s_ = now_s;
+      return;
+    }
+  }
+  if (s.ok()) {
+    backoff_s_ = 0;
+    next_contact_s_ = now_s + heartbeat_interval_s_;
+  } else {
+    backoff_s_ = std::min(options_.max_backoff_s, backoff_s_ == 0 ? 0.1 : backoff_s_ * 2);
+    next_contact_s_ = now_s + backoff_s_;
+    spdlog::warn("agent {}: planner unreachable ({}); retrying in {:.1f}s", options_.node,
+                 std::string(s.message()), backoff_s_);
+  }
+  if (!registered_ && state_ == AgentState::kWatching) SetState(AgentState::kRegistering);
+  if (registered_ && state_ == AgentState::kRegistering) SetState(AgentState::kWatching);
+}
+
+bool Agent::UsesThisNode(const AgentJob& job) const {
+  for (const DeviceSlot& s : job.slots) {
+    if (s.node == options_.node) return true;
+  }
+  return false;
+}
+
+const AgentJob* Agent::Target() const {
+  for (const AgentJob& job : jobs_) {
+    if (done_jobs_.count(job.job_id) || !UsesThisNode(job)) continue;
+    auto ran = ran_.find(job.job_id);
+    if (ran != ran_.end() && ran->second >= job.version) continue;
+    auto failure = failures_.find(job.job_id);
+    if (failure != failures_.end() && SameLayout(job.slots, failure->second.slots)) {
+      // The devices that just failed: a version made before the failure, or soon after it
+      // (before the planner's heartbeat timeout, ~4 heartbeat intervals, can have dropped a
+      // lost node), would only fail again against the lost peer. After twice that, the layout
+      // is tried again (the failure was not a node loss).
+      const int64_t grace_ms = static_cast<int64_t>(8 * heartbeat_interval_s_ * 1000);
+      if (job.created_unix_ms <= failure->second.unix_ms ||
+          UnixMillisNow() < failure->second.unix_ms + grace_ms) {
+        continue;
+      }
+    }
+    return &job;
+  }
+  return nullptr;
+}
+
+absl::Status Agent::StartRun(const AgentJob& job) {
+  absl::StatusOr<std::vector<LocalRank>> ranks =
+      LocalRanksOf(job, options_.node, options_.num_devices);
+  if (!ranks.ok()) {
+    ran_[job.job_id] = job.version;
+    Event(job.job_id, {"plan_refused", "", job.version, 0, std::string(ranks.status().message())});
+    return ranks.status();
+  }
+  absl::StatusOr<executor::ModelSpec> spec = executor::ParseModelSpec(job.reference_model);
+  if (!spec.ok()) {
+    ran_[job.job_id] = job.version;
+    Event(job.job_id, {"plan_refused", "", job.version, 0,
+                       absl::StrCat("reference_model: ", spec.status().message())});
+    return spec.status();
+  }
+  // The rendezvous store: the one of the agent holding plan device 0.
+  std::string store;
+  const std::string& rank0_node = job.slots[0].node;
+  if (rank0_node == options_.node) {
+    store = store_address();
+  } else {
+    absl::StatusOr<std::vector<AgentEndpoint>> agents = link_->Agents();
+    if (!agents.ok()) return agents.status();
+    for (const AgentEndpoint& a : *agents) {
+      if (a.node == rank0_node && a.alive) store = a.address;
+    }
+    if (store.empty()) {
+      return absl::UnavailableError(
+          absl::StrCat("the agent of node ", rank0_node, " (plan device 0) is not registered"));
+    }
+  }
+  RunConfig config;
+  config.job_id = job.job_id;
+  config.plan_version = job.version;
+  config.reference_model = job.reference_model;
+  config.iterations = job.iterations;
+  config.checkpoint_interval = job.checkpoint_interval;
+  config.lr = job.lr;
+  config.data_seed = job.data_seed;
+  config.num_ranks = job.plan.num_devices;
+  config.transport = options_.transport;
+  config.store_address = store;
+  config.prefix = absl::StrCat(job.job_id, "/v", job.version);
+  config.hostname = options_.advertise_host;
+  config.timeout_s = options_.transport_timeout_s;
+  config.checkpoint_dir = options_.checkpoint_root + "/" + job.job_id;
+  const std::string dir =
+      absl::StrCat(options_.work_dir, "/runs/", job.job_id, "-v", job.version);
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  fs::create_directories(dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
+  if (absl::Status s = WritePlanFile(dir + "/plan.json", job.plan); !s.ok()) return s;
+  if (absl::Status s = WriteFileAtomically(dir + "/run.json", RunConfigJson(config)); !s.ok()) {
+    return s;
+  }
+  absl::StatusOr<int64_t> resume_from =
+      executor::LatestCompleteCheckpoint(config.checkpoint_dir, *spec);
+  if (resume_from.ok() && *resume_from >= job.iterations) {
+    done_jobs_.insert(job.job_id);  // finished before (e.g. by this node before a restart)
+    return absl::OkStatus();
+  }
+  if (absl::Status s = launcher_->Start(dir, *ranks); !s.ok()) return s;
+  run_ = ActiveRun();
+  run_.job_id = job.job_id;
+  run_.version = job.version;
+  run_.dir = dir;
+  run_.job = job;
+  run_.holds_rank0 = rank0_node == options_.node;
+  run_.tokens_per_iteration = static_cast<double>(job.plan.num_microbatches) *
+                              spec->dims.batch * spec->dims.seq_len;
+  for (const LocalRank& r : *ranks) run_.offsets[r.rank] = 0;
+  SetState(AgentState::kRunning);
+  if (observer_) observer_->OnPlanVersion(job.job_id, job.version);
+  if (run_.holds_rank0) {
+    const int64_t from = resume_from.ok() ? *resume_from : 0;
+    Event(job.job_id, {from > 0 ? "resumed" : "started", "", job.version, from,
+                       absl::StrCat(job.plan.num_devices, " ranks, store ", store,
+                                    from > 0 ? absl::StrCat(", resumed from iteration ", from)
+                                             : std::string())});
+  }
+  return absl::OkStatus();
+}
+
+void Agent::ReadProgress() {
+  for (auto& [rank, offset] : run_.offsets) {
+    std::ifstream in(absl::StrCat(run_.dir, "/rank-", rank, ".jsonl"));
+    if (!in) continue;
+    in.seekg(static_cast<std::streamoff>(offset));
+    std::string line;
+    while (std::getline(in, line)) {
+      if (in.eof()) break;  // a partial last line: read it next time
+      offset += line.size() + 1;
+      absl::StatusOr<IterationRecord> r = ParseIterationRecord(line);
+      if (r.ok()) run_.partial[r->iteration][rank] = std::move(*r);
+    }
+  }
+  const size_t local = run_.offsets.size();
+  while (!run_.partial.empty() && run_.partial.begin()->second.size() == local) {
+    const int it = run_.partial.begin()->first;
+    std::map<int, IterationRecord> records = std::move(run_.partial.begin()->second);
+    run_.partial.erase(run_.partial.begin());
+    run_.completed = it + 1;
+    NodeIteration n;
+    n.job_id = run_.job_id;
+    n.version = run_.version;
+    n.iteration = it;
+    double busy = 0;
+    for (const auto& [rank, r] : records) {
+      n.wall_s = std::max(n.wall_s, r.wall_s);
+      n.checkpoint_s = std::max(n.checkpoint_s, r.checkpoint_s);
+    }
+    for (const auto& [rank, r] : records) {
+      busy += r.busy_s;
+      if (r.has_loss) {
+        n.has_loss = true;
+        n.loss = r.loss;
+      }
+      for (const auto& [key, sum] : r.ops) {
+        n.ops[key].seconds += sum.seconds;
+        n.ops[key].samples += sum.samples;
+      }
+    }
+    for (const auto& [rank, r] : records) {
+      n.rank_bubble[rank] = n.wall_s > 0 ? 1 - r.busy_s / n.wall_s : 0;
+    }
+    n.local_bubble = n.wall_s > 0 ? 1 - busy / (static_cast<double>(local) * n.wall_s) : 0;
+    n.tokens_per_s = n.wall_s > 0 ? run_.tokens_per_iteration / n.wall_s : 0;
+    if (observer_) observer_->OnIteration(n);
+    if (run_.iterations_seen++ > 0) {  // the run's first iteration warms up
+      for (const auto& [key, sum] : n.ops) {
+        run_.unreported[key].seconds += sum.seconds;
+        run_.unreported[key].samples += sum.samples;
+      }
+      if (options_.report_every_iterations > 0 &&
+          (run_.iterations_seen - 1) % options_.report_every_iterations == 0) {
+        ReportTimes(run_.unreported);
+        run_.unreported.clear();
+      }
+    }
+  }
+}
+
+void Agent::ReportTimes(const StageOpTimes& ops) {
+  if (ops.empty()) return;
+  std::vector<StageTimeReport> times;
+  for (const auto& [key, sum] : ops) {
+    if (sum.samples == 0) continue;
+    times.push_back({key.first, key.second, sum.seconds / sum.samples, sum.samples});
+  }
+  absl::Status s = link_->ReportStageTimes(run_.job_id, run_.version, options_.node, times);
+  if (!s.ok()) spdlog::warn("agent {}: cannot report stage times: {}", options_.node, std::string(s.message()));
+}
+
+void Agent::FinishRun(const std::vector<RankOutcome>& outcomes) {
+  ReadProgress();
+  ReportTimes(run_.unreported);
+  const RankOutcome* failed = nullptr;
+  bool stopped = false, completed = true;
+  int reached = run_.completed;
+  for (const RankOutcome& o : outcomes) {
+    if (!o.ok && failed == nullptr) failed = &o;
+    stopped = stopped || o.stopped;
+    completed = completed && o.ok && !o.stopped && o.completed_iterations >= run_.job.iterations;
+    reached = std::max(reached, o.completed_iterations);
+  }
+  // A version runs at most once here (its rendezvous prefix is single-use), whatever the
+  // outcome; the job list may still show it for a moment after the ranks stopped.
+  ran_[run_.job_id] = run_.version;
+  if (failed != nullptr) {
+    failures_[run_.job_id] = Failure{run_.job.slots, UnixMillisNow()};
+    Event(run_.job_id, {"rank_failed", "", run_.version, reached,
+                        absl::StrCat("rank ", failed->rank, ": ", failed->error)});
+    if (observer_) observer_->OnRankRestart(run_.job_id);
+  } else if (completed) {
+    done_jobs_.insert(run_.job_id);
+    if (run_.holds_rank0) Event(run_.job_id, {"completed", "", run_.version, reached, ""});
+  } else if (stopped && run_.holds_rank0) {
+    Event(run_.job_id, {"stopped", "", run_.version, reached,
+                        "stopped at an iteration boundary for a new plan version"});
+  }
+  std::error_code ec;
+  fs::remove_all(run_.dir, ec);  // its outcome is reported; rank logs went to the agent's stderr
+  run_ = ActiveRun();
+  SetState(registered_ ? AgentState::kWatching : AgentState::kRegistering);
+}
+
+void Agent::FollowJobs(double now_s) {
+  // The planner is asked at most every kJobPollS, and not while it is being backed off from:
+  // then the last known jobs stand (running ranks are not disturbed).
+  constexpr double kJobPollS = 0.2;
+  absl::StatusOr<std::vector<AgentJob>> jobs = absl::UnavailableError("not polled");
+  if (backoff_s_ == 0 && now_s >= next_jobs_poll_s_) {
+    next_jobs_poll_s_ = now_s + kJobPollS;
+    jobs = link_->AgentJobs();
+    if (jobs.ok()) jobs_ = std::move(*jobs);
+  }
+  if (state_ == AgentState::kRunning || state_ == AgentState::kSwitching) {
+    ReadProgress();
+    if (auto outcomes = launcher_->Poll(); outcomes.has_value()) {
+      FinishRun(*outcomes);
+    } else if (jobs.ok()) {
+      bool current = false;
+      for (const AgentJob& j : jobs_) {
+        if (j.job_id == run_.job_id && j.version == run_.version) current = true;
+      }
+      if (!current) {
+        if (state_ != AgentState::kSwitching) {
+          spdlog::info("agent {}: job {} moved on from v{}: stopping at the iteration boundary",
+                       options_.node, run_.job_id, run_.version);
+        }
+        SetState(AgentState::kSwitching);
+        launcher_->RequestStop();  // only acts where rank 0 runs; repeated until it stops
+      }
+    }
+  }
+  if (state_ == AgentState::kWatching && registered_ && !leaving_) {
+    if (const AgentJob* target = Target(); target != nullptr) {
+      const AgentJob job = *target;
+      absl::Status s = StartRun(job);
+      if (!s.ok()) {
+        spdlog::warn("agent {}: cannot start job {} v{}: {}", options_.node, job.job_id,
+                     job.version, std::string(s.message()));
+      }
+    }
+  }
+}
+
+double Agent::Tick(double now_s) {
+  KeepRegistered(now_s);
+  FollowJobs(now_s);
+  const double poll = state_ == AgentState::kRunning || state_ == AgentState::kSwitching ? 0.05
+                                                                                         : 0.1;
+  return std::min(poll, std::max(0.0, next_contact_s_ - now_s));
+}
+
+void Agent::Run(const std::atomic<bool>& stop) {
+  while (!stop.load() && !left()) {
+    const double wait = Tick(NowSeconds());
+    std::this_thread::sleep_for(std::chrono::duration<double>(std::max(wait, 0.01)));
+  }
+  launcher_->KillAll();
+  while (launcher_->active() && !launcher_->Poll().has_value()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+}  // namespace octopipe::agent

@@ -1,0 +1,174 @@
+// Agent: the per-node worker daemon's policy — register, heartbeat, follow the plans of the
+// jobs that use this node, run their ranks, report what they measured, survive peers and
+// planners that come and go. No gRPC here: the planner is a PlannerLink, the ranks a
+// RankLauncher, metrics an AgentObserver.
+//
+// States (AgentState):
+//   kRegistering  not (or no longer) registered; retries with back-off (ranks keep running)
+//   kWatching     registered, no run on this node
+//   kRunning(v)   this node's ranks train version v of a job
+//   kSwitching(v→v') a newer version (or none for this node) was published: rank 0 is asked to
+//                 stop at the next iteration boundary; every rank checkpoints and exits; then
+//                 kWatching starts v' if it uses this node (resuming from the checkpoint).
+// A run whose ranks fail (a peer was lost: the transport names it within its timeout) is
+// reported as a "rank_failed" job event; the agent then waits for a newer version (the planner
+// drops the lost node on its heartbeat timeout and re-plans) and resumes from the newest
+// complete checkpoint. An unreachable planner changes nothing for running ranks; the agent
+// retries with exponential back-off (capped) and re-registers when the planner forgot it.
+//
+// Rendezvous without a shared file system: every agent serves a TCP store (executor/tcp_store.h)
+// and registers its address; the ranks of version v connect through the store of the agent
+// whose node holds plan device 0, found with PlannerLink::Agents, under the prefix "JOB/vV".
+// Checkpoints go to CHECKPOINT_ROOT/JOB, which must be storage every node of the job can read
+// for a survivor to load a lost node's layers.
+//
+// Not thread-safe: one thread calls Tick in a loop (Run does that).
+#ifndef OCTOPIPE_WORKER_AGENT_AGENT_H_
+#define OCTOPIPE_WORKER_AGENT_AGENT_H_
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "executor/tcp_store.h"
+#include "worker_agent/planner_link.h"
+#include "worker_agent/rank_launcher.h"
+#include "worker_agent/run_files.h"
+
+namespace octopipe::agent {
+
+enum class AgentState { kRegistering, kWatching, kRunning, kSwitching };
+const char* AgentStateName(AgentState state);
+
+struct AgentOptions {
+  std::string node;
+  int num_devices = 1;
+  std::string transport = "gloo";       // gloo | nccl | auto
+  std::string advertise_host = "127.0.0.1";  // where ranks and the store listen
+  int store_port = 0;                   // TCP rendezvous store; 0 picks one
+  std::string work_dir;                 // run directories (local)
+  std::string checkpoint_root;          // per job subdirectory (shared between nodes)
+  double transport_timeout_s = 10;      // a lost peer fails the ranks within this
+  double max_backoff_s = 5;             // planner retries back off up to this
+  int report_every_iterations = 5;      // stage times reported to the planner this often
+};
+
+// One iteration as seen by this node's ranks (for metrics).
+struct NodeIteration {
+  std::string job_id;
+  int64_t version = 0;
+  int iteration = 0;
+  double wall_s = 0;                 // slowest local rank
+  std::map<int, double> rank_bubble;  // plan device -> 1 - busy / wall
+  double local_bubble = 0;           // over this node's ranks
+  bool has_loss = false;
+  double loss = 0;
+  double tokens_per_s = 0;
+  StageOpTimes ops;  // this iteration's ops on this node
+  double checkpoint_s = -1;  // slowest local rank's checkpoint after it; -1: none
+};
+
+// Told what the agent does (metrics, logs); every method has a no-op default.
+class AgentObserver {
+ public:
+  virtual ~AgentObserver() = default;
+  virtual void OnState(AgentState state) {}
+  virtual void OnPlanVersion(const std::string& job_id, int64_t version) {}
+  virtual void OnIteration(const NodeIteration& iteration) {}
+  virtual void OnRankRestart(const std::string& job_id) {}
+  virtual void OnEvent(const std::string& job_id, const JobEventReport& event) {}
+};
+
+// The ranks this node runs for a version: kFailedPrecondition ("plan refused") when the slots
+// do not cover the plan's devices or name a device this node does not have.
+absl::StatusOr<std::vector<LocalRank>> LocalRanksOf(const AgentJob& job, const std::string& node,
+                                                    int num_devices);
+
+class Agent {
+ public:
+  // Not owned: link, launcher and observer must outlive the agent (observer may be null).
+  Agent(AgentOptions options, PlannerLink* link, RankLauncher* launcher,
+        AgentObserver* observer = nullptr);
+
+  // Starts the rendezvous store. kUnavailable when it cannot listen.
+  absl::Status Init();
+
+  // One pass of the loop; returns the seconds until the next pass should run.
+  double Tick(double now_s);
+
+  // True once the planner said the node was drained and this node's ranks have stopped: the
+  // agent has left (Run returns).
+  bool left() const { return leaving_ && !launcher_->active(); }
+
+  // Ticks until `stop` becomes true (checked every pass) or the agent left after a drain, then
+  // kills the ranks (none are left after a drain).
+  void Run(const std::atomic<bool>& stop);
+
+  AgentState state() const { return state_; }
+  std::string store_address() const;
+  // The job and version running (or switching away from); "" / 0 when none.
+  const std::string& running_job() const { return run_.job_id; }
+  int64_t running_version() const { return run_.version; }
+
+ private:
+  struct ActiveRun {
+    std::string job_id;
+    int64_t version = 0;
+    std::string dir;
+    AgentJob job;
+    bool holds_rank0 = false;
+    std::map<int, size_t> offsets;  // jsonl read offsets per local rank
+    std::map<int, std::map<int, IterationRecord>> partial;  // iteration -> rank -> record
+    double tokens_per_iteration = 0;
+    StageOpTimes unreported;
+    int iterations_seen = 0;
+    int completed = 0;  // iterations complete on every local rank
+  };
+
+  void KeepRegistered(double now_s);
+  void FollowJobs(double now_s);
+  absl::Status StartRun(const AgentJob& job);
+  void ReadProgress();
+  void FinishRun(const std::vector<RankOutcome>& outcomes);
+  void ReportTimes(const StageOpTimes& ops);
+  void Event(const std::string& job_id, JobEventReport event);
+  void SetState(AgentState s);
+  bool UsesThisNode(const AgentJob& job) const;
+  const AgentJob* Target() const;
+
+  const AgentOptions options_;
+  PlannerLink* const link_;
+  RankLauncher* const launcher_;
+  AgentObserver* const observer_;
+  std::unique_ptr<executor::TcpStoreServer> store_;
+
+  AgentState state_ = AgentState::kRegistering;
+  bool registered_ = false;
+  double heartbeat_interval_s_ = 1;
+  double next_contact_s_ = 0;  // next Register/Heartbeat attempt
+  double backoff_s_ = 0;       // 0 while the planner answers
+  double next_jobs_poll_s_ = 0;
+  std::vector<AgentJob> jobs_;  // last known
+  ActiveRun run_;
+  std::set<std::string> done_jobs_;
+  // job -> newest version run (whatever the outcome) or refused here: each runs at most once.
+  std::map<std::string, int64_t> ran_;
+  // job -> the device layout of a run whose ranks failed, and when (unix ms): versions with the
+  // same layout made before or soon after the failure are not started (see Target).
+  struct Failure {
+    std::vector<DeviceSlot> slots;
+    int64_t unix_ms = 0;
+  };
+  std::map<std::string, Failure> failures_;
+  bool leaving_ = false;
+};
+
+}  // namespace octopipe::agent
+
+#endif  // OCTOPIPE_WORKER_AGENT_AGENT_H_

@@ -1,0 +1,108 @@
+#include "worker_agent/agent_metrics.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace octopipe::agent {
+namespace {
+
+template <typename Builder>
+auto& Make(Builder builder, const char* name, const char* help,
+           std::shared_ptr<prometheus::Registry>& registry) {
+  return builder.Name(name).Help(help).Register(*registry);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<AgentMetrics>> AgentMetrics::Start(const std::string& host,
+                                                                   int port,
+                                                                   const std::string& node) {
+  std::unique_ptr<prometheus::Exposer> exposer;
+  try {
+    exposer = std::make_unique<prometheus::Exposer>(absl::StrCat(host, ":", port));
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat("--metrics_port: cannot serve /metrics on ", host, ":", port, ": ", e.what()));
+  }
+  return std::unique_ptr<AgentMetrics>(new AgentMetrics(std::move(exposer), node));
+}
+
+AgentMetrics::AgentMetrics(std::unique_ptr<prometheus::Exposer> exposer, const std::string& node)
+    : exposer_(std::move(exposer)),
+      registry_(std::make_shared<prometheus::Registry>()),
+      node_(node),
+      iteration_seconds_(Make(prometheus::BuildGauge(), "octopipe_agent_iteration_seconds",
+                              "Measured seconds of the last iteration (slowest local rank)",
+                              registry_)),
+      bubble_(Make(prometheus::BuildGauge(), "octopipe_agent_bubble_ratio",
+                   "Measured bubble ratio of a plan device in the last iteration", registry_)),
+      pipeline_bubble_(Make(prometheus::BuildGauge(), "octopipe_agent_pipeline_bubble_ratio",
+                            "Measured bubble ratio over this node's devices", registry_)),
+      stage_op_seconds_(Make(prometheus::BuildGauge(), "octopipe_agent_stage_op_seconds",
+                             "Mean measured op seconds per stage and op kind", registry_)),
+      tokens_per_s_(Make(prometheus::BuildGauge(), "octopipe_agent_tokens_per_second",
+                         "Tokens per second of the last iteration", registry_)),
+      loss_(Make(prometheus::BuildGauge(), "octopipe_agent_loss", "Loss of the last iteration",
+                 registry_)),
+      checkpoint_seconds_(Make(prometheus::BuildGauge(), "octopipe_agent_checkpoint_seconds",
+                               "Seconds the last checkpoint took (slowest local rank)",
+                               registry_)),
+      plan_version_(Make(prometheus::BuildGauge(), "octopipe_agent_plan_version",
+                         "Plan version this node runs", registry_)),
+      restarts_(Make(prometheus::BuildCounter(), "octopipe_agent_rank_restarts_total",
+                     "Runs whose ranks failed (each is restarted on a newer version)",
+                     registry_)),
+      events_(Make(prometheus::BuildCounter(), "octopipe_agent_events_total",
+                   "Job events this agent reported, by kind", registry_)),
+      state_(Make(prometheus::BuildGauge(), "octopipe_agent_state",
+                  "1 for the agent's current state", registry_)) {
+  exposer_->RegisterCollectable(registry_);
+  OnState(AgentState::kRegistering);
+}
+
+int AgentMetrics::port() const {
+  const std::vector<int> ports = exposer_->GetListeningPorts();
+  return ports.empty() ? 0 : ports[0];
+}
+
+void AgentMetrics::OnState(AgentState state) {
+  for (AgentState s : {AgentState::kRegistering, AgentState::kWatching, AgentState::kRunning,
+                       AgentState::kSwitching}) {
+    state_.Add({{"node", node_}, {"state", AgentStateName(s)}}).Set(s == state ? 1 : 0);
+  }
+}
+
+void AgentMetrics::OnPlanVersion(const std::string& job_id, int64_t version) {
+  plan_version_.Add({{"node", node_}, {"job", job_id}}).Set(static_cast<double>(version));
+}
+
+void AgentMetrics::OnIteration(const NodeIteration& n) {
+  const prometheus::Labels job = {{"node", node_}, {"job", n.job_id}};
+  iteration_seconds_.Add(job).Set(n.wall_s);
+  pipeline_bubble_.Add(job).Set(n.local_bubble);
+  tokens_per_s_.Add(job).Set(n.tokens_per_s);
+  if (n.has_loss) loss_.Add(job).Set(n.loss);
+  if (n.checkpoint_s >= 0) checkpoint_seconds_.Add(job).Set(n.checkpoint_s);
+  for (const auto& [device, bubble] : n.rank_bubble) {
+    bubble_.Add({{"node", node_}, {"job", n.job_id}, {"device", std::to_string(device)}})
+        .Set(bubble);
+  }
+  for (const auto& [key, sum] : n.ops) {
+    if (sum.samples == 0) continue;
+    stage_op_seconds_
+        .Add({{"node", node_},
+              {"job", n.job_id},
+              {"stage", std::to_string(key.first)},
+              {"kind", key.second}})
+        .Set(sum.seconds / sum.samples);
+  }
+}
+
+void AgentMetrics::OnRankRestart(const std::string& job_id) {
+  restarts_.Add({{"node", node_}, {"job", job_id}}).Increment();
+}
+
+void AgentMetrics::OnEvent(const std::string& job_id, const JobEventReport& event) {
+  events_.Add({{"node", node_}, {"job", job_id}, {"kind", event.kind}}).Increment();
+}
+
+}  // namespace octopipe::agent

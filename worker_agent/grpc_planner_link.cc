@@ -1,0 +1,183 @@
+#include "worker_agent/grpc_planner_link.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "core/convert.h"
+#include "proto/planner.grpc.pb.h"
+
+namespace octopipe::agent {
+namespace {
+
+absl::Status FromGrpc(const char* method, const grpc::Status& s) {
+  if (s.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                      absl::StrCat("planner ", method, ": ", s.error_message()));
+}
+
+absl::StatusOr<std::string> ReadPem(const char* flag, const std::string& path) {
+  absl::StatusOr<std::string> text = ReadWholeFile(path);
+  if (!text.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--", flag, ": cannot read '", path, "'"));
+  }
+  return text;
+}
+
+class GrpcPlannerLink final : public PlannerLink {
+ public:
+  GrpcPlannerLink(std::unique_ptr<proto::Planner::Stub> stub, PlannerConnectionOptions o)
+      : stub_(std::move(stub)), options_(std::move(o)) {}
+
+  absl::StatusOr<double> Register(const std::string& node, int num_devices,
+                                  const std::string& address) override {
+    proto::RegisterAgentRequest req;
+    req.set_node_id(node);
+    req.set_num_devices(num_devices);
+    req.set_address(address);
+    proto::RegisterAgentResponse resp;
+    auto ctx = Context();
+    absl::Status s = FromGrpc("RegisterAgent", stub_->RegisterAgent(ctx.get(), req, &resp));
+    if (!s.ok()) return s;
+    return resp.heartbeat_interval_ms() / 1000.0;
+  }
+
+  absl::StatusOr<bool> Heartbeat(const std::string& node) override {
+    proto::HeartbeatRequest req;
+    req.set_node_id(node);
+    proto::HeartbeatResponse resp;
+    auto ctx = Context();
+    absl::Status s = FromGrpc("Heartbeat", stub_->Heartbeat(ctx.get(), req, &resp));
+    if (!s.ok()) return s;
+    return resp.drained();
+  }
+
+  absl::StatusOr<std::vector<AgentJob>> AgentJobs() override {
+    proto::ListJobsResponse list;
+    {
+      auto ctx = Context();
+      absl::Status s =
+          FromGrpc("ListJobs", stub_->ListJobs(ctx.get(), proto::ListJobsRequest(), &list));
+      if (!s.ok()) return s;
+    }
+    std::vector<AgentJob> out;
+    for (const proto::Job& job : list.jobs()) {
+      if (!job.has_training() || job.current_version() == 0) continue;
+      proto::GetJobRequest req;
+      req.set_job_id(job.id());
+      proto::GetJobResponse got;
+      auto ctx = Context();
+      absl::Status s = FromGrpc("GetJob", stub_->GetJob(ctx.get(), req, &got));
+      if (absl::IsNotFound(s)) continue;  // deleted meanwhile
+      if (!s.ok()) return s;
+      if (!got.has_current() || !got.current().result().feasible()) continue;
+      absl::StatusOr<Plan> plan = PlanFromProto(got.current().result().plan());
+      if (!plan.ok()) continue;  // reported as refused by nobody: not runnable
+      AgentJob a;
+      a.job_id = job.id();
+      a.version = got.current().version();
+      a.created_unix_ms = got.current().created_unix_ms();
+      a.plan = std::move(*plan);
+      for (const proto::DeviceSlot& slot : got.current().device_slots()) {
+        a.slots.push_back({slot.node_id(), slot.local_device()});
+      }
+      const proto::AgentTraining& t = job.training();
+      a.reference_model = t.reference_model();
+      a.iterations = static_cast<int>(t.iterations());
+      a.checkpoint_interval = static_cast<int>(t.checkpoint_interval());
+      if (t.lr() > 0) a.lr = t.lr();
+      if (t.data_seed() != 0) a.data_seed = t.data_seed();
+      out.push_back(std::move(a));
+    }
+    return out;
+  }
+
+  absl::StatusOr<std::vector<AgentEndpoint>> Agents() override {
+    proto::ListAgentsResponse resp;
+    auto ctx = Context();
+    absl::Status s =
+        FromGrpc("ListAgents", stub_->ListAgents(ctx.get(), proto::ListAgentsRequest(), &resp));
+    if (!s.ok()) return s;
+    std::vector<AgentEndpoint> out;
+    for (const proto::AgentStatus& a : resp.agents()) {
+      out.push_back({a.node_id(), a.address(), a.alive()});
+    }
+    return out;
+  }
+
+  absl::Status ReportStageTimes(const std::string& job_id, int64_t version,
+                                const std::string& node,
+                                const std::vector<StageTimeReport>& times) override {
+    proto::ReportStageTimesRequest req;
+    req.set_job_id(job_id);
+    req.set_plan_version(version);
+    req.set_node_id(node);
+    for (const StageTimeReport& t : times) {
+      proto::StageTime* p = req.add_times();
+      p->set_stage(t.stage);
+      p->set_op_kind(t.op_kind);
+      p->set_seconds(t.seconds);
+      p->set_samples(t.samples);
+    }
+    proto::ReportStageTimesResponse resp;
+    auto ctx = Context();
+    return FromGrpc("ReportStageTimes", stub_->ReportStageTimes(ctx.get(), req, &resp));
+  }
+
+  absl::Status ReportEvent(const std::string& job_id, const JobEventReport& e) override {
+    proto::ReportJobEventRequest req;
+    req.set_job_id(job_id);
+    proto::JobEvent* ev = req.mutable_event();
+    ev->set_kind(e.kind);
+    ev->set_node_id(e.node);
+    ev->set_plan_version(e.plan_version);
+    ev->set_iteration(e.iteration);
+    ev->set_message(e.message);
+    proto::ReportJobEventResponse resp;
+    auto ctx = Context();
+    return FromGrpc("ReportJobEvent", stub_->ReportJobEvent(ctx.get(), req, &resp));
+  }
+
+ private:
+  std::unique_ptr<grpc::ClientContext> Context() const {
+    auto ctx = std::make_unique<grpc::ClientContext>();
+    ctx->set_deadline(std::chrono::system_clock::now() +
+                      std::chrono::milliseconds(static_cast<int64_t>(options_.rpc_timeout_s * 1e3)));
+    if (!options_.token.empty()) ctx->AddMetadata("authorization", "Bearer " + options_.token);
+    return ctx;
+  }
+
+  std::unique_ptr<proto::Planner::Stub> stub_;
+  const PlannerConnectionOptions options_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<PlannerLink>> ConnectPlanner(const PlannerConnectionOptions& o) {
+  if (o.address.empty()) return absl::InvalidArgumentError("--planner: HOST:PORT is required");
+  std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
+  if (!o.tls_ca.empty()) {
+    grpc::SslCredentialsOptions ssl;
+    absl::StatusOr<std::string> ca = ReadPem("tls_ca", o.tls_ca);
+    if (!ca.ok()) return ca.status();
+    ssl.pem_root_certs = *ca;
+    if (!o.tls_cert.empty() || !o.tls_key.empty()) {
+      absl::StatusOr<std::string> cert = ReadPem("tls_cert", o.tls_cert);
+      if (!cert.ok()) return cert.status();
+      absl::StatusOr<std::string> key = ReadPem("tls_key", o.tls_key);
+      if (!key.ok()) return key.status();
+      ssl.pem_cert_chain = *cert;
+      ssl.pem_private_key = *key;
+    }
+    creds = grpc::SslCredentials(ssl);
+  }
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(256 << 20);
+  // Reconnect quickly after a planner restart (the agent's own loop backs off between calls).
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  return std::unique_ptr<PlannerLink>(new GrpcPlannerLink(
+      proto::Planner::NewStub(grpc::CreateCustomChannel(o.address, creds, args)), o));
+}
+
+}  // namespace octopipe::agent

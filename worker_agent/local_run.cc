@@ -1,0 +1,287 @@
+#include "worker_agent/local_run.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/status_macros.h"
+#include "executor/inproc_transport.h"
+#include "executor/transport_factory.h"
+#include "nlohmann/json.hpp"
+
+namespace octopipe::agent {
+namespace {
+
+using nlohmann::json;
+
+// One rank's iterations: per iteration (has_loss, loss, wall, [(op, seconds)]).
+struct RankReport {
+  struct Iteration {
+    bool has_loss = false;
+    double loss = 0;
+    double wall_s = 0;
+    std::vector<std::pair<Op, double>> ops;
+    std::vector<std::pair<std::pair<int, OpKind>, double>> layer_ops;  // ((layer, kind), s)
+    double peak_activation_bytes = 0;
+  };
+  std::vector<Iteration> iterations;
+};
+
+RankReport ReportOf(const executor::RankResult& r) {
+  RankReport out;
+  for (const executor::IterationStats& it : r.iterations) {
+    RankReport::Iteration i{it.has_loss, it.loss, it.wall_s, {}, {}, it.peak_activation_bytes};
+    for (const executor::OpTiming& op : it.ops) i.ops.push_back({op.op, op.end_s - op.start_s});
+    for (const executor::LayerOpTiming& t : it.layer_ops) {
+      i.layer_ops.push_back({{t.layer, t.kind}, t.seconds});
+    }
+    out.iterations.push_back(std::move(i));
+  }
+  return out;
+}
+
+std::string ReportJson(const RankReport& r) {
+  json its = json::array();
+  for (const RankReport::Iteration& it : r.iterations) {
+    json ops = json::array();
+    for (const auto& [op, s] : it.ops) ops.push_back({OpToString(op), s});
+    json layer_ops = json::array();
+    for (const auto& [key, s] : it.layer_ops) {
+      layer_ops.push_back({key.first, static_cast<int>(key.second), s});
+    }
+    // A non-finite loss is written as null (JSON has no NaN) and read back as NaN.
+    its.push_back({{"has_loss", it.has_loss}, {"loss", it.loss}, {"wall_s", it.wall_s},
+                   {"ops", ops}, {"layer_ops", layer_ops},
+                   {"peak_activation_bytes", it.peak_activation_bytes}});
+  }
+  return json{{"iterations", its}}.dump();
+}
+
+absl::StatusOr<RankReport> ParseReportJson(const std::string& text) {
+  RankReport r;
+  try {
+    const json parsed = json::parse(text);
+    for (const json& it : parsed.at("iterations")) {
+      RankReport::Iteration i;
+      i.has_loss = it.at("has_loss").get<bool>();
+      const json& loss = it.at("loss");
+      i.loss = loss.is_null() ? std::nan("") : loss.get<double>();
+      i.wall_s = it.at("wall_s").get<double>();
+      for (const json& op : it.at("ops")) {
+        ASSIGN_OR_RETURN(Op o, ParseOp(op.at(0).get<std::string>()));
+        i.ops.push_back({o, op.at(1).get<double>()});
+      }
+      for (const json& t : it.at("layer_ops")) {
+        i.layer_ops.push_back(
+            {{t.at(0).get<int>(), static_cast<OpKind>(t.at(1).get<int>())}, t.at(2).get<double>()});
+      }
+      i.peak_activation_bytes = it.at("peak_activation_bytes").get<double>();
+      r.iterations.push_back(std::move(i));
+    }
+  } catch (const std::exception& e) {
+    return absl::DataLossError(absl::StrCat("rank report: ", e.what()));
+  }
+  return r;
+}
+
+// Threads over the in-process transport.
+void RunThreads(const executor::ModelSpec& spec, const Plan& plan, const LocalRunOptions& o,
+                std::vector<RankReport>* reports, std::vector<std::string>* errors) {
+  const int n = plan.num_devices;
+  executor::InProcHub hub(n, executor::InProcOptions{.timeout_s = o.timeout_s});
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      auto t = hub.Endpoint(r);
+      absl::StatusOr<executor::RankResult> res = executor::TrainRank(spec, plan, r, t.get(), o.train);
+      if (res.ok()) {
+        (*reports)[r] = ReportOf(*res);
+      } else {
+        (*errors)[r] = std::string(res.status().message());
+        hub.Abort(r);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+// Child process body: train rank r, write DIR/rank-r.json or DIR/rank-r.err, exit.
+[[noreturn]] void RankChild(const executor::ModelSpec& spec, const Plan& plan,
+                            const LocalRunOptions& o, const std::string& dir, int r) {
+  executor::TransportConfig tc;
+  tc.rank = r;
+  tc.size = plan.num_devices;
+  tc.store_dir = dir + "/store";
+  tc.prefix = "run";
+  tc.timeout_s = o.timeout_s;
+  tc.cuda_device = r;
+  absl::StatusOr<std::unique_ptr<executor::Transport>> t = executor::MakeTransport(o.transport, tc);
+  absl::StatusOr<executor::RankResult> res =
+      t.ok() ? executor::TrainRank(spec, plan, r, t->get(), o.train)
+             : absl::StatusOr<executor::RankResult>(t.status());
+  const std::string base = absl::StrCat(dir, "/rank-", r);
+  if (res.ok()) {
+    std::ofstream(base + ".json") << ReportJson(ReportOf(*res));
+    _exit(0);
+  }
+  std::ofstream(base + ".err") << res.status().message();
+  _exit(1);
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+absl::Status RunProcesses(const executor::ModelSpec& spec, const Plan& plan,
+                          const LocalRunOptions& o, std::vector<RankReport>* reports,
+                          std::vector<std::string>* errors) {
+  const int n = plan.num_devices;
+  const std::string tmpl = (std::filesystem::temp_directory_path() / "octopipe-run-XXXXXX").string();
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back('\0');
+  if (mkdtemp(buf.data()) == nullptr) return absl::InternalError("cannot create a run directory");
+  const std::string dir = buf.data();
+  std::vector<pid_t> pids;
+  for (int r = 0; r < n; ++r) {
+    const pid_t pid = fork();
+    if (pid < 0) {
+      // Without this rank the others would only time out: stop those already started.
+      const int fork_errno = errno;
+      for (pid_t p : pids) kill(p, SIGKILL);
+      for (pid_t p : pids) {
+        while (waitpid(p, nullptr, 0) < 0 && errno == EINTR) {
+        }
+      }
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+      return absl::InternalError(
+          absl::StrCat("cannot start rank ", r, ": fork: ", std::strerror(fork_errno)));
+    }
+    if (pid == 0) RankChild(spec, plan, o, dir, r);
+    pids.push_back(pid);
+  }
+  for (int r = 0; r < n; ++r) {
+    int status = 0;
+    pid_t waited;
+    while ((waited = waitpid(pids[r], &status, 0)) < 0 && errno == EINTR) {
+    }
+    const std::string base = absl::StrCat(dir, "/rank-", r);
+    if (waited < 0) {
+      (*errors)[r] = absl::StrCat("cannot wait for the rank's process: ", std::strerror(errno));
+    } else if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+      absl::StatusOr<RankReport> rep = ParseReportJson(ReadFile(base + ".json"));
+      if (rep.ok()) {
+        (*reports)[r] = std::move(*rep);
+      } else {
+        (*errors)[r] = std::string(rep.status().message());
+      }
+    } else {
+      const std::string e = ReadFile(base + ".err");
+      (*errors)[r] = !e.empty() ? e
+                     : WIFSIGNALED(status)
+                         ? absl::StrCat("killed by signal ", WTERMSIG(status))
+                         : absl::StrCat("exited with status ", WEXITSTATUS(status));
+    }
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  return absl::OkStatus();
+}
+
+RunMeasurement Measure(const std::vector<RankReport>& rr, int iterations) {
+  const int n = static_cast<int>(rr.size());
+  RunMeasurement m;
+  m.ranks = n;
+  m.loss.assign(iterations, 0);
+  m.iteration_s.assign(iterations, 0);
+  m.bubble.assign(iterations, 0);
+  for (int it = 0; it < iterations; ++it) {
+    double busy = 0;
+    for (const RankReport& r : rr) {
+      const RankReport::Iteration& i = r.iterations[it];
+      if (i.has_loss) m.loss[it] = i.loss;
+      m.iteration_s[it] = std::max(m.iteration_s[it], i.wall_s);
+      for (const auto& [op, d] : i.ops) busy += d;
+    }
+    m.bubble[it] = m.iteration_s[it] > 0 ? 1 - busy / (n * m.iteration_s[it]) : 0;
+  }
+  const int first = iterations > 1 ? 1 : 0;
+  std::map<std::pair<int, OpKind>, std::pair<double, int>> sums;
+  for (const RankReport& r : rr) {
+    for (int it = first; it < iterations; ++it) {
+      for (const auto& [op, d] : r.iterations[it].ops) {
+        auto& s = sums[{op.stage, op.kind}];
+        s.first += d;
+        ++s.second;
+      }
+    }
+  }
+  for (const auto& [key, s] : sums) m.stage_op_s[key] = {s.first / s.second, s.second};
+  std::map<std::pair<int, OpKind>, std::pair<double, int>> layer_sums;
+  for (const RankReport& r : rr) {
+    double peak = 0;
+    for (int it = 0; it < iterations; ++it) {
+      peak = std::max(peak, r.iterations[it].peak_activation_bytes);
+      if (it < first) continue;
+      for (const auto& [key, d] : r.iterations[it].layer_ops) {
+        auto& s = layer_sums[key];
+        s.first += d;
+        ++s.second;
+      }
+    }
+    m.peak_activation_bytes.push_back(peak);
+  }
+  for (const auto& [key, s] : layer_sums) m.layer_op_s[key] = {s.first / s.second, s.second};
+  for (int it = first; it < iterations; ++it) {
+    m.mean_iteration_s += m.iteration_s[it];
+    m.mean_bubble += m.bubble[it];
+  }
+  const int counted = std::max(1, iterations - first);
+  m.mean_iteration_s /= counted;
+  m.mean_bubble /= counted;
+  return m;
+}
+
+}  // namespace
+
+absl::StatusOr<RunMeasurement> RunPlanLocally(const executor::ModelSpec& spec, const Plan& plan,
+                                              const LocalRunOptions& options) {
+  const int n = plan.num_devices;
+  std::vector<RankReport> reports(n);
+  std::vector<std::string> errors(n);
+  if (options.transport == "inproc") {
+    RunThreads(spec, plan, options, &reports, &errors);
+  } else {
+    RETURN_IF_ERROR(RunProcesses(spec, plan, options, &reports, &errors));
+  }
+  std::vector<std::string> failed;
+  for (int r = 0; r < n; ++r) {
+    if (!errors[r].empty()) failed.push_back(absl::StrCat("rank ", r, " failed: ", errors[r]));
+  }
+  if (!failed.empty()) return absl::AbortedError(absl::StrJoin(failed, "\n"));
+  for (int r = 0; r < n; ++r) {
+    if (static_cast<int>(reports[r].iterations.size()) != options.train.iterations) {
+      return absl::InternalError(absl::StrCat("rank ", r, " reported ",
+                                              reports[r].iterations.size(), " iterations, not ",
+                                              options.train.iterations));
+    }
+  }
+  return Measure(reports, options.train.iterations);
+}
+
+}  // namespace octopipe::agent

@@ -1,0 +1,55 @@
+// RunPlanLocally: runs every rank of a plan on this machine and measures the run — the one
+// implementation of "run a plan and measure it" behind `octopipe train` (the agent runs the same
+// TrainRank per rank process across nodes and aggregates the same figures per node).
+//
+// Ranks are processes (fork; Gloo or NCCL, rendezvous in a private temporary directory that is
+// removed afterwards) or, with transport "inproc", threads over the in-process transport.
+// Figures: loss per iteration (from the rank holding the head), iteration time = slowest rank,
+// bubble = 1 - (sum of op time) / (ranks x iteration time), and the mean op seconds per
+// (stage, op kind) over the iterations after the first (a warm-up) when there are several.
+#ifndef OCTOPIPE_WORKER_AGENT_LOCAL_RUN_H_
+#define OCTOPIPE_WORKER_AGENT_LOCAL_RUN_H_
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/plan.h"
+#include "core/schedule.h"
+#include "executor/model_spec.h"
+#include "executor/trainer.h"
+
+namespace octopipe::agent {
+
+struct LocalRunOptions {
+  std::string transport = "gloo";  // gloo | nccl | auto | inproc
+  double timeout_s = 60;           // a rank waits this long on a peer before failing
+  executor::TrainOptions train;    // iterations, lr, ...
+};
+
+struct RunMeasurement {
+  int ranks = 0;
+  std::vector<double> loss;         // per iteration
+  std::vector<double> iteration_s;  // per iteration, slowest rank
+  std::vector<double> bubble;       // per iteration
+  double mean_iteration_s = 0;      // after the first iteration when there are several
+  double mean_bubble = 0;
+  // (stage, op kind) -> (mean seconds, samples), after the first iteration when several.
+  std::map<std::pair<int, OpKind>, std::pair<double, int>> stage_op_s;
+  // (layer, op kind) -> (mean seconds per op, samples), same iterations: what per-layer
+  // calibration consumes (a BW op counts as its B and W parts).
+  std::map<std::pair<int, OpKind>, std::pair<double, int>> layer_op_s;
+  // Per rank, the most activation bytes the executor held at once (its own accounting).
+  std::vector<double> peak_activation_bytes;
+};
+
+// Errors: kInternal when a process cannot be started; otherwise kAborted with one line per
+// failed rank ("rank R failed: ...", the rank's own error, which names a lost peer).
+absl::StatusOr<RunMeasurement> RunPlanLocally(const executor::ModelSpec& spec, const Plan& plan,
+                                              const LocalRunOptions& options);
+
+}  // namespace octopipe::agent
+
+#endif  // OCTOPIPE_WORKER_AGENT_LOCAL_RUN_H_

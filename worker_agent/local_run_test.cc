@@ -1,0 +1,49 @@
+// RunPlanLocally: threads and processes measure the same training (same loss per iteration),
+// with sane figures, and a failing run names the rank.
+#include "worker_agent/local_run.h"
+
+#include "gtest/gtest.h"
+#include "simulator/classic_pipeline.h"
+
+namespace octopipe::agent {
+namespace {
+
+executor::ModelSpec Spec() {
+  return *executor::ParseModelSpec(
+      "ref:pattern=M*-E,hidden=16,heads=2,ffn=24,experts=4,top_k=2,moe_ffn=12,state=4,seq=8,"
+      "vocab=32,seed=5,microbatches=4");
+}
+
+TEST(LocalRunTest, ThreadsAndProcessesMeasureTheSameTraining) {
+  const Plan plan = *ClassicPlan(ScheduleKind::k1F1B, 2, 0, 4, executor::ToModelGraph(Spec()));
+  LocalRunOptions o;
+  o.train.iterations = 3;
+  o.transport = "inproc";
+  absl::StatusOr<RunMeasurement> threads = RunPlanLocally(Spec(), plan, o);
+  ASSERT_TRUE(threads.ok()) << threads.status();
+  o.transport = "gloo";
+  absl::StatusOr<RunMeasurement> procs = RunPlanLocally(Spec(), plan, o);
+  ASSERT_TRUE(procs.ok()) << procs.status();
+  ASSERT_EQ(threads->loss.size(), 3u);
+  EXPECT_EQ(threads->loss, procs->loss);
+  for (const RunMeasurement* m : {&*threads, &*procs}) {
+    EXPECT_EQ(m->ranks, 2);
+    EXPECT_GT(m->mean_iteration_s, 0);
+    EXPECT_GE(m->mean_bubble, 0);
+    EXPECT_LT(m->mean_bubble, 1);
+    EXPECT_GT(m->stage_op_s.count({0, OpKind::kF}), 0u);
+  }
+}
+
+TEST(LocalRunTest, AFailingRankIsNamed) {
+  const Plan plan = *ClassicPlan(ScheduleKind::k1F1B, 2, 0, 4, executor::ToModelGraph(Spec()));
+  LocalRunOptions o;
+  o.transport = "nccl";  // no GPU here (and on a GPU machine this would pass: skip then)
+  absl::StatusOr<RunMeasurement> m = RunPlanLocally(Spec(), plan, o);
+  if (m.ok()) GTEST_SKIP() << "a GPU is present";
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kAborted);
+  EXPECT_NE(m.status().message().find("rank 0 failed"), std::string::npos) << m.status();
+}
+
+}  // namespace
+}  // namespace octopipe::agent

@@ -1,0 +1,79 @@
+// PlannerLink: what the agent needs from the planner, in plain types (no gRPC or protobuf), so
+// the agent's policy is tested against any implementation; GrpcPlannerLink is the real one.
+// Errors follow absl codes: kUnavailable / kDeadlineExceeded when the planner cannot be
+// reached (the agent keeps training and retries with back-off), kFailedPrecondition /
+// kNotFound from Heartbeat when the planner no longer counts the node alive (re-register).
+#ifndef OCTOPIPE_WORKER_AGENT_PLANNER_LINK_H_
+#define OCTOPIPE_WORKER_AGENT_PLANNER_LINK_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/plan.h"
+#include "worker_agent/run_files.h"
+
+namespace octopipe::agent {
+
+struct DeviceSlot {
+  std::string node;
+  int local_device = 0;
+};
+
+// A job agents train, with its current plan version.
+struct AgentJob {
+  std::string job_id;
+  int64_t version = 0;  // 0: no plan yet
+  int64_t created_unix_ms = 0;  // when the planner made the version
+  Plan plan;
+  std::vector<DeviceSlot> slots;  // by plan device
+  std::string reference_model;
+  int iterations = 1;
+  int checkpoint_interval = 0;
+  double lr = 1e-3;
+  uint64_t data_seed = 7;
+};
+
+struct AgentEndpoint {
+  std::string node;
+  std::string address;
+  bool alive = false;
+};
+
+struct StageTimeReport {
+  int stage = 0;
+  std::string op_kind;  // F, B, W, BW, R
+  double seconds = 0;   // mean
+  int64_t samples = 0;
+};
+
+struct JobEventReport {
+  std::string kind;  // rank_failed, resumed, plan_refused, started, stopped, completed
+  std::string node;
+  int64_t plan_version = 0;
+  int64_t iteration = 0;
+  std::string message;
+};
+
+class PlannerLink {
+ public:
+  virtual ~PlannerLink() = default;
+  // Returns the heartbeat interval the planner asks for, in seconds.
+  virtual absl::StatusOr<double> Register(const std::string& node, int num_devices,
+                                          const std::string& address) = 0;
+  // Returns true when the node was drained: the agent should leave, not register again.
+  virtual absl::StatusOr<bool> Heartbeat(const std::string& node) = 0;
+  // Every job with agent training and a current plan (others are left out).
+  virtual absl::StatusOr<std::vector<AgentJob>> AgentJobs() = 0;
+  virtual absl::StatusOr<std::vector<AgentEndpoint>> Agents() = 0;
+  virtual absl::Status ReportStageTimes(const std::string& job_id, int64_t version,
+                                        const std::string& node,
+                                        const std::vector<StageTimeReport>& times) = 0;
+  virtual absl::Status ReportEvent(const std::string& job_id, const JobEventReport& event) = 0;
+};
+
+}  // namespace octopipe::agent
+
+#endif  // OCTOPIPE_WORKER_AGENT_PLANNER_LINK_H_

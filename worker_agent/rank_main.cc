@@ -1,0 +1,128 @@
+#include "worker_agent/rank_main.h"
+
+#include <signal.h>
+
+#include <atomic>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "core/convert.h"
+#include "core/schedule.h"
+#include "executor/model_spec.h"
+#include "executor/trainer.h"
+#include "executor/transport_factory.h"
+#include "worker_agent/run_files.h"
+
+namespace octopipe::agent {
+namespace {
+
+std::atomic<bool> g_stop_requested{false};
+
+void OnStopSignal(int) { g_stop_requested.store(true); }
+
+void InstallStopHandler() {
+  struct sigaction sa;
+  std::memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = OnStopSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGUSR1, &sa, nullptr);
+}
+
+StageOpTimes OpsOf(const executor::IterationStats& stats, double* busy) {
+  StageOpTimes ops;
+  *busy = 0;
+  for (const executor::OpTiming& t : stats.ops) {
+    OpTimeSum& s = ops[{t.op.stage, std::string(OpKindName(t.op.kind))}];
+    s.seconds += t.end_s - t.start_s;
+    s.samples += 1;
+    *busy += t.end_s - t.start_s;
+  }
+  return ops;
+}
+
+absl::StatusOr<RankOutcome> Train(const std::string& run_dir, int rank, int local_device) {
+  absl::StatusOr<std::string> text = ReadWholeFile(run_dir + "/run.json");
+  if (!text.ok()) return text.status();
+  absl::StatusOr<RunConfig> config = ParseRunConfig(*text);
+  if (!config.ok()) return config.status();
+  absl::StatusOr<Plan> plan = LoadPlanFile(run_dir + "/plan.json");
+  if (!plan.ok()) return plan.status();
+  absl::StatusOr<executor::ModelSpec> spec = executor::ParseModelSpec(config->reference_model);
+  if (!spec.ok()) return spec.status();
+  executor::TransportConfig tc;
+  tc.rank = rank;
+  tc.size = config->num_ranks;
+  tc.store_address = config->store_address;
+  tc.prefix = config->prefix;
+  tc.hostname = config->hostname;
+  tc.timeout_s = config->timeout_s;
+  tc.cuda_device = local_device;
+  tc.store_dir = run_dir + "/store";  // NCCL's id file (single-node NCCL only)
+  absl::StatusOr<std::unique_ptr<executor::Transport>> transport =
+      executor::MakeTransport(config->transport, tc);
+  if (!transport.ok()) return transport.status();
+
+  std::ofstream records(absl::StrCat(run_dir, "/rank-", rank, ".jsonl"), std::ios::app);
+  RankOutcome outcome;
+  outcome.rank = rank;
+  executor::TrainOptions o;
+  o.iterations = config->iterations;
+  o.data_seed = config->data_seed;
+  o.lr = config->lr;
+  o.checkpoint_dir = config->checkpoint_dir;
+  o.checkpoint_interval = config->checkpoint_interval;
+  o.checkpoint_at_end = true;
+  o.resume = true;
+  o.stoppable = true;
+  o.stop_requested = [] { return g_stop_requested.load(); };
+  int counted = 0;
+  double checkpoint_s = -1;
+  o.on_checkpoint = [&](int, double seconds) { checkpoint_s = seconds; };
+  o.on_iteration = [&](int it, const executor::IterationStats& stats) {
+    IterationRecord r;
+    r.checkpoint_s = checkpoint_s;
+    checkpoint_s = -1;
+    r.iteration = it;
+    r.has_loss = stats.has_loss;
+    r.loss = stats.loss;
+    r.wall_s = stats.wall_s;
+    r.ops = OpsOf(stats, &r.busy_s);
+    records << IterationRecordJson(r) << "\n" << std::flush;
+    if (counted++ == 0) return;  // the first iteration of a run warms up
+    for (const auto& [key, sum] : r.ops) {
+      outcome.ops[key].seconds += sum.seconds;
+      outcome.ops[key].samples += sum.samples;
+    }
+  };
+  absl::StatusOr<executor::RankResult> result =
+      executor::TrainRank(*spec, *plan, rank, transport->get(), o);
+  if (!result.ok()) return result.status();
+  outcome.ok = true;
+  outcome.stopped = result->stopped;
+  outcome.first_iteration = result->first_iteration;
+  outcome.completed_iterations = result->completed_iterations;
+  return outcome;
+}
+
+}  // namespace
+
+int RunRankProcess(const std::string& run_dir, int rank, int local_device) {
+  InstallStopHandler();
+  absl::StatusOr<RankOutcome> outcome = Train(run_dir, rank, local_device);
+  RankOutcome out;
+  if (outcome.ok()) {
+    out = std::move(*outcome);
+  } else {
+    out.rank = rank;
+    out.error = std::string(outcome.status().message());
+    std::cerr << "octopipe-agent rank " << rank << ": " << out.error << "\n";
+  }
+  absl::Status written =
+      WriteFileAtomically(absl::StrCat(run_dir, "/rank-", rank, ".result.json"), RankOutcomeJson(out));
+  if (!written.ok()) std::cerr << "octopipe-agent rank " << rank << ": " << written.message() << "\n";
+  return out.ok && written.ok() ? 0 : 1;
+}
+
+}  // namespace octopipe::agent
