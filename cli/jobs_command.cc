@@ -53,6 +53,7 @@ struct JobsOptions {
   PlannerConnection remote;
   std::string model, cluster, name, job;
   int64_t devices = 0, microbatches = 0, after = 0, count = 0;
+  int64_t iterations = 0, checkpoint_interval = 0;
   double time_budget = 0;
   bool json = false;
 };
@@ -66,6 +67,12 @@ void DeclareFlags(const std::string& sub, CommandLine& flags, JobsOptions& o) {
     flags.Int("devices", &o.devices, "pipeline devices; 0 = all");
     flags.Int("microbatches", &o.microbatches, "micro-batches; 0 = the model's");
     flags.Double("time_budget", &o.time_budget, "tuning seconds; 0 = the planner's default");
+    flags.Int("iterations", &o.iterations,
+              "> 0: worker agents (octopipe-agent) train the job for this many iterations;\n"
+              "needs --model=ref:... (the executor's reference model). 0: planning only");
+    flags.Int("checkpoint_interval", &o.checkpoint_interval,
+              "with --iterations: agents checkpoint every this many iterations (0: only at\n"
+              "plan switches and drains)");
   }
   if (sub == "get" || sub == "delete" || sub == "watch") flags.String("job", &o.job, "job id");
   if (sub == "watch") {
@@ -90,6 +97,22 @@ int Create(const JobsOptions& o, proto::Planner::Stub& stub, std::ostream& out,
   req.mutable_options()->set_num_devices(static_cast<int>(o.devices));
   req.mutable_options()->set_num_microbatches(static_cast<int>(o.microbatches));
   req.mutable_options()->set_time_budget_s(o.time_budget);
+  if (o.iterations < 0 || o.checkpoint_interval < 0) {
+    return Fail(err, absl::InvalidArgumentError(absl::StrCat(
+                         "--iterations and --checkpoint_interval must be >= 0, got ",
+                         o.iterations, " and ", o.checkpoint_interval)), 2);
+  }
+  if (o.iterations > 0) {
+    if (o.model.rfind("ref:", 0) != 0) {
+      return Fail(err, absl::InvalidArgumentError(absl::StrCat(
+                           "--iterations: agents train only the reference model (--model=ref:...), "
+                           "got --model=", o.model)), 2);
+    }
+    proto::AgentTraining* t = req.mutable_training();
+    t->set_reference_model(o.model);
+    t->set_iterations(o.iterations);
+    t->set_checkpoint_interval(o.checkpoint_interval);
+  }
   proto::Job created;
   auto ctx = o.remote.Context();
   grpc::Status s = stub.CreateJob(ctx.get(), req, &created);

@@ -112,6 +112,13 @@ Json TuneResultJson(const ModelGraph& model, const TuneResult& t) {
   j["best_baseline"] = t.best_baseline;
   j["speedup_vs_best_baseline"] =
       t.best_baseline.empty() ? Json(nullptr) : Json(t.speedup_vs_best_baseline);
+  j["lower_bound"] = {{"seconds", t.lower_bound.seconds},
+                      {"binding", t.lower_bound.binding},
+                      {"work_s", t.lower_bound.work_s},
+                      {"chain_s", t.lower_bound.chain_s},
+                      {"layer_s", t.lower_bound.layer_s},
+                      {"heaviest_layer", t.lower_bound.heaviest_layer},
+                      {"gap", t.lower_bound_gap}};
   j["tuning_wall_s"] = t.tuning_wall_s;
   j["evaluations"] = t.evaluations;
   Json log = Json::array();
@@ -178,6 +185,13 @@ void WriteTables(std::ostream& out, const ModelGraph& model, const Cluster& clus
     out << "\nspeed-up over the best fitting baseline (" << t.best_baseline
         << "): " << absl::StrFormat("%.3fx", t.speedup_vs_best_baseline) << "\n";
   }
+  if (t.lower_bound.seconds > 0) {
+    out << "lower bound on any plan: " << FormatSeconds(t.lower_bound.seconds) << " ("
+        << t.lower_bound.binding
+        << (t.lower_bound.binding == "layer" ? absl::StrCat(" ", t.lower_bound.heaviest_layer)
+                                             : std::string())
+        << "); this plan is " << FormatPercent(t.lower_bound_gap) << " above it\n";
+  }
   out << "tuned in " << absl::StrFormat("%.2f s", t.tuning_wall_s) << " (" << t.evaluations
       << " candidates" << (t.budget_exhausted ? ", time budget exhausted" : "") << ")\n";
   out << "\nsearch log:\n";
@@ -227,6 +241,11 @@ void WriteRemoteTables(std::ostream& out, const ModelGraph& model,
   if (!r.best_baseline().empty()) {
     out << "\nspeed-up over the best fitting baseline (" << r.best_baseline()
         << "): " << absl::StrFormat("%.3fx", r.speedup_vs_best_baseline()) << "\n";
+  }
+  if (r.lower_bound_s() > 0) {
+    out << "lower bound on any plan: " << FormatSeconds(r.lower_bound_s()) << " ("
+        << r.lower_bound_binding() << "); this plan is " << FormatPercent(r.lower_bound_gap())
+        << " above it\n";
   }
   out << "tuned in " << absl::StrFormat("%.2f s", r.tuning_wall_s()) << " on the planner\n";
 }

@@ -4,6 +4,7 @@
 // with the memory each device needs for a model that cannot fit.
 #include "cli/plan_command.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <set>
@@ -137,6 +138,16 @@ TEST(PlanCommandTest, JsonCarriesThePlanThePredictionAndEveryBaseline) {
   }
   EXPECT_LE(time, best_fitting * (1 + 1e-12));
   EXPECT_NEAR(Num(Get(j, "speedup_vs_best_baseline")), best_fitting / time, 1e-9);
+  // The lower bound is a bound on every plan shown (ours and each baseline), and the gap is
+  // ours relative to it.
+  const Json& lb = Get(j, "lower_bound");
+  const double bound = Num(Get(lb, "seconds"));
+  EXPECT_GT(bound, 0);
+  EXPECT_LE(bound, time * (1 + 1e-12));
+  EXPECT_LE(bound, best_fitting * (1 + 1e-12));
+  EXPECT_NEAR(Num(Get(lb, "gap")), (time - bound) / time, 1e-9);
+  EXPECT_DOUBLE_EQ(bound, std::max({Num(Get(lb, "work_s")), Num(Get(lb, "chain_s")),
+                                    Num(Get(lb, "layer_s"))}));
   // The tuning time covers every phase of the search log (each stamped since the start).
   ASSERT_FALSE(Get(j, "log").empty());
   for (const Json& e : Get(j, "log")) {

@@ -3,16 +3,9 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "simulator/pipeline_rules.h"
 
 namespace octopipe::planner {
-
-absl::StatusOr<OpKind> ParseOpKind(const std::string& text) {
-  for (OpKind k : {OpKind::kF, OpKind::kB, OpKind::kW, OpKind::kBW, OpKind::kR}) {
-    if (text == OpKindName(k)) return k;
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("op_kind must be one of F, B, W, BW, R, got '", text, "'"));
-}
 
 absl::StatusOr<CalibrationUpdate> FitCalibration(const Plan& plan,
                                                  const PipelineProblem& predicted,
@@ -37,14 +30,7 @@ absl::StatusOr<CalibrationUpdate> FitCalibration(const Plan& plan,
           absl::StrCat(field, ".samples must be >= 1, got ", t.samples));
     }
     const int s = t.stage;
-    double p = 0;
-    switch (t.kind) {
-      case OpKind::kF: p = predicted.forward_s[s]; break;
-      case OpKind::kB: p = predicted.backward_input_s[s]; break;
-      case OpKind::kW: p = predicted.weight_grad_s[s]; break;
-      case OpKind::kBW: p = predicted.backward_input_s[s] + predicted.weight_grad_s[s]; break;
-      case OpKind::kR: p = predicted.recompute_s[s]; break;
-    }
+    const double p = OpDuration(predicted, t.kind, s);
     if (!(p > 0)) continue;  // nothing predicted to compare with (free stage)
     measured[s] += t.seconds * t.samples;
     expected[s] += p * t.samples;

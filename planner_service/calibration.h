@@ -59,8 +59,8 @@ absl::StatusOr<CalibrationUpdate> FitLayerCalibration(const std::vector<LayerCos
                                                       const std::vector<MeasuredLayerTime>& times,
                                                       std::vector<double> factors);
 
-// "F", "B", "W", "BW", "R" -> OpKind; kInvalidArgument otherwise.
-absl::StatusOr<OpKind> ParseOpKind(const std::string& text);
+// Op-kind text ("F", "B", "W", "BW", "R") is parsed by octopipe::ParseOpKind (core/schedule.h).
+using ::octopipe::ParseOpKind;
 
 }  // namespace octopipe::planner
 

@@ -165,6 +165,9 @@ proto::PlanResult ToProto(const TuneResult& r) {
   }
   out.set_best_baseline(r.best_baseline);
   out.set_speedup_vs_best_baseline(r.speedup_vs_best_baseline);
+  out.set_lower_bound_s(r.lower_bound.seconds);
+  out.set_lower_bound_binding(r.lower_bound.binding);
+  out.set_lower_bound_gap(r.lower_bound_gap);
   out.set_tuning_wall_s(r.tuning_wall_s);
   out.set_origin(PlanOriginText(r));
   return out;

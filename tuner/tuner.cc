@@ -651,6 +651,11 @@ absl::Status FinishResult(const ProblemBuilder& builder, const TunerOptions& opt
                                      : result->predicted.iteration_time_s;
     result->speedup_vs_best_baseline = BaselineObjective(*best_baseline, steady) / ours_final;
   }
+  result->lower_bound = PipelineLowerBound(FastestLayerCosts(builder), options.num_devices,
+                                           options.num_microbatches, steady);
+  result->lower_bound_gap = LowerBoundGap(
+      steady ? result->predicted.steady_state_iteration_time_s : result->predicted.iteration_time_s,
+      result->lower_bound);
   return absl::OkStatus();
 }
 

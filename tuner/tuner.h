@@ -28,6 +28,7 @@
 #include "core/plan.h"
 #include "simulator/evaluator.h"
 #include "tuner/baselines.h"
+#include "tuner/lower_bound.h"
 
 namespace octopipe {
 
@@ -89,6 +90,10 @@ struct TuneResult {
   std::vector<BaselineResult> baselines;
   std::string best_baseline;  // empty when no baseline fits
   double speedup_vs_best_baseline = 0;  // best fitting baseline objective / ours
+  // No plan of any partition, placement or schedule is faster than this (tuner/lower_bound.h),
+  // for the objective tuned; `lower_bound_gap` = (ours - bound) / ours.
+  LowerBound lower_bound;
+  double lower_bound_gap = 0;
   double tuning_wall_s = 0;
   int64_t evaluations = 0;
   bool budget_exhausted = false;

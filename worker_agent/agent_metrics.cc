@@ -72,25 +72,25 @@ void AgentMetrics::OnState(AgentState state) {
 }
 
 void AgentMetrics::OnPlanVersion(const std::string& job_id, int64_t version) {
-  plan_version_.Add({{"node", node_}, {"job", job_id}}).Set(static_cast<double>(version));
+  plan_version_.Add({{"node", node_}, {"job_id", job_id}}).Set(static_cast<double>(version));
 }
 
 void AgentMetrics::OnIteration(const NodeIteration& n) {
-  const prometheus::Labels job = {{"node", node_}, {"job", n.job_id}};
+  const prometheus::Labels job = {{"node", node_}, {"job_id", n.job_id}};
   iteration_seconds_.Add(job).Set(n.wall_s);
   pipeline_bubble_.Add(job).Set(n.local_bubble);
   tokens_per_s_.Add(job).Set(n.tokens_per_s);
   if (n.has_loss) loss_.Add(job).Set(n.loss);
   if (n.checkpoint_s >= 0) checkpoint_seconds_.Add(job).Set(n.checkpoint_s);
   for (const auto& [device, bubble] : n.rank_bubble) {
-    bubble_.Add({{"node", node_}, {"job", n.job_id}, {"device", std::to_string(device)}})
+    bubble_.Add({{"node", node_}, {"job_id", n.job_id}, {"device", std::to_string(device)}})
         .Set(bubble);
   }
   for (const auto& [key, sum] : n.ops) {
     if (sum.samples == 0) continue;
     stage_op_seconds_
         .Add({{"node", node_},
-              {"job", n.job_id},
+              {"job_id", n.job_id},
               {"stage", std::to_string(key.first)},
               {"kind", key.second}})
         .Set(sum.seconds / sum.samples);
@@ -98,11 +98,11 @@ void AgentMetrics::OnIteration(const NodeIteration& n) {
 }
 
 void AgentMetrics::OnRankRestart(const std::string& job_id) {
-  restarts_.Add({{"node", node_}, {"job", job_id}}).Increment();
+  restarts_.Add({{"node", node_}, {"job_id", job_id}}).Increment();
 }
 
 void AgentMetrics::OnEvent(const std::string& job_id, const JobEventReport& event) {
-  events_.Add({{"node", node_}, {"job", job_id}, {"kind", event.kind}}).Increment();
+  events_.Add({{"node", node_}, {"job_id", job_id}, {"kind", event.kind}}).Increment();
 }
 
 }  // namespace octopipe::agent
