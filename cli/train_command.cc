@@ -31,140 +31,114 @@ int Fail(std::ostream& err, const absl::Status& s, int code) {
   return code;
 }
 
-}  // namespace
-
-int RunTrain(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+// The flags of `octopipe train`, with their defaults.
+struct TrainFlags {
   // Big enough that compute, not loopback messaging, dominates an op (~10 ms).
   std::string model = "ref:pattern=M*-EM*-E,hidden=128,heads=4,ffn=256,experts=4,top_k=2,"
                       "moe_ffn=128,state=8,expand=2,seq=128,vocab=256";
-  std::string plan_file, schedule = "1f1b", transport = "gloo";
+  std::string plan_file, schedule = "1f1b", transport = "gloo", job;
   int64_t ranks = 2, iterations = 3, microbatches = 0, chunks = 0;
   double lr = 1e-3, timeout = 60;
   bool json = false;
-  CommandLine flags("train",
-                "Runs a pipeline plan on the executor's reference model (embedding, selective\n"
-                "scan, attention, SwiGLU MLP, top-k MoE, head; fp32 on CPU) with one process\n"
-                "per rank over Gloo/TCP (or threads in one process), and reports loss, measured\n"
-                "iteration time and bubble ratio, and the simulator's prediction from the\n"
-                "measured op times.");
-  flags.String("model", &model,
+  PlannerConnection planner;
+};
+
+void DeclareFlags(CommandLine& flags, TrainFlags& o) {
+  flags.String("model", &o.model,
                "ref:pattern=LETTERS,hidden=..,... (M scan, * attention, - MLP, E MoE; see\n"
                "executor/model_spec.h for every key)");
-  flags.String("plan", &plan_file, "plan file (from `octopipe plan --model=ref:... --out`)");
-  flags.String("schedule", &schedule,
+  flags.String("plan", &o.plan_file, "plan file (from `octopipe plan --model=ref:... --out`)");
+  flags.String("schedule", &o.schedule,
                "classic schedule when no --plan: gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v,\n"
                "dualpipev (layers split evenly)");
-  flags.Int("chunks", &chunks, "chunks per rank for --schedule; 0 = the schedule's own");
-  flags.Int("ranks", &ranks, "pipeline ranks (processes or threads)");
-  flags.Int("iterations", &iterations, "training iterations");
-  flags.Int("microbatches", &microbatches, "micro-batches per iteration; 0 = the model spec's");
-  flags.String("transport", &transport,
+  flags.Int("chunks", &o.chunks, "chunks per rank for --schedule; 0 = the schedule's own");
+  flags.Int("ranks", &o.ranks, "pipeline ranks (processes or threads)");
+  flags.Int("iterations", &o.iterations, "training iterations");
+  flags.Int("microbatches", &o.microbatches, "micro-batches per iteration; 0 = the model spec's");
+  flags.String("transport", &o.transport,
                "gloo (processes over TCP), nccl (processes, one GPU each; fails clearly without\n"
                "GPUs), auto (nccl when a GPU is present, else gloo), or inproc (threads)");
-  flags.Double("lr", &lr, "AdamW learning rate");
-  flags.Double("timeout", &timeout, "seconds a rank waits on a peer before failing");
-  flags.Bool("json", &json, "print one JSON object");
+  flags.Double("lr", &o.lr, "AdamW learning rate");
+  flags.Double("timeout", &o.timeout, "seconds a rank waits on a peer before failing");
+  flags.Bool("json", &o.json, "print one JSON object");
   // Closing the loop with a planner: run its job's current plan and report the measured times.
-  PlannerConnection planner;
-  planner.AddFlags(flags);
-  std::string job;
-  flags.String("job", &job,
+  o.planner.AddFlags(flags);
+  flags.String("job", &o.job,
                "with --planner: run this job's current plan (instead of --plan/--schedule) and\n"
                "report the measured stage times to the planner, which may re-plan the job");
-  if (absl::Status s = flags.Parse(args); !s.ok()) return Fail(err, s, 2);
-  if (flags.help_requested()) {
-    out << flags.Usage();
-    return 0;
-  }
-  absl::StatusOr<ModelSpec> spec = executor::ParseModelSpec(model);
-  if (!spec.ok()) return Fail(err, absl::InvalidArgumentError(absl::StrCat("--model: ", spec.status().message())), 2);
-  if (microbatches > 0) spec->microbatches = static_cast<int>(microbatches);
-  if (ranks < 1) return Fail(err, absl::InvalidArgumentError(absl::StrCat("--ranks must be >= 1, got ", ranks)), 2);
-  if (iterations < 1) return Fail(err, absl::InvalidArgumentError(absl::StrCat("--iterations must be >= 1, got ", iterations)), 2);
-  absl::StatusOr<executor::TransportKind> transport_kind = executor::ParseTransportKind(transport);
-  if (!transport_kind.ok()) {
-    return Fail(err, absl::InvalidArgumentError(absl::StrCat("--", transport_kind.status().message())),
-                2);
-  }
-  const ModelGraph graph = executor::ToModelGraph(*spec);
+}
+
+// What to run: the plan, and where it came from when it is a planner job's.
+struct TrainTarget {
   Plan plan;
   int64_t job_version = 0;
-  std::unique_ptr<proto::Planner::Stub> stub;
-  if (!job.empty()) {
-    auto connected = planner.Connect();
-    if (!connected.ok()) return Fail(err, connected.status(), 2);
-    stub = std::move(*connected);
-    proto::GetJobRequest g;
-    g.set_job_id(job);
-    proto::GetJobResponse got;
-    auto ctx = planner.Context();
-    grpc::Status s = stub->GetJob(ctx.get(), g, &got);
-    if (!s.ok()) return Fail(err, FromGrpc(s), 1);
-    if (!got.has_current()) {
-      return Fail(err, absl::FailedPreconditionError(absl::StrCat(
-                           "--job: ", job, " has no plan yet; wait for it (octopipe jobs watch)")), 1);
-    }
-    absl::StatusOr<Plan> p = PlanFromProto(got.current().result().plan());
-    if (!p.ok()) return Fail(err, p.status(), 1);
-    if (absl::Status v = ValidatePlanShape(*p, graph.num_layers()); !v.ok()) {
-      return Fail(err, absl::InvalidArgumentError(absl::StrCat(
-                           "--job: its plan does not fit --model: ", v.message())), 2);
-    }
-    plan = std::move(*p);
-    job_version = got.current().version();
-    ranks = plan.num_devices;
-    spec->microbatches = plan.num_microbatches;
-  } else if (!plan_file.empty()) {
-    absl::StatusOr<Plan> p = LoadPlanArg(plan_file);
-    if (!p.ok()) return Fail(err, p.status(), 2);
-    plan = std::move(*p);
-    if (absl::Status s = ValidatePlanShape(plan, graph.num_layers()); !s.ok()) {
-      return Fail(err, absl::InvalidArgumentError(absl::StrCat("--plan: ", s.message())), 2);
-    }
-    if (plan.num_devices != ranks) {
-      return Fail(err, absl::InvalidArgumentError(absl::StrCat(
-                           "--ranks: the plan uses ", plan.num_devices, " devices, got ", ranks)), 2);
-    }
-  } else {
-    absl::StatusOr<ScheduleKind> kind = ParseScheduleKind(schedule);
-    if (!kind.ok()) return Fail(err, absl::InvalidArgumentError(absl::StrCat("--schedule: ", kind.status().message())), 2);
-    absl::StatusOr<Plan> p = ClassicPlan(*kind, static_cast<int>(ranks), static_cast<int>(chunks),
-                                         spec->microbatches, graph);
-    if (!p.ok()) return Fail(err, absl::InvalidArgumentError(absl::StrCat("--", p.status().message())), 2);
-    plan = std::move(*p);
-  }
-  executor::TrainOptions options;
-  options.iterations = static_cast<int>(iterations);
-  options.lr = lr;
-  const int N = static_cast<int>(ranks);
+  std::unique_ptr<proto::Planner::Stub> stub;  // set for --job
+};
 
-  // Run the ranks and measure (the worker agent library's one implementation).
-  agent::LocalRunOptions run;
-  run.transport = transport;
-  run.timeout_s = timeout;
-  run.train = options;
-  absl::StatusOr<agent::RunMeasurement> m = agent::RunPlanLocally(*spec, plan, run);
-  if (!m.ok()) {
-    if (absl::IsAborted(m.status())) {
-      err << absl::StrReplaceAll(m.status().message(), {{"rank ", "octopipe train: rank "}})
-          << "\n";
-      return 1;
+// Step 1: the plan from --job (the planner's current version), --plan or --schedule; sets
+// o.ranks and spec->microbatches from a job's plan. On an error, *exit_code is the exit code
+// (2: bad usage, 1: the planner failed).
+absl::StatusOr<TrainTarget> ResolvePlan(TrainFlags& o, const ModelGraph& graph, ModelSpec* spec,
+                                        int* exit_code) {
+  TrainTarget t;
+  *exit_code = 2;
+  if (!o.job.empty()) {
+    ASSIGN_OR_RETURN(t.stub, o.planner.Connect());
+    proto::GetJobRequest g;
+    g.set_job_id(o.job);
+    proto::GetJobResponse got;
+    auto ctx = o.planner.Context();
+    *exit_code = 1;
+    grpc::Status s = t.stub->GetJob(ctx.get(), g, &got);
+    if (!s.ok()) return FromGrpc(s);
+    if (!got.has_current()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--job: ", o.job, " has no plan yet; wait for it (octopipe jobs watch)"));
     }
-    return Fail(err, m.status(), 1);
+    ASSIGN_OR_RETURN(t.plan, PlanFromProto(got.current().result().plan()));
+    *exit_code = 2;
+    if (absl::Status v = ValidatePlanShape(t.plan, graph.num_layers()); !v.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--job: its plan does not fit --model: ", v.message()));
+    }
+    t.job_version = got.current().version();
+    o.ranks = t.plan.num_devices;
+    spec->microbatches = t.plan.num_microbatches;
+    return t;
   }
-  const int K = static_cast<int>(iterations);
-  const std::vector<double>& loss = m->loss;
-  const std::vector<double>& wall = m->iteration_s;
-  const std::vector<double>& bubble = m->bubble;
-  // Prediction: the plan's schedule in the simulator with each (stage, kind)'s mean measured
-  // duration.
+  if (!o.plan_file.empty()) {
+    ASSIGN_OR_RETURN(t.plan, LoadPlanArg(o.plan_file));
+    if (absl::Status s = ValidatePlanShape(t.plan, graph.num_layers()); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--plan: ", s.message()));
+    }
+    if (t.plan.num_devices != o.ranks) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--ranks: the plan uses ", t.plan.num_devices, " devices, got ", o.ranks));
+    }
+    return t;
+  }
+  absl::StatusOr<ScheduleKind> kind = ParseScheduleKind(o.schedule);
+  if (!kind.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--schedule: ", kind.status().message()));
+  }
+  absl::StatusOr<Plan> p = ClassicPlan(*kind, static_cast<int>(o.ranks),
+                                       static_cast<int>(o.chunks), spec->microbatches, graph);
+  if (!p.ok()) return absl::InvalidArgumentError(absl::StrCat("--", p.status().message()));
+  t.plan = std::move(*p);
+  return t;
+}
+
+// Step 2: the simulator's prediction for the plan's schedule with each (stage, kind)'s mean
+// measured duration.
+absl::StatusOr<SimResult> PredictFromMeasured(const Plan& plan, int ranks,
+                                              const agent::RunMeasurement& m) {
   auto avg = [&](int s, OpKind k) {
-    auto it = m->stage_op_s.find({s, k});
-    return it == m->stage_op_s.end() ? 0.0 : it->second.first;
+    auto it = m.stage_op_s.find({s, k});
+    return it == m.stage_op_s.end() ? 0.0 : it->second.first;
   };
   std::vector<int> placement;
   for (const StageAssignment& st : plan.stages) placement.push_back(st.device);
-  PipelineProblem pb = UniformProblem(placement, N, plan.num_microbatches, 0, 0, 0);
+  PipelineProblem pb = UniformProblem(placement, ranks, plan.num_microbatches, 0, 0, 0);
   for (int s = 0; s < plan.num_stages(); ++s) {
     pb.recompute[s] = plan.stages[s].recompute;
     pb.forward_s[s] = avg(s, OpKind::kF);
@@ -173,70 +147,145 @@ int RunTrain(const std::vector<std::string>& args, std::ostream& out, std::ostre
     pb.backward_input_s[s] = b > 0 ? b : bw;
     pb.weight_grad_s[s] = b > 0 ? w : 0;
   }
-  absl::StatusOr<SimResult> predicted = Simulate(pb, plan.schedule);
-  if (!predicted.ok()) return Fail(err, predicted.status(), 1);
-  const double measured = m->mean_iteration_s, measured_bubble = m->mean_bubble;
-  const double error = predicted->iteration_time_s / measured - 1;
-  std::string report_decision;
-  if (stub) {
-    proto::ReportStageTimesRequest req;
-    req.set_job_id(job);
-    req.set_plan_version(job_version);
-    req.set_node_id("octopipe-train");
-    for (const auto& [key, mean_n] : m->stage_op_s) {
-      proto::StageTime* t = req.add_times();
-      t->set_stage(key.first);
-      t->set_op_kind(std::string(OpKindName(key.second)));
-      t->set_seconds(mean_n.first);
-      t->set_samples(mean_n.second);
-    }
-    // Per-layer times: each layer calibrates itself, wherever the next plan puts it.
-    for (const auto& [key, mean_n] : m->layer_op_s) {
-      proto::LayerOpTime* t = req.add_layer_times();
-      t->set_layer(key.first);
-      t->set_op_kind(std::string(OpKindName(key.second)));
-      t->set_seconds(mean_n.first);
-      t->set_samples(mean_n.second);
-    }
-    proto::ReportStageTimesResponse resp;
-    auto ctx = planner.Context();
-    grpc::Status s = stub->ReportStageTimes(ctx.get(), req, &resp);
-    if (!s.ok()) return Fail(err, FromGrpc(s), 1);
-    report_decision = absl::StrCat("reported to the planner (", job, " v", job_version, "): ",
-                                   resp.decision());
+  return Simulate(pb, plan.schedule);
+}
+
+// Step 3 (--job): reports the measured stage and per-layer times; returns the planner's
+// decision as a line for the output.
+absl::StatusOr<std::string> ReportToPlanner(TrainFlags& o, const TrainTarget& t,
+                                            const agent::RunMeasurement& m) {
+  proto::ReportStageTimesRequest req;
+  req.set_job_id(o.job);
+  req.set_plan_version(t.job_version);
+  req.set_node_id("octopipe-train");
+  for (const auto& [key, mean_n] : m.stage_op_s) {
+    proto::StageTime* st = req.add_times();
+    st->set_stage(key.first);
+    st->set_op_kind(std::string(OpKindName(key.second)));
+    st->set_seconds(mean_n.first);
+    st->set_samples(mean_n.second);
   }
-  if (json) {
+  // Per-layer times: each layer calibrates itself, wherever the next plan puts it.
+  for (const auto& [key, mean_n] : m.layer_op_s) {
+    proto::LayerOpTime* lt = req.add_layer_times();
+    lt->set_layer(key.first);
+    lt->set_op_kind(std::string(OpKindName(key.second)));
+    lt->set_seconds(mean_n.first);
+    lt->set_samples(mean_n.second);
+  }
+  proto::ReportStageTimesResponse resp;
+  auto ctx = o.planner.Context();
+  grpc::Status s = t.stub->ReportStageTimes(ctx.get(), req, &resp);
+  if (!s.ok()) return FromGrpc(s);
+  return absl::StrCat("reported to the planner (", o.job, " v", t.job_version, "): ",
+                      resp.decision());
+}
+
+// Step 4: the result, as one JSON object or as tables.
+void PrintResult(const TrainFlags& o, const ModelGraph& graph, const Plan& plan,
+                 const agent::RunMeasurement& m, const SimResult& predicted,
+                 const std::string& report_decision, std::ostream& out) {
+  const int N = static_cast<int>(o.ranks);
+  const double measured = m.mean_iteration_s, measured_bubble = m.mean_bubble;
+  const double error = predicted.iteration_time_s / measured - 1;
+  if (o.json) {
     Json j = {{"ranks", N},
-              {"transport", transport},
-              {"schedule", plan_file.empty() ? schedule : plan_file},
-              {"loss", loss},
-              {"iteration_time_s", wall},
-              {"bubble_ratio", bubble},
+              {"transport", o.transport},
+              {"schedule", o.plan_file.empty() ? o.schedule : o.plan_file},
+              {"loss", m.loss},
+              {"iteration_time_s", m.iteration_s},
+              {"bubble_ratio", m.bubble},
               {"measured_iteration_time_s", measured},
               {"measured_bubble_ratio", measured_bubble},
-              {"predicted_iteration_time_s", predicted->iteration_time_s},
-              {"predicted_bubble_ratio", predicted->bubble_ratio},
+              {"predicted_iteration_time_s", predicted.iteration_time_s},
+              {"predicted_bubble_ratio", predicted.bubble_ratio},
               {"prediction_error", error},
-              {"peak_activation_bytes", m->peak_activation_bytes}};  // per rank
+              {"peak_activation_bytes", m.peak_activation_bytes}};  // per rank
     if (!report_decision.empty()) j["planner_report"] = report_decision;
     out << JsonText(j) << "\n";
-    return 0;
+    return;
   }
-  out << "model " << graph.name << " (" << graph.num_layers() << " layers), " << N << " ranks over "
-      << transport << ", " << plan.num_stages() << " stages, " << plan.num_microbatches
-      << " micro-batches\n\n";
+  const int K = static_cast<int>(m.loss.size());
+  out << "model " << graph.name << " (" << graph.num_layers() << " layers), " << N
+      << " ranks over " << o.transport << ", " << plan.num_stages() << " stages, "
+      << plan.num_microbatches << " micro-batches\n\n";
   TextTable t({"iteration", "loss", "time", "bubble"});
   for (int it = 0; it < K; ++it) {
-    t.AddRow({absl::StrCat(it), absl::StrFormat("%.5f", loss[it]), FormatSeconds(wall[it]),
-              FormatPercent(bubble[it])});
+    t.AddRow({absl::StrCat(it), absl::StrFormat("%.5f", m.loss[it]),
+              FormatSeconds(m.iteration_s[it]), FormatPercent(m.bubble[it])});
   }
   out << t.Render();
   out << "\nmeasured iteration " << FormatSeconds(measured) << ", bubble "
       << FormatPercent(measured_bubble) << (K > 1 ? " (after the first iteration)" : "") << "\n";
-  out << "simulator with the measured op times: " << FormatSeconds(predicted->iteration_time_s)
-      << ", bubble " << FormatPercent(predicted->bubble_ratio) << " ("
+  out << "simulator with the measured op times: " << FormatSeconds(predicted.iteration_time_s)
+      << ", bubble " << FormatPercent(predicted.bubble_ratio) << " ("
       << absl::StrFormat("%+.1f%%", error * 100) << " vs measured)\n";
   if (!report_decision.empty()) out << report_decision << "\n";
+}
+
+}  // namespace
+
+int RunTrain(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  TrainFlags o;
+  CommandLine flags("train",
+                "Runs a pipeline plan on the executor's reference model (embedding, selective\n"
+                "scan, attention, SwiGLU MLP, top-k MoE, head; fp32 on CPU) with one process\n"
+                "per rank over Gloo/TCP (or threads in one process), and reports loss, measured\n"
+                "iteration time and bubble ratio, and the simulator's prediction from the\n"
+                "measured op times.");
+  DeclareFlags(flags, o);
+  if (absl::Status s = flags.Parse(args); !s.ok()) return Fail(err, s, 2);
+  if (flags.help_requested()) {
+    out << flags.Usage();
+    return 0;
+  }
+  absl::StatusOr<ModelSpec> spec = executor::ParseModelSpec(o.model);
+  if (!spec.ok()) {
+    return Fail(err, absl::InvalidArgumentError(absl::StrCat("--model: ", spec.status().message())), 2);
+  }
+  if (o.microbatches > 0) spec->microbatches = static_cast<int>(o.microbatches);
+  if (o.ranks < 1) {
+    return Fail(err, absl::InvalidArgumentError(absl::StrCat("--ranks must be >= 1, got ", o.ranks)), 2);
+  }
+  if (o.iterations < 1) {
+    return Fail(err, absl::InvalidArgumentError(
+                         absl::StrCat("--iterations must be >= 1, got ", o.iterations)), 2);
+  }
+  absl::StatusOr<executor::TransportKind> transport_kind = executor::ParseTransportKind(o.transport);
+  if (!transport_kind.ok()) {
+    return Fail(err, absl::InvalidArgumentError(absl::StrCat("--", transport_kind.status().message())),
+                2);
+  }
+  const ModelGraph graph = executor::ToModelGraph(*spec);
+  int code = 2;
+  absl::StatusOr<TrainTarget> target = ResolvePlan(o, graph, &*spec, &code);
+  if (!target.ok()) return Fail(err, target.status(), code);
+
+  // Run the ranks and measure (the worker agent library's one implementation).
+  agent::LocalRunOptions run;
+  run.transport = o.transport;
+  run.timeout_s = o.timeout;
+  run.train.iterations = static_cast<int>(o.iterations);
+  run.train.lr = o.lr;
+  absl::StatusOr<agent::RunMeasurement> m = agent::RunPlanLocally(*spec, target->plan, run);
+  if (!m.ok()) {
+    if (absl::IsAborted(m.status())) {
+      err << absl::StrReplaceAll(m.status().message(), {{"rank ", "octopipe train: rank "}})
+          << "\n";
+      return 1;
+    }
+    return Fail(err, m.status(), 1);
+  }
+  absl::StatusOr<SimResult> predicted =
+      PredictFromMeasured(target->plan, static_cast<int>(o.ranks), *m);
+  if (!predicted.ok()) return Fail(err, predicted.status(), 1);
+  std::string report_decision;
+  if (target->stub) {
+    absl::StatusOr<std::string> decision = ReportToPlanner(o, *target, *m);
+    if (!decision.ok()) return Fail(err, decision.status(), 1);
+    report_decision = *decision;
+  }
+  PrintResult(o, graph, target->plan, *m, *predicted, report_decision, out);
   return 0;
 }
 

@@ -12,7 +12,7 @@ PACKAGES=(
   libgloo-dev libeigen3-dev libsqlite3-dev libssl-dev
   prometheus
   prometheus-cpp-dev nlohmann-json3-dev libcli11-dev python3-yaml
-  python3-grpcio protobuf-compiler-grpc
+  python3-grpcio
 )
 
 missing=()
