@@ -1,6 +1,7 @@
 #include "executor/engine.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <deque>
 #include <map>
@@ -141,52 +142,72 @@ absl::Status PipelineEngine::Validate() const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<IterationStats> PipelineEngine::RunIteration(
-    const std::vector<MicroBatch>& microbatches) {
-  RETURN_IF_ERROR(Validate());
-  const int S = plan_.num_stages();
-  const int M = static_cast<int>(microbatches.size());
-  if (M != plan_.num_microbatches) {
-    return absl::InvalidArgumentError(absl::StrCat("microbatches: the plan has ",
-                                                   plan_.num_microbatches, ", got ", M));
-  }
-  const int P = plan_.num_devices;
-  const size_t bytes = static_cast<size_t>(tokens_) * hidden_ * sizeof(float);
-  const auto t0 = std::chrono::steady_clock::now();
-  auto now = [&] {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  };
-  IterationStats stats;
-  stats.start_steady_s = std::chrono::duration<double>(t0.time_since_epoch()).count();
+// One RunIteration's state: the communication threads and the per (stage, micro-batch)
+// tensors, layer contexts and held activation bytes on this rank.
+struct PipelineEngine::Iteration {
+  Iteration(const std::vector<MicroBatch>& mbs, int P) : microbatches(mbs), outboxes(P) {}
 
-  // Communication threads: one receiver and one sender per peer this rank talks to.
+  double Now() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+
+  const std::vector<MicroBatch>& microbatches;
+  size_t bytes = 0;  // of every message
+  std::chrono::steady_clock::time_point t0;
+  IterationStats stats;
+
   Mailbox mailbox;
-  std::vector<std::unique_ptr<Outbox>> outboxes(P);
+  std::vector<std::unique_ptr<Outbox>> outboxes;  // by peer
   std::vector<std::thread> threads;
   std::atomic<int64_t> received{0}, sent{0};
+
+  std::map<std::pair<int, int>, Tensor> local_fwd, local_bwd, stage_input;
+  std::map<std::pair<int, int>, std::vector<LayerContext>> ctx;
+  std::map<std::pair<int, int>, int64_t> held;  // activation bytes per (stage, micro-batch)
+  int64_t held_total = 0;
+  double loss_sum = 0;
+};
+
+namespace {
+
+// Runs `body` and records its duration as layer `l`'s share of op (kind, s, m).
+template <typename Body>
+void TimedLayer(IterationStats* stats, int l, OpKind kind, int s, int m, Body&& body) {
+  const auto start = std::chrono::steady_clock::now();
+  body();
+  stats->layer_ops.push_back(LayerOpTiming{
+      l, s, m, kind,
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()});
+}
+
+}  // namespace
+
+void PipelineEngine::StartCommunication(Iteration* it) {
+  const int P = plan_.num_devices;
+  const size_t bytes = it->bytes;
   for (int peer = 0; peer < P; ++peer) {
     if (peer == rank_) continue;
     std::vector<Message> expect = SendsBetween(peer, rank_);
     if (!expect.empty()) {
-      threads.emplace_back([this, peer, expect, &mailbox, bytes, &received] {
+      it->threads.emplace_back([this, peer, expect, it, bytes] {
         for (const Message& m : expect) {
           Tensor t(tokens_, hidden_);
           absl::Status s = transport_->Recv(peer, m.tag, t.data(), bytes);
           if (!s.ok()) {
-            mailbox.Fail(absl::Status(s.code(), absl::StrCat("rank ", rank_,
-                                                             ": receiving from rank ", peer,
-                                                             " failed: ", s.message())));
+            it->mailbox.Fail(absl::Status(s.code(), absl::StrCat("rank ", rank_,
+                                                                 ": receiving from rank ", peer,
+                                                                 " failed: ", s.message())));
             return;
           }
-          received += static_cast<int64_t>(bytes);
-          mailbox.Put(m.tag, std::move(t));
+          it->received += static_cast<int64_t>(bytes);
+          it->mailbox.Put(m.tag, std::move(t));
         }
       });
     }
     if (!SendsBetween(rank_, peer).empty()) {
-      outboxes[peer] = std::make_unique<Outbox>();
-      Outbox* box = outboxes[peer].get();
-      threads.emplace_back([this, peer, box, &mailbox, bytes, &sent] {
+      it->outboxes[peer] = std::make_unique<Outbox>();
+      Outbox* box = it->outboxes[peer].get();
+      it->threads.emplace_back([this, peer, box, it, bytes] {
         uint32_t tag;
         Tensor t;
         bool failed = false;
@@ -196,181 +217,189 @@ absl::StatusOr<IterationStats> PipelineEngine::RunIteration(
           if (failed) continue;
           absl::Status s = transport_->Send(peer, tag, t.data(), bytes);
           if (!s.ok()) {
-            mailbox.Fail(absl::Status(s.code(), absl::StrCat("rank ", rank_, ": sending to rank ",
-                                                             peer, " failed: ", s.message())));
+            it->mailbox.Fail(absl::Status(s.code(), absl::StrCat("rank ", rank_,
+                                                                 ": sending to rank ", peer,
+                                                                 " failed: ", s.message())));
             failed = true;
             continue;
           }
-          sent += static_cast<int64_t>(bytes);
+          it->sent += static_cast<int64_t>(bytes);
         }
       });
     }
   }
-  auto finish_threads = [&] {
-    for (auto& box : outboxes) {
-      if (box) box->Close();
-    }
-    for (std::thread& t : threads) t.join();
-  };
+}
 
-  // Per (stage, micro-batch) state on this rank.
-  std::map<std::pair<int, int>, Tensor> local_fwd, local_bwd, stage_input;
-  std::map<std::pair<int, int>, std::vector<LayerContext>> ctx;
-  double loss_sum = 0;
-  absl::Status failure;
+void PipelineEngine::FinishCommunication(Iteration* it) {
+  for (auto& box : it->outboxes) {
+    if (box) box->Close();
+  }
+  for (std::thread& t : it->threads) t.join();
+}
 
-  auto layers_of = [&](int s) {
-    return std::pair<int, int>{plan_.stages[s].first_layer, plan_.stages[s].last_layer};
-  };
-  // Runs `body` and records its duration as layer `l`'s share of op (kind, s, m).
-  auto timed = [&](int l, OpKind kind, int s, int m, auto&& body) {
-    const auto start = std::chrono::steady_clock::now();
-    body();
-    stats.layer_ops.push_back(LayerOpTiming{
-        l, s, m, kind,
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()});
-  };
-  auto forward = [&](int s, int m, const Tensor& in, OpKind kind) {
-    auto [lo, hi] = layers_of(s);
-    std::vector<LayerContext>& c = ctx[{s, m}];
-    c.assign(hi - lo + 1, LayerContext{});
-    Tensor x = in;
-    for (int l = lo; l <= hi; ++l) {
-      timed(l, kind, s, m, [&] { x = (*layers_)[l]->Forward(x, microbatches[m], &c[l - lo]); });
+absl::Status PipelineEngine::TakeInputs(const Op& op, Iteration* it, OpTiming* timing,
+                                        Tensor* input, Tensor* grad) {
+  const int S = plan_.num_stages();
+  const int s = op.stage, m = op.microbatch;
+  // Takes a received message, counting the wait; an error names the op and what it waited for.
+  auto receive = [&](uint32_t tag, const char* what, Tensor* out) {
+    const double wait_from = it->Now();
+    absl::StatusOr<Tensor> t = it->mailbox.Take(tag);
+    timing->wait_s += it->Now() - wait_from;
+    if (!t.ok()) {
+      return absl::Status(t.status().code(), absl::StrCat(t.status().message(), " (waiting for ",
+                                                          what, OpToString(op), ")"));
     }
-    return x;
+    *out = std::move(*t);
+    return absl::OkStatus();
   };
-  // Activation accounting: bytes held per (stage, micro-batch), re-measured after every op.
-  std::map<std::pair<int, int>, int64_t> held;
-  int64_t held_total = 0;
-  auto account = [&](const std::pair<int, int>& key) {
-    int64_t bytes = 0;
-    if (auto it = ctx.find(key); it != ctx.end()) {
-      for (const LayerContext& c : it->second) bytes += ContextBytes(c);
-    }
-    if (auto it = stage_input.find(key); it != stage_input.end()) {
-      bytes += static_cast<int64_t>(it->second.size()) * sizeof(float);
-    }
-    held_total += bytes - held[key];
-    if (bytes == 0) {
-      held.erase(key);
+  if (op.kind == OpKind::kF && s > 0) {
+    if (plan_.stages[s - 1].device == rank_) {
+      *input = std::move(it->local_fwd[{s - 1, m}]);
+      it->local_fwd.erase({s - 1, m});
     } else {
-      held[key] = bytes;
+      RETURN_IF_ERROR(receive(Tag(s - 1, m, kForward), "the input of ", input));
     }
-    stats.peak_activation_bytes = std::max(stats.peak_activation_bytes, held_total);
-  };
+  }
+  if ((op.kind == OpKind::kB || op.kind == OpKind::kBW) && s + 1 < S) {
+    if (plan_.stages[s + 1].device == rank_) {
+      *grad = std::move(it->local_bwd[{s + 1, m}]);
+      it->local_bwd.erase({s + 1, m});
+    } else {
+      RETURN_IF_ERROR(receive(Tag(s + 1, m, kBackward), "the gradient of ", grad));
+    }
+  }
+  return absl::OkStatus();
+}
 
+Tensor PipelineEngine::ForwardStage(int s, int m, const Tensor& in, OpKind kind, Iteration* it) {
+  const int lo = plan_.stages[s].first_layer, hi = plan_.stages[s].last_layer;
+  std::vector<LayerContext>& c = it->ctx[{s, m}];
+  c.assign(hi - lo + 1, LayerContext{});
+  Tensor x = in;
+  for (int l = lo; l <= hi; ++l) {
+    TimedLayer(&it->stats, l, kind, s, m,
+               [&] { x = (*layers_)[l]->Forward(x, it->microbatches[m], &c[l - lo]); });
+  }
+  return x;
+}
+
+void PipelineEngine::RunOp(const Op& op, Tensor input, Tensor grad, Iteration* it) {
+  const int S = plan_.num_stages();
+  const int M = static_cast<int>(it->microbatches.size());
+  const int s = op.stage, m = op.microbatch;
+  const auto key = std::make_pair(s, m);
+  const std::vector<MicroBatch>& microbatches = it->microbatches;
+  const int lo = plan_.stages[s].first_layer, hi = plan_.stages[s].last_layer;
+  IterationStats* stats = &it->stats;
+  switch (op.kind) {
+    case OpKind::kF: {
+      if (plan_.stages[s].recompute) it->stage_input[key] = input;
+      Tensor out = ForwardStage(s, m, input, OpKind::kF, it);
+      if (plan_.stages[s].recompute) it->ctx.erase(key);  // R rebuilds it before the backward
+      if (s == S - 1) {
+        it->loss_sum += out(0, 0);
+      } else if (plan_.stages[s + 1].device == rank_) {
+        it->local_fwd[key] = std::move(out);
+      } else {
+        it->outboxes[plan_.stages[s + 1].device]->Push(Tag(s, m, kForward), std::move(out));
+      }
+      break;
+    }
+    case OpKind::kR: {
+      ForwardStage(s, m, it->stage_input[key], OpKind::kR, it);
+      it->stage_input.erase(key);
+      break;
+    }
+    case OpKind::kB:
+    case OpKind::kBW: {
+      Tensor dy = s == S - 1 ? Tensor::Constant(1, 1, 1.0f / M) : std::move(grad);
+      std::vector<LayerContext>& c = it->ctx[key];
+      for (int l = hi; l >= lo; --l) {
+        TimedLayer(stats, l, OpKind::kB, s, m,
+                   [&] { dy = (*layers_)[l]->BackwardInput(dy, microbatches[m], &c[l - lo]); });
+      }
+      if (op.kind == OpKind::kBW) {
+        for (int l = lo; l <= hi; ++l) {
+          TimedLayer(stats, l, OpKind::kW, s, m,
+                     [&] { (*layers_)[l]->BackwardWeight(microbatches[m], &c[l - lo]); });
+        }
+        it->ctx.erase(key);
+      }
+      if (s > 0) {
+        if (plan_.stages[s - 1].device == rank_) {
+          it->local_bwd[key] = std::move(dy);
+        } else {
+          it->outboxes[plan_.stages[s - 1].device]->Push(Tag(s, m, kBackward), std::move(dy));
+        }
+      }
+      break;
+    }
+    case OpKind::kW: {
+      std::vector<LayerContext>& c = it->ctx[key];
+      for (int l = lo; l <= hi; ++l) {
+        TimedLayer(stats, l, OpKind::kW, s, m,
+                   [&] { (*layers_)[l]->BackwardWeight(microbatches[m], &c[l - lo]); });
+      }
+      it->ctx.erase(key);
+      break;
+    }
+  }
+}
+
+void PipelineEngine::Account(const std::pair<int, int>& key, Iteration* it) {
+  int64_t bytes = 0;
+  if (auto c = it->ctx.find(key); c != it->ctx.end()) {
+    for (const LayerContext& lc : c->second) bytes += ContextBytes(lc);
+  }
+  if (auto in = it->stage_input.find(key); in != it->stage_input.end()) {
+    bytes += static_cast<int64_t>(in->second.size()) * sizeof(float);
+  }
+  it->held_total += bytes - it->held[key];
+  if (bytes == 0) {
+    it->held.erase(key);
+  } else {
+    it->held[key] = bytes;
+  }
+  it->stats.peak_activation_bytes = std::max(it->stats.peak_activation_bytes, it->held_total);
+}
+
+absl::StatusOr<IterationStats> PipelineEngine::RunIteration(
+    const std::vector<MicroBatch>& microbatches) {
+  RETURN_IF_ERROR(Validate());
+  const int M = static_cast<int>(microbatches.size());
+  if (M != plan_.num_microbatches) {
+    return absl::InvalidArgumentError(absl::StrCat("microbatches: the plan has ",
+                                                   plan_.num_microbatches, ", got ", M));
+  }
+  Iteration it(microbatches, plan_.num_devices);
+  it.bytes = static_cast<size_t>(tokens_) * hidden_ * sizeof(float);
+  it.t0 = std::chrono::steady_clock::now();
+  it.stats.start_steady_s = std::chrono::duration<double>(it.t0.time_since_epoch()).count();
+  StartCommunication(&it);
+  absl::Status failure;
   for (const Op& op : plan_.schedule.ops[rank_]) {
     OpTiming timing;
     timing.op = op;
-    const int s = op.stage, m = op.microbatch;
-    const auto key = std::make_pair(s, m);
     // Inputs first (waiting for them is not compute time).
-    Tensor input;
-    if (op.kind == OpKind::kF && s > 0) {
-      if (plan_.stages[s - 1].device == rank_) {
-        input = std::move(local_fwd[{s - 1, m}]);
-        local_fwd.erase({s - 1, m});
-      } else {
-        const double wait_from = now();
-        absl::StatusOr<Tensor> t = mailbox.Take(Tag(s - 1, m, kForward));
-        timing.wait_s += now() - wait_from;
-        if (!t.ok()) {
-          failure = absl::Status(t.status().code(), absl::StrCat(t.status().message(),
-                                                                 " (waiting for the input of ",
-                                                                 OpToString(op), ")"));
-          break;
-        }
-        input = std::move(*t);
-      }
-    }
-    Tensor grad;
-    if ((op.kind == OpKind::kB || op.kind == OpKind::kBW) && s + 1 < S) {
-      if (plan_.stages[s + 1].device == rank_) {
-        grad = std::move(local_bwd[{s + 1, m}]);
-        local_bwd.erase({s + 1, m});
-      } else {
-        const double wait_from = now();
-        absl::StatusOr<Tensor> t = mailbox.Take(Tag(s + 1, m, kBackward));
-        timing.wait_s += now() - wait_from;
-        if (!t.ok()) {
-          failure = absl::Status(t.status().code(), absl::StrCat(t.status().message(),
-                                                                 " (waiting for the gradient of ",
-                                                                 OpToString(op), ")"));
-          break;
-        }
-        grad = std::move(*t);
-      }
-    }
-    timing.start_s = now();
-    auto [lo, hi] = layers_of(s);
-    switch (op.kind) {
-      case OpKind::kF: {
-        if (plan_.stages[s].recompute) stage_input[key] = input;
-        Tensor out = forward(s, m, input, OpKind::kF);
-        if (plan_.stages[s].recompute) ctx.erase(key);  // R rebuilds it before the backward
-        if (s == S - 1) {
-          loss_sum += out(0, 0);
-        } else if (plan_.stages[s + 1].device == rank_) {
-          local_fwd[key] = std::move(out);
-        } else {
-          outboxes[plan_.stages[s + 1].device]->Push(Tag(s, m, kForward), std::move(out));
-        }
-        break;
-      }
-      case OpKind::kR: {
-        forward(s, m, stage_input[key], OpKind::kR);
-        stage_input.erase(key);
-        break;
-      }
-      case OpKind::kB:
-      case OpKind::kBW: {
-        Tensor dy = s == S - 1 ? Tensor::Constant(1, 1, 1.0f / M) : std::move(grad);
-        std::vector<LayerContext>& c = ctx[key];
-        for (int l = hi; l >= lo; --l) {
-          timed(l, OpKind::kB, s, m,
-                [&] { dy = (*layers_)[l]->BackwardInput(dy, microbatches[m], &c[l - lo]); });
-        }
-        if (op.kind == OpKind::kBW) {
-          for (int l = lo; l <= hi; ++l) {
-            timed(l, OpKind::kW, s, m,
-                  [&] { (*layers_)[l]->BackwardWeight(microbatches[m], &c[l - lo]); });
-          }
-          ctx.erase(key);
-        }
-        if (s > 0) {
-          if (plan_.stages[s - 1].device == rank_) {
-            local_bwd[key] = std::move(dy);
-          } else {
-            outboxes[plan_.stages[s - 1].device]->Push(Tag(s, m, kBackward), std::move(dy));
-          }
-        }
-        break;
-      }
-      case OpKind::kW: {
-        std::vector<LayerContext>& c = ctx[key];
-        for (int l = lo; l <= hi; ++l) {
-          timed(l, OpKind::kW, s, m,
-                [&] { (*layers_)[l]->BackwardWeight(microbatches[m], &c[l - lo]); });
-        }
-        ctx.erase(key);
-        break;
-      }
-    }
-    timing.end_s = now();
-    stats.ops.push_back(timing);
-    account(key);
+    Tensor input, grad;
+    failure = TakeInputs(op, &it, &timing, &input, &grad);
+    if (!failure.ok()) break;
+    timing.start_s = it.Now();
+    RunOp(op, std::move(input), std::move(grad), &it);
+    timing.end_s = it.Now();
+    it.stats.ops.push_back(timing);
+    Account({op.stage, op.microbatch}, &it);
   }
-  finish_threads();
-  if (failure.ok()) failure = mailbox.error();
+  FinishCommunication(&it);
+  if (failure.ok()) failure = it.mailbox.error();
   if (!failure.ok()) return failure;
-  for (const StageAssignment& st : plan_.stages) {
-    if (st.device == rank_ && &st == &plan_.stages.back()) stats.has_loss = true;
-  }
-  stats.loss = stats.has_loss ? loss_sum / M : 0;
-  stats.wall_s = now();
-  stats.bytes_sent = sent;
-  stats.bytes_received = received;
+  IterationStats stats = std::move(it.stats);
+  stats.has_loss = plan_.stages.back().device == rank_;
+  stats.loss = stats.has_loss ? it.loss_sum / M : 0;
+  stats.wall_s = it.Now();
+  stats.bytes_sent = it.sent;
+  stats.bytes_received = it.received;
   return stats;
 }
 

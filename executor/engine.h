@@ -100,6 +100,26 @@ class PipelineEngine {
   // Messages `from` sends to `to`, in `from`'s op order.
   std::vector<Message> SendsBetween(int from, int to) const;
 
+  // The steps of RunIteration, over one iteration's state (defined in engine.cc).
+  struct Iteration;
+  // Starts one receiving thread per peer that sends here and one sending thread per peer this
+  // rank sends to.
+  void StartCommunication(Iteration* it);
+  // Closes the outboxes and joins the communication threads.
+  void FinishCommunication(Iteration* it);
+  // The op's activation input (F) or incoming gradient (B, BW), local or received; the time
+  // spent waiting goes to timing->wait_s; an error names the op that waited.
+  absl::Status TakeInputs(const Op& op, Iteration* it, OpTiming* timing, Tensor* input,
+                          Tensor* grad);
+  // Runs the stage's layers forward (timed per layer as `kind`, F or R), keeping their contexts
+  // for the backward.
+  Tensor ForwardStage(int stage, int microbatch, const Tensor& input, OpKind kind,
+                      Iteration* it);
+  // Computes the op and hands its output to the next stage (local or outbox).
+  void RunOp(const Op& op, Tensor input, Tensor grad, Iteration* it);
+  // Re-measures the activation bytes held for (stage, micro-batch) after an op.
+  void Account(const std::pair<int, int>& key, Iteration* it);
+
   const Plan& plan_;
   const int rank_;
   std::vector<std::unique_ptr<Layer>>* layers_;
