@@ -294,6 +294,10 @@ void Agent::ReadProgress() {
         n.ops[key].seconds += sum.seconds;
         n.ops[key].samples += sum.samples;
       }
+      for (const auto& [key, sum] : r.layer_ops) {
+        n.layer_ops[key].seconds += sum.seconds;
+        n.layer_ops[key].samples += sum.samples;
+      }
     }
     for (const auto& [rank, r] : records) {
       n.rank_bubble[rank] = n.wall_s > 0 ? 1 - r.busy_s / n.wall_s : 0;
@@ -306,29 +310,40 @@ void Agent::ReadProgress() {
         run_.unreported[key].seconds += sum.seconds;
         run_.unreported[key].samples += sum.samples;
       }
+      for (const auto& [key, sum] : n.layer_ops) {
+        run_.unreported_layers[key].seconds += sum.seconds;
+        run_.unreported_layers[key].samples += sum.samples;
+      }
       if (options_.report_every_iterations > 0 &&
           (run_.iterations_seen - 1) % options_.report_every_iterations == 0) {
-        ReportTimes(run_.unreported);
-        run_.unreported.clear();
+        ReportTimes();
       }
     }
   }
 }
 
-void Agent::ReportTimes(const StageOpTimes& ops) {
-  if (ops.empty()) return;
+void Agent::ReportTimes() {
+  if (run_.unreported.empty()) return;
   std::vector<StageTimeReport> times;
-  for (const auto& [key, sum] : ops) {
+  for (const auto& [key, sum] : run_.unreported) {
     if (sum.samples == 0) continue;
     times.push_back({key.first, key.second, sum.seconds / sum.samples, sum.samples});
   }
-  absl::Status s = link_->ReportStageTimes(run_.job_id, run_.version, options_.node, times);
+  std::vector<LayerTimeReport> layer_times;
+  for (const auto& [key, sum] : run_.unreported_layers) {
+    if (sum.samples == 0) continue;
+    layer_times.push_back({key.first, key.second, sum.seconds / sum.samples, sum.samples});
+  }
+  run_.unreported.clear();
+  run_.unreported_layers.clear();
+  absl::Status s =
+      link_->ReportStageTimes(run_.job_id, run_.version, options_.node, times, layer_times);
   if (!s.ok()) spdlog::warn("agent {}: cannot report stage times: {}", options_.node, std::string(s.message()));
 }
 
 void Agent::FinishRun(const std::vector<RankOutcome>& outcomes) {
   ReadProgress();
-  ReportTimes(run_.unreported);
+  ReportTimes();
   const RankOutcome* failed = nullptr;
   bool stopped = false, completed = true;
   int reached = run_.completed;

@@ -71,6 +71,7 @@ struct NodeIteration {
   double loss = 0;
   double tokens_per_s = 0;
   StageOpTimes ops;  // this iteration's ops on this node
+  StageOpTimes layer_ops;  // (layer, kind) on this node
   double checkpoint_s = -1;  // slowest local rank's checkpoint after it; -1: none
 };
 
@@ -127,6 +128,7 @@ class Agent {
     std::map<int, std::map<int, IterationRecord>> partial;  // iteration -> rank -> record
     double tokens_per_iteration = 0;
     StageOpTimes unreported;
+    StageOpTimes unreported_layers;
     int iterations_seen = 0;
     int completed = 0;  // iterations complete on every local rank
   };
@@ -136,7 +138,8 @@ class Agent {
   absl::Status StartRun(const AgentJob& job);
   void ReadProgress();
   void FinishRun(const std::vector<RankOutcome>& outcomes);
-  void ReportTimes(const StageOpTimes& ops);
+  // Reports (and clears) the stage and per-layer times not yet reported.
+  void ReportTimes();
   void Event(const std::string& job_id, JobEventReport event);
   void SetState(AgentState s);
   bool UsesThisNode(const AgentJob& job) const;

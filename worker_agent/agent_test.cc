@@ -38,7 +38,8 @@ class FakeLink : public PlannerLink {
     return std::vector<AgentEndpoint>{};
   }
   absl::Status ReportStageTimes(const std::string&, int64_t, const std::string&,
-                                const std::vector<StageTimeReport>&) override {
+                                const std::vector<StageTimeReport>&,
+                                const std::vector<LayerTimeReport>&) override {
     return absl::OkStatus();
   }
   absl::Status ReportEvent(const std::string& job_id, const JobEventReport& e) override {

@@ -108,7 +108,8 @@ class GrpcPlannerLink final : public PlannerLink {
 
   absl::Status ReportStageTimes(const std::string& job_id, int64_t version,
                                 const std::string& node,
-                                const std::vector<StageTimeReport>& times) override {
+                                const std::vector<StageTimeReport>& times,
+                                const std::vector<LayerTimeReport>& layer_times) override {
     proto::ReportStageTimesRequest req;
     req.set_job_id(job_id);
     req.set_plan_version(version);
@@ -116,6 +117,13 @@ class GrpcPlannerLink final : public PlannerLink {
     for (const StageTimeReport& t : times) {
       proto::StageTime* p = req.add_times();
       p->set_stage(t.stage);
+      p->set_op_kind(t.op_kind);
+      p->set_seconds(t.seconds);
+      p->set_samples(t.samples);
+    }
+    for (const LayerTimeReport& t : layer_times) {
+      proto::LayerOpTime* p = req.add_layer_times();
+      p->set_layer(t.layer);
       p->set_op_kind(t.op_kind);
       p->set_seconds(t.seconds);
       p->set_samples(t.samples);

@@ -49,6 +49,14 @@ struct StageTimeReport {
   int64_t samples = 0;
 };
 
+// Mean seconds of one layer's op of one kind (F, B, W, R; a BW op reported as its B and W).
+struct LayerTimeReport {
+  int layer = 0;
+  std::string op_kind;
+  double seconds = 0;
+  int64_t samples = 0;
+};
+
 struct JobEventReport {
   std::string kind;  // rank_failed, resumed, plan_refused, started, stopped, completed
   std::string node;
@@ -70,7 +78,8 @@ class PlannerLink {
   virtual absl::StatusOr<std::vector<AgentEndpoint>> Agents() = 0;
   virtual absl::Status ReportStageTimes(const std::string& job_id, int64_t version,
                                         const std::string& node,
-                                        const std::vector<StageTimeReport>& times) = 0;
+                                        const std::vector<StageTimeReport>& times,
+                                        const std::vector<LayerTimeReport>& layer_times) = 0;
   virtual absl::Status ReportEvent(const std::string& job_id, const JobEventReport& event) = 0;
 };
 

@@ -89,6 +89,11 @@ absl::StatusOr<RankOutcome> Train(const std::string& run_dir, int rank, int loca
     r.loss = stats.loss;
     r.wall_s = stats.wall_s;
     r.ops = OpsOf(stats, &r.busy_s);
+    for (const executor::LayerOpTiming& t : stats.layer_ops) {
+      OpTimeSum& s = r.layer_ops[{t.layer, std::string(OpKindName(t.kind))}];
+      s.seconds += t.seconds;
+      s.samples += 1;
+    }
     records << IterationRecordJson(r) << "\n" << std::flush;
     if (counted++ == 0) return;  // the first iteration of a run warms up
     for (const auto& [key, sum] : r.ops) {

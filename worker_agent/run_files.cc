@@ -86,7 +86,7 @@ absl::StatusOr<RunConfig> ParseRunConfig(const std::string& text) {
 std::string IterationRecordJson(const IterationRecord& r) {
   return json{{"iteration", r.iteration}, {"has_loss", r.has_loss}, {"loss", r.loss},
               {"wall_s", r.wall_s},       {"busy_s", r.busy_s},     {"ops", OpsJson(r.ops)},
-              {"checkpoint_s", r.checkpoint_s}}
+              {"layer_ops", OpsJson(r.layer_ops)}, {"checkpoint_s", r.checkpoint_s}}
       .dump();
 }
 
@@ -99,6 +99,7 @@ absl::StatusOr<IterationRecord> ParseIterationRecord(const std::string& text) {
     r.wall_s = j.at("wall_s").get<double>();
     r.busy_s = j.at("busy_s").get<double>();
     r.ops = OpsFromJson(j.at("ops"));
+    if (j.contains("layer_ops")) r.layer_ops = OpsFromJson(j.at("layer_ops"));
     r.checkpoint_s = j.value("checkpoint_s", -1.0);
     return r;
   });

@@ -49,6 +49,9 @@ struct IterationRecord {
   double wall_s = 0;
   double busy_s = 0;  // sum of this rank's op durations
   StageOpTimes ops;   // this iteration's ops
+  // Per layer: (layer, "F"/"B"/"W"/"R") -> seconds summed over the micro-batches (a BW op
+  // counts as its B and W parts), for per-layer calibration.
+  StageOpTimes layer_ops;
   double checkpoint_s = -1;  // seconds of the checkpoint saved after it; -1: none
 };
 
