@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "core/json_text.h"
 
 namespace octopipe::logging {
 namespace {
@@ -32,7 +33,7 @@ absl::string_view LevelName(spdlog::level::level_enum level) {
 class JsonFormatter final : public spdlog::formatter {
  public:
   void format(const spdlog::details::log_msg& msg, spdlog::memory_buf_t& dest) override {
-    nlohmann::ordered_json line;
+    Json line;
     line["time"] = FormatTime(msg.time);
     line["level"] = std::string(LevelName(msg.level));
     line["logger"] = std::string(msg.logger_name.data(), msg.logger_name.size());
@@ -40,8 +41,7 @@ class JsonFormatter final : public spdlog::formatter {
     if (current_fields != nullptr) {
       for (const Field& field : *current_fields) line[field.first] = field.second;
     }
-    const std::string text =
-        line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+    const std::string text = JsonText(line) + "\n";
     dest.append(text.data(), text.data() + text.size());
   }
   std::unique_ptr<spdlog::formatter> clone() const override {
