@@ -22,8 +22,8 @@ fail() {
   for log in "$tmp"/*.log; do echo "--- $log (last 15 lines)"; tail -n 15 "$log"; done
   exit 1
 }
-command -v prometheus >/dev/null || fail "prometheus not found (Debian package 'prometheus')"
-http_get() { curl -fsS --max-time 5 "$1" 2>/dev/null; }
+# http_get, free_port, start_prometheus.
+source "$(dirname "${BASH_SOURCE[0]}")/prometheus_lib.sh"
 wait_file() {  # wait_file FILE PID WHAT
   until [ -s "$1" ]; do
     kill -0 "$2" 2>/dev/null || fail "$3 exited before it was ready"
@@ -60,15 +60,7 @@ printf '%s\n' '{"name": "two-nodes", "hardware": [{"name": "cpu", "peak_flops": 
 printf '%s\n' 'global:' '  scrape_interval: 1s' '  evaluation_interval: 1s' 'scrape_configs:' \
   '  - job_name: octopipe' '    static_configs:' "      - targets: [$targets]" \
   >"$tmp/prometheus.yml"
-prom_port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
-prometheus --config.file="$tmp/prometheus.yml" --storage.tsdb.path="$tmp/tsdb" \
-  --web.listen-address="127.0.0.1:$prom_port" >"$tmp/prometheus.log" 2>&1 &
-pids+=($!)
-until http_get "http://127.0.0.1:$prom_port/-/ready" >/dev/null; do
-  kill -0 "${pids[-1]}" 2>/dev/null || fail "prometheus exited"
-  [ "$SECONDS" -lt "$deadline" ] || fail "prometheus not ready"
-  sleep 0.2
-done
+start_prometheus "$tmp/prometheus.yml" "$tmp"
 
 # Every target expression of every panel.
 mapfile -t exprs < <(/usr/bin/python3 -c '

@@ -27,27 +27,8 @@ fail() {
   exit 1
 }
 
-command -v prometheus >/dev/null ||
-  fail "prometheus not found on PATH ($PATH); install the Debian package 'prometheus'"
-
-# http_get URL [TIMEOUT_S]: prints the body; non-zero unless the server answered 2xx in time.
-if command -v curl >/dev/null; then
-  http_get() { curl -fsS --max-time "${2:-5}" "$1" 2>/dev/null; }
-else
-  http_get() {
-    python3 - "$1" "${2:-5}" <<'EOF' 2>/dev/null
-import sys, urllib.request
-with urllib.request.urlopen(sys.argv[1], timeout=float(sys.argv[2])) as r:
-    sys.stdout.write(r.read().decode())
-EOF
-  }
-fi
-
-# free_port: a port nobody listens on right now (bound then released; Prometheus is retried on
-# the rare clash below).
-free_port() {
-  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
+# http_get, free_port, start_prometheus.
+source "$(dirname "${BASH_SOURCE[0]}")/prometheus_lib.sh"
 
 # --- the planner ---------------------------------------------------------------------------
 # A long request timeout, so a scrape stuck behind the half-open connections below would fail
@@ -101,26 +82,7 @@ scrape_configs:
       - targets: ["127.0.0.1:$metrics_port"]
 EOF
 
-prom_pid=""
-for attempt in 1 2 3; do
-  prom_port="$(free_port)" || fail "python3 could not pick a free port"
-  prometheus --config.file="$tmp/prometheus.yml" \
-    --storage.tsdb.path="$tmp/tsdb-$attempt" \
-    --web.listen-address="127.0.0.1:$prom_port" \
-    >"$tmp/prometheus.log" 2>&1 &
-  prom_pid=$!
-  pids+=("$prom_pid")
-  # Ready when /-/ready answers 200; a port clash makes the process exit instead.
-  until http_get "http://127.0.0.1:$prom_port/-/ready" >/dev/null; do
-    kill -0 "$prom_pid" 2>/dev/null || break
-    [ "$SECONDS" -lt "$deadline" ] || fail "prometheus not ready on port $prom_port within 90 s"
-    sleep 0.2
-  done
-  kill -0 "$prom_pid" 2>/dev/null && break
-  echo "prometheus exited during start (attempt $attempt); retrying on another port"
-  prom_pid=""
-done
-[ -n "$prom_pid" ] || fail "prometheus did not start"
+start_prometheus "$tmp/prometheus.yml" "$tmp"
 
 # --- the queries ---------------------------------------------------------------------------
 # query_value EXPR: the value of the first series EXPR returns, once the first scrape has
