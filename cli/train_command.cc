@@ -36,7 +36,7 @@ struct TrainFlags {
   // Big enough that compute, not loopback messaging, dominates an op (~10 ms).
   std::string model = "ref:pattern=M*-EM*-E,hidden=128,heads=4,ffn=256,experts=4,top_k=2,"
                       "moe_ffn=128,state=8,expand=2,seq=128,vocab=256";
-  std::string plan_file, schedule = "1f1b", transport = "gloo", job;
+  std::string plan_file, schedule = "1f1b", transport = "gloo", job, profile;
   int64_t ranks = 2, iterations = 3, microbatches = 0, chunks = 0;
   double lr = 1e-3, timeout = 60;
   bool json = false;
@@ -52,6 +52,11 @@ void DeclareFlags(CommandLine& flags, TrainFlags& o) {
                "classic schedule when no --plan: gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v,\n"
                "dualpipev (layers split evenly)");
   flags.Int("chunks", &o.chunks, "chunks per rank for --schedule; 0 = the schedule's own");
+  flags.String("profile", &o.profile,
+               "with --schedule: PREFIX of `octopipe profile --out=PREFIX`; the schedule's order\n"
+               "is built for the measured costs, the same order `octopipe simulate\n"
+               "--model=PREFIX.model.json --cluster=PREFIX.cluster.json` predicts (without it\n"
+               "the ZB schedules use their unit-cost orders)");
   flags.Int("ranks", &o.ranks, "pipeline ranks (processes or threads)");
   flags.Int("iterations", &o.iterations, "training iterations");
   flags.Int("microbatches", &o.microbatches, "micro-batches per iteration; 0 = the model spec's");
@@ -121,9 +126,10 @@ absl::StatusOr<TrainTarget> ResolvePlan(TrainFlags& o, const ModelGraph& graph, 
   if (!kind.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--schedule: ", kind.status().message()));
   }
-  absl::StatusOr<Plan> p = ClassicPlan(*kind, static_cast<int>(o.ranks),
-                                       static_cast<int>(o.chunks), spec->microbatches, graph);
-  if (!p.ok()) return absl::InvalidArgumentError(absl::StrCat("--", p.status().message()));
+  absl::StatusOr<Plan> p = TrainClassicPlan(*kind, static_cast<int>(o.ranks),
+                                            static_cast<int>(o.chunks), spec->microbatches,
+                                            graph, o.profile);
+  if (!p.ok()) return absl::Status(p.status().code(), absl::StrCat("--", p.status().message()));
   t.plan = std::move(*p);
   return t;
 }
@@ -224,6 +230,31 @@ void PrintResult(const TrainFlags& o, const ModelGraph& graph, const Plan& plan,
 }
 
 }  // namespace
+
+absl::StatusOr<Plan> TrainClassicPlan(ScheduleKind kind, int ranks, int chunks, int microbatches,
+                                      const ModelGraph& graph, const std::string& profile_prefix) {
+  if (profile_prefix.empty()) return ClassicPlan(kind, ranks, chunks, microbatches, graph);
+  absl::StatusOr<ModelGraph> model = LoadModelArg(profile_prefix + ".model.json");
+  if (!model.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("profile: ", model.status().message()));
+  }
+  absl::StatusOr<Cluster> cluster = LoadClusterArg(profile_prefix + ".cluster.json");
+  if (!cluster.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("profile: ", cluster.status().message()));
+  }
+  if (model->num_layers() != graph.num_layers()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "profile: ", profile_prefix, ".model.json has ", model->num_layers(),
+        " layers but --model has ", graph.num_layers(), "; profile this model"));
+  }
+  ClassicRequest request;
+  request.kind = kind;
+  request.devices = ranks;
+  request.chunks = chunks;
+  request.microbatches = microbatches;
+  ASSIGN_OR_RETURN(ClassicRun run, SimulateClassic(*model, *cluster, CostModel(), request));
+  return std::move(run.plan);
+}
 
 int RunTrain(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   TrainFlags o;

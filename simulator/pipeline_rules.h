@@ -29,13 +29,16 @@ inline constexpr bool IsBackward(OpKind kind) {
   return kind == OpKind::kB || kind == OpKind::kBW;
 }
 
-// Seconds one micro-batch of `kind` takes on stage `stage`.
+// Seconds one micro-batch of `kind` takes on stage `stage`. Every op pays the executor's fixed
+// per-op cost once, which the per-kind times already include: so the unsplit BW, one op, is
+// B + W minus that cost (not B + W, which would pay it twice).
 inline double OpDuration(const PipelineProblem& pb, OpKind kind, int stage) {
   switch (kind) {
     case OpKind::kF: return pb.forward_s[stage];
     case OpKind::kB: return pb.backward_input_s[stage];
     case OpKind::kW: return pb.weight_grad_s[stage];
-    case OpKind::kBW: return pb.backward_input_s[stage] + pb.weight_grad_s[stage];
+    case OpKind::kBW:
+      return pb.backward_input_s[stage] + pb.weight_grad_s[stage] - pb.overhead_s(stage);
     case OpKind::kR: return pb.recompute_s[stage];
   }
   return 0;

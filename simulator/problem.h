@@ -31,6 +31,10 @@ struct PipelineProblem {
   std::vector<double> input_bytes;         // stage input: all that F keeps under recompute
   std::vector<double> output_bytes;        // sent to the next stage; its gradient comes back
   std::vector<uint8_t> recompute;          // 1: F keeps only the input, R re-materialises
+  // The executor's fixed cost per op (HardwareSpec::op_overhead_s) already included in each of
+  // forward_s, backward_input_s, weight_grad_s and recompute_s. An unsplit BW op is one op, so
+  // it pays it once: B + W - op_overhead_s (OpDuration). Empty: 0 for every stage.
+  std::vector<double> op_overhead_s;
 
   // Per device.
   std::vector<double> static_bytes;     // weights + gradients + optimizer state of its stages
@@ -43,6 +47,10 @@ struct PipelineProblem {
   bool link_contention = false;
 
   double tokens_per_microbatch = 0;
+
+  double overhead_s(int stage) const {
+    return op_overhead_s.empty() ? 0.0 : op_overhead_s[stage];
+  }
 
   double transfer_s(int from, int to, double bytes) const {
     const size_t i = static_cast<size_t>(from) * num_devices + to;

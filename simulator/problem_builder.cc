@@ -116,7 +116,8 @@ void ProblemBuilder::BuildInto(const std::vector<StageAssignment>& stages, int n
   p.num_microbatches = num_microbatches;
   p.stage_device.resize(S);
   for (auto* v : {&p.forward_s, &p.backward_input_s, &p.weight_grad_s, &p.recompute_s,
-                  &p.activation_bytes, &p.activation_bytes_w, &p.input_bytes, &p.output_bytes}) {
+                  &p.activation_bytes, &p.activation_bytes_w, &p.input_bytes, &p.output_bytes,
+                  &p.op_overhead_s}) {
     v->resize(S);
   }
   p.recompute.resize(S);
@@ -132,6 +133,7 @@ void ProblemBuilder::BuildInto(const std::vector<StageAssignment>& stages, int n
     p.backward_input_s[s] = hc.b[hi] - hc.b[lo] + hc.op_overhead_s;
     p.weight_grad_s[s] = hc.w[hi] - hc.w[lo] + hc.op_overhead_s;
     p.recompute_s[s] = hc.r[hi] - hc.r[lo] + hc.op_overhead_s;
+    p.op_overhead_s[s] = hc.op_overhead_s;
     p.activation_bytes[s] = hc.act[hi] - hc.act[lo];
     p.activation_bytes_w[s] = hc.act_w[hi] - hc.act_w[lo];
     // Under recompute F keeps the stage input; never more than F would hold anyway.

@@ -5,6 +5,8 @@
 #include "simulator/problem_builder.h"
 
 #include "gtest/gtest.h"
+#include "simulator/evaluator.h"
+#include "simulator/pipeline_rules.h"
 
 namespace octopipe {
 namespace {
@@ -65,6 +67,31 @@ TEST(ProblemBuilderTest, MeasuredProfileOverheadAndLinkAreWhatTheExecutorPays) {
   EXPECT_NEAR(p.transfer_s(0, 1, 100), 5e-5 + 100 / 1e8, 1e-15);
   // Layer costs themselves carry no overhead (it is per op, not per layer).
   EXPECT_NEAR(b->layer_cost(0, 0).forward_s, 0.001, 1e-15);
+  // An unsplit backward is one op: it pays the overhead once, as the executor does.
+  EXPECT_NEAR(OpDuration(p, OpKind::kBW, 1), 0.006 + 0.008 + 0.0015 + 0.002 + 0.0002, 1e-12);
+  EXPECT_NEAR(OpDuration(p, OpKind::kB, 1) + OpDuration(p, OpKind::kW, 1),
+              0.006 + 0.008 + 0.0015 + 0.002 + 2 * 0.0002, 1e-12);
+}
+
+TEST(ProblemBuilderTest, UnsplitBackwardPaysTheOpOverheadOnceInTheEvaluator) {
+  Plan plan;
+  plan.num_devices = 1;
+  plan.num_microbatches = 1;
+  plan.stages = {StageAssignment{0, 3, 0, false}};
+  absl::StatusOr<ProblemBuilder> b =
+      ProblemBuilder::Create(MeasuredModel(), MeasuredCluster(), CostModel(), 1);
+  ASSERT_TRUE(b.ok()) << b.status();
+  PipelineProblem p;
+  b->BuildInto(plan.stages, 1, &p);
+  Schedule unsplit, split;
+  unsplit.ops = {{Op{OpKind::kF, 0, 0}, Op{OpKind::kBW, 0, 0}}};
+  split.ops = {{Op{OpKind::kF, 0, 0}, Op{OpKind::kB, 0, 0}, Op{OpKind::kW, 0, 0}}};
+  absl::StatusOr<SimResult> u = Simulate(p, unsplit), s = Simulate(p, split);
+  ASSERT_TRUE(u.ok() && s.ok());
+  // F + BW pays two overheads; F + B + W three.
+  EXPECT_NEAR(s->iteration_time_s - u->iteration_time_s, 0.0002, 1e-12);
+  EXPECT_NEAR(u->iteration_time_s,
+              p.forward_s[0] + p.backward_input_s[0] + p.weight_grad_s[0] - 0.0002, 1e-12);
 }
 
 }  // namespace

@@ -1,0 +1,111 @@
+// `octopipe train --schedule=KIND --profile=PREFIX` runs the very order `octopipe simulate`
+// predicts for the profile (the ZB family built for the measured costs), not the unit-cost one.
+#include "cli/train_command.h"
+
+#include <cstdlib>
+#include <sstream>
+#include <string>
+
+#include "core/convert.h"
+#include "core/cost_model.h"
+#include "executor/model_spec.h"
+#include "gtest/gtest.h"
+#include "simulator/classic_pipeline.h"
+
+namespace octopipe::cli {
+namespace {
+
+constexpr char kSpec[] =
+    "ref:pattern=M*E-M*,hidden=16,heads=2,ffn=32,experts=4,top_k=2,moe_ffn=16,state=4,seq=8,"
+    "vocab=32,microbatches=6";
+
+std::string TmpPrefix(const std::string& name) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return std::string(dir ? dir : "/tmp") + "/" + name;
+}
+
+// A measured profile of kSpec's layers whose later layers are much slower (B and W too), so a
+// cost-aware ZB order differs from the unit-cost one.
+ModelGraph SkewedProfile(const ModelGraph& graph) {
+  ModelGraph m = graph;
+  for (int l = 0; l < m.num_layers(); ++l) {
+    MeasuredCosts& x = m.layers[l].measured;
+    const double t = l < m.num_layers() / 2 ? 1e-3 : 6e-3;
+    x.forward_s = t;
+    x.backward_input_s = 1.5 * t;
+    x.weight_grad_s = 2.5 * t;
+    x.recompute_s = t;
+    x.activation_bytes = 1000;
+    x.activation_bytes_w = 400;
+    x.input_bytes = x.output_bytes = 512;
+    x.param_bytes = 100;
+  }
+  return m;
+}
+
+Cluster MeasuredCluster() {
+  Cluster c;
+  c.name = "measured";
+  c.hardware.push_back(HardwareSpec{"cpu", 1e10, 1e9, 1e10, /*op_overhead_s=*/1e-4});
+  c.nodes.push_back(Node{"n", "cpu", 2, LinkSpec{1e8, 2e-4}});
+  c.inter_node_link = LinkSpec{1e8, 2e-4};
+  return c;
+}
+
+TEST(TrainCommandTest, ScheduleWithAProfileRunsTheOrderSimulatePredicts) {
+  absl::StatusOr<executor::ModelSpec> spec = executor::ParseModelSpec(kSpec);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const ModelGraph graph = executor::ToModelGraph(*spec);
+  const std::string prefix = TmpPrefix("skewed");
+  const ModelGraph profile = SkewedProfile(graph);
+  ASSERT_TRUE(WriteModelFile(prefix + ".model.json", profile).ok());
+  ASSERT_TRUE(WriteClusterFile(prefix + ".cluster.json", MeasuredCluster()).ok());
+  for (ScheduleKind kind : {ScheduleKind::kZbH1, ScheduleKind::kZbH2, ScheduleKind::kZbV}) {
+    SCOPED_TRACE(ScheduleKindName(kind));
+    absl::StatusOr<Plan> ran = TrainClassicPlan(kind, 2, 0, 6, graph, prefix);
+    ASSERT_TRUE(ran.ok()) << ran.status();
+    ClassicRequest req;
+    req.kind = kind;
+    req.devices = 2;
+    req.microbatches = 6;
+    absl::StatusOr<ClassicRun> predicted =
+        SimulateClassic(profile, MeasuredCluster(), CostModel(), req);
+    ASSERT_TRUE(predicted.ok()) << predicted.status();
+    EXPECT_EQ(ran->schedule.ops, predicted->plan.schedule.ops);
+    EXPECT_EQ(ran->stages.size(), predicted->plan.stages.size());
+  }
+  // The unit-cost order is another one here: the profile matters.
+  absl::StatusOr<Plan> unit = TrainClassicPlan(ScheduleKind::kZbH1, 2, 0, 6, graph, "");
+  absl::StatusOr<Plan> costed = TrainClassicPlan(ScheduleKind::kZbH1, 2, 0, 6, graph, prefix);
+  ASSERT_TRUE(unit.ok() && costed.ok());
+  EXPECT_NE(unit->schedule.ops, costed->schedule.ops);
+
+  // And the executor runs it.
+  std::ostringstream out, err;
+  EXPECT_EQ(RunTrain({std::string("--model=") + kSpec, "--schedule=zb-h1", "--profile=" + prefix,
+                      "--ranks=2", "--transport=inproc", "--iterations=1", "--json"},
+                     out, err),
+            0)
+      << err.str();
+}
+
+TEST(TrainCommandTest, AProfileOfAnotherModelIsRefusedNamingTheFlag) {
+  absl::StatusOr<executor::ModelSpec> spec = executor::ParseModelSpec(kSpec);
+  ASSERT_TRUE(spec.ok());
+  ModelGraph graph = executor::ToModelGraph(*spec);
+  const std::string prefix = TmpPrefix("other");
+  ModelGraph other = SkewedProfile(graph);
+  other.layers.pop_back();
+  ASSERT_TRUE(WriteModelFile(prefix + ".model.json", other).ok());
+  ASSERT_TRUE(WriteClusterFile(prefix + ".cluster.json", MeasuredCluster()).ok());
+  std::ostringstream out, err;
+  EXPECT_EQ(RunTrain({std::string("--model=") + kSpec, "--schedule=zb-h1", "--profile=" + prefix,
+                      "--ranks=2", "--transport=inproc", "--iterations=1"},
+                     out, err),
+            2);
+  EXPECT_NE(err.str().find("--profile: "), std::string::npos) << err.str();
+  EXPECT_NE(err.str().find("layers but --model has"), std::string::npos) << err.str();
+}
+
+}  // namespace
+}  // namespace octopipe::cli
