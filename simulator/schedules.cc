@@ -202,6 +202,10 @@ bool SplitsBackward(ScheduleKind kind) {
          kind == ScheduleKind::kZbV || kind == ScheduleKind::kDualPipeV;
 }
 
+bool BuiltForCosts(ScheduleKind kind) {
+  return kind == ScheduleKind::kZbH1 || kind == ScheduleKind::kZbH2 || kind == ScheduleKind::kZbV;
+}
+
 int InterleavedGroupSize(int devices, int microbatches) {
   for (int n = devices; n < microbatches; ++n) {
     const int rest = microbatches % n;
@@ -212,20 +216,14 @@ int InterleavedGroupSize(int devices, int microbatches) {
 
 absl::StatusOr<Schedule> ScheduleForProblem(ScheduleKind kind, int chunks,
                                             const PipelineProblem& problem) {
-  switch (kind) {
-    case ScheduleKind::kZbH1:
-    case ScheduleKind::kZbH2:
-    case ScheduleKind::kZbV: return ZeroBubbleFor(kind, problem);
-    default: {
-      ASSIGN_OR_RETURN(GeneratedSchedule g, GenerateSchedule(kind, problem.num_devices, chunks,
-                                                             problem.num_microbatches));
-      if (g.stage_device != problem.stage_device) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "stage_device: the problem's placement is not ", ScheduleKindName(kind), "'s"));
-      }
-      return std::move(g.schedule);
-    }
+  if (BuiltForCosts(kind)) return ZeroBubbleFor(kind, problem);
+  ASSIGN_OR_RETURN(GeneratedSchedule g, GenerateSchedule(kind, problem.num_devices, chunks,
+                                                         problem.num_microbatches));
+  if (g.stage_device != problem.stage_device) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "stage_device: the problem's placement is not ", ScheduleKindName(kind), "'s"));
   }
+  return std::move(g.schedule);
 }
 
 std::vector<int> LoopPlacement(int devices, int chunks) {

@@ -39,6 +39,10 @@ std::vector<ScheduleKind> AllScheduleKinds();
 int DefaultChunks(ScheduleKind kind);
 // Whether the schedule separates B from W.
 bool SplitsBackward(ScheduleKind kind);
+// Whether ScheduleForProblem builds the order for the problem's costs (ZB-H1, ZB-H2, ZB-V);
+// such an order already has R right before each recomputed stage's B. The other kinds' orders
+// are GenerateSchedule's, without R ops.
+bool BuiltForCosts(ScheduleKind kind);
 
 struct GeneratedSchedule {
   ScheduleKind kind;

@@ -107,11 +107,21 @@ Score CandidateEvaluator::EvaluateClassic(const Candidate& c, Schedule* schedule
       return score;
     }
   }
-  bool any_recompute = false;
-  for (const StageAssignment& st : c.stages) any_recompute |= st.recompute;
-  Schedule with_r;
-  if (any_recompute) with_r = WithRecompute(g->schedule, c.stages);
-  const Schedule& order = any_recompute ? with_r : g->schedule;
+  const ScheduleKind kind = static_cast<ScheduleKind>(c.policy.classic);
+  Schedule built;  // the ZB family: built for this candidate's costs, R included
+  if (BuiltForCosts(kind)) {
+    absl::StatusOr<Schedule> s = ScheduleForProblem(kind, g->num_chunks, problem_);
+    if (!s.ok()) {
+      score.why_not = std::string(s.status().message());
+      return score;
+    }
+    built = std::move(*s);
+  } else {
+    bool any_recompute = false;
+    for (const StageAssignment& st : c.stages) any_recompute |= st.recompute;
+    built = any_recompute ? WithRecompute(g->schedule, c.stages) : g->schedule;
+  }
+  const Schedule& order = built;
   absl::StatusOr<Evaluator::Summary> sum = evaluator_.EvaluateSummary(problem_, order);
   if (!sum.ok()) {
     score.why_not = std::string(sum.status().message());
@@ -122,7 +132,7 @@ Score CandidateEvaluator::EvaluateClassic(const Candidate& c, Schedule* schedule
   score.iteration_time_s = sum->iteration_time_s;
   score.steady_state_iteration_time_s = sum->steady_state_iteration_time_s;
   if (!score.fits) score.memory_overflow_bytes = std::max(0.0, sum->memory_overflow_bytes);
-  if (schedule != nullptr) *schedule = order;
+  if (schedule != nullptr) *schedule = std::move(built);
   return score;
 }
 

@@ -36,8 +36,10 @@ struct Policy {
   // In-flight cap per device = max(1, round(scale * (stages from its first stage to the end))),
   // counted from F to B; 0 = no cap beyond memory. scale 1 on one stage per device is 1F1B's.
   double inflight_scale = 0;
-  // >= 0: instead of list scheduling, use the fixed order of this classic schedule
-  // (a ScheduleKind); the candidate's placement must be that schedule's own.
+  // >= 0: instead of list scheduling, use this classic schedule's order (a ScheduleKind) as
+  // ScheduleForProblem gives it for the candidate's own problem: the ZB family built for the
+  // candidate's costs (what a ZeroBubble user runs, and what the baselines are scored with),
+  // the others fixed. The candidate's placement must be that schedule's own.
   int classic = -1;
 
   std::string ToString() const;
@@ -63,8 +65,9 @@ struct Score {
   }
 };
 
-// The classic schedules' orders for one (devices, micro-batches), generated once and shared
-// read-only by every evaluator (the orders do not depend on the partition or the costs).
+// The classic schedules' generated orders and placements for one (devices, micro-batches),
+// generated once and shared read-only by every evaluator. The ZB family's entries give the
+// placement and the unit-cost order; candidates use the order built for their costs.
 class ClassicOrders {
  public:
   ClassicOrders(int devices, int microbatches, int num_layers);

@@ -434,6 +434,8 @@ double BaselineObjective(const BaselineResult& b, bool steady) {
 
 // Every classic order with its own placement, on the exact min-max partition and the even
 // one, with and without recompute: the baselines' schedules, co-optimised with the partition.
+// The ZB family's order is built for each candidate's own costs (ScheduleForProblem, via
+// Policy::classic), as the baselines' are, so no baseline's prediction beats its seed's.
 void SeedClassicOrders(Search& search, const ProblemBuilder& builder,
                        const ClassicOrders& classic, TuneResult* result) {
   const int L = builder.num_layers(), P = builder.num_devices();

@@ -31,6 +31,8 @@
 #include "simulator/problem_builder.h"
 #include "tuner/baselines.h"
 #include "tuner/candidate.h"
+#include "tuner/partition.h"
+#include "simulator/schedules.h"
 
 namespace octopipe {
 namespace {
@@ -383,6 +385,90 @@ TEST(TunerTest, ExhaustiveSearchFindsTheBruteForceOptimumOnRandomCosts) {
   ExpectTunerFindsTheBruteForceOptimum(
       SmallCase{"random L=6 P=3 steady", RandomMeasuredModel(6, rng, false),
                 SmallCluster(3, kInf), 3, 6, true});
+}
+
+// ---------------------------------------------------------------------------------------------
+// The classic seeds are the classic schedules as their users run them.
+
+// ZB-H1, ZB-H2 and ZB-V built for the costs (ScheduleForProblem) of the exact min-max
+// partition of their own placement: what a ZeroBubble user gets after balancing the stages.
+double BestCostAwareZeroBubble(const ProblemBuilder& b, int M) {
+  double best = kInf;
+  for (ScheduleKind kind : {ScheduleKind::kZbH1, ScheduleKind::kZbH2, ScheduleKind::kZbV}) {
+    absl::StatusOr<GeneratedSchedule> g = GenerateSchedule(kind, b.num_devices(), 0, M);
+    if (!g.ok()) continue;
+    absl::StatusOr<std::vector<StageAssignment>> part = MinMaxPartition(b, g->stage_device);
+    if (!part.ok()) continue;
+    PipelineProblem pb;
+    b.BuildInto(*part, M, &pb);
+    absl::StatusOr<Schedule> order = ScheduleForProblem(kind, 0, pb);
+    if (!order.ok()) continue;
+    absl::StatusOr<SimResult> r = Simulate(pb, *order);
+    if (r.ok() && r->fits_memory) best = std::min(best, r->iteration_time_s);
+  }
+  return best;
+}
+
+// A classic seed (Policy::classic) of the ZB family is scored with the order built for the
+// candidate's own costs, as the baselines are, not with the unit-cost order: on skewed costs the
+// two differ, and the candidate gets the cost-aware one's figure exactly.
+TEST(TunerTest, ClassicZeroBubbleSeedIsScoredWithTheOrderBuiltForItsCosts) {
+  // Two devices; the first stage twice as slow as the second, W heavier than B, 2 s transfers.
+  ModelGraph model;
+  model.name = "skewed";
+  for (int l = 0; l < 6; ++l) {
+    const double t = l < 4 ? 1.0 : 0.25;
+    Layer layer;
+    layer.name = absl::StrCat("L", l);
+    layer.measured.forward_s = t;
+    layer.measured.backward_input_s = 1.5 * t;
+    layer.measured.weight_grad_s = 2.5 * t;
+    layer.measured.output_bytes = 4e9;
+    model.layers.push_back(layer);
+  }
+  const int P = 2, M = 6;
+  const Cluster cluster = SmallCluster(P, kInf);
+  absl::StatusOr<ProblemBuilder> b = ProblemBuilder::Create(model, cluster, CostModel(), P);
+  ASSERT_TRUE(b.ok()) << b.status();
+  const ClassicOrders classic(P, M, model.num_layers());
+  CandidateEvaluator ev(*b, M, /*link_contention=*/false, &classic);
+  const std::vector<StageAssignment> even = {StageAssignment{0, 2, 0, false},
+                                             StageAssignment{3, 5, 1, false}};
+  PipelineProblem pb;
+  b->BuildInto(even, M, &pb);
+  for (ScheduleKind kind : {ScheduleKind::kZbH1, ScheduleKind::kZbH2}) {
+    SCOPED_TRACE(ScheduleKindName(kind));
+    Policy p;
+    p.classic = static_cast<int>(kind);
+    Schedule order;
+    const Score score = ev.Evaluate(Candidate{even, p}, &order);
+    ASSERT_TRUE(score.fits) << score.why_not;
+    absl::StatusOr<Schedule> built = ScheduleForProblem(kind, 0, pb);
+    ASSERT_TRUE(built.ok()) << built.status();
+    EXPECT_EQ(order.ops, built->ops);
+    absl::StatusOr<SimResult> cost_aware = Simulate(pb, *built);
+    absl::StatusOr<SimResult> unit = Simulate(pb, classic.Get(kind)->schedule);
+    ASSERT_TRUE(cost_aware.ok() && unit.ok());
+    EXPECT_DOUBLE_EQ(score.iteration_time_s, cost_aware->iteration_time_s);
+    // The case is one where it matters.
+    EXPECT_LT(cost_aware->iteration_time_s, unit->iteration_time_s * (1 - 1e-6));
+  }
+}
+
+TEST(TunerTest, TunedPlanIsNeverPredictedWorseThanACostAwareClassicOnBalancedStages) {
+  std::mt19937 rng(77);
+  for (int trial = 0; trial < 4; ++trial) {
+    const int P = 2 + trial % 3, L = 2 * P + 2 + trial % 2, M = 2 * P + 2;
+    const ModelGraph model = RandomMeasuredModel(L, rng, false);
+    const Cluster cluster = SmallCluster(P, kInf);
+    absl::StatusOr<ProblemBuilder> b = ProblemBuilder::Create(model, cluster, CostModel(), P);
+    ASSERT_TRUE(b.ok()) << b.status();
+    const double zb = BestCostAwareZeroBubble(*b, M);
+    TunerOptions o = Options(P, M, FrozenClock());
+    absl::StatusOr<TuneResult> r = Tune(model, cluster, CostModel(), o);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_LE(r->predicted.iteration_time_s, zb * (1 + 1e-9)) << "trial " << trial;
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
