@@ -6,12 +6,18 @@
 #   1. octopipe profile  -> PREFIX.model.json + PREFIX.cluster.json   (timed)
 #   2. octopipe plan     -> the tuned plan and its prediction, made before any run
 #   3. octopipe simulate -> the prediction for every classic schedule
-#   4. octopipe train    -> the tuned plan and every classic schedule, interleaved (the order
-#      rotates each repeat), WARMUP + ITERS iterations each, REPEATS times
+#   4. calibration round: one run of the tuned plan (`train --calibrated_model`) fits one factor
+#      per layer of the profile to that run's measured per-layer times; `plan` again on the
+#      calibrated model -> the re-planned ("calibrated") plan and its prediction
+#   5. octopipe train    -> the tuned plan, the calibrated plan and every classic schedule
+#      (each ZB order built for the profile's costs, `train --profile`, the order `simulate`
+#      predicted), interleaved (the order rotates each repeat), WARMUP + ITERS iterations each,
+#      REPEATS times
 # and prints one JSON line per (model, schedule) then a Markdown table: median measured
 # iteration (median over repeats of each run's median iteration after warm-up), measured
-# bubble, predicted iteration, prediction error, speed-up of the tuned plan, measured vs
-# predicted peak activation bytes per rank (the executor's own accounting).
+# bubble, predicted iteration, prediction error (the calibrated plan's: after one calibration),
+# speed-up of the tuned and the calibrated plan, measured vs predicted peak activation bytes
+# per rank (the executor's own accounting).
 #
 # Usage: bazel build -c opt //cli:octopipe && bench/measured_win.sh [--quick]
 #   or:  bazel run -c opt //bench:measured_win -- [--quick]
@@ -63,12 +69,23 @@ for entry in "${MODELS[@]}"; do
     "$OCTOPIPE" simulate --model="$p.model.json" --cluster="$p.cluster.json" --devices=2 \
       --schedule="$s" --json > "$p.pred.$s.json" 2> /dev/null || echo '{}' > "$p.pred.$s.json"
   done
-  candidates=(tuned "${SCHEDULES[@]}")
+  # Calibration round: one run of the tuned plan calibrates the profile; plan again from it.
+  "$OCTOPIPE" train --model="$spec" --plan="$p.tuned.plan.json" --ranks=2 --transport=gloo \
+    --iterations=$((WARMUP + ITERS)) --profile="$p" --calibrated_model="$p.calibrated.model.json" \
+    --json > "$p.calibration.json"
+  "$OCTOPIPE" plan --model="$p.calibrated.model.json" --cluster="$p.cluster.json" --devices=2 \
+    --time-budget="$BUDGET" --seed=1 --out="$p.calibrated.plan.json" --json > "$p.calibrated.plan.out.json"
+  "$OCTOPIPE" simulate --model="$p.calibrated.model.json" --cluster="$p.cluster.json" \
+    --plan="$p.calibrated.plan.json" --json > "$p.pred.calibrated.json"
+  candidates=(tuned calibrated "${SCHEDULES[@]}")
   n=${#candidates[@]}
   for ((rep = 0; rep < REPEATS; ++rep)); do
     for ((i = 0; i < n; ++i)); do
       c=${candidates[$(((i + rep) % n))]}
-      if [[ $c == tuned ]]; then what=(--plan="$p.tuned.plan.json"); else what=(--schedule="$c"); fi
+      case $c in
+        tuned | calibrated) what=(--plan="$p.$c.plan.json") ;;
+        *) what=(--schedule="$c" --profile="$p") ;;
+      esac
       "$OCTOPIPE" train --model="$spec" "${what[@]}" --ranks=2 --transport=gloo \
         --iterations=$((WARMUP + ITERS)) --json > "$p.run.$c.$rep.json" 2> "$p.run.$c.$rep.err" ||
         echo '{}' > "$p.run.$c.$rep.json"
@@ -80,6 +97,7 @@ done
 import json, os, statistics, sys
 out, warmup, repeats, schedules = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:]
 names = sorted({f.split('.')[0] for f in os.listdir(out) if f.endswith('.model.json')})
+planned = ['tuned', 'calibrated']  # from the profile; after one calibration round
 
 def load(path):
     try:
@@ -107,7 +125,7 @@ for name in names:
     base = os.path.join(out, name)
     model = load(base + '.model.json')
     profile_s = load(base + '.profile.json').get('profile_s')
-    for c in ['tuned'] + schedules:
+    for c in planned + schedules:
         pred = predicted(load(f'{base}.pred.{c}.json'), model)
         iters, bubbles, peaks = [], [], []
         for rep in range(repeats):
@@ -127,14 +145,15 @@ for name in names:
         if iters and pred:
             row['prediction_error'] = pred[0] / row['measured_iteration_s'] - 1
         rows.append(row)
-    tuned = next((r for r in rows if r['model'] == name and r['schedule'] == 'tuned'), {})
-    classic = [r for r in rows if r['model'] == name and r['schedule'] != 'tuned' and 'measured_iteration_s' in r]
-    if 'measured_iteration_s' in tuned and classic:
-        best = min(classic, key=lambda r: r['measured_iteration_s'])
-        f1 = next((r for r in classic if r['schedule'] == '1f1b'), best)
-        tuned['speedup_vs_best_classic'] = best['measured_iteration_s'] / tuned['measured_iteration_s']
-        tuned['best_classic'] = best['schedule']
-        tuned['speedup_vs_1f1b'] = f1['measured_iteration_s'] / tuned['measured_iteration_s']
+    classic = [r for r in rows if r['model'] == name and r['schedule'] not in planned and 'measured_iteration_s' in r]
+    for c in planned:
+        tuned = next((r for r in rows if r['model'] == name and r['schedule'] == c), {})
+        if 'measured_iteration_s' in tuned and classic:
+            best = min(classic, key=lambda r: r['measured_iteration_s'])
+            f1 = next((r for r in classic if r['schedule'] == '1f1b'), best)
+            tuned['speedup_vs_best_classic'] = best['measured_iteration_s'] / tuned['measured_iteration_s']
+            tuned['best_classic'] = best['schedule']
+            tuned['speedup_vs_1f1b'] = f1['measured_iteration_s'] / tuned['measured_iteration_s']
 
 for r in rows:
     print(json.dumps(r))
@@ -150,7 +169,7 @@ print('| model | schedule | measured iteration | measured bubble | predicted (be
 print('|---|---|---|---|---|---|---|---|')
 for r in rows:
     sp = ''
-    if r['schedule'] == 'tuned' and 'speedup_vs_best_classic' in r:
+    if r['schedule'] in planned and 'speedup_vs_best_classic' in r:
         sp = f"{r['speedup_vs_best_classic']:.3f}x vs {r['best_classic']}, {r['speedup_vs_1f1b']:.3f}x vs 1f1b"
     bub = r.get('measured_bubble')
     print(f"| {r['model']} | {r['schedule']} | {ms(r.get('measured_iteration_s'))} | "
@@ -158,6 +177,17 @@ for r in rows:
           f"{pct(r.get('prediction_error'))} | {sp} | "
           f"{mib(r.get('measured_peak_activation_bytes'))} / {mib(r.get('predicted_peak_activation_bytes'))} |")
 print()
+def summary(c):
+    got = [r for r in rows if r['schedule'] == c]
+    errs = [abs(r['prediction_error']) for r in got if 'prediction_error' in r]
+    best = [r['speedup_vs_best_classic'] for r in got if 'speedup_vs_best_classic' in r]
+    f1 = [r['speedup_vs_1f1b'] for r in got if 'speedup_vs_1f1b' in r]
+    mean = lambda v: f'{statistics.mean(v):.3f}' if v else '-'
+    return (f'{c}: |error| mean {mean(errs)}, max {max(errs) if errs else float("nan"):.3f}; '
+            f'speed-up vs best classic mean {mean(best)}x, vs 1f1b mean {mean(f1)}x; '
+            f'wins on {sum(1 for b in best if b > 1)} of {len(got)} models')
+for c in planned:
+    print(summary(c))
 for name in names:
     ps = load(os.path.join(out, name + '.profile.json')).get('profile_s')
     print(f'profile {name}: {ps:.1f} s' if ps is not None else f'profile {name}: -')

@@ -20,6 +20,9 @@
 #include "simulator/classic_pipeline.h"
 #include "simulator/evaluator.h"
 #include "simulator/problem.h"
+#include "simulator/problem_builder.h"
+#include "planner_service/calibration.h"
+#include "core/cost_model.h"
 
 namespace octopipe::cli {
 namespace {
@@ -36,7 +39,7 @@ struct TrainFlags {
   // Big enough that compute, not loopback messaging, dominates an op (~10 ms).
   std::string model = "ref:pattern=M*-EM*-E,hidden=128,heads=4,ffn=256,experts=4,top_k=2,"
                       "moe_ffn=128,state=8,expand=2,seq=128,vocab=256";
-  std::string plan_file, schedule = "1f1b", transport = "gloo", job, profile;
+  std::string plan_file, schedule = "1f1b", transport = "gloo", job, profile, calibrated_model;
   int64_t ranks = 2, iterations = 3, microbatches = 0, chunks = 0;
   double lr = 1e-3, timeout = 60;
   bool json = false;
@@ -57,6 +60,10 @@ void DeclareFlags(CommandLine& flags, TrainFlags& o) {
                "is built for the measured costs, the same order `octopipe simulate\n"
                "--model=PREFIX.model.json --cluster=PREFIX.cluster.json` predicts (without it\n"
                "the ZB schedules use their unit-cost orders)");
+  flags.String("calibrated_model", &o.calibrated_model,
+               "with --profile: after the run, write PREFIX.model.json calibrated to this run's\n"
+               "measured per-layer times (one factor per layer) to this file; re-plan with\n"
+               "--model=FILE --cluster=PREFIX.cluster.json");
   flags.Int("ranks", &o.ranks, "pipeline ranks (processes or threads)");
   flags.Int("iterations", &o.iterations, "training iterations");
   flags.Int("microbatches", &o.microbatches, "micro-batches per iteration; 0 = the model spec's");
@@ -187,10 +194,46 @@ absl::StatusOr<std::string> ReportToPlanner(TrainFlags& o, const TrainTarget& t,
                       resp.decision());
 }
 
+// Step 3b (--calibrated_model): fits one factor per layer of the profile's model to the run's
+// measured per-layer times (the planner's FitLayerCalibration) and writes the calibrated model.
+// Returns a line for the output.
+absl::StatusOr<std::string> WriteCalibratedModel(const TrainFlags& o, const Plan& plan,
+                                                 const agent::RunMeasurement& m) {
+  ASSIGN_OR_RETURN(ModelGraph model, LoadModelArg(o.profile + ".model.json"));
+  ASSIGN_OR_RETURN(Cluster cluster, LoadClusterArg(o.profile + ".cluster.json"));
+  ASSIGN_OR_RETURN(ProblemBuilder builder, ProblemBuilder::Create(model, cluster, CostModel(),
+                                                                  plan.num_devices));
+  if (model.num_layers() != static_cast<int>(plan.stages.back().last_layer) + 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--profile: ", model.num_layers(),
+                                                   " layers, the plan has ",
+                                                   plan.stages.back().last_layer + 1));
+  }
+  std::vector<LayerCost> predicted(model.num_layers());
+  for (const StageAssignment& st : plan.stages) {
+    for (int l = st.first_layer; l <= st.last_layer; ++l) {
+      predicted[l] = builder.layer_cost(l, st.device);
+    }
+  }
+  std::vector<planner::MeasuredLayerTime> times;
+  for (const auto& [key, mean_n] : m.layer_op_s) {
+    times.push_back({key.first, key.second, mean_n.first, mean_n.second});
+  }
+  ASSIGN_OR_RETURN(planner::CalibrationUpdate fit,
+                   planner::FitLayerCalibration(predicted, times, {}));
+  ASSIGN_OR_RETURN(ModelGraph calibrated, planner::ApplyLayerFactors(model, fit.factors));
+  calibrated.source = absl::StrCat(model.source, "; calibrated to a run of ", plan.schedule_name);
+  RETURN_IF_ERROR(WriteModelFile(ResolvePath(o.calibrated_model), calibrated));
+  return absl::StrFormat("calibrated %s: largest layer deviation %+.1f%% (layer %d); wrote %s",
+                         o.profile + ".model.json",
+                         fit.worst_layer >= 0 ? 100 * (fit.factors[fit.worst_layer] - 1) : 0.0,
+                         fit.worst_layer, o.calibrated_model);
+}
+
 // Step 4: the result, as one JSON object or as tables.
 void PrintResult(const TrainFlags& o, const ModelGraph& graph, const Plan& plan,
                  const agent::RunMeasurement& m, const SimResult& predicted,
-                 const std::string& report_decision, std::ostream& out) {
+                 const std::string& report_decision, const std::string& calibration,
+                 std::ostream& out) {
   const int N = static_cast<int>(o.ranks);
   const double measured = m.mean_iteration_s, measured_bubble = m.mean_bubble;
   const double error = predicted.iteration_time_s / measured - 1;
@@ -208,6 +251,7 @@ void PrintResult(const TrainFlags& o, const ModelGraph& graph, const Plan& plan,
               {"prediction_error", error},
               {"peak_activation_bytes", m.peak_activation_bytes}};  // per rank
     if (!report_decision.empty()) j["planner_report"] = report_decision;
+    if (!calibration.empty()) j["calibration"] = calibration;
     out << JsonText(j) << "\n";
     return;
   }
@@ -227,6 +271,7 @@ void PrintResult(const TrainFlags& o, const ModelGraph& graph, const Plan& plan,
       << ", bubble " << FormatPercent(predicted.bubble_ratio) << " ("
       << absl::StrFormat("%+.1f%%", error * 100) << " vs measured)\n";
   if (!report_decision.empty()) out << report_decision << "\n";
+  if (!calibration.empty()) out << calibration << "\n";
 }
 
 }  // namespace
@@ -278,6 +323,10 @@ int RunTrain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   if (o.ranks < 1) {
     return Fail(err, absl::InvalidArgumentError(absl::StrCat("--ranks must be >= 1, got ", o.ranks)), 2);
   }
+  if (!o.calibrated_model.empty() && o.profile.empty()) {
+    return Fail(err, absl::InvalidArgumentError(
+                         "--calibrated_model needs --profile=PREFIX (the model to calibrate)"), 2);
+  }
   if (o.iterations < 1) {
     return Fail(err, absl::InvalidArgumentError(
                          absl::StrCat("--iterations must be >= 1, got ", o.iterations)), 2);
@@ -316,7 +365,13 @@ int RunTrain(const std::vector<std::string>& args, std::ostream& out, std::ostre
     if (!decision.ok()) return Fail(err, decision.status(), 1);
     report_decision = *decision;
   }
-  PrintResult(o, graph, target->plan, *m, *predicted, report_decision, out);
+  std::string calibration;
+  if (!o.calibrated_model.empty()) {
+    absl::StatusOr<std::string> line = WriteCalibratedModel(o, target->plan, *m);
+    if (!line.ok()) return Fail(err, line.status(), 1);
+    calibration = *line;
+  }
+  PrintResult(o, graph, target->plan, *m, *predicted, report_decision, calibration, out);
   return 0;
 }
 

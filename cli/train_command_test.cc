@@ -80,13 +80,35 @@ TEST(TrainCommandTest, ScheduleWithAProfileRunsTheOrderSimulatePredicts) {
   ASSERT_TRUE(unit.ok() && costed.ok());
   EXPECT_NE(unit->schedule.ops, costed->schedule.ops);
 
-  // And the executor runs it.
+  // And the executor runs it; the run calibrates the profile: the tiny model's layers take
+  // microseconds, not the profile's milliseconds, so every calibrated time shrinks.
   std::ostringstream out, err;
+  const std::string calibrated = prefix + ".calibrated.model.json";
   EXPECT_EQ(RunTrain({std::string("--model=") + kSpec, "--schedule=zb-h1", "--profile=" + prefix,
-                      "--ranks=2", "--transport=inproc", "--iterations=1", "--json"},
+                      "--ranks=2", "--transport=inproc", "--iterations=2", "--json",
+                      "--calibrated_model=" + calibrated},
                      out, err),
             0)
       << err.str();
+  EXPECT_NE(out.str().find("\"calibration\""), std::string::npos) << out.str();
+  absl::StatusOr<ModelGraph> cal = LoadModelFile(calibrated);
+  ASSERT_TRUE(cal.ok()) << cal.status();
+  ASSERT_EQ(cal->num_layers(), profile.num_layers());
+  for (int l = 0; l < cal->num_layers(); ++l) {
+    const MeasuredCosts& c = cal->layers[l].measured;
+    const MeasuredCosts& p = profile.layers[l].measured;
+    EXPECT_GT(*c.forward_s, 0) << l;
+    EXPECT_LT(*c.forward_s, *p.forward_s) << l;
+    // One factor per layer: the profile's ratios between a layer's kinds are kept.
+    EXPECT_NEAR(*c.weight_grad_s / *c.forward_s, *p.weight_grad_s / *p.forward_s, 1e-9) << l;
+  }
+  std::ostringstream out2, err2;
+  EXPECT_EQ(RunTrain({std::string("--model=") + kSpec, "--calibrated_model=" + calibrated,
+                      "--transport=inproc"},
+                     out2, err2),
+            2);
+  EXPECT_NE(err2.str().find("--calibrated_model needs --profile"), std::string::npos)
+      << err2.str();
 }
 
 TEST(TrainCommandTest, AProfileOfAnotherModelIsRefusedNamingTheFlag) {

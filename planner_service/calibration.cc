@@ -102,4 +102,30 @@ absl::StatusOr<CalibrationUpdate> FitLayerCalibration(const std::vector<LayerCos
   return out;
 }
 
+absl::StatusOr<ModelGraph> ApplyLayerFactors(const ModelGraph& model,
+                                             const std::vector<double>& factors) {
+  if (factors.size() != static_cast<size_t>(model.num_layers())) {
+    return absl::InvalidArgumentError(absl::StrCat("factors: ", factors.size(), " for ",
+                                                   model.num_layers(), " layers"));
+  }
+  ModelGraph out = model;
+  for (int l = 0; l < out.num_layers(); ++l) {
+    const double f = factors[l];
+    if (!(f > 0) || !std::isfinite(f)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("factors[", l, "] must be finite and > 0, got ", f));
+    }
+    MeasuredCosts& m = out.layers[l].measured;
+    if (!m.forward_s || !m.backward_input_s || !m.weight_grad_s) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "layers[", l, "] (", out.layers[l].name, "): no measured F, B, W seconds to calibrate"));
+    }
+    *m.forward_s *= f;
+    *m.backward_input_s *= f;
+    *m.weight_grad_s *= f;
+    if (m.recompute_s) *m.recompute_s *= f;
+  }
+  return out;
+}
+
 }  // namespace octopipe::planner

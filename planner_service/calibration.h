@@ -18,6 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/cost_model.h"
+#include "core/model_graph.h"
 #include "core/plan.h"
 #include "simulator/problem.h"
 
@@ -58,6 +59,13 @@ struct MeasuredLayerTime {
 absl::StatusOr<CalibrationUpdate> FitLayerCalibration(const std::vector<LayerCost>& predicted,
                                                       const std::vector<MeasuredLayerTime>& times,
                                                       std::vector<double> factors);
+
+// A measured model calibrated: every layer's measured F, B, W and R seconds multiplied by its
+// factor (e.g. FitLayerCalibration's), so any command that reads model files plans and predicts
+// with the calibrated costs. kInvalidArgument naming the field when `factors` is not one finite
+// positive factor per layer, or a layer has no measured time to scale.
+absl::StatusOr<ModelGraph> ApplyLayerFactors(const ModelGraph& model,
+                                             const std::vector<double>& factors);
 
 // Op-kind text ("F", "B", "W", "BW", "R") is parsed by octopipe::ParseOpKind (core/schedule.h).
 using ::octopipe::ParseOpKind;

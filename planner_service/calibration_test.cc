@@ -234,5 +234,32 @@ TEST(FitLayerCalibrationTest, RejectsBadReportsNamingTheField) {
               HasSubstr("op_kind must be F, B, W or R"));
 }
 
+TEST(ApplyLayerFactorsTest, ScalesEachLayersMeasuredTimesByItsFactor) {
+  ModelGraph m;
+  for (int l = 0; l < 2; ++l) {
+    Layer layer;
+    layer.name = "L" + std::to_string(l);
+    layer.measured.forward_s = 1.0;
+    layer.measured.backward_input_s = 2.0;
+    layer.measured.weight_grad_s = 0.5;
+    layer.measured.recompute_s = 1.0;
+    layer.measured.activation_bytes = 100;
+    m.layers.push_back(layer);
+  }
+  absl::StatusOr<ModelGraph> c = ApplyLayerFactors(m, {1.5, 0.5});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_DOUBLE_EQ(*c->layers[0].measured.forward_s, 1.5);
+  EXPECT_DOUBLE_EQ(*c->layers[0].measured.backward_input_s, 3.0);
+  EXPECT_DOUBLE_EQ(*c->layers[1].measured.weight_grad_s, 0.25);
+  EXPECT_DOUBLE_EQ(*c->layers[1].measured.recompute_s, 0.5);
+  EXPECT_DOUBLE_EQ(*c->layers[1].measured.activation_bytes, 100);  // bytes are not times
+  EXPECT_THAT(ApplyLayerFactors(m, {1.0}).status().message(), HasSubstr("factors: 1 for 2"));
+  EXPECT_THAT(ApplyLayerFactors(m, {1.0, 0.0}).status().message(),
+              HasSubstr("factors[1] must be finite and > 0, got 0"));
+  m.layers[1].measured.forward_s.reset();
+  EXPECT_THAT(ApplyLayerFactors(m, {1.0, 1.0}).status().message(),
+              HasSubstr("layers[1] (L1): no measured F, B, W seconds"));
+}
+
 }  // namespace
 }  // namespace octopipe::planner
