@@ -22,7 +22,12 @@
 # Usage: bazel build -c opt //cli:octopipe && bench/measured_win.sh [--quick]
 #   or:  bazel run -c opt //bench:measured_win -- [--quick]
 # Environment: OCTOPIPE (the binary), REPEATS (3), ITERS (5), WARMUP (1), BUDGET (plan
-# time budget, 5 s), OUT (a directory to keep the files in; default a fresh temp directory).
+# time budget, 5 s), PROFILE_REPEAT (measured profile iterations, 8), OUT (a directory to keep
+# the files in; default a fresh temp directory).
+# Each JSON line also has `replayed_iteration_s` / `replay_error`: the simulator fed with the
+# run's own measured op times (no transfer or per-op engine cost) against the measurement.
+# prediction_error - replay_error is what op times that differ from the profile's cost;
+# replay_error is what the executor pays beyond its ops' compute (messages, gaps between ops).
 # --quick: one small model, 1 repeat, 2 iterations (checks that the bench runs).
 set -euo pipefail
 
@@ -38,6 +43,7 @@ REPEATS=${REPEATS:-3}
 ITERS=${ITERS:-5}
 WARMUP=${WARMUP:-1}
 BUDGET=${BUDGET:-5}
+PROFILE_REPEAT=${PROFILE_REPEAT:-8}
 OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/measured-win-XXXXXX")}
 mkdir -p "$OUT"
 
@@ -50,7 +56,7 @@ MODELS=(
 SCHEDULES=(1f1b gpipe interleaved zb-h1 zb-h2 zb-v dualpipev)
 if [[ "${1:-}" == "--quick" ]]; then
   MODELS=("quick|ref:pattern=M*E-M*,hidden=32,ffn=64,moe_ffn=32,seq=32,vocab=256,$COMMON")
-  REPEATS=1 ITERS=2 WARMUP=1 BUDGET=1
+  REPEATS=1 ITERS=2 WARMUP=1 BUDGET=1 PROFILE_REPEAT=3
 fi
 
 for entry in "${MODELS[@]}"; do
@@ -58,7 +64,7 @@ for entry in "${MODELS[@]}"; do
   spec=${entry#*|}
   p="$OUT/$name"
   t0=$(date +%s%N)
-  "$OCTOPIPE" profile --model="$spec" --out="$p" --ranks=2 --transport=gloo --repeat=3 > "$p.profile.txt"
+  "$OCTOPIPE" profile --model="$spec" --out="$p" --ranks=2 --transport=gloo --repeat="$PROFILE_REPEAT" > "$p.profile.txt"
   t1=$(date +%s%N)
   echo "{\"profile_s\": $(((t1 - t0) / 1000000)).0e-3}" > "$p.profile.json"
   "$OCTOPIPE" plan --model="$p.model.json" --cluster="$p.cluster.json" --devices=2 \
@@ -127,7 +133,7 @@ for name in names:
     profile_s = load(base + '.profile.json').get('profile_s')
     for c in planned + schedules:
         pred = predicted(load(f'{base}.pred.{c}.json'), model)
-        iters, bubbles, peaks = [], [], []
+        iters, bubbles, peaks, replays = [], [], [], []
         for rep in range(repeats):
             run = load(f'{base}.run.{c}.{rep}.json')
             if 'iteration_time_s' not in run:
@@ -135,11 +141,16 @@ for name in names:
             iters.append(statistics.median(run['iteration_time_s'][warmup:]))
             bubbles.append(statistics.median(run['bubble_ratio'][warmup:]))
             peaks.append(run.get('peak_activation_bytes', []))
+            if 'predicted_iteration_time_s' in run:
+                replays.append(run['predicted_iteration_time_s'] / run['measured_iteration_time_s'] - 1)
         row = {'model': name, 'schedule': c, 'profile_s': profile_s, 'runs': len(iters)}
         if iters:
             row['measured_iteration_s'] = statistics.median(iters)
             row['measured_bubble'] = statistics.median(bubbles)
             row['measured_peak_activation_bytes'] = [max(p[r] for p in peaks) for r in range(len(peaks[0]))]
+        if replays:
+            row['replay_error'] = statistics.median(replays)
+            row['replayed_iteration_s'] = row['measured_iteration_s'] * (1 + row['replay_error'])
         if pred:
             row['predicted_iteration_s'], row['predicted_bubble'], row['predicted_peak_activation_bytes'] = pred
         if iters and pred:
@@ -165,8 +176,8 @@ def pct(v):
 def mib(v):
     return '/'.join(f'{b / 2**20:.2f}' for b in v) if v else '-'
 print()
-print('| model | schedule | measured iteration | measured bubble | predicted (before running) | error | speed-up of tuned | peak activation MiB per rank, measured / predicted |')
-print('|---|---|---|---|---|---|---|---|')
+print('| model | schedule | measured iteration | measured bubble | predicted (before running) | error | error with the run\'s op times | speed-up | peak activation MiB per rank, measured / predicted |')
+print('|---|---|---|---|---|---|---|---|---|')
 for r in rows:
     sp = ''
     if r['schedule'] in planned and 'speedup_vs_best_classic' in r:
@@ -174,7 +185,7 @@ for r in rows:
     bub = r.get('measured_bubble')
     print(f"| {r['model']} | {r['schedule']} | {ms(r.get('measured_iteration_s'))} | "
           f"{'-' if bub is None else f'{bub * 100:.1f}%'} | {ms(r.get('predicted_iteration_s'))} | "
-          f"{pct(r.get('prediction_error'))} | {sp} | "
+          f"{pct(r.get('prediction_error'))} | {pct(r.get('replay_error'))} | {sp} | "
           f"{mib(r.get('measured_peak_activation_bytes'))} / {mib(r.get('predicted_peak_activation_bytes'))} |")
 print()
 def summary(c):

@@ -250,6 +250,17 @@ void PrintResult(const TrainFlags& o, const ModelGraph& graph, const Plan& plan,
               {"predicted_bubble_ratio", predicted.bubble_ratio},
               {"prediction_error", error},
               {"peak_activation_bytes", m.peak_activation_bytes}};  // per rank
+    // The measured op times behind the prediction, for analysis: [stage or layer, kind, mean
+    // seconds per op, samples].
+    Json stage_ops = Json::array(), layer_ops = Json::array();
+    for (const auto& [key, v] : m.stage_op_s) {
+      stage_ops.push_back({key.first, std::string(OpKindName(key.second)), v.first, v.second});
+    }
+    for (const auto& [key, v] : m.layer_op_s) {
+      layer_ops.push_back({key.first, std::string(OpKindName(key.second)), v.first, v.second});
+    }
+    j["stage_op_s"] = std::move(stage_ops);
+    j["layer_op_s"] = std::move(layer_ops);
     if (!report_decision.empty()) j["planner_report"] = report_decision;
     if (!calibration.empty()) j["calibration"] = calibration;
     out << JsonText(j) << "\n";
