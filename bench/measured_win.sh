@@ -95,6 +95,7 @@ for entry in "${MODELS[@]}"; do
       "$OCTOPIPE" train --model="$spec" "${what[@]}" --ranks=2 --transport=gloo \
         --iterations=$((WARMUP + ITERS)) --json > "$p.run.$c.$rep.json" 2> "$p.run.$c.$rep.err" ||
         echo '{}' > "$p.run.$c.$rep.json"
+      cut -d' ' -f1 /proc/loadavg >> "$OUT/loadavg.txt" 2> /dev/null || true
     done
   done
 done
@@ -199,6 +200,13 @@ def summary(c):
             f'wins on {sum(1 for b in best if b > 1)} of {len(got)} models')
 for c in planned:
     print(summary(c))
+try:
+    with open(os.path.join(out, 'loadavg.txt')) as f:
+        loads = [float(x) for x in f.read().split()]
+    note = ' (other processes were running: these figures are noise)' if max(loads) > (os.cpu_count() or 1) + 1 else ''
+    print(f'1-minute load average after each run: {min(loads):.1f} - {max(loads):.1f} on {os.cpu_count()} cores{note}')
+except (OSError, ValueError):
+    pass
 for name in names:
     ps = load(os.path.join(out, name + '.profile.json')).get('profile_s')
     print(f'profile {name}: {ps:.1f} s' if ps is not None else f'profile {name}: -')
