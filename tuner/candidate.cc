@@ -108,7 +108,8 @@ Score CandidateEvaluator::EvaluateClassic(const Candidate& c, Schedule* schedule
     }
   }
   const ScheduleKind kind = static_cast<ScheduleKind>(c.policy.classic);
-  Schedule built;  // the ZB family: built for this candidate's costs, R included
+  Schedule built;  // the ZB family built for this candidate's costs (R included), or with R
+  const Schedule* order = &g->schedule;
   if (BuiltForCosts(kind)) {
     absl::StatusOr<Schedule> s = ScheduleForProblem(kind, g->num_chunks, problem_);
     if (!s.ok()) {
@@ -116,13 +117,16 @@ Score CandidateEvaluator::EvaluateClassic(const Candidate& c, Schedule* schedule
       return score;
     }
     built = std::move(*s);
+    order = &built;
   } else {
     bool any_recompute = false;
     for (const StageAssignment& st : c.stages) any_recompute |= st.recompute;
-    built = any_recompute ? WithRecompute(g->schedule, c.stages) : g->schedule;
+    if (any_recompute) {
+      built = WithRecompute(g->schedule, c.stages);
+      order = &built;
+    }
   }
-  const Schedule& order = built;
-  absl::StatusOr<Evaluator::Summary> sum = evaluator_.EvaluateSummary(problem_, order);
+  absl::StatusOr<Evaluator::Summary> sum = evaluator_.EvaluateSummary(problem_, *order);
   if (!sum.ok()) {
     score.why_not = std::string(sum.status().message());
     return score;
@@ -132,7 +136,7 @@ Score CandidateEvaluator::EvaluateClassic(const Candidate& c, Schedule* schedule
   score.iteration_time_s = sum->iteration_time_s;
   score.steady_state_iteration_time_s = sum->steady_state_iteration_time_s;
   if (!score.fits) score.memory_overflow_bytes = std::max(0.0, sum->memory_overflow_bytes);
-  if (schedule != nullptr) *schedule = std::move(built);
+  if (schedule != nullptr) *schedule = *order;
   return score;
 }
 
