@@ -1,8 +1,126 @@
 #include "tuner/lower_bound.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <utility>
 
 namespace octopipe {
+namespace {
+
+// Items rounded down: class k holds count[k] items, each counted as size[k], the smallest of
+// them.
+struct ItemClasses {
+  std::vector<double> size;
+  std::vector<int> count;
+};
+
+// Groups the sorted items into runs of adjacent values; while the count vectors
+// (prod_k (count_k + 1)) number more than `max_states`, merges the two adjacent groups whose
+// merged spread (largest - smallest member) is least.
+ItemClasses RoundDownToClasses(std::vector<double> items, int64_t max_states) {
+  std::sort(items.begin(), items.end());
+  std::vector<std::pair<size_t, size_t>> groups;  // [begin, end) in `items`
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (groups.empty() || items[i] != items[groups.back().first]) {
+      groups.push_back({i, i + 1});
+    } else {
+      groups.back().second = i + 1;
+    }
+  }
+  auto states = [&groups] {
+    double n = 1;
+    for (const auto& g : groups) n *= static_cast<double>(g.second - g.first + 1);
+    return n;
+  };
+  while (groups.size() > 1 && states() > static_cast<double>(max_states)) {
+    size_t best = 0;
+    for (size_t k = 1; k + 1 < groups.size(); ++k) {
+      const double spread = items[groups[k + 1].second - 1] - items[groups[k].first];
+      const double best_spread = items[groups[best + 1].second - 1] - items[groups[best].first];
+      if (spread < best_spread) best = k;
+    }
+    groups[best].second = groups[best + 1].second;
+    groups.erase(groups.begin() + static_cast<std::ptrdiff_t>(best) + 1);
+  }
+  ItemClasses out;
+  for (const auto& g : groups) {
+    out.size.push_back(items[g.first]);
+    out.count.push_back(static_cast<int>(g.second - g.first));
+  }
+  return out;
+}
+
+// The least number of bins of capacity `capacity` that hold every item of `c` (exact; see the
+// header). Count vectors are numbered in mixed radix (digit k in 0..count[k]); removing one item
+// of class k lowers the number by stride[k], so increasing numbers visit predecessors first.
+int MinBins(const ItemClasses& c, double capacity) {
+  const size_t K = c.size.size();
+  std::vector<int64_t> stride(K + 1, 1);
+  for (size_t k = 0; k < K; ++k) stride[k + 1] = stride[k] * (c.count[k] + 1);
+  const int64_t n = stride[K];
+  std::vector<int> bins(n);
+  std::vector<double> fill(n);
+  bins[0] = 0;
+  fill[0] = std::numeric_limits<double>::infinity();  // no open bin: the next item opens one
+  std::vector<int> digit(K, 0);
+  for (int64_t idx = 1; idx < n; ++idx) {
+    for (size_t k = 0; k < K && ++digit[k] > c.count[k]; ++k) digit[k] = 0;
+    int best_bins = std::numeric_limits<int>::max();
+    double best_fill = 0;
+    for (size_t k = 0; k < K; ++k) {
+      if (digit[k] == 0) continue;
+      const int64_t prev = idx - stride[k];
+      int b = bins[prev];
+      double f = fill[prev] + c.size[k];
+      if (!(f <= capacity)) {
+        b += 1;
+        f = c.size[k];
+      }
+      if (b < best_bins || (b == best_bins && f < best_fill)) {
+        best_bins = b;
+        best_fill = f;
+      }
+    }
+    bins[idx] = best_bins;
+    fill[idx] = best_fill;
+  }
+  return bins[n - 1];
+}
+
+// Longest-processing-time-first makespan: a feasible assignment, so an upper bound on C*.
+double LptMakespan(const ItemClasses& c, int num_bins) {
+  std::vector<double> load(num_bins, 0.0);
+  for (size_t k = c.size.size(); k-- > 0;) {
+    for (int i = 0; i < c.count[k]; ++i) {
+      *std::min_element(load.begin(), load.end()) += c.size[k];
+    }
+  }
+  return *std::max_element(load.begin(), load.end());
+}
+
+}  // namespace
+
+double MinMaxAssignmentBound(const std::vector<double>& items, int bins, int64_t max_states) {
+  if (items.empty() || bins < 1) return 0;
+  const double largest = *std::max_element(items.begin(), items.end());
+  if (static_cast<int>(items.size()) <= bins) return largest;  // one item per bin is optimal
+  const ItemClasses c = RoundDownToClasses(items, std::max<int64_t>(max_states, 2));
+  double total = 0;
+  for (size_t k = 0; k < c.size.size(); ++k) total += c.count[k] * c.size[k];
+  // C*(rounded) >= lo always holds; hi is a feasible capacity.
+  double lo = std::max(total / bins, c.size.back());
+  double hi = LptMakespan(c, bins);
+  for (int probe = 0; probe < 60 && hi - lo > 1e-6 * hi; ++probe) {
+    const double mid = 0.5 * (lo + hi);
+    if (MinBins(c, mid) > bins) {
+      lo = mid;  // infeasible at mid: C* > mid
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
 
 LowerBound PipelineLowerBound(const std::vector<LayerCost>& layers, int num_devices,
                               int num_microbatches, bool steady_state) {
@@ -28,6 +146,11 @@ LowerBound PipelineLowerBound(const std::vector<LayerCost>& layers, int num_devi
     sum_b += c.backward_input_s;
   }
   lb.work_s = total_work * m / num_devices;
+  std::vector<double> layer_work;
+  for (const LayerCost& c : layers) {
+    layer_work.push_back(c.forward_s + c.backward_input_s + c.weight_grad_s);
+  }
+  lb.assignment_s = m * MinMaxAssignmentBound(layer_work, num_devices);
   if (!steady_state) lb.chain_s = sum_f + sum_b + layers.front().weight_grad_s;
   lb.seconds = lb.work_s;
   lb.binding = "work";
@@ -38,6 +161,10 @@ LowerBound PipelineLowerBound(const std::vector<LayerCost>& layers, int num_devi
   if (lb.layer_s > lb.seconds) {
     lb.seconds = lb.layer_s;
     lb.binding = "layer";
+  }
+  if (lb.assignment_s > lb.seconds) {
+    lb.seconds = lb.assignment_s;
+    lb.binding = "assignment";
   }
   return lb;
 }
