@@ -51,44 +51,52 @@ ItemClasses RoundDownToClasses(std::vector<double> items, int64_t max_states) {
   return out;
 }
 
-// The least number of bins of capacity `capacity` that hold every item of `c` (exact; see the
-// header). Count vectors are numbered in mixed radix (digit k in 0..count[k]); removing one item
-// of class k lowers the number by stride[k], so increasing numbers visit predecessors first.
-int MinBins(const ItemClasses& c, double capacity) {
+// Whether every item of `c` fits into bins of the given capacities, non-increasing (exact; see
+// the header). The programme fills bins in index order, so a state is (bins opened, fill of the
+// last one), kept lexicographically least per multiset; with capacities non-increasing the
+// extension stays monotone. Count vectors are numbered in mixed radix (digit k in
+// 0..count[k]); removing one item of class k lowers the number by stride[k], so increasing
+// numbers visit predecessors first.
+bool Packs(const ItemClasses& c, const std::vector<double>& capacity) {
   const size_t K = c.size.size();
+  const int num_bins = static_cast<int>(capacity.size());
+  const int kNever = num_bins + 1;  // the items so far fit no sequence of the bins
   std::vector<int64_t> stride(K + 1, 1);
   for (size_t k = 0; k < K; ++k) stride[k + 1] = stride[k] * (c.count[k] + 1);
   const int64_t n = stride[K];
-  std::vector<int> bins(n);
+  std::vector<int> opened(n);
   std::vector<double> fill(n);
-  bins[0] = 0;
-  fill[0] = std::numeric_limits<double>::infinity();  // no open bin: the next item opens one
+  opened[0] = 0;
+  fill[0] = 0;
   std::vector<int> digit(K, 0);
   for (int64_t idx = 1; idx < n; ++idx) {
     for (size_t k = 0; k < K && ++digit[k] > c.count[k]; ++k) digit[k] = 0;
-    int best_bins = std::numeric_limits<int>::max();
+    int best_opened = kNever;
     double best_fill = 0;
     for (size_t k = 0; k < K; ++k) {
       if (digit[k] == 0) continue;
       const int64_t prev = idx - stride[k];
-      int b = bins[prev];
+      int b = opened[prev];
+      if (b == kNever) continue;
       double f = fill[prev] + c.size[k];
-      if (!(f <= capacity)) {
+      if (b == 0 || !(f <= capacity[b - 1])) {  // open the next bin
+        if (b == num_bins || !(c.size[k] <= capacity[b])) continue;
         b += 1;
         f = c.size[k];
       }
-      if (b < best_bins || (b == best_bins && f < best_fill)) {
-        best_bins = b;
+      if (b < best_opened || (b == best_opened && f < best_fill)) {
+        best_opened = b;
         best_fill = f;
       }
     }
-    bins[idx] = best_bins;
+    opened[idx] = best_opened;
     fill[idx] = best_fill;
   }
-  return bins[n - 1];
+  return opened[n - 1] != kNever;
 }
 
-// Longest-processing-time-first makespan: a feasible assignment, so an upper bound on C*.
+// Longest-processing-time-first over equal bins: a feasible assignment, so an upper bound on
+// the least largest bin sum.
 double LptMakespan(const ItemClasses& c, int num_bins) {
   std::vector<double> load(num_bins, 0.0);
   for (size_t k = c.size.size(); k-- > 0;) {
@@ -101,25 +109,44 @@ double LptMakespan(const ItemClasses& c, int num_bins) {
 
 }  // namespace
 
-double MinMaxAssignmentBound(const std::vector<double>& items, int bins, int64_t max_states) {
-  if (items.empty() || bins < 1) return 0;
-  const double largest = *std::max_element(items.begin(), items.end());
-  if (static_cast<int>(items.size()) <= bins) return largest;  // one item per bin is optimal
+double StaggeredAssignmentBound(const std::vector<double>& items,
+                                const std::vector<double>& start, double multiplier,
+                                int64_t max_states) {
+  const int bins = static_cast<int>(start.size());
+  if (items.empty() || bins < 1 || !(multiplier > 0)) return 0;
   const ItemClasses c = RoundDownToClasses(items, std::max<int64_t>(max_states, 2));
-  double total = 0;
-  for (size_t k = 0; k < c.size.size(); ++k) total += c.count[k] * c.size[k];
-  // C*(rounded) >= lo always holds; hi is a feasible capacity.
-  double lo = std::max(total / bins, c.size.back());
-  double hi = LptMakespan(c, bins);
-  for (int probe = 0; probe < 60 && hi - lo > 1e-6 * hi; ++probe) {
+  // Closed forms (for the real items, which only raises them): the largest item on the
+  // earliest bin; the total over the time after each bin's start, sum_k max(0, T - start[k]) >=
+  // multiplier x total, which at T >= start.back() reads T >= (sum_k start[k] + multiplier x
+  // total) / n, and else T >= multiplier x total / n as if every bin started at 0.
+  double real_total = 0, start_sum = 0;
+  for (double x : items) real_total += x;
+  for (double s0 : start) start_sum += s0;
+  const double staggered = (start_sum + multiplier * real_total) / bins;
+  double lo = std::max(start.front() + multiplier * *std::max_element(items.begin(), items.end()),
+                       staggered >= start.back() ? staggered : multiplier * real_total / bins);
+  // The search decides the rounded items; a lo above their optimum is simply kept.
+  // Feasible: the LPT assignment on the latest-starting bins' common capacity.
+  double hi = start.back() + multiplier * LptMakespan(c, bins);
+  std::vector<double> capacity(bins);
+  for (int probe = 0; probe < 40 && hi - lo > 1e-5 * hi; ++probe) {
     const double mid = 0.5 * (lo + hi);
-    if (MinBins(c, mid) > bins) {
-      lo = mid;  // infeasible at mid: C* > mid
-    } else {
+    for (int k = 0; k < bins; ++k) capacity[k] = std::max(0.0, (mid - start[k]) / multiplier);
+    if (Packs(c, capacity)) {
       hi = mid;
+    } else {
+      lo = mid;  // no assignment finishes by mid: the optimum is above it
     }
   }
   return lo;
+}
+
+double MinMaxAssignmentBound(const std::vector<double>& items, int bins, int64_t max_states) {
+  if (items.empty() || bins < 1) return 0;
+  if (static_cast<int>(items.size()) <= bins) {  // one item per bin is optimal
+    return *std::max_element(items.begin(), items.end());
+  }
+  return StaggeredAssignmentBound(items, std::vector<double>(bins, 0.0), 1.0, max_states);
 }
 
 LowerBound PipelineLowerBound(const std::vector<LayerCost>& layers, int num_devices,
@@ -150,7 +177,16 @@ LowerBound PipelineLowerBound(const std::vector<LayerCost>& layers, int num_devi
   for (const LayerCost& c : layers) {
     layer_work.push_back(c.forward_s + c.backward_input_s + c.weight_grad_s);
   }
-  lb.assignment_s = m * MinMaxAssignmentBound(layer_work, num_devices);
+  // The k-th device to start (by first op) holds a layer l >= k, whose first op starts at
+  // sum_{j<l} F_j >= sum_{j<k} F_j (not for the steady state).
+  std::vector<double> start(num_devices, 0.0);
+  if (!steady_state) {
+    for (int k = 1; k < num_devices; ++k) {
+      const int below = std::min<int>(k, static_cast<int>(layers.size())) - 1;
+      start[k] = start[k - 1] + (below == k - 1 ? layers[below].forward_s : 0.0);
+    }
+  }
+  lb.assignment_s = StaggeredAssignmentBound(layer_work, start, m);
   if (!steady_state) lb.chain_s = sum_f + sum_b + layers.front().weight_grad_s;
   lb.seconds = lb.work_s;
   lb.binding = "work";

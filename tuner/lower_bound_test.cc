@@ -34,16 +34,22 @@ std::vector<LayerCost> Chain(const std::vector<double>& fbw) {
   return layers;
 }
 
-TEST(LowerBoundTest, UniformChainIsWorkBound) {
+TEST(LowerBoundTest, UniformChainIsBoundByItsFill) {
   // 8 layers of F = B = W = 1 on 4 devices, 8 micro-batches: work 24 * 8 / 4 = 48; chain
-  // 8 + 8 + 1 = 17; layer 7: 7 + 8 * 3 = 31.
+  // 8 + 8 + 1 = 17; layer 7: 7 + 8 * 3 = 31. Assignment: every device holds two layers (else
+  // one holds three: 8 * 9 = 72), and the device whose lowest layer is highest has it at layer
+  // >= 3, so it starts at >= 3 and ends at >= 3 + 8 * 6 = 51.
   LowerBound lb = PipelineLowerBound(Chain(std::vector<double>(8, 1.0)), 4, 8, false);
   EXPECT_DOUBLE_EQ(lb.work_s, 48);
   EXPECT_DOUBLE_EQ(lb.chain_s, 17);
   EXPECT_DOUBLE_EQ(lb.layer_s, 31);
   EXPECT_EQ(lb.heaviest_layer, 7);
-  EXPECT_DOUBLE_EQ(lb.seconds, 48);
-  EXPECT_EQ(lb.binding, "work");
+  EXPECT_NEAR(lb.assignment_s, 51, 1e-3);
+  EXPECT_NEAR(lb.seconds, 51, 1e-3);
+  EXPECT_EQ(lb.binding, "assignment");
+  // Steady state: no starts, so the work bound (each device exactly two layers).
+  LowerBound steady = PipelineLowerBound(Chain(std::vector<double>(8, 1.0)), 4, 8, true);
+  EXPECT_NEAR(steady.seconds, 48, 1e-3);
 }
 
 TEST(LowerBoundTest, HeavyHeadIsLayerBound) {
@@ -75,15 +81,15 @@ TEST(LowerBoundTest, OneMicrobatchIsChainBoundAndTight) {
 
 TEST(LowerBoundTest, AssignmentBoundHandCases) {
   // Five equal items on two bins: one bin holds three of them.
-  EXPECT_NEAR(MinMaxAssignmentBound({4, 4, 4, 4, 4}, 2), 12, 1e-5);
+  EXPECT_NEAR(MinMaxAssignmentBound({4, 4, 4, 4, 4}, 2), 12, 1e-3);
   // Ten unit items and a 2.5 on four bins (total 12.5, mean 3.125): the 2.5 alone leaves ten
   // units on three bins (4); with one unit beside it, 3.5, which the other three bins (three
   // units each) match. With two beside it, 4.5.
   std::vector<double> head(10, 1.0);
   head.push_back(2.5);
-  EXPECT_NEAR(MinMaxAssignmentBound(head, 4), 3.5, 1e-5);
+  EXPECT_NEAR(MinMaxAssignmentBound(head, 4), 3.5, 1e-3);
   // Exactly balanced: the mean is the optimum.
-  EXPECT_NEAR(MinMaxAssignmentBound({3, 3, 2, 2, 2}, 2), 6, 1e-5);
+  EXPECT_NEAR(MinMaxAssignmentBound({3, 3, 2, 2, 2}, 2), 6, 1e-3);
   // No more items than bins: the largest item.
   EXPECT_DOUBLE_EQ(MinMaxAssignmentBound({1, 7, 2}, 3), 7);
   EXPECT_DOUBLE_EQ(MinMaxAssignmentBound({}, 3), 0);
@@ -101,13 +107,13 @@ TEST(LowerBoundTest, HeadThatDoesNotDivideIsAssignmentBound) {
   EXPECT_DOUBLE_EQ(lb.work_s, 75);
   EXPECT_DOUBLE_EQ(lb.layer_s, 70);
   EXPECT_DOUBLE_EQ(lb.chain_s, 26);
-  EXPECT_NEAR(lb.assignment_s, 84, 1e-3);
+  EXPECT_NEAR(lb.assignment_s, 84, 2e-3);
   EXPECT_EQ(lb.binding, "assignment");
-  EXPECT_NEAR(lb.seconds, 84, 1e-3);
+  EXPECT_NEAR(lb.seconds, 84, 2e-3);
   // The same holds for the steady state (each device still runs its whole share).
   LowerBound steady = PipelineLowerBound(Chain(t), 4, 8, true);
   EXPECT_EQ(steady.binding, "assignment");
-  EXPECT_NEAR(steady.seconds, 84, 1e-3);
+  EXPECT_NEAR(steady.seconds, 84, 2e-3);
 }
 
 // min over all bins^n assignments of the largest bin sum.
@@ -146,7 +152,7 @@ TEST(LowerBoundTest, AssignmentBoundNeverExceedsTheOptimumAndIsExactOnFewValues)
     const double exact_ints = BruteForceMinMax(ints, P);
     const double b = MinMaxAssignmentBound(ints, P);
     EXPECT_LE(b, exact_ints * (1 + 1e-12));
-    EXPECT_GE(b, exact_ints * (1 - 1e-5));
+    EXPECT_GE(b, exact_ints * (1 - 2e-5));
   }
 }
 
