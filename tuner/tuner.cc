@@ -15,6 +15,7 @@
 #include "tuner/candidate.h"
 #include "tuner/infeasibility.h"
 #include "tuner/partition.h"
+#include "tuner/vshape_partition.h"
 
 namespace octopipe {
 namespace {
@@ -509,127 +510,6 @@ ScoredSeeds SeedPlacementFamilies(Search& search, const ProblemBuilder& builder,
   search.Log(result, "seed", before_seeds, evals,
              absl::StrCat(seeds.size(), " seeds over placements, partitions and policies"));
   return out;
-}
-
-// The V-shape placement (device d holds stages d and 2P-1-d) split so that the largest device
-// load — the F+B+W work of its two stages on it — is least. Device d's stages are the ends of
-// the layers that devices 0..d-1 leave, so a capacity is feasible when pairs can be peeled off
-// the chain from both ends: reach[i][j] marks the layers [i, j) left after d devices. Binary
-// search on the capacity (relative 1e-4), then a walk back through the stored levels. Empty
-// when there are fewer than 2P layers or the programme (O(P L^3 log L) per capacity) is large.
-std::vector<StageAssignment> VShapeMinMaxPartition(const ProblemBuilder& b) {
-  const int L = b.num_layers(), P = b.num_devices();
-  if (P < 2 || L < 2 * P || static_cast<double>(L) * L * L * P > 2e7) return {};
-  using Grid = std::vector<std::vector<char>>;
-  // levels[d]: the intervals left after devices 0..d-1 (levels[0] = the whole chain).
-  auto peel = [&](double cap, std::vector<Grid>* levels) {
-    levels->assign(1, Grid(L + 1, std::vector<char>(L + 1, 0)));
-    (*levels)[0][0][L] = 1;
-    for (int d = 0; d + 1 < P; ++d) {
-      // From [i, j), device d takes [i, a) and [e, j): for each a the feasible e form a range
-      // [e_min, j - 1] (the right stage's work falls as e grows), marked in a difference row.
-      std::vector<std::vector<int>> diff(L + 1, std::vector<int>(L + 2, 0));
-      for (int i = 0; i < L; ++i) {
-        for (int j = i + 2; j <= L; ++j) {
-          if (!levels->back()[i][j]) continue;
-          for (int a = i + 1; a + 1 < j && b.Work(i, a - 1, d) <= cap; ++a) {
-            const double room = cap - b.Work(i, a - 1, d);
-            if (b.Work(j - 1, j - 1, d) > room) continue;
-            int lo_e = a + 1, hi_e = j - 1;  // smallest e with Work(e, j - 1) <= room
-            while (lo_e < hi_e) {
-              const int mid = (lo_e + hi_e) / 2;
-              if (b.Work(mid, j - 1, d) <= room) {
-                hi_e = mid;
-              } else {
-                lo_e = mid + 1;
-              }
-            }
-            ++diff[a][lo_e];
-            --diff[a][j];
-          }
-        }
-      }
-      Grid next(L + 1, std::vector<char>(L + 1, 0));
-      bool any = false;
-      for (int a = 0; a <= L; ++a) {
-        for (int e = 0, run = 0; e <= L; ++e) {
-          run += diff[a][e];
-          if (run > 0) {
-            next[a][e] = 1;
-            any = true;
-          }
-        }
-      }
-      if (!any) return false;
-      levels->push_back(std::move(next));
-    }
-    for (int i = 0; i < L; ++i) {
-      for (int j = i + 2; j <= L; ++j) {
-        if (levels->back()[i][j] && b.Work(i, j - 1, P - 1) <= cap) return true;
-      }
-    }
-    return false;
-  };
-  std::vector<Grid> levels;
-  double lo = 0, hi = 0;
-  for (int d = 0; d < P; ++d) hi = std::max(hi, b.Work(0, L - 1, d));
-  if (!peel(hi, &levels)) return {};
-  while (hi - lo > 1e-4 * hi) {
-    const double mid = 0.5 * (lo + hi);
-    (peel(mid, &levels) ? hi : lo) = mid;
-  }
-  peel(hi, &levels);
-  // Walk back: the last device's interval, then each level's interval that peels to it.
-  std::vector<int> left(P + 1), right(P + 1);  // interval [left[d], right[d]) before device d
-  bool found = false;
-  for (int i = 0; i < L && !found; ++i) {
-    for (int j = i + 2; j <= L && !found; ++j) {
-      if (levels[P - 1][i][j] && b.Work(i, j - 1, P - 1) <= hi) {
-        left[P - 1] = i;
-        right[P - 1] = j;
-        found = true;
-      }
-    }
-  }
-  if (!found) return {};
-  for (int d = P - 2; d >= 0; --d) {
-    found = false;
-    for (int i = 0; i < left[d + 1] && !found; ++i) {
-      for (int j = right[d + 1] + 1; j <= L && !found; ++j) {
-        if (levels[d][i][j] &&
-            b.Work(i, left[d + 1] - 1, d) + b.Work(right[d + 1], j - 1, d) <= hi) {
-          left[d] = i;
-          right[d] = j;
-          found = true;
-        }
-      }
-    }
-    if (!found) return {};
-  }
-  std::vector<StageAssignment> stages(2 * P);
-  for (int d = 0; d < P; ++d) {
-    StageAssignment& down = stages[d];
-    StageAssignment& up = stages[2 * P - 1 - d];
-    down.device = up.device = d;
-    down.first_layer = left[d];
-    up.last_layer = right[d] - 1;
-    if (d + 1 < P) {
-      down.last_layer = left[d + 1] - 1;
-      up.first_layer = right[d + 1];
-    }
-  }
-  // The last device's interval splits into its two stages where their larger half is least.
-  const int i = left[P - 1], j = right[P - 1];
-  int best_k = i + 1;
-  for (int k = i + 1; k < j; ++k) {
-    if (std::max(b.Work(i, k - 1, P - 1), b.Work(k, j - 1, P - 1)) <
-        std::max(b.Work(i, best_k - 1, P - 1), b.Work(best_k, j - 1, P - 1))) {
-      best_k = k;
-    }
-  }
-  stages[P - 1].last_layer = best_k - 1;
-  stages[P].first_layer = best_k;
-  return stages;
 }
 
 // Seeds that balance device loads exactly within the V shape (VShapeMinMaxPartition), with
