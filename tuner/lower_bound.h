@@ -68,12 +68,12 @@ struct LowerBound {
 // per probe, about 40 probes. 0 for no items, no bins or multiplier <= 0.
 double StaggeredAssignmentBound(const std::vector<double>& items,
                                 const std::vector<double>& start, double multiplier,
-                                int64_t max_states = 1 << 15);
+                                int64_t max_states = 1 << 13);
 
 // C* itself: StaggeredAssignmentBound with `bins` bins starting at 0 and multiplier 1 (the
 // largest item when there are no more items than bins).
 double MinMaxAssignmentBound(const std::vector<double>& items, int bins,
-                             int64_t max_states = 1 << 15);
+                             int64_t max_states = 1 << 13);
 
 // `layers[l]` is layer l's cost on its fastest device (see FastestLayerCosts).
 LowerBound PipelineLowerBound(const std::vector<LayerCost>& layers, int num_devices,

@@ -9,6 +9,13 @@ std::vector<StageAssignment> VShapeMinMaxPartition(const ProblemBuilder& b) {
   const int L = b.num_layers(), P = b.num_devices();
   if (P < 2 || L < 2 * P || static_cast<double>(L) * L * L * P > 2e7) return {};
   using Grid = std::vector<std::vector<char>>;
+  // least[l]: layers 0..l-1 each at its fastest device, a lower bound on their work anywhere.
+  std::vector<double> least(L + 1, 0.0);
+  for (int l = 0; l < L; ++l) {
+    double w = b.Work(l, l, 0);
+    for (int d = 1; d < P; ++d) w = std::min(w, b.Work(l, l, d));
+    least[l + 1] = least[l] + w;
+  }
   // levels[d]: the intervals left after devices 0..d-1 (levels[0] = the whole chain).
   auto peel = [&](double cap, std::vector<Grid>* levels) {
     levels->assign(1, Grid(L + 1, std::vector<char>(L + 1, 0)));
@@ -32,8 +39,14 @@ std::vector<StageAssignment> VShapeMinMaxPartition(const ProblemBuilder& b) {
                 lo_e = mid + 1;
               }
             }
+            // The devices after d take at most `cap` each, so the layers [a, e) left to them
+            // must weigh at most (P - 1 - d) cap even at their fastest: the largest such e.
+            const double rest = (P - 1 - d) * cap;
+            if (least[lo_e] - least[a] > rest) continue;
+            int top = std::upper_bound(least.begin() + lo_e, least.begin() + j,
+                                       least[a] + rest) - least.begin() - 1;
             ++diff[a][lo_e];
-            --diff[a][j];
+            --diff[a][top + 1];
           }
         }
       }
@@ -58,10 +71,17 @@ std::vector<StageAssignment> VShapeMinMaxPartition(const ProblemBuilder& b) {
     }
     return false;
   };
+  // Bracket: no split beats the whole chain at the fastest speed over P devices; grow the
+  // capacity from there until it is feasible.
   std::vector<Grid> levels;
-  double lo = 0, hi = 0;
-  for (int d = 0; d < P; ++d) hi = std::max(hi, b.Work(0, L - 1, d));
-  if (!peel(hi, &levels)) return {};
+  double lo = least[L] / P, hi = lo;
+  double slowest_all = 0;
+  for (int d = 0; d < P; ++d) slowest_all = std::max(slowest_all, b.Work(0, L - 1, d));
+  for (double step = 0.02; !peel(hi, &levels); step *= 2) {
+    lo = hi;
+    hi = std::min(slowest_all, lo * (1 + step));
+    if (hi == slowest_all && !peel(hi, &levels)) return {};
+  }
   while (hi - lo > 1e-4 * hi) {
     const double mid = 0.5 * (lo + hi);
     (peel(mid, &levels) ? hi : lo) = mid;
