@@ -649,18 +649,19 @@ Candidate Kick(const Candidate& base, const ProblemBuilder& b, int max_chunks,
 
 // Iterated local search after the restarts: kick the best plan and search locally from there,
 // while the budget lasts, the best is more than 0.2% above the lower bound, one of the last
-// `kStaleKicks` kicks improved it, and the kicks have taken no longer than the search before
-// them (so they at most double the tuning time).
+// `kStaleKicks` kicks improved it, and the kicks have evaluated fewer candidates than the
+// search before them (so they at most about double the tuning time; counted in evaluations,
+// not seconds, so that a seed still gives one plan when the budget is not exhausted).
 void KickSearch(Search& search, const ProblemBuilder& builder, int max_chunks,
                 TuneResult* result) {
   constexpr int kStaleKicks = 8;
   const double target = 1.002 * result->lower_bound.seconds;
   const double before = search.best_objective();
   const int64_t evals = search.evaluations();
-  const double until = 2 * search.elapsed();
+  const int64_t until = 2 * search.evaluations();
   int kicks = 0, improving = 0;
   for (int stale = 0; stale < kStaleKicks && search.has_best() && !search.out_of_time() &&
-                      search.elapsed() < until && search.best_objective() > target;
+                      search.evaluations() < until && search.best_objective() > target;
        ++kicks) {
     const double best = search.best_objective();
     const Candidate kicked = Kick(search.best(), builder, max_chunks, search.rng());
