@@ -117,6 +117,7 @@ Json TuneResultJson(const ModelGraph& model, const TuneResult& t) {
                       {"work_s", t.lower_bound.work_s},
                       {"chain_s", t.lower_bound.chain_s},
                       {"layer_s", t.lower_bound.layer_s},
+                      {"assignment_s", t.lower_bound.assignment_s},
                       {"heaviest_layer", t.lower_bound.heaviest_layer},
                       {"gap", t.lower_bound_gap}};
   j["tuning_wall_s"] = t.tuning_wall_s;

@@ -147,7 +147,7 @@ TEST(PlanCommandTest, JsonCarriesThePlanThePredictionAndEveryBaseline) {
   EXPECT_LE(bound, best_fitting * (1 + 1e-12));
   EXPECT_NEAR(Num(Get(lb, "gap")), (time - bound) / time, 1e-9);
   EXPECT_DOUBLE_EQ(bound, std::max({Num(Get(lb, "work_s")), Num(Get(lb, "chain_s")),
-                                    Num(Get(lb, "layer_s"))}));
+                                    Num(Get(lb, "layer_s")), Num(Get(lb, "assignment_s"))}));
   // The tuning time covers every phase of the search log (each stamped since the start).
   ASSERT_FALSE(Get(j, "log").empty());
   for (const Json& e : Get(j, "log")) {

@@ -1,8 +1,153 @@
 #include "tuner/lower_bound.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <utility>
 
 namespace octopipe {
+namespace {
+
+// Items rounded down: class k holds count[k] items, each counted as size[k], the smallest of
+// them.
+struct ItemClasses {
+  std::vector<double> size;
+  std::vector<int> count;
+};
+
+// Groups the sorted items into runs of adjacent values; while the count vectors
+// (prod_k (count_k + 1)) number more than `max_states`, merges the two adjacent groups whose
+// merged spread (largest - smallest member) is least.
+ItemClasses RoundDownToClasses(std::vector<double> items, int64_t max_states) {
+  std::sort(items.begin(), items.end());
+  std::vector<std::pair<size_t, size_t>> groups;  // [begin, end) in `items`
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (groups.empty() || items[i] != items[groups.back().first]) {
+      groups.push_back({i, i + 1});
+    } else {
+      groups.back().second = i + 1;
+    }
+  }
+  auto states = [&groups] {
+    double n = 1;
+    for (const auto& g : groups) n *= static_cast<double>(g.second - g.first + 1);
+    return n;
+  };
+  while (groups.size() > 1 && states() > static_cast<double>(max_states)) {
+    size_t best = 0;
+    for (size_t k = 1; k + 1 < groups.size(); ++k) {
+      const double spread = items[groups[k + 1].second - 1] - items[groups[k].first];
+      const double best_spread = items[groups[best + 1].second - 1] - items[groups[best].first];
+      if (spread < best_spread) best = k;
+    }
+    groups[best].second = groups[best + 1].second;
+    groups.erase(groups.begin() + static_cast<std::ptrdiff_t>(best) + 1);
+  }
+  ItemClasses out;
+  for (const auto& g : groups) {
+    out.size.push_back(items[g.first]);
+    out.count.push_back(static_cast<int>(g.second - g.first));
+  }
+  return out;
+}
+
+// Whether every item of `c` fits into bins of the given capacities, non-increasing (exact; see
+// the header). The programme fills bins in index order, so a state is (bins opened, fill of the
+// last one), kept lexicographically least per multiset; with capacities non-increasing the
+// extension stays monotone. Count vectors are numbered in mixed radix (digit k in
+// 0..count[k]); removing one item of class k lowers the number by stride[k], so increasing
+// numbers visit predecessors first.
+bool Packs(const ItemClasses& c, const std::vector<double>& capacity) {
+  const size_t K = c.size.size();
+  const int num_bins = static_cast<int>(capacity.size());
+  const int kNever = num_bins + 1;  // the items so far fit no sequence of the bins
+  std::vector<int64_t> stride(K + 1, 1);
+  for (size_t k = 0; k < K; ++k) stride[k + 1] = stride[k] * (c.count[k] + 1);
+  const int64_t n = stride[K];
+  std::vector<int> opened(n);
+  std::vector<double> fill(n);
+  opened[0] = 0;
+  fill[0] = 0;
+  std::vector<int> digit(K, 0);
+  for (int64_t idx = 1; idx < n; ++idx) {
+    for (size_t k = 0; k < K && ++digit[k] > c.count[k]; ++k) digit[k] = 0;
+    int best_opened = kNever;
+    double best_fill = 0;
+    for (size_t k = 0; k < K; ++k) {
+      if (digit[k] == 0) continue;
+      const int64_t prev = idx - stride[k];
+      int b = opened[prev];
+      if (b == kNever) continue;
+      double f = fill[prev] + c.size[k];
+      if (b == 0 || !(f <= capacity[b - 1])) {  // open the next bin
+        if (b == num_bins || !(c.size[k] <= capacity[b])) continue;
+        b += 1;
+        f = c.size[k];
+      }
+      if (b < best_opened || (b == best_opened && f < best_fill)) {
+        best_opened = b;
+        best_fill = f;
+      }
+    }
+    opened[idx] = best_opened;
+    fill[idx] = best_fill;
+  }
+  return opened[n - 1] != kNever;
+}
+
+// Longest-processing-time-first over equal bins: a feasible assignment, so an upper bound on
+// the least largest bin sum.
+double LptMakespan(const ItemClasses& c, int num_bins) {
+  std::vector<double> load(num_bins, 0.0);
+  for (size_t k = c.size.size(); k-- > 0;) {
+    for (int i = 0; i < c.count[k]; ++i) {
+      *std::min_element(load.begin(), load.end()) += c.size[k];
+    }
+  }
+  return *std::max_element(load.begin(), load.end());
+}
+
+}  // namespace
+
+double StaggeredAssignmentBound(const std::vector<double>& items,
+                                const std::vector<double>& start, double multiplier,
+                                int64_t max_states) {
+  const int bins = static_cast<int>(start.size());
+  if (items.empty() || bins < 1 || !(multiplier > 0)) return 0;
+  const ItemClasses c = RoundDownToClasses(items, std::max<int64_t>(max_states, 2));
+  // Closed forms (for the real items, which only raises them): the largest item on the
+  // earliest bin; the total over the time after each bin's start, sum_k max(0, T - start[k]) >=
+  // multiplier x total, which at T >= start.back() reads T >= (sum_k start[k] + multiplier x
+  // total) / n, and else T >= multiplier x total / n as if every bin started at 0.
+  double real_total = 0, start_sum = 0;
+  for (double x : items) real_total += x;
+  for (double s0 : start) start_sum += s0;
+  const double staggered = (start_sum + multiplier * real_total) / bins;
+  double lo = std::max(start.front() + multiplier * *std::max_element(items.begin(), items.end()),
+                       staggered >= start.back() ? staggered : multiplier * real_total / bins);
+  // The search decides the rounded items; a lo above their optimum is simply kept.
+  // Feasible: the LPT assignment on the latest-starting bins' common capacity.
+  double hi = start.back() + multiplier * LptMakespan(c, bins);
+  std::vector<double> capacity(bins);
+  for (int probe = 0; probe < 40 && hi - lo > 1e-5 * hi; ++probe) {
+    const double mid = 0.5 * (lo + hi);
+    for (int k = 0; k < bins; ++k) capacity[k] = std::max(0.0, (mid - start[k]) / multiplier);
+    if (Packs(c, capacity)) {
+      hi = mid;
+    } else {
+      lo = mid;  // no assignment finishes by mid: the optimum is above it
+    }
+  }
+  return lo;
+}
+
+double MinMaxAssignmentBound(const std::vector<double>& items, int bins, int64_t max_states) {
+  if (items.empty() || bins < 1) return 0;
+  if (static_cast<int>(items.size()) <= bins) {  // one item per bin is optimal
+    return *std::max_element(items.begin(), items.end());
+  }
+  return StaggeredAssignmentBound(items, std::vector<double>(bins, 0.0), 1.0, max_states);
+}
 
 LowerBound PipelineLowerBound(const std::vector<LayerCost>& layers, int num_devices,
                               int num_microbatches, bool steady_state) {
@@ -28,6 +173,20 @@ LowerBound PipelineLowerBound(const std::vector<LayerCost>& layers, int num_devi
     sum_b += c.backward_input_s;
   }
   lb.work_s = total_work * m / num_devices;
+  std::vector<double> layer_work;
+  for (const LayerCost& c : layers) {
+    layer_work.push_back(c.forward_s + c.backward_input_s + c.weight_grad_s);
+  }
+  // The k-th device to start (by first op) holds a layer l >= k, whose first op starts at
+  // sum_{j<l} F_j >= sum_{j<k} F_j (not for the steady state).
+  std::vector<double> start(num_devices, 0.0);
+  if (!steady_state) {
+    for (int k = 1; k < num_devices; ++k) {
+      const int below = std::min<int>(k, static_cast<int>(layers.size())) - 1;
+      start[k] = start[k - 1] + (below == k - 1 ? layers[below].forward_s : 0.0);
+    }
+  }
+  lb.assignment_s = StaggeredAssignmentBound(layer_work, start, m);
   if (!steady_state) lb.chain_s = sum_f + sum_b + layers.front().weight_grad_s;
   lb.seconds = lb.work_s;
   lb.binding = "work";
@@ -38,6 +197,10 @@ LowerBound PipelineLowerBound(const std::vector<LayerCost>& layers, int num_devi
   if (lb.layer_s > lb.seconds) {
     lb.seconds = lb.layer_s;
     lb.binding = "layer";
+  }
+  if (lb.assignment_s > lb.seconds) {
+    lb.seconds = lb.assignment_s;
+    lb.binding = "assignment";
   }
   return lb;
 }

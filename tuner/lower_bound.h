@@ -12,12 +12,25 @@
 //          and not before the first micro-batch's forward has reached it: for each layer l,
 //          sum_{j<l} F_j + M (F_l + B_l + W_l), and also (its B work ends before the backward
 //          of the layers below it) sum_{j<l} F_j + M (F_l + B_l) + sum_{j<l} B_j.
+//   assignment  every layer goes whole to one device, and a device runs M times the work
+//          (w_l = F_l + B_l + W_l) of its layers after its first op starts. Order the devices by
+//          their lowest layer: the k-th one's lowest layer is >= k, whose first op starts no
+//          earlier than s_k = sum_{j<k} F_j. So an iteration of T seconds needs an assignment of
+//          the layers to P bins with bin k's load <= (T - s_k) / M; StaggeredAssignmentBound
+//          computes a certified lower bound on the least such T. It beats `work` when the
+//          layers do not divide evenly (a heavy head, or 40 layers on 8 devices where one of
+//          them holds the head) and adds the pipeline's fill; it beats `layer` when the
+//          heaviest layer shares a device with others.
 // For the steady-state objective (iterations overlap, each device steps on its own) only the
-// work and per-layer M (F+B+W) terms hold; the chain and arrival terms are dropped.
+// work, assignment and per-layer M (F+B+W) terms hold; the chain and arrival terms and the
+// assignment's starts s_k are dropped.
+// The terms assume a layer is never split across devices (no vocabulary or tensor splitting of
+// one layer over pipeline devices).
 // Pure functions; thread-safe.
 #ifndef OCTOPIPE_TUNER_LOWER_BOUND_H_
 #define OCTOPIPE_TUNER_LOWER_BOUND_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -28,12 +41,39 @@ namespace octopipe {
 
 struct LowerBound {
   double seconds = 0;       // max of the terms below
-  std::string binding;      // "work", "chain" or "layer" — which term is the bound
+  std::string binding;      // "work", "chain", "layer" or "assignment": the binding term
   double work_s = 0;
   double chain_s = 0;       // 0 for the steady-state objective
   double layer_s = 0;
   int heaviest_layer = -1;  // the layer whose term is layer_s
+  double assignment_s = 0;
 };
+
+// A lower bound on T* = the least T such that the items can be assigned to bins k = 0..n-1
+// (n = start.size(), `start` non-decreasing) with start[k] + multiplier x (bin k's sum) <= T.
+// With all starts 0 and multiplier 1 that is C*, the least largest bin sum (multiprocessor
+// scheduling, P||Cmax; NP-hard). Certified:
+//  - items are rounded DOWN to a few classes (adjacent sorted values merged, smallest spread
+//    first, until the count vectors number at most `max_states`); any assignment of the real
+//    items is one of the rounded items with no larger bin sums, so C*(rounded) <= C*;
+//  - for a T, whether the rounded multiset fits bins of capacities (T - start[k]) / multiplier
+//    (non-increasing) is decided exactly by the lexicographic (bins opened, fill of the last)
+//    dynamic programme over count vectors, filling bins in index order: any packing, its
+//    non-empty bins moved to the lowest indices (capacities only grow) and listed bin by bin,
+//    is a sequence this programme extends item by item, and the extension is monotone in
+//    (bins, fill), so keeping the least pair per multiset loses no packing;
+//  - a binary search keeps `lo` a T shown infeasible or a closed form (the largest item on
+//    the earliest bin; the total over n bins that all start at 0), so T*(rounded) >= lo.
+// Exact (up to 1e-5 relative) when the items take few distinct values. O(max_states x classes)
+// per probe, about 40 probes. 0 for no items, no bins or multiplier <= 0.
+double StaggeredAssignmentBound(const std::vector<double>& items,
+                                const std::vector<double>& start, double multiplier,
+                                int64_t max_states = 1 << 13);
+
+// C* itself: StaggeredAssignmentBound with `bins` bins starting at 0 and multiplier 1 (the
+// largest item when there are no more items than bins).
+double MinMaxAssignmentBound(const std::vector<double>& items, int bins,
+                             int64_t max_states = 1 << 13);
 
 // `layers[l]` is layer l's cost on its fastest device (see FastestLayerCosts).
 LowerBound PipelineLowerBound(const std::vector<LayerCost>& layers, int num_devices,

@@ -3,11 +3,15 @@
 // baseline produces is predicted faster, on heterogeneous zoo models and synthetic chains.
 #include "tuner/lower_bound.h"
 
+#include <algorithm>
 #include <atomic>
+#include <functional>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "core/cluster.h"
 #include "core/cluster_presets.h"
 #include "core/cost_model.h"
@@ -30,16 +34,22 @@ std::vector<LayerCost> Chain(const std::vector<double>& fbw) {
   return layers;
 }
 
-TEST(LowerBoundTest, UniformChainIsWorkBound) {
+TEST(LowerBoundTest, UniformChainIsBoundByItsFill) {
   // 8 layers of F = B = W = 1 on 4 devices, 8 micro-batches: work 24 * 8 / 4 = 48; chain
-  // 8 + 8 + 1 = 17; layer 7: 7 + 8 * 3 = 31.
+  // 8 + 8 + 1 = 17; layer 7: 7 + 8 * 3 = 31. Assignment: every device holds two layers (else
+  // one holds three: 8 * 9 = 72), and the device whose lowest layer is highest has it at layer
+  // >= 3, so it starts at >= 3 and ends at >= 3 + 8 * 6 = 51.
   LowerBound lb = PipelineLowerBound(Chain(std::vector<double>(8, 1.0)), 4, 8, false);
   EXPECT_DOUBLE_EQ(lb.work_s, 48);
   EXPECT_DOUBLE_EQ(lb.chain_s, 17);
   EXPECT_DOUBLE_EQ(lb.layer_s, 31);
   EXPECT_EQ(lb.heaviest_layer, 7);
-  EXPECT_DOUBLE_EQ(lb.seconds, 48);
-  EXPECT_EQ(lb.binding, "work");
+  EXPECT_NEAR(lb.assignment_s, 51, 1e-3);
+  EXPECT_NEAR(lb.seconds, 51, 1e-3);
+  EXPECT_EQ(lb.binding, "assignment");
+  // Steady state: no starts, so the work bound (each device exactly two layers).
+  LowerBound steady = PipelineLowerBound(Chain(std::vector<double>(8, 1.0)), 4, 8, true);
+  EXPECT_NEAR(steady.seconds, 48, 1e-3);
 }
 
 TEST(LowerBoundTest, HeavyHeadIsLayerBound) {
@@ -69,6 +79,83 @@ TEST(LowerBoundTest, OneMicrobatchIsChainBoundAndTight) {
   EXPECT_DOUBLE_EQ(LowerBoundGap(12, lb), 0.25);
 }
 
+TEST(LowerBoundTest, AssignmentBoundHandCases) {
+  // Five equal items on two bins: one bin holds three of them.
+  EXPECT_NEAR(MinMaxAssignmentBound({4, 4, 4, 4, 4}, 2), 12, 1e-3);
+  // Ten unit items and a 2.5 on four bins (total 12.5, mean 3.125): the 2.5 alone leaves ten
+  // units on three bins (4); with one unit beside it, 3.5, which the other three bins (three
+  // units each) match. With two beside it, 4.5.
+  std::vector<double> head(10, 1.0);
+  head.push_back(2.5);
+  EXPECT_NEAR(MinMaxAssignmentBound(head, 4), 3.5, 1e-3);
+  // Exactly balanced: the mean is the optimum.
+  EXPECT_NEAR(MinMaxAssignmentBound({3, 3, 2, 2, 2}, 2), 6, 1e-3);
+  // No more items than bins: the largest item.
+  EXPECT_DOUBLE_EQ(MinMaxAssignmentBound({1, 7, 2}, 3), 7);
+  EXPECT_DOUBLE_EQ(MinMaxAssignmentBound({}, 3), 0);
+  EXPECT_DOUBLE_EQ(MinMaxAssignmentBound({1, 2}, 0), 0);
+}
+
+TEST(LowerBoundTest, HeadThatDoesNotDivideIsAssignmentBound) {
+  // Ten layers of F = B = W = 1 (work 3 each) and a head of F = B = W = 2.5 (7.5) on 4 devices,
+  // 8 micro-batches. Per micro-batch the least largest device load is 7.5 + 3 = 10.5 (see the
+  // hand case above, scaled by 3), so 8 x 10.5 = 84 beats work (37.5 x 8 / 4 = 75), the head's
+  // layer term (10 + 8 x 7.5 = 70; 10 + 8 x 5 + 10 = 60) and the chain (12.5 + 12.5 + 1).
+  std::vector<double> t(10, 1.0);
+  t.push_back(2.5);
+  LowerBound lb = PipelineLowerBound(Chain(t), 4, 8, false);
+  EXPECT_DOUBLE_EQ(lb.work_s, 75);
+  EXPECT_DOUBLE_EQ(lb.layer_s, 70);
+  EXPECT_DOUBLE_EQ(lb.chain_s, 26);
+  EXPECT_NEAR(lb.assignment_s, 84, 2e-3);
+  EXPECT_EQ(lb.binding, "assignment");
+  EXPECT_NEAR(lb.seconds, 84, 2e-3);
+  // The same holds for the steady state (each device still runs its whole share).
+  LowerBound steady = PipelineLowerBound(Chain(t), 4, 8, true);
+  EXPECT_EQ(steady.binding, "assignment");
+  EXPECT_NEAR(steady.seconds, 84, 2e-3);
+}
+
+// min over all bins^n assignments of the largest bin sum.
+double BruteForceMinMax(const std::vector<double>& items, int bins) {
+  const int n = static_cast<int>(items.size());
+  int64_t total = 1;
+  for (int i = 0; i < n; ++i) total *= bins;
+  double best = 1e300;
+  for (int64_t code = 0; code < total; ++code) {
+    std::vector<double> load(bins, 0.0);
+    int64_t c = code;
+    for (int i = 0; i < n; ++i, c /= bins) load[c % bins] += items[i];
+    best = std::min(best, *std::max_element(load.begin(), load.end()));
+  }
+  return best;
+}
+
+TEST(LowerBoundTest, AssignmentBoundNeverExceedsTheOptimumAndIsExactOnFewValues) {
+  std::mt19937_64 rng(7);
+  std::uniform_int_distribution<int> count(1, 8), bins(1, 3), small(1, 5);
+  std::uniform_real_distribution<double> real(0.1, 3.0);
+  for (int trial = 0; trial < 300; ++trial) {
+    SCOPED_TRACE(trial);
+    const int n = count(rng), P = bins(rng);
+    std::vector<double> items(n), ints(n);
+    for (int i = 0; i < n; ++i) {
+      items[i] = real(rng);
+      ints[i] = small(rng);
+    }
+    const double exact = BruteForceMinMax(items, P);
+    // Any state budget, however coarse the rounding, stays below the optimum.
+    for (int64_t states : {2, 8, 64, 1 << 15}) {
+      EXPECT_LE(MinMaxAssignmentBound(items, P, states), exact * (1 + 1e-12)) << states;
+    }
+    // Few distinct values and room for every class: exact up to the search's tolerance.
+    const double exact_ints = BruteForceMinMax(ints, P);
+    const double b = MinMaxAssignmentBound(ints, P);
+    EXPECT_LE(b, exact_ints * (1 + 1e-12));
+    EXPECT_GE(b, exact_ints * (1 - 2e-5));
+  }
+}
+
 TEST(LowerBoundTest, DegenerateInputsGiveZero) {
   EXPECT_DOUBLE_EQ(PipelineLowerBound({}, 4, 8, false).seconds, 0);
   EXPECT_DOUBLE_EQ(PipelineLowerBound(Chain({1}), 0, 8, false).seconds, 0);
@@ -79,6 +166,10 @@ TEST(LowerBoundTest, DegenerateInputsGiveZero) {
 std::function<double()> SteppingClock(double step_s) {
   auto ticks = std::make_shared<std::atomic<int64_t>>(0);
   return [ticks, step_s] { return step_s * static_cast<double>((*ticks)++); };
+}
+
+double BaselineObjectiveForTest(const BaselineResult& b, bool steady) {
+  return steady ? b.result.steady_state_iteration_time_s : b.result.iteration_time_s;
 }
 
 struct Case {
@@ -135,6 +226,53 @@ TEST(LowerBoundTest, NoTunedPlanOrBaselineBeatsTheBound) {
         ++checked;
       }
       EXPECT_GE(checked, 3);
+    }
+  }
+}
+
+// Random small chains (unequal F, B, W per layer) searched exhaustively by the tuner (every
+// partition and placement with each seed policy) on free links without a memory cap: no
+// evaluated plan, hence not the best one, and no baseline is faster than the bound.
+TEST(LowerBoundTest, RandomSmallProblemsNeverBeatTheBound) {
+  std::mt19937_64 rng(11);
+  std::uniform_int_distribution<int> layers(2, 6), devices(1, 3), microbatches(1, 6);
+  std::uniform_real_distribution<double> cost(0.2, 3.0);
+  const CostModel cost_model;
+  for (int trial = 0; trial < 12; ++trial) {
+    SCOPED_TRACE(trial);
+    const int L = layers(rng), P = std::min(L, devices(rng)), M = microbatches(rng);
+    absl::StatusOr<ModelGraph> model =
+        ParseSyntheticModel(absl::StrCat("layers=", L, ",f=1,b=1,w=1"));
+    ASSERT_TRUE(model.ok()) << model.status();
+    for (Layer& l : model->layers) {
+      l.measured.forward_s = cost(rng);
+      l.measured.backward_input_s = cost(rng);
+      l.measured.weight_grad_s = cost(rng);
+    }
+    const Cluster cluster = SyntheticCluster(P);
+    absl::StatusOr<ProblemBuilder> builder =
+        ProblemBuilder::Create(*model, cluster, cost_model, P);
+    ASSERT_TRUE(builder.ok()) << builder.status();
+    for (bool steady : {false, true}) {
+      const LowerBound lb = PipelineLowerBound(FastestLayerCosts(*builder), P, M, steady);
+      TunerOptions o;
+      o.num_devices = P;
+      o.num_microbatches = M;
+      o.objective = steady ? Objective::kSteadyState : Objective::kSynchronous;
+      o.time_budget_s = 1e9;  // the exhaustive search runs to the end
+      o.now = SteppingClock(1e-3);
+      absl::StatusOr<TuneResult> r = Tune(*model, cluster, cost_model, o);
+      ASSERT_TRUE(r.ok()) << r.status();
+      ASSERT_FALSE(r->budget_exhausted);
+      const double tol = 1e-9 * lb.seconds;
+      EXPECT_GE((steady ? r->predicted.steady_state_iteration_time_s
+                        : r->predicted.iteration_time_s) + tol,
+                lb.seconds)
+          << "L=" << L << " P=" << P << " M=" << M << " bound " << lb.binding;
+      for (const BaselineResult& b : r->baselines) {
+        if (!b.ran) continue;
+        EXPECT_GE(BaselineObjectiveForTest(b, steady) + tol, lb.seconds) << b.name;
+      }
     }
   }
 }

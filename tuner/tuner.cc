@@ -15,6 +15,7 @@
 #include "tuner/candidate.h"
 #include "tuner/infeasibility.h"
 #include "tuner/partition.h"
+#include "tuner/vshape_partition.h"
 
 namespace octopipe {
 namespace {
@@ -513,6 +514,25 @@ ScoredSeeds SeedPlacementFamilies(Search& search, const ProblemBuilder& builder,
   return out;
 }
 
+// Seeds that balance device loads exactly within the V shape (VShapeMinMaxPartition), with
+// every seed policy, with and without recompute; appended to `seeds` with their scores.
+void AddBalancedVShapeSeeds(Search& search, const ProblemBuilder& builder,
+                            const std::vector<Policy>& policies, ScoredSeeds* seeds) {
+  if (search.out_of_time()) return;
+  const std::vector<StageAssignment> stages = VShapeMinMaxPartition(builder);
+  if (stages.empty()) return;
+  std::vector<Candidate> batch;
+  for (const Policy& p : policies) {
+    batch.push_back(Candidate{stages, p});
+    Candidate r{stages, p};
+    for (StageAssignment& st : r.stages) st.recompute = true;
+    batch.push_back(std::move(r));
+  }
+  const std::vector<Score> scores = search.EvaluateAll(batch);
+  seeds->candidates.insert(seeds->candidates.end(), batch.begin(), batch.end());
+  seeds->scores.insert(seeds->scores.end(), scores.begin(), scores.end());
+}
+
 // Start points after the best candidate so far: the best seed of each other stage count
 // (placement family), only seeds within 10% of the best, at most four.
 std::vector<size_t> RestartPoints(const Search& search, const ScoredSeeds& seeds) {
@@ -539,37 +559,143 @@ std::vector<size_t> RestartPoints(const Search& search, const ScoredSeeds& seeds
   return restarts;
 }
 
-// From the search's incumbent: iterate the phases until a round gains less than 0.1% or the
-// budget runs out.
-void LocalSearch(Search& search, const ProblemBuilder& builder, TuneResult* result) {
+// From the search's incumbent: iterate the phases until a round gains less than 0.01% or the
+// budget runs out. Logs each phase when `log_phases` (the kicks log one line each instead).
+void LocalSearch(Search& search, const ProblemBuilder& builder, TuneResult* result,
+                 bool log_phases = true) {
+  auto log = [&](const char* phase, double before, int64_t evals, const std::string& detail) {
+    if (log_phases) search.Log(result, phase, before, evals, detail);
+  };
   for (int iteration = 0; !search.out_of_time(); ++iteration) {
     const double round_start = search.current_objective();
     bool any = false;
     double before = search.best_objective();
     int64_t evals = search.evaluations();
     any |= PartitionPhase(search, builder);
-    search.Log(result, "partition", before, evals, "boundary moves");
+    log("partition", before, evals, "boundary moves");
     before = search.best_objective();
     evals = search.evaluations();
     any |= RebalancePhase(search, builder);
-    search.Log(result, "rebalance", before, evals, "bubble-weighted exact re-partition");
+    log("rebalance", before, evals, "bubble-weighted exact re-partition");
     before = search.best_objective();
     evals = search.evaluations();
     any |= PlacementPhase(search, builder);
-    search.Log(result, "placement", before, evals, "stage swaps and moves + re-partition");
+    log("placement", before, evals, "stage swaps and moves + re-partition");
     before = search.best_objective();
     evals = search.evaluations();
     any |= SchedulePhase(search, 16);
-    search.Log(result, "schedule", before, evals,
+    log("schedule", before, evals,
                search.has_current() ? search.current().policy.ToString() : "no fitting order");
     if (!any || search.current_objective() > 0.9999 * round_start) break;
   }
 }
 
-// Large instances: seeds, then a local search from the best one and from each restart point.
+// A random move of `base` larger than any phase's, to leave its local optimum: a perturbed
+// policy, a swap of two stages' devices, shifted boundaries, or a stage split onto another
+// device or merged into its neighbour. Placement changes rebalance the device loads.
+Candidate Kick(const Candidate& base, const ProblemBuilder& b, int max_chunks,
+               std::mt19937_64& rng) {
+  Candidate c = base;
+  const int S = static_cast<int>(c.stages.size());
+  const int P = b.num_devices();
+  auto uniform = [&rng](int n) { return std::uniform_int_distribution<int>(0, n - 1)(rng); };
+  c.policy = Perturb(c.policy, rng);
+  bool placement_changed = false;
+  switch (uniform(4)) {
+    case 0:  // the policy alone, twice perturbed
+      c.policy = Perturb(c.policy, rng);
+      break;
+    case 1: {  // swap the devices of two stages
+      const int s = uniform(S), t = uniform(S);
+      std::swap(c.stages[s].device, c.stages[t].device);
+      placement_changed = c.stages[s].device != c.stages[t].device;
+      break;
+    }
+    case 2:  // shift three boundaries by up to two layers
+      for (int i = 0; i < 3 && S > 1; ++i) {
+        const int k = 1 + uniform(S - 1);
+        const int nf = c.stages[k].first_layer + (uniform(2) == 0 ? -1 : 1) * (1 + uniform(2));
+        if (nf <= c.stages[k - 1].first_layer || nf > c.stages[k].last_layer) continue;
+        c.stages[k - 1].last_layer = nf - 1;
+        c.stages[k].first_layer = nf;
+      }
+      break;
+    default: {  // split a stage onto another device, or merge it into its right neighbour
+      const int s = uniform(S);
+      StageAssignment& st = c.stages[s];
+      std::vector<int> chunks(P, 0);
+      for (const StageAssignment& x : c.stages) ++chunks[x.device];
+      const int to = uniform(P);
+      if (uniform(2) == 0 && st.last_layer > st.first_layer && to != st.device &&
+          chunks[to] < max_chunks) {
+        StageAssignment right = st;
+        right.first_layer = (st.first_layer + st.last_layer + 1) / 2;
+        right.device = to;
+        st.last_layer = right.first_layer - 1;
+        c.stages.insert(c.stages.begin() + s + 1, right);
+        placement_changed = true;
+      } else if (s + 1 < S) {
+        st.last_layer = c.stages[s + 1].last_layer;
+        c.stages.erase(c.stages.begin() + s + 1);
+        placement_changed = true;
+      }
+      break;
+    }
+  }
+  if (placement_changed) {
+    c.policy.classic = -1;  // a fixed classic order only fits its own placement
+    c.stages = BalanceDeviceLoads(b, c.stages, std::vector<double>(P, 1.0));
+  }
+  return c;
+}
+
+// Iterated local search after the restarts: kick the best plan and search locally from there,
+// while the budget lasts, the best is more than 0.2% above the lower bound, one of the last
+// `kStaleKicks` kicks improved it, and the kicks have evaluated fewer candidates than the
+// search before them (so they at most about double the tuning time; counted in evaluations,
+// not seconds, so that a seed still gives one plan when the budget is not exhausted).
+void KickSearch(Search& search, const ProblemBuilder& builder, int max_chunks,
+                TuneResult* result) {
+  constexpr int kStaleKicks = 8;
+  const double target = 1.002 * result->lower_bound.seconds;
+  const double before = search.best_objective();
+  const int64_t evals = search.evaluations();
+  const int64_t until = 2 * search.evaluations();
+  int kicks = 0, improving = 0;
+  for (int stale = 0; stale < kStaleKicks && search.has_best() && !search.out_of_time() &&
+                      search.evaluations() < until && search.best_objective() > target;
+       ++kicks) {
+    const double best = search.best_objective();
+    const Candidate kicked = Kick(search.best(), builder, max_chunks, search.rng());
+    const std::vector<Score> score = search.EvaluateAll({kicked});
+    const double obj = score[0].objective(search.steady());
+    if (obj < kInf) {
+      search.Restart(kicked, obj);
+      LocalSearch(search, builder, result, /*log_phases=*/false);
+    }
+    if (search.best_objective() < best) {
+      stale = 0;
+      ++improving;
+    } else {
+      ++stale;
+    }
+  }
+  search.Log(result, "kicks", before, evals,
+             absl::StrCat(kicks, " kicks of the best plan + local search, ", improving,
+                          " improved it"));
+}
+
+// Large instances: seeds, then a local search from the best one and from each restart point,
+// then kicks of the best (KickSearch).
 void IterativeSearch(Search& search, const ProblemBuilder& builder,
                      const std::vector<Policy>& policies, int max_chunks, TuneResult* result) {
-  const ScoredSeeds seeds = SeedPlacementFamilies(search, builder, policies, max_chunks, result);
+  ScoredSeeds seeds = SeedPlacementFamilies(search, builder, policies, max_chunks, result);
+  if (max_chunks >= 2) {
+    const double before = search.best_objective();
+    const int64_t evals = search.evaluations();
+    AddBalancedVShapeSeeds(search, builder, policies, &seeds);
+    search.Log(result, "seed", before, evals, "V shape with device loads balanced exactly");
+  }
   const std::vector<size_t> restarts = RestartPoints(search, seeds);
   for (size_t start_point = 0; start_point <= restarts.size() && !search.out_of_time();
        ++start_point) {
@@ -582,6 +708,7 @@ void IterativeSearch(Search& search, const ProblemBuilder& builder,
     }
     LocalSearch(search, builder, result);
   }
+  KickSearch(search, builder, max_chunks, result);
 }
 
 // The answer: our best, unless a baseline is at least as good; when nothing fits, the
@@ -653,8 +780,6 @@ absl::Status FinishResult(const ProblemBuilder& builder, const TunerOptions& opt
                                      : result->predicted.iteration_time_s;
     result->speedup_vs_best_baseline = BaselineObjective(*best_baseline, steady) / ours_final;
   }
-  result->lower_bound = PipelineLowerBound(FastestLayerCosts(builder), options.num_devices,
-                                           options.num_microbatches, steady);
   result->lower_bound_gap = LowerBoundGap(
       steady ? result->predicted.steady_state_iteration_time_s : result->predicted.iteration_time_s,
       result->lower_bound);
@@ -685,6 +810,8 @@ absl::StatusOr<TuneResult> Tune(const ModelGraph& model, const Cluster& cluster,
   TuneResult result;
   const bool steady = options.objective == Objective::kSteadyState;
   const int L = model.num_layers(), P = options.num_devices, M = options.num_microbatches;
+  // First, so its cost counts against the budget; the search also stops at it.
+  result.lower_bound = PipelineLowerBound(FastestLayerCosts(builder), P, M, steady);
 
   result.baselines = RunBaselines(model, builder, M, options.link_contention,
                                   [&search] { return search.out_of_time(); });
