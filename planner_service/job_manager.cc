@@ -36,7 +36,7 @@ absl::StatusOr<double> CurrentObjective(const PlanningInput& input, const proto:
   ASSIGN_OR_RETURN(Plan p, PlanFromProto(plan));
   ASSIGN_OR_RETURN(ProblemBuilder builder,
                    ProblemBuilder::Create(input.model, input.cluster, CostModel(),
-                                          p.num_devices, factors));
+                                          p.num_devices, factors, p.vocab_parallel));
   ASSIGN_OR_RETURN(PipelineProblem problem, builder.Build(p));
   problem.link_contention = input.tuner.link_contention;
   ASSIGN_OR_RETURN(SimResult r, Simulate(problem, p.schedule));
@@ -475,7 +475,7 @@ absl::StatusOr<proto::ReportStageTimesResponse> JobManager::ReportStageTimes(
   ASSIGN_OR_RETURN(Plan plan, PlanFromProto(current.result().plan()));
   ASSIGN_OR_RETURN(ProblemBuilder builder,
                    ProblemBuilder::Create(input.model, input.cluster, CostModel(),
-                                          plan.num_devices, factors));
+                                          plan.num_devices, factors, plan.vocab_parallel));
   ASSIGN_OR_RETURN(PipelineProblem predicted, builder.Build(plan));
   ASSIGN_OR_RETURN(CalibrationUpdate update,
                    FitCalibration(plan, predicted, times, factors, input.model.num_layers()));

@@ -12,6 +12,7 @@
 #define OCTOPIPE_TUNER_VOCAB_CHOICE_H_
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "core/cluster.h"
 #include "core/cost_model.h"
 #include "core/model_graph.h"
@@ -21,6 +22,10 @@
 namespace octopipe {
 
 inline constexpr double kMinHeadShare = 0.25;
+
+// "auto" (or empty), "on", "off" -> the mode; kInvalidArgument "vocab_parallel must be auto, on
+// or off, got '...'" otherwise (callers prefix the flag or field name's path).
+absl::StatusOr<VocabParallelMode> ParseVocabParallelMode(absl::string_view text);
 
 // The head's F+B+W per micro-batch over (the whole model's / P), on the fastest device; 0 when
 // the model does not end with a head.
