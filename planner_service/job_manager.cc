@@ -339,6 +339,8 @@ void JobManager::RunPlanning(const std::string& job_id, ReplanReason reason) {
   }
   absl::StatusOr<PlanningInput> input =
       PrepareInput(job.model(), job.cluster(), job.options(), Excluded(job), options_.limits);
+  // Agents run a job's plans with the executor, which does not split the output layer yet.
+  if (input.ok()) input->tuner.vocab_parallel = VocabParallelMode::kOff;
   absl::StatusOr<proto::PlanResult> result =
       input.ok() ? planner::RunPlanning(*input, factors, [this] { return pool_->stopping(); })
                  : absl::StatusOr<proto::PlanResult>(input.status());
