@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "core/status_macros.h"
 #include "simulator/pipeline_rules.h"
+#include "simulator/vocab_parallel.h"
 
 namespace octopipe {
 namespace {
@@ -60,6 +61,7 @@ absl::Status Evaluator::Prepare(const PipelineProblem& pb, const Schedule& sched
                                                    schedule.num_devices(),
                                                    " devices but the problem has ", P));
   }
+  RETURN_IF_ERROR(ValidateVocabParallel(pb));
   const size_t num_ids = static_cast<size_t>(kNumOpKinds) * pb.num_stage_ids() * M_;
   pos_.assign(num_ids, -1);
   const size_t n = schedule.total_ops();

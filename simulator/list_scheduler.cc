@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "simulator/pipeline_rules.h"
+#include "simulator/vocab_parallel.h"
 
 namespace octopipe {
 namespace {
@@ -22,6 +23,9 @@ absl::Status ValidateInput(const PipelineProblem& pb, const ListSchedulerOptions
     return absl::InvalidArgumentError(absl::StrCat("list scheduler: devices (", P,
                                                    "), stages (", S, ") and micro-batches (",
                                                    M, ") must all be > 0"));
+  }
+  if (absl::Status vocab = ValidateVocabParallel(pb); !vocab.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("list scheduler: ", vocab.message()));
   }
   for (const auto& [name, size] : {std::pair{"activation_cap_bytes", options.activation_cap_bytes.size()},
                                     std::pair{"inflight_cap", options.inflight_cap.size()}}) {

@@ -1,6 +1,8 @@
 #include "simulator/vocab_parallel.h"
 
 #include <algorithm>
+#include <cmath>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
@@ -11,6 +13,29 @@ absl::Status CheckVocabParallelModel(const ModelGraph& model) {
     return absl::FailedPreconditionError(absl::StrCat(
         "vocab_parallel: the model '", model.name,
         "' must end with its head (output layer) after at least one other layer"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateVocabParallel(const PipelineProblem& pb) {
+  if (!pb.vocab_parallel) return absl::OkStatus();
+  for (const auto& [name, v] : {std::pair{"vocab_s_s", &pb.vocab_s_s},
+                                std::pair{"vocab_t_s", &pb.vocab_t_s},
+                                std::pair{"vocab_activation_bytes", &pb.vocab_activation_bytes}}) {
+    if (v->size() != static_cast<size_t>(pb.num_devices)) {
+      return absl::InvalidArgumentError(absl::StrCat(name, " has ", v->size(), " entries for ",
+                                                     pb.num_devices, " devices"));
+    }
+    for (double x : *v) {
+      if (!(x >= 0) || !std::isfinite(x)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(name, ": every entry must be finite and >= 0, got ", x));
+      }
+    }
+  }
+  if (!(pb.vocab_allreduce_s >= 0) || !std::isfinite(pb.vocab_allreduce_s)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "vocab_allreduce_s must be finite and >= 0, got ", pb.vocab_allreduce_s));
   }
   return absl::OkStatus();
 }

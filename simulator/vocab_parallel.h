@@ -20,12 +20,18 @@
 #include "absl/status/status.h"
 #include "core/cost_model.h"
 #include "core/model_graph.h"
+#include "simulator/problem.h"
 
 namespace octopipe {
 
 // kFailedPrecondition naming `vocab_parallel` unless the model's last layer is its head (the
 // output layer to split) and there is a layer before it.
 absl::Status CheckVocabParallelModel(const ModelGraph& model);
+
+// For a problem with vocab_parallel: kInvalidArgument naming the field unless every per-device
+// vector has one finite, non-negative entry per device and the all-reduce time is finite and
+// non-negative. OK when vocab_parallel is off.
+absl::Status ValidateVocabParallel(const PipelineProblem& problem);
 
 // Fraction of the vocabulary each device takes, proportional to its speed: 1 / head_seconds[d]
 // normalised to sum to 1 (equal fractions when any time is not > 0).

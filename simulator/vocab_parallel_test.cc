@@ -124,6 +124,14 @@ TEST(VocabParallelTest, MissingMisplacedOrUnexpectedPassesAreNamed) {
             absl::string_view::npos)
       << r.status();
 
+  PipelineProblem short_vector = TwoDevices(1);
+  short_vector.vocab_t_s.pop_back();
+  r = Simulate(short_vector, TwoDeviceOrder());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("vocab_t_s has 1 entries for 2 devices"),
+            absl::string_view::npos)
+      << r.status();
+
   PipelineProblem off = TwoDevices(1);
   off.vocab_parallel = false;
   r = Simulate(off, TwoDeviceOrder());
