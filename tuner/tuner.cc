@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -12,11 +13,11 @@
 #include "absl/strings/str_format.h"
 #include "core/status_macros.h"
 #include "simulator/problem_builder.h"
+#include "simulator/vocab_parallel.h"
 #include "tuner/candidate.h"
 #include "tuner/infeasibility.h"
 #include "tuner/partition.h"
 #include "tuner/vocab_choice.h"
-#include "simulator/vocab_parallel.h"
 
 namespace octopipe {
 namespace {
@@ -695,12 +696,14 @@ absl::StatusOr<TuneResult> Tune(const ModelGraph& model, const Cluster& cluster,
   ASSIGN_OR_RETURN(ProblemBuilder plain,
                    ProblemBuilder::Create(model, cluster, cost_model, options.num_devices,
                                           options.layer_time_factors));
-  absl::StatusOr<ProblemBuilder> split_head =
-      vocab ? ProblemBuilder::Create(model, cluster, cost_model, options.num_devices,
-                                     options.layer_time_factors, /*vocab_parallel=*/true)
-            : absl::StatusOr<ProblemBuilder>(absl::CancelledError("unused"));
-  if (vocab && !split_head.ok()) return split_head.status();
-  const ProblemBuilder& builder = vocab ? *split_head : plain;
+  std::optional<ProblemBuilder> split_head;
+  if (vocab) {
+    ASSIGN_OR_RETURN(ProblemBuilder b,
+                     ProblemBuilder::Create(model, cluster, cost_model, options.num_devices,
+                                            options.layer_time_factors, /*vocab_parallel=*/true));
+    split_head.emplace(std::move(b));
+  }
+  const ProblemBuilder& builder = split_head ? *split_head : plain;
   const ClassicOrders classic(options.num_devices, options.num_microbatches, model.num_layers());
   Search search(builder, options, now, start, &classic);
   TuneResult result;
