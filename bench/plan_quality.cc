@@ -207,6 +207,7 @@ int main(int argc, char** argv) {
                          {"bubble_ratio", t.predicted.bubble_ratio},
                          {"steady_state_bubble_ratio", t.predicted.steady_state_bubble_ratio},
                          {"speedup_vs_best_baseline", t.speedup_vs_best_baseline},
+                         {"vocab_parallel", t.vocab_parallel},
                          {"max_peak_memory_bytes", peak},
                          {"tuning_wall_s", t.tuning_wall_s},
                          {"evaluations", t.evaluations},

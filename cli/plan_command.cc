@@ -10,6 +10,7 @@
 #include "cli/command_line.h"
 #include "cli/inputs.h"
 #include "cli/planner_client.h"
+#include "cli/report.h"
 #include "cli/table.h"
 #include "core/convert.h"
 #include "core/file_io.h"
@@ -17,6 +18,7 @@
 #include "core/status_macros.h"
 #include "simulator/trace.h"
 #include "tuner/tuner.h"
+#include "tuner/vocab_choice.h"
 
 namespace octopipe::cli {
 namespace {
@@ -65,6 +67,7 @@ Json PlanJson(const ModelGraph& model, const Plan& plan) {
   }
   return {{"num_devices", plan.num_devices},
           {"num_microbatches", plan.num_microbatches},
+          {"vocab_parallel", plan.vocab_parallel},
           {"partition", std::move(partition)},
           {"placement", std::move(placement)},
           {"schedule", std::move(schedule)}};
@@ -120,6 +123,7 @@ Json TuneResultJson(const ModelGraph& model, const TuneResult& t) {
                       {"assignment_s", t.lower_bound.assignment_s},
                       {"heaviest_layer", t.lower_bound.heaviest_layer},
                       {"gap", t.lower_bound_gap}};
+  j["vocab_parallel"] = {{"used", t.vocab_parallel}, {"tried", t.vocab_parallel_tried}};
   j["tuning_wall_s"] = t.tuning_wall_s;
   j["evaluations"] = t.evaluations;
   Json log = Json::array();
@@ -152,6 +156,7 @@ void WriteTables(std::ostream& out, const ModelGraph& model, const Cluster& clus
                    KindsOf(model, st), absl::StrCat(st.device), st.recompute ? "yes" : "no"});
   }
   out << "plan (" << PlanOriginText(t) << "):\n" << stages.Render({false, false, true, false, true});
+  out << VocabParallelLine(t.vocab_parallel, t.vocab_parallel_tried, t.plan.num_devices) << "\n";
   out << "\npredicted iteration " << FormatSeconds(t.predicted.iteration_time_s)
       << " synchronous / " << FormatSeconds(t.predicted.steady_state_iteration_time_s)
       << " steady-state; bubble " << FormatPercent(t.predicted.bubble_ratio) << " / "
@@ -221,7 +226,9 @@ void WriteRemoteTables(std::ostream& out, const ModelGraph& model,
                    KindsOf(model, a), absl::StrCat(st.device()), st.recompute() ? "yes" : "no"});
   }
   out << "plan (" << r.origin() << ", computed by the planner):\n"
-      << stages.Render({false, false, true, false, true});
+      << stages.Render({false, false, true, false, true})
+      << VocabParallelLine(r.vocab_parallel(), r.vocab_parallel_tried(), r.plan().num_devices())
+      << "\n";
   const proto::Prediction& p = r.plan().predicted();
   out << "\npredicted iteration " << FormatSeconds(p.iteration_time_s()) << " synchronous / "
       << FormatSeconds(p.steady_state_iteration_time_s()) << " steady-state; bubble "
@@ -265,6 +272,7 @@ int RunRemotePlan(PlannerConnection& remote, const ModelGraph& model, const Clus
   req.mutable_options()->set_seed(t.seed);
   req.mutable_options()->set_objective(o.objective);
   req.mutable_options()->set_link_contention(o.contention);
+  req.mutable_options()->set_vocab_parallel(o.vocab_parallel);
   proto::PlanResponse resp;
   auto ctx = remote.Context();
   grpc::Status s = (*stub)->Plan(ctx.get(), req, &resp);
@@ -300,6 +308,9 @@ void DeclareFlags(CommandLine& flags, PlanOptions& o, PlannerConnection& remote)
   flags.Bool("json", &o.json, "print one JSON object instead of tables");
   flags.Bool("contention", &o.contention, "serve transfers on one link one at a time");
   flags.Bool("quiet", &o.quiet, "no progress lines on stderr");
+  flags.String("vocab_parallel", &o.vocab_parallel,
+               "split the output layer over the devices by vocabulary: auto (try it when the "
+               "head is heavy, keep the faster plan), on or off");
   remote.AddFlags(flags);
 }
 
@@ -331,6 +342,9 @@ absl::StatusOr<TunerOptions> ResolveTunerOptions(const PlanOptions& o, const Com
   t.seed = static_cast<uint64_t>(o.seed);
   t.threads = static_cast<int>(o.threads);
   t.link_contention = o.contention;
+  absl::StatusOr<VocabParallelMode> vocab = ParseVocabParallelMode(o.vocab_parallel);
+  if (!vocab.ok()) return absl::InvalidArgumentError(absl::StrCat("--", vocab.status().message()));
+  t.vocab_parallel = *vocab;
   return t;
 }
 

@@ -24,6 +24,7 @@ struct PlanOptions {
   bool json = false;
   bool contention = false;
   bool quiet = false;  // no progress lines on stderr
+  std::string vocab_parallel = "auto";  // split the output layer: auto, on or off
 };
 
 int RunPlan(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);

@@ -186,6 +186,42 @@ TEST(PlanCommandTest, PlanFileReSimulatesToTheSameIterationTime) {
   }
 }
 
+// A deep pipeline is head-bound (Nemotron-H 8B's 131k-token head on one of 32 devices): with
+// the output layer split, the plan file carries the S/T passes and re-simulates to the same
+// time, and the JSON and the tables say the split is used.
+TEST(PlanCommandTest, VocabParallelPlanRoundTripsThroughThePlanFile) {
+  const std::vector<std::string> inputs = {"--model=zoo:nemotron-h-8b",
+                                           "--cluster=preset:h100-4nodes", "--devices=32",
+                                           "--microbatches=32"};
+  const std::string file = TmpPath("vocab.plan.json");
+  std::vector<std::string> args = inputs;
+  for (const char* a : {"--time_budget=4", "--json", "--quiet", "--vocab_parallel=on"}) {
+    args.push_back(a);
+  }
+  args.push_back("--out=" + file);
+  CliRun planned = PlanCli(args);
+  ASSERT_EQ(planned.code, 0) << planned.err;
+  const Json j = JsonOf(planned);
+  EXPECT_EQ(Get(Get(j, "vocab_parallel"), "used"), Json(true));
+  EXPECT_EQ(Get(Get(j, "plan"), "vocab_parallel"), Json(true));
+  EXPECT_GT(Num(Get(j, "speedup_vs_best_baseline")), 1.3);
+  const double want = Num(Get(Get(j, "predicted"), "iteration_time_s"));
+
+  std::vector<std::string> sim_args = inputs;
+  sim_args.push_back("--plan=" + file);
+  sim_args.push_back("--json");
+  CliRun simulated = SimulateCli(sim_args);
+  ASSERT_EQ(simulated.code, 0) << simulated.err;
+  EXPECT_NEAR(Num(Get(JsonOf(simulated), "iteration_time_s")), want, 1e-9 * want);
+  EXPECT_EQ(Get(JsonOf(simulated), "vocab_parallel"), Json(true));
+}
+
+TEST(PlanCommandTest, TablesSayWhereTheOutputLayerRuns) {
+  CliRun r = PlanCli(Llama4({"--vocab_parallel=off"}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("output layer: on the last stage\n"), std::string::npos) << r.out;
+}
+
 TEST(PlanCommandTest, TablesNameThePlanAndEveryBaseline) {
   CliRun r = PlanCli(Llama4());
   ASSERT_EQ(r.code, 0) << r.err;
@@ -226,7 +262,7 @@ TEST(PlanCommandTest, HelpListsEveryFlag) {
   EXPECT_EQ(r.code, 0);
   for (const char* flag : {"--model", "--cluster", "--devices", "--microbatches", "--time_budget",
                            "--seed", "--threads", "--objective", "--out", "--trace", "--json",
-                           "--contention", "--quiet"}) {
+                           "--contention", "--quiet", "--vocab_parallel"}) {
     EXPECT_NE(r.out.find(flag), std::string::npos) << flag << " not in:\n" << r.out;
   }
 }
@@ -251,6 +287,7 @@ TEST(PlanCommandTest, BadFlagsAndValuesExitTwoNamingTheFlag) {
       {{"--time_budget=0"}, "--time_budget must be > 0, got 0"},
       {{"--objective=fastest"}, "--objective must be synchronous or steady-state, got 'fastest'"},
       {{"--threads=0"}, "--threads must be >= 1, got 0"},
+      {{"--vocab_parallel=maybe"}, "--vocab_parallel must be auto, on or off, got 'maybe'"},
       {{"--model=zoo:gpt5"}, "--model"},
       {{"--cluster=preset:b200"}, "--cluster: unknown cluster preset 'b200'"},
       {{"--model=/no/such/model.json"}, "--model"},

@@ -20,6 +20,15 @@ std::vector<int> StagesOf(const Plan& plan, int device) {
 
 }  // namespace
 
+std::string VocabParallelLine(bool used, bool tried, int devices) {
+  if (used) {
+    return absl::StrCat("output layer: split over ", devices,
+                        " devices by vocabulary (vocabulary parallelism)");
+  }
+  return absl::StrCat("output layer: on the last stage",
+                      tried ? " (split by vocabulary: tried, slower)" : "");
+}
+
 Json RunJson(const Plan& plan, const PipelineProblem& problem, const SimResult& r) {
   Json stages = Json::array();
   for (const StageAssignment& st : plan.stages) {
@@ -50,6 +59,7 @@ Json RunJson(const Plan& plan, const PipelineProblem& problem, const SimResult& 
             {"steady_state_bubble_ratio", r.steady_state_bubble_ratio},
             {"tokens_per_s", r.tokens_per_s},
             {"fits_memory", r.fits_memory},
+            {"vocab_parallel", plan.vocab_parallel},
             {"stages", std::move(stages)},
             {"devices", std::move(devices)}};
   if (!r.critical_path.empty()) {
@@ -76,7 +86,11 @@ std::string RenderRun(const Plan& plan, const PipelineProblem& problem,
                   " steady-state\n");
   absl::StrAppend(&out, "  throughput          ", FormatCount(r.tokens_per_s), " tokens/s\n");
   absl::StrAppend(&out, "  memory              ",
-                  r.fits_memory ? "fits on every device" : "DOES NOT FIT on some device", "\n\n");
+                  r.fits_memory ? "fits on every device" : "DOES NOT FIT on some device", "\n");
+  if (plan.vocab_parallel) {
+    absl::StrAppend(&out, "  ", VocabParallelLine(true, true, plan.num_devices), "\n");
+  }
+  absl::StrAppend(&out, "\n");
   TextTable t({"device", "stages (layers)", "busy", "bubble", "steady bubble", "peak memory",
                "capacity", "fits"});
   for (int d = 0; d < static_cast<int>(r.devices.size()); ++d) {

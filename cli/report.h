@@ -16,8 +16,14 @@ namespace octopipe::cli {
 // One object: schedule, devices/stages/microbatches, iteration_time_s, bubble_ratio,
 // steady_state_iteration_time_s, steady_state_bubble_ratio, tokens_per_s, fits_memory,
 // devices[] (device, stages, busy_s, bubble_ratio, steady_state_bubble_ratio,
-// peak_memory_bytes, memory_capacity_bytes, fits_memory) and the critical path when present.
+// peak_memory_bytes, memory_capacity_bytes, fits_memory), vocab_parallel and the critical path
+// when present.
 Json RunJson(const Plan& plan, const PipelineProblem& problem, const SimResult& result);
+
+// Where the output layer runs, in one line: "output layer: split over P devices by vocabulary
+// (vocabulary parallelism)", or on its last stage, adding whether splitting it was tried and
+// lost ("tried: slower") when `tried`.
+std::string VocabParallelLine(bool used, bool tried, int devices);
 
 // Summary lines plus the per-device table.
 std::string RenderRun(const Plan& plan, const PipelineProblem& problem,

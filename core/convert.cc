@@ -112,7 +112,17 @@ MeasuredCosts MeasuredFromProto(const proto::MeasuredCosts& p) {
 // ---- plan ----
 
 absl::Status CheckOp(const std::string& path, const Op& op, const Plan& plan) {
-  if (op.stage >= plan.num_stages()) {
+  if (IsVocabPass(op.kind)) {
+    if (!plan.vocab_parallel) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": vocabulary pass ", OpToString(op), " in a plan without vocab_parallel"));
+    }
+    if (op.stage >= plan.num_devices) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": vocabulary shard ", op.stage,
+                                                     " out of range [0, ", plan.num_devices,
+                                                     ")"));
+    }
+  } else if (op.stage >= plan.num_stages()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": stage ", op.stage,
                                                    " out of range [0, ", plan.num_stages(),
                                                    ")"));
@@ -241,6 +251,7 @@ proto::Plan PlanToProto(const Plan& plan) {
   p.set_schedule_name(plan.schedule_name);
   p.set_num_devices(plan.num_devices);
   p.set_num_microbatches(plan.num_microbatches);
+  p.set_vocab_parallel(plan.vocab_parallel);
   for (const StageAssignment& s : plan.stages) {
     proto::StageSpec* ps = p.add_stages();
     ps->set_first_layer(s.first_layer);
@@ -263,6 +274,7 @@ absl::StatusOr<Plan> PlanFromProto(const proto::Plan& p) {
   plan.schedule_name = p.schedule_name();
   plan.num_devices = p.num_devices();
   plan.num_microbatches = p.num_microbatches();
+  plan.vocab_parallel = p.vocab_parallel();
   for (const proto::StageSpec& ps : p.stages()) {
     plan.stages.push_back(
         StageAssignment{ps.first_layer(), ps.last_layer(), ps.device(), ps.recompute()});

@@ -29,6 +29,10 @@ struct Plan {
   int num_microbatches = 0;
   std::vector<StageAssignment> stages;
   Schedule schedule;
+  // The output layer (the model's last layer, its head) is split over all devices by
+  // vocabulary (simulator/vocab_parallel.h): it costs nothing in the last stage, and every
+  // device's order carries S and T passes of its shard for each micro-batch.
+  bool vocab_parallel = false;
 
   int num_stages() const { return static_cast<int>(stages.size()); }
 };

@@ -13,6 +13,8 @@ absl::string_view OpKindName(OpKind kind) {
     case OpKind::kW: return "W";
     case OpKind::kBW: return "BW";
     case OpKind::kR: return "R";
+    case OpKind::kS: return "S";
+    case OpKind::kT: return "T";
   }
   return "?";
 }
@@ -22,11 +24,12 @@ std::string OpToString(const Op& op) {
 }
 
 absl::StatusOr<OpKind> ParseOpKind(absl::string_view text) {
-  for (OpKind k : {OpKind::kF, OpKind::kB, OpKind::kW, OpKind::kBW, OpKind::kR}) {
+  for (OpKind k : {OpKind::kF, OpKind::kB, OpKind::kW, OpKind::kBW, OpKind::kR, OpKind::kS,
+                   OpKind::kT}) {
     if (text == OpKindName(k)) return k;
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("op_kind must be one of F, B, W, BW, R, got '", text, "'"));
+      absl::StrCat("op_kind must be one of F, B, W, BW, R, S, T, got '", text, "'"));
 }
 
 absl::StatusOr<Op> ParseOp(absl::string_view text) {
@@ -34,7 +37,7 @@ absl::StatusOr<Op> ParseOp(absl::string_view text) {
   absl::StatusOr<OpKind> kind = ParseOpKind(text.substr(0, kind_len));
   if (!kind.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "op '", text, "': expected KIND STAGE.MICROBATCH with KIND in F, B, W, BW, R"));
+        "op '", text, "': expected KIND STAGE.MICROBATCH with KIND in F, B, W, BW, R, S, T"));
   }
   Op op;
   op.kind = *kind;

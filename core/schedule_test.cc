@@ -10,7 +10,8 @@ namespace octopipe {
 namespace {
 
 TEST(ScheduleTest, ParseOpKindInvertsOpKindName) {
-  for (OpKind k : {OpKind::kF, OpKind::kB, OpKind::kW, OpKind::kBW, OpKind::kR}) {
+  for (OpKind k : {OpKind::kF, OpKind::kB, OpKind::kW, OpKind::kBW, OpKind::kR, OpKind::kS,
+                   OpKind::kT}) {
     absl::StatusOr<OpKind> parsed = ParseOpKind(OpKindName(k));
     ASSERT_TRUE(parsed.ok()) << OpKindName(k) << ": " << parsed.status();
     EXPECT_EQ(*parsed, k);
@@ -27,7 +28,8 @@ TEST(ScheduleTest, ParseOpKindInvertsOpKindName) {
 
 TEST(ScheduleTest, ParseOpRoundTripsAndRejectsMalformedText) {
   for (const Op& op : {Op{OpKind::kF, 3, 7}, Op{OpKind::kBW, 0, 12}, Op{OpKind::kB, 1, 0},
-                       Op{OpKind::kW, 10, 4}, Op{OpKind::kR, 2, 2}}) {
+                       Op{OpKind::kW, 10, 4}, Op{OpKind::kR, 2, 2},
+                       Op{OpKind::kS, 5, 7}, Op{OpKind::kT, 0, 3}}) {
     absl::StatusOr<Op> parsed = ParseOp(OpToString(op));
     ASSERT_TRUE(parsed.ok()) << OpToString(op) << ": " << parsed.status();
     EXPECT_EQ(*parsed, op) << OpToString(op);

@@ -126,6 +126,11 @@ absl::Status PipelineEngine::Validate() const {
                                                       " ranks but the plan uses ",
                                                       plan_.num_devices, " devices"));
   }
+  if (plan_.vocab_parallel) {
+    return absl::FailedPreconditionError(
+        "vocab_parallel: the executor does not run plans that split the output layer over the "
+        "devices yet; plan with --vocab_parallel=off");
+  }
   if (rank_ < 0 || rank_ >= plan_.num_devices) {
     return absl::InvalidArgumentError(absl::StrCat("rank ", rank_, " outside the plan's ",
                                                    plan_.num_devices, " devices"));
@@ -344,6 +349,9 @@ void PipelineEngine::RunOp(const Op& op, Tensor input, Tensor grad, Iteration* i
       it->ctx.erase(key);
       break;
     }
+    case OpKind::kS:
+    case OpKind::kT:
+      break;  // never reached: Validate refuses vocab_parallel plans
   }
 }
 

@@ -83,6 +83,10 @@ absl::StatusOr<CalibrationUpdate> FitLayerCalibration(const std::vector<LayerCos
       case OpKind::kBW:
         return absl::InvalidArgumentError(
             absl::StrCat(field, ".op_kind must be F, B, W or R (report BW as its B and W)"));
+      case OpKind::kS:
+      case OpKind::kT:
+        return absl::InvalidArgumentError(absl::StrCat(
+            field, ".op_kind must be F, B, W or R (vocabulary passes are not per layer)"));
     }
     if (!(p > 0)) continue;  // nothing predicted to compare with
     measured[t.layer] += t.seconds * t.samples;

@@ -36,7 +36,7 @@ absl::StatusOr<double> CurrentObjective(const PlanningInput& input, const proto:
   ASSIGN_OR_RETURN(Plan p, PlanFromProto(plan));
   ASSIGN_OR_RETURN(ProblemBuilder builder,
                    ProblemBuilder::Create(input.model, input.cluster, CostModel(),
-                                          p.num_devices, factors));
+                                          p.num_devices, factors, p.vocab_parallel));
   ASSIGN_OR_RETURN(PipelineProblem problem, builder.Build(p));
   problem.link_contention = input.tuner.link_contention;
   ASSIGN_OR_RETURN(SimResult r, Simulate(problem, p.schedule));
@@ -339,6 +339,8 @@ void JobManager::RunPlanning(const std::string& job_id, ReplanReason reason) {
   }
   absl::StatusOr<PlanningInput> input =
       PrepareInput(job.model(), job.cluster(), job.options(), Excluded(job), options_.limits);
+  // Agents run a job's plans with the executor, which does not split the output layer yet.
+  if (input.ok()) input->tuner.vocab_parallel = VocabParallelMode::kOff;
   absl::StatusOr<proto::PlanResult> result =
       input.ok() ? planner::RunPlanning(*input, factors, [this] { return pool_->stopping(); })
                  : absl::StatusOr<proto::PlanResult>(input.status());
@@ -475,7 +477,7 @@ absl::StatusOr<proto::ReportStageTimesResponse> JobManager::ReportStageTimes(
   ASSIGN_OR_RETURN(Plan plan, PlanFromProto(current.result().plan()));
   ASSIGN_OR_RETURN(ProblemBuilder builder,
                    ProblemBuilder::Create(input.model, input.cluster, CostModel(),
-                                          plan.num_devices, factors));
+                                          plan.num_devices, factors, plan.vocab_parallel));
   ASSIGN_OR_RETURN(PipelineProblem predicted, builder.Build(plan));
   ASSIGN_OR_RETURN(CalibrationUpdate update,
                    FitCalibration(plan, predicted, times, factors, input.model.num_layers()));

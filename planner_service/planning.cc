@@ -8,6 +8,7 @@
 #include "core/convert.h"
 #include "core/cost_model.h"
 #include "core/status_macros.h"
+#include "tuner/vocab_choice.h"
 
 namespace octopipe::planner {
 
@@ -123,6 +124,11 @@ absl::StatusOr<PlanningInput> PrepareInput(const proto::Model& model_proto,
         "'"));
   }
   t.link_contention = options.link_contention();
+  absl::StatusOr<VocabParallelMode> vocab = ParseVocabParallelMode(options.vocab_parallel());
+  if (!vocab.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("options.", vocab.status().message()));
+  }
+  t.vocab_parallel = *vocab;
   t.threads = limits.tuner_threads;
   RunSizeNames names;
   names.devices = "options.num_devices";
@@ -168,6 +174,8 @@ proto::PlanResult ToProto(const TuneResult& r) {
   out.set_lower_bound_s(r.lower_bound.seconds);
   out.set_lower_bound_binding(r.lower_bound.binding);
   out.set_lower_bound_gap(r.lower_bound_gap);
+  out.set_vocab_parallel(r.vocab_parallel);
+  out.set_vocab_parallel_tried(r.vocab_parallel_tried);
   out.set_tuning_wall_s(r.tuning_wall_s);
   out.set_origin(PlanOriginText(r));
   return out;

@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "core/status_macros.h"
 #include "simulator/pipeline_rules.h"
+#include "simulator/vocab_parallel.h"
 
 namespace octopipe {
 namespace {
@@ -32,6 +33,23 @@ std::string OpAt(const Op& op, int device) {
   return absl::StrCat(OpToString(op), " (device ", device, ")");
 }
 
+// A vocabulary pass needs vocabulary parallelism and runs on its own shard's device.
+absl::Status CheckVocabPass(const PipelineProblem& pb, const Op& op, int device) {
+  if (!pb.vocab_parallel) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "op ", OpAt(op, device), ": vocabulary passes need vocab_parallel, which is off"));
+  }
+  if (op.stage != device) {
+    return absl::InvalidArgumentError(absl::StrCat("op ", OpAt(op, device), ": vocabulary shard ",
+                                                   op.stage, " runs on device ", op.stage));
+  }
+  if (op.microbatch < 0 || op.microbatch >= pb.num_microbatches) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "op ", OpAt(op, device), ": micro-batch must be in [0, ", pb.num_microbatches - 1, "]"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status Evaluator::Prepare(const PipelineProblem& pb, const Schedule& schedule) {
@@ -43,7 +61,8 @@ absl::Status Evaluator::Prepare(const PipelineProblem& pb, const Schedule& sched
                                                    schedule.num_devices(),
                                                    " devices but the problem has ", P));
   }
-  const size_t num_ids = static_cast<size_t>(kNumOpKinds) * S_ * M_;
+  RETURN_IF_ERROR(ValidateVocabParallel(pb));
+  const size_t num_ids = static_cast<size_t>(kNumOpKinds) * pb.num_stage_ids() * M_;
   pos_.assign(num_ids, -1);
   const size_t n = schedule.total_ops();
   ops_.resize(n);
@@ -53,7 +72,9 @@ absl::Status Evaluator::Prepare(const PipelineProblem& pb, const Schedule& sched
   for (int d = 0; d < P; ++d) {
     device_offset_[d] = flat;
     for (const Op& op : schedule.ops[d]) {
-      if (op.stage < 0 || op.stage >= S_) {
+      if (IsVocabPass(op.kind)) {
+        RETURN_IF_ERROR(CheckVocabPass(pb, op, d));
+      } else if (op.stage < 0 || op.stage >= S_) {
         return absl::InvalidArgumentError(absl::StrCat("op ", OpAt(op, d), ": stage must be in [0, ",
                                                        S_ - 1, "]"));
       }
@@ -61,7 +82,7 @@ absl::Status Evaluator::Prepare(const PipelineProblem& pb, const Schedule& sched
         return absl::InvalidArgumentError(absl::StrCat(
             "op ", OpAt(op, d), ": micro-batch must be in [0, ", M_ - 1, "]"));
       }
-      if (pb.stage_device[op.stage] != d) {
+      if (!IsVocabPass(op.kind) && pb.stage_device[op.stage] != d) {
         return absl::InvalidArgumentError(absl::StrCat("op ", OpAt(op, d), ": stage ", op.stage,
                                                        " is placed on device ",
                                                        pb.stage_device[op.stage]));
@@ -105,6 +126,22 @@ absl::Status Evaluator::Prepare(const PipelineProblem& pb, const Schedule& sched
         return absl::InvalidArgumentError(absl::StrCat("op ", name(OpKind::kR),
                                                        " is missing: stage ", s,
                                                        " recomputes"));
+      }
+    }
+  }
+  return CheckVocabPassesPresent(pb);
+}
+
+absl::Status Evaluator::CheckVocabPassesPresent(const PipelineProblem& pb) const {
+  if (!pb.vocab_parallel) return absl::OkStatus();
+  for (int d = 0; d < pb.num_devices; ++d) {
+    for (int m = 0; m < M_; ++m) {
+      for (OpKind kind : {OpKind::kS, OpKind::kT}) {
+        if (pos_[IdOf(static_cast<int>(kind), d, m, M_)] < 0) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "op ", OpToString(Op{kind, d, m}), " is missing: the output layer is split over "
+              "every device (vocab_parallel)"));
+        }
       }
     }
   }
@@ -178,8 +215,8 @@ absl::Status Evaluator::RunDag(const PipelineProblem& pb, bool track_pred) {
       device_free = end;
       ForEachSuccessorPosition(pb, pos_, M_, ops_[p], [&](int32_t c, double bytes) {
         const int dc = device_[c];
-        const bool transfer = bytes >= 0 && dc != d;
-        const double t = transfer ? end + pb.transfer_s(d, dc, bytes) : end;
+        const bool transfer = IsTransferEdge(bytes, d, dc);
+        const double t = end + EdgeDelay(pb, bytes, d, dc);
         if (t > ready_[c] || (track_pred && pred_[c] < 0)) {
           ready_[c] = std::max(ready_[c], t);
           if (track_pred) {
@@ -284,10 +321,10 @@ absl::Status Evaluator::RunEvents(const PipelineProblem& pb, bool track_pred,
     const int dp = device_[p];
     if (p + 1 < device_offset_[dp + 1]) resolve(p + 1, end_[p], p, false);
     ForEachSuccessorPosition(pb, pos_, M_, ops_[p], [&](int32_t c, double bytes) {
-      if (bytes >= 0 && device_[c] != dp) {
+      if (IsTransferEdge(bytes, dp, device_[c])) {
         heap.push(Event{end_[p], seq++, p, c});
       } else {
-        resolve(c, end_[p], p, false);
+        resolve(c, end_[p] + EdgeDelay(pb, bytes, dp, device_[c]), p, false);
       }
     });
   }
@@ -441,7 +478,7 @@ absl::StatusOr<SimResult> Evaluator::Evaluate(const PipelineProblem& pb, const S
         const int dp = device_[p];
         ForEachSuccessorPosition(pb, pos_, M_, ops_[p], [&](int32_t c, double bytes) {
           const int dc = device_[c];
-          if (bytes < 0 || dc == dp) return;
+          if (!IsTransferEdge(bytes, dp, dc)) return;
           TransferRecord t;
           t.from_device = dp;
           t.to_device = dc;

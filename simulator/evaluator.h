@@ -8,6 +8,11 @@
 // arrays; with contention it is an event-driven pass (O(ops log ops)) in which the transfers on
 // one directed link are served one at a time in order of readiness.
 //
+// Under vocabulary parallelism (PipelineProblem::vocab_parallel) every device also runs S and
+// T passes of its vocabulary shard; the broadcast of the last hidden state is a transfer per
+// device and the all-reduce a barrier of vocab_allreduce_s after the last S of the micro-batch
+// (pipeline_rules.h), so the pass costs O(ops + devices^2 x micro-batches).
+//
 // A schedule whose device orders contradict the data dependencies is a deadlock; Evaluate
 // returns kInvalidArgument naming the ops on the cycle. Missing, duplicate or misplaced ops are
 // also kInvalidArgument, naming the op.
@@ -97,6 +102,8 @@ class Evaluator {
 
  private:
   absl::Status Prepare(const PipelineProblem& problem, const Schedule& schedule);
+  // Under vocabulary parallelism every device has an S and a T pass per micro-batch.
+  absl::Status CheckVocabPassesPresent(const PipelineProblem& problem) const;
   void ResetTiming(bool track_pred);
   absl::Status RunDag(const PipelineProblem& problem, bool track_pred);
   absl::Status RunEvents(const PipelineProblem& problem, bool track_pred, bool log_transfers);
@@ -106,7 +113,8 @@ class Evaluator {
   // Iteration times and memory fit of the last run; fills peak_.
   Summary Summarize(const PipelineProblem& problem, const Schedule& schedule);
 
-  // Scratch, indexed by op id = (stage * M + microbatch) * kNumOpKinds + kind.
+  // Scratch, indexed by op id = (stage * M + microbatch) * kNumOpKinds + kind (a vocabulary
+  // pass's stage is its device).
   std::vector<int32_t> pos_;         // flat schedule position of the op, -1 if absent
   // Indexed by flat position (device 0's order, then device 1's, ...).
   std::vector<Op> ops_;

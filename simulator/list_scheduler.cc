@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "simulator/pipeline_rules.h"
+#include "simulator/vocab_parallel.h"
 
 namespace octopipe {
 namespace {
@@ -22,6 +23,9 @@ absl::Status ValidateInput(const PipelineProblem& pb, const ListSchedulerOptions
     return absl::InvalidArgumentError(absl::StrCat("list scheduler: devices (", P,
                                                    "), stages (", S, ") and micro-batches (",
                                                    M, ") must all be > 0"));
+  }
+  if (absl::Status vocab = ValidateVocabParallel(pb); !vocab.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("list scheduler: ", vocab.message()));
   }
   for (const auto& [name, size] : {std::pair{"activation_cap_bytes", options.activation_cap_bytes.size()},
                                     std::pair{"inflight_cap", options.inflight_cap.size()}}) {
@@ -44,9 +48,13 @@ class ListScheduleRun {
   absl::StatusOr<ListScheduleResult> Run();
 
  private:
-  int32_t IdOf(int kind, int s, int m) const { return (kind * S_ + s) * M_ + m; }
-  int KindOf(int32_t id) const { return id / (S_ * M_); }
-  int StageOf(int32_t id) const { return (id / M_) % S_; }
+  // A vocabulary pass's stage is its device, so stage ids span num_stage_ids() (SI_).
+  int32_t IdOf(int kind, int s, int m) const { return (kind * SI_ + s) * M_ + m; }
+  int KindOf(int32_t id) const { return id / (SI_ * M_); }
+  int StageOf(int32_t id) const { return (id / M_) % SI_; }
+  int DeviceOf(int32_t id) const {
+    return OpDevice(pb_, static_cast<OpKind>(KindOf(id)), StageOf(id));
+  }
   int MicrobatchOf(int32_t id) const { return id % M_; }
   OpKind BackwardKind() const { return split_ ? OpKind::kB : OpKind::kBW; }
 
@@ -75,10 +83,10 @@ class ListScheduleRun {
   const PipelineProblem& pb_;
   const SchedulePolicy& policy_;
   const ListSchedulerOptions& options_;
-  const int P_, S_, M_;
+  const int P_, S_, M_, SI_;
   const bool split_;
 
-  std::vector<int8_t> pending_;
+  std::vector<int32_t> pending_;  // a vocabulary T pass and the last backward wait on P ops
   std::vector<double> ready_;
   std::vector<std::vector<int32_t>> available_;
   std::vector<double> free_at_, live_;
@@ -110,8 +118,9 @@ ListScheduleRun::ListScheduleRun(const PipelineProblem& pb, const SchedulePolicy
       P_(pb.num_devices),
       S_(pb.num_stages),
       M_(pb.num_microbatches),
+      SI_(pb.num_stage_ids()),
       split_(options.split_backward) {
-  const size_t num_ids = static_cast<size_t>(kNumOpKinds) * S_ * M_;
+  const size_t num_ids = static_cast<size_t>(kNumOpKinds) * SI_ * M_;
   pending_.assign(num_ids, 0);
   ready_.assign(num_ids, 0.0);
   available_.resize(P_);
@@ -135,7 +144,16 @@ void ListScheduleRun::InitPending() {
         ForEachDataPredecessor(pb_, kind, s, backward, [&](OpKind k, int) {
           if (k != OpKind::kR) ++count;
         });
-        pending_[IdOf(static_cast<int>(kind), s, m)] = static_cast<int8_t>(count);
+        pending_[IdOf(static_cast<int>(kind), s, m)] = count;
+      }
+    }
+  }
+  if (pb_.vocab_parallel) {
+    for (int d = 0; d < P_; ++d) {
+      for (int m = 0; m < M_; ++m) {
+        for (OpKind kind : {OpKind::kS, OpKind::kT}) {
+          pending_[IdOf(static_cast<int>(kind), d, m)] = DataPredecessorCount(pb_, kind, d);
+        }
       }
     }
   }
@@ -162,7 +180,7 @@ void ListScheduleRun::Release(int32_t c, double t) {
   ready_[c] = std::max(ready_[c], t);
   if (--pending_[c] != 0) return;
   const int st = StageOf(c);
-  const int dev = pb_.stage_device[st];
+  const int dev = DeviceOf(c);
   if (KindOf(c) == kW) {
     if (w_listed_[st]) {
       w_waiting_[st].push_back(c);
@@ -263,6 +281,9 @@ double ListScheduleRun::Emit(int d, double t, int32_t id) {
       }
       if (!options_.inflight_until_b) --inflight_[d];
       break;
+    case OpKind::kS:
+    case OpKind::kT:
+      break;  // vocabulary passes are not a stage's micro-batch in flight
     default:  // BW
       --inflight_[d];
       break;
@@ -282,9 +303,8 @@ void ListScheduleRun::ReleaseSuccessors(int32_t id, double finish) {
   auto backward = [&](int) { return BackwardKind(); };
   ForEachDataSuccessor(pb_, kind, s, backward, [&](OpKind k, int to_stage, double bytes) {
     if (k == OpKind::kR) return;
-    const int a = pb_.stage_device[s], b = pb_.stage_device[to_stage];
-    const double t = bytes < 0 || a == b ? finish : finish + pb_.transfer_s(a, b, bytes);
-    Release(IdOf(static_cast<int>(k), to_stage, m), t);
+    const int a = OpDevice(pb_, kind, s), b = OpDevice(pb_, k, to_stage);
+    Release(IdOf(static_cast<int>(k), to_stage, m), finish + EdgeDelay(pb_, bytes, a, b));
   });
 }
 
@@ -304,7 +324,8 @@ void ListScheduleRun::RefreshAfterStep(int d) {
 absl::StatusOr<ListScheduleResult> ListScheduleRun::Run() {
   InitPending();
   for (int d = 0; d < P_; ++d) Refresh(d);
-  const size_t total = static_cast<size_t>(S_) * M_ * (split_ ? 3 : 2);
+  const size_t total = static_cast<size_t>(S_) * M_ * (split_ ? 3 : 2) +
+                       (pb_.vocab_parallel ? static_cast<size_t>(P_) * M_ * 2 : 0);
   double makespan = 0;
   for (size_t emitted = 0; emitted < total;) {
     int d = -1;
@@ -338,7 +359,7 @@ double WeightedPolicy::Priority(const PipelineProblem& problem, const Op& op, do
                                 const DeviceState& state) const {
   (void)problem;
   (void)state;
-  return kind_weight[static_cast<int>(op.kind)] - microbatch_weight * op.microbatch +
+  return kind_weight[static_cast<int>(PolicyKind(op.kind))] - microbatch_weight * op.microbatch +
          stage_weight * op.stage - age_weight * ready_s;
 }
 

@@ -4,7 +4,8 @@
 // highest-priority *ready* op (data dependencies done and transfers arrived) whose memory fits
 // the device's cap, as a SchedulePolicy ranks them. Ops therefore start in non-decreasing time,
 // and the resulting order, re-evaluated by the Evaluator, gives the same timing (tested).
-// Under recompute, a stage's R is emitted immediately before its B (or BW).
+// Under recompute, a stage's R is emitted immediately before its B (or BW). Under vocabulary
+// parallelism the S and T passes of every device are scheduled like any other op.
 //
 // The policy is pluggable so the tuner can search over it. The scheduler is deterministic:
 // ties go to the lower device, then to the op the policy ranks first, then to the lower
@@ -37,7 +38,13 @@ class SchedulePolicy {
                           const DeviceState& state) const = 0;
 };
 
-// A linear priority: kind weight, then earlier micro-batches, then stage order.
+// The kind whose weight a policy gives an op: a vocabulary S pass ranks as the backward it
+// gates (the last stage's B waits on every S), a T pass as the weight gradient it is.
+inline constexpr OpKind PolicyKind(OpKind kind) {
+  return kind == OpKind::kS ? OpKind::kB : kind == OpKind::kT ? OpKind::kW : kind;
+}
+
+// A linear priority: kind weight (of PolicyKind), then earlier micro-batches, then stage order.
 // Priority = kind_weight[kind] - microbatch_weight * microbatch + stage_weight * stage
 //            - age_weight * ready_s.
 struct WeightedPolicy : SchedulePolicy {

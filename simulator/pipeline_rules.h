@@ -10,9 +10,17 @@
 //   R(s)   -> back(s)
 //   back(s)-> back(s-1)   crosses stages: carries the gradient, output_bytes[s-1]
 //   B(s)   -> W(s)
+// Under vocabulary parallelism (PipelineProblem::vocab_parallel, P devices) the loss edge
+// F(S-1) -> back(S-1) is replaced by the split output layer:
+//   F(S-1) -> S(d)        for every device d: carries vocab_input_bytes (a broadcast)
+//   S(d)   -> T(d')       for every d, d': the all-reduce barrier, kAllReduceEdge
+//   S(d)   -> back(S-1)   for every d: the all-reduce also delivers the input gradient
+// An op's device is its stage's, except a vocabulary pass, whose stage is its device.
 // Memory: F keeps its activations (only its input under recompute), R re-materialises the
 // rest, B frees what W does not need, W and BW free the remainder; so the deltas of one
 // (stage, micro-batch) sum to zero.
+//
+// S allocates its shard's activations and T frees them.
 //
 // Everything here is inline and allocation-free: it sits in the evaluator's hot loop.
 // Stateless; safe from any thread.
@@ -23,6 +31,26 @@
 #include "simulator/problem.h"
 
 namespace octopipe {
+
+// The `bytes` an edge reports for an all-reduce barrier (the edge waits vocab_allreduce_s
+// whatever the devices); -1 is an edge within a stage, >= 0 a transfer between devices.
+inline constexpr double kAllReduceEdge = -2.0;
+
+// The device that runs an op of `kind` on `stage`.
+inline int OpDevice(const PipelineProblem& pb, OpKind kind, int stage) {
+  return IsVocabPass(kind) ? stage : pb.stage_device[stage];
+}
+
+// True when an edge carrying `bytes` from device `from` to device `to` is a link transfer.
+inline bool IsTransferEdge(double bytes, int from, int to) { return bytes >= 0 && from != to; }
+
+// Seconds between the end of an edge's producer and its consumer's earliest start: the
+// transfer time of a transfer, the all-reduce time of a barrier, else 0. (Under link
+// contention the evaluator serves transfers on their links instead; the rest is this.)
+inline double EdgeDelay(const PipelineProblem& pb, double bytes, int from, int to) {
+  if (bytes == kAllReduceEdge) return pb.vocab_allreduce_s;
+  return IsTransferEdge(bytes, from, to) ? pb.transfer_s(from, to, bytes) : 0.0;
+}
 
 // True for the ops that carry a stage's input gradient (B, or the unsplit BW).
 inline constexpr bool IsBackward(OpKind kind) {
@@ -40,6 +68,8 @@ inline double OpDuration(const PipelineProblem& pb, OpKind kind, int stage) {
     case OpKind::kBW:
       return pb.backward_input_s[stage] + pb.weight_grad_s[stage] - pb.overhead_s(stage);
     case OpKind::kR: return pb.recompute_s[stage];
+    case OpKind::kS: return pb.vocab_s_s[stage];
+    case OpKind::kT: return pb.vocab_t_s[stage];
   }
   return 0;
 }
@@ -53,26 +83,32 @@ inline double ActivationDelta(const PipelineProblem& pb, OpKind kind, int stage)
     case OpKind::kB: return -(act - pb.activation_bytes_w[stage]);
     case OpKind::kW: return -pb.activation_bytes_w[stage];
     case OpKind::kBW: return -act;
+    case OpKind::kS: return pb.vocab_activation_bytes[stage];
+    case OpKind::kT: return -pb.vocab_activation_bytes[stage];
   }
   return 0;
 }
 
 // Number of data predecessors of the op (the edges above that end at it).
 inline int DataPredecessorCount(const PipelineProblem& pb, OpKind kind, int stage) {
+  const bool vocab_loss = pb.vocab_parallel && stage == pb.num_stages - 1;
   switch (kind) {
     case OpKind::kF: return stage > 0 ? 1 : 0;
     case OpKind::kB:
-    case OpKind::kBW: return 1 + (pb.recompute[stage] ? 1 : 0);
+    case OpKind::kBW: return (vocab_loss ? pb.num_devices : 1) + (pb.recompute[stage] ? 1 : 0);
     case OpKind::kR:  // R <- F
     case OpKind::kW:  // W <- B
+    case OpKind::kS:  // S <- F(S-1)
       return 1;
+    case OpKind::kT: return pb.num_devices;  // T <- every S
   }
   return 0;
 }
 
 // Calls fn(OpKind consumer_kind, int consumer_stage, double bytes) for every data successor of
 // an op of `kind` on `stage` (same micro-batch). `bytes` is what crosses to the consumer's stage
-// — a transfer when that stage sits on another device — or -1 for an edge within the stage.
+// — a transfer when that stage sits on another device — or -1 for an edge within the stage, or
+// kAllReduceEdge for the vocabulary all-reduce barrier (EdgeDelay turns any of them into time).
 // backward(s) returns the kind of stage s's backward for this micro-batch (kB or kBW).
 template <typename BackwardKind, typename Fn>
 inline void ForEachDataSuccessor(const PipelineProblem& pb, OpKind kind, int stage,
@@ -82,6 +118,8 @@ inline void ForEachDataSuccessor(const PipelineProblem& pb, OpKind kind, int sta
     case OpKind::kF:
       if (s + 1 < pb.num_stages) {
         fn(OpKind::kF, s + 1, pb.output_bytes[s]);
+      } else if (pb.vocab_parallel) {
+        for (int d = 0; d < pb.num_devices; ++d) fn(OpKind::kS, d, pb.vocab_input_bytes);
       } else {
         fn(backward(s), s, -1.0);
       }
@@ -97,7 +135,12 @@ inline void ForEachDataSuccessor(const PipelineProblem& pb, OpKind kind, int sta
     case OpKind::kBW:
       if (s > 0) fn(backward(s - 1), s - 1, pb.output_bytes[s - 1]);
       break;
+    case OpKind::kS:
+      for (int d = 0; d < pb.num_devices; ++d) fn(OpKind::kT, d, kAllReduceEdge);
+      fn(backward(pb.num_stages - 1), pb.num_stages - 1, kAllReduceEdge);
+      break;
     case OpKind::kW:  // no successors
+    case OpKind::kT:
       break;
   }
 }
@@ -119,6 +162,8 @@ inline void ForEachDataPredecessor(const PipelineProblem& pb, OpKind kind, int s
     case OpKind::kBW:
       if (s + 1 < pb.num_stages) {
         fn(backward(s + 1), s + 1);
+      } else if (pb.vocab_parallel) {
+        for (int d = 0; d < pb.num_devices; ++d) fn(OpKind::kS, d);
       } else {
         fn(OpKind::kF, s);
       }
@@ -126,6 +171,12 @@ inline void ForEachDataPredecessor(const PipelineProblem& pb, OpKind kind, int s
       break;
     case OpKind::kW:
       fn(OpKind::kB, s);
+      break;
+    case OpKind::kS:
+      fn(OpKind::kF, pb.num_stages - 1);
+      break;
+    case OpKind::kT:
+      for (int d = 0; d < pb.num_devices; ++d) fn(OpKind::kS, d);
       break;
   }
 }

@@ -52,6 +52,25 @@ struct PipelineProblem {
     return op_overhead_s.empty() ? 0.0 : op_overhead_s[stage];
   }
 
+  // Vocabulary parallelism (simulator/vocab_parallel.h; off unless `vocab_parallel`): the
+  // output layer is split over the devices by vocabulary and costs nothing in the last stage.
+  // Device d runs its shard's S pass and T pass for every micro-batch. Per micro-batch:
+  //   F(S-1) -> S(d)     the last hidden state, vocab_input_bytes, sent to every device
+  //   S(d) -> T(d'), back(S-1)   through one all-reduce of the softmax max and sum and the
+  //                      input gradient: every S(d) must end, then vocab_allreduce_s passes
+  // Per device (empty when off):
+  bool vocab_parallel = false;
+  std::vector<double> vocab_s_s;               // S pass seconds
+  std::vector<double> vocab_t_s;               // T pass seconds
+  std::vector<double> vocab_activation_bytes;  // held from S until T
+  double vocab_input_bytes = 0;
+  double vocab_allreduce_s = 0;
+
+  // Op ids of vocabulary passes use the device as their stage, so id spaces span this many.
+  int num_stage_ids() const {
+    return vocab_parallel && num_devices > num_stages ? num_devices : num_stages;
+  }
+
   double transfer_s(int from, int to, double bytes) const {
     const size_t i = static_cast<size_t>(from) * num_devices + to;
     return link_latency_s[i] + bytes * link_inv_bandwidth[i];

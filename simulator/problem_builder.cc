@@ -5,12 +5,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "simulator/vocab_parallel.h"
 
 namespace octopipe {
 
 absl::StatusOr<ProblemBuilder> ProblemBuilder::Create(
     const ModelGraph& model, const Cluster& cluster, const CostModel& cost_model,
-    int num_devices, const std::vector<double>& layer_time_factors) {
+    int num_devices, const std::vector<double>& layer_time_factors, bool vocab_parallel) {
   if (!layer_time_factors.empty() &&
       layer_time_factors.size() != static_cast<size_t>(model.num_layers())) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -31,7 +32,9 @@ absl::StatusOr<ProblemBuilder> ProblemBuilder::Create(
                                                    " requested but the cluster '", cluster.name,
                                                    "' has ", cluster.num_devices()));
   }
+  if (vocab_parallel) RETURN_IF_ERROR(CheckVocabParallelModel(model));
   ProblemBuilder pb;
+  pb.vocab_parallel_ = vocab_parallel;
   pb.num_layers_ = model.num_layers();
   pb.num_devices_ = num_devices;
   pb.tokens_per_microbatch_ = model.tokens_per_microbatch();
@@ -60,7 +63,8 @@ absl::StatusOr<ProblemBuilder> ProblemBuilder::Create(
         v->assign(L + 1, 0.0);
       }
       for (int l = 0; l < L; ++l) {
-        const LayerCost& c = hc.layers[l];
+        // A split head runs as vocabulary shards on every device, not in its stage.
+        const LayerCost c = vocab_parallel && l == L - 1 ? LayerCost{} : hc.layers[l];
         hc.f[l + 1] = hc.f[l] + c.forward_s;
         hc.b[l + 1] = hc.b[l] + c.backward_input_s;
         hc.w[l + 1] = hc.w[l] + c.weight_grad_s;
@@ -88,7 +92,33 @@ absl::StatusOr<ProblemBuilder> ProblemBuilder::Create(
       pb.link_inv_bandwidth_[i] = std::isinf(link.bandwidth) ? 0.0 : 1.0 / link.bandwidth;
     }
   }
+  if (vocab_parallel) pb.InitVocabParallel();
   return pb;
+}
+
+void ProblemBuilder::InitVocabParallel() {
+  const int P = num_devices_, head = num_layers_ - 1;
+  std::vector<double> head_seconds(P);
+  for (int d = 0; d < P; ++d) {
+    const LayerCost& c = layer_cost(head, d);
+    head_seconds[d] = c.forward_s + c.backward_input_s + c.weight_grad_s;
+  }
+  const std::vector<double> fraction = VocabShardFractions(head_seconds);
+  for (auto* v : {&vocab_s_s_, &vocab_t_s_, &vocab_activation_bytes_, &vocab_static_bytes_}) {
+    v->resize(P);
+  }
+  for (int d = 0; d < P; ++d) {
+    const HardwareClass& hc = classes_[device_class_[d]];
+    const VocabShard shard = VocabShardCost(hc.layers[head], fraction[d], hc.op_overhead_s);
+    vocab_s_s_[d] = shard.s_s;
+    vocab_t_s_[d] = shard.t_s;
+    vocab_activation_bytes_[d] = shard.activation_bytes;
+    vocab_static_bytes_[d] = shard.static_bytes;
+  }
+  vocab_input_bytes_ = layer_cost(head, 0).input_bytes;
+  vocab_allreduce_s_ =
+      RingAllReduceSeconds(P, link_latency_s_, link_inv_bandwidth_,
+                           VocabAllReduceBytes(vocab_input_bytes_, tokens_per_microbatch_));
 }
 
 double ProblemBuilder::Work(int first, int last, int device) const {
@@ -144,10 +174,24 @@ void ProblemBuilder::BuildInto(const std::vector<StageAssignment>& stages, int n
   p.link_latency_s = link_latency_s_;
   p.link_inv_bandwidth = link_inv_bandwidth_;
   p.tokens_per_microbatch = tokens_per_microbatch_;
+  p.vocab_parallel = vocab_parallel_;
+  p.vocab_s_s = vocab_s_s_;
+  p.vocab_t_s = vocab_t_s_;
+  p.vocab_activation_bytes = vocab_activation_bytes_;
+  p.vocab_input_bytes = vocab_input_bytes_;
+  p.vocab_allreduce_s = vocab_allreduce_s_;
+  for (int d = 0; d < static_cast<int>(vocab_static_bytes_.size()); ++d) {
+    p.static_bytes[d] += vocab_static_bytes_[d];
+  }
 }
 
 absl::StatusOr<PipelineProblem> ProblemBuilder::Build(const Plan& plan) const {
   RETURN_IF_ERROR(ValidatePlanShape(plan, num_layers_));
+  if (plan.vocab_parallel != vocab_parallel_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "vocab_parallel: the plan has ", plan.vocab_parallel ? "true" : "false",
+        " but the problem is built with ", vocab_parallel_ ? "true" : "false"));
+  }
   if (plan.num_devices != num_devices_) {
     return absl::InvalidArgumentError(absl::StrCat("num_devices: the plan uses ",
                                                    plan.num_devices, " devices, expected ",
@@ -161,7 +205,8 @@ absl::StatusOr<PipelineProblem> ProblemBuilder::Build(const Plan& plan) const {
 absl::StatusOr<PipelineProblem> BuildProblem(const ModelGraph& model, const Cluster& cluster,
                                              const CostModel& cost_model, const Plan& plan) {
   ASSIGN_OR_RETURN(ProblemBuilder builder,
-                   ProblemBuilder::Create(model, cluster, cost_model, plan.num_devices));
+                   ProblemBuilder::Create(model, cluster, cost_model, plan.num_devices, {},
+                                          plan.vocab_parallel));
   return builder.Build(plan);
 }
 

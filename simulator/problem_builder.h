@@ -27,12 +27,17 @@ class ProblemBuilder {
   // Uses the first `num_devices` devices of `cluster`. kInvalidArgument naming "devices" when
   // the cluster has fewer. `layer_time_factors` (empty, or one per layer) scale each layer's
   // F/B/W/R seconds: the calibration fitted from agents' measured times, the most trusted
-  // cost source.
+  // cost source. With `vocab_parallel` the model's head is split over the devices
+  // (simulator/vocab_parallel.h; CheckVocabParallelModel's error otherwise): it costs nothing
+  // in the stage sums (Work, StaticBytes, ActivationBytes and the stages built), and every
+  // problem built carries the shards' S/T passes, static bytes and the all-reduce.
   static absl::StatusOr<ProblemBuilder> Create(const ModelGraph& model, const Cluster& cluster,
                                                const CostModel& cost_model, int num_devices,
-                                               const std::vector<double>& layer_time_factors = {});
+                                               const std::vector<double>& layer_time_factors = {},
+                                               bool vocab_parallel = false);
 
-  // Validates the plan's partition and placement, then builds.
+  // Validates the plan's partition and placement (and that its vocab_parallel is the
+  // builder's), then builds.
   absl::StatusOr<PipelineProblem> Build(const Plan& plan) const;
   // Fast path for search loops: `stages` must already be a valid partition and placement.
   void BuildInto(const std::vector<StageAssignment>& stages, int num_microbatches,
@@ -50,6 +55,7 @@ class ProblemBuilder {
     return classes_[device_class_[device]].layers[layer];
   }
   double memory_capacity(int device) const { return capacity_[device]; }
+  bool vocab_parallel() const { return vocab_parallel_; }
 
  private:
   ProblemBuilder() = default;
@@ -71,6 +77,14 @@ class ProblemBuilder {
   std::vector<double> capacity_;
   std::vector<double> link_latency_s_;
   std::vector<double> link_inv_bandwidth_;
+  // Vocabulary parallelism: per device, its shard of the head; the hidden state broadcast to
+  // every shard and the all-reduce per micro-batch.
+  bool vocab_parallel_ = false;
+  std::vector<double> vocab_s_s_, vocab_t_s_, vocab_activation_bytes_, vocab_static_bytes_;
+  double vocab_input_bytes_ = 0;
+  double vocab_allreduce_s_ = 0;
+
+  void InitVocabParallel();
 };
 
 // One-shot convenience over ProblemBuilder.

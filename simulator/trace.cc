@@ -20,6 +20,8 @@ const char* ColorOf(OpKind kind) {
     case OpKind::kW: return "good";
     case OpKind::kBW: return "rail_animation";
     case OpKind::kR: return "bad";
+    case OpKind::kS: return "yellow";
+    case OpKind::kT: return "olive";
   }
   return "generic_work";
 }

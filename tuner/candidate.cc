@@ -95,6 +95,10 @@ Schedule WithRecompute(const Schedule& schedule, const std::vector<StageAssignme
 
 Score CandidateEvaluator::EvaluateClassic(const Candidate& c, Schedule* schedule) {
   Score score;
+  if (problem_.vocab_parallel) {
+    score.why_not = "classic orders have no vocabulary passes";
+    return score;
+  }
   const GeneratedSchedule* g =
       classic_ ? classic_->Get(static_cast<ScheduleKind>(c.policy.classic)) : nullptr;
   if (g == nullptr || g->stage_device.size() != c.stages.size()) {

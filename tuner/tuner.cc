@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -12,9 +13,11 @@
 #include "absl/strings/str_format.h"
 #include "core/status_macros.h"
 #include "simulator/problem_builder.h"
+#include "simulator/vocab_parallel.h"
 #include "tuner/candidate.h"
 #include "tuner/infeasibility.h"
 #include "tuner/partition.h"
+#include "tuner/vocab_choice.h"
 #include "tuner/vshape_partition.h"
 
 namespace octopipe {
@@ -727,6 +730,7 @@ absl::Status ChooseAnswer(Search& search, const ProblemBuilder& builder, const C
     search.evaluator().Evaluate(c, &schedule);
     result->plan.stages = c.stages;
     result->plan.schedule = std::move(schedule);
+    result->plan.vocab_parallel = builder.vocab_parallel();
     result->origin = PlanOrigin::kTuned;
     result->feasible = true;
     return absl::OkStatus();
@@ -749,6 +753,7 @@ absl::Status ChooseAnswer(Search& search, const ProblemBuilder& builder, const C
                                      search.has_fastest() ? &search.fastest() : nullptr));
   result->plan.stages = std::move(answer.plan.stages);
   result->plan.schedule = std::move(answer.plan.schedule);
+  result->plan.vocab_parallel = builder.vocab_parallel();
   result->required_memory_bytes = std::move(answer.required_memory_bytes);
   result->infeasible_reason = std::move(answer.reason);
   if (result->budget_exhausted && result->evaluations == 0) {
@@ -763,8 +768,11 @@ absl::Status ChooseAnswer(Search& search, const ProblemBuilder& builder, const C
 
 // Names and sizes the plan, simulates it in full (critical path included) and compares it
 // with the best fitting baseline.
-absl::Status FinishResult(const ProblemBuilder& builder, const TunerOptions& options,
-                          const BaselineResult* best_baseline, TuneResult* result) {
+absl::Status FinishResult(const ProblemBuilder& search_builder, const ProblemBuilder& plain,
+                          const TunerOptions& options, const BaselineResult* best_baseline,
+                          TuneResult* result) {
+  const ProblemBuilder& builder = result->plan.vocab_parallel ? search_builder : plain;
+  result->vocab_parallel = result->plan.vocab_parallel;
   const bool steady = options.objective == Objective::kSteadyState;
   result->plan.schedule_name =
       result->origin == PlanOrigin::kTuned ? "octopipe" : PlanOriginText(*result);
@@ -800,20 +808,36 @@ std::string PlanOriginText(const TuneResult& result) {
 absl::StatusOr<TuneResult> Tune(const ModelGraph& model, const Cluster& cluster,
                                 const CostModel& cost_model, const TunerOptions& options) {
   RETURN_IF_ERROR(ValidateOptions(model, options));
+  if (options.vocab_parallel == VocabParallelMode::kAuto) {
+    return TuneWithAndWithoutVocabParallel(model, cluster, cost_model, options);
+  }
   const std::function<double()> now = ClockOrSteady(options.now);
   const double start = now();  // the budget covers everything from here
-  ASSIGN_OR_RETURN(ProblemBuilder builder,
+  const bool vocab = options.vocab_parallel == VocabParallelMode::kOn;
+  // `builder` is what the search builds problems with; baselines never split the head.
+  ASSIGN_OR_RETURN(ProblemBuilder plain,
                    ProblemBuilder::Create(model, cluster, cost_model, options.num_devices,
                                           options.layer_time_factors));
+  std::optional<ProblemBuilder> split_head;
+  if (vocab) {
+    ASSIGN_OR_RETURN(ProblemBuilder b,
+                     ProblemBuilder::Create(model, cluster, cost_model, options.num_devices,
+                                            options.layer_time_factors, /*vocab_parallel=*/true));
+    split_head.emplace(std::move(b));
+  }
+  const ProblemBuilder& builder = split_head ? *split_head : plain;
   const ClassicOrders classic(options.num_devices, options.num_microbatches, model.num_layers());
   Search search(builder, options, now, start, &classic);
   TuneResult result;
   const bool steady = options.objective == Objective::kSteadyState;
   const int L = model.num_layers(), P = options.num_devices, M = options.num_microbatches;
   // First, so its cost counts against the budget; the search also stops at it.
-  result.lower_bound = PipelineLowerBound(FastestLayerCosts(builder), P, M, steady);
+  // Searched with the head split, a plan may split it: the bound must allow that.
+  std::vector<LayerCost> fastest = FastestLayerCosts(builder);
+  if (builder.vocab_parallel()) fastest = WithHeadSplit(std::move(fastest), P);
+  result.lower_bound = PipelineLowerBound(fastest, P, M, steady);
 
-  result.baselines = RunBaselines(model, builder, M, options.link_contention,
+  result.baselines = RunBaselines(model, plain, M, options.link_contention,
                                   [&search] { return search.out_of_time(); });
   const BaselineResult* best_baseline = BestFittingBaseline(result.baselines, steady);
   if (best_baseline != nullptr) result.best_baseline = best_baseline->name;
@@ -823,7 +847,7 @@ absl::StatusOr<TuneResult> Tune(const ModelGraph& model, const Cluster& cluster,
                            : "no baseline fits in memory");
 
   const std::vector<Policy> policies = SeedPolicies();
-  SeedClassicOrders(search, builder, classic, &result);
+  if (!vocab) SeedClassicOrders(search, builder, classic, &result);  // they have no S/T passes
   if (search.out_of_time()) {
     search.Log(&result, "seed", search.best_objective(), search.evaluations(),
                "skipped: the time budget ran out before the search");
@@ -840,7 +864,8 @@ absl::StatusOr<TuneResult> Tune(const ModelGraph& model, const Cluster& cluster,
   result.evaluations = search.evaluations();
 
   RETURN_IF_ERROR(ChooseAnswer(search, builder, cluster, classic, options, best_baseline, &result));
-  RETURN_IF_ERROR(FinishResult(builder, options, best_baseline, &result));
+  RETURN_IF_ERROR(FinishResult(builder, plain, options, best_baseline, &result));
+  result.vocab_parallel_tried = vocab;
   result.tuning_wall_s = search.elapsed();
   return result;
 }

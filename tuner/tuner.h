@@ -38,6 +38,11 @@ namespace octopipe {
 
 enum class Objective { kSynchronous, kSteadyState };
 
+// Whether plans split the output layer over the devices (vocabulary parallelism,
+// simulator/vocab_parallel.h). kAuto searches with and without it when the head is heavy
+// enough to matter (tuner/vocab_choice.h) and keeps the faster plan.
+enum class VocabParallelMode { kAuto, kOff, kOn };
+
 struct TunerOptions {
   int num_devices = 0;       // pipeline devices: the cluster's first P
   int num_microbatches = 0;  // M
@@ -61,6 +66,8 @@ struct TunerOptions {
   // would (a client that cancelled, a request deadline, a shutdown). The caller decides what
   // the early result is worth.
   std::function<bool()> should_stop;
+  // kOn needs a model ending with its head (kFailedPrecondition otherwise).
+  VocabParallelMode vocab_parallel = VocabParallelMode::kAuto;
   // Called after each phase with the log entry (for progress output on long runs).
   std::function<void(const struct TuneLogEntry&)> progress;
 };
@@ -88,7 +95,7 @@ struct TuneResult {
   std::string infeasible_reason;
   std::vector<double> required_memory_bytes;
 
-  Plan plan;
+  Plan plan;  // plan.vocab_parallel: whether the answer splits the output layer
   SimResult predicted;
   PlanOrigin origin = PlanOrigin::kTuned;
   std::vector<BaselineResult> baselines;
@@ -98,6 +105,10 @@ struct TuneResult {
   // for the objective tuned; `lower_bound_gap` = (ours - bound) / ours.
   LowerBound lower_bound;
   double lower_bound_gap = 0;
+  // Whether the answer splits the output layer (= plan.vocab_parallel), and whether plans with
+  // it were searched at all (kAuto leaves a light head alone; see the "vocab" log entry).
+  bool vocab_parallel = false;
+  bool vocab_parallel_tried = false;
   double tuning_wall_s = 0;
   int64_t evaluations = 0;
   bool budget_exhausted = false;

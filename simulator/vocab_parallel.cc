@@ -1,0 +1,93 @@
+#include "simulator/vocab_parallel.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace octopipe {
+
+absl::Status CheckVocabParallelModel(const ModelGraph& model) {
+  if (model.num_layers() < 2 || model.layers.back().kind != LayerKind::kHead) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "vocab_parallel: the model '", model.name,
+        "' must end with its head (output layer) after at least one other layer"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateVocabParallel(const PipelineProblem& pb) {
+  if (!pb.vocab_parallel) return absl::OkStatus();
+  for (const auto& [name, v] : {std::pair{"vocab_s_s", &pb.vocab_s_s},
+                                std::pair{"vocab_t_s", &pb.vocab_t_s},
+                                std::pair{"vocab_activation_bytes", &pb.vocab_activation_bytes}}) {
+    if (v->size() != static_cast<size_t>(pb.num_devices)) {
+      return absl::InvalidArgumentError(absl::StrCat(name, " has ", v->size(), " entries for ",
+                                                     pb.num_devices, " devices"));
+    }
+    for (double x : *v) {
+      if (!(x >= 0) || !std::isfinite(x)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(name, ": every entry must be finite and >= 0, got ", x));
+      }
+    }
+  }
+  if (!(pb.vocab_allreduce_s >= 0) || !std::isfinite(pb.vocab_allreduce_s)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "vocab_allreduce_s must be finite and >= 0, got ", pb.vocab_allreduce_s));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<double> VocabShardFractions(const std::vector<double>& head_seconds) {
+  const size_t P = head_seconds.size();
+  std::vector<double> out(P, P > 0 ? 1.0 / P : 0.0);
+  if (std::any_of(head_seconds.begin(), head_seconds.end(), [](double s) { return !(s > 0); })) {
+    return out;
+  }
+  double speed = 0;
+  for (double s : head_seconds) speed += 1.0 / s;
+  for (size_t d = 0; d < P; ++d) out[d] = (1.0 / head_seconds[d]) / speed;
+  return out;
+}
+
+VocabShard VocabShardCost(const LayerCost& head, double fraction, double op_overhead_s) {
+  VocabShard v;
+  v.s_s = (head.forward_s + head.backward_input_s) * fraction + op_overhead_s;
+  v.t_s = head.weight_grad_s * fraction + op_overhead_s;
+  // activation_bytes_w is the logits GEMM's input, which every shard keeps whole for its
+  // weight gradient; the rest (softmax of the logits) is split with the vocabulary.
+  v.activation_bytes =
+      head.activation_bytes_w + (head.activation_bytes - head.activation_bytes_w) * fraction;
+  v.static_bytes = head.static_bytes * fraction;
+  return v;
+}
+
+double VocabAllReduceBytes(double hidden_state_bytes, double tokens) {
+  constexpr double kFp32 = 4;
+  return hidden_state_bytes + 2 * kFp32 * tokens;
+}
+
+double RingAllReduceSeconds(int num_devices, const std::vector<double>& latency_s,
+                            const std::vector<double>& inv_bandwidth, double bytes) {
+  const int P = num_devices;
+  if (P < 2) return 0;
+  double step = 0;
+  for (int d = 0; d < P; ++d) {
+    const size_t link = static_cast<size_t>(d) * P + (d + 1) % P;
+    step = std::max(step, latency_s[link] + bytes / P * inv_bandwidth[link]);
+  }
+  return 2.0 * (P - 1) * step;
+}
+
+std::vector<LayerCost> WithHeadSplit(std::vector<LayerCost> layers, int num_devices) {
+  if (layers.empty() || num_devices < 1) return layers;
+  LayerCost& head = layers.back();
+  head.forward_s /= num_devices;
+  head.backward_input_s /= num_devices;
+  head.weight_grad_s /= num_devices;
+  return layers;
+}
+
+}  // namespace octopipe

@@ -1,0 +1,142 @@
+#include "tuner/vocab_choice.h"
+
+#include <algorithm>
+#include <chrono>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/status_macros.h"
+#include "simulator/vocab_parallel.h"
+
+namespace octopipe {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+double ObjectiveOf(const TuneResult& r, bool steady) {
+  if (!r.feasible) return kInf;
+  return steady ? r.predicted.steady_state_iteration_time_s : r.predicted.iteration_time_s;
+}
+
+std::function<double()> Clock(const TunerOptions& options) {
+  if (options.now) return options.now;
+  return [] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  };
+}
+
+TuneLogEntry VocabEntry(double before, double after, double wall, std::string detail) {
+  TuneLogEntry e;
+  e.phase = "vocab";
+  e.before_s = before;
+  e.after_s = after;
+  e.wall_s = wall;
+  e.detail = std::move(detail);
+  return e;
+}
+
+}  // namespace
+
+absl::StatusOr<VocabParallelMode> ParseVocabParallelMode(absl::string_view text) {
+  if (text.empty() || text == "auto") return VocabParallelMode::kAuto;
+  if (text == "on") return VocabParallelMode::kOn;
+  if (text == "off") return VocabParallelMode::kOff;
+  return absl::InvalidArgumentError(
+      absl::StrCat("vocab_parallel must be auto, on or off, got '", text, "'"));
+}
+
+double HeadShareOfDevice(const ProblemBuilder& plain) {
+  const int L = plain.num_layers(), P = plain.num_devices();
+  double best = 0;
+  for (int d = 0; d < P; ++d) {
+    const double total = plain.Work(0, L - 1, d);
+    if (total > 0) best = std::max(best, plain.Work(L - 1, L - 1, d) / (total / P));
+  }
+  return best;
+}
+
+absl::StatusOr<TuneResult> TuneWithAndWithoutVocabParallel(const ModelGraph& model,
+                                                           const Cluster& cluster,
+                                                           const CostModel& cost_model,
+                                                           const TunerOptions& options) {
+  const std::function<double()> now = Clock(options);
+  const double start = now();
+  const bool steady = options.objective == Objective::kSteadyState;
+  TunerOptions off = options;
+  off.vocab_parallel = VocabParallelMode::kOff;
+  off.now = now;
+
+  std::string skip;
+  if (!CheckVocabParallelModel(model).ok()) {
+    skip = "not tried: the model does not end with a head";
+  } else if (options.num_devices < 2) {
+    skip = "not tried: one device";
+  } else {
+    ASSIGN_OR_RETURN(ProblemBuilder plain,
+                     ProblemBuilder::Create(model, cluster, cost_model, options.num_devices,
+                                            options.layer_time_factors));
+    const double share = HeadShareOfDevice(plain);
+    if (share < kMinHeadShare) {
+      skip = absl::StrFormat("not tried: the head is %.0f%% of a device's share of the work",
+                             100 * share);
+    }
+  }
+  if (!skip.empty()) {
+    ASSIGN_OR_RETURN(TuneResult r, Tune(model, cluster, cost_model, off));
+    const double obj = ObjectiveOf(r, steady);
+    r.log.push_back(VocabEntry(obj, obj, now() - start, skip));
+    if (options.progress) options.progress(r.log.back());
+    return r;
+  }
+
+  off.time_budget_s = options.time_budget_s / 2;
+  ASSIGN_OR_RETURN(TuneResult without, Tune(model, cluster, cost_model, off));
+  const double second_start = now() - start;
+  TunerOptions on = options;
+  on.vocab_parallel = VocabParallelMode::kOn;
+  on.now = now;
+  if (options.progress) {
+    on.progress = [&options, second_start](const TuneLogEntry& entry) {
+      TuneLogEntry e = entry;
+      e.phase = absl::StrCat("vocab:", e.phase);
+      e.wall_s += second_start;
+      options.progress(e);
+    };
+  }
+  // Past the budget the second search still answers (baselines at least), quickly.
+  on.time_budget_s = std::max(options.time_budget_s - second_start, 1e-3);
+  ASSIGN_OR_RETURN(TuneResult with, Tune(model, cluster, cost_model, on));
+
+  const double t_without = ObjectiveOf(without, steady), t_with = ObjectiveOf(with, steady);
+  const bool use = with.vocab_parallel && t_with < t_without;
+  TuneResult& pick = use ? with : without;
+  const TuneResult& other = use ? without : with;
+  std::vector<TuneLogEntry> log = without.log;
+  for (TuneLogEntry e : with.log) {
+    e.wall_s += second_start;
+    e.phase = absl::StrCat("vocab:", e.phase);
+    log.push_back(std::move(e));
+  }
+  log.push_back(VocabEntry(
+      t_without, std::min(t_with, t_without), now() - start,
+      absl::StrFormat("output layer split over %d devices: %.4g s, on its stage: %.4g s; %s",
+                      options.num_devices, t_with, t_without,
+                      use ? "split" : "not split")));
+  if (options.progress) options.progress(log.back());
+  pick.log = std::move(log);
+  // Any plan of either kind is at least the smaller of the two bounds.
+  if (other.lower_bound.seconds < pick.lower_bound.seconds) pick.lower_bound = other.lower_bound;
+  pick.lower_bound_gap = LowerBoundGap(
+      steady ? pick.predicted.steady_state_iteration_time_s : pick.predicted.iteration_time_s,
+      pick.lower_bound);
+  pick.evaluations = without.evaluations + with.evaluations;
+  pick.budget_exhausted = without.budget_exhausted || with.budget_exhausted;
+  pick.vocab_parallel_tried = true;
+  pick.tuning_wall_s = now() - start;
+  return std::move(pick);
+}
+
+}  // namespace octopipe

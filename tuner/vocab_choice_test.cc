@@ -1,0 +1,136 @@
+// Pins the tuner's vocabulary-parallelism decision: it splits the output layer of a head-bound
+// model (and the split plan simulates to what it reports), leaves a balanced model's head on
+// its stage after trying both, does not try at all when the head is light, and kOn refuses a
+// model without a head.
+#include "tuner/vocab_choice.h"
+
+#include <string>
+
+#include "gtest/gtest.h"
+#include "simulator/evaluator.h"
+#include "simulator/problem_builder.h"
+#include "tuner/tuner.h"
+
+namespace octopipe {
+namespace {
+
+// `body` MLP layers of 1 + 1.5 + 0.5 ms (F, B, W) and a head whose F, B, W are `head` times
+// that; small activations, so communication is cheap next to compute.
+ModelGraph Model(int body, double head) {
+  ModelGraph g;
+  g.name = "vocab-test";
+  g.training.num_microbatches = 8;
+  g.training.seq_len = 256;
+  g.training.precision = Precision::kFp32;
+  for (int l = 0; l <= body; ++l) {
+    const bool is_head = l == body;
+    const double k = is_head ? head : 1.0;
+    Layer layer;
+    layer.name = is_head ? "head" : "L" + std::to_string(l);
+    layer.kind = is_head ? LayerKind::kHead : LayerKind::kMlp;
+    MeasuredCosts& m = layer.measured;
+    m.forward_s = 0.001 * k;
+    m.backward_input_s = 0.0015 * k;
+    m.weight_grad_s = 0.0005 * k;
+    m.recompute_s = 0.001 * k;
+    m.activation_bytes = 1e4;
+    m.activation_bytes_w = 4e3;
+    m.input_bytes = 1e3;
+    m.output_bytes = is_head ? 0 : 1e3;
+    m.param_bytes = 1e4;
+    g.layers.push_back(layer);
+  }
+  return g;
+}
+
+Cluster FourDevices() {
+  Cluster c;
+  c.name = "four";
+  c.hardware.push_back(HardwareSpec{"gpu", 1e14, 8e10, 2e12, /*op_overhead_s=*/0});
+  c.nodes.push_back(Node{"n", "gpu", 4, LinkSpec{1e11, 5e-6}});
+  c.inter_node_link = LinkSpec{1e10, 1e-5};
+  return c;
+}
+
+TunerOptions Options() {
+  TunerOptions o;
+  o.num_devices = 4;
+  o.num_microbatches = 8;
+  o.time_budget_s = 4;
+  o.now = [] { return 0.0; };  // frozen: the searches run to convergence
+  return o;
+}
+
+bool LoggedVocab(const TuneResult& r, const std::string& text) {
+  for (const TuneLogEntry& e : r.log) {
+    if (e.phase == "vocab" && e.detail.find(text) != std::string::npos) return true;
+  }
+  return false;
+}
+
+TEST(VocabChoiceTest, HeadBoundModelSplitsTheOutputLayer) {
+  // 7 layers of 3 ms and a 12 ms head on 4 devices: on its stage the head alone bounds each
+  // micro-batch at 12 ms; split, the body (2 layers per device at most, 6 ms) plus a quarter
+  // of the head (3 ms) is 9 ms.
+  const ModelGraph model = Model(7, 4.0);
+  absl::StatusOr<TuneResult> r = Tune(model, FourDevices(), CostModel(), Options());
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->feasible);
+  EXPECT_TRUE(r->vocab_parallel_tried);
+  EXPECT_TRUE(r->vocab_parallel);
+  EXPECT_TRUE(r->plan.vocab_parallel);
+  EXPECT_TRUE(LoggedVocab(*r, "split over 4 devices")) << r->log.back().detail;
+  EXPECT_GT(r->speedup_vs_best_baseline, 1.2);
+  // Every device runs an S and a T pass per micro-batch.
+  for (int d = 0; d < 4; ++d) {
+    int passes = 0;
+    for (const Op& op : r->plan.schedule.ops[d]) passes += IsVocabPass(op.kind) ? 1 : 0;
+    EXPECT_EQ(passes, 2 * 8) << "device " << d;
+  }
+  // The plan re-simulated on its own (as `octopipe simulate --plan` does) predicts the same.
+  absl::StatusOr<PipelineProblem> pb = BuildProblem(model, FourDevices(), CostModel(), r->plan);
+  ASSERT_TRUE(pb.ok()) << pb.status();
+  absl::StatusOr<SimResult> sim = Simulate(*pb, r->plan.schedule);
+  ASSERT_TRUE(sim.ok()) << sim.status();
+  EXPECT_NEAR(sim->iteration_time_s, r->predicted.iteration_time_s, 1e-12);
+  // The bound allows the split, so the plan is not below it.
+  EXPECT_LE(r->lower_bound.seconds, r->predicted.iteration_time_s * (1 + 1e-9));
+}
+
+TEST(VocabChoiceTest, BalancedModelKeepsTheHeadOnItsStageAfterTryingBoth) {
+  // 7 layers and a head of 3 ms each: two layers per device balance exactly, and the split
+  // would still leave a device with two body layers plus its head shard and the all-reduce.
+  absl::StatusOr<TuneResult> r = Tune(Model(7, 1.0), FourDevices(), CostModel(), Options());
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->feasible);
+  EXPECT_TRUE(r->vocab_parallel_tried);
+  EXPECT_FALSE(r->vocab_parallel);
+  EXPECT_FALSE(r->plan.vocab_parallel);
+  EXPECT_TRUE(LoggedVocab(*r, "not split"));
+  for (const auto& order : r->plan.schedule.ops) {
+    for (const Op& op : order) EXPECT_FALSE(IsVocabPass(op.kind)) << OpToString(op);
+  }
+}
+
+TEST(VocabChoiceTest, LightHeadIsNotTried) {
+  // A head of 1/10 of a layer is 4% of a device's share of 7.1 layers of work.
+  absl::StatusOr<TuneResult> r = Tune(Model(7, 0.1), FourDevices(), CostModel(), Options());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->vocab_parallel_tried);
+  EXPECT_FALSE(r->vocab_parallel);
+  EXPECT_TRUE(LoggedVocab(*r, "not tried: the head is"));
+}
+
+TEST(VocabChoiceTest, ForcedSplitNeedsAHead) {
+  ModelGraph model = Model(7, 4.0);
+  model.layers.back().kind = LayerKind::kMlp;
+  TunerOptions o = Options();
+  o.vocab_parallel = VocabParallelMode::kOn;
+  absl::StatusOr<TuneResult> r = Tune(model, FourDevices(), CostModel(), o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(r.status().message().find("vocab_parallel"), absl::string_view::npos);
+}
+
+}  // namespace
+}  // namespace octopipe
