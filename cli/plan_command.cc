@@ -466,6 +466,10 @@ absl::StatusOr<TunerOptions> ResolveTunerOptions(const PlanOptions& o, const Com
   t.num_microbatches = static_cast<int>(flags.was_set("microbatches")
                                             ? o.microbatches
                                             : model.training.num_microbatches);
+  if (t.num_microbatches < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--microbatches must be >= 1, got ", t.num_microbatches));
+  }
   if (o.objective == "synchronous") {
     t.objective = Objective::kSynchronous;
   } else if (o.objective == "steady-state") {
