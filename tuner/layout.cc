@@ -125,7 +125,7 @@ bool ExpertsDivide(const ModelGraph& model, int ep) {
 }
 
 // A layout under evaluation: its distinct pipelines, their builders, and the cheap figures.
-struct Candidate {
+struct LayoutCandidate {
   ParallelLayout layout;
   ModelGraph model;
   int microbatches = 0;
@@ -143,7 +143,7 @@ struct Candidate {
 };
 
 // Gradient all-reduce of each pipeline device over its DP group; the slowest device's.
-double DpSyncSeconds(const Candidate& c, const Candidate::Pipe& pipe,
+double DpSyncSeconds(const LayoutCandidate& c, const LayoutCandidate::Pipe& pipe,
                      const std::vector<StageAssignment>& stages) {
   if (c.layout.dp <= 1) return 0;
   std::vector<double> bytes(c.layout.pp, 0.0);
@@ -161,7 +161,7 @@ double DpSyncSeconds(const Candidate& c, const Candidate::Pipe& pipe,
 
 // The least DP synchronisation any partition allows: some device holds at least the average
 // gradient bytes; it syncs at best over the fastest DP link.
-double DpSyncBound(const Candidate& c, const Candidate::Pipe& pipe) {
+double DpSyncBound(const LayoutCandidate& c, const LayoutCandidate::Pipe& pipe) {
   if (c.layout.dp <= 1) return 0;
   double total = 0;
   for (int l = 0; l < pipe.builder->num_layers(); ++l) {
@@ -180,7 +180,7 @@ double DpSyncBound(const Candidate& c, const Candidate::Pipe& pipe) {
 
 // Builds a candidate's pipelines and cheap figures; false when the layout cannot be mapped.
 absl::StatusOr<bool> Prepare(const ModelGraph& model, const Cluster& cluster,
-                             const CostModel& cost, bool steady, Candidate* c) {
+                             const CostModel& cost, bool steady, LayoutCandidate* c) {
   const ParallelLayout& l = c->layout;
   RankMap map(cluster, l);
   if (!map.TpGroupsInsideNodes()) return false;
@@ -198,7 +198,7 @@ absl::StatusOr<bool> Prepare(const ModelGraph& model, const Cluster& cluster,
       continue;
     }
     by_signature[sig] = static_cast<int>(c->pipes.size());
-    Candidate::Pipe pipe;
+    LayoutCandidate::Pipe pipe;
     pipe.replicas.push_back(r);
     pipe.cluster = map.PipelineCluster(r, &pipe.device_gpus);
     ASSIGN_OR_RETURN(ProblemBuilder b, ProblemBuilder::Create(c->model, pipe.cluster, cost, l.pp));
@@ -212,7 +212,7 @@ absl::StatusOr<bool> Prepare(const ModelGraph& model, const Cluster& cluster,
   c->static_ratio = 0;
   c->bound_s = 0;
   c->estimate_s = 0;
-  for (const Candidate::Pipe& pipe : c->pipes) {
+  for (const LayoutCandidate::Pipe& pipe : c->pipes) {
     const ProblemBuilder& b = *pipe.builder;
     const int L = b.num_layers(), P = l.pp;
     // Static bytes: spread perfectly over the devices, and no layer split.
@@ -318,7 +318,7 @@ double ObjectiveOf(const TuneResult& r, bool steady) {
 }
 
 // Tunes every distinct pipeline of a candidate with `budget` seconds in all.
-absl::StatusOr<LayoutResult> TuneCandidate(Candidate& c, const CostModel& cost,
+absl::StatusOr<LayoutResult> TuneCandidate(LayoutCandidate& c, const CostModel& cost,
                                            const TunerOptions& tuner, double budget,
                                            int global) {
   const bool steady = tuner.objective == Objective::kSteadyState;
@@ -328,7 +328,7 @@ absl::StatusOr<LayoutResult> TuneCandidate(Candidate& c, const CostModel& cost,
   out.microbatches = c.microbatches;
   out.global_microbatches = global;
   out.feasible = true;
-  for (Candidate::Pipe& pipe : c.pipes) {
+  for (LayoutCandidate::Pipe& pipe : c.pipes) {
     TunerOptions o = tuner;
     o.num_devices = c.layout.pp;
     o.num_microbatches = c.microbatches;
@@ -387,9 +387,9 @@ absl::StatusOr<LayoutResult> TuneLayout(const ModelGraph& model, const Cluster& 
   ASSIGN_OR_RETURN(std::vector<ParallelLayout> layouts,
                    Enumerate(model, cluster, gpus, global, request));
 
-  std::vector<Candidate> cands;
+  std::vector<LayoutCandidate> cands;
   for (const ParallelLayout& l : layouts) {
-    Candidate c;
+    LayoutCandidate c;
     c.layout = l;
     c.microbatches = global / l.dp;
     ASSIGN_OR_RETURN(bool ok, Prepare(model, cluster, cost_model, steady, &c));
@@ -413,13 +413,15 @@ absl::StatusOr<LayoutResult> TuneLayout(const ModelGraph& model, const Cluster& 
   // Nothing can fit: tune the closest one for the infeasible answer (what memory it needs).
   const int to_tune = any_fits ? std::max(1, request.max_tuned) : 1;
   int feasible_left = 0;
-  for (const Candidate& c : cands) feasible_left += c.static_ratio <= 1 ? 1 : 0;
+  for (const LayoutCandidate& c : cands) feasible_left += c.static_ratio <= 1 ? 1 : 0;
 
   std::vector<LayoutConsidered> considered(cands.size());
   std::optional<LayoutResult> best;
-  int tuned = 0;
+  absl::Status last_error = absl::InternalError("layout: no layout was tuned");
+  int tuned = 0, failures = 0;
+  constexpr int kMaxFailures = 3;  // then the budget is spent: give what was found
   for (size_t k = 0; k < order.size(); ++k) {
-    Candidate& c = cands[order[k]];
+    LayoutCandidate& c = cands[order[k]];
     LayoutConsidered& info = considered[k];
     info.layout = c.layout;
     info.microbatches = c.microbatches;
@@ -435,23 +437,37 @@ absl::StatusOr<LayoutResult> TuneLayout(const ModelGraph& model, const Cluster& 
       --feasible_left;
       continue;
     }
-    if (tuned >= to_tune || (tuned > 0 && tuner.should_stop && tuner.should_stop())) {
+    if (tuned >= to_tune || failures >= kMaxFailures ||
+        (tuned > 0 && tuner.should_stop && tuner.should_stop())) {
       info.outcome = "not tuned";
       --feasible_left;
       continue;
     }
     const double left = tuner.time_budget_s - (now() - start);
     const int slots = std::max(1, std::min(to_tune - tuned, any_fits ? feasible_left : 1));
-    ASSIGN_OR_RETURN(LayoutResult r,
-                     TuneCandidate(c, cost_model, tuner, std::max(1e-3, left / slots), global));
-    ++tuned;
+    absl::StatusOr<LayoutResult> tuned_layout =
+        TuneCandidate(c, cost_model, tuner, std::max(1e-3, left / slots), global);
     --feasible_left;
+    if (!tuned_layout.ok()) {
+      // Bad options are the caller's to fix; anything else (a share of the budget too small to
+      // schedule any candidate of a big pipeline) only rules this layout out.
+      if (tuned_layout.status().code() == absl::StatusCode::kInvalidArgument) {
+        return tuned_layout.status();
+      }
+      info.outcome = absl::StrCat("failed: ", tuned_layout.status().message());
+      last_error = tuned_layout.status();
+      ++failures;
+      continue;
+    }
+    ++tuned;
+    LayoutResult& r = *tuned_layout;
     info.outcome = "tuned";
     info.iteration_s = r.feasible ? r.iteration_time_s : kInf;
     const bool better = !best || (r.feasible && (!best->feasible ||
                                                  r.iteration_time_s < best->iteration_time_s));
     if (better) best = std::move(r);
   }
+  if (!best) return last_error;
   for (LayoutConsidered& info : considered) {
     if (info.outcome == "tuned" && info.layout.ToString() == best->layout.ToString()) {
       info.outcome = "chosen";

@@ -67,7 +67,8 @@ struct LayoutRequest {
 struct LayoutConsidered {
   ParallelLayout layout;
   int microbatches = 0;    // per replica
-  std::string outcome;     // "chosen", "tuned", "pruned: memory", "pruned: bound", "not tuned"
+  // "chosen", "tuned", "pruned: memory", "pruned: bound", "not tuned", "failed: <why>"
+  std::string outcome;
   double bound_s = 0;      // lower bound on the iteration (pipeline + DP sync)
   double estimate_s = 0;   // the ordering estimate
   double iteration_s = 0;  // when tuned (inf when it does not fit)
