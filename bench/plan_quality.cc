@@ -1,19 +1,21 @@
 // The plan-quality table (issue 3): every model file in examples/models (the zoo at sequence
-// length 4096 and the measured profiles at their own) on 8, 32 and 128 H100s (1, 4, 16 nodes),
-// tuned by OctoPipe and compared with every baseline in the same simulator.
+// length 4096 and the measured profiles at their own) on 8, 32 and 128 H100s (1, 4, 16 nodes;
+// --gpus=256,2048 for the largest), tuned by OctoPipe and compared with every baseline in the
+// same simulator.
 //
-// Configuration per (model, GPUs), Megatron-style: the shallowest pipeline P >= 8 (or all GPUs
-// when fewer) and the smallest tensor-parallel degree t in {1, 2, 4, 8} inside a node whose
-// static memory takes at most half a GPU, data parallelism D = GPUs / (t P) for the rest with
-// the optimizer state sharded over it; M = 4 P micro-batches. A TP group is one pipeline
-// device; the cost model divides its work and memory by t (TP communication is not modelled).
-// Data parallelism scales tokens/s but not the speed-up.
+// Configuration per (model, GPUs): the layout search of tuner/layout.h — the same code as
+// `octopipe plan` and the Plan RPC — chooses PP x TP x EP x DP for a global batch of
+// 4 micro-batches per GPU (G = 4 x GPUs; each pipeline runs G / DP), with the TP all-reduces,
+// EP all-to-alls and the DP gradient all-reduce costed; the table shows the slowest distinct
+// pipeline against the baselines on that same pipeline. On DeepSeek-V3 at 2,048 GPUs a second
+// row evaluates the published layout, PP16 x EP64 (x DP128, no TP), in the same simulator.
 //
-// --sizing=deep instead pipelines over min(GPUs, layers) devices without TP (the rest data
-// parallel), the stress case for memory-bound deep pipelines.
+// --sizing=deep instead fixes the deepest pipeline (the largest PP <= layers dividing the
+// GPUs) without TP or EP, the rest data parallel: the stress case for memory-bound deep
+// pipelines.
 //
 //   bazel run -c opt //bench:plan_quality -- [--budget=10] [--only=SUBSTRING] [--gpus=8,32]
-//       [--sizing=megatron|deep]
+//       [--sizing=layout|deep]
 //
 // Prints one JSON object per line, then a Markdown table.
 #include <algorithm>
@@ -32,33 +34,32 @@
 #include "core/cost_model.h"
 #include "core/json_text.h"
 #include "simulator/problem_builder.h"
+#include "tuner/layout.h"
 #include "tuner/tuner.h"
 
 namespace octopipe {
 namespace {
 
-// `nodes` nodes of 8 H100s, grouped into TP groups of t GPUs: each group is one device with the
-// per-GPU hardware figures (the cost model divides work and memory by t).
-Cluster TpCluster(int nodes, int t) {
-  Cluster c = *ClusterPreset(nodes == 1 ? "h100-1node" : nodes == 4 ? "h100-4nodes"
-                                                                     : "h100-16nodes");
-  for (Node& n : c.nodes) n.num_devices = 8 / t;
-  c.name = absl::StrCat(c.name, t > 1 ? absl::StrCat("-tp", t) : "");
+// `nodes` nodes of 8 H100s (the h100-1node preset's node, links and reserve, repeated).
+Cluster H100Nodes(int nodes) {
+  Cluster c = *ClusterPreset("h100-1node");
+  const Node node = c.nodes[0];
+  c.nodes.clear();
+  for (int i = 0; i < nodes; ++i) {
+    c.nodes.push_back(node);
+    c.nodes.back().name = absl::StrCat("node", i);
+  }
+  c.name = absl::StrCat("h100-", nodes, nodes == 1 ? "node" : "nodes");
   return c;
-}
-
-double TotalStaticBytes(const ModelGraph& m, const Cluster& c) {
-  CostModel cost;
-  double total = 0;
-  for (const Layer& l : m.layers) total += cost.Cost(l, m.training, c.device_hardware(0)).static_bytes;
-  return total;
 }
 
 struct Row {
   std::string model;
-  int gpus = 0, tp = 1, dp = 1, devices = 0, microbatches = 0, layers = 0;
+  std::string label;  // "" or "published PP16 x EP64"
+  int gpus = 0, layers = 0;
   bool heterogeneous = false;
-  TuneResult r;
+  LayoutResult r;
+  const TuneResult& tune() const { return r.pipelines.front().tune; }
 };
 
 // Heterogeneous: the layers between embedding and head are not one repeated block of at most
@@ -75,6 +76,59 @@ bool Heterogeneous(const ModelGraph& m) {
     if (repeats) return false;
   }
   return true;
+}
+
+// One JSON object per (model, GPUs[, label]) row.
+void PrintJsonLine(const Row& row) {
+  const TuneResult& t = row.tune();
+  const LayoutResult& r = row.r;
+  double base_time = 0, base_bubble = 0, peak = 0;
+  for (const BaselineResult& b : t.baselines) {
+    if (b.name == t.best_baseline) {
+      base_time = b.result.iteration_time_s;
+      base_bubble = b.result.bubble_ratio;
+    }
+  }
+  for (const DeviceResult& d : t.predicted.devices) peak = std::max(peak, d.peak_memory_bytes);
+  int tuned = 0;
+  for (const LayoutConsidered& c : r.considered) {
+    tuned += c.outcome == "tuned" || c.outcome == "chosen" ? 1 : 0;
+  }
+  const Json line = {{"model", row.model},
+                     {"label", row.label},
+                     {"gpus", row.gpus},
+                     {"layout", r.layout.ToString()},
+                     {"pp", r.layout.pp},
+                     {"tp", r.layout.tp},
+                     {"ep", r.layout.ep},
+                     {"dp", r.layout.dp},
+                     {"pipeline_devices", r.layout.pp},
+                     {"distinct_pipelines", r.pipelines.size()},
+                     {"microbatches", r.microbatches},
+                     {"global_microbatches", r.global_microbatches},
+                     {"layers", row.layers},
+                     {"heterogeneous", row.heterogeneous},
+                     {"feasible", r.feasible},
+                     {"origin", PlanOriginText(t)},
+                     {"best_baseline", t.best_baseline},
+                     {"best_baseline_iteration_time_s", base_time},
+                     {"best_baseline_bubble_ratio", base_bubble},
+                     {"pipeline_iteration_time_s", t.predicted.iteration_time_s},
+                     {"bubble_ratio", t.predicted.bubble_ratio},
+                     {"steady_state_bubble_ratio", t.predicted.steady_state_bubble_ratio},
+                     {"speedup_vs_best_baseline", t.speedup_vs_best_baseline},
+                     {"vocab_parallel", t.vocab_parallel},
+                     {"dp_sync_s", r.dp_sync_s},
+                     {"iteration_time_s", r.iteration_time_s},
+                     {"tokens_per_s", r.tokens_per_s},
+                     {"max_peak_memory_bytes", peak},
+                     {"layouts_considered", r.considered.size()},
+                     {"layouts_tuned", tuned},
+                     {"tuning_wall_s", r.tuning_wall_s},
+                     {"evaluations", t.evaluations},
+                     {"budget_exhausted", t.budget_exhausted}};
+  std::printf("%s\n", JsonText(line).c_str());
+  std::fflush(stdout);
 }
 
 }  // namespace
@@ -94,7 +148,7 @@ int main(int argc, char** argv) {
       only = a.substr(7);
     } else if (a == "--sizing=deep") {
       deep = true;
-    } else if (a == "--sizing=megatron") {
+    } else if (a == "--sizing=layout" || a == "--sizing=megatron") {
       deep = false;
     } else if (a.rfind("--gpus=", 0) == 0) {
       gpu_counts.clear();
@@ -105,7 +159,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: plan_quality [--budget=S] [--only=SUBSTRING] [--gpus=8,32,128]\n"
-                   "                    [--sizing=megatron|deep]\n");
+                   "                    [--sizing=layout|deep]\n");
       return 2;
     }
   }
@@ -131,100 +185,67 @@ int main(int argc, char** argv) {
       return 1;
     }
     for (int gpus : gpu_counts) {
-      Row row;
-      row.model = model->name;
-      row.gpus = gpus;
-      row.layers = model->num_layers();
-      row.heterogeneous = Heterogeneous(*model);
-      ModelGraph m = *model;
-      Cluster cluster;
-      // Megatron-style sizing: the shallowest pipeline (at least 8 deep, or all GPUs when
-      // fewer) and the smallest TP degree whose weights, gradients and optimizer state take at
-      // most half a GPU, the remaining GPUs as data parallelism with the optimizer state
-      // sharded over it (distributed optimizer). When nothing fits, the deepest pipeline
-      // without TP, and the tuner's infeasible answer says what memory it would need.
-      bool found = false;
-      for (int t : {1, 2, 4, 8}) {
-        if (deep) break;
-        for (int P = std::min(8, gpus / t); P <= gpus / t && P <= m.num_layers() && !found;
-             P *= 2) {
-          m.training.tp_degree = t;
-          m.training.zero_degree = gpus / (t * P);
-          const Cluster c = TpCluster(gpus / 8, t);
-          if (TotalStaticBytes(m, c) / P <= 0.5 * c.usable_memory(0)) {
-            row.tp = t;
-            row.devices = P;
-            cluster = c;
-            found = true;
+      if (gpus % 8 != 0) {
+        std::fprintf(stderr, "--gpus: %d is not a whole number of 8-GPU nodes\n", gpus);
+        return 2;
+      }
+      const Cluster cluster = H100Nodes(gpus / 8);
+      std::vector<std::pair<std::string, LayoutRequest>> requests;
+      LayoutRequest req;
+      req.global_microbatches = 4 * gpus;
+      if (deep) {
+        for (int pp = std::min(gpus, model->num_layers()); pp >= 1; --pp) {
+          if (gpus % pp == 0) {
+            req.pp = pp;
+            break;
           }
         }
-        if (found) break;
+        req.tp = 1;
+        req.ep = 1;
       }
-      if (!found) {
-        row.tp = 1;
-        row.devices = std::min(gpus, m.num_layers());
-        m.training.tp_degree = 1;
-        m.training.zero_degree = gpus / row.devices;
-        cluster = TpCluster(gpus / 8, 1);
+      requests.push_back({"", req});
+      if (!deep && model->name == "deepseek-v3" && gpus == 2048) {
+        LayoutRequest published = req;
+        published.pp = 16;
+        published.tp = 1;
+        published.ep = 64;
+        requests.push_back({"published PP16 x EP64", published});
       }
-      row.dp = gpus / (row.tp * row.devices);
-      row.microbatches = 4 * row.devices;
-      TunerOptions o;
-      o.num_devices = row.devices;
-      o.num_microbatches = row.microbatches;
-      o.time_budget_s = budget;
-      absl::StatusOr<TuneResult> r = Tune(m, cluster, CostModel(), o);
-      if (!r.ok()) {
-        std::fprintf(stderr, "%s on %d GPUs: %s\n", file.c_str(), gpus,
-                     std::string(r.status().message()).c_str());
-        continue;
-      }
-      row.r = std::move(*r);
-      const TuneResult& t = row.r;
-      double base_time = 0, base_bubble = 0;
-      for (const BaselineResult& b : t.baselines) {
-        if (b.name == t.best_baseline) {
-          base_time = b.result.iteration_time_s;
-          base_bubble = b.result.bubble_ratio;
+      for (const auto& [label, request] : requests) {
+        TunerOptions o;
+        o.time_budget_s = budget;
+        absl::StatusOr<LayoutResult> r = TuneLayout(*model, cluster, CostModel(), o, request);
+        if (!r.ok()) {
+          std::fprintf(stderr, "%s on %d GPUs: %s\n", file.c_str(), gpus,
+                       std::string(r.status().message()).c_str());
+          continue;
         }
+        Row row;
+        row.model = model->name;
+        row.label = label;
+        row.gpus = gpus;
+        row.layers = model->num_layers();
+        row.heterogeneous = Heterogeneous(*model);
+        row.r = std::move(*r);
+        PrintJsonLine(row);
+        rows.push_back(std::move(row));
       }
-      double peak = 0;
-      for (const DeviceResult& d : t.predicted.devices) peak = std::max(peak, d.peak_memory_bytes);
-      const Json line = {{"model", row.model},
-                         {"gpus", row.gpus},
-                         {"tp", row.tp},
-                         {"dp", row.dp},
-                         {"pipeline_devices", row.devices},
-                         {"microbatches", row.microbatches},
-                         {"layers", row.layers},
-                         {"heterogeneous", row.heterogeneous},
-                         {"feasible", t.feasible},
-                         {"origin", PlanOriginText(t)},
-                         {"best_baseline", t.best_baseline},
-                         {"best_baseline_iteration_time_s", base_time},
-                         {"best_baseline_bubble_ratio", base_bubble},
-                         {"iteration_time_s", t.predicted.iteration_time_s},
-                         {"bubble_ratio", t.predicted.bubble_ratio},
-                         {"steady_state_bubble_ratio", t.predicted.steady_state_bubble_ratio},
-                         {"speedup_vs_best_baseline", t.speedup_vs_best_baseline},
-                         {"vocab_parallel", t.vocab_parallel},
-                         {"max_peak_memory_bytes", peak},
-                         {"tuning_wall_s", t.tuning_wall_s},
-                         {"evaluations", t.evaluations},
-                         {"budget_exhausted", t.budget_exhausted}};
-      std::printf("%s\n", JsonText(line).c_str());
-      std::fflush(stdout);
-      rows.push_back(std::move(row));
     }
   }
-  std::printf("\n| model | GPUs | TP x PP x DP | M | best baseline | its iteration | its bubble | OctoPipe "
-              "| bubble | speed-up | peak mem | tuning |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("\n| model | GPUs | layout PP x TP x EP x DP | M | best baseline | its iteration | "
+              "its bubble | OctoPipe | bubble | speed-up | DP sync | tokens/s | peak mem | "
+              "tuning |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   double het_sum = 0;
   int het_n = 0;
   double min_speedup = 1e9;
   for (const Row& row : rows) {
-    const TuneResult& t = row.r;
+    const TuneResult& t = row.tune();
+    const ParallelLayout& l = row.r.layout;
+    const std::string name = absl::StrCat(row.model, row.heterogeneous ? "" : " (homogeneous)",
+                                          row.label.empty() ? "" : " — " + row.label);
+    const std::string layout = absl::StrFormat("%dx%dx%dx%d%s", l.pp, l.tp, l.ep, l.dp,
+                                               l.pp_outer ? "" : " (pp inner)");
     double base_time = 0, base_bubble = 0, peak = 0;
     for (const BaselineResult& b : t.baselines) {
       if (b.name == t.best_baseline) {
@@ -233,26 +254,23 @@ int main(int argc, char** argv) {
       }
     }
     for (const DeviceResult& d : t.predicted.devices) peak = std::max(peak, d.peak_memory_bytes);
-    if (!t.feasible) {
-      std::printf("| %s | %d | %dx%dx%d | %d | infeasible: %s | | | | | | | %.2f s |\n",
-                  row.model.c_str(), row.gpus, row.tp, row.devices, row.dp, row.microbatches,
-                  t.infeasible_reason.c_str(), t.tuning_wall_s);
+    if (!row.r.feasible) {
+      std::printf("| %s | %d | %s | %d | infeasible: %s | | | | | | | | | %.2f s |\n",
+                  name.c_str(), row.gpus, layout.c_str(), row.r.microbatches,
+                  t.infeasible_reason.c_str(), row.r.tuning_wall_s);
       continue;
     }
-    if (t.best_baseline.empty()) {
-      std::printf("| %s%s | %d | %dx%dx%d | %d | no baseline fits | | | %.3f s | %.1f%% | fits where no baseline does | %.1f GB | %.2f s |\n",
-                  row.model.c_str(), row.heterogeneous ? "" : " (homogeneous)", row.gpus,
-                  row.tp, row.devices, row.dp, row.microbatches, t.predicted.iteration_time_s,
-                  t.predicted.bubble_ratio * 100, peak / 1e9, t.tuning_wall_s);
-      continue;
-    }
-    std::printf("| %s%s | %d | %dx%dx%d | %d | %s | %.3f s | %.1f%% | %.3f s | %.1f%% | %.3fx | %.1f GB | %.2f s |\n",
-                row.model.c_str(), row.heterogeneous ? "" : " (homogeneous)", row.gpus, row.tp,
-                row.devices, row.dp, row.microbatches,
-                t.best_baseline.empty() ? "none fits" : t.best_baseline.c_str(), base_time,
-                base_bubble * 100, t.predicted.iteration_time_s, t.predicted.bubble_ratio * 100,
-                t.speedup_vs_best_baseline, peak / 1e9, t.tuning_wall_s);
-    if (!t.best_baseline.empty()) {
+    const std::string base = t.best_baseline.empty() ? "no baseline fits" : t.best_baseline;
+    const std::string speedup = t.best_baseline.empty()
+                                    ? "fits where no baseline does"
+                                    : absl::StrFormat("%.3fx", t.speedup_vs_best_baseline);
+    std::printf("| %s | %d | %s | %d | %s | %.3f s | %.1f%% | %.3f s | %.1f%% | %s | %.3f s | "
+                "%.0f | %.1f GB | %.2f s |\n",
+                name.c_str(), row.gpus, layout.c_str(), row.r.microbatches, base.c_str(),
+                base_time, base_bubble * 100, t.predicted.iteration_time_s,
+                t.predicted.bubble_ratio * 100, speedup.c_str(), row.r.dp_sync_s,
+                row.r.tokens_per_s, peak / 1e9, row.r.tuning_wall_s);
+    if (!t.best_baseline.empty() && row.label.empty()) {
       min_speedup = std::min(min_speedup, t.speedup_vs_best_baseline);
       if (row.heterogeneous) {
         het_sum += t.speedup_vs_best_baseline;

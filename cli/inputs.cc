@@ -5,6 +5,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "core/cluster_presets.h"
 #include "core/convert.h"
 #include "core/limits.h"
@@ -68,6 +69,36 @@ absl::StatusOr<ModelGraph> LoadModelArg(const std::string& spec) {
     return Prefixed("--model", s);
   }
   return model;
+}
+
+absl::StatusOr<std::vector<StageAssignment>> ParseFixedStages(const std::string& partition,
+                                                             const std::string& placement) {
+  std::vector<StageAssignment> stages;
+  for (absl::string_view item : absl::StrSplit(partition, ',', absl::SkipEmpty())) {
+    std::vector<absl::string_view> ends = absl::StrSplit(item, '-');
+    StageAssignment st;
+    if (ends.size() > 2 || !absl::SimpleAtoi(ends[0], &st.first_layer) ||
+        !absl::SimpleAtoi(ends.back(), &st.last_layer)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--fixed_partition: expected FIRST-LAST layer ranges separated by commas, got '", item,
+          "'"));
+    }
+    stages.push_back(st);
+  }
+  if (placement.empty()) return stages;
+  std::vector<absl::string_view> devices = absl::StrSplit(placement, ',', absl::SkipEmpty());
+  if (devices.size() != stages.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--fixed_placement: ", devices.size(), " devices for ", stages.size(),
+        " stages of --fixed_partition (one device per stage)"));
+  }
+  for (size_t s = 0; s < devices.size(); ++s) {
+    if (!absl::SimpleAtoi(devices[s], &stages[s].device)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--fixed_placement: expected a device number, got '", devices[s], "'"));
+    }
+  }
+  return stages;
 }
 
 absl::Status CheckRunFlags(const ModelGraph& model, int64_t devices, int64_t chunks,

@@ -11,6 +11,7 @@
 #define OCTOPIPE_CLI_INPUTS_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "cli/command_line.h"
@@ -32,6 +33,13 @@ absl::StatusOr<Plan> LoadPlanArg(const std::string& path);
 // The run the flags ask for, against the same limits as the planner service (core/limits.h
 // defaults): kResourceExhausted naming the flag and the limit. Call before any value is
 // narrowed to an int and before anything is allocated for it.
+// --fixed_partition "0-3,4-9,10-11" (each stage's first-last layer, in order; a single
+// layer may be written "7") and --fixed_placement "0,1,0" (each stage's device) as stages;
+// `placement` may be empty. kInvalidArgument naming the flag and the bad item. Whether the
+// stages partition the model is checked by the tuner (ValidateConstraints).
+absl::StatusOr<std::vector<StageAssignment>> ParseFixedStages(const std::string& partition,
+                                                             const std::string& placement);
+
 absl::Status CheckRunFlags(const ModelGraph& model, int64_t devices, int64_t chunks,
                            int64_t microbatches, int64_t threads);
 

@@ -17,6 +17,7 @@
 #include "core/json_text.h"
 #include "core/status_macros.h"
 #include "simulator/trace.h"
+#include "tuner/layout.h"
 #include "tuner/tuner.h"
 #include "tuner/vocab_choice.h"
 
@@ -208,6 +209,90 @@ void WriteTables(std::ostream& out, const ModelGraph& model, const Cluster& clus
   }
 }
 
+// "GPUs 0-1 (H100-SXM)" for a pipeline device's TP group.
+std::string GpusText(const Cluster& physical, const std::vector<int>& gpus) {
+  const std::string range = gpus.size() == 1
+                                ? absl::StrCat(gpus[0])
+                                : absl::StrCat(gpus.front(), "-", gpus.back());
+  return absl::StrCat(range, " (", physical.device_hardware(gpus.front()).name, ")");
+}
+
+// The "layout" object of --json: the chosen PP x TP x EP x DP, which GPUs form each distinct
+// pipeline, the iteration split into pipeline and DP sync, and every layout considered.
+Json LayoutJson(const Cluster& physical, const LayoutResult& r) {
+  Json pipelines = Json::array();
+  for (const LayoutPipeline& p : r.pipelines) {
+    Json stage_gpus = Json::array(), hardware = Json::array();
+    for (const auto& g : p.device_gpus) {
+      stage_gpus.push_back(g);
+      hardware.push_back(physical.device_hardware(g.front()).name);
+    }
+    pipelines.push_back({{"replicas", p.replicas},
+                         {"device_gpus", std::move(stage_gpus)},
+                         {"device_hardware", std::move(hardware)},
+                         {"feasible", p.tune.feasible},
+                         {"iteration_time_s", p.tune.predicted.iteration_time_s},
+                         {"dp_sync_s", p.dp_sync_s}});
+  }
+  Json considered = Json::array();
+  for (const LayoutConsidered& c : r.considered) {
+    considered.push_back({{"layout", c.layout.ToString()},
+                          {"microbatches", c.microbatches},
+                          {"outcome", c.outcome},
+                          {"bound_s", c.bound_s},
+                          {"estimate_s", c.estimate_s},
+                          {"iteration_time_s", c.iteration_s}});
+  }
+  return {{"pp", r.layout.pp},
+          {"tp", r.layout.tp},
+          {"ep", r.layout.ep},
+          {"dp", r.layout.dp},
+          {"rank_order", r.layout.pp_outer ? "tp-dp-pp" : "tp-pp-dp"},
+          {"gpus", r.layout.gpus()},
+          {"microbatches_per_pipeline", r.microbatches},
+          {"global_microbatches", r.global_microbatches},
+          {"pipeline_time_s", r.pipeline_time_s},
+          {"dp_sync_s", r.dp_sync_s},
+          {"iteration_time_s", r.iteration_time_s},
+          {"tokens_per_s", r.tokens_per_s},
+          {"pipelines", std::move(pipelines)},
+          {"considered", std::move(considered)},
+          {"tuning_wall_s", r.tuning_wall_s}};
+}
+
+// The layout part of the tables: the choice, its pipelines and the layouts it beat.
+void WriteLayoutTables(std::ostream& out, const Cluster& physical, const LayoutResult& r) {
+  out << "layout " << r.layout.ToString() << " on " << r.layout.gpus() << " GPUs of "
+      << physical.name << ": " << r.microbatches << " micro-batches per pipeline ("
+      << r.global_microbatches << " per iteration over " << r.layout.dp << " replicas)\n"
+      << "iteration " << FormatSeconds(r.iteration_time_s) << " = pipeline "
+      << FormatSeconds(r.pipeline_time_s) << " + DP gradient all-reduce "
+      << FormatSeconds(r.dp_sync_s) << "; " << FormatCount(r.tokens_per_s)
+      << " tokens/s over all GPUs\n\n";
+  TextTable pipes({"pipeline", "replicas", "GPUs of each pipeline device (first replica)",
+                   "iteration", "DP sync"});
+  for (size_t i = 0; i < r.pipelines.size(); ++i) {
+    const LayoutPipeline& p = r.pipelines[i];
+    std::vector<std::string> devices;
+    for (const auto& g : p.device_gpus) devices.push_back(GpusText(physical, g));
+    pipes.AddRow({absl::StrCat(i), absl::StrCat(p.replicas.size()), absl::StrJoin(devices, ", "),
+                  FormatSeconds(p.tune.predicted.iteration_time_s), FormatSeconds(p.dp_sync_s)});
+  }
+  out << "pipelines (each device is one TP group; the table below is pipeline 0, the slowest):\n"
+      << pipes.Render({false, false, true, false, false});
+  TextTable cons({"layout", "M", "outcome", "lower bound", "estimate", "iteration"});
+  constexpr size_t kShown = 12;
+  for (size_t i = 0; i < r.considered.size() && i < kShown; ++i) {
+    const LayoutConsidered& c = r.considered[i];
+    cons.AddRow({c.layout.ToString(), absl::StrCat(c.microbatches), c.outcome,
+                 FormatSeconds(c.bound_s), FormatSeconds(c.estimate_s),
+                 std::isfinite(c.iteration_s) ? FormatSeconds(c.iteration_s) : "-"});
+  }
+  out << "\nlayouts considered (best estimate first; " << r.considered.size() << " in all"
+      << (r.considered.size() > kShown ? absl::StrCat(", ", kShown, " shown") : "") << "):\n"
+      << cons.Render({true, false, true, false, false, false}) << "\n";
+}
+
 // Prints a planner's PlanResult: the plan's stages, predictions and the baselines.
 void WriteRemoteTables(std::ostream& out, const ModelGraph& model,
                        const proto::PlanResult& r) {
@@ -258,9 +343,51 @@ void WriteRemoteTables(std::ostream& out, const ModelGraph& model,
   out << "tuned in " << absl::StrFormat("%.2f s", r.tuning_wall_s()) << " on the planner\n";
 }
 
+// The request's layout and executor-constraint fields (proto/planner.proto 260-270).
+void SetLayoutAndConstraints(const TunerOptions& t, const LayoutRequest& layout,
+                             bool choose_layout, proto::PlanOptions* o) {
+  o->set_choose_layout(choose_layout);
+  if (choose_layout) o->set_num_devices(0);
+  o->set_layout_pp(layout.pp);
+  o->set_layout_tp(layout.tp);
+  o->set_layout_ep(layout.ep);
+  o->set_layout_dp(layout.dp);
+  o->set_max_layouts(layout.max_tuned);
+  o->set_no_bw_split(!t.constraints.allow_bw_split);
+  o->set_no_recompute(!t.constraints.allow_recompute);
+  o->set_max_stages_per_device(t.constraints.max_stages_per_device);
+  for (const StageAssignment& st : t.constraints.fixed_stages) {
+    proto::StageSpec* s = o->add_fixed_stages();
+    s->set_first_layer(st.first_layer);
+    s->set_last_layer(st.last_layer);
+    s->set_device(st.device);
+  }
+  o->set_fixed_placement(t.constraints.fixed_placement);
+}
+
+void WriteRemoteLayout(std::ostream& out, const proto::PlanLayout& l) {
+  out << "layout PP" << l.pp() << " x TP" << l.tp() << " x EP" << l.ep() << " x DP" << l.dp()
+      << " (ranks " << l.rank_order() << "): " << l.microbatches_per_pipeline()
+      << " micro-batches per pipeline (" << l.global_microbatches() << " per iteration)\n"
+      << "iteration " << FormatSeconds(l.iteration_time_s()) << " = pipeline "
+      << FormatSeconds(l.pipeline_time_s()) << " + DP gradient all-reduce "
+      << FormatSeconds(l.dp_sync_s()) << "; " << FormatCount(l.tokens_per_s())
+      << " tokens/s over all GPUs; " << l.layouts_tuned() << " of " << l.layouts_considered()
+      << " layouts tuned\n";
+  for (int i = 0; i < l.pipelines_size(); ++i) {
+    std::vector<std::string> devices;
+    for (const proto::PlanLayoutDevice& d : l.pipelines(i).devices()) {
+      devices.push_back(absl::StrJoin(d.gpus(), "+"));
+    }
+    out << "pipeline " << i << " (" << l.pipelines(i).replicas_size()
+        << " replicas): GPUs " << absl::StrJoin(devices, ", ") << "\n";
+  }
+  out << "\n";
+}
+
 int RunRemotePlan(PlannerConnection& remote, const ModelGraph& model, const Cluster& cluster,
-                  const TunerOptions& t, const PlanOptions& o, const CommandLine& flags,
-                  std::ostream& out, std::ostream& err) {
+                  const TunerOptions& t, const LayoutRequest& layout, const PlanOptions& o,
+                  const CommandLine& flags, std::ostream& out, std::ostream& err) {
   auto stub = remote.Connect();
   if (!stub.ok()) return Fail(err, stub.status(), 2);
   proto::PlanRequest req;
@@ -273,6 +400,7 @@ int RunRemotePlan(PlannerConnection& remote, const ModelGraph& model, const Clus
   req.mutable_options()->set_objective(o.objective);
   req.mutable_options()->set_link_contention(o.contention);
   req.mutable_options()->set_vocab_parallel(o.vocab_parallel);
+  SetLayoutAndConstraints(t, layout, !flags.was_set("devices"), req.mutable_options());
   proto::PlanResponse resp;
   auto ctx = remote.Context();
   grpc::Status s = (*stub)->Plan(ctx.get(), req, &resp);
@@ -286,6 +414,7 @@ int RunRemotePlan(PlannerConnection& remote, const ModelGraph& model, const Clus
   if (o.json) {
     out << ProtoToJson(resp.result()) << "\n";
   } else {
+    if (resp.result().has_layout()) WriteRemoteLayout(out, resp.result().layout());
     WriteRemoteTables(out, model, resp.result());
   }
   return resp.result().feasible() ? 0 : 3;
@@ -311,6 +440,23 @@ void DeclareFlags(CommandLine& flags, PlanOptions& o, PlannerConnection& remote)
   flags.String("vocab_parallel", &o.vocab_parallel,
                "split the output layer over the devices by vocabulary: auto (try it when the "
                "head is heavy, keep the faster plan), on or off");
+  flags.Int("pp", &o.pp,
+            "pipeline-parallel degree; 0 = chosen (without --devices the planner chooses PP x TP "
+            "x EP x DP over every GPU of the cluster and --microbatches is the global batch)");
+  flags.Int("tp", &o.tp, "tensor-parallel degree (1, 2, 4 or 8, inside a node); 0 = chosen");
+  flags.Int("ep", &o.ep, "expert-parallel degree of MoE layers (divides DP); 0 = chosen");
+  flags.Int("dp", &o.dp, "data-parallel degree (pipeline replicas); 0 = chosen");
+  flags.Int("max_layouts", &o.max_layouts,
+            "layouts tuned in full (the best estimates; each gets a share of --time_budget)");
+  flags.Bool("no_bw_split", &o.no_bw_split,
+             "the runtime has no separate weight-gradient op: every backward is one BW op");
+  flags.Int("max_stages_per_device", &o.max_stages_per_device,
+            "at most this many pipeline stages on a device; 0 = no limit");
+  flags.Bool("no_recompute", &o.no_recompute, "the runtime cannot recompute activations");
+  flags.String("fixed_partition", &o.fixed_partition,
+               "keep this partition: each stage's FIRST-LAST layers, e.g. 0-13,14-27,28-53");
+  flags.String("fixed_placement", &o.fixed_placement,
+               "with --fixed_partition, each stage's device, e.g. 0,1,0 (else the tuner places)");
   remote.AddFlags(flags);
 }
 
@@ -319,14 +465,23 @@ absl::StatusOr<TunerOptions> ResolveTunerOptions(const PlanOptions& o, const Com
                                                  const ModelGraph& model,
                                                  const Cluster& cluster) {
   TunerOptions t;
+  // Without --devices the layout search's pipelines are at most as deep as the model.
   RETURN_IF_ERROR(CheckRunFlags(
-      model, flags.was_set("devices") ? o.devices : cluster.num_devices(), t.max_chunks,
+      model,
+      flags.was_set("devices")
+          ? o.devices
+          : std::min<int64_t>(cluster.num_devices(), std::max(1, model.num_layers())),
+      t.max_chunks,
       flags.was_set("microbatches") ? o.microbatches : model.training.num_microbatches,
       o.threads));
   t.num_devices = static_cast<int>(flags.was_set("devices") ? o.devices : cluster.num_devices());
   t.num_microbatches = static_cast<int>(flags.was_set("microbatches")
                                             ? o.microbatches
                                             : model.training.num_microbatches);
+  if (t.num_microbatches < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--microbatches must be >= 1, got ", t.num_microbatches));
+  }
   if (o.objective == "synchronous") {
     t.objective = Objective::kSynchronous;
   } else if (o.objective == "steady-state") {
@@ -345,7 +500,49 @@ absl::StatusOr<TunerOptions> ResolveTunerOptions(const PlanOptions& o, const Com
   absl::StatusOr<VocabParallelMode> vocab = ParseVocabParallelMode(o.vocab_parallel);
   if (!vocab.ok()) return absl::InvalidArgumentError(absl::StrCat("--", vocab.status().message()));
   t.vocab_parallel = *vocab;
+  t.constraints.allow_bw_split = !o.no_bw_split;
+  t.constraints.allow_recompute = !o.no_recompute;
+  if (o.max_stages_per_device < 0 || o.max_stages_per_device > t.max_chunks * 4) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max_stages_per_device must be in [0, ", t.max_chunks * 4, "], got ",
+        o.max_stages_per_device));
+  }
+  t.constraints.max_stages_per_device = static_cast<int>(o.max_stages_per_device);
+  if (!o.fixed_placement.empty() && o.fixed_partition.empty()) {
+    return absl::InvalidArgumentError("--fixed_placement needs --fixed_partition");
+  }
+  ASSIGN_OR_RETURN(t.constraints.fixed_stages,
+                   ParseFixedStages(o.fixed_partition, o.fixed_placement));
+  t.constraints.fixed_placement = !o.fixed_placement.empty();
   return t;
+}
+
+// The layout the flags fix (0: chosen). --devices asks for one pipeline and excludes them.
+absl::StatusOr<LayoutRequest> ResolveLayoutRequest(const PlanOptions& o,
+                                                   const CommandLine& flags) {
+  LayoutRequest req;
+  for (const auto& [name, value] : {std::pair{"pp", o.pp}, std::pair{"tp", o.tp},
+                                    std::pair{"ep", o.ep}, std::pair{"dp", o.dp}}) {
+    if (value < 0 || value > 4096) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", name, " must be in [0, 4096] (0: chosen), got ", value));
+    }
+    if (value > 0 && flags.was_set("devices")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", name, ": --devices asks for one pipeline over the first devices; leave it out to "
+          "choose or fix the PP x TP x EP x DP layout"));
+    }
+  }
+  if (o.max_layouts < 1 || o.max_layouts > 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_layouts must be in [1, 64], got ", o.max_layouts));
+  }
+  req.pp = static_cast<int>(o.pp);
+  req.tp = static_cast<int>(o.tp);
+  req.ep = static_cast<int>(o.ep);
+  req.dp = static_cast<int>(o.dp);
+  req.max_tuned = static_cast<int>(o.max_layouts);
+  return req;
 }
 
 // The tuner names its option ("time_budget_s must be > 0"); the user sees the flag.
@@ -353,7 +550,12 @@ absl::Status NameTheFlag(const absl::Status& s) {
   std::string msg(s.message());
   for (const auto& [option, flag] : {std::pair{"devices", "devices"},
                                      std::pair{"microbatches", "microbatches"},
-                                     std::pair{"time_budget_s", "time_budget"}}) {
+                                     std::pair{"time_budget_s", "time_budget"},
+                                     std::pair{"layout.pp", "pp"}, std::pair{"layout.tp", "tp"},
+                                     std::pair{"layout.ep", "ep"}, std::pair{"layout.dp", "dp"},
+                                     std::pair{"fixed_stages", "fixed_partition"},
+                                     std::pair{"max_stages_per_device",
+                                               "max_stages_per_device"}}) {
     if (absl::StartsWith(msg, option)) {
       msg = absl::StrCat("--", flag, msg.substr(std::string(option).size()));
       break;
@@ -412,6 +614,42 @@ int RunLocalPlan(const ModelGraph& model, const Cluster& cluster, const TunerOpt
   return r->feasible ? 0 : 3;
 }
 
+// Step 2 (local, no --devices): choose the layout, tune its pipelines, print; exit 3 when
+// infeasible. --out and --trace are the slowest pipeline's (devices numbered in the pipeline).
+int RunLocalLayoutPlan(const ModelGraph& model, const Cluster& cluster, const TunerOptions& t,
+                       LayoutRequest req, const PlanOptions& o, const CommandLine& flags,
+                       std::ostream& out, std::ostream& err) {
+  const CostModel cost;
+  req.global_microbatches = t.num_microbatches;
+  absl::StatusOr<LayoutResult> r = TuneLayout(model, cluster, cost, t, req);
+  if (!r.ok()) return Fail(err, NameTheFlag(r.status()), 2);
+  const LayoutPipeline& slowest = r->pipelines.front();
+  if (!o.out.empty()) {
+    if (absl::Status s = WritePlanFile(o.out, slowest.tune); !s.ok()) return Fail(err, s, 1);
+  }
+  if (!o.trace.empty()) {
+    absl::Status s =
+        WritePlanTrace(o.trace, r->model, slowest.cluster, cost, o.contention, slowest.tune.plan);
+    if (!s.ok()) return Fail(err, s, 1);
+  }
+  if (o.json) {
+    Json j = TuneResultJson(r->model, slowest.tune);
+    j["layout"] = LayoutJson(cluster, *r);
+    j["feasible"] = r->feasible;
+    out << JsonText(j) << "\n";
+  } else {
+    WriteLayoutTables(out, cluster, *r);
+    WriteTables(out, r->model, slowest.cluster, slowest.tune,
+                t.objective == Objective::kSteadyState);
+    if (!o.out.empty()) {
+      out << "\nplan of pipeline 0 written to " << o.out
+          << " (its devices are the pipeline's, numbered from 0)\n";
+    }
+  }
+  (void)flags;
+  return r->feasible ? 0 : 3;
+}
+
 }  // namespace
 
 int RunPlan(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
@@ -439,8 +677,13 @@ int RunPlan(const std::vector<std::string>& args, std::ostream& out, std::ostrea
                              FormatSeconds(e.after_s), e.evaluations);
     };
   }
+  absl::StatusOr<LayoutRequest> layout = ResolveLayoutRequest(o, flags);
+  if (!layout.ok()) return Fail(err, layout.status(), 2);
   if (!remote.address.empty()) {
-    return RunRemotePlan(remote, *model, *cluster, *t, o, flags, out, err);
+    return RunRemotePlan(remote, *model, *cluster, *t, *layout, o, flags, out, err);
+  }
+  if (!flags.was_set("devices")) {
+    return RunLocalLayoutPlan(*model, *cluster, *t, *layout, o, flags, out, err);
   }
   return RunLocalPlan(*model, *cluster, *t, o, out, err);
 }

@@ -13,7 +13,12 @@ namespace octopipe::cli {
 struct PlanOptions {
   std::string model = "zoo:nemotron-h-8b";
   std::string cluster = "preset:h100-1node";
-  int64_t devices = 0;       // 0: every device of the cluster
+  // Set: one pipeline over the cluster's first `devices` devices (no TP/DP layout search).
+  // Unset: the planner chooses PP x TP x EP x DP over every GPU (tuner/layout.h), keeping
+  // whatever --pp/--tp/--ep/--dp fix.
+  int64_t devices = 0;
+  int64_t pp = 0, tp = 0, ep = 0, dp = 0;  // 0: chosen by the layout search
+  int64_t max_layouts = 3;                 // layouts tuned in full
   int64_t microbatches = 0;  // 0: the model's training.num_microbatches
   double time_budget = 10;   // seconds; the best plan so far is returned when it runs out
   int64_t seed = 1;
@@ -25,6 +30,12 @@ struct PlanOptions {
   bool contention = false;
   bool quiet = false;  // no progress lines on stderr
   std::string vocab_parallel = "auto";  // split the output layer: auto, on or off
+  // Executor constraints (tuner/constraints.h).
+  bool no_bw_split = false;
+  int64_t max_stages_per_device = 0;
+  bool no_recompute = false;
+  std::string fixed_partition;  // "0-3,4-9,..."
+  std::string fixed_placement;  // "0,1,..." (needs fixed_partition)
 };
 
 int RunPlan(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);

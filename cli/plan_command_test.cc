@@ -235,6 +235,51 @@ TEST(PlanCommandTest, TablesNameThePlanAndEveryBaseline) {
   EXPECT_TRUE(r.err.empty()) << "--quiet prints no progress: " << r.err;
 }
 
+TEST(PlanCommandTest, WithoutDevicesThePlannerChoosesAndReportsTheLayout) {
+  // The mixed H100/A100 cluster (32 GPUs) for an 8B model: not one 32-stage pipeline.
+  CliRun r = PlanCli({"--model=zoo:nemotron-h-8b", "--cluster=preset:mixed-h100-a100",
+                      "--time_budget=3", "--json", "--quiet"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const Json j = JsonOf(r);
+  const Json& layout = Get(j, "layout");
+  const int pp = layout.value("pp", 0), tp = layout.value("tp", 0), dp = layout.value("dp", 0);
+  EXPECT_LT(pp, 32);
+  EXPECT_EQ(32, pp * tp * dp);
+  EXPECT_EQ(32, layout.value("global_microbatches", 0));
+  EXPECT_EQ(32 / dp, layout.value("microbatches_per_pipeline", 0));
+  ASSERT_FALSE(Get(layout, "pipelines").empty());
+  EXPECT_EQ(static_cast<size_t>(pp), Get(Get(layout, "pipelines")[0], "device_gpus").size());
+  EXPECT_EQ(pp, Get(j, "plan").value("num_devices", 0));
+  EXPECT_FALSE(Get(layout, "considered").empty());
+}
+
+TEST(PlanCommandTest, ConstraintFlagsReachTheTuner) {
+  const std::vector<std::string> base = {"--model=synthetic:layers=8,f=1,b=1,w=1",
+                                         "--cluster=synthetic:devices=4", "--devices=4",
+                                         "--microbatches=8", "--time_budget=2", "--json",
+                                         "--quiet"};
+  auto kinds = [](const Json& j) {
+    std::string all;
+    for (const Json& d : Get(Get(j, "plan"), "schedule")) {
+      for (const Json& op : d) all += " " + op.get<std::string>();  // " F0.1 BW2.3 W1.0"
+    }
+    return all;
+  };
+  CliRun free = PlanCli(base);
+  ASSERT_EQ(free.code, 0) << free.err;
+  ASSERT_NE(kinds(JsonOf(free)).find(" W"), std::string::npos);  // W ops when allowed
+  std::vector<std::string> args = base;
+  args.push_back("--no_bw_split");
+  args.push_back("--fixed_partition=0-1,2-3,4-5,6-7");
+  CliRun r = PlanCli(args);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const Json j = JsonOf(r);
+  EXPECT_EQ(kinds(j).find(" W"), std::string::npos) << kinds(j);
+  const Json& partition = Get(Get(j, "plan"), "partition");
+  ASSERT_EQ(4u, partition.size());
+  for (int s = 0; s < 4; ++s) EXPECT_EQ(2 * s, partition[s].value("first_layer", -1));
+}
+
 TEST(PlanCommandTest, TraceHasOneComputeEventPerOp) {
   const std::string trace = TmpPath("plan-trace.json");
   CliRun r = PlanCli({"--model=synthetic:layers=8,f=1,b=1,w=1", "--cluster=synthetic:devices=2",
@@ -262,7 +307,9 @@ TEST(PlanCommandTest, HelpListsEveryFlag) {
   EXPECT_EQ(r.code, 0);
   for (const char* flag : {"--model", "--cluster", "--devices", "--microbatches", "--time_budget",
                            "--seed", "--threads", "--objective", "--out", "--trace", "--json",
-                           "--contention", "--quiet", "--vocab_parallel"}) {
+                           "--contention", "--quiet", "--vocab_parallel", "--pp", "--tp", "--ep", "--dp",
+                           "--no_bw_split", "--max_stages_per_device", "--no_recompute",
+                           "--fixed_partition", "--fixed_placement"}) {
     EXPECT_NE(r.out.find(flag), std::string::npos) << flag << " not in:\n" << r.out;
   }
 }
@@ -291,6 +338,11 @@ TEST(PlanCommandTest, BadFlagsAndValuesExitTwoNamingTheFlag) {
       {{"--model=zoo:gpt5"}, "--model"},
       {{"--cluster=preset:b200"}, "--cluster: unknown cluster preset 'b200'"},
       {{"--model=/no/such/model.json"}, "--model"},
+      {{"--pp=2", "--devices=4"}, "--pp: --devices asks for one pipeline"},
+      {{"--pp=3"}, "--pp: 3 does not divide 8 GPUs"},
+      {{"--fixed_placement=0,1"}, "--fixed_placement needs --fixed_partition"},
+      {{"--fixed_partition=0-x"}, "--fixed_partition: expected FIRST-LAST layer ranges"},
+      {{"--max_stages_per_device=-1"}, "--max_stages_per_device must be in [0, 16], got -1"},
   };
   for (const Case& c : cases) {
     std::vector<std::string> args = c.args;

@@ -161,6 +161,11 @@ proto::Model ModelToProto(const ModelGraph& model) {
   t->set_tp_degree(model.training.tp_degree);
   t->set_recompute(std::string(RecomputePolicyName(model.training.recompute)));
   t->set_zero_degree(model.training.zero_degree);
+  // Written only when used, so files without expert parallelism stay as they were.
+  if (model.training.ep_degree != 1) t->set_ep_degree(model.training.ep_degree);
+  if (model.training.ep_ranks_per_node != 0) {
+    t->set_ep_ranks_per_node(model.training.ep_ranks_per_node);
+  }
   return p;
 }
 
@@ -192,6 +197,8 @@ absl::StatusOr<ModelGraph> ModelFromProto(const proto::Model& p) {
   if (!recompute.ok()) return AtPath("training.recompute", recompute.status());
   m.training.recompute = *recompute;
   m.training.zero_degree = t.zero_degree() == 0 ? 1 : t.zero_degree();
+  m.training.ep_degree = t.ep_degree() == 0 ? 1 : t.ep_degree();
+  m.training.ep_ranks_per_node = t.ep_ranks_per_node();
   RETURN_IF_ERROR(Validate(m));
   return m;
 }

@@ -40,6 +40,7 @@
 // without recompute.
 #include "core/cost_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -74,6 +75,7 @@ struct Part {
   double act_w = 0;      // of which read by weight-gradient GEMMs (held until W)
   double act_core = 0;   // of which dropped by selective recompute
   double params = 0;
+  double expert_params = 0;  // of which routed experts (divided by the EP degree)
   // Embedding only: bytes moved by F and by W (the embedding has no matmul FLOPs).
   double fwd_bytes_moved = 0;
   double wgrad_bytes_moved = 0;
@@ -86,6 +88,7 @@ struct Part {
     act_w += o.act_w;
     act_core += o.act_core;
     params += o.params;
+    expert_params += o.expert_params;
     fwd_bytes_moved += o.fwd_bytes_moved;
     wgrad_bytes_moved += o.wgrad_bytes_moved;
     return *this;
@@ -159,6 +162,7 @@ Part MoePart(const LayerDims& d, double b, double s, double e) {
           k * bs * h * e;
   p.act_w = bs * h * e + k * bs * h * e + bs * f * e * (k + sh);
   p.params = 3 * h * f * (E + sh) + h * E + h;
+  p.expert_params = 3 * h * f * E;
   return p;
 }
 
@@ -347,7 +351,9 @@ LayerCost CostModel::Cost(const Layer& layer, const TrainingOptions& training,
   const double out_width = static_cast<double>(
       layer.dims.out_hidden > 0 ? layer.dims.out_hidden : layer.dims.hidden);
   c.output_bytes = layer.kind == LayerKind::kHead ? 0 : b * s * out_width * e / tp;
-  c.param_count = p.params / tp;
+  const double ep = static_cast<double>(training.ep_degree > 0 ? training.ep_degree : 1);
+  const double expert_count = p.expert_params / ep / tp;
+  c.param_count = (p.params - p.expert_params) / tp + expert_count;
 
   // Measured overrides. Measured values are per tensor-parallel rank and taken as measured
   // under the model's own training options (so no recompute adjustment is applied to them).
@@ -370,11 +376,70 @@ LayerCost CostModel::Cost(const Layer& layer, const TrainingOptions& training,
 
   // Weights, gradients and Adam state (fp32 master weights, momentum, variance; 12 bytes in
   // mixed precision, 8 beyond the fp32 weights in fp32), the optimizer part sharded by ZeRO.
+  // Expert parameters are replicated over only zero_degree / ep_degree ranks (the
+  // expert-data-parallel group; Megatron's distributed optimizer shards them over that).
   const double zero = static_cast<double>(training.zero_degree > 0 ? training.zero_degree : 1);
-  const double per_param = training.precision == Precision::kFp32 ? 4 + 4 + 8 / zero
-                                                                  : 2 + 2 + 12 / zero;
+  const double expert_zero = std::max(1.0, zero / ep);
+  auto per_param = [&](double z) {
+    return training.precision == Precision::kFp32 ? 4 + 4 + 8 / z : 2 + 2 + 12 / z;
+  };
+  // A measured parameter size replaces the formula's; its expert share keeps the formula's.
+  const double expert_share =
+      m.param_bytes ? 0.0 : (c.param_count > 0 ? expert_count / c.param_count : 0.0);
   c.param_bytes = c.param_count * e;
-  c.static_bytes = c.param_count * per_param;
+  c.static_bytes = c.param_count * (1 - expert_share) * per_param(zero) +
+                   c.param_count * expert_share * per_param(expert_zero);
+  return c;
+}
+
+double RingAllReduceSeconds(double bytes, int group, const LinkSpec& link) {
+  if (group <= 1 || bytes <= 0) return 0;
+  const double n = group;
+  return 2 * (n - 1) * link.latency_s + Seconds(2 * (n - 1) / n * bytes, link.bandwidth);
+}
+
+double AllToAllSeconds(double bytes, int group, int ranks_in_node, const LinkSpec& intra,
+                       const LinkSpec& inter) {
+  if (group <= 1 || bytes <= 0) return 0;
+  const int local = std::clamp(ranks_in_node, 1, group);
+  const double chunk = bytes / group;
+  const double intra_peers = local - 1, inter_peers = group - local;
+  const double t_intra = intra_peers * intra.latency_s + Seconds(intra_peers * chunk, intra.bandwidth);
+  const double t_inter = inter_peers * inter.latency_s + Seconds(inter_peers * chunk, inter.bandwidth);
+  return std::max(t_intra, t_inter);
+}
+
+LayerComm CostModel::Comm(const Layer& layer, const TrainingOptions& training,
+                          const CommLinks& links) const {
+  LayerComm c;
+  const double e = ElementBytes(training.precision);
+  const double b = static_cast<double>(training.micro_batch_size);
+  const double s = TokensPerSample(layer, training);
+  const int tp = static_cast<int>(std::max<int64_t>(1, training.tp_degree));
+  const int ep = static_cast<int>(std::max<int64_t>(1, training.ep_degree));
+  if (tp > 1) {
+    const double out_width = static_cast<double>(
+        layer.dims.out_hidden > 0 ? layer.dims.out_hidden : layer.dims.hidden);
+    const double in_width = static_cast<double>(layer.dims.hidden);
+    const double fwd_count = layer.kind == LayerKind::kHead          ? 0
+                             : layer.kind == LayerKind::kVisionBlock ? 2
+                                                                     : 1;
+    const double bwd_count = layer.kind == LayerKind::kEmbedding     ? 0
+                             : layer.kind == LayerKind::kVisionBlock ? 2
+                                                                     : 1;
+    c.forward_s += fwd_count * RingAllReduceSeconds(b * s * out_width * e, tp, links.intra);
+    c.backward_input_s += bwd_count * RingAllReduceSeconds(b * s * in_width * e, tp, links.intra);
+  }
+  if (ep > 1 && layer.kind == LayerKind::kMoe) {
+    const int local = training.ep_ranks_per_node > 0
+                          ? static_cast<int>(training.ep_ranks_per_node)
+                          : std::min(ep, std::max(1, links.devices_per_node));
+    const double bytes = b * s * static_cast<double>(layer.dims.top_k) *
+                         static_cast<double>(layer.dims.hidden) * e / tp;
+    const double one = AllToAllSeconds(bytes, ep, local, links.intra, links.inter);
+    c.forward_s += 2 * one;         // dispatch + combine
+    c.backward_input_s += 2 * one;  // their gradients
+  }
   return c;
 }
 

@@ -34,6 +34,37 @@ struct LayerCost {
   double forward_flops = 0; // on one tensor-parallel rank
 };
 
+// Seconds of tensor- and expert-parallel communication one layer adds to its forward (F) and
+// input-gradient (B) ops for one micro-batch on one rank; W communicates nothing (the
+// data-parallel gradient reduction is an iteration-level cost, see tuner/layout.h). Full
+// recompute repeats the forward's communication.
+struct LayerComm {
+  double forward_s = 0;
+  double backward_input_s = 0;
+};
+
+// The links a pipeline device's collectives use: its TP group sits inside one node (`intra`);
+// its EP group's ranks are `training.ep_ranks_per_node` per node on `intra`, the rest across
+// `inter`.
+struct CommLinks {
+  LinkSpec intra;
+  LinkSpec inter;
+  int devices_per_node = 1;  // resolves ep_ranks_per_node == 0 (as many as fit)
+};
+
+// Ring all-reduce of `bytes` over `group` ranks on one link (Thakur et al. 2005; NCCL's ring):
+// 2(n-1) steps, each moving bytes/n per rank: 2(n-1)·latency + 2(n-1)/n · bytes / bandwidth.
+// The same volume as reduce-scatter + all-gather (sequence parallelism, ZeRO). 0 for n <= 1.
+double RingAllReduceSeconds(double bytes, int group, const LinkSpec& link);
+
+// All-to-all where each of `group` ranks holds `bytes` destined evenly to every rank (itself
+// included, so bytes/n stay local), `ranks_in_node` of them (itself included) sharing its node:
+// pairwise exchange with the node's peers over `intra` and with the others over `inter`, the
+// two link classes served at once: max over the classes of peers·(latency + bytes/n / bandwidth).
+// 0 for n <= 1.
+double AllToAllSeconds(double bytes, int group, int ranks_in_node, const LinkSpec& intra,
+                       const LinkSpec& inter);
+
 struct CostModelOptions {
   // Achieved fraction of peak FLOP/s per layer kind (indexed by LayerKind). Training reaches
   // 35-60% of peak; small or memory-bound kernels (embedding, scans) less.
@@ -57,6 +88,16 @@ class CostModel {
   LayerCost Cost(const Layer& layer, const TrainingOptions& training,
                  const HardwareSpec& hardware) const;
 
+  // TP and EP communication of one layer (Megatron-LM's f/g operators): with TP degree t > 1,
+  // each layer whose weight GEMMs are split all-reduces its b·s·h output in F (the embedding,
+  // and the vision block twice: attention and MLP) and its input gradient in B (not the
+  // embedding: its input is token ids) over the node's link. With EP degree > 1, a MoE layer
+  // dispatches its tokens' top_k copies (b·s·top_k·h/t elements per rank) to their experts and
+  // combines them back: two all-to-alls in F, and their two gradients in B. Measured profiles
+  // are per-rank compute only, so this is added on top of them by the problem builder.
+  LayerComm Comm(const Layer& layer, const TrainingOptions& training,
+                 const CommLinks& links) const;
+
   // Forward FLOPs of the whole layer for one micro-batch (before dividing by TP), split into
   // FLOPs of weight GEMMs and FLOPs without weights. Exposed for tests against the formulas.
   struct Flops {
@@ -66,7 +107,7 @@ class CostModel {
   };
   static Flops ForwardFlops(const Layer& layer, const TrainingOptions& training);
 
-  // Parameter count of the whole layer (before dividing by TP).
+  // Parameter count of the whole layer (before dividing by TP or EP).
   static double ParamCount(const Layer& layer);
 
   const CostModelOptions& options() const { return options_; }

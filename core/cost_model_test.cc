@@ -469,5 +469,99 @@ TEST(CostTest, ZeroRateGivesInfiniteTimeNotNan) {
   EXPECT_TRUE(std::isinf(c.forward_s));
 }
 
+// Hand-computed collective costs (the formulas of cost_model.h), on the H100 preset's links:
+// NVLink 450 GB/s per direction and 3 us, InfiniBand NDR 50 GB/s per direction and 5 us.
+const LinkSpec kNvlink{450e9, 3e-6};
+const LinkSpec kIb{50e9, 5e-6};
+
+TEST(CollectiveTest, RingAllReduceOfOneLlamaActivationOverEightGpus) {
+  // b·s·h·2 = 4096·4096·2 bytes; 2·7·3 us + 2·7/8 · 33554432 / 450e9.
+  EXPECT_NEAR(1.7248945777777777e-4, RingAllReduceSeconds(4096.0 * 4096 * 2, 8, kNvlink), 1e-12);
+  EXPECT_EQ(0, RingAllReduceSeconds(1e9, 1, kNvlink));
+}
+
+TEST(CollectiveTest, AllToAllOverEightNodesIsBoundByTheInterNodeShare) {
+  // DeepSeek-V3 dispatch: 4096 tokens · top-8 · 7168 · 2 bytes over EP 64, 8 ranks per node.
+  // Chunk V/64 = 7340032 bytes. NVLink: 7 peers, 7·3 us + 7·chunk/450e9 = 0.13518 ms;
+  // IB: 56 peers, 56·5 us + 56·chunk/50e9 = 8.50084 ms; the two are served at once: the max.
+  const double v = 4096.0 * 8 * 7168 * 2;
+  EXPECT_NEAR(8.50083584e-3, AllToAllSeconds(v, 64, 8, kNvlink, kIb), 1e-12);
+  // All 8 ranks in one node: only the NVLink share.
+  EXPECT_NEAR(7 * 3e-6 + 7 * (v / 8) / 450e9, AllToAllSeconds(v, 8, 8, kNvlink, kIb), 1e-12);
+  EXPECT_EQ(0, AllToAllSeconds(v, 1, 1, kNvlink, kIb));
+}
+
+Layer DeepSeekV3Moe() {
+  Layer l;
+  l.kind = LayerKind::kMoe;
+  l.dims.hidden = 7168;
+  l.dims.experts = 256;
+  l.dims.top_k = 8;
+  l.dims.moe_ffn = 2048;
+  l.dims.shared_experts = 1;
+  return l;
+}
+
+TEST(CommTest, ExpertParallelMoeLayerPaysTwoAllToAllsInFAndTwoInB) {
+  TrainingOptions t = Training();
+  t.ep_degree = 64;
+  t.ep_ranks_per_node = 8;
+  const LayerComm c = CostModel().Comm(DeepSeekV3Moe(), t, CommLinks{kNvlink, kIb, 8});
+  EXPECT_NEAR(2 * 8.50083584e-3, c.forward_s, 1e-12);
+  EXPECT_NEAR(2 * 8.50083584e-3, c.backward_input_s, 1e-12);
+  // Not a MoE layer, or no EP: nothing.
+  EXPECT_EQ(0, CostModel().Comm(Llama8bMlp(), t, CommLinks{kNvlink, kIb, 8}).forward_s);
+  t.ep_degree = 1;
+  t.ep_ranks_per_node = 0;
+  EXPECT_EQ(0, CostModel().Comm(DeepSeekV3Moe(), t, CommLinks{kNvlink, kIb, 8}).forward_s);
+}
+
+TEST(CommTest, EpRanksPerNodeDefaultsToWhatTheNodeHolds) {
+  TrainingOptions t = Training();
+  t.ep_degree = 8;  // 0 ranks per node: min(8, 8 devices) = all on NVLink
+  const double v = 4096.0 * 8 * 7168 * 2;
+  const LayerComm c = CostModel().Comm(DeepSeekV3Moe(), t, CommLinks{kNvlink, kIb, 8});
+  EXPECT_NEAR(2 * (7 * 3e-6 + 7 * (v / 8) / 450e9), c.forward_s, 1e-12);
+}
+
+TEST(CommTest, TensorParallelAllReducesFollowMegatronsFAndGOperators) {
+  TrainingOptions t = Training();
+  t.tp_degree = 8;
+  const CommLinks links{kNvlink, kIb, 8};
+  const double one = 1.7248945777777777e-4;  // b·s·h·2 bytes over 8 ranks, as above
+  const LayerComm attn = CostModel().Comm(Llama8bAttention(), t, links);
+  EXPECT_NEAR(one, attn.forward_s, 1e-12);
+  EXPECT_NEAR(one, attn.backward_input_s, 1e-12);
+  Layer emb;
+  emb.kind = LayerKind::kEmbedding;
+  emb.dims.hidden = 4096;
+  emb.dims.vocab = 128256;
+  const LayerComm e = CostModel().Comm(emb, t, links);
+  EXPECT_NEAR(one, e.forward_s, 1e-12);  // vocab-parallel lookup: all-reduce of the output
+  EXPECT_EQ(0, e.backward_input_s);      // no input gradient (token ids)
+  Layer head = emb;
+  head.kind = LayerKind::kHead;
+  const LayerComm h = CostModel().Comm(head, t, links);
+  EXPECT_EQ(0, h.forward_s);  // column-parallel logits: identity forward
+  EXPECT_NEAR(one, h.backward_input_s, 1e-12);
+  t.tp_degree = 1;
+  EXPECT_EQ(0, CostModel().Comm(Llama8bAttention(), t, links).forward_s);
+}
+
+TEST(CostTest, ExpertParallelDividesRoutedExpertsAndShardsTheirOptimizerOverExpertDp) {
+  TrainingOptions t = Training();
+  t.ep_degree = 64;
+  t.zero_degree = 128;
+  const LayerCost c = CostModel().Cost(DeepSeekV3Moe(), t, H100());
+  // Routed 3·h·f·256/64, shared expert 3·h·f, router h·256, norm h.
+  EXPECT_NEAR(222043136.0, c.param_count, 1e-3);
+  // Dense part: 2 + 2 + 12/128 bytes per parameter; experts: ZeRO over 128/64 = 2 ranks.
+  EXPECT_NEAR(1949438624.0, c.static_bytes, 1e-3);
+  // Compute per rank is unchanged by EP (balanced routing: the same token-expert pairs).
+  t.ep_degree = 1;
+  t.zero_degree = 1;
+  EXPECT_EQ(CostModel().Cost(DeepSeekV3Moe(), t, H100()).forward_s, c.forward_s);
+}
+
 }  // namespace
 }  // namespace octopipe

@@ -189,6 +189,7 @@ absl::Status Validate(const ModelGraph& model) {
       {"training.num_microbatches", t.num_microbatches},
       {"training.tp_degree", t.tp_degree},
       {"training.zero_degree", t.zero_degree},
+      {"training.ep_degree", t.ep_degree},
   };
   for (const auto& [path, value] : training_fields) {
     absl::Status s = Positive(path, value);
@@ -198,6 +199,11 @@ absl::Status Validate(const ModelGraph& model) {
       return absl::InvalidArgumentError(
           absl::StrCat(path, " must be <= ", kMaxDim, ", got ", value));
     }
+  }
+  if (t.ep_ranks_per_node < 0 || t.ep_ranks_per_node > t.ep_degree) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "training.ep_ranks_per_node must be in [0, training.ep_degree = ", t.ep_degree,
+        "], got ", t.ep_ranks_per_node));
   }
   for (int i = 0; i < model.num_layers(); ++i) {
     const Layer& layer = model.layers[i];

@@ -99,6 +99,13 @@ struct TrainingOptions {
   int64_t tp_degree = 1;
   RecomputePolicy recompute = RecomputePolicy::kNone;
   int64_t zero_degree = 1;  // optimizer state sharded this many ways
+  // Expert parallelism of MoE layers: each rank holds experts / ep_degree routed experts, and
+  // tokens travel to their experts and back by all-to-all over the ep_degree ranks of its EP
+  // group (data-parallel replicas of the same stage). `ep_ranks_per_node`: how many of those
+  // ranks share a node (NVLink) with each rank, itself included; 0: as many as fit, i.e.
+  // min(ep_degree, devices of the node).
+  int64_t ep_degree = 1;
+  int64_t ep_ranks_per_node = 0;
 };
 
 struct ModelGraph {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <new>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "core/convert.h"
@@ -24,6 +25,72 @@ Cluster WithoutNodes(const Cluster& cluster, const std::vector<std::string>& exc
 }
 
 namespace {
+
+// Layout search and executor constraints of a request (proto fields 260-270).
+absl::Status ReadLayoutAndConstraints(const proto::PlanOptions& o, PlanningInput* in) {
+  in->choose_layout = o.choose_layout();
+  if (in->choose_layout && o.num_devices() != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "options.choose_layout: needs options.num_devices = 0 (every device), got ",
+        o.num_devices()));
+  }
+  in->layout.pp = o.layout_pp();
+  in->layout.tp = o.layout_tp();
+  in->layout.ep = o.layout_ep();
+  in->layout.dp = o.layout_dp();
+  in->layout.max_tuned = o.max_layouts() > 0 ? std::min(o.max_layouts(), 64) : 3;
+  ExecutorConstraints& c = in->tuner.constraints;
+  c.allow_bw_split = !o.no_bw_split();
+  c.allow_recompute = !o.no_recompute();
+  c.max_stages_per_device = o.max_stages_per_device();
+  for (const proto::StageSpec& st : o.fixed_stages()) {
+    StageAssignment a;
+    a.first_layer = st.first_layer();
+    a.last_layer = st.last_layer();
+    a.device = st.device();
+    c.fixed_stages.push_back(a);
+  }
+  c.fixed_placement = o.fixed_placement();
+  // Checked here for the single pipeline (the layout search checks each pipeline's).
+  if (!in->choose_layout) {
+    absl::Status s = ValidateConstraints(c, in->model.num_layers(), in->tuner.num_devices);
+    if (!s.ok()) return absl::Status(s.code(), absl::StrCat("options.", s.message()));
+  }
+  return absl::OkStatus();
+}
+
+proto::PlanLayout LayoutToProto(const LayoutResult& r) {
+  proto::PlanLayout out;
+  out.set_pp(r.layout.pp);
+  out.set_tp(r.layout.tp);
+  out.set_ep(r.layout.ep);
+  out.set_dp(r.layout.dp);
+  out.set_rank_order(r.layout.pp_outer ? "tp-dp-pp" : "tp-pp-dp");
+  out.set_microbatches_per_pipeline(r.microbatches);
+  out.set_global_microbatches(r.global_microbatches);
+  out.set_pipeline_time_s(r.pipeline_time_s);
+  out.set_dp_sync_s(r.dp_sync_s);
+  out.set_iteration_time_s(r.iteration_time_s);
+  out.set_tokens_per_s(r.tokens_per_s);
+  for (const LayoutPipeline& p : r.pipelines) {
+    proto::PlanLayoutPipeline* pp = out.add_pipelines();
+    for (int rep : p.replicas) pp->add_replicas(rep);
+    for (const auto& gpus : p.device_gpus) {
+      proto::PlanLayoutDevice* d = pp->add_devices();
+      for (int g : gpus) d->add_gpus(g);
+    }
+    pp->set_iteration_time_s(p.tune.predicted.iteration_time_s);
+    pp->set_dp_sync_s(p.dp_sync_s);
+  }
+  out.set_layouts_considered(static_cast<int>(r.considered.size()));
+  int tuned = 0;
+  for (const LayoutConsidered& c : r.considered) {
+    tuned += c.outcome == "tuned" || c.outcome == "chosen" ? 1 : 0;
+  }
+  out.set_layouts_tuned(tuned);
+  return out;
+}
+
 
 // Sizes read from the wire form, before any conversion allocates in proportion to them.
 absl::Status CheckWireSizes(const proto::Model& model, const proto::Cluster& cluster,
@@ -130,6 +197,7 @@ absl::StatusOr<PlanningInput> PrepareInput(const proto::Model& model_proto,
   }
   t.vocab_parallel = *vocab;
   t.threads = limits.tuner_threads;
+  RETURN_IF_ERROR(ReadLayoutAndConstraints(options, &in));
   RunSizeNames names;
   names.devices = "options.num_devices";
   names.microbatches = "options.num_microbatches";
@@ -190,8 +258,18 @@ absl::StatusOr<proto::PlanResult> RunPlanning(const PlanningInput& input,
   t.should_stop = should_stop;
   const CostModel cost;
   absl::StatusOr<TuneResult> tuned;
+  std::optional<LayoutResult> layout;
   try {
-    tuned = Tune(input.model, input.cluster, cost, t);
+    if (input.choose_layout) {
+      LayoutRequest req = input.layout;
+      req.global_microbatches = t.num_microbatches;
+      absl::StatusOr<LayoutResult> l = TuneLayout(input.model, input.cluster, cost, t, req);
+      if (!l.ok()) return l.status();
+      layout = std::move(*l);
+      tuned = layout->pipelines.front().tune;
+    } else {
+      tuned = Tune(input.model, input.cluster, cost, t);
+    }
   } catch (const std::bad_alloc&) {
     // The limits should make this unreachable; if not, one request must not end the service.
     return absl::ResourceExhaustedError(
@@ -209,7 +287,12 @@ absl::StatusOr<proto::PlanResult> RunPlanning(const PlanningInput& input,
           "(a value too large or too small for the cost model)");
     }
   }
-  return ToProto(r);
+  proto::PlanResult out = ToProto(r);
+  if (layout) {
+    *out.mutable_layout() = LayoutToProto(*layout);
+    out.set_feasible(layout->feasible);
+  }
+  return out;
 }
 
 double ObjectiveOf(const proto::PlanResult& r, const TunerOptions& options) {

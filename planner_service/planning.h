@@ -13,6 +13,7 @@
 #include "core/limits.h"
 #include "core/model_graph.h"
 #include "proto/planner.pb.h"
+#include "tuner/layout.h"
 #include "tuner/tuner.h"
 
 namespace octopipe::planner {
@@ -28,6 +29,10 @@ struct PlanningInput {
   ModelGraph model;
   Cluster cluster;  // without excluded nodes
   TunerOptions tuner;
+  // options.choose_layout: the layout search (tuner/layout.h) over every device, with what
+  // `layout` fixes; tuner.num_microbatches is then the global batch.
+  bool choose_layout = false;
+  LayoutRequest layout;
 };
 
 // Errors: kInvalidArgument naming the field ("model.layers[3].kind: unknown layer kind 'x'",

@@ -8,6 +8,17 @@
 #include "simulator/vocab_parallel.h"
 
 namespace octopipe {
+namespace {
+
+// TP/EP collectives are not calibrated (the factors fit compute): they add on top, to F and B,
+// and to R, which repeats the forward.
+void AddComm(const LayerComm& comm, LayerCost* cost) {
+  cost->forward_s += comm.forward_s;
+  cost->recompute_s += comm.forward_s;
+  cost->backward_input_s += comm.backward_input_s;
+}
+
+}  // namespace
 
 absl::StatusOr<ProblemBuilder> ProblemBuilder::Create(
     const ModelGraph& model, const Cluster& cluster, const CostModel& cost_model,
@@ -47,6 +58,9 @@ absl::StatusOr<ProblemBuilder> ProblemBuilder::Create(
       class_names.push_back(hw.name);
       HardwareClass hc;
       hc.op_overhead_s = hw.op_overhead_s;
+      // TP and EP collectives of this class's devices: the first such device's node.
+      const Node& node = cluster.nodes[cluster.node_of_device(d)];
+      const CommLinks links{node.intra_node_link, cluster.inter_node_link, node.num_devices};
       hc.layers.reserve(L);
       for (int l = 0; l < L; ++l) {
         LayerCost cost = cost_model.Cost(model.layers[l], model.training, hw);
@@ -57,6 +71,7 @@ absl::StatusOr<ProblemBuilder> ProblemBuilder::Create(
           cost.weight_grad_s *= f;
           cost.recompute_s *= f;
         }
+        AddComm(cost_model.Comm(model.layers[l], model.training, links), &cost);
         hc.layers.push_back(cost);
       }
       for (auto* v : {&hc.f, &hc.b, &hc.w, &hc.r, &hc.act, &hc.act_w, &hc.statics, &hc.work}) {

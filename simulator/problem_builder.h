@@ -5,7 +5,9 @@
 // costs O(1) through prefix sums, so search loops can build thousands of problems cheaply.
 // What the executor pays beyond its layers' compute comes from the cluster (measured by
 // `octopipe profile`): the hardware's per-op overhead is added to every stage op, and each
-// message costs the link's latency + bytes / bandwidth.
+// message costs the link's latency + bytes / bandwidth. Tensor- and expert-parallel
+// collectives (CostModel::Comm, from the model's tp_degree / ep_degree and the device's node
+// and the inter-node link) are added to each layer's F, B and R.
 // Immutable after construction; safe to share const across threads.
 #ifndef OCTOPIPE_SIMULATOR_PROBLEM_BUILDER_H_
 #define OCTOPIPE_SIMULATOR_PROBLEM_BUILDER_H_

@@ -49,7 +49,19 @@ class Search {
   std::mt19937_64& rng() { return rng_; }
 
   // Scores every candidate; parallel over the workers, results in input order.
-  std::vector<Score> EvaluateAll(const std::vector<Candidate>& cands) {
+  std::vector<Score> EvaluateAll(const std::vector<Candidate>& requested) {
+    // Executor constraints: each candidate projected onto them; one they rule out is not
+    // scored (Score{} never wins).
+    std::vector<Candidate> constrained;
+    std::vector<char> admitted;
+    if (options_.constraints.any()) {
+      constrained = requested;
+      admitted.resize(constrained.size());
+      for (size_t i = 0; i < constrained.size(); ++i) {
+        admitted[i] = ApplyConstraints(options_.constraints, &constrained[i]) ? 1 : 0;
+      }
+    }
+    const std::vector<Candidate>& cands = admitted.empty() ? requested : constrained;
     std::vector<Score> scores(cands.size());
     const int T = static_cast<int>(workers_.size());
     // A batch may be long (thousands of seeds on a big pipeline): past the budget the rest
@@ -58,6 +70,7 @@ class Search {
       int done = 0;
       for (size_t i = t; i < cands.size(); i += stride) {
         if (done++ % 8 == 0 && out_of_time()) break;
+        if (!admitted.empty() && !admitted[i]) continue;
         scores[i] = workers_[t]->Evaluate(cands[i]);
       }
     };
@@ -421,7 +434,7 @@ absl::Status ValidateOptions(const ModelGraph& model, const TunerOptions& option
     return absl::InvalidArgumentError(
         absl::StrCat("time_budget_s must be > 0, got ", options.time_budget_s));
   }
-  return absl::OkStatus();
+  return ValidateConstraints(options.constraints, model.num_layers(), options.num_devices);
 }
 
 std::function<double()> ClockOrSteady(std::function<double()> now) {
@@ -840,6 +853,16 @@ absl::StatusOr<TuneResult> Tune(const ModelGraph& model, const Cluster& cluster,
   result.baselines = RunBaselines(model, plain, M, options.link_contention,
                                   [&search] { return search.out_of_time(); });
   const BaselineResult* best_baseline = BestFittingBaseline(result.baselines, steady);
+  if (options.constraints.any()) {  // only a baseline the runtime can run is an answer
+    best_baseline = nullptr;
+    for (const BaselineResult& b : result.baselines) {
+      if (!b.ran || !b.fits || !PlanMeetsConstraints(options.constraints, b.plan)) continue;
+      if (best_baseline == nullptr ||
+          BaselineObjective(b, steady) < BaselineObjective(*best_baseline, steady)) {
+        best_baseline = &b;
+      }
+    }
+  }
   if (best_baseline != nullptr) result.best_baseline = best_baseline->name;
   search.Log(&result, "baselines", kInf, 0,
              best_baseline ? absl::StrCat("best fitting baseline: ", best_baseline->name, " ",
@@ -848,6 +871,10 @@ absl::StatusOr<TuneResult> Tune(const ModelGraph& model, const Cluster& cluster,
 
   const std::vector<Policy> policies = SeedPolicies();
   if (!vocab) SeedClassicOrders(search, builder, classic, &result);  // they have no S/T passes
+  if (!options.constraints.fixed_stages.empty()) {
+    search.EvaluateAll(ConstraintSeeds(options.constraints, P, policies));
+    search.Log(&result, "constraints", kInf, 0, "the fixed partition's start points");
+  }
   if (search.out_of_time()) {
     search.Log(&result, "seed", search.best_objective(), search.evaluations(),
                "skipped: the time budget ran out before the search");

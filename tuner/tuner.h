@@ -32,6 +32,7 @@
 #include "core/plan.h"
 #include "simulator/evaluator.h"
 #include "tuner/baselines.h"
+#include "tuner/constraints.h"
 #include "tuner/lower_bound.h"
 
 namespace octopipe {
@@ -68,6 +69,10 @@ struct TunerOptions {
   std::function<bool()> should_stop;
   // kOn needs a model ending with its head (kFailedPrecondition otherwise).
   VocabParallelMode vocab_parallel = VocabParallelMode::kAuto;
+  // What the runtime that will run the plan supports (tuner/constraints.h); the default
+  // constrains nothing. The plan returned always meets them; `best_baseline` and the
+  // speed-up count only baselines that meet them (the others are still reported).
+  ExecutorConstraints constraints;
   // Called after each phase with the log entry (for progress output on long runs).
   std::function<void(const struct TuneLogEntry&)> progress;
 };

@@ -1,0 +1,481 @@
+#include "tuner/layout.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <memory>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "simulator/problem_builder.h"
+#include "tuner/lower_bound.h"
+
+namespace octopipe {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Where every rank of a layout sits: TP group g holds GPUs [g·tp, g·tp + tp).
+class RankMap {
+ public:
+  RankMap(const Cluster& cluster, const ParallelLayout& layout)
+      : cluster_(cluster), l_(layout) {}
+
+  // The TP group of pipeline device (stage position) j of replica r.
+  int Group(int r, int j) const { return l_.pp_outer ? r + l_.dp * j : j + l_.pp * r; }
+  int FirstGpu(int r, int j) const { return Group(r, j) * l_.tp; }
+  int NodeOf(int r, int j) const { return cluster_.node_of_device(FirstGpu(r, j)); }
+
+  // Every TP group inside one node.
+  bool TpGroupsInsideNodes() const {
+    const int groups = l_.gpus() / l_.tp;
+    for (int g = 0; g < groups; ++g) {
+      if (cluster_.node_of_device(g * l_.tp) != cluster_.node_of_device(g * l_.tp + l_.tp - 1)) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  // Replica r's pipeline: one device per TP group, grouped into nodes as the GPUs are (stage
+  // positions increase with the GPU index, so each node's devices are consecutive).
+  Cluster PipelineCluster(int r, std::vector<std::vector<int>>* device_gpus) const {
+    Cluster c;
+    c.name = absl::StrCat(cluster_.name, " / ", l_.ToString(), " replica ", r);
+    c.hardware = cluster_.hardware;
+    c.inter_node_link = cluster_.inter_node_link;
+    c.memory_reserve_bytes = cluster_.memory_reserve_bytes;
+    int last_node = -1;
+    for (int j = 0; j < l_.pp; ++j) {
+      const int node = NodeOf(r, j);
+      if (node != last_node) {
+        Node n = cluster_.nodes[node];
+        n.num_devices = 0;
+        c.nodes.push_back(n);
+        last_node = node;
+      }
+      ++c.nodes.back().num_devices;
+      if (device_gpus != nullptr) {
+        std::vector<int> gpus;
+        for (int k = 0; k < l_.tp; ++k) gpus.push_back(FirstGpu(r, j) + k);
+        device_gpus->push_back(std::move(gpus));
+      }
+    }
+    return c;
+  }
+
+  // What makes two replicas' pipelines different: hardware and node boundaries per device.
+  std::string Signature(int r) const {
+    std::string s;
+    int last_node = -1;
+    for (int j = 0; j < l_.pp; ++j) {
+      const int node = NodeOf(r, j);
+      absl::StrAppend(&s, node != last_node ? "|" : ",", cluster_.nodes[node].hardware);
+      last_node = node;
+    }
+    return s;
+  }
+
+  // Of replica 0's stage-0 EP group (replicas [0, ep)), how many share its node.
+  int EpRanksPerNode() const {
+    const int node = NodeOf(0, 0);
+    int n = 0;
+    for (int r = 0; r < l_.ep; ++r) n += NodeOf(r, 0) == node ? 1 : 0;
+    return n;
+  }
+
+  // The link stage position j's DP group all-reduces over.
+  LinkSpec DpLink(int j) const {
+    const int node = NodeOf(0, j);
+    for (int r = 1; r < l_.dp; ++r) {
+      if (NodeOf(r, j) != node) return cluster_.inter_node_link;
+    }
+    return cluster_.nodes[node].intra_node_link;
+  }
+
+ private:
+  const Cluster& cluster_;
+  ParallelLayout l_;
+};
+
+std::vector<int> Divisors(int n) {
+  std::vector<int> out;
+  for (int d = 1; d <= n; ++d) {
+    if (n % d == 0) out.push_back(d);
+  }
+  return out;
+}
+
+int ExpertCount(const ModelGraph& model) {
+  int experts = 0;
+  for (const Layer& l : model.layers) {
+    if (l.kind == LayerKind::kMoe) experts = std::max<int>(experts, static_cast<int>(l.dims.experts));
+  }
+  return experts;
+}
+
+bool ExpertsDivide(const ModelGraph& model, int ep) {
+  for (const Layer& l : model.layers) {
+    if (l.kind == LayerKind::kMoe && l.dims.experts % ep != 0) return false;
+  }
+  return true;
+}
+
+// A layout under evaluation: its distinct pipelines, their builders, and the cheap figures.
+struct LayoutCandidate {
+  ParallelLayout layout;
+  ModelGraph model;
+  int microbatches = 0;
+  struct Pipe {
+    std::vector<int> replicas;
+    std::vector<std::vector<int>> device_gpus;
+    Cluster cluster;
+    std::unique_ptr<ProblemBuilder> builder;
+  };
+  std::vector<Pipe> pipes;
+  std::vector<LinkSpec> dp_links;  // per stage position
+  double static_ratio = 0;  // the least possible static bytes / capacity (> 1: cannot fit)
+  double bound_s = 0;
+  double estimate_s = 0;
+};
+
+// Gradient all-reduce of each pipeline device over its DP group; the slowest device's.
+double DpSyncSeconds(const LayoutCandidate& c, const LayoutCandidate::Pipe& pipe,
+                     const std::vector<StageAssignment>& stages) {
+  if (c.layout.dp <= 1) return 0;
+  std::vector<double> bytes(c.layout.pp, 0.0);
+  for (const StageAssignment& st : stages) {
+    for (int l = st.first_layer; l <= st.last_layer; ++l) {
+      bytes[st.device] += pipe.builder->layer_cost(l, st.device).param_bytes;
+    }
+  }
+  double worst = 0;
+  for (int j = 0; j < c.layout.pp; ++j) {
+    worst = std::max(worst, RingAllReduceSeconds(bytes[j], c.layout.dp, c.dp_links[j]));
+  }
+  return worst;
+}
+
+// The least DP synchronisation any partition allows: some device holds at least the average
+// gradient bytes; it syncs at best over the fastest DP link.
+double DpSyncBound(const LayoutCandidate& c, const LayoutCandidate::Pipe& pipe) {
+  if (c.layout.dp <= 1) return 0;
+  double total = 0;
+  for (int l = 0; l < pipe.builder->num_layers(); ++l) {
+    double least = kInf;
+    for (int d = 0; d < c.layout.pp; ++d) {
+      least = std::min(least, pipe.builder->layer_cost(l, d).param_bytes);
+    }
+    total += least;
+  }
+  double best = kInf;
+  for (const LinkSpec& link : c.dp_links) {
+    best = std::min(best, RingAllReduceSeconds(total / c.layout.pp, c.layout.dp, link));
+  }
+  return best;
+}
+
+// Builds a candidate's pipelines and cheap figures; false when the layout cannot be mapped.
+absl::StatusOr<bool> Prepare(const ModelGraph& model, const Cluster& cluster,
+                             const CostModel& cost, bool steady, LayoutCandidate* c) {
+  const ParallelLayout& l = c->layout;
+  RankMap map(cluster, l);
+  if (!map.TpGroupsInsideNodes()) return false;
+  c->model = model;
+  c->model.training.tp_degree = l.tp;
+  c->model.training.ep_degree = l.ep;
+  c->model.training.ep_ranks_per_node = l.ep > 1 ? map.EpRanksPerNode() : 0;
+  c->model.training.zero_degree = std::max<int64_t>(model.training.zero_degree, l.dp);
+  std::map<std::string, int> by_signature;
+  for (int r = 0; r < l.dp; ++r) {
+    const std::string sig = map.Signature(r);
+    auto it = by_signature.find(sig);
+    if (it != by_signature.end()) {
+      c->pipes[it->second].replicas.push_back(r);
+      continue;
+    }
+    by_signature[sig] = static_cast<int>(c->pipes.size());
+    LayoutCandidate::Pipe pipe;
+    pipe.replicas.push_back(r);
+    pipe.cluster = map.PipelineCluster(r, &pipe.device_gpus);
+    ASSIGN_OR_RETURN(ProblemBuilder b, ProblemBuilder::Create(c->model, pipe.cluster, cost, l.pp));
+    pipe.builder = std::make_unique<ProblemBuilder>(std::move(b));
+    c->pipes.push_back(std::move(pipe));
+  }
+  // Expert parallelism needs the same layers on every rank of an EP group.
+  if (l.ep > 1 && c->pipes.size() > 1) return false;
+  for (int j = 0; j < l.pp; ++j) c->dp_links.push_back(map.DpLink(j));
+
+  c->static_ratio = 0;
+  c->bound_s = 0;
+  c->estimate_s = 0;
+  for (const LayoutCandidate::Pipe& pipe : c->pipes) {
+    const ProblemBuilder& b = *pipe.builder;
+    const int L = b.num_layers(), P = l.pp;
+    // Static bytes: spread perfectly over the devices, and no layer split.
+    double total = 0, capacity = 0, heaviest = 0, largest_capacity = 0;
+    for (int d = 0; d < P; ++d) {
+      capacity += b.memory_capacity(d);
+      largest_capacity = std::max(largest_capacity, b.memory_capacity(d));
+    }
+    for (int i = 0; i < L; ++i) {
+      double least = kInf;
+      for (int d = 0; d < P; ++d) least = std::min(least, b.StaticBytes(i, i, d));
+      total += least;
+      heaviest = std::max(heaviest, least);
+    }
+    c->static_ratio = std::max({c->static_ratio, total / capacity, heaviest / largest_capacity});
+    const std::vector<LayerCost> fastest = FastestLayerCosts(b);
+    const LowerBound lb = PipelineLowerBound(fastest, P, c->microbatches, steady);
+    double work = 0;  // one micro-batch through every layer, F + B + W
+    for (const LayerCost& lc : fastest) work += lc.forward_s + lc.backward_input_s + lc.weight_grad_s;
+    const double sync = DpSyncBound(*c, pipe);
+    c->bound_s = std::max(c->bound_s, lb.seconds + sync);
+    const double one_f_one_b = work / P * (c->microbatches + P - 1);
+    c->estimate_s = std::max(c->estimate_s, std::max(lb.seconds, one_f_one_b) + sync);
+  }
+  return true;
+}
+
+absl::Status CheckFixed(const char* field, int value, int limit, const std::string& what) {
+  if (value < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("layout.", field, " must be >= 0 (0: choose), got ", value));
+  }
+  if (value > 0 && limit % value != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("layout.", field, ": ", value, " does not divide ", what));
+  }
+  return absl::OkStatus();
+}
+
+// Every layout the request allows, in a fixed order.
+absl::StatusOr<std::vector<ParallelLayout>> Enumerate(const ModelGraph& model,
+                                                      const Cluster& cluster, int gpus,
+                                                      int global, const LayoutRequest& req) {
+  int node_size = gpus;
+  for (const Node& n : cluster.nodes) node_size = std::min(node_size, std::max(1, n.num_devices));
+  const std::string gpus_text = absl::StrCat(gpus, " GPUs");
+  RETURN_IF_ERROR(CheckFixed("pp", req.pp, gpus, gpus_text));
+  RETURN_IF_ERROR(CheckFixed("tp", req.tp, gpus, gpus_text));
+  RETURN_IF_ERROR(CheckFixed("dp", req.dp, gpus, gpus_text));
+  RETURN_IF_ERROR(CheckFixed("ep", req.ep, gpus, gpus_text));
+  if (req.pp > model.num_layers()) {
+    return absl::InvalidArgumentError(absl::StrCat("layout.pp: ", req.pp, " stages need as many layers, the model has ", model.num_layers()));
+  }
+  if (req.ep > 1 && (ExpertCount(model) == 0 || !ExpertsDivide(model, req.ep))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "layout.ep: ", req.ep, " must divide the expert count of every MoE layer (the model has ",
+        ExpertCount(model), " experts)"));
+  }
+  const int model_tp = static_cast<int>(model.training.tp_degree);
+  const int model_ep = static_cast<int>(model.training.ep_degree);
+  std::vector<ParallelLayout> out;
+  for (int tp : {1, 2, 4, 8}) {
+    if (req.tp > 0 ? tp != req.tp : (model_tp > 1 ? tp != model_tp : node_size % tp != 0)) {
+      continue;
+    }
+    if (gpus % tp != 0) continue;
+    for (int pp : Divisors(gpus / tp)) {
+      if (pp > model.num_layers() || (req.pp > 0 && pp != req.pp)) continue;
+      const int dp = gpus / tp / pp;
+      if ((req.dp > 0 && dp != req.dp) || global % dp != 0) continue;
+      for (int ep : Divisors(dp)) {
+        const int fixed_ep = req.ep > 0 ? req.ep : (model_ep > 1 ? model_ep : 0);
+        if (fixed_ep > 0 ? ep != fixed_ep : (ep > 1 && (ExpertCount(model) < ep || !ExpertsDivide(model, ep)))) {
+          continue;
+        }
+        for (bool pp_outer : {true, false}) {
+          if (!pp_outer && (pp == 1 || dp == 1)) continue;  // the same ranks either way
+          out.push_back(ParallelLayout{pp, tp, ep, dp, pp_outer});
+        }
+      }
+    }
+  }
+  if (out.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "layout: no PP x TP x EP x DP layout of ", gpus, " GPUs fits the request (pp ", req.pp,
+        ", tp ", req.tp, ", ep ", req.ep, ", dp ", req.dp, ", global micro-batches ", global,
+        " must divide by DP)"));
+  }
+  return out;
+}
+
+std::function<double()> ClockOf(const TunerOptions& o) {
+  if (o.now) return o.now;
+  return [] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  };
+}
+
+double ObjectiveOf(const TuneResult& r, bool steady) {
+  if (!r.feasible) return kInf;
+  return steady ? r.predicted.steady_state_iteration_time_s : r.predicted.iteration_time_s;
+}
+
+// Tunes every distinct pipeline of a candidate with `budget` seconds in all.
+absl::StatusOr<LayoutResult> TuneCandidate(LayoutCandidate& c, const CostModel& cost,
+                                           const TunerOptions& tuner, double budget,
+                                           int global) {
+  const bool steady = tuner.objective == Objective::kSteadyState;
+  LayoutResult out;
+  out.layout = c.layout;
+  out.model = c.model;
+  out.microbatches = c.microbatches;
+  out.global_microbatches = global;
+  out.feasible = true;
+  for (LayoutCandidate::Pipe& pipe : c.pipes) {
+    TunerOptions o = tuner;
+    o.num_devices = c.layout.pp;
+    o.num_microbatches = c.microbatches;
+    o.time_budget_s = std::max(1e-3, budget / static_cast<double>(c.pipes.size()));
+    ASSIGN_OR_RETURN(TuneResult r, Tune(c.model, pipe.cluster, cost, o));
+    LayoutPipeline lp;
+    lp.replicas = pipe.replicas;
+    lp.device_gpus = pipe.device_gpus;
+    lp.cluster = pipe.cluster;
+    lp.dp_sync_s = DpSyncSeconds(c, pipe, r.plan.stages);
+    lp.tune = std::move(r);
+    out.feasible = out.feasible && lp.tune.feasible;
+    out.pipelines.push_back(std::move(lp));
+  }
+  // The slowest pipeline first: the iteration waits for it.
+  std::stable_sort(out.pipelines.begin(), out.pipelines.end(),
+                   [&](const LayoutPipeline& a, const LayoutPipeline& b) {
+                     return ObjectiveOf(a.tune, steady) + a.dp_sync_s >
+                            ObjectiveOf(b.tune, steady) + b.dp_sync_s;
+                   });
+  const LayoutPipeline& slowest = out.pipelines.front();
+  out.pipeline_time_s = steady ? slowest.tune.predicted.steady_state_iteration_time_s
+                               : slowest.tune.predicted.iteration_time_s;
+  out.dp_sync_s = 0;
+  for (const LayoutPipeline& p : out.pipelines) out.dp_sync_s = std::max(out.dp_sync_s, p.dp_sync_s);
+  out.iteration_time_s = out.pipeline_time_s + out.dp_sync_s;
+  out.tokens_per_s =
+      out.iteration_time_s > 0 ? global * c.model.tokens_per_microbatch() / out.iteration_time_s : 0;
+  return out;
+}
+
+}  // namespace
+
+std::string ParallelLayout::ToString() const {
+  return absl::StrCat("PP", pp, " x TP", tp, " x EP", ep, " x DP", dp,
+                      pp_outer ? " (pp outer)" : " (pp inner)");
+}
+
+absl::StatusOr<LayoutResult> TuneLayout(const ModelGraph& model, const Cluster& cluster,
+                                        const CostModel& cost_model, const TunerOptions& tuner,
+                                        const LayoutRequest& request) {
+  const std::function<double()> now = ClockOf(tuner);
+  const double start = now();
+  const bool steady = tuner.objective == Objective::kSteadyState;
+  const int gpus = request.gpus > 0 ? request.gpus : cluster.num_devices();
+  if (gpus > cluster.num_devices()) {
+    return absl::InvalidArgumentError(absl::StrCat("layout.gpus: ", gpus, " requested but the cluster '", cluster.name, "' has ", cluster.num_devices()));
+  }
+  if (!(tuner.time_budget_s > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("time_budget_s must be > 0, got ", tuner.time_budget_s));
+  }
+  const int global = request.global_microbatches > 0
+                         ? request.global_microbatches
+                         : static_cast<int>(model.training.num_microbatches);
+  ASSIGN_OR_RETURN(std::vector<ParallelLayout> layouts,
+                   Enumerate(model, cluster, gpus, global, request));
+
+  std::vector<LayoutCandidate> cands;
+  for (const ParallelLayout& l : layouts) {
+    LayoutCandidate c;
+    c.layout = l;
+    c.microbatches = global / l.dp;
+    ASSIGN_OR_RETURN(bool ok, Prepare(model, cluster, cost_model, steady, &c));
+    if (ok) cands.push_back(std::move(c));
+  }
+  if (cands.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "layout: no layout of ", gpus, " GPUs keeps every TP group inside a node (and every EP "
+        "group on identical pipelines)"));
+  }
+  // Order: layouts that can fit by their estimate; then the rest by how close they come.
+  std::vector<size_t> order(cands.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    const bool fa = cands[a].static_ratio <= 1, fb = cands[b].static_ratio <= 1;
+    if (fa != fb) return fa;
+    if (fa) return cands[a].estimate_s < cands[b].estimate_s;
+    return cands[a].static_ratio < cands[b].static_ratio;
+  });
+  const bool any_fits = cands[order[0]].static_ratio <= 1;
+  // Nothing can fit: tune the closest one for the infeasible answer (what memory it needs).
+  const int to_tune = any_fits ? std::max(1, request.max_tuned) : 1;
+  int feasible_left = 0;
+  for (const LayoutCandidate& c : cands) feasible_left += c.static_ratio <= 1 ? 1 : 0;
+
+  std::vector<LayoutConsidered> considered(cands.size());
+  std::optional<LayoutResult> best;
+  absl::Status last_error = absl::InternalError("layout: no layout was tuned");
+  int tuned = 0, failures = 0;
+  constexpr int kMaxFailures = 3;  // then the budget is spent: give what was found
+  for (size_t k = 0; k < order.size(); ++k) {
+    LayoutCandidate& c = cands[order[k]];
+    LayoutConsidered& info = considered[k];
+    info.layout = c.layout;
+    info.microbatches = c.microbatches;
+    info.bound_s = c.bound_s;
+    info.estimate_s = c.estimate_s;
+    info.iteration_s = kInf;
+    if (any_fits && c.static_ratio > 1) {
+      info.outcome = "pruned: memory";
+      continue;
+    }
+    if (best && best->feasible && c.bound_s >= best->iteration_time_s) {
+      info.outcome = "pruned: bound";
+      --feasible_left;
+      continue;
+    }
+    if (tuned >= to_tune || failures >= kMaxFailures ||
+        (tuned > 0 && tuner.should_stop && tuner.should_stop())) {
+      info.outcome = "not tuned";
+      --feasible_left;
+      continue;
+    }
+    const double left = tuner.time_budget_s - (now() - start);
+    const int slots = std::max(1, std::min(to_tune - tuned, any_fits ? feasible_left : 1));
+    absl::StatusOr<LayoutResult> tuned_layout =
+        TuneCandidate(c, cost_model, tuner, std::max(1e-3, left / slots), global);
+    --feasible_left;
+    if (!tuned_layout.ok()) {
+      // Bad options are the caller's to fix; anything else (a share of the budget too small to
+      // schedule any candidate of a big pipeline) only rules this layout out.
+      if (tuned_layout.status().code() == absl::StatusCode::kInvalidArgument) {
+        return tuned_layout.status();
+      }
+      info.outcome = absl::StrCat("failed: ", tuned_layout.status().message());
+      last_error = tuned_layout.status();
+      ++failures;
+      continue;
+    }
+    ++tuned;
+    LayoutResult& r = *tuned_layout;
+    info.outcome = "tuned";
+    info.iteration_s = r.feasible ? r.iteration_time_s : kInf;
+    const bool better = !best || (r.feasible && (!best->feasible ||
+                                                 r.iteration_time_s < best->iteration_time_s));
+    if (better) best = std::move(r);
+  }
+  if (!best) return last_error;
+  for (LayoutConsidered& info : considered) {
+    if (info.outcome == "tuned" && info.layout.ToString() == best->layout.ToString()) {
+      info.outcome = "chosen";
+    }
+  }
+  best->considered = std::move(considered);
+  best->tuning_wall_s = now() - start;
+  return std::move(*best);
+}
+
+}  // namespace octopipe

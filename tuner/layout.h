@@ -1,0 +1,111 @@
+// Layout search: how a cluster's GPUs are split into pipeline (PP), tensor (TP), expert (EP)
+// and data (DP) parallelism, and which GPUs form which pipeline — chosen by the planner when
+// the request does not fix it, then each distinct pipeline tuned by Tune (tuner.h).
+//
+// Model of a layout (PP × TP × DP GPUs, EP dividing DP):
+//   * Ranks are ordered TP innermost, then DP (EP groups are consecutive DP ranks), then PP
+//     (`pp_outer`, Megatron-LM's default order), or TP, PP, DP (`!pp_outer`: each replica's
+//     pipeline on consecutive GPUs). Rank i is the cluster's GPU i (node order); a TP group must
+//     sit inside one node.
+//   * A pipeline device is one TP group: the cost model divides its work and memory by TP and
+//     adds the TP all-reduces and EP all-to-alls (CostModel::Comm) on the group's node link and
+//     the inter-node link, with as many EP peers on the node as the rank order puts there.
+//   * The global batch is `global_microbatches` micro-batches per iteration; each of the DP
+//     replicas runs M = global / DP of them. The optimizer state is sharded over DP (dense
+//     parameters) and DP / EP (experts): Megatron's distributed optimizer.
+//   * Replicas whose pipelines differ (hardware, node boundaries: mixed clusters) are tuned
+//     separately; the iteration waits for the slowest. After the pipelines, each device
+//     all-reduces its gradients over its DP group (ring; over NVLink when the group is inside
+//     one node, else the inter-node link), not overlapped: iteration = pipeline + dp_sync.
+//   Candidates are compared by iteration time at the same global batch (= tokens/s).
+//
+// Search: enumerate every layout the request leaves open (PP dividing the GPUs and at most
+// the layer count; TP in {1, 2, 4, 8} dividing the node size; EP dividing DP and the expert
+// count; both rank orders), prune those whose weights, gradients and optimizer state cannot
+// fit even spread perfectly, bound the rest (the tuner's certified lower bound + the least
+// DP synchronisation), and tune the most promising ones in order of an estimate (the bound
+// with a 1F1B bubble), each with an equal share of the remaining time budget, skipping any
+// whose lower bound already loses to the best tuned. One implementation for `octopipe plan`,
+// the Plan RPC and bench:plan_quality.
+//
+// Deterministic for a seed when the budget is not exhausted; thread-safe (no shared state).
+#ifndef OCTOPIPE_TUNER_LAYOUT_H_
+#define OCTOPIPE_TUNER_LAYOUT_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/cluster.h"
+#include "core/cost_model.h"
+#include "core/model_graph.h"
+#include "tuner/tuner.h"
+
+namespace octopipe {
+
+struct ParallelLayout {
+  int pp = 1, tp = 1, ep = 1, dp = 1;
+  bool pp_outer = true;  // rank order TP, DP, PP (else TP, PP, DP)
+
+  int gpus() const { return pp * tp * dp; }
+  // "PP16 x TP1 x EP64 x DP128 (pp outer)".
+  std::string ToString() const;
+};
+
+// What the request fixes; 0 (or false) leaves it to the search.
+struct LayoutRequest {
+  int pp = 0, tp = 0, ep = 0, dp = 0;
+  int gpus = 0;  // the cluster's first GPUs to use; 0: all
+  // Micro-batches per iteration over all replicas; 0: the model's training.num_microbatches.
+  int global_microbatches = 0;
+  // At most this many layouts are tuned in full (the rest only bounded); more finds better
+  // layouts on big clusters at the cost of a smaller budget share each.
+  int max_tuned = 3;
+};
+
+// One layout the search looked at.
+struct LayoutConsidered {
+  ParallelLayout layout;
+  int microbatches = 0;    // per replica
+  // "chosen", "tuned", "pruned: memory", "pruned: bound", "not tuned", "failed: <why>"
+  std::string outcome;
+  double bound_s = 0;      // lower bound on the iteration (pipeline + DP sync)
+  double estimate_s = 0;   // the ordering estimate
+  double iteration_s = 0;  // when tuned (inf when it does not fit)
+};
+
+// One distinct pipeline of the chosen layout and the replicas that run it.
+struct LayoutPipeline {
+  std::vector<int> replicas;                 // DP ranks with this pipeline
+  std::vector<std::vector<int>> device_gpus; // per pipeline device of the first replica: its TP group
+  Cluster cluster;                           // the pipeline's devices (one per TP group)
+  TuneResult tune;
+  double dp_sync_s = 0;  // the slowest device's gradient all-reduce
+};
+
+struct LayoutResult {
+  ParallelLayout layout;
+  ModelGraph model;  // training options of the layout (tp, ep, zero degrees)
+  int microbatches = 0;            // per replica
+  int global_microbatches = 0;
+  std::vector<LayoutPipeline> pipelines;  // [0] the slowest: the one the iteration waits for
+  bool feasible = false;
+  double pipeline_time_s = 0;   // the slowest pipeline's objective
+  double dp_sync_s = 0;
+  double iteration_time_s = 0;  // pipeline + DP sync
+  double tokens_per_s = 0;      // over all replicas
+  std::vector<LayoutConsidered> considered;
+  double tuning_wall_s = 0;
+};
+
+// kInvalidArgument naming the field when the request cannot be met ("layout.pp: 7 does not
+// divide 32 GPUs"); a layout that does not fit in memory is a result with feasible == false.
+// `tuner` supplies objective, budget (for the whole search), seed, threads, clock, stop and
+// constraints; its num_devices and num_microbatches are ignored.
+absl::StatusOr<LayoutResult> TuneLayout(const ModelGraph& model, const Cluster& cluster,
+                                        const CostModel& cost_model, const TunerOptions& tuner,
+                                        const LayoutRequest& request);
+
+}  // namespace octopipe
+
+#endif  // OCTOPIPE_TUNER_LAYOUT_H_

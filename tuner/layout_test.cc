@@ -1,0 +1,191 @@
+// Pins the layout search (tuner/layout.h): what it chooses where the answer is known (free
+// communication: pure data parallelism; memory too small for one replica per GPU: pipeline or
+// tensor parallelism; DeepSeek-V3's experts: expert parallelism), that a fixed layout is kept,
+// how ranks map to GPUs, and the errors naming the field.
+#include "tuner/layout.h"
+
+#include <cmath>
+
+#include "core/cluster.h"
+#include "core/cluster_presets.h"
+#include "core/cost_model.h"
+#include "core/model_zoo.h"
+#include "core/synthetic_model.h"
+#include "gtest/gtest.h"
+
+namespace octopipe {
+namespace {
+
+TunerOptions Options(double budget = 2) {
+  TunerOptions o;
+  o.time_budget_s = budget;
+  o.seed = 1;
+  o.threads = 1;
+  return o;
+}
+
+const LayoutConsidered* Find(const LayoutResult& r, const std::string& layout) {
+  for (const LayoutConsidered& c : r.considered) {
+    if (c.layout.ToString() == layout) return &c;
+  }
+  return nullptr;
+}
+
+TEST(LayoutTest, FreeCommunicationAndMemoryGivePureDataParallelism) {
+  // 8 identical unit layers (F = B = W = 1 s), 8 devices with free links and no memory limit,
+  // 8 micro-batches per iteration: 8 replicas of one micro-batch each take 24 s, no bubble;
+  // any pipeline has a bubble and any TP adds replicas' work to fewer ranks.
+  absl::StatusOr<ModelGraph> model = ParseSyntheticModel("layers=8,f=1,b=1,w=1");
+  ASSERT_TRUE(model.ok()) << model.status();
+  LayoutRequest req;
+  req.global_microbatches = 8;
+  absl::StatusOr<LayoutResult> r = TuneLayout(*model, SyntheticCluster(8), CostModel(), Options(), req);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->feasible);
+  EXPECT_EQ("PP1 x TP1 x EP1 x DP8 (pp outer)", r->layout.ToString());
+  EXPECT_EQ(1, r->microbatches);
+  EXPECT_DOUBLE_EQ(24.0, r->iteration_time_s);
+  EXPECT_EQ(0, r->dp_sync_s);
+  ASSERT_EQ(1u, r->pipelines.size());
+  EXPECT_EQ(8u, r->pipelines[0].replicas.size());
+  // PP8 x DP1: 8 micro-batches through 8 stages; its bound (work 24 s per device) does not
+  // beat 24 s, so it is pruned or tuned and loses.
+  const LayoutConsidered* pp8 = Find(*r, "PP8 x TP1 x EP1 x DP1 (pp outer)");
+  ASSERT_NE(pp8, nullptr);
+  EXPECT_NE("chosen", pp8->outcome);
+  EXPECT_GE(pp8->bound_s, 24.0);
+}
+
+Cluster SmallMemoryNode(double memory_bytes) {
+  Cluster c = *ClusterPreset("h100-1node");
+  for (HardwareSpec& h : c.hardware) h.memory_bytes = memory_bytes;
+  return c;
+}
+
+TEST(LayoutTest, ModelThatDoesNotFitOnOneGpuIsSplitByPipelineOrTensorParallelism) {
+  TrainingOptions t;
+  t.num_microbatches = 16;
+  absl::StatusOr<ModelGraph> model = ZooModel("llama3-8b", t);
+  ASSERT_TRUE(model.ok()) << model.status();
+  // 30 GB GPUs (26 GB usable): 8B parameters need 2 + 2 bytes each before any optimizer state.
+  absl::StatusOr<LayoutResult> r =
+      TuneLayout(*model, SmallMemoryNode(30e9), CostModel(), Options(3), LayoutRequest{});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->feasible);
+  EXPECT_GE(r->layout.pp * r->layout.tp, 2) << r->layout.ToString();
+  const LayoutConsidered* dp8 = Find(*r, "PP1 x TP1 x EP1 x DP8 (pp outer)");
+  ASSERT_NE(dp8, nullptr);
+  EXPECT_EQ("pruned: memory", dp8->outcome);
+  EXPECT_GT(r->tokens_per_s, 0);
+  // Every device of the chosen plan fits.
+  for (const DeviceResult& d : r->pipelines[0].tune.predicted.devices) EXPECT_TRUE(d.fits_memory);
+}
+
+TEST(LayoutTest, FixedLayoutIsKeptAndRanksMapToGpusInMegatronOrder) {
+  absl::StatusOr<ModelGraph> model = ParseSyntheticModel("layers=8,f=1,b=1,w=1");
+  ASSERT_TRUE(model.ok());
+  LayoutRequest req;
+  req.pp = 2;
+  req.tp = 2;
+  req.global_microbatches = 4;
+  absl::StatusOr<LayoutResult> r = TuneLayout(*model, SyntheticCluster(8), CostModel(), Options(), req);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(2, r->layout.pp);
+  EXPECT_EQ(2, r->layout.tp);
+  EXPECT_EQ(2, r->layout.dp);
+  EXPECT_EQ(2, r->microbatches);
+  EXPECT_EQ(2, r->model.training.tp_degree);
+  EXPECT_EQ(2, r->model.training.zero_degree);  // optimizer sharded over DP
+  ASSERT_EQ(1u, r->pipelines.size());
+  const auto& gpus = r->pipelines[0].device_gpus;
+  ASSERT_EQ(2u, gpus.size());
+  if (r->layout.pp_outer) {
+    // TP innermost, then DP, then PP: stage 1 of replica 0 is TP group 0 + DP(2) * 1 = 2.
+    EXPECT_EQ((std::vector<int>{0, 1}), gpus[0]);
+    EXPECT_EQ((std::vector<int>{4, 5}), gpus[1]);
+  } else {
+    EXPECT_EQ((std::vector<int>{0, 1}), gpus[0]);
+    EXPECT_EQ((std::vector<int>{2, 3}), gpus[1]);
+  }
+}
+
+TEST(LayoutTest, RequestErrorsNameTheField) {
+  absl::StatusOr<ModelGraph> model = ParseSyntheticModel("layers=8,f=1,b=1,w=1");
+  ASSERT_TRUE(model.ok());
+  LayoutRequest req;
+  req.pp = 3;
+  absl::StatusOr<LayoutResult> r = TuneLayout(*model, SyntheticCluster(8), CostModel(), Options(), req);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(absl::StatusCode::kInvalidArgument, r.status().code());
+  EXPECT_EQ("layout.pp: 3 does not divide 8 GPUs", r.status().message());
+  req = LayoutRequest{};
+  req.ep = 2;  // no MoE layer
+  r = TuneLayout(*model, SyntheticCluster(8), CostModel(), Options(), req);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(std::string(r.status().message()).find("layout.ep: 2"), std::string::npos);
+}
+
+Cluster H100Nodes(int nodes) {
+  Cluster c = *ClusterPreset("h100-1node");
+  const Node node = c.nodes[0];
+  c.nodes.clear();
+  for (int i = 0; i < nodes; ++i) {
+    c.nodes.push_back(node);
+    c.nodes.back().name = "node" + std::to_string(i);
+  }
+  c.name = "h100-" + std::to_string(nodes) + "nodes";
+  return c;
+}
+
+TEST(LayoutTest, DeepSeekV3GetsAFeasiblePlanOn256GpusThroughExpertParallelism) {
+  absl::StatusOr<ModelGraph> model = ZooModel("deepseek-v3", TrainingOptions{});
+  ASSERT_TRUE(model.ok()) << model.status();
+  LayoutRequest req;
+  req.global_microbatches = 1024;
+  req.max_tuned = 1;
+  absl::StatusOr<LayoutResult> r =
+      TuneLayout(*model, H100Nodes(32), CostModel(), Options(3), req);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->feasible) << r->layout.ToString();
+  EXPECT_EQ(256, r->layout.gpus());
+  // Expert parallelism is what makes the expert weights fit without TP: PP32 x DP8 does not
+  // fit with every expert on every rank, and does with them split over two.
+  const LayoutConsidered* ep1 = Find(*r, "PP32 x TP1 x EP1 x DP8 (pp outer)");
+  const LayoutConsidered* ep2 = Find(*r, "PP32 x TP1 x EP2 x DP8 (pp outer)");
+  ASSERT_NE(ep1, nullptr);
+  ASSERT_NE(ep2, nullptr);
+  EXPECT_EQ("pruned: memory", ep1->outcome);
+  EXPECT_NE("pruned: memory", ep2->outcome);
+  // Every TP1 x EP1 layout is too big.
+  for (const LayoutConsidered& c : r->considered) {
+    if (c.layout.ep == 1 && c.layout.tp == 1) {
+      EXPECT_EQ("pruned: memory", c.outcome) << c.layout.ToString();
+    }
+  }
+}
+
+TEST(LayoutTest, MixedClusterIsNotOneDeepPipelineAndEveryReplicaIsAccountedFor) {
+  TrainingOptions t;
+  t.num_microbatches = 32;
+  absl::StatusOr<ModelGraph> model = ZooModel("nemotron-h-8b", t);
+  ASSERT_TRUE(model.ok()) << model.status();
+  absl::StatusOr<LayoutResult> r = TuneLayout(*model, *ClusterPreset("mixed-h100-a100"),
+                                              CostModel(), Options(3), LayoutRequest{});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->feasible);
+  EXPECT_EQ(32, r->layout.gpus());
+  EXPECT_LT(r->layout.pp, 32) << r->layout.ToString();
+  int replicas = 0;
+  for (const LayoutPipeline& p : r->pipelines) {
+    replicas += static_cast<int>(p.replicas.size());
+    ASSERT_EQ(static_cast<size_t>(r->layout.pp), p.device_gpus.size());
+    for (const auto& g : p.device_gpus) EXPECT_EQ(static_cast<size_t>(r->layout.tp), g.size());
+    EXPECT_EQ(r->layout.pp, p.cluster.num_devices());
+  }
+  EXPECT_EQ(r->layout.dp, replicas);
+  EXPECT_EQ(32, r->microbatches * r->layout.dp);
+  EXPECT_NEAR(r->iteration_time_s, r->pipeline_time_s + r->dp_sync_s, 1e-12);
+}
+
+}  // namespace
+}  // namespace octopipe
