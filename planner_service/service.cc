@@ -10,6 +10,7 @@
 #include "logging/logging.h"
 #include "planner_service/agent_jobs.h"
 #include "planner_service/clock.h"
+#include "planner_service/decode_check.h"
 
 namespace octopipe::planner {
 
@@ -22,7 +23,68 @@ grpc::Status ToGrpc(const absl::Status& s) {
 PlannerService::PlannerService(JobManager* jobs, AgentRegistry* agents, Store* store,
                                TuningPool* pool, ServiceOptions options, RpcObserver* observer)
     : jobs_(jobs), agents_(agents), store_(store), pool_(pool), options_(std::move(options)),
-      observer_(observer) {}
+      observer_(observer) {
+  CheckDecoding();
+}
+
+namespace {
+
+int MethodIndex(const char* method) {
+  const google::protobuf::ServiceDescriptor* service =
+      google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
+          proto::Planner::service_full_name());
+  return service->FindMethodByName(method)->index();
+}
+
+absl::Status Undecodable(const char* method, const google::protobuf::Descriptor* type) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(method, ": the request bytes are not a valid ", type->full_name(),
+                   " message (protobuf parse failed)"));
+}
+
+}  // namespace
+
+template <class Req, class Resp>
+void PlannerService::CheckDecodingUnary(const char* method,
+                                        grpc::ServerUnaryReactor* (PlannerService::*fn)(
+                                            grpc::CallbackServerContext*, const Req*, Resp*)) {
+  MarkMethodCallback(
+      MethodIndex(method),
+      new DecodeCheckingUnaryHandler<Req, Resp>(
+          [this, fn](grpc::CallbackServerContext* ctx, const Req* request, Resp* response) {
+            return (this->*fn)(ctx, request, response);
+          },
+          [this, method](grpc::CallbackServerContext* ctx) {
+            return Done(ctx, method, Undecodable(method, Req::descriptor()));
+          }));
+}
+
+void PlannerService::CheckDecoding() {
+  CheckDecodingUnary("Plan", &PlannerService::Plan);
+  CheckDecodingUnary("CreateJob", &PlannerService::CreateJob);
+  CheckDecodingUnary("GetJob", &PlannerService::GetJob);
+  CheckDecodingUnary("ListJobs", &PlannerService::ListJobs);
+  CheckDecodingUnary("DeleteJob", &PlannerService::DeleteJob);
+  CheckDecodingUnary("RegisterAgent", &PlannerService::RegisterAgent);
+  CheckDecodingUnary("Heartbeat", &PlannerService::Heartbeat);
+  CheckDecodingUnary("ReportStageTimes", &PlannerService::ReportStageTimes);
+  CheckDecodingUnary("ReportNodeFailure", &PlannerService::ReportNodeFailure);
+  CheckDecodingUnary("DrainNode", &PlannerService::DrainNode);
+  CheckDecodingUnary("ReportJobEvent", &PlannerService::ReportJobEvent);
+  CheckDecodingUnary("ListAgents", &PlannerService::ListAgents);
+  MarkMethodCallback(
+      MethodIndex("WatchPlan"),
+      new DecodeCheckingStreamingHandler<proto::WatchPlanRequest, proto::PlanVersion>(
+          [this](grpc::CallbackServerContext* ctx, const proto::WatchPlanRequest* request) {
+            return WatchPlan(ctx, request);
+          },
+          [this](grpc::CallbackServerContext* ctx) -> grpc::ServerWriteReactor<proto::PlanVersion>* {
+            const absl::Status s =
+                Undecodable("WatchPlan", proto::WatchPlanRequest::descriptor());
+            if (observer_) observer_->OnRpc("WatchPlan", static_cast<grpc::StatusCode>(s.code()));
+            return new FinishedWriteReactor<proto::PlanVersion>(ToGrpc(s));
+          }));
+}
 
 grpc::ServerUnaryReactor* PlannerService::Done(grpc::CallbackServerContext* ctx,
                                                const char* method, const absl::Status& status) {

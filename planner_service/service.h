@@ -100,6 +100,14 @@ class PlannerService final : public proto::Planner::CallbackService {
   // Finishes a unary call, recording it.
   grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx, const char* method,
                                  const absl::Status& status);
+  // Replaces the generated handlers so that request bytes that do not parse are answered
+  // INVALID_ARGUMENT naming the method (planner_service/decode_check.h), not gRPC's bare
+  // UNIMPLEMENTED.
+  void CheckDecoding();
+  template <class Req, class Resp>
+  void CheckDecodingUnary(const char* method,
+                          grpc::ServerUnaryReactor* (PlannerService::*fn)(
+                              grpc::CallbackServerContext*, const Req*, Resp*));
   absl::Status Authorize(grpc::CallbackServerContext* ctx) const;
   absl::Status LoseNode(const proto::NodeRequest& request, ReplanReason reason,
                         proto::NodeResponse* response);
