@@ -526,6 +526,49 @@ TEST(PlannerHardeningTest, EmptyDatabaseFileIsRefusedAtStartUp) {
   EXPECT_THAT(std::string(s.message()), HasSubstr("the database file is empty (0 bytes)"));
 }
 
+// Was: a plan at the largest sizes the limits allow could exceed gRPC's default 4 MB, so
+// default clients could not read Plan, GetJob or WatchPlan. Now a plan larger than
+// --max_plan_bytes is refused: before tuning when even the smallest plan of that size would be
+// too large, after it (exact size) otherwise; a job is refused at creation or FAILED.
+TEST(PlannerHardeningTest, PlansLargerThanTheResponseLimitAreRefused) {
+  PlannerProcess planner(kPlanner);
+  ASSERT_TRUE(
+      planner.Start({"--state_dir=" + TmpDir("plan-bytes"), "--max_plan_bytes=20000"}).ok())
+      << planner.log();
+  auto stub = Connect(planner);
+  proto::PlanRequest big = SmallPlan();
+  big.mutable_options()->set_num_microbatches(1000);  // at least 12 x 4 x 1000 bytes
+  grpc::Status s = CallPlan(stub.get(), big);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+  EXPECT_THAT(s.error_message(), HasSubstr("at least 48000 bytes on the wire, over the limit of "
+                                           "20000 (max_plan_bytes"));
+  proto::Job job;
+  s = CallCreate(stub.get(), AsJob(big, "big"), &job);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+
+  proto::PlanRequest near = SmallPlan();
+  near.mutable_options()->set_num_microbatches(400);  // estimate 19200 passes; the plan not
+  s = CallPlan(stub.get(), near);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+  EXPECT_THAT(s.error_message(), HasSubstr("bytes on the wire, over the limit of 20000"));
+  ASSERT_TRUE(CallCreate(stub.get(), AsJob(near, "near"), &job).ok());
+  proto::GetJobResponse got;
+  for (int i = 0; i < 600; ++i) {
+    auto ctx = Ctx();
+    ASSERT_TRUE(stub->GetJob(ctx.get(), [&] {
+      proto::GetJobRequest g;
+      g.set_job_id(job.id());
+      return g;
+    }(), &got).ok());
+    if (got.job().state() != proto::JOB_STATE_PLANNING) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(got.job().state(), proto::JOB_STATE_FAILED);
+  EXPECT_THAT(got.job().last_error(), HasSubstr("max_plan_bytes"));
+  // Within the limit everything still plans.
+  EXPECT_TRUE(CallPlan(stub.get(), SmallPlan()).ok());
+}
+
 // Sends `bytes` as the request of `method` with the generic stub; server streams are read to
 // their end. Returns the call's status.
 grpc::Status SendRaw(const PlannerProcess& p, const std::string& method, const std::string& bytes,

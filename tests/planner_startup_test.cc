@@ -238,7 +238,7 @@ TEST(FlagsTest, HelpExplainsEveryFlag) {
   for (const char* flag :
        {"host", "port", "port_file", "state_dir", "metrics_port", "metrics_host",
         "metrics_threads", "metrics_request_timeout_ms", "tls_cert", "tls_key", "tls_client_ca",
-        "token", "token_file", "max_request_bytes", "max_layers", "max_devices",
+        "token", "token_file", "max_request_bytes", "max_layers", "max_devices", "max_plan_bytes",
         "max_time_budget_s", "default_time_budget_s", "workers", "max_queued",
         "heartbeat_timeout_s", "replan_start_deviation", "replan_stop_deviation",
         "replan_min_gain", "replan_cooldown_s", "log_level", "log_json"}) {
