@@ -339,6 +339,12 @@ void JobManager::RunPlanning(const std::string& job_id, ReplanReason reason) {
   }
   absl::StatusOr<PlanningInput> input =
       PrepareInput(job.model(), job.cluster(), job.options(), Excluded(job), options_.limits);
+  if (input.ok() && has_current) {
+    // Warm start: the search begins from the current plan (ignored when it no longer fits
+    // the devices left).
+    absl::StatusOr<Plan> plan = PlanFromProto(current.result().plan());
+    if (plan.ok()) input->tuner.seed_stages = plan->stages;
+  }
   absl::StatusOr<proto::PlanResult> result =
       input.ok() ? planner::RunPlanning(*input, factors, [this] { return pool_->stopping(); })
                  : absl::StatusOr<proto::PlanResult>(input.status());

@@ -83,6 +83,9 @@ ABSL_FLAG(double, max_time_budget_s, kDefaults.limits.max_time_budget_s,
 ABSL_FLAG(double, default_time_budget_s, kDefaults.limits.default_time_budget_s,
           "Tuning budget, in seconds, when a request does not set one.");
 ABSL_FLAG(int, workers, kDefaults.workers, "Tuning threads.");
+ABSL_FLAG(int, plan_cache_entries, kDefaults.plan_cache_entries,
+          "Answers to identical Plan requests kept (least recently used dropped first); 0 "
+          "turns the cache off.");
 ABSL_FLAG(int, max_queued, kDefaults.max_queued,
           "Tuning tasks allowed to wait; beyond it Plan and CreateJob answer "
           "RESOURCE_EXHAUSTED.");
@@ -163,6 +166,7 @@ absl::StatusOr<PlannerServerOptions> OptionsFromFlags() {
   o.limits.default_time_budget_s = absl::GetFlag(FLAGS_default_time_budget_s);
   o.workers = absl::GetFlag(FLAGS_workers);
   o.max_queued = absl::GetFlag(FLAGS_max_queued);
+  o.plan_cache_entries = absl::GetFlag(FLAGS_plan_cache_entries);
   o.heartbeat_timeout_s = absl::GetFlag(FLAGS_heartbeat_timeout_s);
   o.replan.start_deviation = absl::GetFlag(FLAGS_replan_start_deviation);
   o.replan.stop_deviation = absl::GetFlag(FLAGS_replan_stop_deviation);

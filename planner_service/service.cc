@@ -1,9 +1,13 @@
 #include "planner_service/service.h"
 
+#include <chrono>
 #include <deque>
+#include <limits>
 #include <memory>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "core/limits.h"
 #include "core/status_macros.h"
@@ -23,7 +27,9 @@ grpc::Status ToGrpc(const absl::Status& s) {
 PlannerService::PlannerService(JobManager* jobs, AgentRegistry* agents, Store* store,
                                TuningPool* pool, ServiceOptions options, RpcObserver* observer)
     : jobs_(jobs), agents_(agents), store_(store), pool_(pool), options_(std::move(options)),
-      observer_(observer) {
+      observer_(observer),
+      clock_(options_.clock ? options_.clock : &real_clock_),
+      cache_(options_.plan_cache_entries, options_.plan_cache_bytes) {
   CheckDecoding();
 }
 
@@ -126,13 +132,54 @@ void PlannerService::UpdateHealth() {
   if (serving_.exchange(serving) != serving) health->SetServingStatus(serving == 1);
 }
 
+LoadSnapshot PlannerService::Load() const {
+  LoadSnapshot load;
+  load.queued = pool_->queued(TuningPool::Lane::kJobs) + pool_->queued(TuningPool::Lane::kOneShot);
+  load.tasks_ahead = load.queued + pool_->running();
+  load.workers = pool_->threads();
+  load.typical_task_s = task_time_.Get();
+  return load;
+}
+
+namespace {
+
+// Seconds to the client's gRPC deadline; infinity when it set none.
+double ClientRemaining(const grpc::CallbackServerContext* ctx) {
+  const auto deadline = ctx->deadline();
+  if (deadline == std::chrono::system_clock::time_point::max()) {
+    return std::numeric_limits<double>::infinity();
+  }
+  return std::chrono::duration<double>(deadline - std::chrono::system_clock::now()).count();
+}
+
+}  // namespace
+
 grpc::ServerUnaryReactor* PlannerService::Plan(grpc::CallbackServerContext* ctx,
                                                const proto::PlanRequest* request,
                                                proto::PlanResponse* response) {
+  const double arrival = clock_->NowSeconds();
   absl::StatusOr<PlanningInput> input =
       PrepareInput(request->model(), request->cluster(), request->options(), {},
                    options_.limits);
   if (!input.ok()) return Done(ctx, "Plan", input.status());
+  const double budget = input->tuner.time_budget_s;
+  const double deadline =
+      CallDeadline(arrival, budget, ClientRemaining(ctx), options_.admission);
+  const LoadSnapshot load = Load();
+  const PlanCacheKey key = KeyOf(*request);
+  // A cached answer serves when it was tuned with at least the budget this call would get.
+  const double would_get = StartBudget(arrival, deadline, budget, load, options_.admission);
+  if (std::optional<proto::PlanResult> hit = cache_.Lookup(key, 0.999 * would_get)) {
+    if (observer_) observer_->OnPlanCache(true);
+    *response->mutable_result() = std::move(*hit);
+    response->set_from_cache(true);
+    return Done(ctx, "Plan", absl::OkStatus());
+  }
+  if (observer_) observer_->OnPlanCache(false);
+  if (absl::Status admitted = Admit(arrival, deadline, budget, load, options_.admission);
+      !admitted.ok()) {
+    return Done(ctx, "Plan", admitted);
+  }
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   auto shared = std::make_shared<PlanningInput>(std::move(*input));
   // The RPC is not finished before the task runs, so `ctx` stays valid inside it. Tuning
@@ -142,20 +189,10 @@ grpc::ServerUnaryReactor* PlannerService::Plan(grpc::CallbackServerContext* ctx,
   std::function<bool()> should_stop = [ctx, pool] {
     return ctx->IsCancelled() || pool->stopping();
   };
-  RpcObserver* observer = observer_;
   const bool queued = pool_->TrySubmit(
-      [this, reactor, shared, response, observer, should_stop] {
+      [this, reactor, shared, key, deadline, response, should_stop] {
         UpdateHealth();  // a slot is free again
-        absl::StatusOr<proto::PlanResult> r = RunPlanning(*shared, {}, should_stop);
-        if (r.ok()) {
-          *response->mutable_result() = std::move(*r);
-          if (observer) observer->OnOneShotPlan(response->result());
-        } else if (r.status().code() == absl::StatusCode::kCancelled && pool_->stopping()) {
-          r = absl::UnavailableError("the planner is shutting down; retry on another replica");
-        }
-        const grpc::Status g = ToGrpc(r.status());
-        if (observer) observer->OnRpc("Plan", g.error_code());
-        reactor->Finish(g);
+        RunOneShot(reactor, *shared, key, deadline, response, should_stop);
       },
       TuningPool::Lane::kOneShot);
   UpdateHealth();
@@ -171,6 +208,38 @@ grpc::ServerUnaryReactor* PlannerService::Plan(grpc::CallbackServerContext* ctx,
     reactor->Finish(g);
   }
   return reactor;
+}
+
+void PlannerService::RunOneShot(grpc::ServerUnaryReactor* reactor, const PlanningInput& input,
+                                const PlanCacheKey& key, double deadline_s,
+                                proto::PlanResponse* response,
+                                const std::function<bool()>& should_stop) {
+  const double start = clock_->NowSeconds();
+  const double budget = input.tuner.time_budget_s;
+  const double tuning_budget = StartBudget(start, deadline_s, budget, Load(), options_.admission);
+  absl::StatusOr<proto::PlanResult> r;
+  if (tuning_budget <= 0) {
+    r = absl::DeadlineExceededError(absl::StrFormat(
+        "the call's deadline (its time budget of %.3f s or its gRPC deadline) passed while it "
+        "waited in the queue; retry later or allow more time",
+        budget));
+  } else {
+    PlanningInput degraded = input;
+    degraded.tuner.time_budget_s = tuning_budget;
+    r = RunPlanning(degraded, {}, should_stop);
+    task_time_.Add(clock_->NowSeconds() - start);
+  }
+  if (r.ok()) {
+    cache_.Put(key, *r, tuning_budget);
+    *response->mutable_result() = std::move(*r);
+    response->set_tuning_budget_s(tuning_budget);
+    if (observer_) observer_->OnOneShotPlan(response->result());
+  } else if (r.status().code() == absl::StatusCode::kCancelled && pool_->stopping()) {
+    r = absl::UnavailableError("the planner is shutting down; retry on another replica");
+  }
+  const grpc::Status g = ToGrpc(r.status());
+  if (observer_) observer_->OnRpc("Plan", g.error_code());
+  reactor->Finish(g);
 }
 
 grpc::ServerUnaryReactor* PlannerService::CreateJob(grpc::CallbackServerContext* ctx,

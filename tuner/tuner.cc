@@ -469,6 +469,30 @@ void SeedClassicOrders(Search& search, const ProblemBuilder& builder,
              absl::StrCat(seeds.size(), " classic orders on balanced and even partitions"));
 }
 
+// Warm start from `stages` (TunerOptions::seed_stages) with every seed policy, when they are
+// contiguous over all layers and on existing devices.
+void SeedFromStages(Search& search, const ProblemBuilder& builder,
+                    const std::vector<StageAssignment>& stages,
+                    const std::vector<Policy>& policies, TuneResult* result) {
+  if (stages.empty() || search.out_of_time()) return;
+  int next = 0;
+  for (const StageAssignment& st : stages) {
+    if (st.first_layer != next || st.last_layer < st.first_layer || st.device < 0 ||
+        st.device >= builder.num_devices()) {
+      return;
+    }
+    next = st.last_layer + 1;
+  }
+  if (next != builder.num_layers()) return;
+  const int64_t evals = search.evaluations();
+  std::vector<Candidate> seeds;
+  for (const Policy& p : policies) seeds.push_back(Candidate{stages, p});
+  search.EvaluateAll(seeds);
+  search.Log(result, "warm-start", kInf, evals,
+             absl::StrCat("the given plan's ", stages.size(), " stages with ", seeds.size(),
+                          " policies"));
+}
+
 struct ScoredSeeds {
   std::vector<Candidate> candidates;
   std::vector<Score> scores;
@@ -695,6 +719,7 @@ absl::StatusOr<TuneResult> Tune(const ModelGraph& model, const Cluster& cluster,
 
   const std::vector<Policy> policies = SeedPolicies();
   SeedClassicOrders(search, builder, classic, &result);
+  SeedFromStages(search, builder, options.seed_stages, policies, &result);
   if (search.out_of_time()) {
     search.Log(&result, "seed", search.best_objective(), search.evaluations(),
                "skipped: the time budget ran out before the search");

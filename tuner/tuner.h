@@ -57,6 +57,10 @@ struct TunerOptions {
   // would (a client that cancelled, a request deadline, a shutdown). The caller decides what
   // the early result is worth.
   std::function<bool()> should_stop;
+  // Warm start (e.g. a job's re-plan): this plan's partition and placement are evaluated with
+  // every seed policy before the search, when its stages cover the model and its devices
+  // exist; otherwise it is ignored. Empty stages: none.
+  std::vector<StageAssignment> seed_stages;
   // Called after each phase with the log entry (for progress output on long runs).
   std::function<void(const struct TuneLogEntry&)> progress;
 };
