@@ -1,5 +1,6 @@
 #include "planner_service/service.h"
 
+#include <algorithm>
 #include <chrono>
 #include <deque>
 #include <limits>
@@ -162,14 +163,16 @@ grpc::ServerUnaryReactor* PlannerService::Plan(grpc::CallbackServerContext* ctx,
       PrepareInput(request->model(), request->cluster(), request->options(), {},
                    options_.limits);
   if (!input.ok()) return Done(ctx, "Plan", input.status());
+  const double deadline = CallDeadline(arrival, input->tuner.time_budget_s,
+                                       ClientRemaining(ctx), options_.admission);
+  // What this call can use at most: its budget, or less when the client's deadline is nearer.
+  input->tuner.time_budget_s = std::min(input->tuner.time_budget_s, deadline - arrival);
   const double budget = input->tuner.time_budget_s;
-  const double deadline =
-      CallDeadline(arrival, budget, ClientRemaining(ctx), options_.admission);
   const LoadSnapshot load = Load();
   const PlanCacheKey key = KeyOf(*request);
-  // A cached answer serves when it was tuned with at least the budget this call would get.
+  // A cached answer serves when it was tuned with (95% of) the budget this call would get.
   const double would_get = StartBudget(arrival, deadline, budget, load, options_.admission);
-  if (std::optional<proto::PlanResult> hit = cache_.Lookup(key, 0.999 * would_get)) {
+  if (std::optional<proto::PlanResult> hit = cache_.Lookup(key, 0.95 * would_get)) {
     if (observer_) observer_->OnPlanCache(true);
     *response->mutable_result() = std::move(*hit);
     response->set_from_cache(true);
