@@ -606,6 +606,32 @@ void IterativeSearch(Search& search, const ProblemBuilder& builder,
   }
 }
 
+// When the budget ran out before the search scheduled any candidate and no baseline fits (a
+// short budget on a loaded machine): the fastest baseline that ran, as an answer that fits
+// nowhere, saying the search was cut short — not an internal error.
+absl::Status AnswerFromBaselinesOnly(const Search& search, TuneResult* result) {
+  const BaselineResult* fastest = nullptr;
+  for (const BaselineResult& b : result->baselines) {
+    if (b.ran && (fastest == nullptr || BaselineObjective(b, search.steady()) <
+                                            BaselineObjective(*fastest, search.steady()))) {
+      fastest = &b;
+    }
+  }
+  if (fastest == nullptr) return absl::InternalError("tuner: no candidate could be scheduled at all");
+  result->plan = fastest->plan;
+  result->required_memory_bytes.clear();
+  for (const DeviceResult& d : fastest->result.devices) {
+    result->required_memory_bytes.push_back(d.peak_memory_bytes);
+  }
+  result->infeasible_reason = absl::StrCat(
+      "no baseline fits in memory, and the time budget ran out before the search could look "
+      "for a plan that fits (recompute, other partitions); a larger time budget may find one. "
+      "The plan shown is the fastest baseline, ", fastest->name, ", ignoring memory");
+  result->origin = PlanOrigin::kIgnoringMemory;
+  result->feasible = false;
+  return absl::OkStatus();
+}
+
 // The answer: our best, unless a baseline is at least as good; when nothing fits, the
 // infeasible answer. Fills the plan's stages and schedule, origin, feasibility and, when
 // infeasible, the reason and the memory needed.
@@ -633,7 +659,7 @@ absl::Status ChooseAnswer(Search& search, const ProblemBuilder& builder, const C
     return absl::OkStatus();
   }
   if (!search.has_fastest() && !search.has_closest()) {
-    return absl::InternalError("tuner: no candidate could be scheduled at all");
+    return AnswerFromBaselinesOnly(search, result);
   }
   std::vector<Candidate> pool;
   if (search.has_fastest()) pool.push_back(search.fastest());

@@ -2,6 +2,7 @@
 // before the search (a "warm-start" log entry) when they fit the problem, and ignored when they
 // do not (devices that no longer exist, layers not covered).
 #include <algorithm>
+#include <string>
 
 #include "core/cost_model.h"
 #include "core/synthetic_model.h"
@@ -58,6 +59,29 @@ TEST(TunerWarmStartTest, StagesThatDoNotFitTheProblemAreIgnored) {
   r = Tune(model, SyntheticCluster(8), CostModel(), o);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(WarmStart(*r), nullptr);
+}
+
+// A budget that runs out before the search schedules anything, where no baseline fits: the
+// answer is the fastest baseline ignoring memory, marked infeasible with a reason saying the
+// search was cut short (was: an internal error "no candidate could be scheduled at all").
+TEST(TunerCutShortTest, NothingFitsAndNoTimeToSearchIsAnInfeasibleAnswerNotAnError) {
+  ModelGraph model = *ParseSyntheticModel("layers=16,f=1,b=2,w=1");
+  for (Layer& l : model.layers) l.measured.param_bytes = 1e13;  // 10 TB a layer: fits nowhere
+  // 80 GB devices below.
+  TunerOptions o = Options();
+  o.time_budget_s = 3600;
+  o.should_stop = [] { return true; };
+  Cluster cluster = SyntheticCluster(8);
+  cluster.hardware[0].memory_bytes = 80e9;
+  absl::StatusOr<TuneResult> r = Tune(model, cluster, CostModel(), o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->feasible);
+  EXPECT_EQ(r->origin, PlanOrigin::kIgnoringMemory);
+  EXPECT_NE(r->infeasible_reason.find("the time budget ran out before the search"),
+            std::string::npos)
+      << r->infeasible_reason;
+  EXPECT_EQ(r->required_memory_bytes.size(), 8u);
+  EXPECT_FALSE(r->plan.stages.empty());
 }
 
 }  // namespace
