@@ -9,7 +9,8 @@
 // Each call asks for the class's time budget (the latency target: the service's deadline is
 // arrival + budget, queue wait included, and it degrades budgets under load). Plan quality is
 // reported next to latency: the mean speed-up over the best fitting baseline, how many answers
-// are a baseline itself (no silent collapse), and the mean tuning budget the service granted.
+// are a baseline itself (no silent collapse), the mean gap to the certified lower bound (the
+// quality measure that remains when no baseline fits), and the mean tuning budget granted.
 //
 //   bazel run -c opt //bench:planner_bench -- [--clients=64] [--calls=128] [--workers=2]
 //       [--budget_8=2.5] [--budget_128=10] [--only=8-gpu|128-gpu]
@@ -72,6 +73,7 @@ struct CallResult {
   bool baseline = false;
   bool feasible = false;
   double tuning_budget_s = 0;
+  double lower_bound_gap = 0;
 };
 
 double Percentile(std::vector<double> v, double q) {
@@ -104,6 +106,7 @@ void RunClass(const std::string& address, const JobClass& c, int clients, int ca
           r.speedup = resp.result().speedup_vs_best_baseline();
           r.baseline = resp.result().origin().rfind("baseline:", 0) == 0;
           r.tuning_budget_s = resp.tuning_budget_s();
+          r.lower_bound_gap = resp.result().lower_bound_gap();
         }
       }
     });
@@ -113,7 +116,7 @@ void RunClass(const std::string& address, const JobClass& c, int clients, int ca
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::vector<double> ok_latency;
   std::map<std::string, int> codes;
-  double speedup_sum = 0, budget_sum = 0;
+  double speedup_sum = 0, budget_sum = 0, gap_sum = 0;
   int speedups = 0, baselines = 0, infeasible = 0;
   for (const CallResult& r : results) {
     if (r.code != grpc::StatusCode::OK) {
@@ -122,6 +125,7 @@ void RunClass(const std::string& address, const JobClass& c, int clients, int ca
     }
     ok_latency.push_back(r.latency_s);
     budget_sum += r.tuning_budget_s;
+    gap_sum += r.lower_bound_gap;
     if (!r.feasible) ++infeasible;
     if (r.baseline) ++baselines;
     if (r.speedup > 0) {
@@ -146,6 +150,8 @@ void RunClass(const std::string& address, const JobClass& c, int clients, int ca
                      {"max_s", Percentile(all_latency, 1.0)},
                      {"plans_per_s", ok / wall},
                      {"mean_speedup_vs_best_baseline", speedups ? speedup_sum / speedups : 0},
+                     {"answers_with_a_fitting_baseline", speedups},
+                     {"mean_lower_bound_gap", ok ? gap_sum / ok : 0},
                      {"answers_that_are_a_baseline", baselines},
                      {"infeasible", infeasible},
                      {"mean_tuning_budget_s", ok ? budget_sum / ok : 0}};

@@ -5,8 +5,8 @@
 // A call's deadline is its arrival plus its time budget (queue wait counts), or the client's
 // gRPC deadline when that is earlier (less a 5% margin for the answer to travel back).
 //   Admit: refused (RESOURCE_EXHAUSTED) when the estimated queue wait — tasks ahead (queued and
-//     running, both lanes) x the recent typical task time / workers — leaves less than the
-//     minimum budget before the deadline.
+//     running, both lanes) x the recent typical task time (at least this call's minimum
+//     budget) / workers — leaves less than the minimum budget before the deadline.
 //   StartBudget: when the task starts, its tuning budget is the requested one scaled by the
 //     load, requested x workers / (workers + tasks still queued), never below the minimum
 //     budget, and never past the deadline. Zero or less: the deadline passed while queued.

@@ -57,11 +57,22 @@ TEST(AdmissionTest, RefusedOnlyWhenEvenTheMinimumBudgetCannotBeMet) {
   load.workers = 2;
   load.tasks_ahead = 41;  // 40 beyond a free worker x 0.5 s / 2 = 10 s of wait
   load.typical_task_s = 0.5;
-  EXPECT_TRUE(Admit(0, 12, 12, load, o).ok());  // 10 + 1.2 <= 12
-  const absl::Status s = Admit(0, 5, 5, load, o);
+  EXPECT_TRUE(Admit(0, 12, 4, load, o).ok());  // 10 + 0.4 <= 12
+  const absl::Status s = Admit(0, 5, 4, load, o);
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(s.message(), HasSubstr("41 tuning tasks ahead on 2 workers"));
   EXPECT_THAT(s.message(), HasSubstr("estimated wait of 10.00 s"));
+}
+
+TEST(AdmissionTest, UnknownTaskTimeCountsEachTaskAheadAsItsMinimumBudget) {
+  AdmissionOptions o;
+  LoadSnapshot burst;  // 64 calls at once, before any finished
+  burst.workers = 2;
+  burst.tasks_ahead = 40;
+  // 39 waiting x 0.25 s / 2 = 4.9 s: a 2.5 s call is refused at once, not after waiting.
+  EXPECT_EQ(Admit(0, 2.5, 2.5, burst, o).code(), absl::StatusCode::kResourceExhausted);
+  burst.tasks_ahead = 10;  // 9 x 0.25 / 2 = 1.1 s + 0.25 <= 2.5
+  EXPECT_TRUE(Admit(0, 2.5, 2.5, burst, o).ok());
 }
 
 TEST(AdmissionTest, TaskTimeIsAnExponentialMean) {
