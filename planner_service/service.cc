@@ -179,11 +179,15 @@ grpc::ServerUnaryReactor* PlannerService::Plan(grpc::CallbackServerContext* ctx,
     return Done(ctx, "Plan", absl::OkStatus());
   }
   if (observer_) observer_->OnPlanCache(false);
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  if (JoinInFlight(key, Waiter{reactor, response})) return reactor;
   if (absl::Status admitted = Admit(arrival, deadline, budget, load, options_.admission);
       !admitted.ok()) {
-    return Done(ctx, "Plan", admitted);
+    FinishWaiters(key, admitted, nullptr, 0);
+    if (observer_) observer_->OnRpc("Plan", ToGrpc(admitted).error_code());
+    reactor->Finish(ToGrpc(admitted));
+    return reactor;
   }
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   auto shared = std::make_shared<PlanningInput>(std::move(*input));
   // The RPC is not finished before the task runs, so `ctx` stays valid inside it. Tuning
   // stops when the client cancels, its deadline passes (gRPC cancels the call) or the
@@ -200,17 +204,50 @@ grpc::ServerUnaryReactor* PlannerService::Plan(grpc::CallbackServerContext* ctx,
       TuningPool::Lane::kOneShot);
   UpdateHealth();
   if (!queued) {
-    const grpc::Status g =
+    const absl::Status refused =
         pool_->stopping()
-            ? grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                           "the planner is shutting down; retry on another replica")
-            : grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                           absl::StrCat("one-shot Plan queue is full (", pool_->max_queued(),
-                                        " calls waiting); retry later"));
-    if (observer_) observer_->OnRpc("Plan", g.error_code());
-    reactor->Finish(g);
+            ? absl::UnavailableError("the planner is shutting down; retry on another replica")
+            : absl::ResourceExhaustedError(absl::StrCat("one-shot Plan queue is full (",
+                                                        pool_->max_queued(),
+                                                        " calls waiting); retry later"));
+    FinishWaiters(key, refused, nullptr, 0);
+    if (observer_) observer_->OnRpc("Plan", ToGrpc(refused).error_code());
+    reactor->Finish(ToGrpc(refused));
   }
   return reactor;
+}
+
+bool PlannerService::JoinInFlight(const PlanCacheKey& key, const Waiter& waiter) {
+  absl::MutexLock lock(&in_flight_mu_);
+  auto it = in_flight_.find(key);
+  if (it == in_flight_.end()) {
+    in_flight_.emplace(key, std::vector<Waiter>());
+    return false;
+  }
+  it->second.push_back(waiter);
+  return true;
+}
+
+void PlannerService::FinishWaiters(const PlanCacheKey& key, const absl::Status& status,
+                                   const proto::PlanResult* result, double tuning_budget_s) {
+  std::vector<Waiter> waiters;
+  {
+    absl::MutexLock lock(&in_flight_mu_);
+    auto it = in_flight_.find(key);
+    if (it == in_flight_.end()) return;
+    waiters = std::move(it->second);
+    in_flight_.erase(it);
+  }
+  const grpc::Status g = ToGrpc(status);
+  for (const Waiter& w : waiters) {
+    if (status.ok() && result != nullptr) {
+      *w.response->mutable_result() = *result;
+      w.response->set_from_cache(true);
+      w.response->set_tuning_budget_s(tuning_budget_s);
+    }
+    if (observer_) observer_->OnRpc("Plan", g.error_code());
+    w.reactor->Finish(g);
+  }
 }
 
 void PlannerService::RunOneShot(grpc::ServerUnaryReactor* reactor, const PlanningInput& input,
@@ -234,11 +271,20 @@ void PlannerService::RunOneShot(grpc::ServerUnaryReactor* reactor, const Plannin
   }
   if (r.ok()) {
     cache_.Put(key, *r, tuning_budget);
+    FinishWaiters(key, absl::OkStatus(), &*r, tuning_budget);
     *response->mutable_result() = std::move(*r);
     response->set_tuning_budget_s(tuning_budget);
     if (observer_) observer_->OnOneShotPlan(response->result());
-  } else if (r.status().code() == absl::StatusCode::kCancelled && pool_->stopping()) {
-    r = absl::UnavailableError("the planner is shutting down; retry on another replica");
+  } else {
+    if (r.status().code() == absl::StatusCode::kCancelled && pool_->stopping()) {
+      r = absl::UnavailableError("the planner is shutting down; retry on another replica");
+    } else if (r.status().code() == absl::StatusCode::kCancelled) {
+      // The leading client went away; the others that joined have not: they retry.
+      FinishWaiters(key, absl::UnavailableError(
+                             "an identical call this one joined was cancelled; retry"),
+                    nullptr, 0);
+    }
+    FinishWaiters(key, r.status(), nullptr, 0);
   }
   const grpc::Status g = ToGrpc(r.status());
   if (observer_) observer_->OnRpc("Plan", g.error_code());

@@ -7,10 +7,13 @@
 
 #include <atomic>
 #include <string>
+#include <vector>
 
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
 #include "planner_service/admission.h"
 #include "planner_service/agent_registry.h"
 #include "planner_service/clock.h"
@@ -54,7 +57,8 @@ struct ServiceOptions {
 // One-shot Plan calls (documented contract): a call's deadline is its arrival plus its time
 // budget, or the client's gRPC deadline when nearer — queue wait counts. An identical earlier
 // request's answer is served from the cache when it was tuned with at least the budget this
-// call would get now (PlanResponse.from_cache). Under load the tuning budget degrades with the
+// call would get now (PlanResponse.from_cache); identical calls in flight share one tuning task
+// (the others are answered with its result, from_cache, or its error). Under load the tuning budget degrades with the
 // queue (PlanResponse.tuning_budget_s); RESOURCE_EXHAUSTED only when even the minimum budget
 // cannot be met before the deadline, DEADLINE_EXCEEDED when the deadline passed while queued.
 //
@@ -134,6 +138,17 @@ class PlannerService final : public proto::Planner::CallbackService {
   // both queue depths to the observer.
   void UpdateHealth();
   LoadSnapshot Load() const;
+  // Identical calls in flight share one tuning task: a call whose key is already being tuned
+  // waits for that answer (PlanResponse.from_cache) instead of queueing a task of its own.
+  struct Waiter {
+    grpc::ServerUnaryReactor* reactor;
+    proto::PlanResponse* response;
+  };
+  // True when the call joined a task in flight; else the caller leads (and must FinishWaiters).
+  bool JoinInFlight(const PlanCacheKey& key, const Waiter& waiter);
+  // Answers every call that joined `key` with `result` (or `status`) and forgets the key.
+  void FinishWaiters(const PlanCacheKey& key, const absl::Status& status,
+                     const proto::PlanResult* result, double tuning_budget_s);
   // Runs one admitted Plan call on a worker and finishes it.
   void RunOneShot(grpc::ServerUnaryReactor* reactor, const PlanningInput& input,
                   const PlanCacheKey& key, double deadline_s, proto::PlanResponse* response,
@@ -149,6 +164,9 @@ class PlannerService final : public proto::Planner::CallbackService {
   const Clock* const clock_;
   PlanCache cache_;
   TaskTimeEstimate task_time_;  // wall time of recent one-shot tuning tasks
+  absl::Mutex in_flight_mu_;
+  absl::flat_hash_map<PlanCacheKey, std::vector<Waiter>> in_flight_
+      ABSL_GUARDED_BY(in_flight_mu_);
   std::atomic<grpc::HealthCheckServiceInterface*> health_{nullptr};
   std::atomic<int> serving_{-1};  // last status set: -1 unknown, 0 NOT_SERVING, 1 SERVING
 };

@@ -469,7 +469,9 @@ TEST(PlannerHardeningTest, CancelledPlansStopTuningAndDoNotStarveJobs) {
     calls.emplace_back([&, i] {
       proto::PlanResponse resp;
       auto ctx = Ctx(3);  // the client gives up after 3 s; the budget asks for 60 s
-      codes[i] = stub->Plan(ctx.get(), SlowPlan(), &resp).error_code();
+      proto::PlanRequest r = SlowPlan();
+      r.mutable_options()->set_seed(i + 1);  // distinct: identical calls share one task
+      codes[i] = stub->Plan(ctx.get(), r, &resp).error_code();
     });
   }
   EXPECT_TRUE(WaitFor([&] { return Health(planner) == grpc::health::v1::HealthCheckResponse::NOT_SERVING; }, 3));
