@@ -341,6 +341,12 @@ void JobManager::RunPlanning(const std::string& job_id, ReplanReason reason) {
       PrepareInput(job.model(), job.cluster(), job.options(), Excluded(job), options_.limits);
   // Agents run a job's plans with the executor, which does not split the output layer yet.
   if (input.ok()) input->tuner.vocab_parallel = VocabParallelMode::kOff;
+  if (input.ok() && has_current) {
+    // Warm start: the search begins from the current plan (ignored when it no longer fits
+    // the devices left).
+    absl::StatusOr<Plan> plan = PlanFromProto(current.result().plan());
+    if (plan.ok()) input->tuner.seed_stages = plan->stages;
+  }
   absl::StatusOr<proto::PlanResult> result =
       input.ok() ? planner::RunPlanning(*input, factors, [this] { return pool_->stopping(); })
                  : absl::StatusOr<proto::PlanResult>(input.status());

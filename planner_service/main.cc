@@ -73,6 +73,9 @@ ABSL_FLAG(int64_t, max_stage_microbatches, kDefaults.limits.max_stage_microbatch
           "Largest stages x micro-batches of one candidate (bounds one simulator pass).");
 ABSL_FLAG(int64_t, max_layer_devices, kDefaults.limits.max_layer_devices,
           "Largest layers x pipeline devices (the size of one run's cost table).");
+ABSL_FLAG(int64_t, max_plan_bytes, kDefaults.limits.max_plan_bytes,
+          "Largest plan (wire bytes) answered in Plan, GetJob and WatchPlan; larger plans are "
+          "refused (RESOURCE_EXHAUSTED) so default 4 MB gRPC clients can read every answer.");
 ABSL_FLAG(int64_t, max_name_bytes, kDefaults.limits.max_name_bytes,
           "Longest job, node, hardware or layer name accepted, in bytes.");
 ABSL_FLAG(double, max_time_budget_s, kDefaults.limits.max_time_budget_s,
@@ -80,6 +83,9 @@ ABSL_FLAG(double, max_time_budget_s, kDefaults.limits.max_time_budget_s,
 ABSL_FLAG(double, default_time_budget_s, kDefaults.limits.default_time_budget_s,
           "Tuning budget, in seconds, when a request does not set one.");
 ABSL_FLAG(int, workers, kDefaults.workers, "Tuning threads.");
+ABSL_FLAG(int, plan_cache_entries, kDefaults.plan_cache_entries,
+          "Answers to identical Plan requests kept (least recently used dropped first); 0 "
+          "turns the cache off.");
 ABSL_FLAG(int, max_queued, kDefaults.max_queued,
           "Tuning tasks allowed to wait; beyond it Plan and CreateJob answer "
           "RESOURCE_EXHAUSTED.");
@@ -155,10 +161,12 @@ absl::StatusOr<PlannerServerOptions> OptionsFromFlags() {
   o.limits.max_stage_microbatches = absl::GetFlag(FLAGS_max_stage_microbatches);
   o.limits.max_layer_devices = absl::GetFlag(FLAGS_max_layer_devices);
   o.limits.max_name_bytes = absl::GetFlag(FLAGS_max_name_bytes);
+  o.limits.max_plan_bytes = absl::GetFlag(FLAGS_max_plan_bytes);
   o.limits.max_time_budget_s = absl::GetFlag(FLAGS_max_time_budget_s);
   o.limits.default_time_budget_s = absl::GetFlag(FLAGS_default_time_budget_s);
   o.workers = absl::GetFlag(FLAGS_workers);
   o.max_queued = absl::GetFlag(FLAGS_max_queued);
+  o.plan_cache_entries = absl::GetFlag(FLAGS_plan_cache_entries);
   o.heartbeat_timeout_s = absl::GetFlag(FLAGS_heartbeat_timeout_s);
   o.replan.start_deviation = absl::GetFlag(FLAGS_replan_start_deviation);
   o.replan.stop_deviation = absl::GetFlag(FLAGS_replan_stop_deviation);

@@ -113,6 +113,18 @@ absl::Status CheckWireSizes(const proto::Model& model, const proto::Cluster& clu
                     limits.max_microbatches, "max_microbatches");
 }
 
+// The least wire size of any plan for `devices` x `microbatches` (see max_plan_bytes).
+absl::Status CheckPlanWireEstimate(int devices, int microbatches, const PlanningLimits& limits) {
+  const int64_t least = 12 * static_cast<int64_t>(devices) * microbatches;
+  if (least <= limits.max_plan_bytes) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "options.num_microbatches x options.num_devices: a plan for ", devices, " devices x ",
+      microbatches, " micro-batches takes at least ", least,
+      " bytes on the wire, over the limit of ", limits.max_plan_bytes,
+      " (max_plan_bytes; gRPC clients accept 4 MB responses by default). Use fewer "
+      "micro-batches or devices"));
+}
+
 }  // namespace
 
 absl::StatusOr<PlanningInput> PrepareInput(const proto::Model& model_proto,
@@ -205,6 +217,8 @@ absl::StatusOr<PlanningInput> PrepareInput(const proto::Model& model_proto,
   names.chunks = "tuner chunks per device";
   RETURN_IF_ERROR(CheckRunSize(in.model.num_layers(), t.num_devices, t.max_chunks,
                                t.num_microbatches, t.threads, limits, names));
+  RETURN_IF_ERROR(CheckPlanWireEstimate(t.num_devices, t.num_microbatches, limits));
+  in.max_plan_bytes = limits.max_plan_bytes;
   return in;
 }
 
@@ -291,6 +305,15 @@ absl::StatusOr<proto::PlanResult> RunPlanning(const PlanningInput& input,
   if (layout) {
     *out.mutable_layout() = LayoutToProto(*layout);
     out.set_feasible(layout->feasible);
+  }
+  const size_t bytes = out.ByteSizeLong();
+  if (static_cast<int64_t>(bytes) > input.max_plan_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "plan: the plan found (", r.plan.stages.size(), " stages, ", input.tuner.num_devices,
+        " devices x ", input.tuner.num_microbatches, " micro-batches) is ", bytes,
+        " bytes on the wire, over the limit of ", input.max_plan_bytes,
+        " (max_plan_bytes; gRPC clients accept 4 MB responses by default). Use fewer "
+        "micro-batches or devices"));
   }
   return out;
 }

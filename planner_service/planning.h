@@ -21,6 +21,12 @@ namespace octopipe::planner {
 // The server's limits: every size limit of core/limits.h (RESOURCE_EXHAUSTED beyond it, checked
 // before anything proportional is allocated) plus the planning defaults.
 struct PlanningLimits : SizeLimits {
+  // Largest plan result (serialised PlanResult) the service answers with: it travels in Plan,
+  // GetJob and WatchPlan responses, which default gRPC clients accept up to 4 MB. Checked
+  // twice: a lower estimate before tuning (every stage runs a forward and a backward of each
+  // micro-batch, at least one stage per device, each op at least 6 bytes on the wire: 12 x
+  // devices x micro-batches) and the exact size after it; beyond it RESOURCE_EXHAUSTED.
+  int64_t max_plan_bytes = 3 << 20;
   double default_time_budget_s = 10;
   int tuner_threads = 1;  // per planning task (the pool runs several tasks)
 };
@@ -33,6 +39,7 @@ struct PlanningInput {
   // `layout` fixes; tuner.num_microbatches is then the global batch.
   bool choose_layout = false;
   LayoutRequest layout;
+  int64_t max_plan_bytes = 3 << 20;  // PlanningLimits::max_plan_bytes
 };
 
 // Errors: kInvalidArgument naming the field ("model.layers[3].kind: unknown layer kind 'x'",
@@ -54,7 +61,8 @@ Cluster WithoutNodes(const Cluster& cluster, const std::vector<std::string>& exc
 // `should_stop` (may be empty) is polled by the tuner: when it returns true (client gone,
 // deadline passed, shutting down) tuning ends early and the answer is kCancelled. A result
 // whose predictions are not finite is kInvalidArgument (inputs outside what the cost model
-// can represent), never a plan.
+// can represent), never a plan. A plan whose wire size exceeds input.max_plan_bytes is
+// kResourceExhausted naming its size and the limit.
 absl::StatusOr<proto::PlanResult> RunPlanning(const PlanningInput& input,
                                               const std::vector<double>& layer_time_factors,
                                               std::function<bool()> should_stop = {});

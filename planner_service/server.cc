@@ -52,6 +52,7 @@ class MetricsObserver : public JobObserver, public RpcObserver {
   void OnQueueDepth(const std::string& lane, int depth) override {
     m_->TuningQueueDepth(lane).Set(depth);
   }
+  void OnPlanCache(bool hit) override { m_->PlanCacheLookups(hit).Increment(); }
 
  private:
   metrics::PlannerMetrics* m_;
@@ -129,6 +130,8 @@ absl::Status PlannerServer::Start() {
   ServiceOptions so;
   so.token = options_.token;
   so.limits = options_.limits;
+  so.plan_cache_entries = options_.plan_cache_entries;
+  so.clock = &m.clock;
   so.heartbeat_interval_ms =
       std::max<int64_t>(50, static_cast<int64_t>(options_.heartbeat_timeout_s * 1000 / 4));
   m.service = std::make_unique<PlannerService>(m.jobs.get(), m.agents.get(), m.store.get(),

@@ -41,6 +41,7 @@ struct PlannerServerOptions {
   PlanningLimits limits;
   int workers = 2;        // tuning threads
   int max_queued = 64;    // waiting tuning tasks before RESOURCE_EXHAUSTED
+  int plan_cache_entries = 256;  // answers to identical Plan requests kept; 0: no cache
   double heartbeat_timeout_s = 10;  // missed heartbeats for this long: the node is lost
   ReplanPolicyOptions replan;
 };

@@ -1,15 +1,21 @@
 #include "planner_service/service.h"
 
+#include <algorithm>
+#include <chrono>
 #include <deque>
+#include <limits>
 #include <memory>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "core/limits.h"
 #include "core/status_macros.h"
 #include "logging/logging.h"
 #include "planner_service/agent_jobs.h"
 #include "planner_service/clock.h"
+#include "planner_service/decode_check.h"
 
 namespace octopipe::planner {
 
@@ -22,7 +28,70 @@ grpc::Status ToGrpc(const absl::Status& s) {
 PlannerService::PlannerService(JobManager* jobs, AgentRegistry* agents, Store* store,
                                TuningPool* pool, ServiceOptions options, RpcObserver* observer)
     : jobs_(jobs), agents_(agents), store_(store), pool_(pool), options_(std::move(options)),
-      observer_(observer) {}
+      observer_(observer),
+      clock_(options_.clock ? options_.clock : &real_clock_),
+      cache_(options_.plan_cache_entries, options_.plan_cache_bytes) {
+  CheckDecoding();
+}
+
+namespace {
+
+int MethodIndex(const char* method) {
+  const google::protobuf::ServiceDescriptor* service =
+      google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
+          proto::Planner::service_full_name());
+  return service->FindMethodByName(method)->index();
+}
+
+absl::Status Undecodable(const char* method, const google::protobuf::Descriptor* type) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(method, ": the request bytes are not a valid ", type->full_name(),
+                   " message (protobuf parse failed)"));
+}
+
+}  // namespace
+
+template <class Req, class Resp>
+void PlannerService::CheckDecodingUnary(const char* method,
+                                        grpc::ServerUnaryReactor* (PlannerService::*fn)(
+                                            grpc::CallbackServerContext*, const Req*, Resp*)) {
+  MarkMethodCallback(
+      MethodIndex(method),
+      new DecodeCheckingUnaryHandler<Req, Resp>(
+          [this, fn](grpc::CallbackServerContext* ctx, const Req* request, Resp* response) {
+            return (this->*fn)(ctx, request, response);
+          },
+          [this, method](grpc::CallbackServerContext* ctx) {
+            return Done(ctx, method, Undecodable(method, Req::descriptor()));
+          }));
+}
+
+void PlannerService::CheckDecoding() {
+  CheckDecodingUnary("Plan", &PlannerService::Plan);
+  CheckDecodingUnary("CreateJob", &PlannerService::CreateJob);
+  CheckDecodingUnary("GetJob", &PlannerService::GetJob);
+  CheckDecodingUnary("ListJobs", &PlannerService::ListJobs);
+  CheckDecodingUnary("DeleteJob", &PlannerService::DeleteJob);
+  CheckDecodingUnary("RegisterAgent", &PlannerService::RegisterAgent);
+  CheckDecodingUnary("Heartbeat", &PlannerService::Heartbeat);
+  CheckDecodingUnary("ReportStageTimes", &PlannerService::ReportStageTimes);
+  CheckDecodingUnary("ReportNodeFailure", &PlannerService::ReportNodeFailure);
+  CheckDecodingUnary("DrainNode", &PlannerService::DrainNode);
+  CheckDecodingUnary("ReportJobEvent", &PlannerService::ReportJobEvent);
+  CheckDecodingUnary("ListAgents", &PlannerService::ListAgents);
+  MarkMethodCallback(
+      MethodIndex("WatchPlan"),
+      new DecodeCheckingStreamingHandler<proto::WatchPlanRequest, proto::PlanVersion>(
+          [this](grpc::CallbackServerContext* ctx, const proto::WatchPlanRequest* request) {
+            return WatchPlan(ctx, request);
+          },
+          [this](grpc::CallbackServerContext* ctx) -> grpc::ServerWriteReactor<proto::PlanVersion>* {
+            const absl::Status s =
+                Undecodable("WatchPlan", proto::WatchPlanRequest::descriptor());
+            if (observer_) observer_->OnRpc("WatchPlan", static_cast<grpc::StatusCode>(s.code()));
+            return new FinishedWriteReactor<proto::PlanVersion>(ToGrpc(s));
+          }));
+}
 
 grpc::ServerUnaryReactor* PlannerService::Done(grpc::CallbackServerContext* ctx,
                                                const char* method, const absl::Status& status) {
@@ -64,14 +133,61 @@ void PlannerService::UpdateHealth() {
   if (serving_.exchange(serving) != serving) health->SetServingStatus(serving == 1);
 }
 
+LoadSnapshot PlannerService::Load() const {
+  LoadSnapshot load;
+  load.queued = pool_->queued(TuningPool::Lane::kJobs) + pool_->queued(TuningPool::Lane::kOneShot);
+  load.tasks_ahead = load.queued + pool_->running();
+  load.workers = pool_->threads();
+  load.typical_task_s = task_time_.Get();
+  return load;
+}
+
+namespace {
+
+// Seconds to the client's gRPC deadline; infinity when it set none.
+double ClientRemaining(const grpc::CallbackServerContext* ctx) {
+  const auto deadline = ctx->deadline();
+  if (deadline == std::chrono::system_clock::time_point::max()) {
+    return std::numeric_limits<double>::infinity();
+  }
+  return std::chrono::duration<double>(deadline - std::chrono::system_clock::now()).count();
+}
+
+}  // namespace
+
 grpc::ServerUnaryReactor* PlannerService::Plan(grpc::CallbackServerContext* ctx,
                                                const proto::PlanRequest* request,
                                                proto::PlanResponse* response) {
+  const double arrival = clock_->NowSeconds();
   absl::StatusOr<PlanningInput> input =
       PrepareInput(request->model(), request->cluster(), request->options(), {},
                    options_.limits);
   if (!input.ok()) return Done(ctx, "Plan", input.status());
+  const double deadline = CallDeadline(arrival, input->tuner.time_budget_s,
+                                       ClientRemaining(ctx), options_.admission);
+  // What this call can use at most: its budget, or less when the client's deadline is nearer.
+  input->tuner.time_budget_s = std::min(input->tuner.time_budget_s, deadline - arrival);
+  const double budget = input->tuner.time_budget_s;
+  const LoadSnapshot load = Load();
+  const PlanCacheKey key = KeyOf(*request);
+  // A cached answer serves when it was tuned with (95% of) the budget this call would get.
+  const double would_get = StartBudget(arrival, deadline, budget, load, options_.admission);
+  if (std::optional<proto::PlanResult> hit = cache_.Lookup(key, 0.95 * would_get)) {
+    if (observer_) observer_->OnPlanCache(true);
+    *response->mutable_result() = std::move(*hit);
+    response->set_from_cache(true);
+    return Done(ctx, "Plan", absl::OkStatus());
+  }
+  if (observer_) observer_->OnPlanCache(false);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  if (JoinInFlight(key, Waiter{reactor, response})) return reactor;
+  if (absl::Status admitted = Admit(arrival, deadline, budget, load, options_.admission);
+      !admitted.ok()) {
+    FinishWaiters(key, admitted, nullptr, 0);
+    if (observer_) observer_->OnRpc("Plan", ToGrpc(admitted).error_code());
+    reactor->Finish(ToGrpc(admitted));
+    return reactor;
+  }
   auto shared = std::make_shared<PlanningInput>(std::move(*input));
   // The RPC is not finished before the task runs, so `ctx` stays valid inside it. Tuning
   // stops when the client cancels, its deadline passes (gRPC cancels the call) or the
@@ -80,35 +196,99 @@ grpc::ServerUnaryReactor* PlannerService::Plan(grpc::CallbackServerContext* ctx,
   std::function<bool()> should_stop = [ctx, pool] {
     return ctx->IsCancelled() || pool->stopping();
   };
-  RpcObserver* observer = observer_;
   const bool queued = pool_->TrySubmit(
-      [this, reactor, shared, response, observer, should_stop] {
+      [this, reactor, shared, key, deadline, response, should_stop] {
         UpdateHealth();  // a slot is free again
-        absl::StatusOr<proto::PlanResult> r = RunPlanning(*shared, {}, should_stop);
-        if (r.ok()) {
-          *response->mutable_result() = std::move(*r);
-          if (observer) observer->OnOneShotPlan(response->result());
-        } else if (r.status().code() == absl::StatusCode::kCancelled && pool_->stopping()) {
-          r = absl::UnavailableError("the planner is shutting down; retry on another replica");
-        }
-        const grpc::Status g = ToGrpc(r.status());
-        if (observer) observer->OnRpc("Plan", g.error_code());
-        reactor->Finish(g);
+        RunOneShot(reactor, *shared, key, deadline, response, should_stop);
       },
       TuningPool::Lane::kOneShot);
   UpdateHealth();
   if (!queued) {
-    const grpc::Status g =
+    const absl::Status refused =
         pool_->stopping()
-            ? grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                           "the planner is shutting down; retry on another replica")
-            : grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                           absl::StrCat("one-shot Plan queue is full (", pool_->max_queued(),
-                                        " calls waiting); retry later"));
-    if (observer_) observer_->OnRpc("Plan", g.error_code());
-    reactor->Finish(g);
+            ? absl::UnavailableError("the planner is shutting down; retry on another replica")
+            : absl::ResourceExhaustedError(absl::StrCat("one-shot Plan queue is full (",
+                                                        pool_->max_queued(),
+                                                        " calls waiting); retry later"));
+    FinishWaiters(key, refused, nullptr, 0);
+    if (observer_) observer_->OnRpc("Plan", ToGrpc(refused).error_code());
+    reactor->Finish(ToGrpc(refused));
   }
   return reactor;
+}
+
+bool PlannerService::JoinInFlight(const PlanCacheKey& key, const Waiter& waiter) {
+  absl::MutexLock lock(&in_flight_mu_);
+  auto it = in_flight_.find(key);
+  if (it == in_flight_.end()) {
+    in_flight_.emplace(key, std::vector<Waiter>());
+    return false;
+  }
+  it->second.push_back(waiter);
+  return true;
+}
+
+void PlannerService::FinishWaiters(const PlanCacheKey& key, const absl::Status& status,
+                                   const proto::PlanResult* result, double tuning_budget_s) {
+  std::vector<Waiter> waiters;
+  {
+    absl::MutexLock lock(&in_flight_mu_);
+    auto it = in_flight_.find(key);
+    if (it == in_flight_.end()) return;
+    waiters = std::move(it->second);
+    in_flight_.erase(it);
+  }
+  const grpc::Status g = ToGrpc(status);
+  for (const Waiter& w : waiters) {
+    if (status.ok() && result != nullptr) {
+      *w.response->mutable_result() = *result;
+      w.response->set_from_cache(true);
+      w.response->set_tuning_budget_s(tuning_budget_s);
+    }
+    if (observer_) observer_->OnRpc("Plan", g.error_code());
+    w.reactor->Finish(g);
+  }
+}
+
+void PlannerService::RunOneShot(grpc::ServerUnaryReactor* reactor, const PlanningInput& input,
+                                const PlanCacheKey& key, double deadline_s,
+                                proto::PlanResponse* response,
+                                const std::function<bool()>& should_stop) {
+  const double start = clock_->NowSeconds();
+  const double budget = input.tuner.time_budget_s;
+  const double tuning_budget = StartBudget(start, deadline_s, budget, Load(), options_.admission);
+  absl::StatusOr<proto::PlanResult> r;
+  if (tuning_budget <= 0) {
+    r = absl::DeadlineExceededError(absl::StrFormat(
+        "the call's deadline (its time budget of %.3f s or its gRPC deadline) passed while it "
+        "waited in the queue; retry later or allow more time",
+        budget));
+  } else {
+    PlanningInput degraded = input;
+    degraded.tuner.time_budget_s = tuning_budget;
+    r = RunPlanning(degraded, {}, should_stop);
+    task_time_.Add(clock_->NowSeconds() - start);
+  }
+  if (r.ok()) {
+    cache_.Put(key, *r, tuning_budget);
+    FinishWaiters(key, absl::OkStatus(), &*r, tuning_budget);
+    *response->mutable_result() = std::move(*r);
+    response->set_tuning_budget_s(tuning_budget);
+    if (observer_) observer_->OnOneShotPlan(response->result());
+  } else {
+    if (r.status().code() == absl::StatusCode::kCancelled && pool_->stopping()) {
+      r = absl::UnavailableError("the planner is shutting down; retry on another replica");
+    } else if (r.status().code() == absl::StatusCode::kCancelled) {
+      // The leading client went away; the others that joined have not: they retry.
+      FinishWaiters(key, absl::UnavailableError(
+                             "an identical call this one joined was cancelled; retry"),
+                    nullptr, 0);
+    }
+    FinishWaiters(key, r.status(), nullptr, 0);
+  }
+  const grpc::Status g = ToGrpc(r.status());
+  if (observer_) observer_->OnRpc("Plan", g.error_code());
+  reactor->Finish(g);
 }
 
 grpc::ServerUnaryReactor* PlannerService::CreateJob(grpc::CallbackServerContext* ctx,

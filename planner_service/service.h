@@ -7,12 +7,18 @@
 
 #include <atomic>
 #include <string>
+#include <vector>
 
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "planner_service/admission.h"
 #include "planner_service/agent_registry.h"
+#include "planner_service/clock.h"
 #include "planner_service/job_manager.h"
+#include "planner_service/plan_cache.h"
 #include "planner_service/planning.h"
 #include "planner_service/store.h"
 #include "planner_service/tuning_pool.h"
@@ -31,6 +37,8 @@ class RpcObserver {
   // CreateJob call queues work and when a one-shot task starts. For a gauge such as
   // octopipe_tuning_queue_depth{lane}.
   virtual void OnQueueDepth(const std::string& lane, int depth) {}
+  // A Plan call looked in the cache of identical requests: served from it (hit) or not.
+  virtual void OnPlanCache(bool hit) {}
 };
 
 struct ServiceOptions {
@@ -38,8 +46,22 @@ struct ServiceOptions {
   std::string token;
   PlanningLimits limits;
   int64_t heartbeat_interval_ms = 1000;  // told to agents at registration
+  // One-shot Plan calls under load (planner_service/admission.h).
+  AdmissionOptions admission;
+  // Answers to identical Plan requests (planner_service/plan_cache.h); 0 entries: no cache.
+  int plan_cache_entries = 256;
+  int64_t plan_cache_bytes = 64 << 20;
+  const Clock* clock = nullptr;  // for deadlines; null: a RealClock
 };
 
+// One-shot Plan calls (documented contract): a call's deadline is its arrival plus its time
+// budget, or the client's gRPC deadline when nearer — queue wait counts. An identical earlier
+// request's answer is served from the cache when it was tuned with at least the budget this
+// call would get now (PlanResponse.from_cache); identical calls in flight share one tuning task
+// (the others are answered with its result, from_cache, or its error). Under load the tuning budget degrades with the
+// queue (PlanResponse.tuning_budget_s); RESOURCE_EXHAUSTED only when even the minimum budget
+// cannot be met before the deadline, DEADLINE_EXCEEDED when the deadline passed while queued.
+//
 // Agent registration (documented contract): registering a node that is already registered
 // and alive with the same num_devices is a retry or an agent restart and replaces the
 // address; a different num_devices while it is alive is FAILED_PRECONDITION (two agents claim
@@ -100,6 +122,14 @@ class PlannerService final : public proto::Planner::CallbackService {
   // Finishes a unary call, recording it.
   grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx, const char* method,
                                  const absl::Status& status);
+  // Replaces the generated handlers so that request bytes that do not parse are answered
+  // INVALID_ARGUMENT naming the method (planner_service/decode_check.h), not gRPC's bare
+  // UNIMPLEMENTED.
+  void CheckDecoding();
+  template <class Req, class Resp>
+  void CheckDecodingUnary(const char* method,
+                          grpc::ServerUnaryReactor* (PlannerService::*fn)(
+                              grpc::CallbackServerContext*, const Req*, Resp*));
   absl::Status Authorize(grpc::CallbackServerContext* ctx) const;
   absl::Status LoseNode(const proto::NodeRequest& request, ReplanReason reason,
                         proto::NodeResponse* response);
@@ -107,6 +137,22 @@ class PlannerService final : public proto::Planner::CallbackService {
   // Health follows the one-shot queue: NOT_SERVING exactly while it is full. Also reports
   // both queue depths to the observer.
   void UpdateHealth();
+  LoadSnapshot Load() const;
+  // Identical calls in flight share one tuning task: a call whose key is already being tuned
+  // waits for that answer (PlanResponse.from_cache) instead of queueing a task of its own.
+  struct Waiter {
+    grpc::ServerUnaryReactor* reactor;
+    proto::PlanResponse* response;
+  };
+  // True when the call joined a task in flight; else the caller leads (and must FinishWaiters).
+  bool JoinInFlight(const PlanCacheKey& key, const Waiter& waiter);
+  // Answers every call that joined `key` with `result` (or `status`) and forgets the key.
+  void FinishWaiters(const PlanCacheKey& key, const absl::Status& status,
+                     const proto::PlanResult* result, double tuning_budget_s);
+  // Runs one admitted Plan call on a worker and finishes it.
+  void RunOneShot(grpc::ServerUnaryReactor* reactor, const PlanningInput& input,
+                  const PlanCacheKey& key, double deadline_s, proto::PlanResponse* response,
+                  const std::function<bool()>& should_stop);
 
   JobManager* const jobs_;
   AgentRegistry* const agents_;
@@ -114,6 +160,13 @@ class PlannerService final : public proto::Planner::CallbackService {
   TuningPool* const pool_;
   const ServiceOptions options_;
   RpcObserver* const observer_;
+  RealClock real_clock_;
+  const Clock* const clock_;
+  PlanCache cache_;
+  TaskTimeEstimate task_time_;  // wall time of recent one-shot tuning tasks
+  absl::Mutex in_flight_mu_;
+  absl::flat_hash_map<PlanCacheKey, std::vector<Waiter>> in_flight_
+      ABSL_GUARDED_BY(in_flight_mu_);
   std::atomic<grpc::HealthCheckServiceInterface*> health_{nullptr};
   std::atomic<int> serving_{-1};  // last status set: -1 unknown, 0 NOT_SERVING, 1 SERVING
 };

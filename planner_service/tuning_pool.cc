@@ -4,8 +4,9 @@
 
 namespace octopipe::planner {
 
-TuningPool::TuningPool(int threads, int max_queued) : max_queued_(std::max(0, max_queued)) {
-  for (int i = 0; i < std::max(1, threads); ++i) threads_.emplace_back([this] { Work(); });
+TuningPool::TuningPool(int threads, int max_queued)
+    : max_queued_(std::max(0, max_queued)), num_threads_(std::max(1, threads)) {
+  for (int i = 0; i < num_threads_; ++i) threads_.emplace_back([this] { Work(); });
 }
 
 TuningPool::~TuningPool() { Shutdown(); }
@@ -58,8 +59,10 @@ void TuningPool::Work() {
       if (queue.empty()) return;  // stopping and drained
       task = std::move(queue.front());
       queue.pop_front();
+      running_.fetch_add(1, std::memory_order_relaxed);
     }
     task();
+    running_.fetch_sub(1, std::memory_order_relaxed);
   }
 }
 

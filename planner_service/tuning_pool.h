@@ -42,6 +42,9 @@ class TuningPool {
 
   // Tasks waiting (not running) in `lane`.
   int queued(Lane lane = Lane::kJobs) const;
+  // Tasks running now (both lanes), and the number of worker threads.
+  int running() const { return running_.load(std::memory_order_relaxed); }
+  int threads() const { return num_threads_; }
   bool full(Lane lane) const { return queued(lane) >= max_queued_; }
   int max_queued() const { return max_queued_; }
   // True once Shutdown has begun; running tasks should stop working.
@@ -51,6 +54,8 @@ class TuningPool {
   void Work();
 
   const int max_queued_;
+  const int num_threads_;
+  std::atomic<int> running_{0};
   mutable absl::Mutex mu_;
   std::deque<std::function<void()>> queues_[2] ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

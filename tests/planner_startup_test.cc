@@ -2,9 +2,12 @@
 // too) and an empty one refused; TLS files that are not PEM, a key that does not match the
 // certificate, or a directory are reported naming the file and the fault, not as a port that
 // cannot be listened on. Also: bad flag values exit 2 naming the flag, --help explains every
-// flag, and --log_json writes one JSON line per RPC.
+// flag, and --log_json writes one JSON line per RPC. A planner.db that cannot be written is
+// refused at start-up.
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <chrono>
@@ -235,7 +238,7 @@ TEST(FlagsTest, HelpExplainsEveryFlag) {
   for (const char* flag :
        {"host", "port", "port_file", "state_dir", "metrics_port", "metrics_host",
         "metrics_threads", "metrics_request_timeout_ms", "tls_cert", "tls_key", "tls_client_ca",
-        "token", "token_file", "max_request_bytes", "max_layers", "max_devices",
+        "token", "token_file", "max_request_bytes", "max_layers", "max_devices", "max_plan_bytes",
         "max_time_budget_s", "default_time_budget_s", "workers", "max_queued",
         "heartbeat_timeout_s", "replan_start_deviation", "replan_stop_deviation",
         "replan_min_gain", "replan_cooldown_s", "log_level", "log_json"}) {
@@ -243,6 +246,51 @@ TEST(FlagsTest, HelpExplainsEveryFlag) {
   }
   // Only the planner's own flags, not those of the libraries it links.
   EXPECT_THAT(r.output, Not(HasSubstr("--flagfile")));
+}
+
+// Makes a file immutable (`chattr +i`) for its lifetime: the one way to make a file unwritable
+// for root (tests run as root, where chmod blocks nothing). ok() is false where the filesystem
+// or the sandbox does not allow it (then nothing was changed).
+class ImmutableFile {
+ public:
+  explicit ImmutableFile(std::string path) : path_(std::move(path)) {
+    if (std::system(("chattr +i '" + path_ + "' 2>/dev/null").c_str()) != 0) return;
+    set_ = true;
+    const int fd = open(path_.c_str(), O_WRONLY | O_APPEND);
+    blocks_writes_ = fd < 0;
+    if (fd >= 0) close(fd);
+  }
+  ~ImmutableFile() {
+    if (set_) std::system(("chattr -i '" + path_ + "'").c_str());
+  }
+  bool ok() const { return set_ && blocks_writes_; }
+
+ private:
+  std::string path_;
+  bool set_ = false;
+  bool blocks_writes_ = false;
+};
+
+// Was: accepted at start-up, every mutating call failing later.
+TEST(StateDirTest, UnwritableDatabaseIsRefusedAtStartUp) {
+  const std::string dir = Tmp("readonly-db");
+  {
+    PlannerProcess planner(kPlanner);
+    ASSERT_TRUE(planner.Start({"--state_dir=" + dir}).ok()) << planner.log();
+    planner.Kill(SIGTERM);
+  }
+  std::remove((dir + "/planner.db-wal").c_str());
+  std::remove((dir + "/planner.db-shm").c_str());
+  ImmutableFile immutable(dir + "/planner.db");
+  if (!immutable.ok()) {
+    GTEST_SKIP() << "chattr +i is not permitted here (no CAP_LINUX_IMMUTABLE); as root nothing "
+                    "else makes a file unwritable";
+  }
+  const RunResult r = RunPlanner({"--state_dir=" + dir});
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.exit_code, 124) << "the planner served an unwritable database:\n" << r.output;
+  EXPECT_THAT(r.output, HasSubstr(dir + "/planner.db"));
+  EXPECT_THAT(r.output, HasSubstr("read-only"));
 }
 
 }  // namespace

@@ -488,6 +488,30 @@ void SeedClassicOrders(Search& search, const ProblemBuilder& builder,
              absl::StrCat(seeds.size(), " classic orders on balanced and even partitions"));
 }
 
+// Warm start from `stages` (TunerOptions::seed_stages) with every seed policy, when they are
+// contiguous over all layers and on existing devices.
+void SeedFromStages(Search& search, const ProblemBuilder& builder,
+                    const std::vector<StageAssignment>& stages,
+                    const std::vector<Policy>& policies, TuneResult* result) {
+  if (stages.empty() || search.out_of_time()) return;
+  int next = 0;
+  for (const StageAssignment& st : stages) {
+    if (st.first_layer != next || st.last_layer < st.first_layer || st.device < 0 ||
+        st.device >= builder.num_devices()) {
+      return;
+    }
+    next = st.last_layer + 1;
+  }
+  if (next != builder.num_layers()) return;
+  const int64_t evals = search.evaluations();
+  std::vector<Candidate> seeds;
+  for (const Policy& p : policies) seeds.push_back(Candidate{stages, p});
+  search.EvaluateAll(seeds);
+  search.Log(result, "warm-start", kInf, evals,
+             absl::StrCat("the given plan's ", stages.size(), " stages with ", seeds.size(),
+                          " policies"));
+}
+
 struct ScoredSeeds {
   std::vector<Candidate> candidates;
   std::vector<Score> scores;
@@ -727,6 +751,32 @@ void IterativeSearch(Search& search, const ProblemBuilder& builder,
   KickSearch(search, builder, max_chunks, result);
 }
 
+// When the budget ran out before the search scheduled any candidate and no baseline fits (a
+// short budget on a loaded machine): the fastest baseline that ran, as an answer that fits
+// nowhere, saying the search was cut short — not an internal error.
+absl::Status AnswerFromBaselinesOnly(const Search& search, TuneResult* result) {
+  const BaselineResult* fastest = nullptr;
+  for (const BaselineResult& b : result->baselines) {
+    if (b.ran && (fastest == nullptr || BaselineObjective(b, search.steady()) <
+                                            BaselineObjective(*fastest, search.steady()))) {
+      fastest = &b;
+    }
+  }
+  if (fastest == nullptr) return absl::InternalError("tuner: no candidate could be scheduled at all");
+  result->plan = fastest->plan;
+  result->required_memory_bytes.clear();
+  for (const DeviceResult& d : fastest->result.devices) {
+    result->required_memory_bytes.push_back(d.peak_memory_bytes);
+  }
+  result->infeasible_reason = absl::StrCat(
+      "no baseline fits in memory, and the time budget ran out before the search could look "
+      "for a plan that fits (recompute, other partitions); a larger time budget may find one. "
+      "The plan shown is the fastest baseline, ", fastest->name, ", ignoring memory");
+  result->origin = PlanOrigin::kIgnoringMemory;
+  result->feasible = false;
+  return absl::OkStatus();
+}
+
 // The answer: our best, unless a baseline is at least as good; when nothing fits, the
 // infeasible answer. Fills the plan's stages and schedule, origin, feasibility and, when
 // infeasible, the reason and the memory needed.
@@ -755,7 +805,7 @@ absl::Status ChooseAnswer(Search& search, const ProblemBuilder& builder, const C
     return absl::OkStatus();
   }
   if (!search.has_fastest() && !search.has_closest()) {
-    return absl::InternalError("tuner: no candidate could be scheduled at all");
+    return AnswerFromBaselinesOnly(search, result);
   }
   std::vector<Candidate> pool;
   if (search.has_fastest()) pool.push_back(search.fastest());
@@ -875,6 +925,7 @@ absl::StatusOr<TuneResult> Tune(const ModelGraph& model, const Cluster& cluster,
     search.EvaluateAll(ConstraintSeeds(options.constraints, P, policies));
     search.Log(&result, "constraints", kInf, 0, "the fixed partition's start points");
   }
+  SeedFromStages(search, builder, options.seed_stages, policies, &result);
   if (search.out_of_time()) {
     search.Log(&result, "seed", search.best_objective(), search.evaluations(),
                "skipped: the time budget ran out before the search");

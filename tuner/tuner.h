@@ -73,6 +73,10 @@ struct TunerOptions {
   // constrains nothing. The plan returned always meets them; `best_baseline` and the
   // speed-up count only baselines that meet them (the others are still reported).
   ExecutorConstraints constraints;
+  // Warm start (e.g. a job's re-plan): this plan's partition and placement are evaluated with
+  // every seed policy before the search, when its stages cover the model and its devices
+  // exist; otherwise it is ignored. Empty stages: none.
+  std::vector<StageAssignment> seed_stages;
   // Called after each phase with the log entry (for progress output on long runs).
   std::function<void(const struct TuneLogEntry&)> progress;
 };

@@ -68,6 +68,13 @@ absl::StatusOr<std::unique_ptr<PlannerMetrics>> PlannerMetrics::Create(
                            .Register(registry);
     m->queue_depth_->Add({{"lane", "jobs"}}).Set(0);
     m->queue_depth_->Add({{"lane", "oneshot"}}).Set(0);
+    auto& cache = prometheus::BuildCounter()
+                      .Name("octopipe_plan_cache_lookups_total")
+                      .Help("One-shot Plan calls looked up in the cache of identical "
+                            "requests, by result: hit (served from it) or miss (tuned).")
+                      .Register(registry);
+    m->plan_cache_hits_ = &cache.Add({{"result", "hit"}});
+    m->plan_cache_misses_ = &cache.Add({{"result", "miss"}});
 
     m->tuning_seconds_ = &tuning.Add({}, TuningSecondsBuckets());
     m->agents_alive_ = &agents.Add({});

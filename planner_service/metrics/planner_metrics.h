@@ -13,6 +13,7 @@
 //   octopipe_rpcs_total                    counter    method, code   -        code: "OK", ...
 //   octopipe_jobs                          gauge      -              -
 //   octopipe_tuning_queue_depth            gauge      lane           -        jobs | oneshot
+//   octopipe_plan_cache_lookups_total      counter    result         -        hit | miss
 //
 // Per-job series are labelled `job_id`, not `job`: Prometheus attaches its own `job` label (the
 // scrape job) to every series, and a metric label of that name would be renamed exported_job.
@@ -80,6 +81,10 @@ class PlannerMetrics {
   prometheus::Gauge& Jobs() const { return *jobs_; }
   // Tuning tasks waiting in a lane of the pool: "jobs" or "oneshot".
   prometheus::Gauge& TuningQueueDepth(absl::string_view lane) const;
+  // One-shot Plan calls answered from the cache of identical requests (hit) or not (miss).
+  prometheus::Counter& PlanCacheLookups(bool hit) const {
+    return *(hit ? plan_cache_hits_ : plan_cache_misses_);
+  }
   // The RPC counter for `method` (e.g. "CreateJob") and the status it returned; the code label
   // is the canonical gRPC/Abseil name ("OK", "INVALID_ARGUMENT", ...). Looks the child up.
   prometheus::Counter& Rpcs(absl::string_view method, absl::StatusCode code) const;
@@ -98,6 +103,8 @@ class PlannerMetrics {
   prometheus::Family<prometheus::Counter>* replans_ = nullptr;              // {reason}
   prometheus::Family<prometheus::Counter>* rpcs_ = nullptr;                 // {method, code}
   prometheus::Family<prometheus::Gauge>* queue_depth_ = nullptr;            // {lane}
+  prometheus::Counter* plan_cache_hits_ = nullptr;
+  prometheus::Counter* plan_cache_misses_ = nullptr;
   std::array<prometheus::Counter*, kNumPlanKinds> plans_by_kind_{};
   std::array<prometheus::Counter*, kNumReplanReasons> replans_by_reason_{};
   prometheus::Histogram* tuning_seconds_ = nullptr;

@@ -137,6 +137,8 @@ TEST(PlannerMetricsTest, KnownLabelValuesAreExportedAtZero) {
            "octopipe_jobs 0\n",
            "octopipe_tuning_queue_depth{lane=\"jobs\"} 0\n",
            "octopipe_tuning_queue_depth{lane=\"oneshot\"} 0\n",
+           "octopipe_plan_cache_lookups_total{result=\"hit\"} 0\n",
+           "octopipe_plan_cache_lookups_total{result=\"miss\"} 0\n",
            "octopipe_tuning_seconds_count 0\n",
        }) {
     EXPECT_THAT(text, HasSubstr(series));
