@@ -420,12 +420,9 @@ absl::Status ValidateOptions(const ModelGraph& model, const TunerOptions& option
   return absl::OkStatus();
 }
 
-std::function<double()> ClockOrSteady(std::function<double()> now) {
-  if (now) return now;
-  return [] {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-  };
+std::function<double()> BudgetClock(std::shared_ptr<const Clock> clock) {
+  if (clock == nullptr) return [] { return RealClock::Default().NowSeconds(); };
+  return [clock] { return clock->NowSeconds(); };
 }
 
 double BaselineObjective(const BaselineResult& b, bool steady) {
@@ -673,7 +670,7 @@ std::string PlanOriginText(const TuneResult& result) {
 absl::StatusOr<TuneResult> Tune(const ModelGraph& model, const Cluster& cluster,
                                 const CostModel& cost_model, const TunerOptions& options) {
   RETURN_IF_ERROR(ValidateOptions(model, options));
-  const std::function<double()> now = ClockOrSteady(options.now);
+  const std::function<double()> now = BudgetClock(options.clock);
   const double start = now();  // the budget covers everything from here
   ASSIGN_OR_RETURN(ProblemBuilder builder,
                    ProblemBuilder::Create(model, cluster, cost_model, options.num_devices,
