@@ -1,9 +1,9 @@
 // ReplanReason: why a job's plan is computed — its first plan, or a re-plan and its cause. One
-// enum for the job manager, the service and the metrics; its text form (ReplanReasonName) is
-// the PlanVersion's `reason` field and the `reason` label of octopipe_replans_total, which
-// counts re-plans only (never kInitial). The re-plan causes come first so they index arrays
-// of kNumReplanReasons entries. Conversion to the wire enum (proto PlanReason) is in
-// core/convert.h.
+// enum for the job manager, the service and the metrics. Its text form (ReplanReasonName) is
+// the deprecated PlanVersion.reason string beside the typed `reason_kind`, what `octopipe jobs`
+// shows, and the `reason` label of octopipe_replans_total, which counts re-plans only (never
+// kInitial). The re-plan causes come first so they index arrays of kNumReplanReasons entries.
+// Conversion to the wire enum (proto PlanReason) is in core/convert.h.
 #ifndef OCTOPIPE_CORE_REPLAN_REASON_H_
 #define OCTOPIPE_CORE_REPLAN_REASON_H_
 
