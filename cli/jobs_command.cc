@@ -39,10 +39,17 @@ const char* StateName(proto::JobState s) {
   }
 }
 
+// The version's reason in its text form ("node_failure"); a reason this binary does not know
+// shows as sent.
+std::string ReasonText(const proto::PlanVersion& v) {
+  absl::StatusOr<ReplanReason> r = ReplanReasonFromProto(v.reason_kind(), v.reason());
+  return r.ok() ? std::string(ReplanReasonName(*r)) : v.reason();
+}
+
 std::string VersionLine(const proto::PlanVersion& v) {
   const proto::Prediction& p = v.result().plan().predicted();
   return absl::StrFormat("%s v%d (%s): %d stages on %d devices, iteration %s, bubble %s%s",
-                         v.job_id(), v.version(), v.reason(), v.result().plan().stages_size(),
+                         v.job_id(), v.version(), ReasonText(v), v.result().plan().stages_size(),
                          v.result().plan().num_devices(), FormatSeconds(p.iteration_time_s()),
                          FormatPercent(p.bubble_ratio()),
                          v.result().feasible() ? "" : " [INFEASIBLE]");

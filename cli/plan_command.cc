@@ -397,7 +397,8 @@ int RunRemotePlan(PlannerConnection& remote, const ModelGraph& model, const Clus
   req.mutable_options()->set_num_microbatches(t.num_microbatches);
   if (flags.was_set("time_budget")) req.mutable_options()->set_time_budget_s(o.time_budget);
   req.mutable_options()->set_seed(t.seed);
-  req.mutable_options()->set_objective(o.objective);
+  req.mutable_options()->set_objective_kind(ObjectiveToProto(t.objective));
+  req.mutable_options()->set_objective(std::string(ObjectiveName(t.objective)));  // older planners
   req.mutable_options()->set_link_contention(o.contention);
   req.mutable_options()->set_vocab_parallel(o.vocab_parallel);
   SetLayoutAndConstraints(t, layout, !flags.was_set("devices"), req.mutable_options());
@@ -406,8 +407,9 @@ int RunRemotePlan(PlannerConnection& remote, const ModelGraph& model, const Clus
   grpc::Status s = (*stub)->Plan(ctx.get(), req, &resp);
   if (!s.ok()) return Fail(err, FromGrpc(s), 1);
   if (!o.out.empty()) {
-    if (absl::Status w = WriteStringToFile(ResolvePath(o.out), ProtoToJson(resp.result().plan()));
-        !w.ok()) {
+    proto::Plan plan = resp.result().plan();
+    PlanFileForm(&plan);
+    if (absl::Status w = WriteStringToFile(ResolvePath(o.out), ProtoToJson(plan)); !w.ok()) {
       return Fail(err, absl::Status(w.code(), absl::StrCat("--out: ", w.message())), 1);
     }
   }
@@ -482,14 +484,11 @@ absl::StatusOr<TunerOptions> ResolveTunerOptions(const PlanOptions& o, const Com
     return absl::InvalidArgumentError(
         absl::StrCat("--microbatches must be >= 1, got ", t.num_microbatches));
   }
-  if (o.objective == "synchronous") {
-    t.objective = Objective::kSynchronous;
-  } else if (o.objective == "steady-state") {
-    t.objective = Objective::kSteadyState;
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--objective must be synchronous or steady-state, got '", o.objective, "'"));
+  absl::StatusOr<Objective> objective = ParseObjective(o.objective);
+  if (!objective.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--", objective.status().message()));
   }
+  t.objective = *objective;
   if (o.threads < 1) {
     return absl::InvalidArgumentError(absl::StrCat("--threads must be >= 1, got ", o.threads));
   }
@@ -576,6 +575,7 @@ absl::Status WritePlanFile(const std::string& path, const TuneResult& r) {
   for (const DeviceResult& d : r.predicted.devices) {
     pred->add_peak_memory_bytes(d.peak_memory_bytes);
   }
+  PlanFileForm(&p);
   absl::Status s = WriteStringToFile(ResolvePath(path), ProtoToJson(p));
   if (!s.ok()) return absl::Status(s.code(), absl::StrCat("--out: ", s.message()));
   return absl::OkStatus();

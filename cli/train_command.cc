@@ -174,6 +174,7 @@ absl::StatusOr<std::string> ReportToPlanner(TrainFlags& o, const TrainTarget& t,
   for (const auto& [key, mean_n] : m.stage_op_s) {
     proto::StageTime* st = req.add_times();
     st->set_stage(key.first);
+    st->set_kind(OpKindToProto(key.second));
     st->set_op_kind(std::string(OpKindName(key.second)));
     st->set_seconds(mean_n.first);
     st->set_samples(mean_n.second);
@@ -182,6 +183,7 @@ absl::StatusOr<std::string> ReportToPlanner(TrainFlags& o, const TrainTarget& t,
   for (const auto& [key, mean_n] : m.layer_op_s) {
     proto::LayerOpTime* lt = req.add_layer_times();
     lt->set_layer(key.first);
+    lt->set_kind(OpKindToProto(key.second));
     lt->set_op_kind(std::string(OpKindName(key.second)));
     lt->set_seconds(mean_n.first);
     lt->set_samples(mean_n.second);

@@ -1,6 +1,7 @@
 #include "core/convert.h"
 
 #include <filesystem>
+#include <optional>
 #include <system_error>
 #include <utility>
 
@@ -9,6 +10,7 @@
 #include "core/limits.h"
 #include "core/schedule.h"
 #include "core/status_macros.h"
+#include "google/protobuf/generated_enum_reflection.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace octopipe {
@@ -109,6 +111,75 @@ MeasuredCosts MeasuredFromProto(const proto::MeasuredCosts& p) {
   return m;
 }
 
+// ---- enums: the one mapping between core and proto enums ----
+
+constexpr std::pair<OpKind, proto::OpKind> kOpKinds[] = {
+    {OpKind::kF, proto::OP_KIND_F},   {OpKind::kB, proto::OP_KIND_B},
+    {OpKind::kW, proto::OP_KIND_W},   {OpKind::kBW, proto::OP_KIND_BW},
+    {OpKind::kR, proto::OP_KIND_R},   {OpKind::kS, proto::OP_KIND_S},
+    {OpKind::kT, proto::OP_KIND_T}};
+
+constexpr std::pair<Objective, proto::PlanObjective> kObjectives[] = {
+    {Objective::kSynchronous, proto::PLAN_OBJECTIVE_SYNCHRONOUS},
+    {Objective::kSteadyState, proto::PLAN_OBJECTIVE_STEADY_STATE}};
+
+constexpr std::pair<ReplanReason, proto::PlanReason> kReplanReasons[] = {
+    {ReplanReason::kInitial, proto::PLAN_REASON_INITIAL},
+    {ReplanReason::kMeasured, proto::PLAN_REASON_MEASURED},
+    {ReplanReason::kNodeFailure, proto::PLAN_REASON_NODE_FAILURE},
+    {ReplanReason::kDrain, proto::PLAN_REASON_DRAIN},
+    {ReplanReason::kNodeJoin, proto::PLAN_REASON_NODE_JOIN}};
+
+template <typename Core, typename Proto, size_t N>
+Proto ToProtoEnum(const std::pair<Core, Proto> (&table)[N], Core value) {
+  for (const auto& [core, wire] : table) {
+    if (core == value) return wire;
+  }
+  return Proto{};  // unreachable for a valid core value
+}
+
+template <typename Proto>
+std::string ProtoEnumName(Proto value) {
+  const google::protobuf::EnumValueDescriptor* v =
+      google::protobuf::GetEnumDescriptor<Proto>()->FindValueByNumber(value);
+  return v != nullptr ? v->name() : absl::StrCat(static_cast<int>(value));
+}
+
+// An enum sent twice: `typed` (unset: 0) and its deprecated text twin `text` (unset: empty),
+// parsed by `parse`. nullopt when neither is set.
+template <typename Core, typename Proto, size_t N, typename Parse>
+absl::StatusOr<std::optional<Core>> TypedOrText(const std::pair<Core, Proto> (&table)[N],
+                                                Proto typed, absl::string_view text,
+                                                absl::string_view typed_field,
+                                                absl::string_view text_field, Parse parse) {
+  std::optional<Core> from_typed;
+  if (typed != Proto{}) {
+    for (const auto& [core, wire] : table) {
+      if (wire == typed) from_typed = core;
+    }
+    if (!from_typed) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(typed_field, ": unknown value ", ProtoEnumName(typed)));
+    }
+  }
+  if (text.empty()) return from_typed;
+  absl::StatusOr<Core> from_text = parse(text);
+  if (!from_text.ok()) return from_text.status();
+  if (from_typed && *from_typed != *from_text) {
+    return absl::InvalidArgumentError(absl::StrCat(typed_field, " ", ProtoEnumName(typed),
+                                                   " and ", text_field, " '", text,
+                                                   "' disagree"));
+  }
+  return std::optional<Core>(*from_text);
+}
+
+absl::StatusOr<ReplanReason> ParseReplanReasonText(absl::string_view text) {
+  ReplanReason r;
+  if (ParseReplanReason(text, &r)) return r;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "reason must be initial, measured, node_failure, drain or node_join, got '", text, "'"));
+}
+
 // ---- plan ----
 
 absl::Status CheckOp(const std::string& path, const Op& op, const Plan& plan) {
@@ -133,6 +204,55 @@ absl::Status CheckOp(const std::string& path, const Op& op, const Plan& plan) {
                                                    ")"));
   }
   return absl::OkStatus();
+}
+
+proto::ScheduleOp ScheduleOpToProto(const Op& op) {
+  proto::ScheduleOp p;
+  p.set_kind(ToProtoEnum(kOpKinds, op.kind));
+  p.set_stage(op.stage);
+  p.set_microbatch(op.microbatch);
+  return p;
+}
+
+absl::StatusOr<Op> ScheduleOpFromProto(const proto::ScheduleOp& p) {
+  ASSIGN_OR_RETURN(std::optional<OpKind> kind,
+                   TypedOrText(kOpKinds, p.kind(), "", "kind", "", &ParseOpKind));
+  if (!kind) return absl::InvalidArgumentError("kind: required");
+  if (p.stage() < 0 || p.microbatch() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("stage ", p.stage(), " and micro-batch ",
+                                                   p.microbatch(), " must be >= 0"));
+  }
+  return Op{*kind, p.stage(), p.microbatch()};
+}
+
+// One device's ops: from `typed_ops` when present (and then `ops`, if also present, must say
+// the same), else from the op strings. Each op is checked against the plan's stages and
+// micro-batches.
+absl::StatusOr<std::vector<Op>> DeviceOpsFromProto(const std::string& path,
+                                                   const proto::DeviceSchedule& pd,
+                                                   const Plan& plan) {
+  const bool typed = pd.typed_ops_size() > 0;
+  if (typed && pd.ops_size() > 0 && pd.ops_size() != pd.typed_ops_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", pd.typed_ops_size(),
+                                                   " typed_ops but ", pd.ops_size(),
+                                                   " ops; they must agree"));
+  }
+  const int n = typed ? pd.typed_ops_size() : pd.ops_size();
+  std::vector<Op> ops;
+  ops.reserve(n);
+  for (int j = 0; j < n; ++j) {
+    const std::string op_path = absl::StrCat(path, typed ? ".typed_ops[" : ".ops[", j, "]");
+    absl::StatusOr<Op> op = typed ? ScheduleOpFromProto(pd.typed_ops(j)) : ParseOp(pd.ops(j));
+    if (!op.ok()) return AtPath(op_path, op.status());
+    if (typed && pd.ops_size() > 0 && pd.ops(j) != OpToString(*op)) {
+      return absl::InvalidArgumentError(absl::StrCat(op_path, " ", OpToString(*op), " and ",
+                                                     path, ".ops[", j, "] '", pd.ops(j),
+                                                     "' disagree"));
+    }
+    RETURN_IF_ERROR(CheckOp(op_path, *op, plan));
+    ops.push_back(*op);
+  }
+  return ops;
 }
 
 }  // namespace
@@ -269,7 +389,12 @@ proto::Plan PlanToProto(const Plan& plan) {
   for (int d = 0; d < plan.schedule.num_devices(); ++d) {
     proto::DeviceSchedule* pd = p.add_schedule();
     pd->set_device(d);
-    for (const Op& op : plan.schedule.ops[d]) pd->add_ops(OpToString(op));
+    pd->mutable_ops()->Reserve(static_cast<int>(plan.schedule.ops[d].size()));
+    pd->mutable_typed_ops()->Reserve(static_cast<int>(plan.schedule.ops[d].size()));
+    for (const Op& op : plan.schedule.ops[d]) {
+      pd->add_ops(OpToString(op));
+      *pd->add_typed_ops() = ScheduleOpToProto(op);
+    }
   }
   return p;
 }
@@ -305,17 +430,58 @@ absl::StatusOr<Plan> PlanFromProto(const proto::Plan& p) {
           absl::StrCat(path, ".device ", pd.device(), " has a second schedule entry"));
     }
     seen[pd.device()] = true;
-    std::vector<Op>& ops = plan.schedule.ops[pd.device()];
-    ops.reserve(pd.ops_size());
-    for (int j = 0; j < pd.ops_size(); ++j) {
-      const std::string op_path = absl::StrCat(path, ".ops[", j, "]");
-      absl::StatusOr<Op> op = ParseOp(pd.ops(j));
-      if (!op.ok()) return AtPath(op_path, op.status());
-      RETURN_IF_ERROR(CheckOp(op_path, *op, plan));
-      ops.push_back(*op);
-    }
+    ASSIGN_OR_RETURN(plan.schedule.ops[pd.device()], DeviceOpsFromProto(path, pd, plan));
   }
   return plan;
+}
+
+void PlanFileForm(proto::Plan* plan) {
+  for (proto::DeviceSchedule& pd : *plan->mutable_schedule()) {
+    if (pd.ops_size() == 0) {
+      for (const proto::ScheduleOp& op : pd.typed_ops()) {
+        absl::StatusOr<Op> core = ScheduleOpFromProto(op);
+        // An op this binary cannot read keeps its numbers, so the file shows what was sent
+        // (and fails to load with a message naming it).
+        pd.add_ops(core.ok() ? OpToString(*core)
+                             : absl::StrCat("?", op.stage(), ".", op.microbatch()));
+      }
+    }
+    pd.clear_typed_ops();
+  }
+}
+
+proto::OpKind OpKindToProto(OpKind kind) { return ToProtoEnum(kOpKinds, kind); }
+
+absl::StatusOr<OpKind> OpKindFromProto(proto::OpKind kind, absl::string_view op_kind) {
+  ASSIGN_OR_RETURN(std::optional<OpKind> k,
+                   TypedOrText(kOpKinds, kind, op_kind, "kind", "op_kind", &ParseOpKind));
+  if (!k) return absl::InvalidArgumentError("kind: required (or its text form op_kind)");
+  return *k;
+}
+
+proto::PlanObjective ObjectiveToProto(Objective objective) {
+  return ToProtoEnum(kObjectives, objective);
+}
+
+absl::StatusOr<Objective> ObjectiveFromProto(proto::PlanObjective objective_kind,
+                                             absl::string_view objective) {
+  ASSIGN_OR_RETURN(std::optional<Objective> o,
+                   TypedOrText(kObjectives, objective_kind, objective, "objective_kind",
+                               "objective", &ParseObjective));
+  return o.value_or(Objective::kSynchronous);
+}
+
+proto::PlanReason ReplanReasonToProto(ReplanReason reason) {
+  return ToProtoEnum(kReplanReasons, reason);
+}
+
+absl::StatusOr<ReplanReason> ReplanReasonFromProto(proto::PlanReason reason_kind,
+                                                   absl::string_view reason) {
+  ASSIGN_OR_RETURN(std::optional<ReplanReason> r,
+                   TypedOrText(kReplanReasons, reason_kind, reason, "reason_kind", "reason",
+                               &ParseReplanReasonText));
+  if (!r) return absl::InvalidArgumentError("reason_kind: required (or its text form reason)");
+  return *r;
 }
 
 std::string ProtoToJson(const google::protobuf::Message& message) {
@@ -400,7 +566,9 @@ absl::Status WriteClusterFile(const std::string& path, const Cluster& cluster) {
 }
 
 absl::Status WritePlanFile(const std::string& path, const Plan& plan) {
-  return WriteJson(path, PlanToProto(plan));
+  proto::Plan p = PlanToProto(plan);
+  PlanFileForm(&p);
+  return WriteJson(path, p);
 }
 
 }  // namespace octopipe

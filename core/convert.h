@@ -15,7 +15,14 @@
 //    1 and an empty precision / recompute means bf16 / none (the documented defaults); seq_len,
 //    micro_batch_size and num_microbatches must be given. LayerDims.gated is false when absent:
 //    a SwiGLU MLP must say "gated": true.
-//  - Plans: the schedule travels as op strings ("F3.7", core/schedule.h). PlanFromProto checks
+//  - Enums that once travelled as text (op kinds, the objective, plan reasons) have a typed
+//    wire field and a deprecated text twin. *FromProto takes the typed value when it is set
+//    (not UNSPECIFIED), else parses the text; when both are set they must agree. Writers fill
+//    both (older readers see the text). These functions are the one mapping between the core
+//    enums and the proto enums.
+//  - Plans: each device's schedule travels as ScheduleOps (`typed_ops`) and as op strings
+//    ("F3.7", core/schedule.h; `ops`). PlanToProto fills both; plan *files* carry only the
+//    readable strings (WritePlanFile, PlanFileForm). PlanFromProto reads either. It checks
 //    everything ValidatePlanShape checks except that the stages end at the model's last layer
 //    (the model is not known here; call ValidatePlanShape with it), plus that every scheduled
 //    op names an existing stage (an S or T pass of a vocab_parallel plan: a device) and
@@ -32,7 +39,10 @@
 #include "absl/strings/string_view.h"
 #include "core/cluster.h"
 #include "core/model_graph.h"
+#include "core/objective.h"
 #include "core/plan.h"
+#include "core/replan_reason.h"
+#include "core/schedule.h"
 #include "google/protobuf/message.h"
 #include "proto/cluster.pb.h"
 #include "proto/model.pb.h"
@@ -48,6 +58,28 @@ absl::StatusOr<Cluster> ClusterFromProto(const proto::Cluster& cluster);
 
 proto::Plan PlanToProto(const Plan& plan);
 absl::StatusOr<Plan> PlanFromProto(const proto::Plan& plan);
+
+// The form plan files carry: each device's schedule as op strings only (typed ops that have no
+// strings are turned into them; the typed copies are dropped). Files stay readable and load
+// in binaries that predate the typed ops.
+void PlanFileForm(proto::Plan* plan);
+
+proto::OpKind OpKindToProto(OpKind kind);
+// kInvalidArgument naming `kind` / `op_kind` and the values: neither set, an unknown value,
+// or the two disagree.
+absl::StatusOr<OpKind> OpKindFromProto(proto::OpKind kind, absl::string_view op_kind);
+
+proto::PlanObjective ObjectiveToProto(Objective objective);
+// Neither set means the default, kSynchronous. kInvalidArgument naming `objective_kind` /
+// `objective` and the values otherwise.
+absl::StatusOr<Objective> ObjectiveFromProto(proto::PlanObjective objective_kind,
+                                             absl::string_view objective);
+
+proto::PlanReason ReplanReasonToProto(ReplanReason reason);
+// kInvalidArgument naming `reason_kind` / `reason` and the values: neither set, an unknown
+// value (e.g. from a newer planner), or the two disagree.
+absl::StatusOr<ReplanReason> ReplanReasonFromProto(proto::PlanReason reason_kind,
+                                                   absl::string_view reason);
 
 // Protobuf JSON of any message (snake_case names, pretty-printed, no trailing newline), and
 // the strict parse of it (kInvalidArgument with the parser's message, e.g. for an unknown

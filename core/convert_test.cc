@@ -167,16 +167,23 @@ void ExpectPlanError(const proto::Plan& p, absl::string_view fragment) {
   EXPECT_THAT(std::string(plan.status().message()), HasSubstr(std::string(fragment)));
 }
 
-TEST(ConvertTest, PlanErrorsNameTheField) {
+// The plan as an older client or a plan file sends it: op strings only.
+proto::Plan TextOnlyPlan() {
   proto::Plan p = PlanToProto(SmallPlan());
+  PlanFileForm(&p);
+  return p;
+}
+
+TEST(ConvertTest, PlanErrorsNameTheField) {
+  proto::Plan p = TextOnlyPlan();
   p.mutable_schedule(1)->set_ops(2, "X1.0");
   ExpectPlanError(p, "schedule[1].ops[2]: op 'X1.0'");
 
-  p = PlanToProto(SmallPlan());
+  p = TextOnlyPlan();
   p.mutable_schedule(0)->set_ops(0, "F5.0");
   ExpectPlanError(p, "schedule[0].ops[0]: stage 5 out of range [0, 2)");
 
-  p = PlanToProto(SmallPlan());
+  p = TextOnlyPlan();
   p.mutable_schedule(0)->set_ops(0, "F0.9");
   ExpectPlanError(p, "schedule[0].ops[0]: micro-batch 9 out of range [0, 2)");
 
@@ -199,6 +206,141 @@ TEST(ConvertTest, PlanErrorsNameTheField) {
   p = PlanToProto(SmallPlan());
   p.set_num_microbatches(0);
   ExpectPlanError(p, "num_microbatches must be > 0, got 0");
+}
+
+TEST(ConvertTest, PlanToProtoFillsTypedOpsAndTheirText) {
+  const proto::Plan p = PlanToProto(SmallPlan());
+  ASSERT_EQ(5, p.schedule(0).typed_ops_size());
+  ASSERT_EQ(5, p.schedule(0).ops_size());
+  const proto::ScheduleOp& bw = p.schedule(0).typed_ops(4);
+  EXPECT_EQ(proto::OP_KIND_BW, bw.kind());
+  EXPECT_EQ(0, bw.stage());
+  EXPECT_EQ(1, bw.microbatch());
+  EXPECT_EQ(proto::OP_KIND_R, p.schedule(1).typed_ops(1).kind());
+  EXPECT_EQ("BW0.1", p.schedule(0).ops(4));
+}
+
+TEST(ConvertTest, PlanFromTypedOpsAloneOrTextAloneIsTheSame) {
+  proto::Plan typed_only = PlanToProto(SmallPlan());
+  for (proto::DeviceSchedule& d : *typed_only.mutable_schedule()) d.clear_ops();
+  absl::StatusOr<Plan> from_typed = PlanFromProto(typed_only);
+  ASSERT_TRUE(from_typed.ok()) << from_typed.status();
+  absl::StatusOr<Plan> from_text = PlanFromProto(TextOnlyPlan());
+  ASSERT_TRUE(from_text.ok()) << from_text.status();
+  EXPECT_EQ(SmallPlan().schedule.ops, from_typed->schedule.ops);
+  EXPECT_EQ(SmallPlan().schedule.ops, from_text->schedule.ops);
+}
+
+TEST(ConvertTest, TypedOpErrorsNameTheField) {
+  proto::Plan p = PlanToProto(SmallPlan());
+  p.mutable_schedule(0)->set_ops(1, "B0.1");  // typed says F0.1
+  ExpectPlanError(p, "schedule[0].typed_ops[1] F0.1 and schedule[0].ops[1] 'B0.1' disagree");
+
+  p = PlanToProto(SmallPlan());
+  p.mutable_schedule(0)->mutable_ops()->RemoveLast();
+  ExpectPlanError(p, "schedule[0]: 5 typed_ops but 4 ops; they must agree");
+
+  p = PlanToProto(SmallPlan());
+  p.mutable_schedule(1)->clear_ops();
+  p.mutable_schedule(1)->mutable_typed_ops(2)->set_kind(proto::OP_KIND_UNSPECIFIED);
+  ExpectPlanError(p, "schedule[1].typed_ops[2]: kind: required");
+
+  p.mutable_schedule(1)->mutable_typed_ops(2)->set_kind(static_cast<proto::OpKind>(42));
+  ExpectPlanError(p, "schedule[1].typed_ops[2]: kind: unknown value 42");
+
+  p = PlanToProto(SmallPlan());
+  p.mutable_schedule(1)->clear_ops();
+  p.mutable_schedule(1)->mutable_typed_ops(0)->set_stage(5);
+  ExpectPlanError(p, "schedule[1].typed_ops[0]: stage 5 out of range [0, 2)");
+
+  p.mutable_schedule(1)->mutable_typed_ops(0)->set_stage(-1);
+  ExpectPlanError(p, "schedule[1].typed_ops[0]: stage -1 and micro-batch 0 must be >= 0");
+}
+
+TEST(ConvertTest, PlanFilesKeepTheReadableOpStrings) {
+  const std::string path = TempPath("readable-plan.json");
+  ASSERT_TRUE(WritePlanFile(path, SmallPlan()).ok());
+  absl::StatusOr<std::string> text = ReadFileToString(path);
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_THAT(*text, HasSubstr("\"BW0.1\""));
+  EXPECT_THAT(*text, ::testing::Not(HasSubstr("typed_ops")));
+
+  // A typed-only schedule (a newer planner's) is written in the same text form.
+  proto::Plan typed_only = PlanToProto(SmallPlan());
+  for (proto::DeviceSchedule& d : *typed_only.mutable_schedule()) d.clear_ops();
+  PlanFileForm(&typed_only);
+  EXPECT_TRUE(MessageDifferencer::Equals(TextOnlyPlan(), typed_only));
+}
+
+TEST(ConvertTest, PlanFileOfTheOldFormLoads) {
+  // Written by a binary that predates the typed ops.
+  const std::string path = TempPath("old-plan.json");
+  ASSERT_TRUE(WriteStringToFile(path, R"({
+  "version": "1", "schedule_name": "gpipe", "num_devices": 2, "num_microbatches": 1,
+  "stages": [{"first_layer": 0, "last_layer": 0, "device": 0},
+             {"first_layer": 1, "last_layer": 1, "device": 1}],
+  "schedule": [{"device": 0, "ops": ["F0.0", "BW0.0"]},
+               {"device": 1, "ops": ["F1.0", "BW1.0"]}]
+})").ok());
+  absl::StatusOr<Plan> plan = LoadPlanFile(path);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const std::vector<Op> device1 = {{OpKind::kF, 1, 0}, {OpKind::kBW, 1, 0}};
+  EXPECT_EQ(device1, plan->schedule.ops[1]);
+}
+
+TEST(ConvertTest, OpKindsMapOneToOne) {
+  for (OpKind k : {OpKind::kF, OpKind::kB, OpKind::kW, OpKind::kBW, OpKind::kR}) {
+    const proto::OpKind wire = OpKindToProto(k);
+    EXPECT_NE(proto::OP_KIND_UNSPECIFIED, wire);
+    EXPECT_EQ(k, *OpKindFromProto(wire, ""));                // typed alone
+    EXPECT_EQ(k, *OpKindFromProto(proto::OP_KIND_UNSPECIFIED, OpKindName(k)));  // text alone
+    EXPECT_EQ(k, *OpKindFromProto(wire, OpKindName(k)));     // both, agreeing
+  }
+  EXPECT_EQ(proto::OP_KIND_BW, OpKindToProto(OpKind::kBW));
+}
+
+void ExpectInvalid(const absl::Status& s, absl::string_view fragment) {
+  EXPECT_EQ(absl::StatusCode::kInvalidArgument, s.code()) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr(std::string(fragment)));
+}
+
+TEST(ConvertTest, EnumTextAndTypedMustAgree) {
+  ExpectInvalid(OpKindFromProto(proto::OP_KIND_F, "B").status(),
+                "kind OP_KIND_F and op_kind 'B' disagree");
+  ExpectInvalid(OpKindFromProto(proto::OP_KIND_UNSPECIFIED, "").status(),
+                "kind: required (or its text form op_kind)");
+  ExpectInvalid(OpKindFromProto(proto::OP_KIND_UNSPECIFIED, "Q").status(),
+                "op_kind must be one of F, B, W, BW, R, got 'Q'");
+  ExpectInvalid(ObjectiveFromProto(proto::PLAN_OBJECTIVE_STEADY_STATE, "synchronous").status(),
+                "objective_kind PLAN_OBJECTIVE_STEADY_STATE and objective 'synchronous' disagree");
+  ExpectInvalid(ObjectiveFromProto(proto::PLAN_OBJECTIVE_UNSPECIFIED, "fastest").status(),
+                "objective must be synchronous or steady-state, got 'fastest'");
+  ExpectInvalid(ReplanReasonFromProto(proto::PLAN_REASON_DRAIN, "measured").status(),
+                "reason_kind PLAN_REASON_DRAIN and reason 'measured' disagree");
+  ExpectInvalid(ReplanReasonFromProto(static_cast<proto::PlanReason>(9), "").status(),
+                "reason_kind: unknown value 9");
+}
+
+TEST(ConvertTest, ObjectiveDefaultsToSynchronous) {
+  EXPECT_EQ(Objective::kSynchronous, *ObjectiveFromProto(proto::PLAN_OBJECTIVE_UNSPECIFIED, ""));
+  for (Objective o : {Objective::kSynchronous, Objective::kSteadyState}) {
+    EXPECT_EQ(o, *ObjectiveFromProto(ObjectiveToProto(o), ""));
+    EXPECT_EQ(o, *ObjectiveFromProto(proto::PLAN_OBJECTIVE_UNSPECIFIED, ObjectiveName(o)));
+  }
+  EXPECT_EQ(proto::PLAN_OBJECTIVE_STEADY_STATE, ObjectiveToProto(Objective::kSteadyState));
+}
+
+TEST(ConvertTest, ReplanReasonsMapOneToOne) {
+  for (ReplanReason r : kAllReplanReasons) {
+    const proto::PlanReason wire = ReplanReasonToProto(r);
+    EXPECT_NE(proto::PLAN_REASON_UNSPECIFIED, wire);
+    EXPECT_EQ(r, *ReplanReasonFromProto(wire, ""));
+    EXPECT_EQ(r, *ReplanReasonFromProto(wire, ReplanReasonName(r)));
+    EXPECT_EQ(r, *ReplanReasonFromProto(proto::PLAN_REASON_UNSPECIFIED, ReplanReasonName(r)));
+  }
+  EXPECT_EQ(proto::PLAN_REASON_NODE_FAILURE, ReplanReasonToProto(ReplanReason::kNodeFailure));
+  ExpectInvalid(ReplanReasonFromProto(proto::PLAN_REASON_UNSPECIFIED, "").status(),
+                "reason_kind: required");
 }
 
 TEST(ConvertTest, MissingFileIsNotFound) {

@@ -114,7 +114,7 @@ absl::StatusOr<std::unique_ptr<Transport>> GlooTransport::Create(const GlooOptio
     if (options.store_address.empty()) {
       store = std::make_unique<gloo::rendezvous::FileStore>(options.store_dir);
     } else {
-      store = std::make_unique<TcpStore>(options.store_address, timeout);
+      store = std::make_unique<TcpStore>(options.store_address, timeout, options.clock);
     }
   } catch (const std::exception& e) {
     return absl::UnavailableError(

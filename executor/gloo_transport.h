@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/clock.h"
 #include "executor/transport.h"
 
 namespace gloo::transport {
@@ -61,6 +62,9 @@ struct GlooOptions {
   // Limit for connecting and for each Send/Recv. Too short turns a slow peer into a failure;
   // too long delays noticing a hung (not dead) peer.
   double timeout_s = 60;
+  // The clock of the deadlines this transport keeps itself (connecting to store_address);
+  // null: the real monotonic clock. Gloo's own waits (rendezvous, Send/Recv) run in real time.
+  std::shared_ptr<const Clock> clock;
 };
 
 class GlooTransport final : public Transport {

@@ -180,8 +180,9 @@ void TcpStoreServer::Serve(int fd) {
 
 // --- client ---
 
-TcpStore::TcpStore(std::string address, std::chrono::milliseconds timeout)
-    : address_(std::move(address)), timeout_(timeout) {}
+TcpStore::TcpStore(std::string address, std::chrono::milliseconds timeout,
+                   std::shared_ptr<const Clock> clock)
+    : address_(std::move(address)), timeout_(timeout), clock_(std::move(clock)) {}
 
 TcpStore::~TcpStore() {
   if (fd_ >= 0) ::close(fd_);
@@ -194,9 +195,10 @@ void TcpStore::Connect() {
   if (!SplitAddress(address_, &host, &port)) {
     throw gloo::IoException(absl::StrCat("tcp store: bad address '", address_, "' (HOST:PORT)"));
   }
-  const auto deadline = std::chrono::steady_clock::now() + timeout_;
+  const Clock& clock = ClockOrReal(clock_.get());
+  const double deadline_s = clock.NowSeconds() + std::chrono::duration<double>(timeout_).count();
   std::string last_error;
-  while (std::chrono::steady_clock::now() < deadline) {
+  while (clock.NowSeconds() < deadline_s) {
     addrinfo hints{};
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
@@ -218,8 +220,8 @@ void TcpStore::Connect() {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  throw gloo::IoException(
-      absl::StrCat("tcp store ", address_, ": cannot connect: ", last_error));
+  throw gloo::IoException(absl::StrCat("tcp store ", address_, ": cannot connect within ",
+                                       timeout_.count(), " ms: ", last_error));
 }
 
 void TcpStore::set(const std::string& key, const std::vector<char>& data) {

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/clock.h"
 #include "gloo/rendezvous/store.h"
 
 namespace octopipe::executor {
@@ -58,9 +59,11 @@ class TcpStoreServer {
 
 class TcpStore final : public gloo::rendezvous::Store {
  public:
-  // `address` is "HOST:PORT". Connects lazily (retrying until `timeout`, so ranks may start
-  // before the server), and waits up to `timeout` in get/wait.
-  TcpStore(std::string address, std::chrono::milliseconds timeout);
+  // `address` is "HOST:PORT". Connects lazily (retrying until `timeout` has passed on `clock`,
+  // so ranks may start before the server), and waits up to `timeout` in get/wait (there the
+  // server waits, in real time). `clock` null: the real monotonic clock.
+  TcpStore(std::string address, std::chrono::milliseconds timeout,
+           std::shared_ptr<const Clock> clock = nullptr);
   ~TcpStore() override;
 
   void set(const std::string& key, const std::vector<char>& data) override;
@@ -75,6 +78,7 @@ class TcpStore final : public gloo::rendezvous::Store {
 
   const std::string address_;
   const std::chrono::milliseconds timeout_;
+  const std::shared_ptr<const Clock> clock_;
   std::mutex mu_;
   int fd_ = -1;
 };

@@ -7,8 +7,10 @@
 
 #include <thread>
 
+#include "core/fake_clock.h"
 #include "executor/gloo_transport.h"
 #include "gloo/common/error.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace octopipe::executor {
@@ -40,6 +42,27 @@ TEST(TcpStoreTest, UnreachableServerThrowsWithinTheTimeout) {
   }  // closed
   TcpStore s("127.0.0.1:" + std::to_string(port), std::chrono::milliseconds(300));
   EXPECT_THROW(s.get("k"), gloo::IoException);
+}
+
+// The connect deadline is kept on the injected clock: with a clock that moves 1 s per reading
+// and a 5 s timeout the store tries exactly 4 times, however loaded the machine (readings: 0
+// sets the deadline to 5, 1 to 4 each allow a try, 5 ends it).
+TEST(TcpStoreTest, ConnectDeadlineIsKeptOnTheInjectedClock) {
+  int port = 0;
+  {
+    auto server = TcpStoreServer::Start("127.0.0.1", 0);
+    ASSERT_TRUE(server.ok());
+    port = (*server)->port();
+  }  // closed: every try is refused at once
+  auto clock = std::make_shared<FakeClock>(0, /*step_per_reading_s=*/1.0);
+  TcpStore s("127.0.0.1:" + std::to_string(port), std::chrono::seconds(5), clock);
+  try {
+    s.get("k");
+    ADD_FAILURE() << "connected to a closed port";
+  } catch (const gloo::IoException& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("cannot connect within 5000 ms"));
+  }
+  EXPECT_EQ(clock->NowSeconds(), 6);  // the reading after the last one Connect made
 }
 
 TEST(TcpStoreTest, GlooRanksRendezvousThroughIt) {

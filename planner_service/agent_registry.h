@@ -30,7 +30,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/optional.h"
-#include "planner_service/clock.h"
+#include "core/clock.h"
 
 namespace octopipe {
 

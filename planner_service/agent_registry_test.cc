@@ -10,8 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "planner_service/clock.h"
-#include "planner_service/fake_clock.h"
+#include "core/clock.h"
+#include "core/fake_clock.h"
 
 namespace octopipe {
 namespace {

@@ -25,6 +25,25 @@ bool HasNode(const proto::Cluster& cluster, const std::string& node) {
   return false;
 }
 
+// The re-plan a job has acknowledged but not finished (Job.pending_reason and its text twin
+// pending_replan_reason, which jobs stored by older planners carry alone). nullopt: none. An
+// intent this binary does not know plans anyway, as for a node change.
+std::optional<ReplanReason> PendingReason(const proto::Job& job) {
+  if (job.pending_reason() == proto::PLAN_REASON_UNSPECIFIED &&
+      job.pending_replan_reason().empty()) {
+    return std::nullopt;
+  }
+  absl::StatusOr<ReplanReason> r =
+      ReplanReasonFromProto(job.pending_reason(), job.pending_replan_reason());
+  return r.ok() ? *r : ReplanReason::kNodeJoin;
+}
+
+void SetPendingReason(std::optional<ReplanReason> reason, proto::Job* job) {
+  job->set_pending_reason(reason ? ReplanReasonToProto(*reason)
+                                 : proto::PLAN_REASON_UNSPECIFIED);
+  job->set_pending_replan_reason(reason ? std::string(ReplanReasonName(*reason)) : "");
+}
+
 std::vector<std::string> Excluded(const proto::Job& job) {
   return {job.excluded_nodes().begin(), job.excluded_nodes().end()};
 }
@@ -76,26 +95,19 @@ absl::Status JobManager::Recover() {
     if (!valid.ok() && valid.code() != absl::StatusCode::kFailedPrecondition) {
       e.job.set_state(proto::JOB_STATE_FAILED);
       e.job.set_last_error(absl::StrCat("at start-up: ", valid.message()));
-      e.job.clear_pending_replan_reason();
+      SetPendingReason(std::nullopt, &e.job);
       RETURN_IF_ERROR(store_->PutJob(e.job));
       jobs_[id] = std::move(e);
       continue;
     }
     // A re-plan acknowledged before the restart (stored with the acknowledgement) resumes;
     // a job that never got its first plan gets it.
-    std::string reason = e.job.pending_replan_reason();
-    if (reason.empty() && e.versions.empty() && e.job.state() != proto::JOB_STATE_FAILED) {
-      reason = "initial";
+    std::optional<ReplanReason> reason = PendingReason(e.job);
+    if (!reason && e.versions.empty() && e.job.state() != proto::JOB_STATE_FAILED) {
+      reason = ReplanReason::kInitial;
     }
     jobs_[id] = std::move(e);
-    if (!reason.empty()) {
-      ReplanReason r = ReplanReason::kInitial;
-      if (!ParseReplanReason(reason, &r)) {
-        // An intent this binary does not know: plan anyway, as for a node change.
-        r = ReplanReason::kNodeJoin;
-      }
-      SchedulePlanning(id, r, /*bounded=*/false);
-    }
+    if (reason) SchedulePlanning(id, *reason, /*bounded=*/false);
   }
   if (observer_) observer_->OnJobCount(static_cast<int>(jobs_.size()));
   return absl::OkStatus();
@@ -134,10 +146,16 @@ absl::StatusOr<proto::Job> JobManager::Create(const proto::CreateJobRequest& req
   *e.job.mutable_model() = request.model();
   *e.job.mutable_cluster() = request.cluster();
   *e.job.mutable_options() = request.options();
+  // Validated above: answered and stored in both forms, typed and text.
+  const Objective objective =
+      ObjectiveFromProto(request.options().objective_kind(), request.options().objective())
+          .value_or(Objective::kSynchronous);
+  e.job.mutable_options()->set_objective_kind(ObjectiveToProto(objective));
+  e.job.mutable_options()->set_objective(std::string(ObjectiveName(objective)));
   if (request.has_training()) *e.job.mutable_training() = request.training();
   e.job.set_state(proto::JOB_STATE_PLANNING);
   e.job.set_created_unix_ms(UnixMillis());
-  e.job.set_pending_replan_reason("initial");
+  SetPendingReason(ReplanReason::kInitial, &e.job);
   RETURN_IF_ERROR(store_->PutJob(e.job));
   jobs_[id] = e;
   if (!SchedulePlanning(id, ReplanReason::kInitial, /*bounded=*/true)) {
@@ -303,9 +321,8 @@ bool JobManager::SchedulePlanning(const std::string& job_id, ReplanReason reason
   Entry& e = jobs_[job_id];
   // The intent, stored by the caller's next PutJob (with its acknowledgement): a restart
   // resumes it. "initial" stays until the first plan exists.
-  if (e.job.pending_replan_reason().empty() || e.job.pending_replan_reason() == "measured") {
-    e.job.set_pending_replan_reason(std::string(ReplanReasonName(reason)));
-  }
+  const std::optional<ReplanReason> pending = PendingReason(e.job);
+  if (!pending || *pending == ReplanReason::kMeasured) SetPendingReason(reason, &e.job);
   if (e.planning) {
     // A task is queued or running; run once more after it with the latest reason.
     if (!e.pending_reason || reason != ReplanReason::kMeasured) e.pending_reason = reason;
@@ -379,7 +396,7 @@ void JobManager::RunPlanning(const std::string& job_id, ReplanReason reason) {
     Entry& e = it->second;
     e.planning = false;
     // This run carried the stored intent; a re-plan asked for meanwhile sets it again below.
-    e.job.clear_pending_replan_reason();
+    SetPendingReason(std::nullopt, &e.job);
     if (!result.ok()) {
       logging::Event(*logging::Logger("jobs"), spdlog::level::warn, "planning failed",
                      {{"job", job_id}, {"reason", reason},
@@ -392,6 +409,7 @@ void JobManager::RunPlanning(const std::string& job_id, ReplanReason reason) {
       version.set_job_id(job_id);
       version.set_version(e.job.current_version() + 1);
       *version.mutable_result() = *result;
+      version.set_reason_kind(ReplanReasonToProto(reason));
       version.set_reason(std::string(ReplanReasonName(reason)));
       version.set_created_unix_ms(UnixMillis());
       FillDeviceSlots(input->cluster, result->plan().num_devices(), &version);
@@ -462,7 +480,7 @@ absl::StatusOr<proto::ReportStageTimesResponse> JobManager::ReportStageTimes(
   std::vector<MeasuredStageTime> times;
   for (int i = 0; i < request.times_size(); ++i) {
     const proto::StageTime& t = request.times(i);
-    absl::StatusOr<OpKind> kind = ParseOpKind(t.op_kind());
+    absl::StatusOr<OpKind> kind = OpKindFromProto(t.kind(), t.op_kind());
     if (!kind.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("times[", i, "].", kind.status().message()));
     }
@@ -471,7 +489,7 @@ absl::StatusOr<proto::ReportStageTimesResponse> JobManager::ReportStageTimes(
   std::vector<MeasuredLayerTime> layer_times;
   for (int i = 0; i < request.layer_times_size(); ++i) {
     const proto::LayerOpTime& t = request.layer_times(i);
-    absl::StatusOr<OpKind> kind = ParseOpKind(t.op_kind());
+    absl::StatusOr<OpKind> kind = OpKindFromProto(t.kind(), t.op_kind());
     if (!kind.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("layer_times[", i, "].", kind.status().message()));

@@ -29,7 +29,7 @@
 #include "core/synthetic_model.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "planner_service/fake_clock.h"
+#include "core/fake_clock.h"
 #include "planner_service/store.h"
 #include "planner_service/tuning_pool.h"
 #include "simulator/problem_builder.h"
@@ -226,6 +226,9 @@ TEST_F(JobManagerTest, CreateReturnsPlanningThenVersionOneArrivesThroughWatch) {
   EXPECT_EQ(job->name(), "first");
   EXPECT_EQ(job->state(), proto::JOB_STATE_PLANNING);
   EXPECT_EQ(job->current_version(), 0);
+  // The request left the objective out: the job says which it is, in both forms.
+  EXPECT_EQ(job->options().objective_kind(), proto::PLAN_OBJECTIVE_SYNCHRONOUS);
+  EXPECT_EQ(job->options().objective(), "synchronous");
   EXPECT_EQ(manager_->num_jobs(), 1);
   ASSERT_TRUE(Watch(job->id()).ok());
 
@@ -233,7 +236,8 @@ TEST_F(JobManagerTest, CreateReturnsPlanningThenVersionOneArrivesThroughWatch) {
   ASSERT_TRUE(v.ok()) << v.status();
   EXPECT_EQ(v->job_id(), job->id());
   EXPECT_EQ(v->version(), 1);
-  EXPECT_EQ(v->reason(), "initial");
+  EXPECT_EQ(v->reason_kind(), proto::PLAN_REASON_INITIAL);
+  EXPECT_EQ(v->reason(), "initial");  // the deprecated text form, still filled
   EXPECT_TRUE(v->result().feasible()) << v->result().infeasible_reason();
   EXPECT_EQ(v->result().plan().num_devices(), 4);
   EXPECT_GT(v->result().plan().predicted().iteration_time_s(), 0);
@@ -514,6 +518,11 @@ TEST_F(JobManagerTest, SlowStageTriggersAMeasuredVersionSmallDeviationDoesNot) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_THAT(std::string(s.message()), HasSubstr("times[0].op_kind"));
   t->set_op_kind("F");
+  t->set_kind(proto::OP_KIND_B);  // the typed kind and its text twin must agree
+  s = manager_->ReportStageTimes(bad).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("times[0].kind OP_KIND_B and op_kind 'F'"));
+  t->set_kind(proto::OP_KIND_F);
   t->set_stage(v2->result().plan().stages_size());
   s = manager_->ReportStageTimes(bad).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
@@ -544,12 +553,14 @@ TEST_F(JobManagerTest, PerLayerReportsCalibrateEachLayerByItself) {
   for (const StageAssignment& st : plan->stages) {
     for (int l = st.first_layer; l <= st.last_layer; ++l) {
       const LayerCost& c = builder->layer_cost(l, st.device);
-      for (auto [kind, secs] : {std::pair{"F", c.forward_s}, std::pair{"B", c.backward_input_s},
-                                std::pair{"W", c.weight_grad_s}}) {
+      // Typed kinds only (the stage times above carry text only, as older agents send).
+      for (auto [kind, secs] : {std::pair{proto::OP_KIND_F, c.forward_s},
+                                std::pair{proto::OP_KIND_B, c.backward_input_s},
+                                std::pair{proto::OP_KIND_W, c.weight_grad_s}}) {
         if (secs <= 0) continue;
         proto::LayerOpTime* t = report.add_layer_times();
         t->set_layer(l);
-        t->set_op_kind(kind);
+        t->set_kind(kind);
         t->set_seconds(secs * (l == slow_layer ? 1.5 : 1.0));
         t->set_samples(8);
       }
@@ -725,6 +736,34 @@ TEST_F(JobManagerTest, SecondManagerOverTheSameStoreRecoversJobsVersionsAndCalib
   ASSERT_TRUE(next.ok()) << next.status();
   EXPECT_NE(next->id(), id);
   EXPECT_NE(next->id(), "job-7");
+}
+
+// A job stored by an older planner carries its re-plan intent as text only
+// (pending_replan_reason): this planner resumes it and answers with both forms.
+TEST_F(JobManagerTest, IntentStoredAsTextByAnOlderPlannerResumes) {
+  const proto::CreateJobRequest req = SmallJob("older", TwoNodes());
+  proto::Job old;
+  old.set_id("job-3");
+  old.set_name("older");
+  *old.mutable_model() = req.model();
+  *old.mutable_cluster() = req.cluster();
+  *old.mutable_options() = req.options();
+  old.set_state(proto::JOB_STATE_PLANNING);
+  old.set_pending_replan_reason("node_join");
+  ASSERT_TRUE(store_->PutJob(old).ok());
+
+  Close();
+  Open();
+  ASSERT_TRUE(manager_->Recover().ok());
+  ASSERT_TRUE(Watch("job-3").ok());
+  absl::StatusOr<proto::PlanVersion> v1 = recorder_.WaitForVersion("job-3", 1);
+  ASSERT_TRUE(v1.ok()) << v1.status();
+  EXPECT_EQ(v1->reason_kind(), proto::PLAN_REASON_NODE_JOIN);
+  EXPECT_EQ(v1->reason(), "node_join");
+  absl::StatusOr<proto::GetJobResponse> got = manager_->Get("job-3");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->job().pending_reason(), proto::PLAN_REASON_UNSPECIFIED);  // done
+  EXPECT_TRUE(got->job().pending_replan_reason().empty());
 }
 
 }  // namespace

@@ -193,15 +193,12 @@ absl::StatusOr<PlanningInput> PrepareInput(const proto::Model& model_proto,
   }
   t.time_budget_s = budget > 0 ? budget : limits.default_time_budget_s;
   t.seed = options.seed() == 0 ? 1 : options.seed();
-  if (options.objective().empty() || options.objective() == "synchronous") {
-    t.objective = Objective::kSynchronous;
-  } else if (options.objective() == "steady-state") {
-    t.objective = Objective::kSteadyState;
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "options.objective must be synchronous or steady-state, got '", options.objective(),
-        "'"));
+  absl::StatusOr<Objective> objective =
+      ObjectiveFromProto(options.objective_kind(), options.objective());
+  if (!objective.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("options.", objective.status().message()));
   }
+  t.objective = *objective;
   t.link_contention = options.link_contention();
   absl::StatusOr<VocabParallelMode> vocab = ParseVocabParallelMode(options.vocab_parallel());
   if (!vocab.ok()) {

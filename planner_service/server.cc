@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "planner_service/agent_registry.h"
-#include "planner_service/clock.h"
+#include "core/clock.h"
 #include "planner_service/job_manager.h"
 #include "logging/logging.h"
 #include "planner_service/metrics/exposer.h"

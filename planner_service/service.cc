@@ -14,7 +14,7 @@
 #include "core/status_macros.h"
 #include "logging/logging.h"
 #include "planner_service/agent_jobs.h"
-#include "planner_service/clock.h"
+#include "core/clock.h"
 #include "planner_service/decode_check.h"
 
 namespace octopipe::planner {

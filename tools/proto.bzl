@@ -1,6 +1,6 @@
 """Protobuf / gRPC C++ code generation with Debian's protoc and grpc_cpp_plugin."""
 
-def octopipe_proto(name, src, deps = [], grpc = False):
+def octopipe_proto(name, src, deps = [], grpc = False, visibility = None):
     """Generates and compiles C++ for one .proto file.
 
     Args:
@@ -8,6 +8,7 @@ def octopipe_proto(name, src, deps = [], grpc = False):
       src: the .proto file in this package.
       deps: other octopipe_proto libraries this proto imports.
       grpc: also generate gRPC service stubs.
+      visibility: of the cc_library and of the .proto sources (the generator stays private).
     """
     base = src[:-len(".proto")]
     outs = [base + ".pb.h", base + ".pb.cc"]
@@ -25,10 +26,12 @@ def octopipe_proto(name, src, deps = [], grpc = False):
     native.filegroup(
         name = name + "_srcs",
         srcs = [src] + [d + "_srcs" for d in deps],
+        visibility = visibility,
     )
     native.cc_library(
         name = name,
         srcs = [o for o in outs if o.endswith(".cc")],
         hdrs = [o for o in outs if o.endswith(".h")],
         deps = deps + ["//third_party:protobuf"] + (["//third_party:grpc"] if grpc else []),
+        visibility = visibility,
     )

@@ -15,6 +15,7 @@
 #include "core/cluster.h"
 #include "core/cluster_presets.h"
 #include "core/cost_model.h"
+#include "core/fake_clock.h"
 #include "core/model_zoo.h"
 #include "core/synthetic_model.h"
 #include "gtest/gtest.h"
@@ -163,9 +164,8 @@ TEST(LowerBoundTest, DegenerateInputsGiveZero) {
 }
 
 // A clock that advances `step_s` per reading: bounded search whatever the machine's speed.
-std::function<double()> SteppingClock(double step_s) {
-  auto ticks = std::make_shared<std::atomic<int64_t>>(0);
-  return [ticks, step_s] { return step_s * static_cast<double>((*ticks)++); };
+std::shared_ptr<const Clock> SteppingClock(double step_s) {
+  return std::make_shared<FakeClock>(0, step_s);
 }
 
 double BaselineObjectiveForTest(const BaselineResult& b, bool steady) {
@@ -210,7 +210,7 @@ TEST(LowerBoundTest, NoTunedPlanOrBaselineBeatsTheBound) {
       o.num_microbatches = c.microbatches;
       o.objective = steady ? Objective::kSteadyState : Objective::kSynchronous;
       o.time_budget_s = 2;
-      o.now = SteppingClock(1e-3);
+      o.clock = SteppingClock(1e-3);
       // The bound above is for whole layers; a split head has its own bound (vocab_choice_test).
       o.vocab_parallel = VocabParallelMode::kOff;
       absl::StatusOr<TuneResult> r = Tune(*model, *cluster, cost, o);

@@ -437,12 +437,9 @@ absl::Status ValidateOptions(const ModelGraph& model, const TunerOptions& option
   return ValidateConstraints(options.constraints, model.num_layers(), options.num_devices);
 }
 
-std::function<double()> ClockOrSteady(std::function<double()> now) {
-  if (now) return now;
-  return [] {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-  };
+std::function<double()> BudgetClock(std::shared_ptr<const Clock> clock) {
+  if (clock == nullptr) return [] { return RealClock::Default().NowSeconds(); };
+  return [clock] { return clock->NowSeconds(); };
 }
 
 double BaselineObjective(const BaselineResult& b, bool steady) {
@@ -874,7 +871,7 @@ absl::StatusOr<TuneResult> Tune(const ModelGraph& model, const Cluster& cluster,
   if (options.vocab_parallel == VocabParallelMode::kAuto) {
     return TuneWithAndWithoutVocabParallel(model, cluster, cost_model, options);
   }
-  const std::function<double()> now = ClockOrSteady(options.now);
+  const std::function<double()> now = BudgetClock(options.clock);
   const double start = now();  // the budget covers everything from here
   const bool vocab = options.vocab_parallel == VocabParallelMode::kOn;
   // `builder` is what the search builds problems with; baselines never split the head.

@@ -22,13 +22,16 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/clock.h"
 #include "core/cluster.h"
 #include "core/cost_model.h"
 #include "core/model_graph.h"
+#include "core/objective.h"
 #include "core/plan.h"
 #include "simulator/evaluator.h"
 #include "tuner/baselines.h"
@@ -36,8 +39,6 @@
 #include "tuner/lower_bound.h"
 
 namespace octopipe {
-
-enum class Objective { kSynchronous, kSteadyState };
 
 // Whether plans split the output layer over the devices (vocabulary parallelism,
 // simulator/vocab_parallel.h). kAuto searches with and without it when the head is heavy
@@ -61,8 +62,9 @@ struct TunerOptions {
   std::vector<double> layer_time_factors;
   // Exhaustive search when the number of (partition, placement) pairs is at most this.
   int64_t exhaustive_limit = 60000;
-  // Clock in seconds (injectable for tests); default: steady_clock.
-  std::function<double()> now;
+  // The clock the time budget is measured on (tests inject a FakeClock, core/fake_clock.h);
+  // null: the real monotonic clock. Shared, so options may be copied to a background search.
+  std::shared_ptr<const Clock> clock;
   // Polled between evaluations (may be empty): true ends the search as an exhausted budget
   // would (a client that cancelled, a request deadline, a shutdown). The caller decides what
   // the early result is worth.

@@ -22,6 +22,7 @@
 #include "core/cluster.h"
 #include "core/cluster_presets.h"
 #include "core/cost_model.h"
+#include "core/fake_clock.h"
 #include "core/model_graph.h"
 #include "core/model_zoo.h"
 #include "core/plan.h"
@@ -40,15 +41,12 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // A clock that never advances: the budget never runs out and the search runs to convergence.
-std::function<double()> FrozenClock() {
-  return [] { return 0.0; };
-}
+std::shared_ptr<const Clock> FrozenClock() { return std::make_shared<FakeClock>(); }
 
 // A clock that advances `step_s` per reading: the budget runs out after budget / step readings
 // whatever the machine's speed. Thread-safe in case readings come from workers.
-std::function<double()> SteppingClock(double step_s) {
-  auto ticks = std::make_shared<std::atomic<int64_t>>(0);
-  return [ticks, step_s] { return step_s * static_cast<double>((*ticks)++); };
+std::shared_ptr<const Clock> SteppingClock(double step_s) {
+  return std::make_shared<FakeClock>(0, step_s);
 }
 
 ModelGraph Zoo(const std::string& name) {
@@ -70,12 +68,12 @@ Cluster H100sWithMemory(double memory_bytes) {
   return c;
 }
 
-TunerOptions Options(int P, int M, std::function<double()> now) {
+TunerOptions Options(int P, int M, std::shared_ptr<const Clock> clock) {
   TunerOptions o;
   o.num_devices = P;
   o.num_microbatches = M;
   o.time_budget_s = 2;
-  o.now = std::move(now);
+  o.clock = std::move(clock);
   return o;
 }
 

@@ -117,6 +117,7 @@ class GrpcPlannerLink final : public PlannerLink {
     for (const StageTimeReport& t : times) {
       proto::StageTime* p = req.add_times();
       p->set_stage(t.stage);
+      if (absl::StatusOr<OpKind> k = ParseOpKind(t.op_kind); k.ok()) p->set_kind(OpKindToProto(*k));
       p->set_op_kind(t.op_kind);
       p->set_seconds(t.seconds);
       p->set_samples(t.samples);
@@ -124,6 +125,7 @@ class GrpcPlannerLink final : public PlannerLink {
     for (const LayerTimeReport& t : layer_times) {
       proto::LayerOpTime* p = req.add_layer_times();
       p->set_layer(t.layer);
+      if (absl::StatusOr<OpKind> k = ParseOpKind(t.op_kind); k.ok()) p->set_kind(OpKindToProto(*k));
       p->set_op_kind(t.op_kind);
       p->set_seconds(t.seconds);
       p->set_samples(t.samples);

@@ -21,7 +21,7 @@ import sys
 import grpc
 from google.protobuf import json_format
 
-from proto import cluster_pb2, model_pb2, planner_pb2, planner_pb2_grpc
+from proto import cluster_pb2, model_pb2, plan_pb2, planner_pb2, planner_pb2_grpc
 
 
 def parse_args(argv):
@@ -52,6 +52,14 @@ def channel_for(args):
     return grpc.insecure_channel(args.planner)
 
 
+def reason_text(plan_version):
+    """Why the version was planned, as text ("node_failure"): from the typed `reason_kind`
+    (PLAN_REASON_NODE_FAILURE), or the deprecated `reason` string an older planner sends."""
+    if plan_version.reason_kind == plan_pb2.PLAN_REASON_UNSPECIFIED:
+        return plan_version.reason
+    return plan_pb2.PlanReason.Name(plan_version.reason_kind)[len("PLAN_REASON_"):].lower()
+
+
 def devices_by_node(plan_version, cluster, excluded=()):
     """Set of node names whose devices the plan's stages use. A plan numbers the devices of the
     nodes the job still uses (the cluster without its excluded nodes), node by node."""
@@ -79,7 +87,8 @@ def main(argv):
 
     options = planner_pb2.PlanOptions(num_devices=args.devices,
                                       num_microbatches=args.microbatches,
-                                      time_budget_s=args.time_budget_s, seed=1)
+                                      time_budget_s=args.time_budget_s, seed=1,
+                                      objective_kind=plan_pb2.PLAN_OBJECTIVE_SYNCHRONOUS)
     job = stub.CreateJob(planner_pb2.CreateJobRequest(name=args.name, model=model,
                                                       cluster=cluster, options=options),
                          metadata=metadata, timeout=args.timeout_s)
@@ -89,7 +98,7 @@ def main(argv):
                            metadata=metadata, timeout=args.timeout_s)
     first = next(watch)
     r = first.result
-    print(f"plan v{first.version} ({first.reason}): feasible={r.feasible} "
+    print(f"plan v{first.version} ({reason_text(first)}): feasible={r.feasible} "
           f"iteration={r.plan.predicted.iteration_time_s:.6g}s "
           f"speedup_vs_best_baseline={r.speedup_vs_best_baseline:.3f} "
           f"nodes={sorted(devices_by_node(first, cluster))}", flush=True)
@@ -109,12 +118,12 @@ def main(argv):
         return 1
     for version in watch:
         used = devices_by_node(version, cluster, excluded)
-        print(f"plan v{version.version} ({version.reason}): "
+        print(f"plan v{version.version} ({reason_text(version)}): "
               f"feasible={version.result.feasible} nodes={sorted(used)}", flush=True)
         if version.version > first.version:
             watch.cancel()
-            if version.reason != "node_failure":
-                print(f"error: v{version.version} has reason {version.reason!r}, want "
+            if version.reason_kind != plan_pb2.PLAN_REASON_NODE_FAILURE:
+                print(f"error: v{version.version} has reason {reason_text(version)!r}, want "
                       "'node_failure'", file=sys.stderr)
                 return 1
             return 0

@@ -47,7 +47,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "planner_service/replan_reason.h"
+#include "core/replan_reason.h"
 
 namespace octopipe::metrics {
 
@@ -56,8 +56,8 @@ enum class PlanKind { kOneshot, kJob };
 inline constexpr int kNumPlanKinds = 2;
 absl::string_view PlanKindLabel(PlanKind kind);  // "oneshot", "job"
 
-// The `reason` label of octopipe_replans_total is ReplanReasonName (planner_service/
-// replan_reason.h) of the re-plan causes (never kInitial).
+// The `reason` label of octopipe_replans_total is ReplanReasonName (core/replan_reason.h) of
+// the re-plan causes (never kInitial).
 using ::octopipe::ReplanReason;
 
 class PlannerMetrics {

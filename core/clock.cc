@@ -1,4 +1,4 @@
-#include "planner_service/clock.h"
+#include "core/clock.h"
 
 #include <chrono>
 
@@ -8,6 +8,11 @@ Clock::~Clock() = default;
 
 double RealClock::NowSeconds() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+const Clock& RealClock::Default() {
+  static const RealClock* const clock = new RealClock();
+  return *clock;
 }
 
 int64_t UnixMillis() {

@@ -1,10 +1,11 @@
 // ReplanReason: why a job's plan is computed — its first plan, or a re-plan and its cause. One
-// enum for the job manager, the service and the metrics; its text form (ReplanReasonName) is
-// the PlanVersion's `reason` field and the `reason` label of octopipe_replans_total, which
-// counts re-plans only (never kInitial). The re-plan causes come first so they index arrays
-// of kNumReplanReasons entries.
-#ifndef OCTOPIPE_PLANNER_SERVICE_REPLAN_REASON_H_
-#define OCTOPIPE_PLANNER_SERVICE_REPLAN_REASON_H_
+// enum for the job manager, the service and the metrics. Its text form (ReplanReasonName) is
+// the deprecated PlanVersion.reason string beside the typed `reason_kind`, what `octopipe jobs`
+// shows, and the `reason` label of octopipe_replans_total, which counts re-plans only (never
+// kInitial). The re-plan causes come first so they index arrays of kNumReplanReasons entries.
+// Conversion to the wire enum (proto PlanReason) is in core/convert.h.
+#ifndef OCTOPIPE_CORE_REPLAN_REASON_H_
+#define OCTOPIPE_CORE_REPLAN_REASON_H_
 
 #include "absl/strings/string_view.h"
 
@@ -33,9 +34,12 @@ inline absl::string_view ReplanReasonName(ReplanReason reason) {
 }
 
 // The inverse of ReplanReasonName (stored intents); false for an unknown name.
+inline constexpr ReplanReason kAllReplanReasons[] = {
+    ReplanReason::kMeasured, ReplanReason::kNodeFailure, ReplanReason::kDrain,
+    ReplanReason::kNodeJoin, ReplanReason::kInitial};
+
 inline bool ParseReplanReason(absl::string_view name, ReplanReason* out) {
-  for (ReplanReason r : {ReplanReason::kMeasured, ReplanReason::kNodeFailure,
-                         ReplanReason::kDrain, ReplanReason::kNodeJoin, ReplanReason::kInitial}) {
+  for (ReplanReason r : kAllReplanReasons) {
     if (ReplanReasonName(r) == name) {
       *out = r;
       return true;
@@ -46,4 +50,4 @@ inline bool ParseReplanReason(absl::string_view name, ReplanReason* out) {
 
 }  // namespace octopipe
 
-#endif  // OCTOPIPE_PLANNER_SERVICE_REPLAN_REASON_H_
+#endif  // OCTOPIPE_CORE_REPLAN_REASON_H_

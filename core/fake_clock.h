@@ -1,0 +1,48 @@
+// A Clock that moves only when a test moves it, so timeouts, deadlines and budgets are tested
+// without sleeps. Starts at `start_s` (default 0) and stays there until Advance/Set — or, with
+// a non-zero `step_per_reading_s`, advances by that step after every reading, so code that
+// polls the clock runs out of a budget after budget / step readings whatever the machine's
+// speed.
+//
+// Thread-safe: Advance/Set may race with NowSeconds from other threads. Set may move time
+// backwards (a real Clock never does); tests that do so are testing the caller's tolerance of
+// that, on purpose.
+#ifndef OCTOPIPE_CORE_FAKE_CLOCK_H_
+#define OCTOPIPE_CORE_FAKE_CLOCK_H_
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "core/clock.h"
+
+namespace octopipe {
+
+class FakeClock : public Clock {
+ public:
+  explicit FakeClock(double start_s = 0, double step_per_reading_s = 0)
+      : now_s_(start_s), step_s_(step_per_reading_s) {}
+
+  double NowSeconds() const override {
+    absl::MutexLock lock(&mu_);
+    const double now = now_s_;
+    now_s_ += step_s_;
+    return now;
+  }
+  void Advance(double s) {
+    absl::MutexLock lock(&mu_);
+    now_s_ += s;
+  }
+  void Set(double s) {
+    absl::MutexLock lock(&mu_);
+    now_s_ = s;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  // Mutable: a reading advances a stepping clock.
+  mutable double now_s_ ABSL_GUARDED_BY(mu_);
+  const double step_s_;
+};
+
+}  // namespace octopipe
+
+#endif  // OCTOPIPE_CORE_FAKE_CLOCK_H_
