@@ -17,20 +17,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-bool SameLayout(const std::vector<DeviceSlot>& a, const std::vector<DeviceSlot>& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (a[i].node != b[i].node || a[i].local_device != b[i].local_device) return false;
-  }
-  return true;
-}
-
-int64_t UnixMillisNow() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 double NowSeconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -155,18 +141,6 @@ const AgentJob* Agent::Target() const {
     if (done_jobs_.count(job.job_id) || !UsesThisNode(job)) continue;
     auto ran = ran_.find(job.job_id);
     if (ran != ran_.end() && ran->second >= job.version) continue;
-    auto failure = failures_.find(job.job_id);
-    if (failure != failures_.end() && SameLayout(job.slots, failure->second.slots)) {
-      // The devices that just failed: a version made before the failure, or soon after it
-      // (before the planner's heartbeat timeout, ~4 heartbeat intervals, can have dropped a
-      // lost node), would only fail again against the lost peer. After twice that, the layout
-      // is tried again (the failure was not a node loss).
-      const int64_t grace_ms = static_cast<int64_t>(8 * heartbeat_interval_s_ * 1000);
-      if (job.created_unix_ms <= failure->second.unix_ms ||
-          UnixMillisNow() < failure->second.unix_ms + grace_ms) {
-        continue;
-      }
-    }
     return &job;
   }
   return nullptr;
@@ -214,7 +188,15 @@ absl::Status Agent::StartRun(const AgentJob& job) {
   config.num_ranks = job.plan.num_devices;
   config.transport = options_.transport;
   config.store_address = store;
-  config.prefix = absl::StrCat(job.job_id, "/v", job.version);
+  auto restart = restarts_.find(job.job_id);
+  const int restart_no =
+      restart != restarts_.end() && restart->second.first == job.version ? restart->second.second
+                                                                         : 0;
+  // Every run has a fresh rendezvous namespace; a restart's is agreed without talking, since
+  // every node's ranks failed together and each agent counts its restarts of the version.
+  config.prefix = restart_no == 0
+                      ? absl::StrCat(job.job_id, "/v", job.version)
+                      : absl::StrCat(job.job_id, "/v", job.version, "/r", restart_no);
   config.hostname = options_.advertise_host;
   config.timeout_s = options_.transport_timeout_s;
   config.checkpoint_dir = options_.checkpoint_root + "/" + job.job_id;
@@ -238,6 +220,7 @@ absl::Status Agent::StartRun(const AgentJob& job) {
   run_ = ActiveRun();
   run_.job_id = job.job_id;
   run_.version = job.version;
+  run_.restart = restart_no;
   run_.dir = dir;
   run_.job = job;
   run_.holds_rank0 = rank0_node == options_.node;
@@ -246,10 +229,13 @@ absl::Status Agent::StartRun(const AgentJob& job) {
   for (const LocalRank& r : *ranks) run_.offsets[r.rank] = 0;
   SetState(AgentState::kRunning);
   if (observer_) observer_->OnPlanVersion(job.job_id, job.version);
+  if (restart_no > 0 && observer_) observer_->OnRankRestart(job.job_id);
   if (run_.holds_rank0) {
     const int64_t from = resume_from.ok() ? *resume_from : 0;
     Event(job.job_id, {from > 0 ? "resumed" : "started", "", job.version, from,
                        absl::StrCat(job.plan.num_devices, " ranks, store ", store,
+                                    restart_no > 0 ? absl::StrCat(", restart ", restart_no)
+                                                   : std::string(),
                                     from > 0 ? absl::StrCat(", resumed from iteration ", from)
                                              : std::string())});
   }
@@ -353,14 +339,28 @@ void Agent::FinishRun(const std::vector<RankOutcome>& outcomes) {
     completed = completed && o.ok && !o.stopped && o.completed_iterations >= run_.job.iterations;
     reached = std::max(reached, o.completed_iterations);
   }
-  // A version runs at most once here (its rendezvous prefix is single-use), whatever the
-  // outcome; the job list may still show it for a moment after the ranks stopped.
-  ran_[run_.job_id] = run_.version;
-  if (failed != nullptr) {
-    failures_[run_.job_id] = Failure{run_.job.slots, UnixMillisNow()};
-    Event(run_.job_id, {"rank_failed", "", run_.version, reached,
-                        absl::StrCat("rank ", failed->rank, ": ", failed->error)});
-    if (observer_) observer_->OnRankRestart(run_.job_id);
+  ran_[run_.job_id] = run_.version;  // unless restarted below
+  if (run_.abandoned) {
+    if (run_.holds_rank0) {
+      Event(run_.job_id, {"stopped", "", run_.version, reached,
+                          "superseded before its first iteration: stopped at once"});
+    }
+  } else if (failed != nullptr) {
+    const bool restart = !run_.superseded && run_.restart < options_.max_rank_restarts;
+    if (restart) {
+      ran_[run_.job_id] = run_.version - 1;
+      restarts_[run_.job_id] = {run_.version, run_.restart + 1};
+    }
+    Event(run_.job_id,
+          {"rank_failed", "", run_.version, reached,
+           absl::StrCat("rank ", failed->rank, ": ", failed->error,
+                        restart ? absl::StrCat("; restarting from the last checkpoint (restart ",
+                                               run_.restart + 1, " of ",
+                                               options_.max_rank_restarts, ")")
+                                : run_.superseded
+                                      ? std::string("; a newer plan version follows")
+                                      : std::string("; out of restarts: waiting for a new "
+                                                    "plan version"))});
   } else if (completed) {
     done_jobs_.insert(run_.job_id);
     if (run_.holds_rank0) Event(run_.job_id, {"completed", "", run_.version, reached, ""});
@@ -372,6 +372,32 @@ void Agent::FinishRun(const std::vector<RankOutcome>& outcomes) {
   fs::remove_all(run_.dir, ec);  // its outcome is reported; rank logs went to the agent's stderr
   run_ = ActiveRun();
   SetState(registered_ ? AgentState::kWatching : AgentState::kRegistering);
+}
+
+bool Agent::RunProgressed() const {
+  for (const auto& [rank, offset] : run_.offsets) {
+    if (offset > 0) return true;
+  }
+  return !run_.partial.empty();
+}
+
+void Agent::LeaveSupersededRun() {
+  if (!run_.superseded) {
+    spdlog::info("agent {}: job {} moved on from v{}: {}", options_.node, run_.job_id,
+                 run_.version,
+                 RunProgressed() ? "stopping at the iteration boundary"
+                                 : "no iteration done yet, stopping at once");
+  }
+  run_.superseded = true;
+  SetState(AgentState::kSwitching);
+  if (!RunProgressed()) {
+    // Still meeting its peers (or loading): nothing to save, and a peer may be waiting for
+    // this node's ranks of the newer version.
+    run_.abandoned = true;
+    launcher_->KillAll();
+  } else if (!run_.abandoned) {
+    launcher_->RequestStop();  // only acts where rank 0 runs; repeated until it stops
+  }
 }
 
 void Agent::FollowJobs(double now_s) {
@@ -393,14 +419,7 @@ void Agent::FollowJobs(double now_s) {
       for (const AgentJob& j : jobs_) {
         if (j.job_id == run_.job_id && j.version == run_.version) current = true;
       }
-      if (!current) {
-        if (state_ != AgentState::kSwitching) {
-          spdlog::info("agent {}: job {} moved on from v{}: stopping at the iteration boundary",
-                       options_.node, run_.job_id, run_.version);
-        }
-        SetState(AgentState::kSwitching);
-        launcher_->RequestStop();  // only acts where rank 0 runs; repeated until it stops
-      }
+      if (!current) LeaveSupersededRun();
     }
   }
   if (state_ == AgentState::kWatching && registered_ && !leaving_) {

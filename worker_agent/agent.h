@@ -10,11 +10,18 @@
 //   kSwitching(v→v') a newer version (or none for this node) was published: rank 0 is asked to
 //                 stop at the next iteration boundary; every rank checkpoints and exits; then
 //                 kWatching starts v' if it uses this node (resuming from the checkpoint).
-// A run whose ranks fail (a peer was lost: the transport names it within its timeout) is
-// reported as a "rank_failed" job event; the agent then waits for a newer version (the planner
-// drops the lost node on its heartbeat timeout and re-plans) and resumes from the newest
-// complete checkpoint. An unreachable planner changes nothing for running ranks; the agent
-// retries with exponential back-off (capped) and re-registers when the planner forgot it.
+// Following versions (any sequence converges on the newest): a version runs here at most once to
+// completion, and only while it is the newest this agent has seen. When a newer version
+// appears, a run that has completed no iteration yet (its ranks are still meeting, e.g. waiting
+// for a peer that went straight to the newer version) is killed at once — nothing is lost, its
+// resume checkpoint is still the newest — and one that is training stops at the next iteration
+// boundary. A run whose ranks fail (a peer was lost: the transport names it within its timeout)
+// is reported as a "rank_failed" job event and, while its version is still the newest, restarted
+// from the newest complete checkpoint under a fresh rendezvous prefix ("JOB/vV/rN", restart N)
+// up to `max_rank_restarts` times (every node's ranks fail together, so their agents count the
+// same N); a node loss makes the planner publish a newer version within its heartbeat timeout,
+// which supersedes the restart. An unreachable planner changes nothing for running ranks; the
+// agent retries with exponential back-off (capped) and re-registers when the planner forgot it.
 //
 // Rendezvous without a shared file system: every agent serves a TCP store (executor/tcp_store.h)
 // and registers its address; the ranks of version v connect through the store of the agent
@@ -57,6 +64,7 @@ struct AgentOptions {
   double transport_timeout_s = 10;      // a lost peer fails the ranks within this
   double max_backoff_s = 5;             // planner retries back off up to this
   int report_every_iterations = 5;      // stage times reported to the planner this often
+  int max_rank_restarts = 3;            // restarts of one version after its ranks failed
 };
 
 // One iteration as seen by this node's ranks (for metrics).
@@ -121,9 +129,12 @@ class Agent {
   struct ActiveRun {
     std::string job_id;
     int64_t version = 0;
+    int restart = 0;  // 0: the version's first run; N: its N-th restart after a failure
     std::string dir;
     AgentJob job;
     bool holds_rank0 = false;
+    bool superseded = false;  // a newer version (or none for this node) was seen
+    bool abandoned = false;   // killed before its first iteration because superseded
     std::map<int, size_t> offsets;  // jsonl read offsets per local rank
     std::map<int, std::map<int, IterationRecord>> partial;  // iteration -> rank -> record
     double tokens_per_iteration = 0;
@@ -138,6 +149,10 @@ class Agent {
   absl::Status StartRun(const AgentJob& job);
   void ReadProgress();
   void FinishRun(const std::vector<RankOutcome>& outcomes);
+  // A newer version is out: kill a run that has not completed an iteration, stop one that has.
+  void LeaveSupersededRun();
+  // True once any local rank recorded an iteration of this run.
+  bool RunProgressed() const;
   // Reports (and clears) the stage and per-layer times not yet reported.
   void ReportTimes();
   void Event(const std::string& job_id, JobEventReport event);
@@ -160,15 +175,11 @@ class Agent {
   std::vector<AgentJob> jobs_;  // last known
   ActiveRun run_;
   std::set<std::string> done_jobs_;
-  // job -> newest version run (whatever the outcome) or refused here: each runs at most once.
+  // job -> newest version finished here for good (completed, stopped, superseded, refused, or
+  // out of restarts): each version is started again only as a restart.
   std::map<std::string, int64_t> ran_;
-  // job -> the device layout of a run whose ranks failed, and when (unix ms): versions with the
-  // same layout made before or soon after the failure are not started (see Target).
-  struct Failure {
-    std::vector<DeviceSlot> slots;
-    int64_t unix_ms = 0;
-  };
-  std::map<std::string, Failure> failures_;
+  // job -> (version, restart) of the next restart of a version whose ranks failed.
+  std::map<std::string, std::pair<int64_t, int>> restarts_;
   bool leaving_ = false;
 };
 
