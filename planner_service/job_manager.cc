@@ -391,6 +391,7 @@ void JobManager::RunPlanning(const std::string& job_id, ReplanReason reason) {
       if (stored.ok()) {
         e.versions.push_back(version);
         e.job.set_current_version(version.version());
+        if (version.version() == 1) policy_.OnFirstPlan(job_id, clock_->NowSeconds());
         e.job.set_state(result->feasible() ? proto::JOB_STATE_READY
                                            : proto::JOB_STATE_INFEASIBLE);
         e.job.clear_last_error();
