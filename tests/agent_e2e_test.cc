@@ -1,6 +1,7 @@
 // Worker agents end to end: the real octopipe-planner and two octopipe-agent processes ("node-a",
-// "node-b", one device each; ranks rendezvous through node-a's TCP store, no shared run
-// directory) train a job on the reference model. kill -9 of node-b's agent (its ranks die with
+// "node-b", one device each; ranks rendezvous through node-a's TCP store; no shared run or
+// checkpoint directory: the agents copy checkpoint layers to each other) train a job on the
+// reference model. kill -9 of node-b's agent (its ranks die with
 // it) makes node-a's ranks fail naming the lost peer; the planner drops node-b on its heartbeat
 // timeout and re-plans on node-a alone, which resumes from the last checkpoint; node-b's agent
 // comes back, the job is re-planned onto it; a drain of node-b moves the job back to node-a at
@@ -254,9 +255,12 @@ std::vector<std::vector<executor::Tensor>> UninterruptedWeights() {
 }
 
 TEST_F(AgentE2ETest, NodeLossResumeRejoinDrainAndFinalWeightsEqualAnUninterruptedRun) {
-  const std::string checkpoints = TmpDir("checkpoints");  // storage both nodes can read
+  // No shared storage: each node keeps its own checkpoint directory; agents copy the layer
+  // files to each other (worker_agent/checkpoint_replicator.h).
+  const std::string checkpoints = TmpDir("checkpoints-a");
+  const std::string checkpoints_b = TmpDir("checkpoints-b");
   AgentProcess a("node-a", TmpDir("node-a"), checkpoints);
-  AgentProcess b("node-b", TmpDir("node-b"), checkpoints);
+  AgentProcess b("node-b", TmpDir("node-b"), checkpoints_b);
   ASSERT_TRUE(a.Start(planner_.address())) << a.log();
   ASSERT_TRUE(b.Start(planner_.address())) << b.log();
 
@@ -270,7 +274,8 @@ TEST_F(AgentE2ETest, NodeLossResumeRejoinDrainAndFinalWeightsEqualAnUninterrupte
   const executor::ModelSpec spec = *executor::ParseModelSpec(kModel);
   const std::string job_checkpoints = checkpoints + "/" + job_id_;
 
-  // 1. Both nodes train; wait for a few checkpoints.
+  // 1. Both nodes train; wait for a few checkpoints (complete on node-a: node-b's layers are
+  // copied to it).
   ASSERT_NE(WaitEvent([](const proto::JobEvent& e) { return e.kind() == "started"; }, 0, 60),
             nullptr)
       << Events() << a.log() << b.log();
@@ -368,12 +373,24 @@ TEST_F(AgentE2ETest, NodeLossResumeRejoinDrainAndFinalWeightsEqualAnUninterrupte
     EXPECT_NE(after_drain->kind(), "rank_failed") << Events();
   }
 
-  // 6. The job completes; its final checkpoint equals the uninterrupted run's weights.
+  // 6. The job completes; its final checkpoint (complete in node-a's own directory, whichever
+  // node wrote which layers) equals the uninterrupted run's weights.
   ASSERT_NE(WaitEvent([](const proto::JobEvent& e) { return e.kind() == "completed"; }, 0, 180),
             nullptr)
       << Events() << a.log() << b.log();
   std::printf("events:\n%s", Events().c_str());
+  const double wait_final = Now() + 30;
+  while (Now() < wait_final) {
+    auto latest = executor::LatestCompleteCheckpoint(job_checkpoints, spec);
+    if (latest.ok() && *latest == kIterations) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
   ASSERT_EQ(*executor::LatestCompleteCheckpoint(job_checkpoints, spec), kIterations);
+  // node-b, which never trained every layer, holds complete checkpoints too (copied to it).
+  absl::StatusOr<int64_t> on_b =
+      executor::LatestCompleteCheckpoint(checkpoints_b + "/" + job_id_, spec);
+  ASSERT_TRUE(on_b.ok()) << on_b.status();
+  EXPECT_GT(*on_b, 0);
   const auto want = UninterruptedWeights();
   bool bitwise = true;
   for (size_t l = 0; l < want.size(); ++l) {

@@ -142,14 +142,14 @@ wait_file() {
 }
 
 # --- planner -------------------------------------------------------------------------------
-# --replan_cooldown_s=60: one calibrated (measured) re-plan during the demo. With no cooldown both
-# agents' first reports trigger a re-plan each, ~50 ms apart; an agent that starts the
-# superseded version then waits for a peer that went straight to the newer one, both runs fail
-# and neither agent retries (a known agent race, not fixed here). Re-plans on node loss and
-# return are not subject to the cooldown. --replan_min_gain=0.01: the calibrated plan is adopted
-# when predicted at least 1% faster (if it is not, the demo says so and goes on).
+# --replan_cooldown_s=5: calibrated (measured) re-plans from 5 s after the first plan, at most one
+# per 5 s (agents follow any sequence of versions to the newest, however close together; every
+# version is narrated, from `octopipe jobs watch`).
+# Re-plans on node loss and return are not subject to the cooldown. --replan_min_gain=0.01: a
+# calibrated plan is adopted when predicted at least 1% faster (if none is, the demo says so and
+# goes on).
 "$planner_bin" --port=0 --port_file="$work/planner.port" --metrics_port=0 \
-  --state_dir="$work/state" --heartbeat_timeout_s=2 --replan_cooldown_s=60 --replan_min_gain=0.01 \
+  --state_dir="$work/state" --heartbeat_timeout_s=2 --replan_cooldown_s=5 --replan_min_gain=0.01 \
   >"$work/planner.log" 2>&1 &
 pid[planner]=$!
 wait_file "$work/planner.port" "${pid[planner]}" octopipe-planner
@@ -243,6 +243,9 @@ JSON
   fail "octopipe jobs create failed: $(cat "$work/create.log")"
 job=job-1
 say "job $job created: $model, $iterations iterations, checkpoint every $ckpt"
+# Every plan version as the planner publishes it (a version replaced within a poll is still seen).
+"$cli_bin" jobs watch --planner="$planner" --job="$job" >"$work/versions.log" 2>"$work/watch.log" &
+pid[watch]=$!
 
 # job_state: one line per fact of `jobs get --json`:
 #   V <version> <reason> <stages> <predicted bubble> <nodes>   (the current plan)
@@ -251,18 +254,30 @@ say "job $job created: $model, $iterations iterations, checkpoint every $ckpt"
 #   P <max iteration recorded by any rank>              (from the run directories)
 job_state() {
   "$cli_bin" jobs get --planner="$planner" --job="$job" --json 2>/dev/null | python3 -c '
-import glob, json, sys
+import glob, json, re, sys
 try:
     r = json.load(sys.stdin)
 except ValueError:
     sys.exit(0)
 c = r.get("current")
+current_nodes = {}
+if c:
+    devices = sorted({s.get("node_id", "?") for s in c.get("device_slots", [])})
+    current_nodes[int(c.get("version", 0))] = ",".join(devices) or "?"
+# Every version, in order, from `octopipe jobs watch` ("JOB vN (REASON): S stages on D devices,
+# iteration T, bubble B").
+try:
+    watched = open(sys.argv[1] + "/versions.log").read().splitlines()
+except OSError:
+    watched = []
+for line in watched:
+    m = re.match(r"\S+ v(\d+) \(([^)]+)\): (\d+) stages on (\d+) devices.*bubble (\S+)", line)
+    if m:
+        v = int(m.group(1))
+        print("V", v, m.group(2), m.group(3), m.group(5),
+              current_nodes.get(v, m.group(4) + "_devices"))
 if c:
     plan = c.get("result", {}).get("plan", {})
-    bubble = plan.get("predicted", {}).get("bubble_ratio", 0.0)  # proto3 JSON omits zeros
-    devices = sorted({s.get("node_id", "?") for s in c.get("device_slots", [])})
-    print("V", c.get("version", 0), c.get("reason", "?"), len(plan.get("stages", [])),
-          "%.1f%%" % (100 * bubble) if bubble is not None else "?", ",".join(devices) or "?")
     stages = plan.get("stages", [])
     slots = c.get("device_slots", [])
     if stages and slots:

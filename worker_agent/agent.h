@@ -14,8 +14,10 @@
 // completion, and only while it is the newest this agent has seen. When a newer version
 // appears, a run that has completed no iteration yet (its ranks are still meeting, e.g. waiting
 // for a peer that went straight to the newer version) is killed at once — nothing is lost, its
-// resume checkpoint is still the newest — and one that is training stops at the next iteration
-// boundary. A run whose ranks fail (a peer was lost: the transport names it within its timeout)
+// resume checkpoint is still the newest —, so is one whose peers the newer version says were
+// lost (a node_failure version leaving out a node of the run: its ranks cannot stop cleanly and
+// may be blocked on the dead peer until the transport timeout), and one that is training stops
+// at the next iteration boundary. A run whose ranks fail (a peer was lost: the transport names it within its timeout)
 // is reported as a "rank_failed" job event and, while its version is still the newest, restarted
 // from the newest complete checkpoint under a fresh rendezvous prefix ("JOB/vV/rN", restart N)
 // up to `max_rank_restarts` times (every node's ranks fail together, so their agents count the
@@ -26,8 +28,11 @@
 // Rendezvous without a shared file system: every agent serves a TCP store (executor/tcp_store.h)
 // and registers its address; the ranks of version v connect through the store of the agent
 // whose node holds plan device 0, found with PlannerLink::Agents, under the prefix "JOB/vV".
-// Checkpoints go to CHECKPOINT_ROOT/JOB, which must be storage every node of the job can read
-// for a survivor to load a lost node's layers.
+// Checkpoints without shared storage: each agent keeps CHECKPOINT_ROOT/JOB locally and copies
+// the layer files its ranks write to the other nodes of the job through their stores
+// (CheckpointReplicator); the agent holding plan device 0 picks the iteration every rank of a
+// run resumes from (the newest checkpoint complete on its node) and publishes it as
+// "PREFIX/resume" in its store; the others fetch the layer files of it they lack from that agent.
 //
 // Not thread-safe: one thread calls Tick in a loop (Run does that).
 #ifndef OCTOPIPE_WORKER_AGENT_AGENT_H_
@@ -44,6 +49,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "executor/tcp_store.h"
+#include "worker_agent/checkpoint_replicator.h"
 #include "worker_agent/planner_link.h"
 #include "worker_agent/rank_launcher.h"
 #include "worker_agent/run_files.h"
@@ -135,6 +141,7 @@ class Agent {
     bool holds_rank0 = false;
     bool superseded = false;  // a newer version (or none for this node) was seen
     bool abandoned = false;   // killed before its first iteration because superseded
+    std::string lost;         // killed because a newer version says its peers were lost
     std::map<int, size_t> offsets;  // jsonl read offsets per local rank
     std::map<int, std::map<int, IterationRecord>> partial;  // iteration -> rank -> record
     double tokens_per_iteration = 0;
@@ -147,10 +154,16 @@ class Agent {
   void KeepRegistered(double now_s);
   void FollowJobs(double now_s);
   absl::Status StartRun(const AgentJob& job);
+  // The iteration every rank of the run resumes from (see the top comment); kUnavailable while
+  // it cannot be known yet (retried on the next pass).
+  absl::StatusOr<int64_t> AgreeOnResume(const AgentJob& job, const std::string& prefix,
+                                        const std::string& rank0_store, int num_layers);
   void ReadProgress();
   void FinishRun(const std::vector<RankOutcome>& outcomes);
-  // A newer version is out: kill a run that has not completed an iteration, stop one that has.
-  void LeaveSupersededRun();
+  // A newer version is out (`newer`, null when the job no longer lists this node or is gone):
+  // kill a run that has not completed an iteration or whose peers the newer version says were
+  // lost (node_failure), stop one that is training at the iteration boundary.
+  void LeaveSupersededRun(const AgentJob* newer);
   // True once any local rank recorded an iteration of this run.
   bool RunProgressed() const;
   // Reports (and clears) the stage and per-layer times not yet reported.
@@ -165,6 +178,7 @@ class Agent {
   RankLauncher* const launcher_;
   AgentObserver* const observer_;
   std::unique_ptr<executor::TcpStoreServer> store_;
+  std::unique_ptr<CheckpointReplicator> replicator_;
 
   AgentState state_ = AgentState::kRegistering;
   bool registered_ = false;
@@ -178,6 +192,9 @@ class Agent {
   // job -> newest version finished here for good (completed, stopped, superseded, refused, or
   // out of restarts): each version is started again only as a restart.
   std::map<std::string, int64_t> ran_;
+  // job -> (iteration, until when, steady seconds): a clean stop on this node reached that
+  // iteration; the rank-0 agent waits (briefly) for its peers' layers of it before resuming.
+  std::map<std::string, std::pair<int64_t, double>> expected_checkpoint_;
   // job -> (version, restart) of the next restart of a version whose ranks failed.
   std::map<std::string, std::pair<int64_t, int>> restarts_;
   bool leaving_ = false;

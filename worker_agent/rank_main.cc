@@ -75,6 +75,7 @@ absl::StatusOr<RankOutcome> Train(const std::string& run_dir, int rank, int loca
   o.checkpoint_interval = config->checkpoint_interval;
   o.checkpoint_at_end = true;
   o.resume = true;
+  o.resume_iteration = config->resume_iteration;
   o.stoppable = true;
   o.stop_requested = [] { return g_stop_requested.load(); };
   int counted = 0;

@@ -58,7 +58,8 @@ std::string RunConfigJson(const RunConfig& c) {
               {"prefix", c.prefix},
               {"hostname", c.hostname},
               {"timeout_s", c.timeout_s},
-              {"checkpoint_dir", c.checkpoint_dir}}
+              {"checkpoint_dir", c.checkpoint_dir},
+              {"resume_iteration", c.resume_iteration}}
       .dump();
 }
 
@@ -79,6 +80,7 @@ absl::StatusOr<RunConfig> ParseRunConfig(const std::string& text) {
     c.hostname = j.at("hostname").get<std::string>();
     c.timeout_s = j.at("timeout_s").get<double>();
     c.checkpoint_dir = j.at("checkpoint_dir").get<std::string>();
+    c.resume_iteration = j.value("resume_iteration", int64_t{-1});
     return c;
   });
 }

@@ -32,7 +32,8 @@ struct RunConfig {
   std::string prefix;              // fresh per run: job/version
   std::string hostname = "127.0.0.1";  // address the ranks listen on
   double timeout_s = 30;           // transport timeout: a lost peer is noticed within it
-  std::string checkpoint_dir;      // the job's checkpoint root
+  std::string checkpoint_dir;      // the job's checkpoint root (local to the node)
+  int64_t resume_iteration = -1;   // the checkpoint every rank loads (agreed); -1: newest local
 };
 
 // Mean seconds of one (stage, op kind) over a rank's iterations.
