@@ -252,7 +252,8 @@ absl::Status JobManager::Delete(const std::string& job_id) {
 
 absl::StatusOr<int64_t> JobManager::Watch(
     const std::string& job_id, int64_t after_version,
-    std::function<void(const proto::PlanVersion&)> on_version, std::function<void()> on_end) {
+    std::function<void(const proto::PlanVersion&)> on_version, std::function<void()> on_end,
+    std::function<void(const proto::JobEvent&)> on_event) {
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) {
@@ -268,7 +269,8 @@ absl::StatusOr<int64_t> JobManager::Watch(
     }
   }
   const int64_t id = next_subscription_++;
-  subscriptions_[id] = Subscription{job_id, std::move(on_version), std::move(on_end)};
+  subscriptions_[id] =
+      Subscription{job_id, std::move(on_version), std::move(on_end), std::move(on_event)};
   return id;
 }
 
@@ -290,6 +292,10 @@ absl::Status JobManager::AddEvent(const std::string& job_id, proto::JobEvent eve
   }
   RETURN_IF_ERROR(store_->PutJob(job));
   it->second.job = std::move(job);
+  const proto::JobEvent& added = it->second.job.events(it->second.job.events_size() - 1);
+  for (const auto& [id, sub] : subscriptions_) {
+    if (sub.job_id == job_id && sub.on_event) sub.on_event(added);
+  }
   return absl::OkStatus();
 }
 

@@ -25,7 +25,8 @@ agent mid-run, restarts it, and checks the final loss against an uninterrupted r
 
   --keep                    leave the services running at the end (prints how to stop them)
   --summary=FILE            write a JSON summary: plan_versions [{version, reason}], lost_node,
-                            resumed_from_iteration, final_loss, uninterrupted_final_loss, ...
+                            resumed_from_iteration, final_loss, uninterrupted_final_loss,
+                            agent_overhead_ratio, last_plan_switch_s, ...
   --iterations=N            training iterations of the job (default 1000)
   --checkpoint_interval=K   checkpoint every K iterations (default 5)
   --timeout=SECONDS         give up (and tail the logs) after this long (default 170)
@@ -386,13 +387,20 @@ unset "pid[uninterrupted]"
   fail "the final plan names no agent holding the model's head ('$head_node')"
 final_loss="$(http_get "http://127.0.0.1:${agent_metrics[$head_node]}/metrics" |
   awk -v j="job_id=\"$job\"" '$1 ~ /^octopipe_agent_loss\{/ && index($1, j) {print $2; exit}')"
+# The agent's own cost per iteration and the last plan switch, as the head's agent exports them.
+head_metrics="$(http_get "http://127.0.0.1:${agent_metrics[$head_node]}/metrics")"
+overhead="$(awk -v j="job_id=\"$job\"" '$1 ~ /^octopipe_agent_overhead_ratio\{/ && index($1, j) {print $2; exit}' <<<"$head_metrics")"
+switch_s="$(awk -v j="job_id=\"$job\"" '$1 ~ /^octopipe_agent_plan_switch_seconds\{/ && index($1, j) {print $2; exit}' <<<"$head_metrics")"
 python3 - "$work" "$iterations" "$summary" "$lost_node" "$resumed_from" "$prom_port" \
-  "$((SECONDS - start))" "${final_loss:-nan}" "${versions[@]}" <<'PY' || fail "the final loss differs from the uninterrupted run's"
+  "$((SECONDS - start))" "${final_loss:-nan}" "${overhead:-nan}" "${switch_s:-nan}" \
+  "${versions[@]}" <<'PY' || fail "the final loss differs from the uninterrupted run's"
 import glob, json, sys
 import math
-work, iterations, summary, lost, resumed, prom, wall, final = sys.argv[1:9]
+work, iterations, summary, lost, resumed, prom, wall, final, overhead, switch_s = sys.argv[1:11]
 iterations = int(iterations)
-versions = [{"version": int(v.split(":")[0]), "reason": v.split(":", 1)[1]} for v in sys.argv[9:]]
+versions = [{"version": int(v.split(":")[0]), "reason": v.split(":", 1)[1]} for v in sys.argv[11:]]
+overhead = None if math.isnan(float(overhead)) else float(overhead)
+switch_s = None if math.isnan(float(switch_s)) else float(switch_s)
 final = float(final)
 if math.isnan(final):
     final = None
@@ -405,6 +413,9 @@ print("%-34s %s" % ("resumed from checkpoint iteration", resumed))
 print("%-34s %s" % ("final loss (agents)", "%.12g" % final if final is not None else "missing"))
 print("%-34s %.12g" % ("final loss (uninterrupted run)", ref))
 print("%-34s %s" % ("equal", "yes" if ok else "NO"))
+print("%-34s %s" % ("agent overhead per iteration",
+                    "%.3f%% of the iteration time" % (100 * overhead) if overhead is not None else "?"))
+print("%-34s %s" % ("last plan switch", "%.3f s" % switch_s if switch_s is not None else "?"))
 print("%-34s %s s" % ("wall time of the system part", wall))
 print("%-34s http://127.0.0.1:%s" % ("Prometheus", prom))
 if summary:
@@ -413,6 +424,7 @@ if summary:
                    "resumed_from_iteration": int(resumed), "final_loss": final,
                    "uninterrupted_final_loss": ref, "iterations": iterations,
                    "losses_equal": ok, "prometheus_url": "http://127.0.0.1:" + prom,
+                   "agent_overhead_ratio": overhead, "last_plan_switch_s": switch_s,
                    "wall_s": int(wall), "work_dir": work}, out, indent=2)
         out.write("\n")
 sys.exit(0 if ok else 1)

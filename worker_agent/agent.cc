@@ -323,6 +323,7 @@ void Agent::ReadProgress() {
     for (const auto& [rank, r] : records) {
       n.wall_s = std::max(n.wall_s, r.wall_s);
       n.checkpoint_s = std::max(n.checkpoint_s, r.checkpoint_s);
+      n.overhead_s = std::max(n.overhead_s, r.overhead_s);
     }
     for (const auto& [rank, r] : records) {
       busy += r.busy_s;
@@ -344,7 +345,17 @@ void Agent::ReadProgress() {
     }
     n.local_bubble = n.wall_s > 0 ? 1 - busy / (static_cast<double>(local) * n.wall_s) : 0;
     n.tokens_per_s = n.wall_s > 0 ? run_.tokens_per_iteration / n.wall_s : 0;
+    std::pair<double, double>& o = overhead_[run_.job_id];
+    o.first += n.overhead_s;
+    o.second += n.wall_s;
+    n.mean_overhead_ratio = o.second > 0 ? o.first / o.second : 0;
     if (observer_) observer_->OnIteration(n);
+    if (switching_job_ == run_.job_id) {
+      if (observer_) observer_->OnPlanSwitch(run_.job_id, NowSeconds() - switch_seen_s_);
+      spdlog::info("agent {}: plan switch of job {} to v{} took {:.3f}s", options_.node,
+                   run_.job_id, run_.version, NowSeconds() - switch_seen_s_);
+      switching_job_.clear();
+    }
     if (run_.iterations_seen++ > 0) {  // the run's first iteration warms up
       for (const auto& [key, sum] : n.ops) {
         run_.unreported[key].seconds += sum.seconds;
@@ -466,6 +477,10 @@ void Agent::LeaveSupersededRun(const AgentJob* newer) {
                  !run_.lost.empty()   ? "its peers were lost, stopping at once"
                  : kill ? "no iteration done yet, stopping at once"
                         : "stopping at the iteration boundary");
+  }
+  if (!run_.superseded) {
+    switching_job_ = run_.job_id;
+    switch_seen_s_ = NowSeconds();
   }
   run_.superseded = true;
   SetState(AgentState::kSwitching);

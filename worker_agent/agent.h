@@ -87,6 +87,8 @@ struct NodeIteration {
   StageOpTimes ops;  // this iteration's ops on this node
   StageOpTimes layer_ops;  // (layer, kind) on this node
   double checkpoint_s = -1;  // slowest local rank's checkpoint after it; -1: none
+  double overhead_s = 0;     // the agent's bookkeeping in the ranks (slowest local rank)
+  double mean_overhead_ratio = 0;  // sum of overhead_s / sum of wall_s over the job here
 };
 
 // Told what the agent does (metrics, logs); every method has a no-op default.
@@ -97,6 +99,9 @@ class AgentObserver {
   virtual void OnPlanVersion(const std::string& job_id, int64_t version) {}
   virtual void OnIteration(const NodeIteration& iteration) {}
   virtual void OnRankRestart(const std::string& job_id) {}
+  // A plan switch on this node: from seeing the newer version to the new version's first
+  // iteration here (stop at the boundary, checkpoint, restart the ranks, resume).
+  virtual void OnPlanSwitch(const std::string& job_id, double seconds) {}
   virtual void OnEvent(const std::string& job_id, const JobEventReport& event) {}
 };
 
@@ -198,6 +203,11 @@ class Agent {
   // job -> (version, restart) of the next restart of a version whose ranks failed.
   std::map<std::string, std::pair<int64_t, int>> restarts_;
   bool leaving_ = false;
+  // The switch in progress: the job and when its newer version was seen (steady seconds).
+  std::string switching_job_;
+  double switch_seen_s_ = 0;
+  // job -> (sum of overhead_s, sum of wall_s) over the iterations seen here.
+  std::map<std::string, std::pair<double, double>> overhead_;
 };
 
 }  // namespace octopipe::agent

@@ -30,8 +30,8 @@ ABSL_FLAG(std::string, transport, "gloo",
           "present, else gloo)");
 ABSL_FLAG(std::string, work_dir, "", "local directory for run files (required)");
 ABSL_FLAG(std::string, checkpoint_dir, "",
-          "checkpoint root (a subdirectory per job); must be storage every node of a job can "
-          "read to resume a lost node's layers; default WORK_DIR/checkpoints");
+          "checkpoint root (a subdirectory per job), local to the node: layer files are copied to "
+          "the job's other nodes through the agents' TCP stores; default WORK_DIR/checkpoints");
 ABSL_FLAG(std::string, advertise_host, "127.0.0.1",
           "address other nodes reach this node's ranks and rendezvous store at");
 ABSL_FLAG(int, store_port, 0, "TCP rendezvous store port; 0 picks a free one");

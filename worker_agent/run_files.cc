@@ -88,7 +88,8 @@ absl::StatusOr<RunConfig> ParseRunConfig(const std::string& text) {
 std::string IterationRecordJson(const IterationRecord& r) {
   return json{{"iteration", r.iteration}, {"has_loss", r.has_loss}, {"loss", r.loss},
               {"wall_s", r.wall_s},       {"busy_s", r.busy_s},     {"ops", OpsJson(r.ops)},
-              {"layer_ops", OpsJson(r.layer_ops)}, {"checkpoint_s", r.checkpoint_s}}
+              {"layer_ops", OpsJson(r.layer_ops)}, {"checkpoint_s", r.checkpoint_s},
+              {"overhead_s", r.overhead_s}}
       .dump();
 }
 
@@ -103,6 +104,7 @@ absl::StatusOr<IterationRecord> ParseIterationRecord(const std::string& text) {
     r.ops = OpsFromJson(j.at("ops"));
     if (j.contains("layer_ops")) r.layer_ops = OpsFromJson(j.at("layer_ops"));
     r.checkpoint_s = j.value("checkpoint_s", -1.0);
+    r.overhead_s = j.value("overhead_s", 0.0);
     return r;
   });
 }

@@ -54,6 +54,9 @@ struct IterationRecord {
   // counts as its B and W parts), for per-layer calibration.
   StageOpTimes layer_ops;
   double checkpoint_s = -1;  // seconds of the checkpoint saved after it; -1: none
+  // Seconds the rank spent on the agent's bookkeeping (building and writing the previous
+  // iteration's record): the agent's overhead per iteration, against wall_s.
+  double overhead_s = 0;
 };
 
 struct RankOutcome {
