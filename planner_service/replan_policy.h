@@ -5,8 +5,9 @@
 // re-plan is considered on entering the deviating state, at most once per `cooldown_s`, and
 // not before `cooldown_s` after the job's first plan (OnFirstPlan; for a job whose first plan
 // this policy did not see, e.g. after a planner restart, after its first report here). Times
-// are a monotonic clock's seconds from any origin. A computed plan replaces the current one only if it is predicted at least
-// `min_gain` faster than the current plan under the same calibrated costs. Thread-safe.
+// are a monotonic clock's seconds from any origin. A computed plan replaces the current one
+// only if it is predicted at least `min_gain` faster than the current plan under the same
+// calibrated costs. Thread-safe.
 #ifndef OCTOPIPE_PLANNER_SERVICE_REPLAN_POLICY_H_
 #define OCTOPIPE_PLANNER_SERVICE_REPLAN_POLICY_H_
 

@@ -305,6 +305,8 @@ phase=train_v1    # train_v1 -> calibrated -> killed -> resumed -> rejoined -> d
 head_node=""
 lost_node=node-b
 resumed_from=-1
+replanned_without_lost=0
+failure_version=0
 kill_after=-1
 bubble_said=0
 while :; do
@@ -319,6 +321,10 @@ while :; do
         versions+=("$a:$b")
         say "plan v$a (reason $b): $c stages on $e, predicted bubble $d"
         [ "$b" = node_join ] && [ "$phase" = resumed ] && phase=rejoined
+        if [ "$b" = node_failure ] && [ "$phase" = killed ]; then
+          replanned_without_lost=1
+          failure_version="$a"
+        fi
         if [ "$b" = measured ] && [ "$phase" = train_v1 ]; then
           phase=calibrated
           kill_after=$(( (progress > 0 ? progress : 0) + 3 * ckpt ))
@@ -332,7 +338,10 @@ while :; do
         case "$a" in
           resumed)
             say "event: $d resumed v$b from checkpoint iteration $c"
-            if [ "$phase" = killed ] && [ "$c" -gt 0 ]; then
+            # (A resume before the node_failure version is the survivor restarting its ranks on
+            # the old plan while the planner has not yet noticed the loss: keep waiting.)
+            if [ "$phase" = killed ] && [ "$c" -gt 0 ] && [ "$replanned_without_lost" = 1 ] &&
+              [ "$b" -ge "$failure_version" ]; then
               resumed_from="$c"
               phase=resumed
               start_agent "$lost_node" "${agent_metrics[$lost_node]}"

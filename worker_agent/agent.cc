@@ -350,7 +350,7 @@ void Agent::ReadProgress() {
     o.second += n.wall_s;
     n.mean_overhead_ratio = o.second > 0 ? o.first / o.second : 0;
     if (observer_) observer_->OnIteration(n);
-    if (switching_job_ == run_.job_id) {
+    if (switching_job_ == run_.job_id && run_.version != switching_from_) {
       if (observer_) observer_->OnPlanSwitch(run_.job_id, NowSeconds() - switch_seen_s_);
       spdlog::info("agent {}: plan switch of job {} to v{} took {:.3f}s", options_.node,
                    run_.job_id, run_.version, NowSeconds() - switch_seen_s_);
@@ -480,6 +480,7 @@ void Agent::LeaveSupersededRun(const AgentJob* newer) {
   }
   if (!run_.superseded) {
     switching_job_ = run_.job_id;
+    switching_from_ = run_.version;
     switch_seen_s_ = NowSeconds();
   }
   run_.superseded = true;

@@ -17,10 +17,10 @@
 // resume checkpoint is still the newest —, so is one whose peers the newer version says were
 // lost (a node_failure version leaving out a node of the run: its ranks cannot stop cleanly and
 // may be blocked on the dead peer until the transport timeout), and one that is training stops
-// at the next iteration boundary. A run whose ranks fail (a peer was lost: the transport names it within its timeout)
-// is reported as a "rank_failed" job event and, while its version is still the newest, restarted
-// from the newest complete checkpoint under a fresh rendezvous prefix ("JOB/vV/rN", restart N)
-// up to `max_rank_restarts` times (every node's ranks fail together, so their agents count the
+// at the next iteration boundary. A run whose ranks fail (a peer was lost: the transport names
+// it within its timeout) is reported as a "rank_failed" job event and, while its version is
+// still the newest, restarted from the newest complete checkpoint under a fresh rendezvous
+// prefix ("JOB/vV/rN", restart N) up to `max_rank_restarts` times (every node's ranks fail together, so their agents count the
 // same N); a node loss makes the planner publish a newer version within its heartbeat timeout,
 // which supersedes the restart. An unreachable planner changes nothing for running ranks; the
 // agent retries with exponential back-off (capped) and re-registers when the planner forgot it.
@@ -182,8 +182,10 @@ class Agent {
   PlannerLink* const link_;
   RankLauncher* const launcher_;
   AgentObserver* const observer_;
-  std::unique_ptr<executor::TcpStoreServer> store_;
+  // Declared before the store, which calls into it from its serving threads: the store is
+  // destroyed (its threads joined) first.
   std::unique_ptr<CheckpointReplicator> replicator_;
+  std::unique_ptr<executor::TcpStoreServer> store_;
 
   AgentState state_ = AgentState::kRegistering;
   bool registered_ = false;
@@ -205,6 +207,7 @@ class Agent {
   bool leaving_ = false;
   // The switch in progress: the job and when its newer version was seen (steady seconds).
   std::string switching_job_;
+  int64_t switching_from_ = 0;  // the version left
   double switch_seen_s_ = 0;
   // job -> (sum of overhead_s, sum of wall_s) over the iterations seen here.
   std::map<std::string, std::pair<double, double>> overhead_;

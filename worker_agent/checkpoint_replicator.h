@@ -50,7 +50,8 @@ class CheckpointReplicator {
   CheckpointReplicator(const CheckpointReplicator&) = delete;
   CheckpointReplicator& operator=(const CheckpointReplicator&) = delete;
 
-  // Serves ROOT's layer files to peers through `store` (the "ckpt/" keys).
+  // Serves ROOT's layer files to peers through `store` (the "ckpt/" keys). The store must be
+  // destroyed before this replicator (its serving threads call into it).
   void Serve(executor::TcpStoreServer* store);
 
   // From now on pushes the layer files of `job_id` written on this node to `peers` (store

@@ -37,14 +37,14 @@ executor::LayerCheckpoint Layer(int layer, int64_t iteration) {
 struct Side {
   explicit Side(const std::string& name)
       : root(FreshDir(name)),
-        store(*executor::TcpStoreServer::Start("127.0.0.1", 0)),
-        replicator(root, std::chrono::milliseconds(2000)) {
+        replicator(root, std::chrono::milliseconds(2000)),
+        store(*executor::TcpStoreServer::Start("127.0.0.1", 0)) {
     replicator.Serve(store.get());
   }
   std::string address() const { return "127.0.0.1:" + std::to_string(store->port()); }
   std::string root;
+  CheckpointReplicator replicator;  // outlives the store, whose threads call into it
   std::unique_ptr<executor::TcpStoreServer> store;
-  CheckpointReplicator replicator;
 };
 
 bool WaitFor(const std::function<bool()>& done, double timeout_s) {
