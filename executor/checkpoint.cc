@@ -393,6 +393,8 @@ absl::StatusOr<int> PruneCheckpoints(const std::string& root, const ModelSpec& s
     }
     std::error_code ec;
     fs::remove_all(IterationDir(root, it), ec);
+    // Removed meanwhile by someone else (another pruner, or a copy landing while it went): done.
+    if (ec == std::errc::no_such_file_or_directory) ec.clear();
     if (ec) {
       return absl::InternalError(absl::StrCat("checkpoint: cannot remove ",
                                               IterationDir(root, it), ": ", ec.message()));

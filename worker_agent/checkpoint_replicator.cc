@@ -47,6 +47,13 @@ void CheckpointReplicator::Serve(executor::TcpStoreServer* store) {
     int64_t iteration = 0;
     int layer = 0;
     if (!ParseKey(key, &job, &iteration, &layer)) return false;
+    // Already here (a shared directory, or pushed before): nothing to write.
+    if (executor::ReadLayerCheckpoint(
+            executor::LayerCheckpointPath(root_ + "/" + job, iteration, layer)).ok()) {
+      std::lock_guard<std::mutex> l(mu_);
+      received_.insert({job, iteration, layer});
+      return true;
+    }
     absl::StatusOr<std::string> path =
         executor::StoreLayerCheckpointBytes(root_ + "/" + job, bytes);
     if (!path.ok()) {
