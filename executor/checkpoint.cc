@@ -211,12 +211,58 @@ absl::Status WriteLayerCheckpoint(const std::string& root, const LayerCheckpoint
   return WriteAtomically(LayerCheckpointPath(root, c.iteration, c.layer), bytes);
 }
 
+absl::StatusOr<std::string> ReadLayerCheckpointBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("checkpoint ", path, ": no such file"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string bytes = ss.str();
+  RETURN_IF_ERROR(ParseLayerCheckpoint(bytes, path).status());
+  return bytes;
+}
+
+absl::StatusOr<std::string> StoreLayerCheckpointBytes(const std::string& root,
+                                                      const std::string& bytes) {
+  ASSIGN_OR_RETURN(LayerCheckpoint c, ParseLayerCheckpoint(bytes, "received checkpoint file"));
+  const std::string dir = IterationDir(root, c.iteration);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) {
+    return absl::InternalError(
+        absl::StrCat("checkpoint: cannot create directory ", dir, ": ", ec.message()));
+  }
+  const std::string path = LayerCheckpointPath(root, c.iteration, c.layer);
+  RETURN_IF_ERROR(WriteAtomically(path, bytes));
+  return path;
+}
+
+std::vector<std::pair<int64_t, int>> ListLayerCheckpoints(const std::string& root) {
+  std::vector<std::pair<int64_t, int>> out;
+  for (int64_t it : IterationsNewestFirst(root)) {
+    std::error_code ec;
+    for (const fs::directory_entry& e : fs::directory_iterator(IterationDir(root, it), ec)) {
+      const std::string name = e.path().filename().string();
+      int layer = 0;
+      if (absl::StartsWith(name, "layer-") && absl::EndsWith(name, ".ckpt") &&
+          absl::SimpleAtoi(name.substr(6, name.size() - 6 - 5), &layer)) {
+        out.emplace_back(it, layer);
+      }
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 absl::StatusOr<LayerCheckpoint> ReadLayerCheckpoint(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat("checkpoint ", path, ": no such file"));
   std::stringstream ss;
   ss << in.rdbuf();
-  const std::string bytes = ss.str();
+  return ParseLayerCheckpoint(ss.str(), path);
+}
+
+absl::StatusOr<LayerCheckpoint> ParseLayerCheckpoint(const std::string& bytes,
+                                                     const std::string& path) {
   if (bytes.size() < sizeof(kMagic) + sizeof(uint64_t) ||
       std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) {
     return absl::DataLossError(absl::StrCat("checkpoint ", path, ": not a checkpoint (magic)"));
@@ -347,6 +393,8 @@ absl::StatusOr<int> PruneCheckpoints(const std::string& root, const ModelSpec& s
     }
     std::error_code ec;
     fs::remove_all(IterationDir(root, it), ec);
+    // Removed meanwhile by someone else (another pruner, or a copy landing while it went): done.
+    if (ec == std::errc::no_such_file_or_directory) ec.clear();
     if (ec) {
       return absl::InternalError(absl::StrCat("checkpoint: cannot remove ",
                                               IterationDir(root, it), ": ", ec.message()));

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -57,6 +58,19 @@ absl::Status WriteLayerCheckpoint(const std::string& root, const LayerCheckpoint
 // Reads and verifies one file: kDataLoss naming the path for a bad magic, checksum, truncation
 // or inconsistent header; kNotFound when the file does not exist.
 absl::StatusOr<LayerCheckpoint> ReadLayerCheckpoint(const std::string& path);
+
+// Verifies one file's bytes (as ReadLayerCheckpoint; `name` names them in errors).
+absl::StatusOr<LayerCheckpoint> ParseLayerCheckpoint(const std::string& bytes,
+                                                     const std::string& name);
+
+// Copying checkpoints between nodes (no shared storage): the verified bytes of one file, and
+// storing verified bytes under `root` at the path their own header names (layer, iteration),
+// atomically; returns that path. kDataLoss for bytes that do not verify (nothing is written).
+absl::StatusOr<std::string> ReadLayerCheckpointBytes(const std::string& path);
+absl::StatusOr<std::string> StoreLayerCheckpointBytes(const std::string& root,
+                                                      const std::string& bytes);
+// Every layer file present under `root` as (iteration, layer), ascending; not verified.
+std::vector<std::pair<int64_t, int>> ListLayerCheckpoints(const std::string& root);
 
 // The newest iteration whose checkpoint is complete for `spec` (every layer file valid, kinds
 // matching the spec). kNotFound when there is none (also when ROOT does not exist). Invalid

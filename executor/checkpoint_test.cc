@@ -135,6 +135,32 @@ TEST(CheckpointTest, WritesCompleteCheckpointsAndKeepsTheNewest) {
   }
 }
 
+TEST(CheckpointTest, VerifiedBytesCopyToAnotherRootAndBadBytesAreRefused) {
+  const std::string dir = FreshDir("copy-from");
+  const std::string other = FreshDir("copy-to");
+  TrainOptions o;
+  o.iterations = 2;
+  o.checkpoint_dir = dir;
+  o.checkpoint_interval = 2;
+  TrainAll(MakePlan(ScheduleKind::k1F1B, 2), o);
+  const int layers = static_cast<int>(Spec().kinds.size());
+  EXPECT_EQ(ListLayerCheckpoints(dir).size(), static_cast<size_t>(layers));
+  for (int l = 0; l < layers; ++l) {
+    absl::StatusOr<std::string> bytes = ReadLayerCheckpointBytes(LayerCheckpointPath(dir, 2, l));
+    ASSERT_TRUE(bytes.ok()) << bytes.status();
+    absl::StatusOr<std::string> path = StoreLayerCheckpointBytes(other, *bytes);
+    ASSERT_TRUE(path.ok()) << path.status();
+    EXPECT_EQ(*path, LayerCheckpointPath(other, 2, l));  // where its own header says
+  }
+  EXPECT_EQ(*LatestCompleteCheckpoint(other, Spec()), 2);
+  std::string bytes = *ReadLayerCheckpointBytes(LayerCheckpointPath(dir, 2, 0));
+  bytes[bytes.size() / 2] ^= 1;
+  const std::string dropped = FreshDir("copy-refused");
+  EXPECT_EQ(StoreLayerCheckpointBytes(dropped, bytes).status().code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(ListLayerCheckpoints(dropped).empty());
+}
+
 TEST(CheckpointTest, CorruptTruncatedOrPartialCheckpointsFallBackToThePreviousOne) {
   const std::string dir = FreshDir("corrupt");
   TrainOptions o;

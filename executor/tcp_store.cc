@@ -130,27 +130,59 @@ void TcpStoreServer::AcceptLoop() {
   }
 }
 
+void TcpStoreServer::Set(const std::string& key, const std::string& value) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    data_[key] = std::vector<char>(value.begin(), value.end());
+  }
+  changed_.notify_all();
+}
+
+void TcpStoreServer::SetKeyHandler(KeyHandler handler) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (KeyHandler& h : handlers_) {
+    if (h.prefix == handler.prefix) {
+      h = std::move(handler);
+      return;
+    }
+  }
+  handlers_.push_back(std::move(handler));
+}
+
+std::optional<TcpStoreServer::KeyHandler> TcpStoreServer::HandlerFor(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const KeyHandler& h : handlers_) {
+    if (key.compare(0, h.prefix.size(), h.prefix) == 0) return h;
+  }
+  return std::nullopt;
+}
+
 void TcpStoreServer::Serve(int fd) {
   while (true) {
     char op = 0;
     std::string key;
     if (!ReadAll(fd, &op, 1) || !ReadString(fd, &key)) break;
+    const std::optional<KeyHandler> handler = HandlerFor(key);
     if (op == 'S') {
       std::string value;
       if (!ReadString(fd, &value)) break;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        data_[key] = std::vector<char>(value.begin(), value.end());
+      char ok = 0;
+      if (handler) {
+        ok = handler->put(key, value) ? 0 : 1;
+      } else {
+        Set(key, value);
       }
-      changed_.notify_all();
-      const char ok = 0;
       if (!WriteAll(fd, &ok, 1)) break;
     } else if (op == 'G') {
       uint32_t timeout_ms = 0;
       if (!ReadAll(fd, &timeout_ms, sizeof(timeout_ms))) break;
       std::vector<char> value;
       bool found = false;
-      {
+      if (handler) {
+        std::optional<std::string> v = handler->get(key);
+        found = v.has_value();
+        if (found) value.assign(v->begin(), v->end());
+      } else {
         std::unique_lock<std::mutex> lock(mu_);
         found = changed_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] {
           return stopping_ || data_.count(key) > 0;
@@ -240,31 +272,65 @@ void TcpStore::set(const std::string& key, const std::vector<char>& data) {
   }
 }
 
-std::vector<char> TcpStore::Get(const std::string& key, std::chrono::milliseconds timeout) {
-  std::lock_guard<std::mutex> lock(mu_);
-  Connect();
+int TcpStore::GetRaw(const std::string& key, std::chrono::milliseconds timeout,
+                     std::string* out) {
   const char op = 'G';
   const uint32_t kn = static_cast<uint32_t>(key.size());
   const uint32_t ms = static_cast<uint32_t>(timeout.count());
   char status = 1;
   if (!WriteAll(fd_, &op, 1) || !WriteAll(fd_, &kn, 4) || !WriteAll(fd_, key.data(), kn) ||
-      !WriteAll(fd_, &ms, 4) || !ReadAll(fd_, &status, 1)) {
+      !WriteAll(fd_, &ms, 4) || !ReadAll(fd_, &status, 1) ||
+      (status == 0 && !ReadString(fd_, out))) {
     ::close(fd_);
     fd_ = -1;
+    return -1;
+  }
+  return status == 0 ? 0 : 1;
+}
+
+std::vector<char> TcpStore::Get(const std::string& key, std::chrono::milliseconds timeout) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Connect();
+  std::string value;
+  const int r = GetRaw(key, timeout, &value);
+  if (r < 0) {
     throw gloo::IoException(absl::StrCat("tcp store ", address_, ": get '", key,
                                          "' failed: the server closed the connection"));
   }
-  if (status != 0) {
+  if (r == 1) {
     throw gloo::IoException(absl::StrCat("tcp store ", address_, ": Wait timeout for key '", key,
                                          "' after ", timeout.count(), " ms"));
   }
-  std::string value;
-  if (!ReadString(fd_, &value)) {
-    ::close(fd_);
-    fd_ = -1;
-    throw gloo::IoException(absl::StrCat("tcp store ", address_, ": get '", key, "' failed"));
-  }
   return std::vector<char>(value.begin(), value.end());
+}
+
+absl::Status TcpStore::Put(const std::string& key, const std::string& value) {
+  try {
+    set(key, std::vector<char>(value.begin(), value.end()));
+  } catch (const gloo::IoException& e) {
+    return absl::UnavailableError(e.what());
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> TcpStore::Fetch(const std::string& key,
+                                            std::chrono::milliseconds timeout) {
+  std::lock_guard<std::mutex> lock(mu_);
+  try {
+    Connect();
+  } catch (const gloo::IoException& e) {
+    return absl::UnavailableError(e.what());
+  }
+  std::string value;
+  const int r = GetRaw(key, timeout, &value);
+  if (r < 0) {
+    return absl::UnavailableError(
+        absl::StrCat("tcp store ", address_, ": get '", key, "': connection closed"));
+  }
+  if (r == 1) {
+    return absl::NotFoundError(absl::StrCat("tcp store ", address_, ": no key '", key, "'"));
+  }
+  return value;
 }
 
 std::vector<char> TcpStore::get(const std::string& key) { return Get(key, timeout_); }

@@ -9,6 +9,11 @@
 // length and the value. Integers are little-endian host order (the store is for one cluster of
 // like machines). Keys are never deleted: runs use fresh prefixes.
 //
+// A KeyHandler takes over the keys under one prefix: they are not kept in memory but handed to
+// its put (the 'S' answer is 1 when put refuses) and answered by its get at once, found or
+// not (no waiting). The agent serves its checkpoint files this way (worker_agent/
+// checkpoint_replicator.h), so nodes copy checkpoints over the port they already share.
+//
 // Thread safety: the server serves every connection on its own thread; a TcpStore serializes
 // its calls with a mutex. Gloo's Store interface reports failures by throwing
 // gloo::IoException (unreachable server, timeout), which GlooTransport turns into a status.
@@ -17,6 +22,8 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
+#include <optional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -24,6 +31,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/clock.h"
 #include "gloo/rendezvous/store.h"
@@ -41,8 +49,21 @@ class TcpStoreServer {
 
   int port() const { return port_; }
 
+  // Sets a key in-process (as a client's set would).
+  void Set(const std::string& key, const std::string& value);
+
+  struct KeyHandler {
+    std::string prefix;
+    std::function<bool(const std::string& key, const std::string& value)> put;
+    std::function<std::optional<std::string>(const std::string& key)> get;
+  };
+  // Installs (replaces) the handler of one prefix; called from any thread.
+  void SetKeyHandler(KeyHandler handler);
+
  private:
   TcpStoreServer(int listen_fd, int port);
+  // The handler of `key`'s prefix, if any.
+  std::optional<KeyHandler> HandlerFor(const std::string& key);
   void AcceptLoop();
   void Serve(int fd);
 
@@ -54,6 +75,7 @@ class TcpStoreServer {
   std::map<std::string, std::vector<char>> data_;  // guarded by mu_
   std::vector<int> connections_;                   // guarded by mu_
   std::vector<std::thread> threads_;               // guarded by mu_
+  std::vector<KeyHandler> handlers_;               // guarded by mu_
   std::thread acceptor_;
 };
 
@@ -72,9 +94,17 @@ class TcpStore final : public gloo::rendezvous::Store {
   void wait(const std::vector<std::string>& keys,
             const std::chrono::milliseconds& timeout) override;
 
+  // The same without exceptions (for agents): kUnavailable naming the address when the server
+  // cannot be reached or refused the value; Fetch: kNotFound when the key did not appear
+  // within `timeout`.
+  absl::Status Put(const std::string& key, const std::string& value);
+  absl::StatusOr<std::string> Fetch(const std::string& key, std::chrono::milliseconds timeout);
+
  private:
   void Connect();  // under mu_
   std::vector<char> Get(const std::string& key, std::chrono::milliseconds timeout);
+  // Under mu_: 0 found (value in *out), 1 not found; -1 I/O error (connection closed).
+  int GetRaw(const std::string& key, std::chrono::milliseconds timeout, std::string* out);
 
   const std::string address_;
   const std::chrono::milliseconds timeout_;

@@ -5,6 +5,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <map>
+#include <mutex>
+#include <optional>
 #include <thread>
 
 #include "core/fake_clock.h"
@@ -63,6 +66,47 @@ TEST(TcpStoreTest, ConnectDeadlineIsKeptOnTheInjectedClock) {
     EXPECT_THAT(e.what(), ::testing::HasSubstr("cannot connect within 5000 ms"));
   }
   EXPECT_EQ(clock->NowSeconds(), 6);  // the reading after the last one Connect made
+}
+
+TEST(TcpStoreTest, AKeyHandlerServesItsPrefixWithoutWaitingAndCanRefuse) {
+  auto server = TcpStoreServer::Start("127.0.0.1", 0);
+  ASSERT_TRUE(server.ok()) << server.status();
+  std::map<std::string, std::string> files;
+  std::mutex mu;
+  TcpStoreServer::KeyHandler h;
+  h.prefix = "file/";
+  h.put = [&](const std::string& key, const std::string& value) {
+    std::lock_guard<std::mutex> l(mu);
+    if (value == "bad") return false;
+    files[key] = value;
+    return true;
+  };
+  h.get = [&](const std::string& key) -> std::optional<std::string> {
+    std::lock_guard<std::mutex> l(mu);
+    auto it = files.find(key);
+    if (it == files.end()) return std::nullopt;
+    return it->second;
+  };
+  (*server)->SetKeyHandler(h);
+  TcpStore c("127.0.0.1:" + std::to_string((*server)->port()), std::chrono::seconds(10));
+  EXPECT_TRUE(c.Put("file/a", "bytes").ok());
+  EXPECT_EQ(files["file/a"], "bytes");
+  absl::StatusOr<std::string> got = c.Fetch("file/a", std::chrono::milliseconds(0));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, "bytes");
+  // A missing handled key is answered at once (no wait for the 10 s asked).
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(c.Fetch("file/none", std::chrono::seconds(10)).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_EQ(c.Put("file/b", "bad").code(), absl::StatusCode::kUnavailable);  // refused
+  EXPECT_EQ(files.count("file/b"), 0u);
+  // Other keys are the plain store; an in-process Set is seen by clients.
+  (*server)->Set("plain", "v");
+  got = c.Fetch("plain", std::chrono::seconds(5));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, "v");
+  EXPECT_EQ(files.count("plain"), 0u);
 }
 
 TEST(TcpStoreTest, GlooRanksRendezvousThroughIt) {

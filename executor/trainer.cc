@@ -82,13 +82,15 @@ absl::StatusOr<RankResult> TrainRank(const ModelSpec& spec, const Plan& plan, in
   AdamW optimizer(adam);
   const bool checkpoints = !options.checkpoint_dir.empty();
   if (checkpoints && options.resume) {
-    absl::StatusOr<int64_t> latest = LatestCompleteCheckpoint(options.checkpoint_dir, spec);
-    if (latest.ok()) {
+    absl::StatusOr<int64_t> latest =
+        options.resume_iteration >= 0
+            ? absl::StatusOr<int64_t>(options.resume_iteration)
+            : LatestCompleteCheckpoint(options.checkpoint_dir, spec);
+    if (!latest.ok() && !absl::IsNotFound(latest.status())) return latest.status();
+    if (latest.ok() && *latest > 0) {
       RETURN_IF_ERROR(
           LoadRankCheckpoint(options.checkpoint_dir, *latest, result.layers, &optimizer));
       result.first_iteration = static_cast<int>(*latest);
-    } else if (!absl::IsNotFound(latest.status())) {
-      return latest.status();
     }
   }
   int last_saved = result.first_iteration;

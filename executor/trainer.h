@@ -36,6 +36,10 @@ struct TrainOptions {
   // from k and training to n equals training to n uninterrupted, bit for bit, for schedules
   // that accumulate each layer's weight gradients in micro-batch order.
   bool resume = false;
+  // With resume: >= 0 loads exactly the checkpoint of this iteration (0: from scratch), so that
+  // ranks on nodes with different checkpoint directories start from the iteration their agents
+  // agreed on; -1: the newest complete one in checkpoint_dir.
+  int64_t resume_iteration = -1;
   // Also save when training completes (a restarted run then finds itself done).
   bool checkpoint_at_end = false;
   // Complete checkpoints kept (older ones are pruned by rank 0 after each save).

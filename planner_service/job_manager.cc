@@ -270,7 +270,8 @@ absl::Status JobManager::Delete(const std::string& job_id) {
 
 absl::StatusOr<int64_t> JobManager::Watch(
     const std::string& job_id, int64_t after_version,
-    std::function<void(const proto::PlanVersion&)> on_version, std::function<void()> on_end) {
+    std::function<void(const proto::PlanVersion&)> on_version, std::function<void()> on_end,
+    std::function<void(const proto::JobEvent&)> on_event) {
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) {
@@ -286,7 +287,8 @@ absl::StatusOr<int64_t> JobManager::Watch(
     }
   }
   const int64_t id = next_subscription_++;
-  subscriptions_[id] = Subscription{job_id, std::move(on_version), std::move(on_end)};
+  subscriptions_[id] =
+      Subscription{job_id, std::move(on_version), std::move(on_end), std::move(on_event)};
   return id;
 }
 
@@ -308,6 +310,10 @@ absl::Status JobManager::AddEvent(const std::string& job_id, proto::JobEvent eve
   }
   RETURN_IF_ERROR(store_->PutJob(job));
   it->second.job = std::move(job);
+  const proto::JobEvent& added = it->second.job.events(it->second.job.events_size() - 1);
+  for (const auto& [id, sub] : subscriptions_) {
+    if (sub.job_id == job_id && sub.on_event) sub.on_event(added);
+  }
   return absl::OkStatus();
 }
 
@@ -417,6 +423,7 @@ void JobManager::RunPlanning(const std::string& job_id, ReplanReason reason) {
       if (stored.ok()) {
         e.versions.push_back(version);
         e.job.set_current_version(version.version());
+        if (version.version() == 1) policy_.OnFirstPlan(job_id, clock_->NowSeconds());
         e.job.set_state(result->feasible() ? proto::JOB_STATE_READY
                                            : proto::JOB_STATE_INFEASIBLE);
         e.job.clear_last_error();

@@ -86,11 +86,14 @@ class JobManager {
   absl::Status Delete(const std::string& job_id);
 
   // Calls `on_version` for every version newer than `after_version` (the current one first
-  // when after_version is 0), now and as they are made; `on_end` when the job is deleted.
+  // when after_version is 0), now and as they are made; `on_end` when the job is deleted;
+  // `on_event` (if set) for every job event added from now on (AddEvent), in order with the
+  // versions. Callbacks run under the manager's lock: they must only queue.
   // Returns a subscription id for Unwatch. kNotFound for an unknown job.
   absl::StatusOr<int64_t> Watch(const std::string& job_id, int64_t after_version,
                                 std::function<void(const proto::PlanVersion&)> on_version,
-                                std::function<void()> on_end);
+                                std::function<void()> on_end,
+                                std::function<void(const proto::JobEvent&)> on_event = nullptr);
   // After Unwatch no new call starts, but one already running may still be in progress: the
   // callbacks must not own state the caller frees (the gRPC reactor shares its state with
   // them through a shared_ptr and an alive flag).
@@ -121,6 +124,7 @@ class JobManager {
     std::string job_id;
     std::function<void(const proto::PlanVersion&)> on_version;
     std::function<void()> on_end;
+    std::function<void(const proto::JobEvent&)> on_event;  // may be empty
   };
 
   // Queues planning for the job (coalescing with a running task). `bounded` uses TrySubmit.

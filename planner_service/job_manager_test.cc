@@ -475,7 +475,9 @@ TEST_F(JobManagerTest, SlowStageTriggersAMeasuredVersionSmallDeviationDoesNot) {
   ASSERT_EQ(after_small.size(), static_cast<size_t>(req.model().layers_size()));
   for (double f : after_small) EXPECT_NEAR(f, 1.02, 1e-9);
 
-  // Stage 0 30% slower than predicted under that calibration: a re-plan.
+  // Stage 0 30% slower than predicted under that calibration, past the cool-down that starts
+  // at the job's first plan: a re-plan.
+  clock_.Advance(30);
   p = Predicted(req, *v1, after_small);
   ASSERT_TRUE(p.ok()) << p.status();
   absl::StatusOr<proto::ReportStageTimesResponse> slow =
@@ -580,7 +582,7 @@ TEST_F(JobManagerTest, PerLayerReportsCalibrateEachLayerByItself) {
 }
 
 TEST_F(JobManagerTest, CooldownAllowsOneMeasuredReplanUntilTheClockMoves) {
-  // Default policy: 30 s between measured-time re-plans of a job.
+  // Default policy: 30 s between measured-time re-plans of a job, counted from its first plan.
   const proto::CreateJobRequest req = SmallJob("cooldown", TwoNodes());
   absl::StatusOr<proto::Job> job = manager_->Create(req);
   ASSERT_TRUE(job.ok()) << job.status();
@@ -590,6 +592,20 @@ TEST_F(JobManagerTest, CooldownAllowsOneMeasuredReplanUntilTheClockMoves) {
   ASSERT_TRUE(v1.ok()) << v1.status();
 
   absl::StatusOr<PipelineProblem> p = Predicted(req, *v1, Factors(id));
+  ASSERT_TRUE(p.ok()) << p.status();
+  // Right after the first plan (the fake clock started at 1000 s, not 0): cooling down.
+  absl::StatusOr<proto::ReportStageTimesResponse> early =
+      manager_->ReportStageTimes(Report(id, 1, *p, 0, 1.3, 1.0));
+  ASSERT_TRUE(early.ok()) << early.status();
+  EXPECT_FALSE(early->replanned()) << early->decision();
+  clock_.Advance(29);
+  p = Predicted(req, *v1, Factors(id));
+  ASSERT_TRUE(p.ok()) << p.status();
+  early = manager_->ReportStageTimes(Report(id, 1, *p, 0, 1.3, 1.0));
+  ASSERT_TRUE(early.ok()) << early.status();
+  EXPECT_FALSE(early->replanned()) << early->decision();
+  clock_.Advance(1);
+  p = Predicted(req, *v1, Factors(id));
   ASSERT_TRUE(p.ok()) << p.status();
   absl::StatusOr<proto::ReportStageTimesResponse> first =
       manager_->ReportStageTimes(Report(id, 1, *p, 0, 1.3, 1.0));
@@ -672,6 +688,7 @@ TEST_F(JobManagerTest, SecondManagerOverTheSameStoreRecoversJobsVersionsAndCalib
   ASSERT_TRUE(v1.ok()) << v1.status();
   absl::StatusOr<PipelineProblem> p = Predicted(req, *v1, {});
   ASSERT_TRUE(p.ok()) << p.status();
+  clock_.Advance(30);  // past the cool-down from the first plan
   absl::StatusOr<proto::ReportStageTimesResponse> slow =
       manager_->ReportStageTimes(Report(id, 1, *p, 0, 1.3, 1.0));
   ASSERT_TRUE(slow.ok()) << slow.status();

@@ -355,7 +355,16 @@ class WatchReactor : public grpc::ServerWriteReactor<proto::PlanVersion> {
         [shared] {
           absl::MutexLock lock(&shared->mu);
           if (shared->reactor) shared->reactor->EndWhenDrained();
-        });
+        },
+        request.include_events() ? std::function<void(const proto::JobEvent&)>(
+                                       [shared, job = request.job_id()](const proto::JobEvent& e) {
+                                         proto::PlanVersion m;
+                                         m.set_job_id(job);
+                                         *m.mutable_event() = e;
+                                         absl::MutexLock lock(&shared->mu);
+                                         if (shared->reactor) shared->reactor->Enqueue(m);
+                                       })
+                                 : nullptr);
     if (!sub.ok()) {
       FinishWith(ToGrpc(sub.status()));
       return;
@@ -418,8 +427,8 @@ class WatchReactor : public grpc::ServerWriteReactor<proto::PlanVersion> {
  private:
   void Enqueue(const proto::PlanVersion& v) {
     absl::MutexLock lock(&mu_);
-    if (finished_ || v.version() <= last_queued_) return;
-    last_queued_ = v.version();
+    if (finished_ || (!v.has_event() && v.version() <= last_queued_)) return;
+    if (!v.has_event()) last_queued_ = v.version();
     queue_.push_back(v);
     WriteNextLocked();
   }

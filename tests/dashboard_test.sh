@@ -33,7 +33,7 @@ wait_file() {  # wait_file FILE PID WHAT
 }
 
 "$planner" --port=0 --port_file="$tmp/planner.port" --metrics_port=0 --state_dir="$tmp/state" \
-  --heartbeat_timeout_s=5 --replan_cooldown_s=60 2>"$tmp/planner.log" &
+  --heartbeat_timeout_s=5 --replan_cooldown_s=2 2>"$tmp/planner.log" &
 pids+=($!)
 wait_file "$tmp/planner.port" "${pids[-1]}" "octopipe-planner"
 planner_addr="127.0.0.1:$(sed -n 1p "$tmp/planner.port")"

@@ -25,7 +25,8 @@ agent mid-run, restarts it, and checks the final loss against an uninterrupted r
 
   --keep                    leave the services running at the end (prints how to stop them)
   --summary=FILE            write a JSON summary: plan_versions [{version, reason}], lost_node,
-                            resumed_from_iteration, final_loss, uninterrupted_final_loss, ...
+                            resumed_from_iteration, final_loss, uninterrupted_final_loss,
+                            agent_overhead_ratio, last_plan_switch_s, ...
   --iterations=N            training iterations of the job (default 1000)
   --checkpoint_interval=K   checkpoint every K iterations (default 5)
   --timeout=SECONDS         give up (and tail the logs) after this long (default 170)
@@ -142,14 +143,14 @@ wait_file() {
 }
 
 # --- planner -------------------------------------------------------------------------------
-# --replan_cooldown_s=60: one calibrated (measured) re-plan during the demo. With no cooldown both
-# agents' first reports trigger a re-plan each, ~50 ms apart; an agent that starts the
-# superseded version then waits for a peer that went straight to the newer one, both runs fail
-# and neither agent retries (a known agent race, not fixed here). Re-plans on node loss and
-# return are not subject to the cooldown. --replan_min_gain=0.01: the calibrated plan is adopted
-# when predicted at least 1% faster (if it is not, the demo says so and goes on).
+# --replan_cooldown_s=5: calibrated (measured) re-plans from 5 s after the first plan, at most one
+# per 5 s (agents follow any sequence of versions to the newest, however close together; every
+# version is narrated, from `octopipe jobs watch`).
+# Re-plans on node loss and return are not subject to the cooldown. --replan_min_gain=0.01: a
+# calibrated plan is adopted when predicted at least 1% faster (if none is, the demo says so and
+# goes on).
 "$planner_bin" --port=0 --port_file="$work/planner.port" --metrics_port=0 \
-  --state_dir="$work/state" --heartbeat_timeout_s=2 --replan_cooldown_s=60 --replan_min_gain=0.01 \
+  --state_dir="$work/state" --heartbeat_timeout_s=2 --replan_cooldown_s=5 --replan_min_gain=0.01 \
   >"$work/planner.log" 2>&1 &
 pid[planner]=$!
 wait_file "$work/planner.port" "${pid[planner]}" octopipe-planner
@@ -243,6 +244,9 @@ JSON
   fail "octopipe jobs create failed: $(cat "$work/create.log")"
 job=job-1
 say "job $job created: $model, $iterations iterations, checkpoint every $ckpt"
+# Every plan version as the planner publishes it (a version replaced within a poll is still seen).
+"$cli_bin" jobs watch --planner="$planner" --job="$job" >"$work/versions.log" 2>"$work/watch.log" &
+pid[watch]=$!
 
 # job_state: one line per fact of `jobs get --json`:
 #   V <version> <reason> <stages> <predicted bubble> <nodes>   (the current plan)
@@ -251,18 +255,30 @@ say "job $job created: $model, $iterations iterations, checkpoint every $ckpt"
 #   P <max iteration recorded by any rank>              (from the run directories)
 job_state() {
   "$cli_bin" jobs get --planner="$planner" --job="$job" --json 2>/dev/null | python3 -c '
-import glob, json, sys
+import glob, json, re, sys
 try:
     r = json.load(sys.stdin)
 except ValueError:
     sys.exit(0)
 c = r.get("current")
+current_nodes = {}
+if c:
+    devices = sorted({s.get("node_id", "?") for s in c.get("device_slots", [])})
+    current_nodes[int(c.get("version", 0))] = ",".join(devices) or "?"
+# Every version, in order, from `octopipe jobs watch` ("JOB vN (REASON): S stages on D devices,
+# iteration T, bubble B").
+try:
+    watched = open(sys.argv[1] + "/versions.log").read().splitlines()
+except OSError:
+    watched = []
+for line in watched:
+    m = re.match(r"\S+ v(\d+) \(([^)]+)\): (\d+) stages on (\d+) devices.*bubble (\S+)", line)
+    if m:
+        v = int(m.group(1))
+        print("V", v, m.group(2), m.group(3), m.group(5),
+              current_nodes.get(v, m.group(4) + "_devices"))
 if c:
     plan = c.get("result", {}).get("plan", {})
-    bubble = plan.get("predicted", {}).get("bubble_ratio", 0.0)  # proto3 JSON omits zeros
-    devices = sorted({s.get("node_id", "?") for s in c.get("device_slots", [])})
-    print("V", c.get("version", 0), c.get("reason", "?"), len(plan.get("stages", [])),
-          "%.1f%%" % (100 * bubble) if bubble is not None else "?", ",".join(devices) or "?")
     stages = plan.get("stages", [])
     slots = c.get("device_slots", [])
     if stages and slots:
@@ -289,6 +305,8 @@ phase=train_v1    # train_v1 -> calibrated -> killed -> resumed -> rejoined -> d
 head_node=""
 lost_node=node-b
 resumed_from=-1
+replanned_without_lost=0
+failure_version=0
 kill_after=-1
 bubble_said=0
 while :; do
@@ -303,6 +321,10 @@ while :; do
         versions+=("$a:$b")
         say "plan v$a (reason $b): $c stages on $e, predicted bubble $d"
         [ "$b" = node_join ] && [ "$phase" = resumed ] && phase=rejoined
+        if [ "$b" = node_failure ] && [ "$phase" = killed ]; then
+          replanned_without_lost=1
+          failure_version="$a"
+        fi
         if [ "$b" = measured ] && [ "$phase" = train_v1 ]; then
           phase=calibrated
           kill_after=$(( (progress > 0 ? progress : 0) + 3 * ckpt ))
@@ -316,7 +338,10 @@ while :; do
         case "$a" in
           resumed)
             say "event: $d resumed v$b from checkpoint iteration $c"
-            if [ "$phase" = killed ] && [ "$c" -gt 0 ]; then
+            # (A resume before the node_failure version is the survivor restarting its ranks on
+            # the old plan while the planner has not yet noticed the loss: keep waiting.)
+            if [ "$phase" = killed ] && [ "$c" -gt 0 ] && [ "$replanned_without_lost" = 1 ] &&
+              [ "$b" -ge "$failure_version" ]; then
               resumed_from="$c"
               phase=resumed
               start_agent "$lost_node" "${agent_metrics[$lost_node]}"
@@ -371,13 +396,20 @@ unset "pid[uninterrupted]"
   fail "the final plan names no agent holding the model's head ('$head_node')"
 final_loss="$(http_get "http://127.0.0.1:${agent_metrics[$head_node]}/metrics" |
   awk -v j="job_id=\"$job\"" '$1 ~ /^octopipe_agent_loss\{/ && index($1, j) {print $2; exit}')"
+# The agent's own cost per iteration and the last plan switch, as the head's agent exports them.
+head_metrics="$(http_get "http://127.0.0.1:${agent_metrics[$head_node]}/metrics")"
+overhead="$(awk -v j="job_id=\"$job\"" '$1 ~ /^octopipe_agent_overhead_ratio\{/ && index($1, j) {print $2; exit}' <<<"$head_metrics")"
+switch_s="$(awk -v j="job_id=\"$job\"" '$1 ~ /^octopipe_agent_plan_switch_seconds\{/ && index($1, j) {print $2; exit}' <<<"$head_metrics")"
 python3 - "$work" "$iterations" "$summary" "$lost_node" "$resumed_from" "$prom_port" \
-  "$((SECONDS - start))" "${final_loss:-nan}" "${versions[@]}" <<'PY' || fail "the final loss differs from the uninterrupted run's"
+  "$((SECONDS - start))" "${final_loss:-nan}" "${overhead:-nan}" "${switch_s:-nan}" \
+  "${versions[@]}" <<'PY' || fail "the final loss differs from the uninterrupted run's"
 import glob, json, sys
 import math
-work, iterations, summary, lost, resumed, prom, wall, final = sys.argv[1:9]
+work, iterations, summary, lost, resumed, prom, wall, final, overhead, switch_s = sys.argv[1:11]
 iterations = int(iterations)
-versions = [{"version": int(v.split(":")[0]), "reason": v.split(":", 1)[1]} for v in sys.argv[9:]]
+versions = [{"version": int(v.split(":")[0]), "reason": v.split(":", 1)[1]} for v in sys.argv[11:]]
+overhead = None if math.isnan(float(overhead)) else float(overhead)
+switch_s = None if math.isnan(float(switch_s)) else float(switch_s)
 final = float(final)
 if math.isnan(final):
     final = None
@@ -390,6 +422,9 @@ print("%-34s %s" % ("resumed from checkpoint iteration", resumed))
 print("%-34s %s" % ("final loss (agents)", "%.12g" % final if final is not None else "missing"))
 print("%-34s %.12g" % ("final loss (uninterrupted run)", ref))
 print("%-34s %s" % ("equal", "yes" if ok else "NO"))
+print("%-34s %s" % ("agent overhead per iteration",
+                    "%.3f%% of the iteration time" % (100 * overhead) if overhead is not None else "?"))
+print("%-34s %s" % ("last plan switch", "%.3f s" % switch_s if switch_s is not None else "?"))
 print("%-34s %s s" % ("wall time of the system part", wall))
 print("%-34s http://127.0.0.1:%s" % ("Prometheus", prom))
 if summary:
@@ -398,6 +433,7 @@ if summary:
                    "resumed_from_iteration": int(resumed), "final_loss": final,
                    "uninterrupted_final_loss": ref, "iterations": iterations,
                    "losses_equal": ok, "prometheus_url": "http://127.0.0.1:" + prom,
+                   "agent_overhead_ratio": overhead, "last_plan_switch_s": switch_s,
                    "wall_s": int(wall), "work_dir": work}, out, indent=2)
         out.write("\n")
 sys.exit(0 if ok else 1)

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "core/convert.h"
 #include "executor/checkpoint.h"
@@ -16,20 +17,6 @@ namespace octopipe::agent {
 namespace {
 
 namespace fs = std::filesystem;
-
-bool SameLayout(const std::vector<DeviceSlot>& a, const std::vector<DeviceSlot>& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (a[i].node != b[i].node || a[i].local_device != b[i].local_device) return false;
-  }
-  return true;
-}
-
-int64_t UnixMillisNow() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 double NowSeconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -77,6 +64,9 @@ absl::Status Agent::Init() {
       executor::TcpStoreServer::Start(options_.advertise_host, options_.store_port);
   if (!s.ok()) return s.status();
   store_ = std::move(*s);
+  replicator_ = std::make_unique<CheckpointReplicator>(options_.checkpoint_root,
+                                                       std::chrono::milliseconds(2000));
+  replicator_->Serve(store_.get());
   return absl::OkStatus();
 }
 
@@ -155,18 +145,6 @@ const AgentJob* Agent::Target() const {
     if (done_jobs_.count(job.job_id) || !UsesThisNode(job)) continue;
     auto ran = ran_.find(job.job_id);
     if (ran != ran_.end() && ran->second >= job.version) continue;
-    auto failure = failures_.find(job.job_id);
-    if (failure != failures_.end() && SameLayout(job.slots, failure->second.slots)) {
-      // The devices that just failed: a version made before the failure, or soon after it
-      // (before the planner's heartbeat timeout, ~4 heartbeat intervals, can have dropped a
-      // lost node), would only fail again against the lost peer. After twice that, the layout
-      // is tried again (the failure was not a node loss).
-      const int64_t grace_ms = static_cast<int64_t>(8 * heartbeat_interval_s_ * 1000);
-      if (job.created_unix_ms <= failure->second.unix_ms ||
-          UnixMillisNow() < failure->second.unix_ms + grace_ms) {
-        continue;
-      }
-    }
     return &job;
   }
   return nullptr;
@@ -187,23 +165,48 @@ absl::Status Agent::StartRun(const AgentJob& job) {
                        absl::StrCat("reference_model: ", spec.status().message())});
     return spec.status();
   }
-  // The rendezvous store: the one of the agent holding plan device 0.
+  // The rendezvous store: the one of the agent holding plan device 0; checkpoint replicas go
+  // to the agents of the plan's other nodes.
   std::string store;
+  std::vector<std::string> peers;
   const std::string& rank0_node = job.slots[0].node;
-  if (rank0_node == options_.node) {
-    store = store_address();
-  } else {
+  if (rank0_node == options_.node) store = store_address();
+  std::set<std::string> others;
+  for (const DeviceSlot& slot : job.slots) {
+    if (slot.node != options_.node) others.insert(slot.node);
+  }
+  if (!others.empty()) {
     absl::StatusOr<std::vector<AgentEndpoint>> agents = link_->Agents();
     if (!agents.ok()) return agents.status();
     for (const AgentEndpoint& a : *agents) {
-      if (a.node == rank0_node && a.alive) store = a.address;
+      if (!a.alive || !others.count(a.node)) continue;
+      peers.push_back(a.address);
+      if (a.node == rank0_node) store = a.address;
     }
     if (store.empty()) {
       return absl::UnavailableError(
           absl::StrCat("the agent of node ", rank0_node, " (plan device 0) is not registered"));
     }
   }
+  auto restart = restarts_.find(job.job_id);
+  const int restart_no =
+      restart != restarts_.end() && restart->second.first == job.version ? restart->second.second
+                                                                         : 0;
+  // Every run has a fresh rendezvous namespace; a restart's is agreed without talking, since
+  // every node's ranks failed together and each agent counts its restarts of the version.
+  const std::string config_prefix =
+      restart_no == 0 ? absl::StrCat(job.job_id, "/v", job.version)
+                      : absl::StrCat(job.job_id, "/v", job.version, "/r", restart_no);
+  absl::StatusOr<int64_t> resume_from =
+      AgreeOnResume(job, config_prefix, store, static_cast<int>(spec->kinds.size()));
+  if (!resume_from.ok()) return resume_from.status();
+  if (*resume_from >= job.iterations) {
+    done_jobs_.insert(job.job_id);  // finished before (e.g. by this node before a restart)
+    return absl::OkStatus();
+  }
   RunConfig config;
+  config.prefix = config_prefix;
+  config.resume_iteration = *resume_from;
   config.job_id = job.job_id;
   config.plan_version = job.version;
   config.reference_model = job.reference_model;
@@ -214,7 +217,6 @@ absl::Status Agent::StartRun(const AgentJob& job) {
   config.num_ranks = job.plan.num_devices;
   config.transport = options_.transport;
   config.store_address = store;
-  config.prefix = absl::StrCat(job.job_id, "/v", job.version);
   config.hostname = options_.advertise_host;
   config.timeout_s = options_.transport_timeout_s;
   config.checkpoint_dir = options_.checkpoint_root + "/" + job.job_id;
@@ -228,16 +230,12 @@ absl::Status Agent::StartRun(const AgentJob& job) {
   if (absl::Status s = WriteFileAtomically(dir + "/run.json", RunConfigJson(config)); !s.ok()) {
     return s;
   }
-  absl::StatusOr<int64_t> resume_from =
-      executor::LatestCompleteCheckpoint(config.checkpoint_dir, *spec);
-  if (resume_from.ok() && *resume_from >= job.iterations) {
-    done_jobs_.insert(job.job_id);  // finished before (e.g. by this node before a restart)
-    return absl::OkStatus();
-  }
+  replicator_->Replicate(job.job_id, peers);
   if (absl::Status s = launcher_->Start(dir, *ranks); !s.ok()) return s;
   run_ = ActiveRun();
   run_.job_id = job.job_id;
   run_.version = job.version;
+  run_.restart = restart_no;
   run_.dir = dir;
   run_.job = job;
   run_.holds_rank0 = rank0_node == options_.node;
@@ -246,14 +244,56 @@ absl::Status Agent::StartRun(const AgentJob& job) {
   for (const LocalRank& r : *ranks) run_.offsets[r.rank] = 0;
   SetState(AgentState::kRunning);
   if (observer_) observer_->OnPlanVersion(job.job_id, job.version);
+  if (restart_no > 0 && observer_) observer_->OnRankRestart(job.job_id);
   if (run_.holds_rank0) {
-    const int64_t from = resume_from.ok() ? *resume_from : 0;
+    const int64_t from = *resume_from;
     Event(job.job_id, {from > 0 ? "resumed" : "started", "", job.version, from,
                        absl::StrCat(job.plan.num_devices, " ranks, store ", store,
+                                    restart_no > 0 ? absl::StrCat(", restart ", restart_no)
+                                                   : std::string(),
                                     from > 0 ? absl::StrCat(", resumed from iteration ", from)
                                              : std::string())});
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> Agent::AgreeOnResume(const AgentJob& job, const std::string& prefix,
+                                             const std::string& rank0_store, int num_layers) {
+  const std::string dir = options_.checkpoint_root + "/" + job.job_id;
+  const std::string key = prefix + "/resume";
+  if (job.slots[0].node == options_.node) {
+    absl::StatusOr<executor::ModelSpec> spec = executor::ParseModelSpec(job.reference_model);
+    if (!spec.ok()) return spec.status();
+    absl::StatusOr<int64_t> latest = executor::LatestCompleteCheckpoint(dir, *spec);
+    const int64_t k = latest.ok() ? *latest : 0;
+    auto expected = expected_checkpoint_.find(job.job_id);
+    if (expected != expected_checkpoint_.end()) {
+      // This node's ranks stopped cleanly at that iteration; the peers' layers of it are on
+      // their way (pushed as soon as written): worth a short wait rather than redoing work.
+      if (k < expected->second.first && NowSeconds() < expected->second.second) {
+        return absl::UnavailableError(absl::StrCat("waiting for the peers' layers of iteration ",
+                                                   expected->second.first));
+      }
+      expected_checkpoint_.erase(expected);
+    }
+    store_->Set(key, std::to_string(k));
+    return k;
+  }
+  // A short connection timeout: this runs on the agent's loop (heartbeats wait for it).
+  executor::TcpStore rank0(rank0_store, std::chrono::milliseconds(200));
+  absl::StatusOr<std::string> text = rank0.Fetch(key, std::chrono::milliseconds(0));
+  int64_t k = 0;
+  if (!text.ok() || !absl::SimpleAtoi(*text, &k)) {
+    return absl::UnavailableError(absl::StrCat("waiting for the resume iteration from node ",
+                                               job.slots[0].node, " (", rank0_store, ")"));
+  }
+  if (k > 0) {
+    if (absl::Status s = replicator_->FetchMissing(job.job_id, k, num_layers, rank0_store);
+        !s.ok()) {
+      return absl::UnavailableError(s.message());
+    }
+  }
+  return k;
 }
 
 void Agent::ReadProgress() {
@@ -283,6 +323,7 @@ void Agent::ReadProgress() {
     for (const auto& [rank, r] : records) {
       n.wall_s = std::max(n.wall_s, r.wall_s);
       n.checkpoint_s = std::max(n.checkpoint_s, r.checkpoint_s);
+      n.overhead_s = std::max(n.overhead_s, r.overhead_s);
     }
     for (const auto& [rank, r] : records) {
       busy += r.busy_s;
@@ -304,7 +345,17 @@ void Agent::ReadProgress() {
     }
     n.local_bubble = n.wall_s > 0 ? 1 - busy / (static_cast<double>(local) * n.wall_s) : 0;
     n.tokens_per_s = n.wall_s > 0 ? run_.tokens_per_iteration / n.wall_s : 0;
+    std::pair<double, double>& o = overhead_[run_.job_id];
+    o.first += n.overhead_s;
+    o.second += n.wall_s;
+    n.mean_overhead_ratio = o.second > 0 ? o.first / o.second : 0;
     if (observer_) observer_->OnIteration(n);
+    if (switching_job_ == run_.job_id && run_.version != switching_from_) {
+      if (observer_) observer_->OnPlanSwitch(run_.job_id, NowSeconds() - switch_seen_s_);
+      spdlog::info("agent {}: plan switch of job {} to v{} took {:.3f}s", options_.node,
+                   run_.job_id, run_.version, NowSeconds() - switch_seen_s_);
+      switching_job_.clear();
+    }
     if (run_.iterations_seen++ > 0) {  // the run's first iteration warms up
       for (const auto& [key, sum] : n.ops) {
         run_.unreported[key].seconds += sum.seconds;
@@ -353,25 +404,95 @@ void Agent::FinishRun(const std::vector<RankOutcome>& outcomes) {
     completed = completed && o.ok && !o.stopped && o.completed_iterations >= run_.job.iterations;
     reached = std::max(reached, o.completed_iterations);
   }
-  // A version runs at most once here (its rendezvous prefix is single-use), whatever the
-  // outcome; the job list may still show it for a moment after the ranks stopped.
-  ran_[run_.job_id] = run_.version;
-  if (failed != nullptr) {
-    failures_[run_.job_id] = Failure{run_.job.slots, UnixMillisNow()};
+  ran_[run_.job_id] = run_.version;  // unless restarted below
+  if (!run_.lost.empty()) {
     Event(run_.job_id, {"rank_failed", "", run_.version, reached,
-                        absl::StrCat("rank ", failed->rank, ": ", failed->error)});
-    if (observer_) observer_->OnRankRestart(run_.job_id);
+                        absl::StrCat(run_.lost, " lost with its node (a newer plan version "
+                                                "leaves it out): ranks stopped at once")});
+  } else if (run_.abandoned) {
+    if (run_.holds_rank0) {
+      Event(run_.job_id, {"stopped", "", run_.version, reached,
+                          "superseded before its first iteration: stopped at once"});
+    }
+  } else if (failed != nullptr) {
+    const bool restart = !run_.superseded && run_.restart < options_.max_rank_restarts;
+    if (restart) {
+      ran_[run_.job_id] = run_.version - 1;
+      restarts_[run_.job_id] = {run_.version, run_.restart + 1};
+    }
+    Event(run_.job_id,
+          {"rank_failed", "", run_.version, reached,
+           absl::StrCat("rank ", failed->rank, ": ", failed->error,
+                        restart ? absl::StrCat("; restarting from the last checkpoint (restart ",
+                                               run_.restart + 1, " of ",
+                                               options_.max_rank_restarts, ")")
+                                : run_.superseded
+                                      ? std::string("; a newer plan version follows")
+                                      : std::string("; out of restarts: waiting for a new "
+                                                    "plan version"))});
   } else if (completed) {
     done_jobs_.insert(run_.job_id);
     if (run_.holds_rank0) Event(run_.job_id, {"completed", "", run_.version, reached, ""});
-  } else if (stopped && run_.holds_rank0) {
-    Event(run_.job_id, {"stopped", "", run_.version, reached,
-                        "stopped at an iteration boundary for a new plan version"});
+  } else if (stopped) {
+    constexpr double kWaitForPeersS = 3;
+    expected_checkpoint_[run_.job_id] = {reached, NowSeconds() + kWaitForPeersS};
+    if (run_.holds_rank0) {
+      Event(run_.job_id, {"stopped", "", run_.version, reached,
+                          "stopped at an iteration boundary for a new plan version"});
+    }
   }
   std::error_code ec;
   fs::remove_all(run_.dir, ec);  // its outcome is reported; rank logs went to the agent's stderr
   run_ = ActiveRun();
   SetState(registered_ ? AgentState::kWatching : AgentState::kRegistering);
+}
+
+bool Agent::RunProgressed() const {
+  for (const auto& [rank, offset] : run_.offsets) {
+    if (offset > 0) return true;
+  }
+  return !run_.partial.empty();
+}
+
+// "rank 1 (node-b)" for each plan device of `slots` on a node `newer` leaves out; "" if none.
+static std::string LostRanks(const std::vector<DeviceSlot>& slots, const AgentJob& newer) {
+  std::set<std::string> kept;
+  for (const DeviceSlot& s : newer.slots) kept.insert(s.node);
+  std::string out;
+  for (size_t d = 0; d < slots.size(); ++d) {
+    if (kept.count(slots[d].node)) continue;
+    absl::StrAppend(&out, out.empty() ? "" : ", ", "rank ", d, " (", slots[d].node, ")");
+  }
+  return out;
+}
+
+void Agent::LeaveSupersededRun(const AgentJob* newer) {
+  if (newer != nullptr && newer->reason == "node_failure" && run_.lost.empty()) {
+    run_.lost = LostRanks(run_.job.slots, *newer);
+  }
+  const bool kill = !RunProgressed() || !run_.lost.empty();
+  if (!run_.superseded) {
+    spdlog::info("agent {}: job {} moved on from v{}: {}", options_.node, run_.job_id,
+                 run_.version,
+                 !run_.lost.empty()   ? "its peers were lost, stopping at once"
+                 : kill ? "no iteration done yet, stopping at once"
+                        : "stopping at the iteration boundary");
+  }
+  if (!run_.superseded) {
+    switching_job_ = run_.job_id;
+    switching_from_ = run_.version;
+    switch_seen_s_ = NowSeconds();
+  }
+  run_.superseded = true;
+  SetState(AgentState::kSwitching);
+  if (kill) {
+    // Still meeting its peers (or loading): nothing to save, and a peer may be waiting for
+    // this node's ranks of the newer version. Or a peer is gone: no clean stop is possible.
+    run_.abandoned = run_.abandoned || run_.lost.empty();
+    launcher_->KillAll();
+  } else {
+    launcher_->RequestStop();  // only acts where rank 0 runs; repeated until it stops
+  }
 }
 
 void Agent::FollowJobs(double now_s) {
@@ -389,18 +510,11 @@ void Agent::FollowJobs(double now_s) {
     if (auto outcomes = launcher_->Poll(); outcomes.has_value()) {
       FinishRun(*outcomes);
     } else if (jobs.ok()) {
-      bool current = false;
+      const AgentJob* listed = nullptr;
       for (const AgentJob& j : jobs_) {
-        if (j.job_id == run_.job_id && j.version == run_.version) current = true;
+        if (j.job_id == run_.job_id) listed = &j;
       }
-      if (!current) {
-        if (state_ != AgentState::kSwitching) {
-          spdlog::info("agent {}: job {} moved on from v{}: stopping at the iteration boundary",
-                       options_.node, run_.job_id, run_.version);
-        }
-        SetState(AgentState::kSwitching);
-        launcher_->RequestStop();  // only acts where rank 0 runs; repeated until it stops
-      }
+      if (listed == nullptr || listed->version != run_.version) LeaveSupersededRun(listed);
     }
   }
   if (state_ == AgentState::kWatching && registered_ && !leaving_) {
@@ -408,8 +522,10 @@ void Agent::FollowJobs(double now_s) {
       const AgentJob job = *target;
       absl::Status s = StartRun(job);
       if (!s.ok()) {
-        spdlog::warn("agent {}: cannot start job {} v{}: {}", options_.node, job.job_id,
-                     job.version, std::string(s.message()));
+        // kUnavailable: waiting on a peer, tried again on the next pass.
+        spdlog::log(absl::IsUnavailable(s) ? spdlog::level::debug : spdlog::level::warn,
+                    "agent {}: cannot start job {} v{}: {}", options_.node, job.job_id,
+                    job.version, std::string(s.message()));
       }
     }
   }

@@ -10,17 +10,29 @@
 //   kSwitching(v→v') a newer version (or none for this node) was published: rank 0 is asked to
 //                 stop at the next iteration boundary; every rank checkpoints and exits; then
 //                 kWatching starts v' if it uses this node (resuming from the checkpoint).
-// A run whose ranks fail (a peer was lost: the transport names it within its timeout) is
-// reported as a "rank_failed" job event; the agent then waits for a newer version (the planner
-// drops the lost node on its heartbeat timeout and re-plans) and resumes from the newest
-// complete checkpoint. An unreachable planner changes nothing for running ranks; the agent
-// retries with exponential back-off (capped) and re-registers when the planner forgot it.
+// Following versions (any sequence converges on the newest): a version runs here at most once to
+// completion, and only while it is the newest this agent has seen. When a newer version
+// appears, a run that has completed no iteration yet (its ranks are still meeting, e.g. waiting
+// for a peer that went straight to the newer version) is killed at once — nothing is lost, its
+// resume checkpoint is still the newest —, so is one whose peers the newer version says were
+// lost (a node_failure version leaving out a node of the run: its ranks cannot stop cleanly and
+// may be blocked on the dead peer until the transport timeout), and one that is training stops
+// at the next iteration boundary. A run whose ranks fail (a peer was lost: the transport names
+// it within its timeout) is reported as a "rank_failed" job event and, while its version is
+// still the newest, restarted from the newest complete checkpoint under a fresh rendezvous
+// prefix ("JOB/vV/rN", restart N) up to `max_rank_restarts` times (every node's ranks fail together, so their agents count the
+// same N); a node loss makes the planner publish a newer version within its heartbeat timeout,
+// which supersedes the restart. An unreachable planner changes nothing for running ranks; the
+// agent retries with exponential back-off (capped) and re-registers when the planner forgot it.
 //
 // Rendezvous without a shared file system: every agent serves a TCP store (executor/tcp_store.h)
 // and registers its address; the ranks of version v connect through the store of the agent
 // whose node holds plan device 0, found with PlannerLink::Agents, under the prefix "JOB/vV".
-// Checkpoints go to CHECKPOINT_ROOT/JOB, which must be storage every node of the job can read
-// for a survivor to load a lost node's layers.
+// Checkpoints without shared storage: each agent keeps CHECKPOINT_ROOT/JOB locally and copies
+// the layer files its ranks write to the other nodes of the job through their stores
+// (CheckpointReplicator); the agent holding plan device 0 picks the iteration every rank of a
+// run resumes from (the newest checkpoint complete on its node) and publishes it as
+// "PREFIX/resume" in its store; the others fetch the layer files of it they lack from that agent.
 //
 // Not thread-safe: one thread calls Tick in a loop (Run does that).
 #ifndef OCTOPIPE_WORKER_AGENT_AGENT_H_
@@ -37,6 +49,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "executor/tcp_store.h"
+#include "worker_agent/checkpoint_replicator.h"
 #include "worker_agent/planner_link.h"
 #include "worker_agent/rank_launcher.h"
 #include "worker_agent/run_files.h"
@@ -57,6 +70,7 @@ struct AgentOptions {
   double transport_timeout_s = 10;      // a lost peer fails the ranks within this
   double max_backoff_s = 5;             // planner retries back off up to this
   int report_every_iterations = 5;      // stage times reported to the planner this often
+  int max_rank_restarts = 3;            // restarts of one version after its ranks failed
 };
 
 // One iteration as seen by this node's ranks (for metrics).
@@ -73,6 +87,8 @@ struct NodeIteration {
   StageOpTimes ops;  // this iteration's ops on this node
   StageOpTimes layer_ops;  // (layer, kind) on this node
   double checkpoint_s = -1;  // slowest local rank's checkpoint after it; -1: none
+  double overhead_s = 0;     // the agent's bookkeeping in the ranks (slowest local rank)
+  double mean_overhead_ratio = 0;  // sum of overhead_s / sum of wall_s over the job here
 };
 
 // Told what the agent does (metrics, logs); every method has a no-op default.
@@ -83,6 +99,9 @@ class AgentObserver {
   virtual void OnPlanVersion(const std::string& job_id, int64_t version) {}
   virtual void OnIteration(const NodeIteration& iteration) {}
   virtual void OnRankRestart(const std::string& job_id) {}
+  // A plan switch on this node: from seeing the newer version to the new version's first
+  // iteration here (stop at the boundary, checkpoint, restart the ranks, resume).
+  virtual void OnPlanSwitch(const std::string& job_id, double seconds) {}
   virtual void OnEvent(const std::string& job_id, const JobEventReport& event) {}
 };
 
@@ -121,9 +140,13 @@ class Agent {
   struct ActiveRun {
     std::string job_id;
     int64_t version = 0;
+    int restart = 0;  // 0: the version's first run; N: its N-th restart after a failure
     std::string dir;
     AgentJob job;
     bool holds_rank0 = false;
+    bool superseded = false;  // a newer version (or none for this node) was seen
+    bool abandoned = false;   // killed before its first iteration because superseded
+    std::string lost;         // killed because a newer version says its peers were lost
     std::map<int, size_t> offsets;  // jsonl read offsets per local rank
     std::map<int, std::map<int, IterationRecord>> partial;  // iteration -> rank -> record
     double tokens_per_iteration = 0;
@@ -136,8 +159,18 @@ class Agent {
   void KeepRegistered(double now_s);
   void FollowJobs(double now_s);
   absl::Status StartRun(const AgentJob& job);
+  // The iteration every rank of the run resumes from (see the top comment); kUnavailable while
+  // it cannot be known yet (retried on the next pass).
+  absl::StatusOr<int64_t> AgreeOnResume(const AgentJob& job, const std::string& prefix,
+                                        const std::string& rank0_store, int num_layers);
   void ReadProgress();
   void FinishRun(const std::vector<RankOutcome>& outcomes);
+  // A newer version is out (`newer`, null when the job no longer lists this node or is gone):
+  // kill a run that has not completed an iteration or whose peers the newer version says were
+  // lost (node_failure), stop one that is training at the iteration boundary.
+  void LeaveSupersededRun(const AgentJob* newer);
+  // True once any local rank recorded an iteration of this run.
+  bool RunProgressed() const;
   // Reports (and clears) the stage and per-layer times not yet reported.
   void ReportTimes();
   void Event(const std::string& job_id, JobEventReport event);
@@ -149,6 +182,9 @@ class Agent {
   PlannerLink* const link_;
   RankLauncher* const launcher_;
   AgentObserver* const observer_;
+  // Declared before the store, which calls into it from its serving threads: the store is
+  // destroyed (its threads joined) first.
+  std::unique_ptr<CheckpointReplicator> replicator_;
   std::unique_ptr<executor::TcpStoreServer> store_;
 
   AgentState state_ = AgentState::kRegistering;
@@ -160,16 +196,21 @@ class Agent {
   std::vector<AgentJob> jobs_;  // last known
   ActiveRun run_;
   std::set<std::string> done_jobs_;
-  // job -> newest version run (whatever the outcome) or refused here: each runs at most once.
+  // job -> newest version finished here for good (completed, stopped, superseded, refused, or
+  // out of restarts): each version is started again only as a restart.
   std::map<std::string, int64_t> ran_;
-  // job -> the device layout of a run whose ranks failed, and when (unix ms): versions with the
-  // same layout made before or soon after the failure are not started (see Target).
-  struct Failure {
-    std::vector<DeviceSlot> slots;
-    int64_t unix_ms = 0;
-  };
-  std::map<std::string, Failure> failures_;
+  // job -> (iteration, until when, steady seconds): a clean stop on this node reached that
+  // iteration; the rank-0 agent waits (briefly) for its peers' layers of it before resuming.
+  std::map<std::string, std::pair<int64_t, double>> expected_checkpoint_;
+  // job -> (version, restart) of the next restart of a version whose ranks failed.
+  std::map<std::string, std::pair<int64_t, int>> restarts_;
   bool leaving_ = false;
+  // The switch in progress: the job and when its newer version was seen (steady seconds).
+  std::string switching_job_;
+  int64_t switching_from_ = 0;  // the version left
+  double switch_seen_s_ = 0;
+  // job -> (sum of overhead_s, sum of wall_s) over the iterations seen here.
+  std::map<std::string, std::pair<double, double>> overhead_;
 };
 
 }  // namespace octopipe::agent

@@ -46,10 +46,19 @@ AgentMetrics::AgentMetrics(std::unique_ptr<prometheus::Exposer> exposer, const s
       checkpoint_seconds_(Make(prometheus::BuildGauge(), "octopipe_agent_checkpoint_seconds",
                                "Seconds the last checkpoint took (slowest local rank)",
                                registry_)),
+      overhead_ratio_(Make(prometheus::BuildGauge(), "octopipe_agent_overhead_ratio",
+                           "Agent bookkeeping seconds in the ranks per iteration second (mean "
+                           "over the job's iterations on this node)",
+                           registry_)),
+      plan_switch_seconds_(Make(prometheus::BuildGauge(), "octopipe_agent_plan_switch_seconds",
+                                "Seconds of the last plan switch: newer version seen -> its "
+                                "first iteration on this node",
+                                registry_)),
       plan_version_(Make(prometheus::BuildGauge(), "octopipe_agent_plan_version",
                          "Plan version this node runs", registry_)),
       restarts_(Make(prometheus::BuildCounter(), "octopipe_agent_rank_restarts_total",
-                     "Runs whose ranks failed (each is restarted on a newer version)",
+                     "Restarts of a plan version's ranks from its last checkpoint after they "
+                     "failed without a node loss",
                      registry_)),
       events_(Make(prometheus::BuildCounter(), "octopipe_agent_events_total",
                    "Job events this agent reported, by kind", registry_)),
@@ -82,6 +91,7 @@ void AgentMetrics::OnIteration(const NodeIteration& n) {
   tokens_per_s_.Add(job).Set(n.tokens_per_s);
   if (n.has_loss) loss_.Add(job).Set(n.loss);
   if (n.checkpoint_s >= 0) checkpoint_seconds_.Add(job).Set(n.checkpoint_s);
+  overhead_ratio_.Add(job).Set(n.mean_overhead_ratio);
   for (const auto& [device, bubble] : n.rank_bubble) {
     bubble_.Add({{"node", node_}, {"job_id", n.job_id}, {"device", std::to_string(device)}})
         .Set(bubble);
@@ -99,6 +109,10 @@ void AgentMetrics::OnIteration(const NodeIteration& n) {
 
 void AgentMetrics::OnRankRestart(const std::string& job_id) {
   restarts_.Add({{"node", node_}, {"job_id", job_id}}).Increment();
+}
+
+void AgentMetrics::OnPlanSwitch(const std::string& job_id, double seconds) {
+  plan_switch_seconds_.Add({{"node", node_}, {"job_id", job_id}}).Set(seconds);
 }
 
 void AgentMetrics::OnEvent(const std::string& job_id, const JobEventReport& event) {

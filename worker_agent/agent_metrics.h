@@ -6,6 +6,10 @@
 //   octopipe_agent_stage_op_seconds{stage,kind}  mean op seconds in the last iteration
 //   octopipe_agent_tokens_per_second, octopipe_agent_loss (on the node holding the head)
 //   octopipe_agent_checkpoint_seconds         the last checkpoint (slowest local rank)
+//   octopipe_agent_overhead_ratio             the agent's bookkeeping in the ranks / iteration
+//                                             time, over the job's iterations on this node
+//   octopipe_agent_plan_switch_seconds        the last plan switch (newer version seen -> its
+//                                             first iteration here)
 //   octopipe_agent_plan_version, octopipe_agent_rank_restarts_total,
 //   octopipe_agent_events_total{kind}, octopipe_agent_state{state} (1 for the current state)
 // Thread-safe (prometheus-cpp metrics are).
@@ -35,6 +39,7 @@ class AgentMetrics final : public AgentObserver {
   void OnPlanVersion(const std::string& job_id, int64_t version) override;
   void OnIteration(const NodeIteration& iteration) override;
   void OnRankRestart(const std::string& job_id) override;
+  void OnPlanSwitch(const std::string& job_id, double seconds) override;
   void OnEvent(const std::string& job_id, const JobEventReport& event) override;
 
  private:
@@ -50,6 +55,8 @@ class AgentMetrics final : public AgentObserver {
   prometheus::Family<prometheus::Gauge>& tokens_per_s_;
   prometheus::Family<prometheus::Gauge>& loss_;
   prometheus::Family<prometheus::Gauge>& checkpoint_seconds_;
+  prometheus::Family<prometheus::Gauge>& overhead_ratio_;
+  prometheus::Family<prometheus::Gauge>& plan_switch_seconds_;
   prometheus::Family<prometheus::Gauge>& plan_version_;
   prometheus::Family<prometheus::Counter>& restarts_;
   prometheus::Family<prometheus::Counter>& events_;

@@ -78,6 +78,7 @@ class GrpcPlannerLink final : public PlannerLink {
       a.job_id = job.id();
       a.version = got.current().version();
       a.created_unix_ms = got.current().created_unix_ms();
+      a.reason = got.current().reason();
       a.plan = std::move(*plan);
       for (const proto::DeviceSlot& slot : got.current().device_slots()) {
         a.slots.push_back({slot.node_id(), slot.local_device()});

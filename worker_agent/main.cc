@@ -30,8 +30,8 @@ ABSL_FLAG(std::string, transport, "gloo",
           "present, else gloo)");
 ABSL_FLAG(std::string, work_dir, "", "local directory for run files (required)");
 ABSL_FLAG(std::string, checkpoint_dir, "",
-          "checkpoint root (a subdirectory per job); must be storage every node of a job can "
-          "read to resume a lost node's layers; default WORK_DIR/checkpoints");
+          "checkpoint root (a subdirectory per job), local to the node: layer files are copied to "
+          "the job's other nodes through the agents' TCP stores; default WORK_DIR/checkpoints");
 ABSL_FLAG(std::string, advertise_host, "127.0.0.1",
           "address other nodes reach this node's ranks and rendezvous store at");
 ABSL_FLAG(int, store_port, 0, "TCP rendezvous store port; 0 picks a free one");
@@ -40,6 +40,9 @@ ABSL_FLAG(double, transport_timeout_s, 10,
 ABSL_FLAG(double, max_backoff_s, 5,
           "longest wait between retries while the planner is unreachable (exponential back-off "
           "from 0.1 s; running ranks are not disturbed)");
+ABSL_FLAG(int, max_rank_restarts, 3,
+          "restarts of a plan version from its last checkpoint after its ranks failed (a node "
+          "loss is followed by a new version instead)");
 ABSL_FLAG(int, report_every, 5, "report measured stage times every N iterations");
 ABSL_FLAG(int, metrics_port, -1, "Prometheus /metrics port; 0 picks one; -1 off");
 ABSL_FLAG(std::string, metrics_host, "127.0.0.1", "address for /metrics");
@@ -103,6 +106,10 @@ int main(int argc, char** argv) {
   o.transport_timeout_s = absl::GetFlag(FLAGS_transport_timeout_s);
   o.report_every_iterations = absl::GetFlag(FLAGS_report_every);
   o.max_backoff_s = absl::GetFlag(FLAGS_max_backoff_s);
+  o.max_rank_restarts = absl::GetFlag(FLAGS_max_rank_restarts);
+  if (o.max_rank_restarts < 0) {
+    return Fail(absl::StrCat("--max_rank_restarts must be >= 0, got ", o.max_rank_restarts));
+  }
   if (!(o.max_backoff_s > 0)) {
     return Fail(absl::StrCat("--max_backoff_s must be > 0, got ", o.max_backoff_s));
   }

@@ -27,6 +27,7 @@ struct AgentJob {
   std::string job_id;
   int64_t version = 0;  // 0: no plan yet
   int64_t created_unix_ms = 0;  // when the planner made the version
+  std::string reason;           // why: initial, measured, node_failure, drain, node_join
   Plan plan;
   std::vector<DeviceSlot> slots;  // by plan device
   std::string reference_model;

@@ -59,6 +59,14 @@ bool RankLauncher::HoldsRank(int rank) const {
   return false;
 }
 
+std::vector<pid_t> RankLauncher::pids() const {
+  std::vector<pid_t> out;
+  for (const Proc& p : procs_) {
+    if (!p.exited) out.push_back(p.pid);
+  }
+  return out;
+}
+
 void RankLauncher::RequestStop() {
   for (const Proc& p : procs_) {
     if (p.rank.rank == 0 && !p.exited) kill(p.pid, SIGUSR1);

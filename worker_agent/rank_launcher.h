@@ -36,6 +36,8 @@ class RankLauncher {
 
   bool active() const { return !procs_.empty(); }
   bool HoldsRank(int rank) const;
+  // The process ids of the ranks still running (for diagnostics and fault-injection tests).
+  std::vector<pid_t> pids() const;
 
   // Asks rank 0 (if it runs here) to stop at the next iteration boundary (SIGUSR1; safe to
   // repeat).

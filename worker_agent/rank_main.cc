@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -75,13 +76,17 @@ absl::StatusOr<RankOutcome> Train(const std::string& run_dir, int rank, int loca
   o.checkpoint_interval = config->checkpoint_interval;
   o.checkpoint_at_end = true;
   o.resume = true;
+  o.resume_iteration = config->resume_iteration;
   o.stoppable = true;
   o.stop_requested = [] { return g_stop_requested.load(); };
   int counted = 0;
   double checkpoint_s = -1;
   o.on_checkpoint = [&](int, double seconds) { checkpoint_s = seconds; };
+  double overhead_s = 0;
   o.on_iteration = [&](int it, const executor::IterationStats& stats) {
+    const auto start = std::chrono::steady_clock::now();
     IterationRecord r;
+    r.overhead_s = overhead_s;
     r.checkpoint_s = checkpoint_s;
     checkpoint_s = -1;
     r.iteration = it;
@@ -95,6 +100,7 @@ absl::StatusOr<RankOutcome> Train(const std::string& run_dir, int rank, int loca
       s.samples += 1;
     }
     records << IterationRecordJson(r) << "\n" << std::flush;
+    overhead_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (counted++ == 0) return;  // the first iteration of a run warms up
     for (const auto& [key, sum] : r.ops) {
       outcome.ops[key].seconds += sum.seconds;

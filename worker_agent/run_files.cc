@@ -58,7 +58,8 @@ std::string RunConfigJson(const RunConfig& c) {
               {"prefix", c.prefix},
               {"hostname", c.hostname},
               {"timeout_s", c.timeout_s},
-              {"checkpoint_dir", c.checkpoint_dir}}
+              {"checkpoint_dir", c.checkpoint_dir},
+              {"resume_iteration", c.resume_iteration}}
       .dump();
 }
 
@@ -79,6 +80,7 @@ absl::StatusOr<RunConfig> ParseRunConfig(const std::string& text) {
     c.hostname = j.at("hostname").get<std::string>();
     c.timeout_s = j.at("timeout_s").get<double>();
     c.checkpoint_dir = j.at("checkpoint_dir").get<std::string>();
+    c.resume_iteration = j.value("resume_iteration", int64_t{-1});
     return c;
   });
 }
@@ -86,7 +88,8 @@ absl::StatusOr<RunConfig> ParseRunConfig(const std::string& text) {
 std::string IterationRecordJson(const IterationRecord& r) {
   return json{{"iteration", r.iteration}, {"has_loss", r.has_loss}, {"loss", r.loss},
               {"wall_s", r.wall_s},       {"busy_s", r.busy_s},     {"ops", OpsJson(r.ops)},
-              {"layer_ops", OpsJson(r.layer_ops)}, {"checkpoint_s", r.checkpoint_s}}
+              {"layer_ops", OpsJson(r.layer_ops)}, {"checkpoint_s", r.checkpoint_s},
+              {"overhead_s", r.overhead_s}}
       .dump();
 }
 
@@ -101,6 +104,7 @@ absl::StatusOr<IterationRecord> ParseIterationRecord(const std::string& text) {
     r.ops = OpsFromJson(j.at("ops"));
     if (j.contains("layer_ops")) r.layer_ops = OpsFromJson(j.at("layer_ops"));
     r.checkpoint_s = j.value("checkpoint_s", -1.0);
+    r.overhead_s = j.value("overhead_s", 0.0);
     return r;
   });
 }

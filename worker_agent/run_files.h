@@ -32,7 +32,8 @@ struct RunConfig {
   std::string prefix;              // fresh per run: job/version
   std::string hostname = "127.0.0.1";  // address the ranks listen on
   double timeout_s = 30;           // transport timeout: a lost peer is noticed within it
-  std::string checkpoint_dir;      // the job's checkpoint root
+  std::string checkpoint_dir;      // the job's checkpoint root (local to the node)
+  int64_t resume_iteration = -1;   // the checkpoint every rank loads (agreed); -1: newest local
 };
 
 // Mean seconds of one (stage, op kind) over a rank's iterations.
@@ -53,6 +54,9 @@ struct IterationRecord {
   // counts as its B and W parts), for per-layer calibration.
   StageOpTimes layer_ops;
   double checkpoint_s = -1;  // seconds of the checkpoint saved after it; -1: none
+  // Seconds the rank spent on the agent's bookkeeping (building and writing the previous
+  // iteration's record): the agent's overhead per iteration, against wall_s.
+  double overhead_s = 0;
 };
 
 struct RankOutcome {

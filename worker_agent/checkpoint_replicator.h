@@ -1,0 +1,95 @@
+// CheckpointReplicator: checkpoints that survive the loss of a node without shared storage.
+//
+// Each agent keeps its jobs' checkpoints in a local directory (ROOT/JOB, executor/checkpoint.h)
+// and serves them through its TCP store (the port it already registered with the planner) under
+// keys "ckpt/JOB/ITERATION/LAYER": a peer's set stores a layer file (its bytes are verified —
+// magic, checksum, header — and written atomically at the path their header names), a get reads
+// one (answered at once, found or not). A background thread pushes every layer file this node's
+// ranks write to every other node of the job's current plan, once per (file, peer); files
+// received from peers are not forwarded (their writer pushes them to every node itself). So
+// every node holds every layer of every checkpoint its peers finished writing and pushing, and
+// a survivor of a node loss resumes from the newest checkpoint it holds complete.
+//
+// Agreement: ranks on different nodes must load the same iteration. The agent holding plan
+// device 0 chooses it (the newest complete checkpoint it holds) and publishes it in its store
+// under the run's rendezvous prefix; the other agents read it there, fetch the layer files of
+// that iteration they lack from that agent, and start their ranks on it
+// (RunConfig::resume_iteration).
+//
+// Thread-safe.
+#ifndef OCTOPIPE_WORKER_AGENT_CHECKPOINT_REPLICATOR_H_
+#define OCTOPIPE_WORKER_AGENT_CHECKPOINT_REPLICATOR_H_
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "executor/tcp_store.h"
+
+namespace octopipe::agent {
+
+// The store key of one layer file of a job's checkpoint.
+std::string CheckpointKey(const std::string& job_id, int64_t iteration, int layer);
+
+class CheckpointReplicator {
+ public:
+  // `root` holds a directory per job; `timeout` bounds each connection to a peer.
+  CheckpointReplicator(std::string root, std::chrono::milliseconds timeout);
+  ~CheckpointReplicator();  // stops the pushing thread
+  CheckpointReplicator(const CheckpointReplicator&) = delete;
+  CheckpointReplicator& operator=(const CheckpointReplicator&) = delete;
+
+  // Serves ROOT's layer files to peers through `store` (the "ckpt/" keys). The store must be
+  // destroyed before this replicator (its serving threads call into it).
+  void Serve(executor::TcpStoreServer* store);
+
+  // From now on pushes the layer files of `job_id` written on this node to `peers` (store
+  // addresses HOST:PORT); replaces the previous job and peers.
+  void Replicate(const std::string& job_id, std::vector<std::string> peers);
+
+  // Makes ROOT/JOB hold every layer (0..num_layers-1) of `iteration`: fetches the ones missing
+  // or invalid here from `peer`. kUnavailable / kNotFound naming the peer and layer otherwise.
+  absl::Status FetchMissing(const std::string& job_id, int64_t iteration, int num_layers,
+                            const std::string& peer);
+
+  // Layer files pushed to peers so far (for tests and logs).
+  int64_t pushed() const;
+
+ private:
+  void PushLoop();
+  void PushOnce();
+  executor::TcpStore* Client(const std::string& address);  // the pushing thread's
+
+  const std::string root_;
+  const std::chrono::milliseconds timeout_;
+
+  mutable std::mutex mu_;
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  std::string job_;
+  std::vector<std::string> peers_;
+  // (job, iteration, layer) files that arrived from peers: not pushed on.
+  std::set<std::tuple<std::string, int64_t, int>> received_;
+  // peer -> files pushed to it.
+  std::map<std::string, std::set<std::tuple<std::string, int64_t, int>>> pushed_to_;
+  int64_t pushed_ = 0;
+
+  std::map<std::string, std::unique_ptr<executor::TcpStore>> clients_;  // pushing thread only
+
+  std::thread thread_;
+};
+
+}  // namespace octopipe::agent
+
+#endif  // OCTOPIPE_WORKER_AGENT_CHECKPOINT_REPLICATOR_H_

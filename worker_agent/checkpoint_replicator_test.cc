@@ -1,0 +1,94 @@
+// Two nodes' replicators over real TCP stores and separate directories: files written on one
+// node reach the other (once, not echoed back), a missing layer is fetched on demand, corrupted
+// bytes are refused.
+#include "worker_agent/checkpoint_replicator.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <thread>
+
+#include "executor/checkpoint.h"
+#include "gtest/gtest.h"
+
+namespace octopipe::agent {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string FreshDir(const std::string& name) {
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+executor::LayerCheckpoint Layer(int layer, int64_t iteration) {
+  executor::LayerCheckpoint c;
+  c.layer = layer;
+  c.iteration = iteration;
+  c.kind = "M";
+  c.params.push_back(executor::Tensor::Zero(2, 3));
+  c.params[0].data()[0] = static_cast<float>(layer + iteration);
+  return c;
+}
+
+struct Side {
+  explicit Side(const std::string& name)
+      : root(FreshDir(name)),
+        replicator(root, std::chrono::milliseconds(2000)),
+        store(*executor::TcpStoreServer::Start("127.0.0.1", 0)) {
+    replicator.Serve(store.get());
+  }
+  std::string address() const { return "127.0.0.1:" + std::to_string(store->port()); }
+  std::string root;
+  CheckpointReplicator replicator;  // outlives the store, whose threads call into it
+  std::unique_ptr<executor::TcpStoreServer> store;
+};
+
+bool WaitFor(const std::function<bool()>& done, double timeout_s) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return done();
+}
+
+TEST(CheckpointReplicatorTest, WrittenLayersReachThePeerAndMissingOnesAreFetched) {
+  Side a("replica-a"), b("replica-b");
+  a.replicator.Replicate("job", {b.address()});
+  b.replicator.Replicate("job", {a.address()});
+  ASSERT_TRUE(executor::WriteLayerCheckpoint(a.root + "/job", Layer(0, 10)).ok());
+  ASSERT_TRUE(executor::WriteLayerCheckpoint(b.root + "/job", Layer(1, 10)).ok());
+  const std::string on_b = executor::LayerCheckpointPath(b.root + "/job", 10, 0);
+  const std::string on_a = executor::LayerCheckpointPath(a.root + "/job", 10, 1);
+  ASSERT_TRUE(WaitFor([&] { return executor::ReadLayerCheckpoint(on_b).ok() &&
+                                   executor::ReadLayerCheckpoint(on_a).ok(); }, 30));
+  EXPECT_EQ(executor::ReadLayerCheckpoint(on_b)->params[0].data()[0], 10.0f);
+  // Received files are not pushed back: each side pushed exactly its own file.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(a.replicator.pushed(), 1);
+  EXPECT_EQ(b.replicator.pushed(), 1);
+
+  // A layer b never received (not replicated: no peers for that job) is fetched from a.
+  a.replicator.Replicate("other", {});
+  ASSERT_TRUE(executor::WriteLayerCheckpoint(a.root + "/other", Layer(0, 20)).ok());
+  ASSERT_TRUE(executor::WriteLayerCheckpoint(a.root + "/other", Layer(1, 20)).ok());
+  EXPECT_TRUE(b.replicator.FetchMissing("other", 20, 2, a.address()).ok());
+  EXPECT_TRUE(executor::ReadLayerCheckpoint(
+                  executor::LayerCheckpointPath(b.root + "/other", 20, 1)).ok());
+  absl::Status missing = b.replicator.FetchMissing("other", 20, 3, a.address());
+  EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound) << missing;
+  EXPECT_NE(missing.message().find("layer 2"), std::string::npos) << missing;
+
+  // Bytes that do not verify are refused by the receiving store.
+  executor::TcpStore client(b.address(), std::chrono::seconds(5));
+  EXPECT_FALSE(client.Put(CheckpointKey("job", 30, 0), "not a checkpoint").ok());
+  EXPECT_FALSE(fs::exists(executor::LayerCheckpointPath(b.root + "/job", 30, 0)));
+  EXPECT_FALSE(client.Put("ckpt/../escape/1/0", "x").ok());
+}
+
+}  // namespace
+}  // namespace octopipe::agent
