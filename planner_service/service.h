@@ -16,7 +16,7 @@
 #include "absl/synchronization/mutex.h"
 #include "planner_service/admission.h"
 #include "planner_service/agent_registry.h"
-#include "planner_service/clock.h"
+#include "core/clock.h"
 #include "planner_service/job_manager.h"
 #include "planner_service/plan_cache.h"
 #include "planner_service/planning.h"

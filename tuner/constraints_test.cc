@@ -13,6 +13,7 @@
 #include "core/cluster.h"
 #include "core/cluster_presets.h"
 #include "core/cost_model.h"
+#include "core/fake_clock.h"
 #include "core/model_zoo.h"
 #include "core/synthetic_model.h"
 #include "gtest/gtest.h"
@@ -26,7 +27,7 @@ TunerOptions Options(int devices, int microbatches) {
   o.num_microbatches = microbatches;
   o.time_budget_s = 5;
   o.threads = 1;
-  o.now = [] { return 0.0; };
+  o.clock = std::make_shared<FakeClock>(0);
   return o;
 }
 
@@ -123,7 +124,7 @@ TEST(ConstraintsTest, NoRecomputeWhenMemoryWouldAskForIt) {
   Cluster c = *ClusterPreset("h100-1node");
   for (HardwareSpec& h : c.hardware) h.memory_bytes = 47e9;
   TunerOptions o = Options(4, 16);
-  o.now = nullptr;
+  o.clock = nullptr;
   o.time_budget_s = 3;
   absl::StatusOr<TuneResult> free = Tune(*m, c, CostModel(), o);
   ASSERT_TRUE(free.ok()) << free.status();

@@ -304,14 +304,6 @@ absl::StatusOr<std::vector<ParallelLayout>> Enumerate(const ModelGraph& model,
   return out;
 }
 
-std::function<double()> ClockOf(const TunerOptions& o) {
-  if (o.now) return o.now;
-  return [] {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-  };
-}
-
 double ObjectiveOf(const TuneResult& r, bool steady) {
   if (!r.feasible) return kInf;
   return steady ? r.predicted.steady_state_iteration_time_s : r.predicted.iteration_time_s;
@@ -370,7 +362,8 @@ std::string ParallelLayout::ToString() const {
 absl::StatusOr<LayoutResult> TuneLayout(const ModelGraph& model, const Cluster& cluster,
                                         const CostModel& cost_model, const TunerOptions& tuner,
                                         const LayoutRequest& request) {
-  const std::function<double()> now = ClockOf(tuner);
+  const std::shared_ptr<const Clock> clock = BudgetClockOf(tuner);
+  const auto now = [&clock] { return clock->NowSeconds(); };
   const double start = now();
   const bool steady = tuner.objective == Objective::kSteadyState;
   const int gpus = request.gpus > 0 ? request.gpus : cluster.num_devices();

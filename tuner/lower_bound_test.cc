@@ -262,7 +262,7 @@ TEST(LowerBoundTest, RandomSmallProblemsNeverBeatTheBound) {
       o.num_microbatches = M;
       o.objective = steady ? Objective::kSteadyState : Objective::kSynchronous;
       o.time_budget_s = 1e9;  // the exhaustive search runs to the end
-      o.now = SteppingClock(1e-3);
+      o.clock = SteppingClock(1e-3);
       absl::StatusOr<TuneResult> r = Tune(*model, cluster, cost_model, o);
       ASSERT_TRUE(r.ok()) << r.status();
       ASSERT_FALSE(r->budget_exhausted);

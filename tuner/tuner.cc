@@ -438,7 +438,6 @@ absl::Status ValidateOptions(const ModelGraph& model, const TunerOptions& option
 }
 
 std::function<double()> BudgetClock(std::shared_ptr<const Clock> clock) {
-  if (clock == nullptr) return [] { return RealClock::Default().NowSeconds(); };
   return [clock] { return clock->NowSeconds(); };
 }
 
@@ -856,6 +855,11 @@ absl::Status FinishResult(const ProblemBuilder& search_builder, const ProblemBui
 
 }  // namespace
 
+std::shared_ptr<const Clock> BudgetClockOf(const TunerOptions& options) {
+  if (options.clock != nullptr) return options.clock;
+  return std::shared_ptr<const Clock>(&RealClock::Default(), [](const Clock*) {});
+}
+
 std::string PlanOriginText(const TuneResult& result) {
   switch (result.origin) {
     case PlanOrigin::kTuned: return "tuned";
@@ -871,7 +875,7 @@ absl::StatusOr<TuneResult> Tune(const ModelGraph& model, const Cluster& cluster,
   if (options.vocab_parallel == VocabParallelMode::kAuto) {
     return TuneWithAndWithoutVocabParallel(model, cluster, cost_model, options);
   }
-  const std::function<double()> now = BudgetClock(options.clock);
+  const std::function<double()> now = BudgetClock(BudgetClockOf(options));
   const double start = now();  // the budget covers everything from here
   const bool vocab = options.vocab_parallel == VocabParallelMode::kOn;
   // `builder` is what the search builds problems with; baselines never split the head.

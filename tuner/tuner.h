@@ -83,6 +83,10 @@ struct TunerOptions {
   std::function<void(const struct TuneLogEntry&)> progress;
 };
 
+// The clock `options`' budget is measured on: options.clock, or the real monotonic clock
+// (never null). Searches that split one budget over several Tune calls pass it on.
+std::shared_ptr<const Clock> BudgetClockOf(const TunerOptions& options);
+
 struct TuneLogEntry {
   std::string phase;  // "baselines", "seed", "exhaustive", "partition", "placement", "schedule"
   double before_s = 0;  // objective before the phase (inf when nothing fitted yet)

@@ -20,14 +20,6 @@ double ObjectiveOf(const TuneResult& r, bool steady) {
   return steady ? r.predicted.steady_state_iteration_time_s : r.predicted.iteration_time_s;
 }
 
-std::function<double()> Clock(const TunerOptions& options) {
-  if (options.now) return options.now;
-  return [] {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-  };
-}
-
 TuneLogEntry VocabEntry(double before, double after, double wall, std::string detail) {
   TuneLogEntry e;
   e.phase = "vocab";
@@ -62,12 +54,13 @@ absl::StatusOr<TuneResult> TuneWithAndWithoutVocabParallel(const ModelGraph& mod
                                                            const Cluster& cluster,
                                                            const CostModel& cost_model,
                                                            const TunerOptions& options) {
-  const std::function<double()> now = Clock(options);
+  const std::shared_ptr<const Clock> clock = BudgetClockOf(options);
+  const auto now = [&clock] { return clock->NowSeconds(); };
   const double start = now();
   const bool steady = options.objective == Objective::kSteadyState;
   TunerOptions off = options;
   off.vocab_parallel = VocabParallelMode::kOff;
-  off.now = now;
+  off.clock = clock;
 
   std::string skip;
   if (!CheckVocabParallelModel(model).ok()) {
@@ -97,7 +90,7 @@ absl::StatusOr<TuneResult> TuneWithAndWithoutVocabParallel(const ModelGraph& mod
   const double second_start = now() - start;
   TunerOptions on = options;
   on.vocab_parallel = VocabParallelMode::kOn;
-  on.now = now;
+  on.clock = clock;
   if (options.progress) {
     on.progress = [&options, second_start](const TuneLogEntry& entry) {
       TuneLogEntry e = entry;

@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "core/fake_clock.h"
 #include "gtest/gtest.h"
 #include "simulator/evaluator.h"
 #include "simulator/problem_builder.h"
@@ -57,7 +58,7 @@ TunerOptions Options() {
   o.num_devices = 4;
   o.num_microbatches = 8;
   o.time_budget_s = 4;
-  o.now = [] { return 0.0; };  // frozen: the searches run to convergence
+  o.clock = std::make_shared<FakeClock>(0);  // frozen: the searches run to convergence
   return o;
 }
 
