@@ -389,12 +389,8 @@ proto::Plan PlanToProto(const Plan& plan) {
   for (int d = 0; d < plan.schedule.num_devices(); ++d) {
     proto::DeviceSchedule* pd = p.add_schedule();
     pd->set_device(d);
-    pd->mutable_ops()->Reserve(static_cast<int>(plan.schedule.ops[d].size()));
     pd->mutable_typed_ops()->Reserve(static_cast<int>(plan.schedule.ops[d].size()));
-    for (const Op& op : plan.schedule.ops[d]) {
-      pd->add_ops(OpToString(op));
-      *pd->add_typed_ops() = ScheduleOpToProto(op);
-    }
+    for (const Op& op : plan.schedule.ops[d]) *pd->add_typed_ops() = ScheduleOpToProto(op);
   }
   return p;
 }

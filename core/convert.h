@@ -20,9 +20,11 @@
 //    (not UNSPECIFIED), else parses the text; when both are set they must agree. Writers fill
 //    both (older readers see the text). These functions are the one mapping between the core
 //    enums and the proto enums.
-//  - Plans: each device's schedule travels as ScheduleOps (`typed_ops`) and as op strings
-//    ("F3.7", core/schedule.h; `ops`). PlanToProto fills both; plan *files* carry only the
-//    readable strings (WritePlanFile, PlanFileForm). PlanFromProto reads either. It checks
+//  - Plans: each device's schedule travels as ScheduleOps (`typed_ops`); the op strings ("F3.7",
+//    core/schedule.h; `ops`) are the deprecated wire form and the form of plan *files*.
+//    PlanToProto fills only `typed_ops` (both would double a plan's wire size, which the
+//    4 MB response limit bounds); plan files carry only the readable strings (WritePlanFile,
+//    PlanFileForm). PlanFromProto reads either. It checks
 //    everything ValidatePlanShape checks except that the stages end at the model's last layer
 //    (the model is not known here; call ValidatePlanShape with it), plus that every scheduled
 //    op names an existing stage (an S or T pass of a vocab_parallel plan: a device) and

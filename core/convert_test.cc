@@ -149,8 +149,10 @@ TEST(ConvertTest, PlanRoundTripWithOpStrings) {
   const Plan plan = SmallPlan();
   const proto::Plan p = PlanToProto(plan);
   ASSERT_EQ(2, p.schedule_size());
-  EXPECT_EQ("BW0.1", p.schedule(0).ops(4));
-  EXPECT_EQ("R1.0", p.schedule(1).ops(1));
+  proto::Plan file = p;
+  PlanFileForm(&file);
+  EXPECT_EQ("BW0.1", file.schedule(0).ops(4));
+  EXPECT_EQ("R1.0", file.schedule(1).ops(1));
   const std::string path = TempPath("plan.json");
   ASSERT_TRUE(WritePlanFile(path, plan).ok());
   absl::StatusOr<Plan> back = LoadPlanFile(path);
@@ -208,15 +210,18 @@ TEST(ConvertTest, PlanErrorsNameTheField) {
   ExpectPlanError(p, "num_microbatches must be > 0, got 0");
 }
 
-TEST(ConvertTest, PlanToProtoFillsTypedOpsAndTheirText) {
-  const proto::Plan p = PlanToProto(SmallPlan());
+TEST(ConvertTest, PlanToProtoFillsTypedOpsAndPlanFilesTheirText) {
+  proto::Plan p = PlanToProto(SmallPlan());
   ASSERT_EQ(5, p.schedule(0).typed_ops_size());
-  ASSERT_EQ(5, p.schedule(0).ops_size());
+  EXPECT_EQ(0, p.schedule(0).ops_size());  // one form on the wire
   const proto::ScheduleOp& bw = p.schedule(0).typed_ops(4);
   EXPECT_EQ(proto::OP_KIND_BW, bw.kind());
   EXPECT_EQ(0, bw.stage());
   EXPECT_EQ(1, bw.microbatch());
   EXPECT_EQ(proto::OP_KIND_R, p.schedule(1).typed_ops(1).kind());
+  PlanFileForm(&p);
+  ASSERT_EQ(5, p.schedule(0).ops_size());
+  EXPECT_EQ(0, p.schedule(0).typed_ops_size());
   EXPECT_EQ("BW0.1", p.schedule(0).ops(4));
 }
 
@@ -231,12 +236,23 @@ TEST(ConvertTest, PlanFromTypedOpsAloneOrTextAloneIsTheSame) {
   EXPECT_EQ(SmallPlan().schedule.ops, from_text->schedule.ops);
 }
 
+// A plan in both wire forms, as an older planner sent it.
+proto::Plan BothForms(const Plan& plan) {
+  proto::Plan p = PlanToProto(plan);
+  proto::Plan text = p;
+  PlanFileForm(&text);
+  for (int d = 0; d < p.schedule_size(); ++d) {
+    *p.mutable_schedule(d)->mutable_ops() = text.schedule(d).ops();
+  }
+  return p;
+}
+
 TEST(ConvertTest, TypedOpErrorsNameTheField) {
-  proto::Plan p = PlanToProto(SmallPlan());
+  proto::Plan p = BothForms(SmallPlan());
   p.mutable_schedule(0)->set_ops(1, "B0.1");  // typed says F0.1
   ExpectPlanError(p, "schedule[0].typed_ops[1] F0.1 and schedule[0].ops[1] 'B0.1' disagree");
 
-  p = PlanToProto(SmallPlan());
+  p = BothForms(SmallPlan());
   p.mutable_schedule(0)->mutable_ops()->RemoveLast();
   ExpectPlanError(p, "schedule[0]: 5 typed_ops but 4 ops; they must agree");
 
@@ -310,7 +326,7 @@ TEST(ConvertTest, EnumTextAndTypedMustAgree) {
   ExpectInvalid(OpKindFromProto(proto::OP_KIND_UNSPECIFIED, "").status(),
                 "kind: required (or its text form op_kind)");
   ExpectInvalid(OpKindFromProto(proto::OP_KIND_UNSPECIFIED, "Q").status(),
-                "op_kind must be one of F, B, W, BW, R, got 'Q'");
+                "op_kind must be one of F, B, W, BW, R, S, T, got 'Q'");
   ExpectInvalid(ObjectiveFromProto(proto::PLAN_OBJECTIVE_STEADY_STATE, "synchronous").status(),
                 "objective_kind PLAN_OBJECTIVE_STEADY_STATE and objective 'synchronous' disagree");
   ExpectInvalid(ObjectiveFromProto(proto::PLAN_OBJECTIVE_UNSPECIFIED, "fastest").status(),

@@ -393,13 +393,15 @@ absl::StatusOr<int> PruneCheckpoints(const std::string& root, const ModelSpec& s
     }
     std::error_code ec;
     fs::remove_all(IterationDir(root, it), ec);
-    // Removed meanwhile by someone else (another pruner, or a copy landing while it went): done.
-    if (ec == std::errc::no_such_file_or_directory) ec.clear();
+    // Removed meanwhile by someone else (another pruner): done. A replicated copy landing while
+    // it went leaves the directory not empty: skipped, the next prune takes it.
+    const bool landed = ec == std::errc::directory_not_empty;
+    if (ec == std::errc::no_such_file_or_directory || landed) ec.clear();
     if (ec) {
       return absl::InternalError(absl::StrCat("checkpoint: cannot remove ",
                                               IterationDir(root, it), ": ", ec.message()));
     }
-    ++removed;
+    if (!landed) ++removed;
   }
   return removed;
 }

@@ -91,7 +91,8 @@ absl::Status LoadRankCheckpoint(const std::string& root, int64_t iteration,
                                 std::vector<std::unique_ptr<Layer>>& layers, AdamW* optimizer);
 
 // Deletes every checkpoint directory older than the `keep` newest complete ones (keep >= 1),
-// complete or not. Returns how many were removed.
+// complete or not. Returns how many were removed; a directory a replicated file lands in while
+// it goes is left for the next prune (not an error).
 absl::StatusOr<int> PruneCheckpoints(const std::string& root, const ModelSpec& spec, int keep);
 
 }  // namespace octopipe::executor
