@@ -4,7 +4,8 @@
 # For each reference model (scan-heavy with a large vocabulary head, MoE-heavy, attention-heavy
 # with an odd layer mix), on 2 Gloo ranks as processes:
 #   1. octopipe profile  -> PREFIX.model.json + PREFIX.cluster.json   (timed)
-#   2. octopipe plan     -> the tuned plan and its prediction, made before any run
+#   2. octopipe plan     -> the tuned plan and its prediction, made before any run (the head
+#                           kept whole: the executor does not run vocabulary-parallel plans yet)
 #   3. octopipe simulate -> the prediction for every classic schedule
 #   4. calibration round: one run of the tuned plan (`train --calibrated_model`) fits one factor
 #      per layer of the profile to that run's measured per-layer times; `plan` again on the
@@ -68,7 +69,7 @@ for entry in "${MODELS[@]}"; do
   t1=$(date +%s%N)
   echo "{\"profile_s\": $(((t1 - t0) / 1000000)).0e-3}" > "$p.profile.json"
   "$OCTOPIPE" plan --model="$p.model.json" --cluster="$p.cluster.json" --devices=2 \
-    --time-budget="$BUDGET" --seed=1 --out="$p.tuned.plan.json" --json > "$p.plan.out.json"
+    --time-budget="$BUDGET" --seed=1 --vocab_parallel=off --out="$p.tuned.plan.json" --json > "$p.plan.out.json"
   "$OCTOPIPE" simulate --model="$p.model.json" --cluster="$p.cluster.json" \
     --plan="$p.tuned.plan.json" --json > "$p.pred.tuned.json"
   for s in "${SCHEDULES[@]}"; do
@@ -80,7 +81,7 @@ for entry in "${MODELS[@]}"; do
     --iterations=$((WARMUP + ITERS)) --profile="$p" --calibrated_model="$p.calibrated.model.json" \
     --json > "$p.calibration.json"
   "$OCTOPIPE" plan --model="$p.calibrated.model.json" --cluster="$p.cluster.json" --devices=2 \
-    --time-budget="$BUDGET" --seed=1 --out="$p.calibrated.plan.json" --json > "$p.calibrated.plan.out.json"
+    --time-budget="$BUDGET" --seed=1 --vocab_parallel=off --out="$p.calibrated.plan.json" --json > "$p.calibrated.plan.out.json"
   "$OCTOPIPE" simulate --model="$p.calibrated.model.json" --cluster="$p.cluster.json" \
     --plan="$p.calibrated.plan.json" --json > "$p.pred.calibrated.json"
   candidates=(tuned calibrated "${SCHEDULES[@]}")
