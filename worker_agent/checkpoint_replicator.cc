@@ -160,12 +160,18 @@ void CheckpointReplicator::PushOnce() {
   }
 }
 
+int64_t CheckpointReplicator::scans() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return scans_;
+}
+
 void CheckpointReplicator::PushLoop() {
   std::unique_lock<std::mutex> l(mu_);
   while (!stopping_) {
     l.unlock();
     PushOnce();
     l.lock();
+    ++scans_;
     wake_.wait_for(l, std::chrono::milliseconds(50), [&] { return stopping_; });
   }
 }

@@ -65,6 +65,9 @@ class CheckpointReplicator {
 
   // Layer files pushed to peers so far (for tests and logs).
   int64_t pushed() const;
+  // Completed passes over ROOT looking for files to push: a file present before pass k started
+  // has been pushed (or deliberately not) once scans() > k.
+  int64_t scans() const;
 
  private:
   void PushLoop();
@@ -84,6 +87,7 @@ class CheckpointReplicator {
   // peer -> files pushed to it.
   std::map<std::string, std::set<std::tuple<std::string, int64_t, int>>> pushed_to_;
   int64_t pushed_ = 0;
+  int64_t scans_ = 0;
 
   std::map<std::string, std::unique_ptr<executor::TcpStore>> clients_;  // pushing thread only
 

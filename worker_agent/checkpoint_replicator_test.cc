@@ -67,8 +67,11 @@ TEST(CheckpointReplicatorTest, WrittenLayersReachThePeerAndMissingOnesAreFetched
   ASSERT_TRUE(WaitFor([&] { return executor::ReadLayerCheckpoint(on_b).ok() &&
                                    executor::ReadLayerCheckpoint(on_a).ok(); }, 30));
   EXPECT_EQ(executor::ReadLayerCheckpoint(on_b)->params[0].data()[0], 10.0f);
-  // Received files are not pushed back: each side pushed exactly its own file.
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // Received files are not pushed back: once each side has made two more full passes over its
+  // directory (the received file present throughout), each side pushed exactly its own file.
+  const int64_t a_scans = a.replicator.scans(), b_scans = b.replicator.scans();
+  ASSERT_TRUE(WaitFor([&] { return a.replicator.scans() >= a_scans + 2 &&
+                                   b.replicator.scans() >= b_scans + 2; }, 30));
   EXPECT_EQ(a.replicator.pushed(), 1);
   EXPECT_EQ(b.replicator.pushed(), 1);
 
