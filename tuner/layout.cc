@@ -304,11 +304,6 @@ absl::StatusOr<std::vector<ParallelLayout>> Enumerate(const ModelGraph& model,
   return out;
 }
 
-double ObjectiveOf(const TuneResult& r, bool steady) {
-  if (!r.feasible) return kInf;
-  return steady ? r.predicted.steady_state_iteration_time_s : r.predicted.iteration_time_s;
-}
-
 // Tunes every distinct pipeline of a candidate with `budget` seconds in all.
 absl::StatusOr<LayoutResult> TuneCandidate(LayoutCandidate& c, const CostModel& cost,
                                            const TunerOptions& tuner, double budget,
@@ -338,8 +333,8 @@ absl::StatusOr<LayoutResult> TuneCandidate(LayoutCandidate& c, const CostModel& 
   // The slowest pipeline first: the iteration waits for it.
   std::stable_sort(out.pipelines.begin(), out.pipelines.end(),
                    [&](const LayoutPipeline& a, const LayoutPipeline& b) {
-                     return ObjectiveOf(a.tune, steady) + a.dp_sync_s >
-                            ObjectiveOf(b.tune, steady) + b.dp_sync_s;
+                     return TunedObjective(a.tune, steady) + a.dp_sync_s >
+                            TunedObjective(b.tune, steady) + b.dp_sync_s;
                    });
   const LayoutPipeline& slowest = out.pipelines.front();
   out.pipeline_time_s = steady ? slowest.tune.predicted.steady_state_iteration_time_s

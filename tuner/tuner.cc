@@ -478,6 +478,12 @@ std::shared_ptr<const Clock> BudgetClockOf(const TunerOptions& options) {
   return std::shared_ptr<const Clock>(&RealClock::Default(), [](const Clock*) {});
 }
 
+double TunedObjective(const TuneResult& result, bool steady) {
+  if (!result.feasible) return std::numeric_limits<double>::infinity();
+  return steady ? result.predicted.steady_state_iteration_time_s
+                : result.predicted.iteration_time_s;
+}
+
 std::string PlanOriginText(const TuneResult& result) {
   switch (result.origin) {
     case PlanOrigin::kTuned: return "tuned";

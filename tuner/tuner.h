@@ -134,6 +134,10 @@ struct TuneResult {
 // "baseline:<name>" or "infeasible".
 std::string PlanOriginText(const TuneResult& result);
 
+// What `result` scores on the objective (synchronous or steady-state iteration seconds);
+// infinity when it is infeasible, so any feasible result compares better.
+double TunedObjective(const TuneResult& result, bool steady);
+
 // kInvalidArgument for bad options (naming the field); an infeasible model is a result with
 // feasible == false, not an error.
 absl::StatusOr<TuneResult> Tune(const ModelGraph& model, const Cluster& cluster,

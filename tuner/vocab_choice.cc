@@ -13,12 +13,6 @@
 namespace octopipe {
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
-
-double ObjectiveOf(const TuneResult& r, bool steady) {
-  if (!r.feasible) return kInf;
-  return steady ? r.predicted.steady_state_iteration_time_s : r.predicted.iteration_time_s;
-}
 
 TuneLogEntry VocabEntry(double before, double after, double wall, std::string detail) {
   TuneLogEntry e;
@@ -79,7 +73,7 @@ absl::StatusOr<TuneResult> TuneWithAndWithoutVocabParallel(const ModelGraph& mod
   }
   if (!skip.empty()) {
     ASSIGN_OR_RETURN(TuneResult r, Tune(model, cluster, cost_model, off));
-    const double obj = ObjectiveOf(r, steady);
+    const double obj = TunedObjective(r, steady);
     r.log.push_back(VocabEntry(obj, obj, now() - start, skip));
     if (options.progress) options.progress(r.log.back());
     return r;
@@ -103,7 +97,7 @@ absl::StatusOr<TuneResult> TuneWithAndWithoutVocabParallel(const ModelGraph& mod
   on.time_budget_s = std::max(options.time_budget_s - second_start, 1e-3);
   ASSIGN_OR_RETURN(TuneResult with, Tune(model, cluster, cost_model, on));
 
-  const double t_without = ObjectiveOf(without, steady), t_with = ObjectiveOf(with, steady);
+  const double t_without = TunedObjective(without, steady), t_with = TunedObjective(with, steady);
   const bool use = with.vocab_parallel && t_with < t_without;
   TuneResult& pick = use ? with : without;
   const TuneResult& other = use ? without : with;
