@@ -13,7 +13,6 @@
 namespace octopipe {
 namespace {
 
-
 TuneLogEntry VocabEntry(double before, double after, double wall, std::string detail) {
   TuneLogEntry e;
   e.phase = "vocab";
