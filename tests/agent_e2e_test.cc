@@ -56,6 +56,16 @@ double Now() {
       .count();
 }
 
+// Polls `done` every `poll_ms` until it holds or `timeout_s` passes; whether it held.
+bool WaitUntil(const std::function<bool()>& done, double timeout_s, int poll_ms = 50) {
+  const double deadline = Now() + timeout_s;
+  while (Now() < deadline) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(poll_ms));
+  }
+  return done();
+}
+
 std::string TmpDir(const std::string& name) {
   const std::string d = std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
   std::filesystem::create_directories(d);
@@ -223,12 +233,7 @@ class AgentE2ETest : public ::testing::Test {
   }
 
   bool WaitJob(const std::function<bool(const proto::GetJobResponse&)>& match, double timeout_s) {
-    const double deadline = Now() + timeout_s;
-    while (Now() < deadline) {
-      if (match(Get())) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    return false;
+    return WaitUntil([&] { return match(Get()); }, timeout_s);
   }
 
   PlannerProcess planner_{kPlanner};
@@ -304,13 +309,16 @@ TEST_F(AgentE2ETest, NodeLossResumeRejoinDrainAndFinalWeightsEqualAnUninterrupte
   ASSERT_NE(WaitEvent([](const proto::JobEvent& e) { return e.kind() == "started"; }, 0, 60),
             nullptr)
       << Events() << a.log() << b.log();
-  const double wait_ckpt = Now() + 60;
-  while (Now() < wait_ckpt) {
+  WaitUntil([&] {
     auto latest = executor::LatestCompleteCheckpoint(job_checkpoints, spec);
-    if (latest.ok() && *latest >= 3 * kCheckpointInterval) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+    return latest.ok() && *latest >= 3 * kCheckpointInterval;
+  }, 60, /*poll_ms=*/20);
   ASSERT_GE(*executor::LatestCompleteCheckpoint(job_checkpoints, spec), 3 * kCheckpointInterval);
+  // And the other way: node-a's layers reach node-b's own directory (copies are asynchronous;
+  // wait for one before the kill, so the final check below does not race the kill).
+  const std::string b_checkpoints = checkpoints_b + "/" + job_id_;
+  WaitUntil([&] { return executor::LatestCompleteCheckpoint(b_checkpoints, spec).ok(); }, 60,
+            /*poll_ms=*/20);
   // Live metrics on node-a's /metrics (prometheus-cpp).
   const std::string metrics = ScrapeMetrics(a.metrics_port());
   for (const char* name :
@@ -405,16 +413,13 @@ TEST_F(AgentE2ETest, NodeLossResumeRejoinDrainAndFinalWeightsEqualAnUninterrupte
             nullptr)
       << Events() << a.log() << b.log();
   std::printf("events:\n%s", Events().c_str());
-  const double wait_final = Now() + 30;
-  while (Now() < wait_final) {
+  WaitUntil([&] {
     auto latest = executor::LatestCompleteCheckpoint(job_checkpoints, spec);
-    if (latest.ok() && *latest == kIterations) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+    return latest.ok() && *latest == kIterations;
+  }, 30, /*poll_ms=*/20);
   ASSERT_EQ(*executor::LatestCompleteCheckpoint(job_checkpoints, spec), kIterations);
   // node-b, which never trained every layer, holds complete checkpoints too (copied to it).
-  absl::StatusOr<int64_t> on_b =
-      executor::LatestCompleteCheckpoint(checkpoints_b + "/" + job_id_, spec);
+  absl::StatusOr<int64_t> on_b = executor::LatestCompleteCheckpoint(b_checkpoints, spec);
   ASSERT_TRUE(on_b.ok()) << on_b.status();
   EXPECT_GT(*on_b, 0);
   const auto want = UninterruptedWeights();
@@ -498,10 +503,7 @@ TEST_F(AgentE2ETest, TrainingContinuesWhileThePlannerRestarts) {
     return l.ok() ? *l : 0;
   };
   auto wait_checkpoint = [&](int64_t at_least, double timeout_s) {
-    const double deadline = Now() + timeout_s;
-    while (Now() < deadline && latest() < at_least) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
+    WaitUntil([&] { return latest() >= at_least; }, timeout_s, /*poll_ms=*/20);
     return latest();
   };
   ASSERT_GE(wait_checkpoint(kCheckpointInterval, 60), kCheckpointInterval) << a.log() << b.log();
@@ -519,18 +521,14 @@ TEST_F(AgentE2ETest, TrainingContinuesWhileThePlannerRestarts) {
   args.push_back("--port=" + std::to_string(port));
   ASSERT_TRUE(restarted.Start(args).ok()) << restarted.log();
   EXPECT_EQ(wait_checkpoint(kRestartIterations, 120), kRestartIterations) << a.log() << b.log();
-  const double deadline = Now() + 30;
-  bool both_alive = false;
-  while (Now() < deadline && !both_alive) {
+  const bool both_alive = WaitUntil([&] {
     proto::ListAgentsResponse agents;
     auto ctx = Ctx();
-    if (stub_->ListAgents(ctx.get(), proto::ListAgentsRequest(), &agents).ok()) {
-      int alive = 0;
-      for (const proto::AgentStatus& s : agents.agents()) alive += s.alive() ? 1 : 0;
-      both_alive = alive == 2;
-    }
-    if (!both_alive) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+    if (!stub_->ListAgents(ctx.get(), proto::ListAgentsRequest(), &agents).ok()) return false;
+    int alive = 0;
+    for (const proto::AgentStatus& s : agents.agents()) alive += s.alive() ? 1 : 0;
+    return alive == 2;
+  }, 30);
   EXPECT_TRUE(both_alive) << restarted.log();
   const proto::GetJobResponse final_job = Get();
   for (const proto::JobEvent& e : final_job.job().events()) {
