@@ -54,14 +54,21 @@ void CheckpointReplicator::Serve(executor::TcpStoreServer* store) {
       received_.insert({job, iteration, layer});
       return true;
     }
+    // Marked received before the file appears, so that a push pass listing the directory in
+    // between never sends it back.
+    const auto file = std::make_tuple(job, iteration, layer);
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      received_.insert(file);
+    }
     absl::StatusOr<std::string> path =
         executor::StoreLayerCheckpointBytes(root_ + "/" + job, bytes);
     if (!path.ok()) {
       spdlog::warn("checkpoint replica {} refused: {}", key, std::string(path.status().message()));
+      std::lock_guard<std::mutex> l(mu_);
+      received_.erase(file);
       return false;
     }
-    std::lock_guard<std::mutex> l(mu_);
-    received_.insert({job, iteration, layer});
     return true;
   };
   h.get = [this](const std::string& key) -> std::optional<std::string> {
@@ -112,10 +119,17 @@ absl::Status CheckpointReplicator::FetchMissing(const std::string& job_id, int64
                           absl::StrCat("checkpoint of iteration ", iteration, ", layer ", layer,
                                        " from ", peer, ": ", bytes.status().message()));
     }
+    const auto file = std::make_tuple(job_id, iteration, layer);
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      received_.insert(file);  // before the file appears: see the put handler
+    }
     absl::StatusOr<std::string> path = executor::StoreLayerCheckpointBytes(dir, *bytes);
-    if (!path.ok()) return path.status();
-    std::lock_guard<std::mutex> l(mu_);
-    received_.insert({job_id, iteration, layer});
+    if (!path.ok()) {
+      std::lock_guard<std::mutex> l(mu_);
+      received_.erase(file);
+      return path.status();
+    }
   }
   return absl::OkStatus();
 }
