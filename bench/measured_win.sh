@@ -24,7 +24,8 @@
 #   or:  bazel run -c opt //bench:measured_win -- [--quick]
 # Environment: OCTOPIPE (the binary), REPEATS (3), ITERS (5), WARMUP (1), BUDGET (plan
 # time budget, 5 s), PROFILE_REPEAT (measured profile iterations, 8), OUT (a directory to keep
-# the files in; default a fresh temp directory).
+# the files in; default a fresh temp directory), ONLY (comma-separated model names to run, e.g.
+# ONLY=moe-heavy; default all).
 # Each JSON line also has `replayed_iteration_s` / `replay_error`: the simulator fed with the
 # run's own measured op times (no transfer or per-op engine cost) against the measurement.
 # prediction_error - replay_error is what op times that differ from the profile's cost;
@@ -63,6 +64,7 @@ fi
 for entry in "${MODELS[@]}"; do
   name=${entry%%|*}
   spec=${entry#*|}
+  [[ -z "${ONLY:-}" || ",$ONLY," == *",$name,"* ]] || continue
   p="$OUT/$name"
   t0=$(date +%s%N)
   "$OCTOPIPE" profile --model="$spec" --out="$p" --ranks=2 --transport=gloo --repeat="$PROFILE_REPEAT" > "$p.profile.txt"

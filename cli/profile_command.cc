@@ -409,6 +409,7 @@ int RunProfile(const std::vector<std::string>& args, std::ostream& out, std::ost
   std::string model, prefix, transport = "gloo", check;
   int64_t ranks = 2, repeat = 5, microbatches = 0;
   double timeout = 60, memory = 0;
+  bool pool = true;
   CommandLine flags("profile",
                 "Measures the executor's reference model on this machine and transport: every\n"
                 "layer's F, B, W, R seconds and bytes (PREFIX.model.json), the per-op overhead\n"
@@ -420,6 +421,9 @@ int RunProfile(const std::vector<std::string>& args, std::ostream& out, std::ost
   flags.String("transport", &transport, "gloo, nccl, auto or inproc (as octopipe train)");
   flags.Int("repeat", &repeat, "measured iterations after one warm-up (median reported)");
   flags.Int("microbatches", &microbatches, "micro-batches per iteration; 0 = the spec's");
+  flags.Bool("pool", &pool,
+             "give layers the executor builds identically (same kind and shapes) the median of\n"
+             "all their samples (less noise); --pool=false keeps each layer's own median");
   flags.Double("timeout", &timeout, "seconds a rank waits on a peer before failing");
   flags.Double("memory", &memory,
                "device memory in bytes to record and check the model against; 0 = this\n"
@@ -519,17 +523,46 @@ int RunProfile(const std::vector<std::string>& args, std::ostream& out, std::ost
     if (phase == 0) message_s = MessageTimes(*plan, parsed);
   }
 
+  // Layers the executor builds identically (same kind and shapes) cost the same: with --pool
+  // each gets the median of all their samples, which is less noisy than any one layer's.
+  std::map<int, int> pooled_over;  // layer -> how many layers its figures pool
+  if (pool) {
+    std::map<std::tuple<int, double, double, double, double, double>, std::vector<int>> groups;
+    for (int l = 0; l < graph.num_layers(); ++l) {
+      const LayerBytes& b = (*bytes)[l];
+      groups[{static_cast<int>(graph.layers[l].kind), b.params, b.after_f, b.after_b, b.input,
+              b.output}]
+          .push_back(l);
+    }
+    for (const auto& [signature, members] : groups) {
+      if (members.size() < 2) continue;
+      for (OpKind k : kLayerKinds) {
+        std::vector<double> all;
+        for (int l : members) {
+          auto it = samples.find({l, static_cast<int>(k)});
+          if (it != samples.end()) all.insert(all.end(), it->second.begin(), it->second.end());
+        }
+        for (int l : members) {
+          if (samples.count({l, static_cast<int>(k)})) samples[{l, static_cast<int>(k)}] = all;
+        }
+      }
+      for (int l : members) pooled_over[l] = static_cast<int>(members.size());
+    }
+  }
+
   // The model file.
   ModelGraph measured = graph;
   measured.name = absl::StrCat("measured-", spec->pattern);
   measured.source = absl::StrCat("octopipe profile of ", model, " over ", transport, " with ",
-                                 ranks, " ranks, median of ", repeat, " iterations");
+                                 ranks, " ranks, median of ", repeat, " iterations",
+                                 pool ? ", identical layers pooled" : "");
   TextTable table({"layer", "F", "B", "W", "R", "spread", "act after F", "after B", "params"});
   double worst_spread = 0;
   for (int l = 0; l < measured.num_layers(); ++l) {
     Layer& layer = measured.layers[l];
     const LayerBytes& b = (*bytes)[l];
-    std::vector<std::string> row = {layer.name};
+    std::vector<std::string> row = {
+        pooled_over.count(l) ? absl::StrCat(layer.name, " (x", pooled_over[l], ")") : layer.name};
     double spread = 0;
     for (OpKind k : kLayerKinds) {
       auto it = samples.find({l, static_cast<int>(k)});
@@ -595,7 +628,7 @@ int RunProfile(const std::vector<std::string>& args, std::ostream& out, std::ost
 
   out << "profiled " << model << " on " << ranks << " ranks over " << transport << ": "
       << repeat << " measured iterations of " << spec->microbatches << " micro-batches (median; "
-      << "spread = (max - min) / median)\n\n"
+      << "spread = (max - min) / median; (xN): pooled over N identical layers)\n\n"
       << table.Render() << "\n"
       << "per-op executor overhead " << FormatSeconds(hw.op_overhead_s) << " (spread "
       << FormatPercent(Spread(overhead)) << "); largest layer spread "

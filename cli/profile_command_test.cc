@@ -78,6 +78,45 @@ TEST(ProfileCommandTest, ProfileThenPlanThenTrain) {
       << terr.str();
 }
 
+// Identical layers (here the three MoE layers of "E*EE") get one pooled median per op kind;
+// with --pool=false each keeps its own, which noise makes differ.
+TEST(ProfileCommandTest, IdenticalLayersArePooled) {
+  constexpr char kThreeMoe[] =
+      "ref:pattern=E*EE,hidden=16,heads=2,ffn=32,experts=4,top_k=2,moe_ffn=16,state=4,seq=8,"
+      "vocab=32,microbatches=4";
+  auto profile = [&](const std::string& name, bool pool) {
+    const std::string prefix = TmpPrefix(name);
+    std::ostringstream out, err;
+    EXPECT_EQ(RunProfile({std::string("--model=") + kThreeMoe, "--out=" + prefix, "--ranks=2",
+                          "--transport=inproc", "--repeat=3",
+                          pool ? "--pool=true" : "--pool=false"},
+                         out, err),
+              0)
+        << err.str();
+    if (pool) EXPECT_NE(out.str().find("L1.moe (x3)"), std::string::npos) << out.str();
+    absl::StatusOr<ModelGraph> model = LoadModelFile(prefix + ".model.json");
+    EXPECT_TRUE(model.ok()) << model.status();
+    return model.ok() ? *model : ModelGraph{};
+  };
+  const ModelGraph pooled = profile("pooled", true);
+  ASSERT_EQ(pooled.num_layers(), 6);  // embedding, E * E E, head
+  for (int l : {3, 4}) {
+    EXPECT_EQ(*pooled.layers[l].measured.forward_s, *pooled.layers[1].measured.forward_s);
+    EXPECT_EQ(*pooled.layers[l].measured.backward_input_s,
+              *pooled.layers[1].measured.backward_input_s);
+    EXPECT_EQ(*pooled.layers[l].measured.weight_grad_s, *pooled.layers[1].measured.weight_grad_s);
+    EXPECT_EQ(*pooled.layers[l].measured.recompute_s, *pooled.layers[1].measured.recompute_s);
+  }
+  EXPECT_NE(pooled.source.find("identical layers pooled"), std::string::npos) << pooled.source;
+  const ModelGraph own = profile("own", false);
+  ASSERT_EQ(own.num_layers(), 6);
+  const bool all_equal = *own.layers[1].measured.forward_s == *own.layers[3].measured.forward_s &&
+                         *own.layers[1].measured.forward_s == *own.layers[4].measured.forward_s &&
+                         *own.layers[1].measured.backward_input_s ==
+                             *own.layers[3].measured.backward_input_s;
+  EXPECT_FALSE(all_equal) << "separate timings of three layers agreed to the nanosecond";
+}
+
 TEST(ProfileCommandTest, AModelTheExecutorCannotBuildIsAClearError) {
   std::ostringstream out, err;
   EXPECT_EQ(RunProfile({"--model=ref:pattern=M*X", "--out=" + TmpPrefix("bad"),
