@@ -31,6 +31,8 @@
 #include "executor/trainer.h"
 #include "executor/transport_factory.h"
 #include "simulator/classic_pipeline.h"
+#include "simulator/evaluator.h"
+#include "simulator/problem_builder.h"
 
 namespace octopipe::cli {
 namespace {
@@ -42,6 +44,8 @@ constexpr OpKind kLayerKinds[] = {OpKind::kF, OpKind::kB, OpKind::kW, OpKind::kR
 // Tags for the link measurement, clear of the engine's (which are < 2 * stages * microbatches).
 constexpr uint32_t kPingTag = 1u << 30;
 constexpr int kPingRounds = 15;
+// Runs of each plan the per-message CPU fit takes the fastest of.
+constexpr int kMessageFitRounds = 2;
 
 int Fail(std::ostream& err, const absl::Status& s, int code) {
   err << "octopipe profile: error: " << s.message() << "\n";
@@ -148,6 +152,7 @@ absl::StatusOr<std::vector<std::pair<double, double>>> PingPong(executor::Transp
 // Returns JSON:
 //   {"layers": [[iteration, layer, kind, mean seconds over micro-batches], ...],
 //    "overhead": [mean per-op executor overhead of each measured iteration],
+//    "wall": [this rank's wall seconds of each measured iteration],
 //    "ops": [[iteration, stage, micro-batch, kind, start, end, previous op's end], ...] (times
 //            on the machine-wide steady clock, seconds),
 //    "link": [[bytes, one-way seconds], ...]}
@@ -158,7 +163,8 @@ absl::StatusOr<std::string> ProfileRank(const ModelSpec& spec, const Plan& plan,
   ASSIGN_OR_RETURN(executor::RankResult result,
                    executor::TrainRank(spec, plan, rank, transport, options));
   Json layers = Json::array();
-  std::vector<double> overhead;
+  std::vector<double> overhead, wall;
+  for (int it = 1; it <= repeat; ++it) wall.push_back(result.iterations[it].wall_s);
   for (int it = 1; it <= repeat; ++it) {
     const executor::IterationStats& st = result.iterations[it];
     std::map<std::pair<int, int>, std::pair<double, int>> sum;  // (layer, kind) -> (s, n)
@@ -211,6 +217,7 @@ absl::StatusOr<std::string> ProfileRank(const ModelSpec& spec, const Plan& plan,
   for (const auto& [bytes, s] : link) link_json.push_back({bytes, s});
   return JsonText({{"layers", std::move(layers)},
                    {"overhead", overhead},
+                   {"wall", wall},
                    {"ops", std::move(ops)},
                    {"link", std::move(link_json)}});
 }
@@ -354,6 +361,41 @@ std::vector<double> MessageTimes(const Plan& plan, const std::vector<Json>& repo
   return out;
 }
 
+absl::StatusOr<std::vector<Json>> ParseReports(const std::vector<std::string>& reports) {
+  std::vector<Json> parsed;
+  for (const std::string& text : reports) {
+    parsed.push_back(Json::parse(text, nullptr, /*allow_exceptions=*/false));
+    if (parsed.back().is_discarded()) {
+      return absl::InternalError("a rank's profile report is not valid JSON");
+    }
+  }
+  return parsed;
+}
+
+// The measured iteration time of a run: per iteration the slowest rank's wall time, median.
+double MedianIteration(const std::vector<Json>& reports) {
+  std::vector<double> slowest;
+  for (const Json& j : reports) {
+    const Json& wall = j.at("wall");
+    if (slowest.size() < wall.size()) slowest.resize(wall.size(), 0.0);
+    for (size_t i = 0; i < wall.size(); ++i) {
+      slowest[i] = std::max(slowest[i], wall[i].get<double>());
+    }
+  }
+  return Median(slowest);
+}
+
+// The simulator's iteration time for `plan` on the measured files with message_cpu_s = c.
+absl::StatusOr<double> Predict(const ModelGraph& model, Cluster cluster, const Plan& plan,
+                               double c) {
+  for (HardwareSpec& hw : cluster.hardware) hw.message_cpu_s = c;
+  ASSIGN_OR_RETURN(ProblemBuilder builder,
+                   ProblemBuilder::Create(model, cluster, CostModel(), plan.num_devices));
+  ASSIGN_OR_RETURN(PipelineProblem problem, builder.Build(plan));
+  ASSIGN_OR_RETURN(SimResult r, Simulate(problem, plan.schedule));
+  return r.iteration_time_s;
+}
+
 double PhysicalMemory() {
   return static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
 }
@@ -377,6 +419,28 @@ absl::Status ValidateMeasuredProfile(const ModelGraph& model) {
     }
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<double> FitMessageCpu(const ModelGraph& model, const Cluster& cluster,
+                                     const Plan& light, double light_s, const Plan& heavy,
+                                     double heavy_s) {
+  const double target = heavy_s / light_s;
+  auto ratio = [&](double c) -> absl::StatusOr<double> {
+    ASSIGN_OR_RETURN(double h, Predict(model, cluster, heavy, c));
+    ASSIGN_OR_RETURN(double l, Predict(model, cluster, light, c));
+    return h / l;
+  };
+  double lo = 0, hi = 0.01;
+  ASSIGN_OR_RETURN(double at_lo, ratio(lo));
+  if (at_lo >= target) return 0.0;
+  ASSIGN_OR_RETURN(double at_hi, ratio(hi));
+  if (at_hi <= target) return hi;
+  for (int i = 0; i < 40; ++i) {
+    const double mid = 0.5 * (lo + hi);
+    ASSIGN_OR_RETURN(double at_mid, ratio(mid));
+    (at_mid < target ? lo : hi) = mid;
+  }
+  return 0.5 * (lo + hi);
 }
 
 absl::StatusOr<LinkFit> FitLink(const std::vector<std::pair<double, double>>& samples) {
@@ -497,19 +561,15 @@ int RunProfile(const std::vector<std::string>& args, std::ostream& out, std::ost
   std::vector<double> overhead;
   std::vector<std::pair<double, double>> link;
   std::vector<double> message_s;  // producer end -> consumer start, consumer idle meanwhile
+  double light_s = 0;              // the profile run's median iteration
   for (int phase = 0; phase < 2; ++phase) {
     absl::StatusOr<std::vector<std::string>> reports =
         RunRanks(*spec, phase == 0 ? *plan : *plan_r, static_cast<int>(ranks), transport,
                  static_cast<int>(repeat), timeout, /*ping=*/phase == 0);
     if (!reports.ok()) return Fail(err, reports.status(), 1);
-    std::vector<Json> parsed;
-    for (const std::string& text : *reports) {
-      Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
-      if (j.is_discarded()) {
-        return Fail(err, absl::InternalError("a rank's profile report is not valid JSON"), 1);
-      }
-      parsed.push_back(std::move(j));
-    }
+    absl::StatusOr<std::vector<Json>> parsed_or = ParseReports(*reports);
+    if (!parsed_or.ok()) return Fail(err, parsed_or.status(), 1);
+    const std::vector<Json>& parsed = *parsed_or;
     for (const Json& j : parsed) {
       for (const Json& v : j.at("layers")) {
         const int kind = v.at(2).get<int>();
@@ -520,7 +580,10 @@ int RunProfile(const std::vector<std::string>& args, std::ostream& out, std::ost
       for (const Json& v : j.at("overhead")) overhead.push_back(v.get<double>());
       for (const Json& v : j.at("link")) link.push_back({v.at(0).get<double>(), v.at(1).get<double>()});
     }
-    if (phase == 0) message_s = MessageTimes(*plan, parsed);
+    if (phase == 0) {
+      message_s = MessageTimes(*plan, parsed);
+      light_s = MedianIteration(parsed);
+    }
   }
 
   // Layers the executor builds identically (same kind and shapes) cost the same: with --pool
@@ -621,6 +684,38 @@ int RunProfile(const std::vector<std::string>& args, std::ostream& out, std::ost
   cluster.nodes.push_back(Node{host, hw.name, static_cast<int>(ranks), link_spec});
   cluster.inter_node_link = link_spec;
 
+  // Phase 3: a message-heavy run (interleaved, 2 stages per rank, every boundary between ranks)
+  // fits the per-message CPU cost against the profile run.
+  std::string message_fit = "not fitted (needs 2 ranks and 2 layers per stage)";
+  if (ranks >= 2) {
+    absl::StatusOr<Plan> heavy = ClassicPlan(ScheduleKind::kInterleaved, static_cast<int>(ranks),
+                                             2, spec->microbatches, graph);
+    if (heavy.ok()) {
+      // Noise on a shared machine only ever slows a run down: each plan's fastest of a few
+      // interleaved runs is the estimate.
+      double heavy_s = std::numeric_limits<double>::infinity();
+      const int iterations = static_cast<int>(std::max<int64_t>(3, repeat / 2));
+      for (int round = 0; round < kMessageFitRounds; ++round) {
+        for (const Plan* p : {&*heavy, &*plan}) {
+          absl::StatusOr<std::vector<std::string>> reports = RunRanks(
+              *spec, *p, static_cast<int>(ranks), transport, iterations, timeout, /*ping=*/false);
+          if (!reports.ok()) return Fail(err, reports.status(), 1);
+          absl::StatusOr<std::vector<Json>> parsed = ParseReports(*reports);
+          if (!parsed.ok()) return Fail(err, parsed.status(), 1);
+          double& best = p == &*heavy ? heavy_s : light_s;
+          best = std::min(best, MedianIteration(*parsed));
+        }
+      }
+      absl::StatusOr<double> c = FitMessageCpu(measured, cluster, *plan, light_s, *heavy, heavy_s);
+      if (!c.ok()) return Fail(err, c.status(), 1);
+      cluster.hardware[0].message_cpu_s = *c;
+      message_fit = absl::StrCat("fitted from ", heavy->num_stages(), "-stage interleaved runs (",
+                                 FormatSeconds(heavy_s), ", fastest of ", kMessageFitRounds,
+                                 ") against the profile's plan (", FormatSeconds(light_s),
+                                 ", fastest of ", kMessageFitRounds + 1, ")");
+    }
+  }
+
   const std::string model_path = ResolvePath(prefix + ".model.json");
   const std::string cluster_path = ResolvePath(prefix + ".cluster.json");
   if (absl::Status s = WriteModelFile(model_path, measured); !s.ok()) return Fail(err, s, 1);
@@ -638,6 +733,8 @@ int RunProfile(const std::vector<std::string>& args, std::ostream& out, std::ost
       << " message sizes; ping-pong latency " << FormatSeconds(pingpong_latency) << ", the "
       << "engine's " << message_s.size() << " messages " << FormatSeconds(Median(message_s))
       << " median)\n"
+      << "per-message CPU cost " << FormatSeconds(cluster.hardware[0].message_cpu_s) << " at each end, "
+      << message_fit << "\n"
       << "device: " << absl::StrFormat("%.3g", flops) << " FLOP/s (GEMM), "
       << absl::StrFormat("%.3g", copy_bandwidth) << " B/s copy, "
       << absl::StrFormat("%.3g", device_memory) << " bytes\n"

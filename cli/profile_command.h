@@ -13,6 +13,9 @@
 // op time is its mean over the micro-batches of one iteration, and the file gets the median over
 // the measured iterations (the spread, (max - min) / median, is printed). Then ranks 0 and 1
 // ping-pong messages of the plans' size and neighbours to fit latency + bytes / bandwidth.
+// Last, a message-heavy plan (interleaved, 2 stages per rank) and the profile's plan run in
+// turn twice; the per-message CPU cost (HardwareSpec::message_cpu_s) is fitted so that the
+// simulator's ratio between them matches the fastest runs' (FitMessageCpu).
 //
 // Then: octopipe plan --model=PREFIX.model.json --cluster=PREFIX.cluster.json --out=plan.json
 //       octopipe train --model=ref:SPEC --plan=plan.json
@@ -25,7 +28,10 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/cluster.h"
 #include "core/model_graph.h"
+#include "core/plan.h"
 
 namespace octopipe::cli {
 
@@ -43,6 +49,16 @@ struct LinkFit {
 // Least-squares fit of seconds = latency + bytes / bandwidth over (bytes, seconds) samples with
 // at least two distinct sizes; the latency is clamped at 0. kInvalidArgument otherwise.
 absl::StatusOr<LinkFit> FitLink(const std::vector<std::pair<double, double>>& samples);
+
+// The per-message CPU cost c (HardwareSpec::message_cpu_s, seconds at each end) at which the
+// simulator's ratio heavy / light, on `model` and `cluster` with c, equals the measured
+// heavy_s / light_s: a bias common to both runs cancels, what grows with the messages is c.
+// Bisection over [0, 10 ms]; 0 when even c = 0 predicts a larger ratio than measured, 10 ms
+// when even that predicts a smaller one. Errors: the simulator's (e.g. a plan that does not
+// fit the model or the cluster).
+absl::StatusOr<double> FitMessageCpu(const ModelGraph& model, const Cluster& cluster,
+                                     const Plan& light, double light_s, const Plan& heavy,
+                                     double heavy_s);
 
 }  // namespace octopipe::cli
 

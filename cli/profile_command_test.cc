@@ -12,6 +12,9 @@
 #include "cli/train_command.h"
 #include "core/convert.h"
 #include "gtest/gtest.h"
+#include "simulator/classic_pipeline.h"
+#include "simulator/evaluator.h"
+#include "simulator/problem_builder.h"
 
 namespace octopipe::cli {
 namespace {
@@ -51,6 +54,11 @@ TEST(ProfileCommandTest, ProfileThenPlanThenTrain) {
   EXPECT_EQ(cluster->num_devices(), 2);
   EXPECT_GT(cluster->hardware[0].op_overhead_s, 0);
   EXPECT_GT(cluster->link(0, 1).bandwidth, 0);
+  // The message-heavy runs took place and fitted a cost in [0, 10 ms].
+  EXPECT_NE(out.str().find("per-message CPU cost"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("-stage interleaved runs"), std::string::npos) << out.str();
+  EXPECT_GE(cluster->hardware[0].message_cpu_s, 0);
+  EXPECT_LE(cluster->hardware[0].message_cpu_s, 0.01);
 
   std::ostringstream cout_, cerr_;
   EXPECT_EQ(RunProfile({"--check=" + prefix + ".model.json"}, cout_, cerr_), 0) << cerr_.str();
@@ -162,6 +170,53 @@ TEST(ProfileCommandTest, AProfileWithAMissingOrNonPositiveTimeIsRejectedNamingTh
   EXPECT_NE(s.message().find("layers[1] (L1): measured.forward_s must be > 0, got 0"),
             absl::string_view::npos)
       << s;
+}
+
+// The simulator's own times for a light (ZB-H1, 2 stages) and a heavy (interleaved, 4 stages
+// alternating) plan on a cluster whose messages cost 0.7 ms of CPU at each end: the fit, given
+// the model without that cost and a common bias on both runs, recovers 0.7 ms.
+TEST(ProfileCommandTest, FitMessageCpuRecoversTheCostThatMakesMessageHeavyPlansSlower) {
+  ModelGraph model = MeasuredModel();
+  for (int i = 3; i < 8; ++i) {
+    Layer l = model.layers[0];
+    l.name = "L" + std::to_string(i);
+    model.layers.push_back(l);
+  }
+  for (Layer& l : model.layers) {
+    l.measured.activation_bytes = l.measured.activation_bytes_w = l.measured.output_bytes = 1e4;
+    l.measured.input_bytes = 1e4;
+    l.measured.param_bytes = 1e4;
+  }
+  Cluster cluster;
+  cluster.name = "fit";
+  cluster.hardware.push_back(HardwareSpec{"cpu", 1e10, 1e12, 1e10, /*op_overhead_s=*/5e-5});
+  cluster.nodes.push_back(Node{"n", "cpu", 2, LinkSpec{1e9, 1e-4}});
+  cluster.inter_node_link = LinkSpec{1e9, 1e-4};
+  const ModelGraph graph = model;
+  absl::StatusOr<Plan> light = ClassicPlan(ScheduleKind::kZbH1, 2, 0, 8, graph);
+  absl::StatusOr<Plan> heavy = ClassicPlan(ScheduleKind::kInterleaved, 2, 2, 8, graph);
+  ASSERT_TRUE(light.ok() && heavy.ok());
+  auto time_with = [&](const Plan& plan, double c) {
+    Cluster with = cluster;
+    with.hardware[0].message_cpu_s = c;
+    absl::StatusOr<ProblemBuilder> b = ProblemBuilder::Create(model, with, CostModel(), 2);
+    EXPECT_TRUE(b.ok()) << b.status();
+    absl::StatusOr<PipelineProblem> p = b->Build(plan);
+    EXPECT_TRUE(p.ok()) << p.status();
+    absl::StatusOr<SimResult> r = Simulate(*p, plan.schedule);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r->iteration_time_s;
+  };
+  const double bias = 1.13;  // e.g. a contended machine slows both runs alike
+  const double light_s = bias * time_with(*light, 7e-4), heavy_s = bias * time_with(*heavy, 7e-4);
+  ASSERT_GT(heavy_s / light_s, time_with(*heavy, 0) / time_with(*light, 0));
+  absl::StatusOr<double> c = FitMessageCpu(model, cluster, *light, light_s, *heavy, heavy_s);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_NEAR(*c, 7e-4, 1e-6);
+  // A heavy run no slower, relatively, than the simulator says without the cost: c = 0.
+  c = FitMessageCpu(model, cluster, *light, time_with(*light, 0), *heavy, time_with(*heavy, 0) * 0.9);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(*c, 0);
 }
 
 TEST(ProfileCommandTest, FitLinkRecoversLatencyAndBandwidth) {

@@ -102,6 +102,9 @@ absl::Status Validate(const Cluster& c) {
       return absl::InvalidArgumentError(
           absl::StrCat(p, ".op_overhead_s must be finite and >= 0, got ", h.op_overhead_s));
     }
+    if (!InRange(h.message_cpu_s, 0, 1, /*inf_ok=*/false)) {
+      return RangeError(p + ".message_cpu_s", h.message_cpu_s, "finite and in [0, 1] seconds");
+    }
   }
   if (c.nodes.empty()) {
     return absl::InvalidArgumentError("nodes: a cluster needs at least one node");

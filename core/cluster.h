@@ -19,6 +19,9 @@ struct HardwareSpec {
   double memory_bytes = 0;      // HBM capacity (may be +inf for synthetic clusters)
   double memory_bandwidth = 0;  // HBM bytes/s
   double op_overhead_s = 0;     // fixed executor cost per scheduled op (measured clusters)
+  // CPU seconds per cross-device message at each end, charged to the op that sends or
+  // receives it (measured clusters; see proto/cluster.proto).
+  double message_cpu_s = 0;
 };
 
 struct LinkSpec {

@@ -333,6 +333,7 @@ proto::Cluster ClusterToProto(const Cluster& cluster) {
     ph->set_memory_bytes(h.memory_bytes);
     ph->set_memory_bandwidth(h.memory_bandwidth);
     ph->set_op_overhead_s(h.op_overhead_s);
+    ph->set_message_cpu_s(h.message_cpu_s);
   }
   for (const Node& n : cluster.nodes) {
     proto::Node* pn = p.add_nodes();
@@ -354,7 +355,7 @@ absl::StatusOr<Cluster> ClusterFromProto(const proto::Cluster& p) {
   for (const proto::HardwareSpec& ph : p.hardware()) {
     c.hardware.push_back(
         HardwareSpec{ph.name(), ph.peak_flops(), ph.memory_bytes(), ph.memory_bandwidth(),
-                     ph.op_overhead_s()});
+                     ph.op_overhead_s(), ph.message_cpu_s()});
   }
   for (const proto::Node& pn : p.nodes()) {
     Node n;

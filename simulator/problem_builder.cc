@@ -58,6 +58,7 @@ absl::StatusOr<ProblemBuilder> ProblemBuilder::Create(
       class_names.push_back(hw.name);
       HardwareClass hc;
       hc.op_overhead_s = hw.op_overhead_s;
+      hc.message_cpu_s = hw.message_cpu_s;
       // TP and EP collectives of this class's devices: the first such device's node.
       const Node& node = cluster.nodes[cluster.node_of_device(d)];
       const CommLinks links{node.intra_node_link, cluster.inter_node_link, node.num_devices};
@@ -174,8 +175,11 @@ void ProblemBuilder::BuildInto(const std::vector<StageAssignment>& stages, int n
     const int lo = st.first_layer, hi = st.last_layer + 1;
     p.stage_device[s] = st.device;
     p.recompute[s] = st.recompute ? 1 : 0;
-    p.forward_s[s] = hc.f[hi] - hc.f[lo] + hc.op_overhead_s;
-    p.backward_input_s[s] = hc.b[hi] - hc.b[lo] + hc.op_overhead_s;
+    const int messages = (s > 0 && stages[s - 1].device != st.device ? 1 : 0) +
+                         (s + 1 < S && stages[s + 1].device != st.device ? 1 : 0);
+    p.forward_s[s] = hc.f[hi] - hc.f[lo] + hc.op_overhead_s + messages * hc.message_cpu_s;
+    p.backward_input_s[s] =
+        hc.b[hi] - hc.b[lo] + hc.op_overhead_s + messages * hc.message_cpu_s;
     p.weight_grad_s[s] = hc.w[hi] - hc.w[lo] + hc.op_overhead_s;
     p.recompute_s[s] = hc.r[hi] - hc.r[lo] + hc.op_overhead_s;
     p.op_overhead_s[s] = hc.op_overhead_s;

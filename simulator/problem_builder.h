@@ -69,6 +69,9 @@ class ProblemBuilder {
     // The hardware's fixed executor cost per scheduled op (HardwareSpec::op_overhead_s), added
     // once to each stage's F, B, W and R: a stage's op pays it once whatever its layer count.
     double op_overhead_s = 0;
+    // HardwareSpec::message_cpu_s: added to a stage's F and B once per neighbouring stage on
+    // another device (F receives from the one below and sends to the one above, B the reverse).
+    double message_cpu_s = 0;
   };
 
   int num_layers_ = 0;

@@ -94,5 +94,35 @@ TEST(ProblemBuilderTest, UnsplitBackwardPaysTheOpOverheadOnceInTheEvaluator) {
               p.forward_s[0] + p.backward_input_s[0] + p.weight_grad_s[0] - 0.0002, 1e-12);
 }
 
+// message_cpu_s is charged to every F and B once per neighbouring stage on another device
+// (its message in and its message out); W and R send nothing, stages on one device nothing.
+TEST(ProblemBuilderTest, MessageCpuCostIsChargedToTheOpsThatSendOrReceive) {
+  Cluster c = MeasuredCluster();
+  c.hardware[0].message_cpu_s = 0.0003;
+  ASSERT_TRUE(Validate(c).ok());
+  absl::StatusOr<ProblemBuilder> b = ProblemBuilder::Create(MeasuredModel(), c, CostModel(), 2);
+  ASSERT_TRUE(b.ok()) << b.status();
+  // Stages 0, 1, 2 on devices 0, 1, 1: stage 0 talks to 1; stage 1 to 0 (not 2); stage 2 to none.
+  const std::vector<StageAssignment> stages = {StageAssignment{0, 0, 0, false},
+                                               StageAssignment{1, 1, 1, false},
+                                               StageAssignment{2, 3, 1, false}};
+  PipelineProblem p;
+  b->BuildInto(stages, 4, &p);
+  EXPECT_NEAR(p.forward_s[0], 0.001 + 0.0002 + 0.0003, 1e-12);
+  EXPECT_NEAR(p.backward_input_s[0], 0.002 + 0.0002 + 0.0003, 1e-12);
+  EXPECT_NEAR(p.forward_s[1], 0.002 + 0.0002 + 0.0003, 1e-12);
+  EXPECT_NEAR(p.forward_s[2], 0.003 + 0.004 + 0.0002, 1e-12);
+  EXPECT_NEAR(p.weight_grad_s[0], 0.0005 + 0.0002, 1e-12);
+  EXPECT_NEAR(p.recompute_s[1], 0.0022 + 0.0002, 1e-12);
+  // A middle stage between two other devices pays it twice.
+  const std::vector<StageAssignment> alternating = {StageAssignment{0, 0, 0, false},
+                                                    StageAssignment{1, 1, 1, false},
+                                                    StageAssignment{2, 3, 0, false}};
+  b->BuildInto(alternating, 4, &p);
+  EXPECT_NEAR(p.backward_input_s[1], 0.004 + 0.0002 + 2 * 0.0003, 1e-12);
+  c.hardware[0].message_cpu_s = -1;
+  EXPECT_NE(Validate(c).message().find("message_cpu_s"), absl::string_view::npos);
+}
+
 }  // namespace
 }  // namespace octopipe
