@@ -46,6 +46,8 @@ constexpr uint32_t kPingTag = 1u << 30;
 constexpr int kPingRounds = 15;
 // Runs of each plan the per-message CPU fit takes the fastest of.
 constexpr int kMessageFitRounds = 2;
+// The per-message CPU cost is at most this many times the engine's median message time.
+constexpr double kMessageCpuCap = 4;
 
 int Fail(std::ostream& err, const absl::Status& s, int code) {
   err << "octopipe profile: error: " << s.message() << "\n";
@@ -423,14 +425,15 @@ absl::Status ValidateMeasuredProfile(const ModelGraph& model) {
 
 absl::StatusOr<double> FitMessageCpu(const ModelGraph& model, const Cluster& cluster,
                                      const Plan& light, double light_s, const Plan& heavy,
-                                     double heavy_s) {
+                                     double heavy_s, double max_c) {
   const double target = heavy_s / light_s;
   auto ratio = [&](double c) -> absl::StatusOr<double> {
     ASSIGN_OR_RETURN(double h, Predict(model, cluster, heavy, c));
     ASSIGN_OR_RETURN(double l, Predict(model, cluster, light, c));
     return h / l;
   };
-  double lo = 0, hi = 0.01;
+  if (!(max_c > 0)) return 0.0;
+  double lo = 0, hi = max_c;
   ASSIGN_OR_RETURN(double at_lo, ratio(lo));
   if (at_lo >= target) return 0.0;
   ASSIGN_OR_RETURN(double at_hi, ratio(hi));
@@ -706,9 +709,20 @@ int RunProfile(const std::vector<std::string>& args, std::ostream& out, std::ost
           best = std::min(best, MedianIteration(*parsed));
         }
       }
-      absl::StatusOr<double> c = FitMessageCpu(measured, cluster, *plan, light_s, *heavy, heavy_s);
+      // A burst of noise on one run could fit any cost: a message's CPU at one end is bounded
+      // by kMessageCpuCap times what the engine's own messages took to arrive at an idle rank.
+      const double cap =
+          message_s.size() >= 3 ? std::max(0.0, kMessageCpuCap * Median(message_s)) : 0.01;
+      absl::StatusOr<double> c =
+          FitMessageCpu(measured, cluster, *plan, light_s, *heavy, heavy_s, cap);
       if (!c.ok()) return Fail(err, c.status(), 1);
       cluster.hardware[0].message_cpu_s = *c;
+      if (*c >= cap * (1 - 1e-6)) {
+        err << "octopipe profile: warning: the per-message CPU fit hit its bound ("
+            << FormatSeconds(cap) << ", " << kMessageCpuCap
+            << "x the engine's message time): the runs were probably disturbed by other load; "
+               "profile again on a quiet machine\n";
+      }
       message_fit = absl::StrCat("fitted from ", heavy->num_stages(), "-stage interleaved runs (",
                                  FormatSeconds(heavy_s), ", fastest of ", kMessageFitRounds,
                                  ") against the profile's plan (", FormatSeconds(light_s),

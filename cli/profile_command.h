@@ -53,12 +53,12 @@ absl::StatusOr<LinkFit> FitLink(const std::vector<std::pair<double, double>>& sa
 // The per-message CPU cost c (HardwareSpec::message_cpu_s, seconds at each end) at which the
 // simulator's ratio heavy / light, on `model` and `cluster` with c, equals the measured
 // heavy_s / light_s: a bias common to both runs cancels, what grows with the messages is c.
-// Bisection over [0, 10 ms]; 0 when even c = 0 predicts a larger ratio than measured, 10 ms
+// Bisection over [0, max_c]; 0 when even c = 0 predicts a larger ratio than measured, max_c
 // when even that predicts a smaller one. Errors: the simulator's (e.g. a plan that does not
 // fit the model or the cluster).
 absl::StatusOr<double> FitMessageCpu(const ModelGraph& model, const Cluster& cluster,
                                      const Plan& light, double light_s, const Plan& heavy,
-                                     double heavy_s);
+                                     double heavy_s, double max_c = 0.01);
 
 }  // namespace octopipe::cli
 
