@@ -259,9 +259,9 @@ TEST(EngineTest, ADeadRankMakesTheOthersFailWithAClearErrorNotHang) {
   }
 }
 
-// The executor does not run a split output layer yet: such a plan is refused up front, by name,
-// before any rank waits on a peer.
-TEST(EngineTest, RefusesAVocabParallelPlan) {
+// A vocab_parallel plan needs every rank's head shard (BuildRankLayers builds it): run on
+// whole-model layers, it is refused up front, by name, before any rank waits on a peer.
+TEST(EngineTest, RefusesAVocabParallelPlanWithoutHeadShards) {
   Plan plan = ClassicPlanFor(ScheduleKind::k1F1B, 2, 0, 2, 5);
   plan.vocab_parallel = true;
   InProcHub hub(2, InProcOptions{.timeout_s = 5});

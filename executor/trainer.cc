@@ -7,6 +7,7 @@
 #include "core/status_macros.h"
 #include "executor/checkpoint.h"
 #include "executor/data.h"
+#include "executor/layers/vocab_head.h"
 #include "executor/optimizer.h"
 #include "executor/reference_trainer.h"
 
@@ -27,6 +28,17 @@ absl::StatusOr<std::vector<std::unique_ptr<Layer>>> BuildRankLayers(const ModelS
     for (int l = st.first_layer; l <= st.last_layer; ++l) {
       ASSIGN_OR_RETURN(layers[l], MakeLayer(spec.kinds[l], spec.dims, l));
     }
+  }
+  if (plan.vocab_parallel) {
+    // Every rank holds its vocabulary shard of the head; the last stage's rank also its norm.
+    if (spec.kinds.back() != "head" || spec.dims.vocab < plan.num_devices) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "vocab_parallel: the model must end with its head and have at least one vocabulary "
+          "entry per device: vocab ", spec.dims.vocab, ", ", plan.num_devices, " devices"));
+    }
+    layers[L - 1] = std::make_unique<VocabShardHead>(
+        spec.dims, L - 1, VocabShardRange(spec.dims.vocab, plan.num_devices, rank),
+        plan.stages.back().device == rank);
   }
   return layers;
 }
