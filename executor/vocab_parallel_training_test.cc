@@ -38,6 +38,10 @@ ModelSpec Spec(int microbatches) {
   return *spec;
 }
 
+std::string TmpDir(const std::string& name) {
+  return std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
+}
+
 double RelativeError(const Tensor& got, const Tensor& want) {
   return (got - want).norm() / std::max(1e-12, static_cast<double>(want.norm()));
 }
@@ -55,17 +59,20 @@ RankTensors TensorsOf(RankResult& rank, bool grads) {
   return out;
 }
 
-// The whole model's tensors by layer from every rank's: the head's shards merged.
-std::vector<std::vector<Tensor>> WholeModel(const std::vector<RankTensors>& ranks) {
+// The whole model's tensors by layer from every rank's: the head's shards merged (when the
+// head is split by vocabulary).
+std::vector<std::vector<Tensor>> WholeModel(const std::vector<RankTensors>& ranks,
+                                            bool vocab_parallel = true) {
   const size_t L = ranks[0].size();
   std::vector<std::vector<Tensor>> out(L);
   std::vector<std::vector<Tensor>> head_shards;
   for (const RankTensors& r : ranks) {
-    for (size_t l = 0; l + 1 < L; ++l) {
+    for (size_t l = 0; l < L; ++l) {
       if (!r[l].empty()) out[l] = r[l];
     }
     head_shards.push_back(r[L - 1]);
   }
+  if (!vocab_parallel) return out;
   absl::StatusOr<std::vector<Tensor>> head = WholeHeadOf(head_shards);
   EXPECT_TRUE(head.ok()) << head.status();
   if (head.ok()) out[L - 1] = std::move(*head);
@@ -114,14 +121,11 @@ void ExpectClose(const std::vector<std::vector<Tensor>>& got,
 // Trains `iterations` iterations of `plan` (AdamW after each) with one thread per rank over the
 // in-process transport and checks the last loss and gradients and the final weights against
 // single-process training.
-void ExpectTrainsLikeOneProcess(const ModelSpec& spec, const Plan& plan, int iterations,
-                                const std::string& what) {
-  ASSERT_TRUE(plan.vocab_parallel) << what;
+std::vector<absl::StatusOr<RankResult>> TrainThreads(const ModelSpec& spec, const Plan& plan,
+                                                     const TrainOptions& options) {
   InProcHub hub(plan.num_devices);
   std::vector<absl::StatusOr<RankResult>> results(plan.num_devices);
   std::vector<std::thread> threads;
-  TrainOptions options;
-  options.iterations = iterations;
   for (int r = 0; r < plan.num_devices; ++r) {
     threads.emplace_back([&, r] {
       auto transport = hub.Endpoint(r);
@@ -129,6 +133,15 @@ void ExpectTrainsLikeOneProcess(const ModelSpec& spec, const Plan& plan, int ite
     });
   }
   for (auto& t : threads) t.join();
+  return results;
+}
+
+void ExpectTrainsLikeOneProcess(const ModelSpec& spec, const Plan& plan, int iterations,
+                                const std::string& what) {
+  ASSERT_TRUE(plan.vocab_parallel) << what;
+  TrainOptions options;
+  options.iterations = iterations;
+  std::vector<absl::StatusOr<RankResult>> results = TrainThreads(spec, plan, options);
   std::vector<RankTensors> grads, params;
   double loss = -1;
   for (int r = 0; r < plan.num_devices; ++r) {
@@ -184,11 +197,46 @@ TEST(VocabParallelTrainingTest, RandomValidSchedulesOnTwoAndThreeRanks) {
   }
 }
 
-// --- two ranks as processes over Gloo/TCP ---
-
-std::string TmpDir(const std::string& name) {
-  return std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
+// Checkpoints of a vocabulary-parallel run hold the whole head (the norm holder gathers the
+// shards), so a run resumes onto another vocabulary split, onto a plan without one, and the
+// other way round, and trains on as if uninterrupted.
+TEST(VocabParallelTrainingTest, CheckpointsResumeAcrossVocabularySplits) {
+  const ModelSpec spec = Spec(4);
+  const int L = static_cast<int>(spec.kinds.size()), M = spec.microbatches;
+  std::mt19937 rng(332);
+  const Plan split2 = testing::RandomPlan(rng, L, 2, 3, M, true, /*vocab_parallel=*/true);
+  const Plan split3 = testing::RandomPlan(rng, L, 3, 4, M, false, /*vocab_parallel=*/true);
+  const Plan whole2 = testing::RandomPlan(rng, L, 2, 4, M, true, /*vocab_parallel=*/false);
+  const Reference ref = TrainReference(spec, M, 4);
+  struct Case {
+    const Plan* first;
+    const Plan* then;
+    std::string name;
+  };
+  for (const Case& c : {Case{&split2, &split3, "split2_to_split3"},
+                        Case{&split2, &whole2, "split2_to_whole2"},
+                        Case{&whole2, &split3, "whole2_to_split3"}}) {
+    TrainOptions options;
+    options.checkpoint_dir = TmpDir(c.name);
+    options.iterations = 2;
+    options.checkpoint_at_end = true;
+    for (auto& r : TrainThreads(spec, *c.first, options)) {
+      ASSERT_TRUE(r.ok()) << c.name << ": " << r.status();
+    }
+    options.iterations = 4;
+    options.checkpoint_at_end = false;
+    options.resume = true;
+    std::vector<RankTensors> params;
+    for (auto& r : TrainThreads(spec, *c.then, options)) {
+      ASSERT_TRUE(r.ok()) << c.name << ": " << r.status();
+      EXPECT_EQ(r->first_iteration, 2) << c.name;
+      params.push_back(TensorsOf(*r, /*grads=*/false));
+    }
+    ExpectClose(WholeModel(params, c.then->vocab_parallel), ref.params, c.name + " weights");
+  }
 }
+
+// --- two ranks as processes over Gloo/TCP ---
 
 void WriteTensors(const std::string& path, const RankTensors& tensors) {
   std::ofstream out(path, std::ios::binary);
