@@ -15,6 +15,7 @@
 
 #include "core/cluster.h"
 #include "core/cost_model.h"
+#include "core/fake_clock.h"
 #include "executor/gloo_transport.h"
 #include "executor/inproc_transport.h"
 #include "executor/layers/vocab_head.h"
@@ -23,6 +24,8 @@
 #include "executor/testing/random_plan.h"
 #include "executor/trainer.h"
 #include "gtest/gtest.h"
+#include "simulator/list_scheduler.h"
+#include "simulator/problem.h"
 #include "tuner/tuner.h"
 
 namespace octopipe::executor {
@@ -170,6 +173,7 @@ TEST(VocabParallelTrainingTest, TunerPlansOnTwoAndThreeRanks) {
     o.num_devices = P;
     o.num_microbatches = 6;
     o.time_budget_s = 3;
+    o.clock = std::make_shared<FakeClock>();  // frozen: the search runs to its end, under load too
     o.vocab_parallel = VocabParallelMode::kOn;
     auto r = Tune(graph, SyntheticCluster(P), CostModel(), o);
     ASSERT_TRUE(r.ok()) << r.status();
@@ -195,6 +199,57 @@ TEST(VocabParallelTrainingTest, RandomValidSchedulesOnTwoAndThreeRanks) {
     ExpectTrainsLikeOneProcess(spec, plan, 2, "trial " + std::to_string(trial));
     if (HasFailure()) return;
   }
+}
+
+// A list-scheduled vocab_parallel plan of two stages (layers [0, 2] and the rest) on
+// `stage_devices`, over `ranks` ranks.
+Plan TwoStagePlan(const ModelSpec& spec, std::vector<int> stage_devices, int ranks, bool split) {
+  const int L = static_cast<int>(spec.kinds.size());
+  PipelineProblem pb = UniformProblem(stage_devices, ranks, spec.microbatches, 1, 2, 1);
+  pb.vocab_parallel = true;
+  for (int d = 0; d < ranks; ++d) {
+    pb.vocab_s_s.push_back(0.3 + 0.2 * d);
+    pb.vocab_t_s.push_back(0.6 - 0.2 * d);
+  }
+  pb.vocab_activation_bytes.assign(ranks, 0.0);
+  ListSchedulerOptions lo;
+  lo.split_backward = split;
+  absl::StatusOr<ListScheduleResult> ls = ListSchedule(pb, WeightedPolicy{}, lo);
+  EXPECT_TRUE(ls.ok()) << ls.status();
+  Plan plan;
+  plan.num_devices = ranks;
+  plan.num_microbatches = spec.microbatches;
+  plan.vocab_parallel = true;
+  plan.stages = {{0, 2, stage_devices[0], false}, {3, L - 1, stage_devices[1], false}};
+  if (ls.ok()) plan.schedule = ls->schedule;
+  return plan;
+}
+
+// More ranks than stages: rank 2 holds no stage, only its shard of the head, and still trains
+// it (S and T for every micro-batch), with split and unsplit backward.
+TEST(VocabParallelTrainingTest, ARankWithOnlyAHeadShard) {
+  const ModelSpec spec = Spec(3);
+  for (bool split : {true, false}) {
+    const Plan plan = TwoStagePlan(spec, {0, 1}, 3, split);
+    ASSERT_EQ(plan.schedule.ops[2].size(), 2u * spec.microbatches);
+    ExpectTrainsLikeOneProcess(spec, plan, 2, split ? "shard-only rank, split" : "unsplit");
+  }
+}
+
+// Rank 1 holds only its shard and dies: rank 0, waiting for that shard's statistics, fails
+// with an error naming rank 1 instead of waiting forever.
+TEST(VocabParallelTrainingTest, ADeadShardIsNamedNotWaitedFor) {
+  const ModelSpec spec = Spec(2);
+  const Plan plan = TwoStagePlan(spec, {0, 0}, 2, true);
+  InProcHub hub(2, InProcOptions{.timeout_s = 20});
+  hub.Abort(1);
+  auto transport = hub.Endpoint(0);
+  absl::StatusOr<RankResult> r = TrainRank(spec, plan, 0, transport.get(), TrainOptions{});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("rank 1"), absl::string_view::npos) << r.status();
+  EXPECT_NE(r.status().message().find("(waiting for shard 1's S pass output for "),
+            absl::string_view::npos)
+      << r.status();
 }
 
 // Checkpoints of a vocabulary-parallel run hold the whole head (the norm holder gathers the
