@@ -402,11 +402,8 @@ absl::Status PipelineEngine::TakeVocabInputs(const Op& op, Iteration* it, OpTimi
 
 void PipelineEngine::RunShardForward(int m, const Tensor& n, Iteration* it) {
   const int P = plan_.num_devices, holder = NormHolder();
-  const int head = plan_.stages.back().last_layer;
-  VocabPartial partial;
-  TimedLayer(&it->stats, head, OpKind::kS, rank_, m, [&] {
-    partial = ShardHead()->ShardForward(n, it->microbatches[m], &it->vocab_ctx[m]);
-  });
+  // Timed as an op only: vocabulary passes are not per layer (LayerOpTiming is F, B, W, R).
+  VocabPartial partial = ShardHead()->ShardForward(n, it->microbatches[m], &it->vocab_ctx[m]);
   for (int d = 0; d < P; ++d) {
     if (d != rank_) it->outboxes[d]->Push(VocabTag(m, rank_, VocabMessage::kStats), partial.stats);
   }
@@ -421,13 +418,10 @@ void PipelineEngine::RunShardForward(int m, const Tensor& n, Iteration* it) {
 
 void PipelineEngine::RunShardWeight(int m, Iteration* it) {
   const int M = static_cast<int>(it->microbatches.size());
-  const int head = plan_.stages.back().last_layer;
   std::vector<const Tensor*> stats;
   for (const Tensor& t : it->vocab[m].stats) stats.push_back(&t);
-  TimedLayer(&it->stats, head, OpKind::kT, rank_, m, [&] {
-    ShardHead()->ShardBackwardWeight(CombineNormaliser(stats), 1.0f / static_cast<float>(M),
-                                     it->microbatches[m], &it->vocab_ctx[m]);
-  });
+  ShardHead()->ShardBackwardWeight(CombineNormaliser(stats), 1.0f / static_cast<float>(M),
+                                   it->microbatches[m], &it->vocab_ctx[m]);
   it->vocab_ctx.erase(m);
   it->ReleaseVocab(m);
 }

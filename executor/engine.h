@@ -28,7 +28,9 @@
 // so the all-reduce of max, sum and input gradient is an all-gather of point-to-point
 // messages, each rank combining the shards in shard order (deterministic, and free of any
 // cross-rank ordering a blocking collective would impose on the schedules). Their tags follow
-// the transfer tags: base + (microbatch * ranks + sending shard) * 3 + message kind.
+// the transfer tags: base + (microbatch * ranks + sending shard) * 3 + message kind. S and T
+// are timed as ops (OpTiming) only; the head's LayerOpTiming on the norm holder is its norm.
+// Shards are equal (VocabShardRange): the plan does not carry the simulator's speed-sized ones.
 // Not thread-safe: one engine per rank, RunIteration called from one thread.
 #ifndef OCTOPIPE_EXECUTOR_ENGINE_H_
 #define OCTOPIPE_EXECUTOR_ENGINE_H_
