@@ -160,6 +160,14 @@ absl::StatusOr<SimResult> PredictFromMeasured(const Plan& plan, int ranks,
     pb.backward_input_s[s] = b > 0 ? b : bw;
     pb.weight_grad_s[s] = b > 0 ? w : 0;
   }
+  if (plan.vocab_parallel) {  // each rank's shard passes; its messages, like all, cost nothing
+    pb.vocab_parallel = true;
+    pb.vocab_activation_bytes.assign(ranks, 0.0);
+    for (int d = 0; d < ranks; ++d) {
+      pb.vocab_s_s.push_back(avg(d, OpKind::kS));
+      pb.vocab_t_s.push_back(avg(d, OpKind::kT));
+    }
+  }
   return Simulate(pb, plan.schedule);
 }
 

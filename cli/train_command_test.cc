@@ -6,6 +6,8 @@
 #include <sstream>
 #include <string>
 
+#include "cli/inputs.h"
+#include "cli/plan_command.h"
 #include "core/convert.h"
 #include "core/cost_model.h"
 #include "executor/model_spec.h"
@@ -127,6 +129,37 @@ TEST(TrainCommandTest, AProfileOfAnotherModelIsRefusedNamingTheFlag) {
             2);
   EXPECT_NE(err.str().find("--profile: "), std::string::npos) << err.str();
   EXPECT_NE(err.str().find("layers but --model has"), std::string::npos) << err.str();
+}
+
+// A plan that splits the output layer by vocabulary (`octopipe plan --vocab_parallel=on`,
+// planned for the same layers with a heavy head so the split pays) runs: every rank trains its
+// shard, the loss comes from the last stage's rank, and the simulator predicts the run from
+// the measured S and T passes too. (The search converges long before its budget here; the
+// budget is generous so a loaded machine finds the same plan.)
+TEST(TrainCommandTest, RunsAVocabParallelPlanFromThePlanCommand) {
+  const std::string file = TmpPrefix("vocab.plan.json");
+  std::ostringstream plan_out, plan_err;
+  ASSERT_EQ(RunPlan({"--model=ref:pattern=M*E-M*,hidden=256,heads=2,ffn=32,experts=4,top_k=2,"
+                     "moe_ffn=16,state=4,seq=8,vocab=65536,microbatches=6",
+                     "--devices=2", "--vocab_parallel=on", "--time_budget=30", "--quiet",
+                     "--out=" + file},
+                    plan_out, plan_err),
+            0)
+      << plan_err.str();
+  absl::StatusOr<Plan> plan = LoadPlanArg(file);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_TRUE(plan->vocab_parallel) << plan_out.str();
+  std::ostringstream out, err;
+  ASSERT_EQ(RunTrain({std::string("--model=") + kSpec, "--plan=" + file, "--ranks=2",
+                      "--transport=inproc", "--iterations=2", "--json"},
+                     out, err),
+            0)
+      << err.str();
+  EXPECT_NE(out.str().find("\"loss\""), std::string::npos) << out.str();
+  // The S and T passes of both shards were measured.
+  for (const char* pass : {"[0,\"S\"", "[1,\"S\"", "[0,\"T\"", "[1,\"T\""}) {
+    EXPECT_NE(out.str().find(pass), std::string::npos) << pass << " in " << out.str();
+  }
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/match.h"
 #include "core/status_macros.h"
+#include "executor/layers/vocab_head.h"
 
 namespace octopipe::executor {
 namespace {
@@ -320,11 +321,11 @@ absl::StatusOr<int64_t> LatestCompleteCheckpoint(const std::string& root, const 
   return absl::NotFoundError(absl::StrCat("no complete checkpoint under ", root));
 }
 
-absl::Status SaveRankCheckpoint(const std::string& root, int64_t iteration,
-                                std::vector<std::unique_ptr<Layer>>& layers,
-                                const AdamW& optimizer) {
+absl::StatusOr<std::vector<LayerCheckpoint>> RankLayerCheckpoints(
+    int64_t iteration, std::vector<std::unique_ptr<Layer>>& layers, const AdamW& optimizer) {
   const std::vector<Tensor>& m = optimizer.first_moments();
   const std::vector<Tensor>& v = optimizer.second_moments();
+  std::vector<LayerCheckpoint> out;
   size_t next = 0;  // index into the optimizer's moments (ApplyAdamW order)
   for (size_t l = 0; l < layers.size(); ++l) {
     if (layers[l] == nullptr) continue;
@@ -345,10 +346,48 @@ absl::Status SaveRankCheckpoint(const std::string& root, int64_t iteration,
       }
       ++next;
     }
-    RETURN_IF_ERROR(WriteLayerCheckpoint(root, c));
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+absl::Status SaveRankCheckpoint(const std::string& root, int64_t iteration,
+                                std::vector<std::unique_ptr<Layer>>& layers,
+                                const AdamW& optimizer) {
+  for (size_t l = 0; l < layers.size(); ++l) {
+    if (dynamic_cast<const VocabShardHead*>(layers[l].get()) != nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "checkpoint: layer ", l, " is a vocabulary shard of the head; merge the shards into "
+          "the whole head (WholeHeadOf) and write that"));
+    }
+  }
+  ASSIGN_OR_RETURN(std::vector<LayerCheckpoint> checkpoints,
+                   RankLayerCheckpoints(iteration, layers, optimizer));
+  for (const LayerCheckpoint& c : checkpoints) RETURN_IF_ERROR(WriteLayerCheckpoint(root, c));
+  return absl::OkStatus();
+}
+
+namespace {
+
+// A whole head's checkpoint cut to `shard`'s part (its params() order). kFailedPrecondition
+// naming the file unless it holds a head's two parameters, wide enough for the shard.
+absl::Status CutToShard(const VocabShardHead& shard, const std::string& path,
+                        LayerCheckpoint* c) {
+  const VocabRange r = shard.range();
+  if (c->params.size() != 2 || c->params[1].cols() < r.end) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint ", path, ": not a whole head with vocabulary columns [", r.begin, ", ", r.end,
+        ") (", c->params.size(), " parameters)"));
+  }
+  c->params = shard.SliceOfWhole(c->params);
+  if (!c->first_moments.empty()) {
+    c->first_moments = shard.SliceOfWhole(c->first_moments);
+    c->second_moments = shard.SliceOfWhole(c->second_moments);
   }
   return absl::OkStatus();
 }
+
+}  // namespace
 
 absl::Status LoadRankCheckpoint(const std::string& root, int64_t iteration,
                                 std::vector<std::unique_ptr<Layer>>& layers, AdamW* optimizer) {
@@ -358,6 +397,10 @@ absl::Status LoadRankCheckpoint(const std::string& root, int64_t iteration,
     if (layers[l] == nullptr) continue;
     const std::string path = LayerCheckpointPath(root, iteration, static_cast<int>(l));
     ASSIGN_OR_RETURN(LayerCheckpoint c, ReadLayerCheckpoint(path));
+    if (const auto* shard = dynamic_cast<const VocabShardHead*>(layers[l].get());
+        shard != nullptr && c.kind == shard->kind()) {
+      RETURN_IF_ERROR(CutToShard(*shard, path, &c));
+    }
     std::vector<Tensor*> params = layers[l]->params();
     if (c.kind != layers[l]->kind() || c.params.size() != params.size()) {
       return absl::FailedPreconditionError(absl::StrCat(

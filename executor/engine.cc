@@ -6,6 +6,7 @@
 #include <deque>
 #include <map>
 #include <thread>
+#include <tuple>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
@@ -17,6 +18,8 @@ namespace {
 
 constexpr int kForward = 0;
 constexpr int kBackward = 1;
+// The (stage, micro-batch) key under which a vocabulary pass accounts its held bytes.
+constexpr int kVocabKey = -1;
 
 // Received messages by tag, filled by the receiving threads.
 class Mailbox {
@@ -104,20 +107,76 @@ uint32_t PipelineEngine::Tag(int stage, int microbatch, int direction) const {
   return static_cast<uint32_t>((microbatch * plan_.num_stages() + stage) * 2 + direction);
 }
 
+uint32_t PipelineEngine::VocabTag(int microbatch, int shard, VocabMessage kind) const {
+  const uint32_t base = static_cast<uint32_t>(plan_.num_microbatches * plan_.num_stages() * 2);
+  return base + static_cast<uint32_t>((microbatch * plan_.num_devices + shard) * 3 +
+                                      static_cast<int>(kind));
+}
+
+PipelineEngine::Message PipelineEngine::VocabMessageTo(int to, int microbatch, int shard,
+                                                       VocabMessage kind) const {
+  const int rows = kind == VocabMessage::kGrad ? 2 * tokens_ : tokens_;
+  const int cols = kind == VocabMessage::kStats ? 3 : hidden_;
+  return {to, VocabTag(microbatch, shard, kind), rows, cols};
+}
+
 std::vector<PipelineEngine::Message> PipelineEngine::SendsBetween(int from, int to) const {
   std::vector<Message> out;
   const int S = plan_.num_stages();
   for (const Op& op : plan_.schedule.ops[from]) {
-    const int s = op.stage;
+    const int s = op.stage, m = op.microbatch;
     if (op.kind == OpKind::kF && s + 1 < S && plan_.stages[s + 1].device == to) {
-      out.push_back({to, Tag(s, op.microbatch, kForward)});
+      out.push_back({to, Tag(s, m, kForward), tokens_, hidden_});
+    }
+    if (plan_.vocab_parallel && op.kind == OpKind::kF && s == S - 1) {
+      out.push_back(VocabMessageTo(to, m, from, VocabMessage::kInput));
     }
     if ((op.kind == OpKind::kB || op.kind == OpKind::kBW) && s > 0 &&
         plan_.stages[s - 1].device == to) {
-      out.push_back({to, Tag(s, op.microbatch, kBackward)});
+      out.push_back({to, Tag(s, m, kBackward), tokens_, hidden_});
+    }
+    if (op.kind == OpKind::kS) {
+      out.push_back(VocabMessageTo(to, m, from, VocabMessage::kStats));
+      if (to == NormHolder()) out.push_back(VocabMessageTo(to, m, from, VocabMessage::kGrad));
     }
   }
   return out;
+}
+
+VocabShardHead* PipelineEngine::ShardHead() const {
+  if (!plan_.vocab_parallel || plan_.stages.empty()) return nullptr;
+  const size_t head = static_cast<size_t>(plan_.stages.back().last_layer);
+  if (head >= layers_->size()) return nullptr;
+  return dynamic_cast<VocabShardHead*>((*layers_)[head].get());
+}
+
+absl::Status PipelineEngine::ValidateVocabParallel() const {
+  for (const Op& op : plan_.schedule.ops[rank_]) {
+    if (!IsVocabPass(op.kind)) continue;
+    if (!plan_.vocab_parallel) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "op ", OpToString(op), " on rank ", rank_,
+          ": vocabulary passes need a vocab_parallel plan, and this one is not"));
+    }
+    if (op.stage != rank_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("op ", OpToString(op), " on rank ", rank_,
+                       ": a vocabulary pass runs the rank's own shard, ", rank_));
+    }
+  }
+  if (!plan_.vocab_parallel) return absl::OkStatus();
+  const VocabShardHead* head = ShardHead();
+  if (head == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "vocab_parallel: layer ", plan_.stages.back().last_layer, " on rank ", rank_,
+        " must be this rank's vocabulary shard of the head (BuildRankLayers builds it)"));
+  }
+  if (head->holds_norm() != (rank_ == NormHolder())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "vocab_parallel: the head's norm belongs on rank ", NormHolder(),
+        " (the last stage's), rank ", rank_, (head->holds_norm() ? " holds" : " lacks"), " it"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status PipelineEngine::Validate() const {
@@ -126,15 +185,11 @@ absl::Status PipelineEngine::Validate() const {
                                                       " ranks but the plan uses ",
                                                       plan_.num_devices, " devices"));
   }
-  if (plan_.vocab_parallel) {
-    return absl::FailedPreconditionError(
-        "vocab_parallel: the executor does not run plans that split the output layer over the "
-        "devices yet; plan with --vocab_parallel=off");
-  }
   if (rank_ < 0 || rank_ >= plan_.num_devices) {
     return absl::InvalidArgumentError(absl::StrCat("rank ", rank_, " outside the plan's ",
                                                    plan_.num_devices, " devices"));
   }
+  RETURN_IF_ERROR(ValidateVocabParallel());
   for (const StageAssignment& st : plan_.stages) {
     if (st.device != rank_) continue;
     for (int l = st.first_layer; l <= st.last_layer; ++l) {
@@ -156,8 +211,26 @@ struct PipelineEngine::Iteration {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
 
+  // Vocabulary parallelism, per micro-batch: every shard's stats and (norm holder) partial
+  // gradients once taken, until the ops that read them (T, and the head's backward) are done.
+  struct VocabState {
+    std::vector<Tensor> stats, grads;  // by shard; empty until there
+    int readers = 0;
+  };
+  VocabState& Vocab(int m, int shards, int readers) {
+    auto [entry, created] = vocab.try_emplace(m);
+    if (created) {
+      entry->second.stats.resize(shards);
+      entry->second.grads.resize(shards);
+      entry->second.readers = readers;
+    }
+    return entry->second;
+  }
+  void ReleaseVocab(int m) {
+    if (--vocab[m].readers == 0) vocab.erase(m);
+  }
+
   const std::vector<MicroBatch>& microbatches;
-  size_t bytes = 0;  // of every message
   std::chrono::steady_clock::time_point t0;
   IterationStats stats;
 
@@ -169,6 +242,9 @@ struct PipelineEngine::Iteration {
   std::map<std::pair<int, int>, Tensor> local_fwd, local_bwd, stage_input;
   std::map<std::pair<int, int>, std::vector<LayerContext>> ctx;
   std::map<std::pair<int, int>, int64_t> held;  // activation bytes per (stage, micro-batch)
+  std::map<int, VocabState> vocab;
+  std::map<int, Tensor> vocab_input;       // the norm holder's n for its own S, by micro-batch
+  std::map<int, LayerContext> vocab_ctx;   // this rank's shard, from S to T, by micro-batch
   int64_t held_total = 0;
   double loss_sum = 0;
 };
@@ -189,14 +265,14 @@ void TimedLayer(IterationStats* stats, int l, OpKind kind, int s, int m, Body&& 
 
 void PipelineEngine::StartCommunication(Iteration* it) {
   const int P = plan_.num_devices;
-  const size_t bytes = it->bytes;
   for (int peer = 0; peer < P; ++peer) {
     if (peer == rank_) continue;
     std::vector<Message> expect = SendsBetween(peer, rank_);
     if (!expect.empty()) {
-      it->threads.emplace_back([this, peer, expect, it, bytes] {
+      it->threads.emplace_back([this, peer, expect, it] {
         for (const Message& m : expect) {
-          Tensor t(tokens_, hidden_);
+          Tensor t(m.rows, m.cols);
+          const size_t bytes = static_cast<size_t>(t.size()) * sizeof(float);
           absl::Status s = transport_->Recv(peer, m.tag, t.data(), bytes);
           if (!s.ok()) {
             it->mailbox.Fail(absl::Status(s.code(), absl::StrCat("rank ", rank_,
@@ -212,7 +288,7 @@ void PipelineEngine::StartCommunication(Iteration* it) {
     if (!SendsBetween(rank_, peer).empty()) {
       it->outboxes[peer] = std::make_unique<Outbox>();
       Outbox* box = it->outboxes[peer].get();
-      it->threads.emplace_back([this, peer, box, it, bytes] {
+      it->threads.emplace_back([this, peer, box, it] {
         uint32_t tag;
         Tensor t;
         bool failed = false;
@@ -220,6 +296,7 @@ void PipelineEngine::StartCommunication(Iteration* it) {
           // After a failure keep draining (so Close() + join cannot block) but send nothing
           // more: each further Send to a dead or stalled peer would wait out its own timeout.
           if (failed) continue;
+          const size_t bytes = static_cast<size_t>(t.size()) * sizeof(float);
           absl::Status s = transport_->Send(peer, tag, t.data(), bytes);
           if (!s.ok()) {
             it->mailbox.Fail(absl::Status(s.code(), absl::StrCat("rank ", rank_,
@@ -242,22 +319,30 @@ void PipelineEngine::FinishCommunication(Iteration* it) {
   for (std::thread& t : it->threads) t.join();
 }
 
+absl::Status PipelineEngine::Receive(const Op& op, uint32_t tag, const std::string& what,
+                                     Iteration* it, OpTiming* timing, Tensor* out) {
+  const double wait_from = it->Now();
+  absl::StatusOr<Tensor> t = it->mailbox.Take(tag);
+  timing->wait_s += it->Now() - wait_from;
+  if (!t.ok()) {
+    return absl::Status(t.status().code(), absl::StrCat(t.status().message(), " (waiting for ",
+                                                        what, OpToString(op), ")"));
+  }
+  *out = std::move(*t);
+  return absl::OkStatus();
+}
+
 absl::Status PipelineEngine::TakeInputs(const Op& op, Iteration* it, OpTiming* timing,
                                         Tensor* input, Tensor* grad) {
   const int S = plan_.num_stages();
   const int s = op.stage, m = op.microbatch;
-  // Takes a received message, counting the wait; an error names the op and what it waited for.
   auto receive = [&](uint32_t tag, const char* what, Tensor* out) {
-    const double wait_from = it->Now();
-    absl::StatusOr<Tensor> t = it->mailbox.Take(tag);
-    timing->wait_s += it->Now() - wait_from;
-    if (!t.ok()) {
-      return absl::Status(t.status().code(), absl::StrCat(t.status().message(), " (waiting for ",
-                                                          what, OpToString(op), ")"));
-    }
-    *out = std::move(*t);
-    return absl::OkStatus();
+    return Receive(op, tag, what, it, timing, out);
   };
+  if (IsVocabPass(op.kind) ||
+      (plan_.vocab_parallel && s == S - 1 && (op.kind == OpKind::kB || op.kind == OpKind::kBW))) {
+    RETURN_IF_ERROR(TakeVocabInputs(op, it, timing, input));
+  }
   if (op.kind == OpKind::kF && s > 0) {
     if (plan_.stages[s - 1].device == rank_) {
       *input = std::move(it->local_fwd[{s - 1, m}]);
@@ -275,6 +360,84 @@ absl::Status PipelineEngine::TakeInputs(const Op& op, Iteration* it, OpTiming* t
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status PipelineEngine::TakeVocabInputs(const Op& op, Iteration* it, OpTiming* timing,
+                                             Tensor* input) {
+  const int P = plan_.num_devices, m = op.microbatch, holder = NormHolder();
+  if (op.kind == OpKind::kS) {
+    if (holder != rank_) {
+      return Receive(op, VocabTag(m, holder, VocabMessage::kInput), "the hidden state of ", it,
+                     timing, input);
+    }
+    auto n = it->vocab_input.find(m);
+    if (n == it->vocab_input.end()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "rank ", rank_, ": op ", OpToString(op), " runs before F", plan_.num_stages() - 1, ".",
+          m, ", the last stage's forward"));
+    }
+    *input = std::move(n->second);
+    it->vocab_input.erase(n);
+    return absl::OkStatus();
+  }
+  // T reads every shard's stats; the head's backward also every partial gradient.
+  Iteration::VocabState& v = it->Vocab(m, P, rank_ == holder ? 2 : 1);
+  const bool grads = op.kind != OpKind::kT;
+  for (int d = 0; d < P; ++d) {
+    for (auto [needed, kind, slot] : {std::tuple{true, VocabMessage::kStats, &v.stats[d]},
+                                      std::tuple{grads, VocabMessage::kGrad, &v.grads[d]}}) {
+      if (!needed || slot->size() > 0) continue;
+      if (d == rank_) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("rank ", rank_, ": op ", OpToString(op), " runs before S", rank_, ".", m,
+                         ", its shard's S pass"));
+      }
+      RETURN_IF_ERROR(Receive(op, VocabTag(m, d, kind),
+                              absl::StrCat("shard ", d, "'s S pass output for "), it, timing,
+                              slot));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void PipelineEngine::RunShardForward(int m, const Tensor& n, Iteration* it) {
+  const int P = plan_.num_devices, holder = NormHolder();
+  // Timed as an op only: vocabulary passes are not per layer (LayerOpTiming is F, B, W, R).
+  VocabPartial partial = ShardHead()->ShardForward(n, it->microbatches[m], &it->vocab_ctx[m]);
+  for (int d = 0; d < P; ++d) {
+    if (d != rank_) it->outboxes[d]->Push(VocabTag(m, rank_, VocabMessage::kStats), partial.stats);
+  }
+  Iteration::VocabState& v = it->Vocab(m, P, rank_ == holder ? 2 : 1);
+  if (holder == rank_) {
+    v.grads[rank_] = std::move(partial.grad);
+  } else {
+    it->outboxes[holder]->Push(VocabTag(m, rank_, VocabMessage::kGrad), std::move(partial.grad));
+  }
+  v.stats[rank_] = std::move(partial.stats);
+}
+
+void PipelineEngine::RunShardWeight(int m, Iteration* it) {
+  const int M = static_cast<int>(it->microbatches.size());
+  std::vector<const Tensor*> stats;
+  for (const Tensor& t : it->vocab[m].stats) stats.push_back(&t);
+  ShardHead()->ShardBackwardWeight(CombineNormaliser(stats), 1.0f / static_cast<float>(M),
+                                   it->microbatches[m], &it->vocab_ctx[m]);
+  it->vocab_ctx.erase(m);
+  it->ReleaseVocab(m);
+}
+
+Tensor PipelineEngine::CombineHeadGradient(int m, Iteration* it) {
+  const int M = static_cast<int>(it->microbatches.size());
+  Iteration::VocabState& v = it->vocab[m];
+  std::vector<const Tensor*> stats, grads;
+  for (const Tensor& t : v.stats) stats.push_back(&t);
+  for (const Tensor& t : v.grads) grads.push_back(&t);
+  float loss = 0;
+  Tensor dn = CombineInputGradient(stats, grads, 1.0f / static_cast<float>(M), &loss);
+  it->loss_sum += loss;
+  for (Tensor& g : v.grads) g = Tensor();
+  it->ReleaseVocab(m);
+  return dn;
 }
 
 Tensor PipelineEngine::ForwardStage(int s, int m, const Tensor& in, OpKind kind, Iteration* it) {
@@ -302,7 +465,13 @@ void PipelineEngine::RunOp(const Op& op, Tensor input, Tensor grad, Iteration* i
       if (plan_.stages[s].recompute) it->stage_input[key] = input;
       Tensor out = ForwardStage(s, m, input, OpKind::kF, it);
       if (plan_.stages[s].recompute) it->ctx.erase(key);  // R rebuilds it before the backward
-      if (s == S - 1) {
+      if (s == S - 1 && plan_.vocab_parallel) {
+        // n goes to every shard's S pass, this rank's own included.
+        for (int d = 0; d < plan_.num_devices; ++d) {
+          if (d != rank_) it->outboxes[d]->Push(VocabTag(m, rank_, VocabMessage::kInput), out);
+        }
+        it->vocab_input[m] = std::move(out);
+      } else if (s == S - 1) {
         it->loss_sum += out(0, 0);
       } else if (plan_.stages[s + 1].device == rank_) {
         it->local_fwd[key] = std::move(out);
@@ -318,7 +487,9 @@ void PipelineEngine::RunOp(const Op& op, Tensor input, Tensor grad, Iteration* i
     }
     case OpKind::kB:
     case OpKind::kBW: {
-      Tensor dy = s == S - 1 ? Tensor::Constant(1, 1, 1.0f / M) : std::move(grad);
+      Tensor dy = s < S - 1               ? std::move(grad)
+                  : plan_.vocab_parallel ? CombineHeadGradient(m, it)
+                                         : Tensor::Constant(1, 1, 1.0f / M);
       std::vector<LayerContext>& c = it->ctx[key];
       for (int l = hi; l >= lo; --l) {
         TimedLayer(stats, l, OpKind::kB, s, m,
@@ -350,13 +521,21 @@ void PipelineEngine::RunOp(const Op& op, Tensor input, Tensor grad, Iteration* i
       break;
     }
     case OpKind::kS:
+      RunShardForward(m, input, it);
+      break;
     case OpKind::kT:
-      break;  // never reached: Validate refuses vocab_parallel plans
+      RunShardWeight(m, it);
+      break;
   }
 }
 
 void PipelineEngine::Account(const std::pair<int, int>& key, Iteration* it) {
   int64_t bytes = 0;
+  if (key.first == kVocabKey) {
+    if (auto c = it->vocab_ctx.find(key.second); c != it->vocab_ctx.end()) {
+      bytes += ContextBytes(c->second);
+    }
+  }
   if (auto c = it->ctx.find(key); c != it->ctx.end()) {
     for (const LayerContext& lc : c->second) bytes += ContextBytes(lc);
   }
@@ -381,7 +560,6 @@ absl::StatusOr<IterationStats> PipelineEngine::RunIteration(
                                                    plan_.num_microbatches, ", got ", M));
   }
   Iteration it(microbatches, plan_.num_devices);
-  it.bytes = static_cast<size_t>(tokens_) * hidden_ * sizeof(float);
   it.t0 = std::chrono::steady_clock::now();
   it.stats.start_steady_s = std::chrono::duration<double>(it.t0.time_since_epoch()).count();
   StartCommunication(&it);
@@ -397,7 +575,7 @@ absl::StatusOr<IterationStats> PipelineEngine::RunIteration(
     RunOp(op, std::move(input), std::move(grad), &it);
     timing.end_s = it.Now();
     it.stats.ops.push_back(timing);
-    Account({op.stage, op.microbatch}, &it);
+    Account({IsVocabPass(op.kind) ? kVocabKey : op.stage, op.microbatch}, &it);
   }
   FinishCommunication(&it);
   if (failure.ok()) failure = it.mailbox.error();

@@ -16,16 +16,33 @@
 //
 // Message tag of a transfer: ((microbatch * stages + stage) * 2 + direction), stage being the
 // producer's stage. Every activation and gradient is a [batch*seq_len, hidden] fp32 tensor.
+//
+// Vocabulary parallelism (plan.vocab_parallel; executor/layers/vocab_head.h): every rank holds
+// one vocabulary shard of the head (its layer L-1 is a VocabShardHead); the rank of the last
+// stage (the norm holder) runs the head's norm in F(S-1). The edges of the simulator's rules
+// (simulator/pipeline_rules.h) become messages, sent like the others:
+//   F(S-1, m) -> S(d, m)     n [T, hidden], from the norm holder to every other rank
+//   S(d, m)   -> T(d', m)    the shard's [T, 3] softmax stats, to every other rank
+//   S(d, m)   -> back(S-1, m)  the stats and the shard's partial input gradient [2T, hidden],
+//                            to the norm holder
+// so the all-reduce of max, sum and input gradient is an all-gather of point-to-point
+// messages, each rank combining the shards in shard order (deterministic, and free of any
+// cross-rank ordering a blocking collective would impose on the schedules). Their tags follow
+// the transfer tags: base + (microbatch * ranks + sending shard) * 3 + message kind. S and T
+// are timed as ops (OpTiming) only; the head's LayerOpTiming on the norm holder is its norm.
+// Shards are equal (VocabShardRange): the plan does not carry the simulator's speed-sized ones.
 // Not thread-safe: one engine per rank, RunIteration called from one thread.
 #ifndef OCTOPIPE_EXECUTOR_ENGINE_H_
 #define OCTOPIPE_EXECUTOR_ENGINE_H_
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "core/plan.h"
 #include "executor/layer.h"
+#include "executor/layers/vocab_head.h"
 #include "executor/tensor.h"
 #include "executor/transport.h"
 
@@ -95,8 +112,20 @@ class PipelineEngine {
   struct Message {
     int peer;
     uint32_t tag;
+    int rows;  // the fp32 tensor it carries
+    int cols;
   };
+  // The messages of vocabulary parallelism (see the top comment).
+  enum class VocabMessage { kInput = 0, kStats = 1, kGrad = 2 };
   uint32_t Tag(int stage, int microbatch, int direction) const;
+  uint32_t VocabTag(int microbatch, int shard, VocabMessage kind) const;
+  Message VocabMessageTo(int to, int microbatch, int shard, VocabMessage kind) const;
+  // The rank of the last stage, which holds the head's norm.
+  int NormHolder() const { return plan_.stages.back().device; }
+  // This rank's shard of the head (null unless the plan is vocab_parallel and it is built).
+  VocabShardHead* ShardHead() const;
+  // Validate's checks of a vocab_parallel plan.
+  absl::Status ValidateVocabParallel() const;
   // Messages `from` sends to `to`, in `from`'s op order.
   std::vector<Message> SendsBetween(int from, int to) const;
 
@@ -111,6 +140,17 @@ class PipelineEngine {
   // spent waiting goes to timing->wait_s; an error names the op that waited.
   absl::Status TakeInputs(const Op& op, Iteration* it, OpTiming* timing, Tensor* input,
                           Tensor* grad);
+  // Takes the received message `tag` into *out, counting the wait in timing->wait_s; an error
+  // names the op and `what` it waited for.
+  absl::Status Receive(const Op& op, uint32_t tag, const std::string& what, Iteration* it,
+                       OpTiming* timing, Tensor* out);
+  // The inputs of a vocabulary op: n for S, every shard's stats for T, and every shard's stats
+  // and partial gradients for the last stage's backward (kept in the iteration's vocab state).
+  absl::Status TakeVocabInputs(const Op& op, Iteration* it, OpTiming* timing, Tensor* input);
+  // S and T of this rank's shard; the combined input gradient of the last stage's backward.
+  void RunShardForward(int microbatch, const Tensor& n, Iteration* it);
+  void RunShardWeight(int microbatch, Iteration* it);
+  Tensor CombineHeadGradient(int microbatch, Iteration* it);
   // Runs the stage's layers forward (timed per layer as `kind`, F or R), keeping their contexts
   // for the backward.
   Tensor ForwardStage(int stage, int microbatch, const Tensor& input, OpKind kind,

@@ -259,9 +259,9 @@ TEST(EngineTest, ADeadRankMakesTheOthersFailWithAClearErrorNotHang) {
   }
 }
 
-// The executor does not run a split output layer yet: such a plan is refused up front, by name,
-// before any rank waits on a peer.
-TEST(EngineTest, RefusesAVocabParallelPlan) {
+// A vocab_parallel plan needs every rank's head shard (BuildRankLayers builds it): run on
+// whole-model layers, it is refused up front, by name, before any rank waits on a peer.
+TEST(EngineTest, RefusesAVocabParallelPlanWithoutHeadShards) {
   Plan plan = ClassicPlanFor(ScheduleKind::k1F1B, 2, 0, 2, 5);
   plan.vocab_parallel = true;
   InProcHub hub(2, InProcOptions{.timeout_s = 5});
@@ -271,6 +271,29 @@ TEST(EngineTest, RefusesAVocabParallelPlan) {
   absl::Status s = engine.Validate();
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(s.message().find("vocab_parallel"), absl::string_view::npos) << s;
+}
+
+// Vocabulary passes are refused by name unless the plan is vocab_parallel, and a rank runs
+// only its own shard's passes.
+TEST(EngineTest, RefusesVocabularyPassesOutsideTheirPlaceOrPlan) {
+  InProcHub hub(2, InProcOptions{.timeout_s = 5});
+  std::vector<std::unique_ptr<Layer>> layers = BuildLayers(5);
+  auto transport = hub.Endpoint(0);
+  Plan plain = ClassicPlanFor(ScheduleKind::k1F1B, 2, 0, 2, 5);
+  plain.schedule.ops[0].push_back(Op{OpKind::kS, 0, 0});
+  absl::Status s = PipelineEngine(plain, 0, &layers, transport.get(), kTokens, kHidden).Validate();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("op S0.0 on rank 0: vocabulary passes need a vocab_parallel plan"),
+            absl::string_view::npos)
+      << s;
+  Plan split = ClassicPlanFor(ScheduleKind::k1F1B, 2, 0, 2, 5);
+  split.vocab_parallel = true;
+  split.schedule.ops[0].push_back(Op{OpKind::kT, 1, 0});
+  s = PipelineEngine(split, 0, &layers, transport.get(), kTokens, kHidden).Validate();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("op T1.0 on rank 0: a vocabulary pass runs the rank's own shard, 0"),
+            absl::string_view::npos)
+      << s;
 }
 
 // Counts Send calls per destination; forwards everything to the wrapped transport.

@@ -7,6 +7,7 @@
 #include "core/status_macros.h"
 #include "executor/checkpoint.h"
 #include "executor/data.h"
+#include "executor/layers/vocab_head.h"
 #include "executor/optimizer.h"
 #include "executor/reference_trainer.h"
 
@@ -28,6 +29,17 @@ absl::StatusOr<std::vector<std::unique_ptr<Layer>>> BuildRankLayers(const ModelS
       ASSIGN_OR_RETURN(layers[l], MakeLayer(spec.kinds[l], spec.dims, l));
     }
   }
+  if (plan.vocab_parallel) {
+    // Every rank holds its vocabulary shard of the head; the last stage's rank also its norm.
+    if (spec.kinds.back() != "head" || spec.dims.vocab < plan.num_devices) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "vocab_parallel: the model must end with its head and have at least one vocabulary "
+          "entry per device: vocab ", spec.dims.vocab, ", ", plan.num_devices, " devices"));
+    }
+    layers[L - 1] = std::make_unique<VocabShardHead>(
+        spec.dims, L - 1, VocabShardRange(spec.dims.vocab, plan.num_devices, rank),
+        plan.stages.back().device == rank);
+  }
   return layers;
 }
 
@@ -47,11 +59,81 @@ absl::StatusOr<bool> AgreeOnStop(int rank, Transport* transport, const TrainOpti
   return stop != 0;
 }
 
-absl::Status SaveCheckpoint(const ModelSpec& spec, int rank, int completed,
-                            RankResult* result, const AdamW& optimizer,
-                            const TrainOptions& options) {
+// The tags of a head shard's checkpoint part sent to the norm holder: its W_out columns, then
+// their first and second moments (below kStopControlTag, far above the engine's tags).
+constexpr uint32_t kHeadPartTag = 0xFFFFFE00u;
+
+// The tensors of a head shard's part that travel to the norm holder (W_out columns, and their
+// moments once the optimizer has stepped).
+std::vector<Tensor*> TravellingPieces(LayerCheckpoint* part) {
+  std::vector<Tensor*> out = {&part->params.back()};
+  if (!part->first_moments.empty()) {
+    out.push_back(&part->first_moments.back());
+    out.push_back(&part->second_moments.back());
+  }
+  return out;
+}
+
+// Vocabulary parallelism: writes the rank's layers but its head shard, which goes to the norm
+// holder; the holder merges every shard's part in shard order and writes the whole head, so the
+// checkpoint loads into any partition (executor/checkpoint.h).
+absl::Status SaveVocabParallelCheckpoint(const ModelSpec& spec, const Plan& plan, int rank,
+                                         Transport* transport, int64_t iteration,
+                                         RankResult* result, const AdamW& optimizer,
+                                         const std::string& root) {
+  ASSIGN_OR_RETURN(std::vector<LayerCheckpoint> layers,
+                   RankLayerCheckpoints(iteration, result->layers, optimizer));
+  LayerCheckpoint own = std::move(layers.back());  // the head: every rank holds a shard
+  layers.pop_back();
+  for (const LayerCheckpoint& c : layers) RETURN_IF_ERROR(WriteLayerCheckpoint(root, c));
+  const int holder = plan.stages.back().device, P = plan.num_devices;
+  if (rank != holder) {
+    uint32_t tag = kHeadPartTag;
+    for (Tensor* t : TravellingPieces(&own)) {
+      RETURN_IF_ERROR(transport->Send(holder, tag++, t->data(), t->size() * sizeof(float)));
+    }
+    return absl::OkStatus();
+  }
+  std::vector<std::vector<Tensor>> params(P), first(P), second(P);
+  for (int d = 0; d < P; ++d) {
+    LayerCheckpoint part;
+    if (d == rank) {
+      part = own;
+    } else {
+      const VocabRange r = VocabShardRange(spec.dims.vocab, P, d);
+      part.params = {Tensor(spec.dims.hidden, r.end - r.begin)};
+      if (!own.first_moments.empty()) {
+        part.first_moments = part.second_moments = part.params;
+      }
+      uint32_t tag = kHeadPartTag;
+      for (Tensor* t : TravellingPieces(&part)) {
+        RETURN_IF_ERROR(transport->Recv(d, tag++, t->data(), t->size() * sizeof(float)));
+      }
+    }
+    params[d] = std::move(part.params);
+    first[d] = std::move(part.first_moments);
+    second[d] = std::move(part.second_moments);
+  }
+  LayerCheckpoint whole = std::move(own);
+  ASSIGN_OR_RETURN(whole.params, WholeHeadOf(params));
+  if (!whole.first_moments.empty()) {
+    ASSIGN_OR_RETURN(whole.first_moments, WholeHeadOf(first));
+    ASSIGN_OR_RETURN(whole.second_moments, WholeHeadOf(second));
+  }
+  return WriteLayerCheckpoint(root, whole);
+}
+
+absl::Status SaveCheckpoint(const ModelSpec& spec, const Plan& plan, int rank,
+                            Transport* transport, int completed, RankResult* result,
+                            const AdamW& optimizer, const TrainOptions& options) {
   const auto start = std::chrono::steady_clock::now();
-  RETURN_IF_ERROR(SaveRankCheckpoint(options.checkpoint_dir, completed, result->layers, optimizer));
+  if (plan.vocab_parallel) {
+    RETURN_IF_ERROR(SaveVocabParallelCheckpoint(spec, plan, rank, transport, completed, result,
+                                                optimizer, options.checkpoint_dir));
+  } else {
+    RETURN_IF_ERROR(
+        SaveRankCheckpoint(options.checkpoint_dir, completed, result->layers, optimizer));
+  }
   if (rank == 0) {
     // Only checkpoints older than the `keep` newest complete ones go; the one being written
     // by the other ranks now is newer than all of those.
@@ -121,7 +203,8 @@ absl::StatusOr<RankResult> TrainRank(const ModelSpec& spec, const Plan& plan, in
     result.completed_iterations = it + 1;
     if (checkpoints && options.checkpoint_interval > 0 &&
         (it + 1) % options.checkpoint_interval == 0) {
-      RETURN_IF_ERROR(SaveCheckpoint(spec, rank, it + 1, &result, optimizer, options));
+      RETURN_IF_ERROR(
+          SaveCheckpoint(spec, plan, rank, transport, it + 1, &result, optimizer, options));
       last_saved = it + 1;
     }
     if (options.on_iteration) options.on_iteration(it, *stats);
@@ -130,8 +213,8 @@ absl::StatusOr<RankResult> TrainRank(const ModelSpec& spec, const Plan& plan, in
   const bool save_now =
       result.stopped || (options.checkpoint_at_end && result.completed_iterations > 0);
   if (checkpoints && save_now && last_saved != result.completed_iterations) {
-    RETURN_IF_ERROR(
-        SaveCheckpoint(spec, rank, result.completed_iterations, &result, optimizer, options));
+    RETURN_IF_ERROR(SaveCheckpoint(spec, plan, rank, transport, result.completed_iterations,
+                                   &result, optimizer, options));
   }
   return result;
 }

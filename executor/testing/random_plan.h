@@ -11,9 +11,11 @@
 
 namespace octopipe::executor::testing {
 
-// Requires 1 <= P <= S <= L.
+// Requires 1 <= P <= S <= L. With `vocab_parallel` the head is split over the ranks
+// (simulator/vocab_parallel.h): every rank's order also holds its shard's S and T passes, with
+// random costs.
 Plan RandomPlan(std::mt19937& rng, int num_layers, int num_ranks, int num_stages,
-                int num_microbatches, bool split_backward);
+                int num_microbatches, bool split_backward, bool vocab_parallel = false);
 
 }  // namespace octopipe::executor::testing
 
