@@ -6,10 +6,7 @@
 // timeout and re-plans on node-a alone, which resumes from the last checkpoint; node-b's agent
 // comes back, the job is re-planned onto it; a drain of node-b moves the job back to node-a at
 // an iteration boundary without losing work; the final weights equal an uninterrupted run's.
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,6 +18,7 @@
 #include <fstream>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -42,6 +40,8 @@ namespace octopipe {
 namespace {
 
 using testing::PlannerProcess;
+using testing::MetricValue;
+using testing::ScrapeMetrics;
 
 constexpr char kPlanner[] = "planner_service/octopipe-planner";
 constexpr char kAgent[] = "worker_agent/octopipe-agent";
@@ -135,27 +135,6 @@ class AgentProcess {
   const std::string node_, work_dir_, checkpoint_dir_;
   pid_t pid_ = -1;
 };
-
-// GET http://127.0.0.1:PORT/metrics, the body ("" on failure).
-std::string ScrapeMetrics(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    if (fd >= 0) close(fd);
-    return "";
-  }
-  const std::string req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-  (void)!write(fd, req.data(), req.size());
-  std::string out;
-  char buf[4096];
-  ssize_t n;
-  while ((n = read(fd, buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
-  close(fd);
-  return out;
-}
 
 proto::CreateJobRequest AgentJob(int iterations = kIterations) {
   Cluster c = *ClusterPreset("h100-4nodes");
@@ -329,6 +308,17 @@ TEST_F(AgentE2ETest, NodeLossResumeRejoinDrainAndFinalWeightsEqualAnUninterrupte
         "octopipe_agent_overhead_ratio{"}) {
     EXPECT_NE(metrics.find(name), std::string::npos) << name << " missing from\n" << metrics;
   }
+  // The planner's pipeline-wide measured bubble ratio, from both agents' per-device reports.
+  const std::string measured_bubble =
+      absl::StrCat("octopipe_measured_bubble_ratio{job_id=\"", job_id_, "\"}");
+  std::optional<double> bubble;
+  WaitUntil([&] {
+    bubble = MetricValue(ScrapeMetrics(planner_.metrics_port()), measured_bubble);
+    return bubble.has_value();
+  }, 30);
+  ASSERT_TRUE(bubble.has_value()) << ScrapeMetrics(planner_.metrics_port());
+  EXPECT_GT(*bubble, 0);
+  EXPECT_LT(*bubble, 1);
   const int events_before_kill = Get().job().events_size();
 
   // 2. kill -9 node-b's agent (its ranks die with it).

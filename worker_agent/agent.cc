@@ -365,6 +365,12 @@ void Agent::ReadProgress() {
         run_.unreported_layers[key].seconds += sum.seconds;
         run_.unreported_layers[key].samples += sum.samples;
       }
+      for (const auto& [rank, r] : records) {
+        DeviceBusyReport& d = run_.unreported_devices[rank];
+        d.busy_s += r.busy_s;
+        d.iteration_s += r.wall_s;
+        ++d.iterations;
+      }
       if (options_.report_every_iterations > 0 &&
           (run_.iterations_seen - 1) % options_.report_every_iterations == 0) {
         ReportTimes();
@@ -385,10 +391,17 @@ void Agent::ReportTimes() {
     if (sum.samples == 0) continue;
     layer_times.push_back({key.first, key.second, sum.seconds / sum.samples, sum.samples});
   }
+  std::vector<DeviceBusyReport> device_times;
+  for (const auto& [device, sum] : run_.unreported_devices) {
+    if (sum.iterations == 0 || !(sum.iteration_s > 0)) continue;
+    device_times.push_back({device, sum.busy_s / sum.iterations, sum.iteration_s / sum.iterations,
+                            sum.iterations});
+  }
   run_.unreported.clear();
   run_.unreported_layers.clear();
-  absl::Status s =
-      link_->ReportStageTimes(run_.job_id, run_.version, options_.node, times, layer_times);
+  run_.unreported_devices.clear();
+  absl::Status s = link_->ReportStageTimes(run_.job_id, run_.version, options_.node, times,
+                                           layer_times, device_times);
   if (!s.ok()) spdlog::warn("agent {}: cannot report stage times: {}", options_.node, std::string(s.message()));
 }
 

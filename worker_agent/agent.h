@@ -152,6 +152,8 @@ class Agent {
     double tokens_per_iteration = 0;
     StageOpTimes unreported;
     StageOpTimes unreported_layers;
+    // Plan device -> busy and iteration seconds summed over the unreported iterations.
+    std::map<int, DeviceBusyReport> unreported_devices;
     int iterations_seen = 0;
     int completed = 0;  // iterations complete on every local rank
   };
@@ -171,7 +173,8 @@ class Agent {
   void LeaveSupersededRun(const AgentJob* newer);
   // True once any local rank recorded an iteration of this run.
   bool RunProgressed() const;
-  // Reports (and clears) the stage and per-layer times not yet reported.
+  // Reports (and clears) the stage, per-layer and per-device times not yet reported (the
+  // planner computes the pipeline-wide measured bubble ratio from the per-device ones).
   void ReportTimes();
   void Event(const std::string& job_id, JobEventReport event);
   void SetState(AgentState s);
