@@ -380,7 +380,8 @@ void Agent::ReadProgress() {
 }
 
 void Agent::ReportTimes() {
-  if (run_.unreported.empty()) return;
+  // A device the plan leaves without ops still reports its (zero) busy time.
+  if (run_.unreported.empty() && run_.unreported_devices.empty()) return;
   std::vector<StageTimeReport> times;
   for (const auto& [key, sum] : run_.unreported) {
     if (sum.samples == 0) continue;
