@@ -12,6 +12,7 @@ namespace octopipe::agent {
 namespace {
 
 constexpr char kPrefix[] = "ckpt/";
+constexpr char kHeld[] = "held";
 
 // "ckpt/JOB/ITERATION/LAYER" -> (job, iteration, layer).
 bool ParseKey(const std::string& key, std::string* job, int64_t* iteration, int* layer) {
@@ -21,7 +22,18 @@ bool ParseKey(const std::string& key, std::string* job, int64_t* iteration, int*
          absl::SimpleAtoi(parts[2], layer) && *iteration >= 0 && *layer >= 0;
 }
 
+// "ckpt/JOB/held" -> job.
+bool ParseHeldKey(const std::string& key, std::string* job) {
+  std::vector<std::string> parts = absl::StrSplit(key.substr(sizeof(kPrefix) - 1), '/');
+  return parts.size() == 2 && !parts[0].empty() && parts[0] != "." && parts[0] != ".." &&
+         parts[1] == kHeld && (*job = parts[0], true);
+}
+
 }  // namespace
+
+std::string HeldCheckpointsKey(const std::string& job_id) {
+  return absl::StrCat(kPrefix, job_id, "/", kHeld);
+}
 
 std::string CheckpointKey(const std::string& job_id, int64_t iteration, int layer) {
   return absl::StrCat(kPrefix, job_id, "/", iteration, "/", layer);
@@ -75,6 +87,13 @@ void CheckpointReplicator::Serve(executor::TcpStoreServer* store) {
     std::string job;
     int64_t iteration = 0;
     int layer = 0;
+    if (ParseHeldKey(key, &job)) {
+      std::string held;
+      for (const auto& [it, l] : executor::ListLayerCheckpoints(root_ + "/" + job)) {
+        absl::StrAppend(&held, it, "/", l, "\n");
+      }
+      return held;
+    }
     if (!ParseKey(key, &job, &iteration, &layer)) return std::nullopt;
     absl::StatusOr<std::string> bytes = executor::ReadLayerCheckpointBytes(
         executor::LayerCheckpointPath(root_ + "/" + job, iteration, layer));
@@ -134,6 +153,35 @@ absl::Status CheckpointReplicator::FetchMissing(const std::string& job_id, int64
   return absl::OkStatus();
 }
 
+bool CheckpointReplicator::LearnHeld(const std::string& job, const std::string& peer) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (asked_.count({peer, job})) return true;
+  }
+  absl::StatusOr<std::string> held =
+      Client(peer)->Fetch(HeldCheckpointsKey(job), std::chrono::milliseconds(0));
+  if (!held.ok() && held.status().code() == absl::StatusCode::kNotFound) {
+    held = std::string();  // a peer that does not answer the question: push everything
+  }
+  if (!held.ok()) {
+    clients_.erase(peer);
+    spdlog::debug("checkpoint files held by {}: {}", peer, std::string(held.status().message()));
+    return false;
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  std::set<std::tuple<std::string, int64_t, int>>& known = pushed_to_[peer];
+  for (absl::string_view line : absl::StrSplit(*held, '\n', absl::SkipEmpty())) {
+    std::pair<absl::string_view, absl::string_view> f = absl::StrSplit(line, '/');
+    int64_t iteration = 0;
+    int layer = 0;
+    if (absl::SimpleAtoi(f.first, &iteration) && absl::SimpleAtoi(f.second, &layer)) {
+      known.insert({job, iteration, layer});
+    }
+  }
+  asked_.insert({peer, job});
+  return true;
+}
+
 void CheckpointReplicator::PushOnce() {
   std::string job;
   std::vector<std::string> peers;
@@ -143,6 +191,11 @@ void CheckpointReplicator::PushOnce() {
     peers = peers_;
   }
   if (job.empty() || peers.empty()) return;
+  std::vector<std::string> known;  // the peers whose held files are known
+  for (const std::string& p : peers) {
+    if (LearnHeld(job, p)) known.push_back(p);
+  }
+  peers = std::move(known);
   const std::string dir = root_ + "/" + job;
   for (const auto& [iteration, layer] : executor::ListLayerCheckpoints(dir)) {
     const auto file = std::make_tuple(job, iteration, layer);

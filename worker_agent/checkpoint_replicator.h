@@ -4,9 +4,13 @@
 // and serves them through its TCP store (the port it already registered with the planner) under
 // keys "ckpt/JOB/ITERATION/LAYER": a peer's set stores a layer file (its bytes are verified —
 // magic, checksum, header — and written atomically at the path their header names), a get reads
-// one (answered at once, found or not). A background thread pushes every layer file this node's
-// ranks write to every other node of the job's current plan, once per (file, peer); files
-// received from peers are not forwarded (their writer pushes them to every node itself). So
+// one (answered at once, found or not), and a get of "ckpt/JOB/held" lists the layer files this
+// node holds for JOB. A background thread pushes every layer file this node's ranks write to
+// every other node of the job's current plan, once per (file, peer); files received from peers
+// are not forwarded (their writer pushes them to every node itself). Before its first push to a
+// peer for a job, the thread asks the peer which files it holds and skips those: an agent that
+// restarts (and so forgot what it pushed and what it received) does not send the job's old
+// checkpoints again. So
 // every node holds every layer of every checkpoint its peers finished writing and pushing, and
 // a survivor of a node loss resumes from the newest checkpoint it holds complete.
 //
@@ -41,6 +45,9 @@ namespace octopipe::agent {
 
 // The store key of one layer file of a job's checkpoint.
 std::string CheckpointKey(const std::string& job_id, int64_t iteration, int layer);
+// The store key whose value lists the layer files a node holds for a job: one
+// "ITERATION/LAYER" a line (files by name, as ListLayerCheckpoints finds them).
+std::string HeldCheckpointsKey(const std::string& job_id);
 
 class CheckpointReplicator {
  public:
@@ -72,6 +79,9 @@ class CheckpointReplicator {
  private:
   void PushLoop();
   void PushOnce();
+  // Asks `peer` once per job which of the job's files it holds and records them as pushed to
+  // it. False when the peer cannot be asked now (nothing is pushed to it this pass).
+  bool LearnHeld(const std::string& job, const std::string& peer);
   executor::TcpStore* Client(const std::string& address);  // the pushing thread's
 
   const std::string root_;
@@ -84,8 +94,9 @@ class CheckpointReplicator {
   std::vector<std::string> peers_;
   // (job, iteration, layer) files that arrived from peers: not pushed on.
   std::set<std::tuple<std::string, int64_t, int>> received_;
-  // peer -> files pushed to it.
+  // peer -> files pushed to it, or that it already held when asked.
   std::map<std::string, std::set<std::tuple<std::string, int64_t, int>>> pushed_to_;
+  std::set<std::pair<std::string, std::string>> asked_;  // (peer, job) whose held files are known
   int64_t pushed_ = 0;
   int64_t scans_ = 0;
 

@@ -1,12 +1,13 @@
 // Two nodes' replicators over real TCP stores and separate directories: files written on one
 // node reach the other (once, not echoed back), a missing layer is fetched on demand, corrupted
-// bytes are refused.
+// bytes are refused, a restarted node does not push again what its peers hold.
 #include "worker_agent/checkpoint_replicator.h"
 
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <thread>
 
 #include "executor/checkpoint.h"
@@ -35,8 +36,10 @@ executor::LayerCheckpoint Layer(int layer, int64_t iteration) {
 }
 
 struct Side {
-  explicit Side(const std::string& name)
-      : root(FreshDir(name)),
+  // `fresh`: an empty directory; otherwise the directory as a previous Side of the same name
+  // left it (an agent restarted on the same node).
+  explicit Side(const std::string& name, bool fresh = true)
+      : root(fresh ? FreshDir(name) : std::string(std::getenv("TEST_TMPDIR")) + "/" + name),
         replicator(root, std::chrono::milliseconds(2000)),
         store(*executor::TcpStoreServer::Start("127.0.0.1", 0)) {
     replicator.Serve(store.get());
@@ -91,6 +94,46 @@ TEST(CheckpointReplicatorTest, WrittenLayersReachThePeerAndMissingOnesAreFetched
   EXPECT_FALSE(client.Put(CheckpointKey("job", 30, 0), "not a checkpoint").ok());
   EXPECT_FALSE(fs::exists(executor::LayerCheckpointPath(b.root + "/job", 30, 0)));
   EXPECT_FALSE(client.Put("ckpt/../escape/1/0", "x").ok());
+}
+
+// An agent restarted on the same node forgets what it pushed and what it received; its peers
+// still hold those files, and it asks them before pushing ("ckpt/JOB/held").
+TEST(CheckpointReplicatorTest, RestartedNodeDoesNotPushAgainWhatItsPeerHolds) {
+  auto a = std::make_unique<Side>("restart-a");
+  auto b = std::make_unique<Side>("restart-b");
+  a->replicator.Replicate("job", {b->address()});
+  b->replicator.Replicate("job", {a->address()});
+  for (int layer = 0; layer < 3; ++layer) {
+    ASSERT_TRUE(executor::WriteLayerCheckpoint(a->root + "/job", Layer(layer, 10)).ok());
+  }
+  // b has a file of its own that a receives.
+  ASSERT_TRUE(executor::WriteLayerCheckpoint(b->root + "/job", Layer(3, 10)).ok());
+  ASSERT_TRUE(WaitFor([&] { return a->replicator.pushed() == 3 && b->replicator.pushed() == 1; },
+                      30));
+  const std::string received = executor::LayerCheckpointPath(a->root + "/job", 10, 3);
+  ASSERT_TRUE(WaitFor([&] { return executor::ReadLayerCheckpoint(received).ok(); }, 30));
+
+  // Restart a: the same directory, a fresh replicator and store.
+  a.reset();
+  a = std::make_unique<Side>("restart-a", /*fresh=*/false);
+  b->replicator.Replicate("job", {a->address()});
+  a->replicator.Replicate("job", {b->address()});
+  int64_t scans = a->replicator.scans();
+  ASSERT_TRUE(WaitFor([&] { return a->replicator.scans() >= scans + 2; }, 30));
+  EXPECT_EQ(a->replicator.pushed(), 0) << "neither its own old files nor the one from b";
+  // A file written after the restart is pushed.
+  ASSERT_TRUE(executor::WriteLayerCheckpoint(a->root + "/job", Layer(0, 20)).ok());
+  ASSERT_TRUE(WaitFor([&] { return a->replicator.pushed() == 1; }, 30));
+  ASSERT_TRUE(WaitFor([&] { return executor::ReadLayerCheckpoint(executor::LayerCheckpointPath(
+                                       b->root + "/job", 20, 0)).ok(); }, 30));
+
+  // Restart b: a holds every file b has (its own and those received), so b pushes nothing.
+  b.reset();
+  b = std::make_unique<Side>("restart-b", /*fresh=*/false);
+  b->replicator.Replicate("job", {a->address()});
+  scans = b->replicator.scans();
+  ASSERT_TRUE(WaitFor([&] { return b->replicator.scans() >= scans + 2; }, 30));
+  EXPECT_EQ(b->replicator.pushed(), 0);
 }
 
 }  // namespace
