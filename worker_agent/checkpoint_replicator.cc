@@ -1,5 +1,7 @@
 #include "worker_agent/checkpoint_replicator.h"
 
+#include <algorithm>
+#include <functional>
 #include <tuple>
 
 #include "absl/strings/numbers.h"
@@ -20,6 +22,20 @@ bool ParseKey(const std::string& key, std::string* job, int64_t* iteration, int*
   return parts.size() == 3 && !parts[0].empty() && parts[0] != "." && parts[0] != ".." &&
          (*job = parts[0], true) && absl::SimpleAtoi(parts[1], iteration) &&
          absl::SimpleAtoi(parts[2], layer) && *iteration >= 0 && *layer >= 0;
+}
+
+// The (iteration, layer) files of a held list ("ITERATION/LAYER" lines); malformed lines skipped.
+std::vector<std::pair<int64_t, int>> ParseHeld(absl::string_view held) {
+  std::vector<std::pair<int64_t, int>> out;
+  for (absl::string_view line : absl::StrSplit(held, '\n', absl::SkipEmpty())) {
+    std::pair<absl::string_view, absl::string_view> f = absl::StrSplit(line, '/');
+    int64_t iteration = 0;
+    int layer = 0;
+    if (absl::SimpleAtoi(f.first, &iteration) && absl::SimpleAtoi(f.second, &layer)) {
+      out.push_back({iteration, layer});
+    }
+  }
+  return out;
 }
 
 // "ckpt/JOB/held" -> job.
@@ -131,26 +147,89 @@ absl::Status CheckpointReplicator::FetchMissing(const std::string& job_id, int64
     if (executor::ReadLayerCheckpoint(executor::LayerCheckpointPath(dir, iteration, layer)).ok()) {
       continue;
     }
-    absl::StatusOr<std::string> bytes =
-        client.Fetch(CheckpointKey(job_id, iteration, layer), std::chrono::milliseconds(0));
-    if (!bytes.ok()) {
-      return absl::Status(bytes.status().code(),
-                          absl::StrCat("checkpoint of iteration ", iteration, ", layer ", layer,
-                                       " from ", peer, ": ", bytes.status().message()));
-    }
-    const auto file = std::make_tuple(job_id, iteration, layer);
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      received_.insert(file);  // before the file appears: see the put handler
-    }
-    absl::StatusOr<std::string> path = executor::StoreLayerCheckpointBytes(dir, *bytes);
-    if (!path.ok()) {
-      std::lock_guard<std::mutex> l(mu_);
-      received_.erase(file);
-      return path.status();
-    }
+    if (absl::Status s = FetchLayer(client, peer, job_id, iteration, layer); !s.ok()) return s;
   }
   return absl::OkStatus();
+}
+
+absl::Status CheckpointReplicator::FetchLayer(executor::TcpStore& client, const std::string& peer,
+                                              const std::string& job_id, int64_t iteration,
+                                              int layer) {
+  absl::StatusOr<std::string> bytes =
+      client.Fetch(CheckpointKey(job_id, iteration, layer), std::chrono::milliseconds(0));
+  if (!bytes.ok()) {
+    return absl::Status(bytes.status().code(),
+                        absl::StrCat("checkpoint of iteration ", iteration, ", layer ", layer,
+                                     " from ", peer, ": ", bytes.status().message()));
+  }
+  const auto file = std::make_tuple(job_id, iteration, layer);
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    received_.insert(file);  // before the file appears: see the put handler
+  }
+  absl::StatusOr<std::string> path =
+      executor::StoreLayerCheckpointBytes(root_ + "/" + job_id, *bytes);
+  if (!path.ok()) {
+    std::lock_guard<std::mutex> l(mu_);
+    received_.erase(file);
+    return path.status();
+  }
+  return absl::OkStatus();
+}
+
+std::vector<std::string> ReplicaNodes(std::vector<std::string> nodes, const std::string& self,
+                                      int replicas) {
+  std::sort(nodes.begin(), nodes.end());
+  nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
+  const auto me = std::find(nodes.begin(), nodes.end(), self);
+  if (me == nodes.end()) return {};
+  // The others in ring order after self.
+  std::vector<std::string> ring(me + 1, nodes.end());
+  ring.insert(ring.end(), nodes.begin(), me);
+  if (replicas >= 0 && replicas < static_cast<int>(ring.size())) ring.resize(replicas);
+  return ring;
+}
+
+int64_t CheckpointReplicator::GatherNewest(const std::string& job_id, int num_layers,
+                                           const std::vector<std::string>& peers,
+                                           std::chrono::milliseconds connect_timeout) {
+  const std::string dir = root_ + "/" + job_id;
+  // (iteration, layer) -> the peers holding it; "" for this node.
+  std::map<std::pair<int64_t, int>, std::vector<std::string>> holders;
+  for (const auto& file : executor::ListLayerCheckpoints(dir)) holders[file].push_back("");
+  for (const std::string& peer : peers) {
+    executor::TcpStore client(peer, connect_timeout);
+    absl::StatusOr<std::string> held =
+        client.Fetch(HeldCheckpointsKey(job_id), std::chrono::milliseconds(0));
+    if (!held.ok()) continue;
+    for (const auto& file : ParseHeld(*held)) holders[file].push_back(peer);
+  }
+  std::set<int64_t, std::greater<int64_t>> iterations;
+  for (const auto& [file, who] : holders) iterations.insert(file.first);
+  for (int64_t iteration : iterations) {
+    bool complete = true;
+    for (int layer = 0; layer < num_layers && complete; ++layer) {
+      complete =
+          GatherLayer(job_id, iteration, layer, holders[{iteration, layer}], connect_timeout);
+    }
+    if (complete) return iteration;
+  }
+  return 0;
+}
+
+bool CheckpointReplicator::GatherLayer(const std::string& job_id, int64_t iteration, int layer,
+                                       const std::vector<std::string>& holders,
+                                       std::chrono::milliseconds connect_timeout) {
+  const std::string dir = root_ + "/" + job_id;
+  if (executor::ReadLayerCheckpoint(executor::LayerCheckpointPath(dir, iteration, layer)).ok()) {
+    return true;
+  }
+  for (const std::string& peer : holders) {
+    if (peer.empty()) continue;
+    executor::TcpStore client(peer, connect_timeout);
+    if (FetchLayer(client, peer, job_id, iteration, layer).ok()) return true;
+  }
+  return false;
 }
 
 bool CheckpointReplicator::LearnHeld(const std::string& job, const std::string& peer) {
@@ -170,14 +249,7 @@ bool CheckpointReplicator::LearnHeld(const std::string& job, const std::string& 
   }
   std::lock_guard<std::mutex> l(mu_);
   std::set<std::tuple<std::string, int64_t, int>>& known = pushed_to_[peer];
-  for (absl::string_view line : absl::StrSplit(*held, '\n', absl::SkipEmpty())) {
-    std::pair<absl::string_view, absl::string_view> f = absl::StrSplit(line, '/');
-    int64_t iteration = 0;
-    int layer = 0;
-    if (absl::SimpleAtoi(f.first, &iteration) && absl::SimpleAtoi(f.second, &layer)) {
-      known.insert({job, iteration, layer});
-    }
-  }
+  for (const auto& [iteration, layer] : ParseHeld(*held)) known.insert({job, iteration, layer});
   asked_.insert({peer, job});
   return true;
 }

@@ -7,8 +7,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "executor/checkpoint.h"
 #include "gtest/gtest.h"
@@ -134,6 +136,67 @@ TEST(CheckpointReplicatorTest, RestartedNodeDoesNotPushAgainWhatItsPeerHolds) {
   scans = b->replicator.scans();
   ASSERT_TRUE(WaitFor([&] { return b->replicator.scans() >= scans + 2; }, 30));
   EXPECT_EQ(b->replicator.pushed(), 0);
+}
+
+constexpr std::chrono::milliseconds kConnect(200);
+
+TEST(ReplicaNodesTest, TheNextKNodesInTheSortedRing) {
+  const std::vector<std::string> nodes = {"c", "a", "d", "b"};
+  EXPECT_EQ(ReplicaNodes(nodes, "a", 1), (std::vector<std::string>{"b"}));
+  EXPECT_EQ(ReplicaNodes(nodes, "c", 2), (std::vector<std::string>{"d", "a"}));
+  EXPECT_EQ(ReplicaNodes(nodes, "d", 1), (std::vector<std::string>{"a"}));
+  EXPECT_EQ(ReplicaNodes(nodes, "b", -1), (std::vector<std::string>{"c", "d", "a"}));
+  EXPECT_EQ(ReplicaNodes(nodes, "b", 7), (std::vector<std::string>{"c", "d", "a"}));
+  EXPECT_TRUE(ReplicaNodes(nodes, "b", 0).empty());
+  EXPECT_TRUE(ReplicaNodes({"a"}, "a", -1).empty());
+}
+
+// Three nodes, each layer file kept on one peer (the next node in the ring): no node holds
+// every layer; after the loss of one node, the survivor gathers the newest checkpoint from
+// what it holds and what the other survivor holds.
+TEST(CheckpointReplicatorTest, OneReplicaPerFileAndTheNewestCheckpointGatheredAfterALoss) {
+  Side a("ring-a"), b("ring-b");
+  auto c = std::make_unique<Side>("ring-c");
+  const std::map<std::string, std::string> address = {
+      {"a", a.address()}, {"b", b.address()}, {"c", c->address()}};
+  Side* side[] = {&a, &b, c.get()};
+  const std::string names[] = {"a", "b", "c"};
+  for (int i = 0; i < 3; ++i) {
+    std::vector<std::string> peers;
+    for (const std::string& n : ReplicaNodes({"a", "b", "c"}, names[i], 1)) {
+      peers.push_back(address.at(n));
+    }
+    side[i]->replicator.Replicate("job", peers);
+  }
+  // Node i writes layer i of iterations 10 and 20, except that a never writes its layer of 20:
+  // 20 is complete nowhere.
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(executor::WriteLayerCheckpoint(side[i]->root + "/job", Layer(i, 10)).ok());
+    if (i > 0) {
+      ASSERT_TRUE(executor::WriteLayerCheckpoint(side[i]->root + "/job", Layer(i, 20)).ok());
+    }
+  }
+  ASSERT_TRUE(WaitFor([&] { return a.replicator.pushed() == 1 && b.replicator.pushed() == 2 &&
+                                   c->replicator.pushed() == 2; }, 30));
+  auto holds = [](const Side& s, int64_t iteration, int layer) {
+    return fs::exists(executor::LayerCheckpointPath(s.root + "/job", iteration, layer));
+  };
+  // One replica per file: c never got a's layer, a never got b's.
+  EXPECT_TRUE(holds(b, 10, 0));
+  EXPECT_FALSE(holds(*c, 10, 0));
+  EXPECT_FALSE(holds(a, 10, 1));
+  EXPECT_TRUE(holds(a, 10, 2));
+
+  // c is lost; a gathers iteration 10 (layer 1 from b) and skips the incomplete 20.
+  c.reset();
+  EXPECT_EQ(a.replicator.GatherNewest("job", 3, {b.address(), "127.0.0.1:1"}, kConnect), 10);
+  for (int layer = 0; layer < 3; ++layer) {
+    EXPECT_TRUE(executor::ReadLayerCheckpoint(
+                    executor::LayerCheckpointPath(a.root + "/job", 10, layer)).ok())
+        << "layer " << layer;
+  }
+  EXPECT_EQ(a.replicator.GatherNewest("job", 4, {b.address()}, kConnect), 0)
+      << "no 4-layer checkpoint";
 }
 
 }  // namespace
