@@ -462,6 +462,8 @@ absl::StatusOr<proto::ReportStageTimesResponse> JobManager::ReportStageTimes(
   // One entry per (stage, op kind) at most: bounded by the stage limit.
   RETURN_IF_ERROR(CheckLimit("times", request.times_size(),
                              5 * options_.limits.max_layers, "5 x max_layers"));
+  RETURN_IF_ERROR(CheckLimit("device_times", request.device_times_size(),
+                             options_.limits.max_devices, "max_devices"));
   proto::Job job;
   std::vector<double> factors;
   proto::PlanVersion current;
@@ -506,6 +508,8 @@ absl::StatusOr<proto::ReportStageTimesResponse> JobManager::ReportStageTimes(
   ASSIGN_OR_RETURN(PlanningInput input, PrepareInput(job.model(), job.cluster(), job.options(),
                                                      Excluded(job), options_.limits));
   ASSIGN_OR_RETURN(Plan plan, PlanFromProto(current.result().plan()));
+  ASSIGN_OR_RETURN(std::vector<DeviceBusy> device_busy,
+                   DeviceBusyFromProto(request, plan.num_devices));
   ASSIGN_OR_RETURN(ProblemBuilder builder,
                    ProblemBuilder::Create(input.model, input.cluster, CostModel(),
                                           plan.num_devices, factors, plan.vocab_parallel));
@@ -548,6 +552,9 @@ absl::StatusOr<proto::ReportStageTimesResponse> JobManager::ReportStageTimes(
   logging::Event(*logging::Logger("replan"), spdlog::level::info, "measured deviation",
                  {{"job", request.job_id()}, {"deviation", update.max_deviation},
                   {"worst_stage", update.worst_stage}, {"replan", replan}});
+  if (observer_ && !device_busy.empty()) {
+    observer_->OnDeviceBusy(request.job_id(), current.version(), plan.num_devices, device_busy);
+  }
   out.set_replanned(replan);
   out.set_current_version(it->second.job.current_version());
   out.set_decision(absl::StrFormat(

@@ -26,6 +26,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/clock.h"
 #include "core/replan_reason.h"
+#include "planner_service/measured_bubble.h"
 #include "planner_service/planning.h"
 #include "planner_service/replan_policy.h"
 #include "planner_service/store.h"
@@ -45,6 +46,10 @@ class JobObserver {
   // Tasks waiting in the pool's jobs lane (lane is "jobs"), when a job's planning is queued or
   // starts. Same signature as RpcObserver::OnQueueDepth, so one override serves both.
   virtual void OnQueueDepth(const std::string& lane, int depth) {}
+  // A valid report's per-device busy times (ReportStageTimesRequest.device_times, not empty)
+  // for `version` of the job, whose plan has `num_devices` devices.
+  virtual void OnDeviceBusy(const std::string& job_id, int64_t version, int num_devices,
+                            const std::vector<DeviceBusy>& devices) {}
 };
 
 struct JobManagerOptions {

@@ -10,6 +10,7 @@
 #include "planner_service/agent_registry.h"
 #include "core/clock.h"
 #include "planner_service/job_manager.h"
+#include "planner_service/measured_bubble.h"
 #include "logging/logging.h"
 #include "planner_service/metrics/exposer.h"
 #include "planner_service/metrics/planner_metrics.h"
@@ -39,7 +40,17 @@ class MetricsObserver : public JobObserver, public RpcObserver {
                     {"tuning_s", r.tuning_wall_s()}});
   }
   void OnReplan(ReplanReason reason) override { m_->Replans(reason).Increment(); }
-  void OnJobRemoved(const std::string& job_id) override { m_->RemoveJob(job_id); }
+  void OnJobRemoved(const std::string& job_id) override {
+    bubble_.Remove(job_id);
+    m_->RemoveJob(job_id);
+  }
+  void OnDeviceBusy(const std::string& job_id, int64_t version, int num_devices,
+                    const std::vector<DeviceBusy>& devices) override {
+    if (std::optional<PipelineMeasure> measure =
+            bubble_.Record(job_id, version, num_devices, devices)) {
+      m_->SetJobMeasurement(job_id, measure->iteration_s, measure->bubble_ratio);
+    }
+  }
   void OnJobCount(int jobs) override { m_->Jobs().Set(jobs); }
   void OnRpc(const std::string& method, grpc::StatusCode code) override {
     m_->Rpcs(method, static_cast<absl::StatusCode>(code)).Increment();
@@ -56,6 +67,7 @@ class MetricsObserver : public JobObserver, public RpcObserver {
 
  private:
   metrics::PlannerMetrics* m_;
+  PipelineBubble bubble_;  // the measured series from the agents' per-device reports
 };
 
 }  // namespace

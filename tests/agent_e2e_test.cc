@@ -6,10 +6,7 @@
 // timeout and re-plans on node-a alone, which resumes from the last checkpoint; node-b's agent
 // comes back, the job is re-planned onto it; a drain of node-b moves the job back to node-a at
 // an iteration boundary without losing work; the final weights equal an uninterrupted run's.
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,7 +17,11 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
+#include <memory>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -42,6 +43,8 @@ namespace octopipe {
 namespace {
 
 using testing::PlannerProcess;
+using testing::MetricValue;
+using testing::ScrapeMetrics;
 
 constexpr char kPlanner[] = "planner_service/octopipe-planner";
 constexpr char kAgent[] = "worker_agent/octopipe-agent";
@@ -82,9 +85,10 @@ std::string ReadAll(const std::string& path) {
 // One octopipe-agent process; stderr goes to WORK_DIR/agent.log. Ready once its port file exists.
 class AgentProcess {
  public:
-  AgentProcess(std::string node, std::string work_dir, std::string checkpoint_dir)
+  AgentProcess(std::string node, std::string work_dir, std::string checkpoint_dir,
+               std::vector<std::string> extra_args = {})
       : node_(std::move(node)), work_dir_(std::move(work_dir)),
-        checkpoint_dir_(std::move(checkpoint_dir)) {}
+        checkpoint_dir_(std::move(checkpoint_dir)), extra_args_(std::move(extra_args)) {}
   ~AgentProcess() { Kill(SIGKILL); }
 
   bool Start(const std::string& planner) {
@@ -99,6 +103,7 @@ class AgentProcess {
                                      "--transport_timeout_s=5",
                                      "--metrics_port=0",
                                      "--port_file=" + port_file};
+    args.insert(args.end(), extra_args_.begin(), extra_args_.end());
     pid_ = fork();
     if (pid_ == 0) {
       FILE* log = std::fopen((work_dir_ + "/agent.log").c_str(), "a");
@@ -133,35 +138,15 @@ class AgentProcess {
 
  private:
   const std::string node_, work_dir_, checkpoint_dir_;
+  const std::vector<std::string> extra_args_;
   pid_t pid_ = -1;
 };
 
-// GET http://127.0.0.1:PORT/metrics, the body ("" on failure).
-std::string ScrapeMetrics(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    if (fd >= 0) close(fd);
-    return "";
-  }
-  const std::string req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-  (void)!write(fd, req.data(), req.size());
-  std::string out;
-  char buf[4096];
-  ssize_t n;
-  while ((n = read(fd, buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
-  close(fd);
-  return out;
-}
-
-proto::CreateJobRequest AgentJob(int iterations = kIterations) {
+// A job on nodes node-a, node-b, ... with one device each.
+proto::CreateJobRequest AgentJob(int iterations = kIterations, int num_nodes = 2) {
   Cluster c = *ClusterPreset("h100-4nodes");
-  c.nodes.resize(2);
-  c.nodes[0].name = "node-a";
-  c.nodes[1].name = "node-b";
+  c.nodes.resize(num_nodes);
+  for (int i = 0; i < num_nodes; ++i) c.nodes[i].name = std::string("node-") + char('a' + i);
   for (Node& n : c.nodes) n.num_devices = 1;
   proto::CreateJobRequest r;
   r.set_name("agents");
@@ -260,6 +245,28 @@ std::vector<std::vector<executor::Tensor>> UninterruptedWeights() {
   return w;
 }
 
+// The final checkpoint in `job_checkpoints` equals the uninterrupted run's weights (within float
+// rounding; prints whether bit-identical).
+void ExpectUninterruptedWeights(const std::string& job_checkpoints) {
+  const auto want = UninterruptedWeights();
+  bool bitwise = true;
+  for (size_t l = 0; l < want.size(); ++l) {
+    absl::StatusOr<executor::LayerCheckpoint> got = executor::ReadLayerCheckpoint(
+        executor::LayerCheckpointPath(job_checkpoints, kIterations, static_cast<int>(l)));
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_EQ(got->params.size(), want[l].size());
+    for (size_t i = 0; i < want[l].size(); ++i) {
+      const float scale = std::max(1e-12f, want[l][i].norm());
+      EXPECT_LE((got->params[i] - want[l][i]).norm() / scale, 1e-4)
+          << "layer " << l << " parameter " << i;
+      bitwise = bitwise && std::memcmp(got->params[i].data(), want[l][i].data(),
+                                       want[l][i].size() * sizeof(float)) == 0;
+    }
+  }
+  std::printf("final weights bit-identical to the uninterrupted run: %s\n",
+              bitwise ? "yes" : "no (within float rounding)");
+}
+
 TEST_F(AgentE2ETest, NodeLossResumeRejoinDrainAndFinalWeightsEqualAnUninterruptedRun) {
   // No shared storage: each node keeps its own checkpoint directory; agents copy the layer
   // files to each other (worker_agent/checkpoint_replicator.h).
@@ -329,6 +336,17 @@ TEST_F(AgentE2ETest, NodeLossResumeRejoinDrainAndFinalWeightsEqualAnUninterrupte
         "octopipe_agent_overhead_ratio{"}) {
     EXPECT_NE(metrics.find(name), std::string::npos) << name << " missing from\n" << metrics;
   }
+  // The planner's pipeline-wide measured bubble ratio, from both agents' per-device reports.
+  const std::string measured_bubble =
+      absl::StrCat("octopipe_measured_bubble_ratio{job_id=\"", job_id_, "\"}");
+  std::optional<double> bubble;
+  WaitUntil([&] {
+    bubble = MetricValue(ScrapeMetrics(planner_.metrics_port()), measured_bubble);
+    return bubble.has_value();
+  }, 30);
+  ASSERT_TRUE(bubble.has_value()) << ScrapeMetrics(planner_.metrics_port());
+  EXPECT_GT(*bubble, 0);
+  EXPECT_LT(*bubble, 1);
   const int events_before_kill = Get().job().events_size();
 
   // 2. kill -9 node-b's agent (its ranks die with it).
@@ -422,23 +440,7 @@ TEST_F(AgentE2ETest, NodeLossResumeRejoinDrainAndFinalWeightsEqualAnUninterrupte
   absl::StatusOr<int64_t> on_b = executor::LatestCompleteCheckpoint(b_checkpoints, spec);
   ASSERT_TRUE(on_b.ok()) << on_b.status();
   EXPECT_GT(*on_b, 0);
-  const auto want = UninterruptedWeights();
-  bool bitwise = true;
-  for (size_t l = 0; l < want.size(); ++l) {
-    absl::StatusOr<executor::LayerCheckpoint> got = executor::ReadLayerCheckpoint(
-        executor::LayerCheckpointPath(job_checkpoints, kIterations, static_cast<int>(l)));
-    ASSERT_TRUE(got.ok()) << got.status();
-    ASSERT_EQ(got->params.size(), want[l].size());
-    for (size_t i = 0; i < want[l].size(); ++i) {
-      const float scale = std::max(1e-12f, want[l][i].norm());
-      EXPECT_LE((got->params[i] - want[l][i]).norm() / scale, 1e-4)
-          << "layer " << l << " parameter " << i;
-      bitwise = bitwise && std::memcmp(got->params[i].data(), want[l][i].data(),
-                                       want[l][i].size() * sizeof(float)) == 0;
-    }
-  }
-  std::printf("final weights bit-identical to the uninterrupted run: %s\n",
-              bitwise ? "yes" : "no (within float rounding)");
+  ExpectUninterruptedWeights(job_checkpoints);
 
   // The agent's own cost (bookkeeping in the ranks per iteration second) and its last plan
   // switch, as node-a exports them (figures for the record; loaded machine).
@@ -481,6 +483,94 @@ TEST_F(AgentE2ETest, NodeLossResumeRejoinDrainAndFinalWeightsEqualAnUninterrupte
   EXPECT_TRUE(saw_failed && saw_resumed && saw_completed)
       << "events on the watch stream: failed " << saw_failed << ", resumed " << saw_resumed
       << ", completed " << saw_completed;
+}
+
+// Each checkpoint layer file on one peer only (--checkpoint_replicas=1; three nodes, the ring of
+// sorted names a -> b -> c -> a). The cluster lists node-a, node-c, node-b, so plan device 0 is
+// on node-a and, once node-a is lost, on node-c. node-a's ranks write the checkpoints (this
+// small model's plans keep every layer on device 0) and copy them to node-b only; node-c holds
+// none. kill -9 of node-a: node-c, now holding plan device 0, gathers the newest checkpoint
+// from node-b, the survivors resume from it, and the job ends with the uninterrupted run's
+// weights.
+TEST_F(AgentE2ETest, OneReplicaPerCheckpointFileStillResumesAfterANodeLoss) {
+  std::map<std::string, std::string> checkpoints;
+  std::map<std::string, std::unique_ptr<AgentProcess>> agents;
+  for (const std::string node : {"node-a", "node-b", "node-c"}) {
+    checkpoints[node] = TmpDir("k1-checkpoints-" + node);
+    agents[node] = std::make_unique<AgentProcess>(node, TmpDir("k1-" + node), checkpoints[node],
+                                                  std::vector<std::string>{
+                                                      "--checkpoint_replicas=1"});
+    ASSERT_TRUE(agents[node]->Start(planner_.address())) << agents[node]->log();
+  }
+  proto::CreateJobRequest request = AgentJob(kIterations, 3);
+  request.mutable_cluster()->mutable_nodes(1)->set_name("node-c");
+  request.mutable_cluster()->mutable_nodes(2)->set_name("node-b");
+  proto::Job job;
+  {
+    auto ctx = Ctx();
+    grpc::Status s = stub_->CreateJob(ctx.get(), request, &job);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  job_id_ = job.id();
+  auto job_dir = [&](const std::string& node) { return checkpoints[node] + "/" + job_id_; };
+  ASSERT_NE(WaitEvent([](const proto::JobEvent& e) { return e.kind() == "started"; }, 0, 60),
+            nullptr)
+      << Events() << agents["node-a"]->log();
+  const proto::PlanVersion first = Get().current();
+  ASSERT_EQ(first.device_slots(0).node_id(), "node-a");
+  for (const proto::StageSpec& st : first.result().plan().stages()) {
+    std::printf("layers %d-%d on %s\n", st.first_layer(), st.last_layer(),
+                first.device_slots(st.device()).node_id().c_str());
+  }
+  // A few complete checkpoints copied to node-b before the kill.
+  const executor::ModelSpec spec = *executor::ParseModelSpec(kModel);
+  int64_t on_b = 0;
+  ASSERT_TRUE(WaitUntil([&] {
+    auto latest = executor::LatestCompleteCheckpoint(job_dir("node-b"), spec);
+    on_b = latest.ok() ? *latest : 0;
+    return on_b >= 3 * kCheckpointInterval;
+  }, 60, /*poll_ms=*/20)) << Events();
+  // Not every node stores every layer: node-c has none of node-a's (node-b is node-a's replica).
+  std::set<std::string> writers;
+  for (const proto::StageSpec& st : first.result().plan().stages()) {
+    writers.insert(first.device_slots(st.device()).node_id());
+  }
+  if (writers == std::set<std::string>{"node-a"}) {
+    EXPECT_TRUE(executor::ListLayerCheckpoints(job_dir("node-c")).empty());
+  }
+  const int events_before_kill = Get().job().events_size();
+  agents["node-a"]->Kill(SIGKILL);
+
+  // The planner drops node-a; plan device 0 moves to node-c, which resumes from a checkpoint.
+  int64_t survivor_version = 0;
+  ASSERT_TRUE(WaitJob(
+      [&](const proto::GetJobResponse& r) {
+        survivor_version = r.current().version();
+        return r.job().excluded_nodes_size() == 1 && r.current().reason() == "node_failure";
+      },
+      30))
+      << Events();
+  ASSERT_EQ(Get().current().device_slots(0).node_id(), "node-c");
+  const proto::JobEvent* resumed = WaitEvent(
+      [&](const proto::JobEvent& e) {
+        return (e.kind() == "resumed" || e.kind() == "started") &&
+               e.plan_version() >= survivor_version;
+      },
+      events_before_kill, 90);
+  ASSERT_NE(resumed, nullptr) << Events() << agents["node-c"]->log();
+  EXPECT_EQ(resumed->kind(), "resumed") << Events();
+  EXPECT_GE(resumed->iteration(), on_b) << Events();
+  std::printf("one replica per file: node-c resumed from iteration %lld after losing node-a\n",
+              static_cast<long long>(resumed->iteration()));
+  ASSERT_NE(WaitEvent([](const proto::JobEvent& e) { return e.kind() == "completed"; },
+                      events_before_kill, 180),
+            nullptr)
+      << Events() << agents["node-b"]->log() << agents["node-c"]->log();
+  WaitUntil([&] {
+    auto latest = executor::LatestCompleteCheckpoint(job_dir("node-c"), spec);
+    return latest.ok() && *latest == kIterations;
+  }, 30, /*poll_ms=*/20);
+  ExpectUninterruptedWeights(job_dir("node-c"));
 }
 
 TEST_F(AgentE2ETest, TrainingContinuesWhileThePlannerRestarts) {

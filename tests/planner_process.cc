@@ -1,18 +1,52 @@
 #include "tests/planner_process.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <regex>
 
 #include "absl/strings/str_cat.h"
 
 namespace octopipe::testing {
+
+std::string ScrapeMetrics(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    if (fd >= 0) close(fd);
+    return "";
+  }
+  const std::string req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+  (void)!write(fd, req.data(), req.size());
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
+  close(fd);
+  return out;
+}
+
+std::optional<double> MetricValue(const std::string& page, const std::string& series) {
+  const std::string prefix = series + " ";
+  for (size_t pos = page.find(prefix); pos != std::string::npos;
+       pos = page.find(prefix, pos + 1)) {
+    if (pos > 0 && page[pos - 1] != '\n') continue;
+    return std::strtod(page.c_str() + pos + prefix.size(), nullptr);
+  }
+  return std::nullopt;
+}
 
 PlannerProcess::~PlannerProcess() {
   if (pid_ > 0) Kill(SIGKILL);

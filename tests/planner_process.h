@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -43,6 +44,12 @@ class PlannerProcess {
   std::string log_;  // guarded by log_mu_ once drain_ runs
   std::thread drain_;
 };
+
+// GET http://127.0.0.1:PORT/metrics (a planner's or an agent's), the body ("" on failure).
+std::string ScrapeMetrics(int port);
+// The value of `series` (exactly as the page writes it, e.g. `name{job_id="j"}`) on a metrics
+// page, nullopt when the page has no such series.
+std::optional<double> MetricValue(const std::string& page, const std::string& series);
 
 }  // namespace octopipe::testing
 

@@ -361,15 +361,15 @@ while :; do
     esac
   done <<<"$state"
   if [ "$bubble_said" = 0 ]; then
-    for n in node-a node-b; do
-      b="$(metric "http://127.0.0.1:${agent_metrics[$n]}/metrics" octopipe_agent_pipeline_bubble_ratio)"
-      t="$(metric "http://127.0.0.1:${agent_metrics[$n]}/metrics" octopipe_agent_iteration_seconds)"
-      if [ -n "$b" ]; then
-        say "training: measured bubble $(printf '%.1f%%' "$(awk -v b="$b" 'BEGIN{print b*100}')"), iteration $(printf '%.1f ms' "$(awk -v t="${t:-0}" 'BEGIN{print t*1000}')") on $n"
-        bubble_said=1
-        break
-      fi
-    done
+    # The planner's pipeline-wide ratio, once every device of the plan has been reported.
+    page="$(http_get "http://127.0.0.1:$planner_metrics/metrics")"
+    b="$(awk '$1 ~ /^octopipe_measured_bubble_ratio[{]/ {print $2; exit}' <<<"$page")"
+    p="$(awk '$1 ~ /^octopipe_predicted_bubble_ratio[{]/ {print $2; exit}' <<<"$page")"
+    t="$(awk '$1 ~ /^octopipe_measured_iteration_seconds[{]/ {print $2; exit}' <<<"$page")"
+    if [ -n "$b" ]; then
+      say "training: measured bubble $(awk -v b="$b" 'BEGIN{printf "%.1f%%", b*100}') across all devices (predicted $(awk -v p="${p:-0}" 'BEGIN{printf "%.1f%%", p*100}')), iteration $(awk -v t="${t:-0}" 'BEGIN{printf "%.1f ms", t*1000}')"
+      bubble_said=1
+    fi
   fi
   if [ "$phase" = train_v1 ] && [ "$progress" -ge $((30 * ckpt)) ]; then
     say "no calibrated re-plan adopted by iteration $progress (the plan from the measured times was not predicted >= 1% faster)"

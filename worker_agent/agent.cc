@@ -166,28 +166,43 @@ absl::Status Agent::StartRun(const AgentJob& job) {
     return spec.status();
   }
   // The rendezvous store: the one of the agent holding plan device 0; checkpoint replicas go
-  // to the agents of the plan's other nodes.
+  // to the agents of `checkpoint_replicas` of the plan's other nodes (ReplicaNodes).
   std::string store;
-  std::vector<std::string> peers;
   const std::string& rank0_node = job.slots[0].node;
   if (rank0_node == options_.node) store = store_address();
   std::set<std::string> others;
   for (const DeviceSlot& slot : job.slots) {
     if (slot.node != options_.node) others.insert(slot.node);
   }
-  if (!others.empty()) {
-    absl::StatusOr<std::vector<AgentEndpoint>> agents = link_->Agents();
-    if (!agents.ok()) return agents.status();
+  std::map<std::string, std::string> live;  // other node -> its live agent's store
+  absl::StatusOr<std::vector<AgentEndpoint>> agents = link_->Agents();
+  if (!agents.ok() && !others.empty()) return agents.status();
+  if (agents.ok()) {
     for (const AgentEndpoint& a : *agents) {
-      if (!a.alive || !others.count(a.node)) continue;
-      peers.push_back(a.address);
-      if (a.node == rank0_node) store = a.address;
+      if (a.alive && a.node != options_.node) live[a.node] = a.address;
     }
-    if (store.empty()) {
+  }
+  if (store.empty()) {
+    auto rank0 = live.find(rank0_node);
+    if (rank0 == live.end()) {
       return absl::UnavailableError(
           absl::StrCat("the agent of node ", rank0_node, " (plan device 0) is not registered"));
     }
+    store = rank0->second;
   }
+  std::vector<std::string> ring = {options_.node};
+  for (const std::string& node : others) {
+    if (live.count(node)) ring.push_back(node);
+  }
+  std::vector<std::string> peers;
+  for (const std::string& node :
+       ReplicaNodes(ring, options_.node, options_.checkpoint_replicas)) {
+    peers.push_back(live[node]);
+  }
+  // Any live agent may hold layers of the newest checkpoint (replicas on some peers only, or a
+  // node left out of this plan).
+  std::vector<std::string> holders;
+  for (const auto& [node, address] : live) holders.push_back(address);
   auto restart = restarts_.find(job.job_id);
   const int restart_no =
       restart != restarts_.end() && restart->second.first == job.version ? restart->second.second
@@ -198,7 +213,7 @@ absl::Status Agent::StartRun(const AgentJob& job) {
       restart_no == 0 ? absl::StrCat(job.job_id, "/v", job.version)
                       : absl::StrCat(job.job_id, "/v", job.version, "/r", restart_no);
   absl::StatusOr<int64_t> resume_from =
-      AgreeOnResume(job, config_prefix, store, static_cast<int>(spec->kinds.size()));
+      AgreeOnResume(job, config_prefix, store, static_cast<int>(spec->kinds.size()), holders);
   if (!resume_from.ok()) return resume_from.status();
   if (*resume_from >= job.iterations) {
     done_jobs_.insert(job.job_id);  // finished before (e.g. by this node before a restart)
@@ -258,12 +273,18 @@ absl::Status Agent::StartRun(const AgentJob& job) {
 }
 
 absl::StatusOr<int64_t> Agent::AgreeOnResume(const AgentJob& job, const std::string& prefix,
-                                             const std::string& rank0_store, int num_layers) {
+                                             const std::string& rank0_store, int num_layers,
+                                             const std::vector<std::string>& holders) {
   const std::string dir = options_.checkpoint_root + "/" + job.job_id;
   const std::string key = prefix + "/resume";
   if (job.slots[0].node == options_.node) {
     absl::StatusOr<executor::ModelSpec> spec = executor::ParseModelSpec(job.reference_model);
     if (!spec.ok()) return spec.status();
+    // With replicas on some peers only, the layers of the newest checkpoint this node lacks,
+    // from the peers holding them (short connection timeouts: this runs on the agent's loop).
+    if (options_.checkpoint_replicas >= 0 && !holders.empty()) {
+      replicator_->GatherNewest(job.job_id, num_layers, holders, std::chrono::milliseconds(200));
+    }
     absl::StatusOr<int64_t> latest = executor::LatestCompleteCheckpoint(dir, *spec);
     const int64_t k = latest.ok() ? *latest : 0;
     auto expected = expected_checkpoint_.find(job.job_id);
@@ -365,6 +386,12 @@ void Agent::ReadProgress() {
         run_.unreported_layers[key].seconds += sum.seconds;
         run_.unreported_layers[key].samples += sum.samples;
       }
+      for (const auto& [rank, r] : records) {
+        DeviceBusyReport& d = run_.unreported_devices[rank];
+        d.busy_s += r.busy_s;
+        d.iteration_s += r.wall_s;
+        ++d.iterations;
+      }
       if (options_.report_every_iterations > 0 &&
           (run_.iterations_seen - 1) % options_.report_every_iterations == 0) {
         ReportTimes();
@@ -374,7 +401,8 @@ void Agent::ReadProgress() {
 }
 
 void Agent::ReportTimes() {
-  if (run_.unreported.empty()) return;
+  // A device the plan leaves without ops still reports its (zero) busy time.
+  if (run_.unreported.empty() && run_.unreported_devices.empty()) return;
   std::vector<StageTimeReport> times;
   for (const auto& [key, sum] : run_.unreported) {
     if (sum.samples == 0) continue;
@@ -385,10 +413,17 @@ void Agent::ReportTimes() {
     if (sum.samples == 0) continue;
     layer_times.push_back({key.first, key.second, sum.seconds / sum.samples, sum.samples});
   }
+  std::vector<DeviceBusyReport> device_times;
+  for (const auto& [device, sum] : run_.unreported_devices) {
+    if (sum.iterations == 0 || !(sum.iteration_s > 0)) continue;
+    device_times.push_back({device, sum.busy_s / sum.iterations, sum.iteration_s / sum.iterations,
+                            sum.iterations});
+  }
   run_.unreported.clear();
   run_.unreported_layers.clear();
-  absl::Status s =
-      link_->ReportStageTimes(run_.job_id, run_.version, options_.node, times, layer_times);
+  run_.unreported_devices.clear();
+  absl::Status s = link_->ReportStageTimes(run_.job_id, run_.version, options_.node, times,
+                                           layer_times, device_times);
   if (!s.ok()) spdlog::warn("agent {}: cannot report stage times: {}", options_.node, std::string(s.message()));
 }
 

@@ -29,10 +29,12 @@
 // and registers its address; the ranks of version v connect through the store of the agent
 // whose node holds plan device 0, found with PlannerLink::Agents, under the prefix "JOB/vV".
 // Checkpoints without shared storage: each agent keeps CHECKPOINT_ROOT/JOB locally and copies
-// the layer files its ranks write to the other nodes of the job through their stores
-// (CheckpointReplicator); the agent holding plan device 0 picks the iteration every rank of a
-// run resumes from (the newest checkpoint complete on its node) and publishes it as
-// "PREFIX/resume" in its store; the others fetch the layer files of it they lack from that agent.
+// the layer files its ranks write to `checkpoint_replicas` (default: all) other nodes of the job
+// through their stores (CheckpointReplicator); the agent holding plan device 0 gathers the
+// layers of the newest checkpoint complete across the live agents that it lacks, picks that
+// iteration for every rank of the run (the newest checkpoint complete on its node) and publishes
+// it as "PREFIX/resume" in its store; the others fetch the layer files of it they lack from that
+// agent.
 //
 // Not thread-safe: one thread calls Tick in a loop (Run does that).
 #ifndef OCTOPIPE_WORKER_AGENT_AGENT_H_
@@ -71,6 +73,9 @@ struct AgentOptions {
   double max_backoff_s = 5;             // planner retries back off up to this
   int report_every_iterations = 5;      // stage times reported to the planner this often
   int max_rank_restarts = 3;            // restarts of one version after its ranks failed
+  // Peers each layer file written here is copied to (ReplicaNodes); < 0: every other node of
+  // the plan. Any `checkpoint_replicas` nodes may be lost without losing a checkpoint.
+  int checkpoint_replicas = -1;
 };
 
 // One iteration as seen by this node's ranks (for metrics).
@@ -152,6 +157,8 @@ class Agent {
     double tokens_per_iteration = 0;
     StageOpTimes unreported;
     StageOpTimes unreported_layers;
+    // Plan device -> busy and iteration seconds summed over the unreported iterations.
+    std::map<int, DeviceBusyReport> unreported_devices;
     int iterations_seen = 0;
     int completed = 0;  // iterations complete on every local rank
   };
@@ -160,9 +167,11 @@ class Agent {
   void FollowJobs(double now_s);
   absl::Status StartRun(const AgentJob& job);
   // The iteration every rank of the run resumes from (see the top comment); kUnavailable while
-  // it cannot be known yet (retried on the next pass).
+  // it cannot be known yet (retried on the next pass). `holders`: the other live agents' stores,
+  // where the rank-0 agent gathers the layers of the newest checkpoint it lacks.
   absl::StatusOr<int64_t> AgreeOnResume(const AgentJob& job, const std::string& prefix,
-                                        const std::string& rank0_store, int num_layers);
+                                        const std::string& rank0_store, int num_layers,
+                                        const std::vector<std::string>& holders);
   void ReadProgress();
   void FinishRun(const std::vector<RankOutcome>& outcomes);
   // A newer version is out (`newer`, null when the job no longer lists this node or is gone):
@@ -171,7 +180,8 @@ class Agent {
   void LeaveSupersededRun(const AgentJob* newer);
   // True once any local rank recorded an iteration of this run.
   bool RunProgressed() const;
-  // Reports (and clears) the stage and per-layer times not yet reported.
+  // Reports (and clears) the stage, per-layer and per-device times not yet reported (the
+  // planner computes the pipeline-wide measured bubble ratio from the per-device ones).
   void ReportTimes();
   void Event(const std::string& job_id, JobEventReport event);
   void SetState(AgentState s);

@@ -1,5 +1,7 @@
 #include "worker_agent/checkpoint_replicator.h"
 
+#include <algorithm>
+#include <functional>
 #include <tuple>
 
 #include "absl/strings/numbers.h"
@@ -12,6 +14,7 @@ namespace octopipe::agent {
 namespace {
 
 constexpr char kPrefix[] = "ckpt/";
+constexpr char kHeld[] = "held";
 
 // "ckpt/JOB/ITERATION/LAYER" -> (job, iteration, layer).
 bool ParseKey(const std::string& key, std::string* job, int64_t* iteration, int* layer) {
@@ -21,7 +24,32 @@ bool ParseKey(const std::string& key, std::string* job, int64_t* iteration, int*
          absl::SimpleAtoi(parts[2], layer) && *iteration >= 0 && *layer >= 0;
 }
 
+// The (iteration, layer) files of a held list ("ITERATION/LAYER" lines); malformed lines skipped.
+std::vector<std::pair<int64_t, int>> ParseHeld(absl::string_view held) {
+  std::vector<std::pair<int64_t, int>> out;
+  for (absl::string_view line : absl::StrSplit(held, '\n', absl::SkipEmpty())) {
+    std::pair<absl::string_view, absl::string_view> f = absl::StrSplit(line, '/');
+    int64_t iteration = 0;
+    int layer = 0;
+    if (absl::SimpleAtoi(f.first, &iteration) && absl::SimpleAtoi(f.second, &layer)) {
+      out.push_back({iteration, layer});
+    }
+  }
+  return out;
+}
+
+// "ckpt/JOB/held" -> job.
+bool ParseHeldKey(const std::string& key, std::string* job) {
+  std::vector<std::string> parts = absl::StrSplit(key.substr(sizeof(kPrefix) - 1), '/');
+  return parts.size() == 2 && !parts[0].empty() && parts[0] != "." && parts[0] != ".." &&
+         parts[1] == kHeld && (*job = parts[0], true);
+}
+
 }  // namespace
+
+std::string HeldCheckpointsKey(const std::string& job_id) {
+  return absl::StrCat(kPrefix, job_id, "/", kHeld);
+}
 
 std::string CheckpointKey(const std::string& job_id, int64_t iteration, int layer) {
   return absl::StrCat(kPrefix, job_id, "/", iteration, "/", layer);
@@ -75,6 +103,13 @@ void CheckpointReplicator::Serve(executor::TcpStoreServer* store) {
     std::string job;
     int64_t iteration = 0;
     int layer = 0;
+    if (ParseHeldKey(key, &job)) {
+      std::string held;
+      for (const auto& [it, l] : executor::ListLayerCheckpoints(root_ + "/" + job)) {
+        absl::StrAppend(&held, it, "/", l, "\n");
+      }
+      return held;
+    }
     if (!ParseKey(key, &job, &iteration, &layer)) return std::nullopt;
     absl::StatusOr<std::string> bytes = executor::ReadLayerCheckpointBytes(
         executor::LayerCheckpointPath(root_ + "/" + job, iteration, layer));
@@ -112,26 +147,111 @@ absl::Status CheckpointReplicator::FetchMissing(const std::string& job_id, int64
     if (executor::ReadLayerCheckpoint(executor::LayerCheckpointPath(dir, iteration, layer)).ok()) {
       continue;
     }
-    absl::StatusOr<std::string> bytes =
-        client.Fetch(CheckpointKey(job_id, iteration, layer), std::chrono::milliseconds(0));
-    if (!bytes.ok()) {
-      return absl::Status(bytes.status().code(),
-                          absl::StrCat("checkpoint of iteration ", iteration, ", layer ", layer,
-                                       " from ", peer, ": ", bytes.status().message()));
-    }
-    const auto file = std::make_tuple(job_id, iteration, layer);
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      received_.insert(file);  // before the file appears: see the put handler
-    }
-    absl::StatusOr<std::string> path = executor::StoreLayerCheckpointBytes(dir, *bytes);
-    if (!path.ok()) {
-      std::lock_guard<std::mutex> l(mu_);
-      received_.erase(file);
-      return path.status();
-    }
+    if (absl::Status s = FetchLayer(client, peer, job_id, iteration, layer); !s.ok()) return s;
   }
   return absl::OkStatus();
+}
+
+absl::Status CheckpointReplicator::FetchLayer(executor::TcpStore& client, const std::string& peer,
+                                              const std::string& job_id, int64_t iteration,
+                                              int layer) {
+  absl::StatusOr<std::string> bytes =
+      client.Fetch(CheckpointKey(job_id, iteration, layer), std::chrono::milliseconds(0));
+  if (!bytes.ok()) {
+    return absl::Status(bytes.status().code(),
+                        absl::StrCat("checkpoint of iteration ", iteration, ", layer ", layer,
+                                     " from ", peer, ": ", bytes.status().message()));
+  }
+  const auto file = std::make_tuple(job_id, iteration, layer);
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    received_.insert(file);  // before the file appears: see the put handler
+  }
+  absl::StatusOr<std::string> path =
+      executor::StoreLayerCheckpointBytes(root_ + "/" + job_id, *bytes);
+  if (!path.ok()) {
+    std::lock_guard<std::mutex> l(mu_);
+    received_.erase(file);
+    return path.status();
+  }
+  return absl::OkStatus();
+}
+
+std::vector<std::string> ReplicaNodes(std::vector<std::string> nodes, const std::string& self,
+                                      int replicas) {
+  std::sort(nodes.begin(), nodes.end());
+  nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
+  const auto me = std::find(nodes.begin(), nodes.end(), self);
+  if (me == nodes.end()) return {};
+  // The others in ring order after self.
+  std::vector<std::string> ring(me + 1, nodes.end());
+  ring.insert(ring.end(), nodes.begin(), me);
+  if (replicas >= 0 && replicas < static_cast<int>(ring.size())) ring.resize(replicas);
+  return ring;
+}
+
+int64_t CheckpointReplicator::GatherNewest(const std::string& job_id, int num_layers,
+                                           const std::vector<std::string>& peers,
+                                           std::chrono::milliseconds connect_timeout) {
+  const std::string dir = root_ + "/" + job_id;
+  // (iteration, layer) -> the peers holding it; "" for this node.
+  std::map<std::pair<int64_t, int>, std::vector<std::string>> holders;
+  for (const auto& file : executor::ListLayerCheckpoints(dir)) holders[file].push_back("");
+  for (const std::string& peer : peers) {
+    executor::TcpStore client(peer, connect_timeout);
+    absl::StatusOr<std::string> held =
+        client.Fetch(HeldCheckpointsKey(job_id), std::chrono::milliseconds(0));
+    if (!held.ok()) continue;
+    for (const auto& file : ParseHeld(*held)) holders[file].push_back(peer);
+  }
+  std::set<int64_t, std::greater<int64_t>> iterations;
+  for (const auto& [file, who] : holders) iterations.insert(file.first);
+  for (int64_t iteration : iterations) {
+    bool complete = true;
+    for (int layer = 0; layer < num_layers && complete; ++layer) {
+      complete =
+          GatherLayer(job_id, iteration, layer, holders[{iteration, layer}], connect_timeout);
+    }
+    if (complete) return iteration;
+  }
+  return 0;
+}
+
+bool CheckpointReplicator::GatherLayer(const std::string& job_id, int64_t iteration, int layer,
+                                       const std::vector<std::string>& holders,
+                                       std::chrono::milliseconds connect_timeout) {
+  const std::string dir = root_ + "/" + job_id;
+  if (executor::ReadLayerCheckpoint(executor::LayerCheckpointPath(dir, iteration, layer)).ok()) {
+    return true;
+  }
+  for (const std::string& peer : holders) {
+    if (peer.empty()) continue;
+    executor::TcpStore client(peer, connect_timeout);
+    if (FetchLayer(client, peer, job_id, iteration, layer).ok()) return true;
+  }
+  return false;
+}
+
+bool CheckpointReplicator::LearnHeld(const std::string& job, const std::string& peer) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (asked_.count({peer, job})) return true;
+  }
+  absl::StatusOr<std::string> held =
+      Client(peer)->Fetch(HeldCheckpointsKey(job), std::chrono::milliseconds(0));
+  if (!held.ok() && held.status().code() == absl::StatusCode::kNotFound) {
+    held = std::string();  // a peer that does not answer the question: push everything
+  }
+  if (!held.ok()) {
+    clients_.erase(peer);
+    spdlog::debug("checkpoint files held by {}: {}", peer, std::string(held.status().message()));
+    return false;
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  std::set<std::tuple<std::string, int64_t, int>>& known = pushed_to_[peer];
+  for (const auto& [iteration, layer] : ParseHeld(*held)) known.insert({job, iteration, layer});
+  asked_.insert({peer, job});
+  return true;
 }
 
 void CheckpointReplicator::PushOnce() {
@@ -143,6 +263,11 @@ void CheckpointReplicator::PushOnce() {
     peers = peers_;
   }
   if (job.empty() || peers.empty()) return;
+  std::vector<std::string> known;  // the peers whose held files are known
+  for (const std::string& p : peers) {
+    if (LearnHeld(job, p)) known.push_back(p);
+  }
+  peers = std::move(known);
   const std::string dir = root_ + "/" + job;
   for (const auto& [iteration, layer] : executor::ListLayerCheckpoints(dir)) {
     const auto file = std::make_tuple(job, iteration, layer);

@@ -1,13 +1,16 @@
 // Two nodes' replicators over real TCP stores and separate directories: files written on one
 // node reach the other (once, not echoed back), a missing layer is fetched on demand, corrupted
-// bytes are refused.
+// bytes are refused, a restarted node does not push again what its peers hold.
 #include "worker_agent/checkpoint_replicator.h"
 
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <map>
+#include <memory>
 #include <thread>
+#include <vector>
 
 #include "executor/checkpoint.h"
 #include "gtest/gtest.h"
@@ -35,8 +38,10 @@ executor::LayerCheckpoint Layer(int layer, int64_t iteration) {
 }
 
 struct Side {
-  explicit Side(const std::string& name)
-      : root(FreshDir(name)),
+  // `fresh`: an empty directory; otherwise the directory as a previous Side of the same name
+  // left it (an agent restarted on the same node).
+  explicit Side(const std::string& name, bool fresh = true)
+      : root(fresh ? FreshDir(name) : std::string(std::getenv("TEST_TMPDIR")) + "/" + name),
         replicator(root, std::chrono::milliseconds(2000)),
         store(*executor::TcpStoreServer::Start("127.0.0.1", 0)) {
     replicator.Serve(store.get());
@@ -91,6 +96,107 @@ TEST(CheckpointReplicatorTest, WrittenLayersReachThePeerAndMissingOnesAreFetched
   EXPECT_FALSE(client.Put(CheckpointKey("job", 30, 0), "not a checkpoint").ok());
   EXPECT_FALSE(fs::exists(executor::LayerCheckpointPath(b.root + "/job", 30, 0)));
   EXPECT_FALSE(client.Put("ckpt/../escape/1/0", "x").ok());
+}
+
+// An agent restarted on the same node forgets what it pushed and what it received; its peers
+// still hold those files, and it asks them before pushing ("ckpt/JOB/held").
+TEST(CheckpointReplicatorTest, RestartedNodeDoesNotPushAgainWhatItsPeerHolds) {
+  auto a = std::make_unique<Side>("restart-a");
+  auto b = std::make_unique<Side>("restart-b");
+  a->replicator.Replicate("job", {b->address()});
+  b->replicator.Replicate("job", {a->address()});
+  for (int layer = 0; layer < 3; ++layer) {
+    ASSERT_TRUE(executor::WriteLayerCheckpoint(a->root + "/job", Layer(layer, 10)).ok());
+  }
+  // b has a file of its own that a receives.
+  ASSERT_TRUE(executor::WriteLayerCheckpoint(b->root + "/job", Layer(3, 10)).ok());
+  ASSERT_TRUE(WaitFor([&] { return a->replicator.pushed() == 3 && b->replicator.pushed() == 1; },
+                      30));
+  const std::string received = executor::LayerCheckpointPath(a->root + "/job", 10, 3);
+  ASSERT_TRUE(WaitFor([&] { return executor::ReadLayerCheckpoint(received).ok(); }, 30));
+
+  // Restart a: the same directory, a fresh replicator and store.
+  a.reset();
+  a = std::make_unique<Side>("restart-a", /*fresh=*/false);
+  b->replicator.Replicate("job", {a->address()});
+  a->replicator.Replicate("job", {b->address()});
+  int64_t scans = a->replicator.scans();
+  ASSERT_TRUE(WaitFor([&] { return a->replicator.scans() >= scans + 2; }, 30));
+  EXPECT_EQ(a->replicator.pushed(), 0) << "neither its own old files nor the one from b";
+  // A file written after the restart is pushed.
+  ASSERT_TRUE(executor::WriteLayerCheckpoint(a->root + "/job", Layer(0, 20)).ok());
+  ASSERT_TRUE(WaitFor([&] { return a->replicator.pushed() == 1; }, 30));
+  ASSERT_TRUE(WaitFor([&] { return executor::ReadLayerCheckpoint(executor::LayerCheckpointPath(
+                                       b->root + "/job", 20, 0)).ok(); }, 30));
+
+  // Restart b: a holds every file b has (its own and those received), so b pushes nothing.
+  b.reset();
+  b = std::make_unique<Side>("restart-b", /*fresh=*/false);
+  b->replicator.Replicate("job", {a->address()});
+  scans = b->replicator.scans();
+  ASSERT_TRUE(WaitFor([&] { return b->replicator.scans() >= scans + 2; }, 30));
+  EXPECT_EQ(b->replicator.pushed(), 0);
+}
+
+constexpr std::chrono::milliseconds kConnect(200);
+
+TEST(ReplicaNodesTest, TheNextKNodesInTheSortedRing) {
+  const std::vector<std::string> nodes = {"c", "a", "d", "b"};
+  EXPECT_EQ(ReplicaNodes(nodes, "a", 1), (std::vector<std::string>{"b"}));
+  EXPECT_EQ(ReplicaNodes(nodes, "c", 2), (std::vector<std::string>{"d", "a"}));
+  EXPECT_EQ(ReplicaNodes(nodes, "d", 1), (std::vector<std::string>{"a"}));
+  EXPECT_EQ(ReplicaNodes(nodes, "b", -1), (std::vector<std::string>{"c", "d", "a"}));
+  EXPECT_EQ(ReplicaNodes(nodes, "b", 7), (std::vector<std::string>{"c", "d", "a"}));
+  EXPECT_TRUE(ReplicaNodes(nodes, "b", 0).empty());
+  EXPECT_TRUE(ReplicaNodes({"a"}, "a", -1).empty());
+}
+
+// Three nodes, each layer file kept on one peer (the next node in the ring): no node holds
+// every layer; after the loss of one node, the survivor gathers the newest checkpoint from
+// what it holds and what the other survivor holds.
+TEST(CheckpointReplicatorTest, OneReplicaPerFileAndTheNewestCheckpointGatheredAfterALoss) {
+  Side a("ring-a"), b("ring-b");
+  auto c = std::make_unique<Side>("ring-c");
+  const std::map<std::string, std::string> address = {
+      {"a", a.address()}, {"b", b.address()}, {"c", c->address()}};
+  Side* side[] = {&a, &b, c.get()};
+  const std::string names[] = {"a", "b", "c"};
+  for (int i = 0; i < 3; ++i) {
+    std::vector<std::string> peers;
+    for (const std::string& n : ReplicaNodes({"a", "b", "c"}, names[i], 1)) {
+      peers.push_back(address.at(n));
+    }
+    side[i]->replicator.Replicate("job", peers);
+  }
+  // Node i writes layer i of iterations 10 and 20, except that a never writes its layer of 20:
+  // 20 is complete nowhere.
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(executor::WriteLayerCheckpoint(side[i]->root + "/job", Layer(i, 10)).ok());
+    if (i > 0) {
+      ASSERT_TRUE(executor::WriteLayerCheckpoint(side[i]->root + "/job", Layer(i, 20)).ok());
+    }
+  }
+  ASSERT_TRUE(WaitFor([&] { return a.replicator.pushed() == 1 && b.replicator.pushed() == 2 &&
+                                   c->replicator.pushed() == 2; }, 30));
+  auto holds = [](const Side& s, int64_t iteration, int layer) {
+    return fs::exists(executor::LayerCheckpointPath(s.root + "/job", iteration, layer));
+  };
+  // One replica per file: c never got a's layer, a never got b's.
+  EXPECT_TRUE(holds(b, 10, 0));
+  EXPECT_FALSE(holds(*c, 10, 0));
+  EXPECT_FALSE(holds(a, 10, 1));
+  EXPECT_TRUE(holds(a, 10, 2));
+
+  // c is lost; a gathers iteration 10 (layer 1 from b) and skips the incomplete 20.
+  c.reset();
+  EXPECT_EQ(a.replicator.GatherNewest("job", 3, {b.address(), "127.0.0.1:1"}, kConnect), 10);
+  for (int layer = 0; layer < 3; ++layer) {
+    EXPECT_TRUE(executor::ReadLayerCheckpoint(
+                    executor::LayerCheckpointPath(a.root + "/job", 10, layer)).ok())
+        << "layer " << layer;
+  }
+  EXPECT_EQ(a.replicator.GatherNewest("job", 4, {b.address()}, kConnect), 0)
+      << "no 4-layer checkpoint";
 }
 
 }  // namespace

@@ -110,7 +110,8 @@ class GrpcPlannerLink final : public PlannerLink {
   absl::Status ReportStageTimes(const std::string& job_id, int64_t version,
                                 const std::string& node,
                                 const std::vector<StageTimeReport>& times,
-                                const std::vector<LayerTimeReport>& layer_times) override {
+                                const std::vector<LayerTimeReport>& layer_times,
+                                const std::vector<DeviceBusyReport>& device_times) override {
     proto::ReportStageTimesRequest req;
     req.set_job_id(job_id);
     req.set_plan_version(version);
@@ -130,6 +131,13 @@ class GrpcPlannerLink final : public PlannerLink {
       p->set_op_kind(t.op_kind);
       p->set_seconds(t.seconds);
       p->set_samples(t.samples);
+    }
+    for (const DeviceBusyReport& t : device_times) {
+      proto::DeviceBusyTime* p = req.add_device_times();
+      p->set_device(t.device);
+      p->set_busy_seconds(t.busy_s);
+      p->set_iteration_seconds(t.iteration_s);
+      p->set_iterations(t.iterations);
     }
     proto::ReportStageTimesResponse resp;
     auto ctx = Context();

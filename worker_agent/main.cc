@@ -43,6 +43,9 @@ ABSL_FLAG(double, max_backoff_s, 5,
 ABSL_FLAG(int, max_rank_restarts, 3,
           "restarts of a plan version from its last checkpoint after its ranks failed (a node "
           "loss is followed by a new version instead)");
+ABSL_FLAG(int, checkpoint_replicas, -1,
+          "other nodes of a job each checkpoint layer file written here is copied to (the next "
+          "ones in the sorted ring of the plan's nodes); -1: all. Any K nodes may be lost");
 ABSL_FLAG(int, report_every, 5, "report measured stage times every N iterations");
 ABSL_FLAG(int, metrics_port, -1, "Prometheus /metrics port; 0 picks one; -1 off");
 ABSL_FLAG(std::string, metrics_host, "127.0.0.1", "address for /metrics");
@@ -107,6 +110,10 @@ int main(int argc, char** argv) {
   o.report_every_iterations = absl::GetFlag(FLAGS_report_every);
   o.max_backoff_s = absl::GetFlag(FLAGS_max_backoff_s);
   o.max_rank_restarts = absl::GetFlag(FLAGS_max_rank_restarts);
+  o.checkpoint_replicas = absl::GetFlag(FLAGS_checkpoint_replicas);
+  if (o.checkpoint_replicas < -1) {
+    return Fail(absl::StrCat("--checkpoint_replicas must be >= -1, got ", o.checkpoint_replicas));
+  }
   if (o.max_rank_restarts < 0) {
     return Fail(absl::StrCat("--max_rank_restarts must be >= 0, got ", o.max_rank_restarts));
   }

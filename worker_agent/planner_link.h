@@ -58,6 +58,15 @@ struct LayerTimeReport {
   int64_t samples = 0;
 };
 
+// One plan device's mean busy seconds (its ops' durations) and iteration seconds per
+// iteration, over `iterations` iterations.
+struct DeviceBusyReport {
+  int device = 0;
+  double busy_s = 0;
+  double iteration_s = 0;
+  int64_t iterations = 0;
+};
+
 struct JobEventReport {
   std::string kind;  // rank_failed, resumed, plan_refused, started, stopped, completed
   std::string node;
@@ -80,7 +89,8 @@ class PlannerLink {
   virtual absl::Status ReportStageTimes(const std::string& job_id, int64_t version,
                                         const std::string& node,
                                         const std::vector<StageTimeReport>& times,
-                                        const std::vector<LayerTimeReport>& layer_times) = 0;
+                                        const std::vector<LayerTimeReport>& layer_times,
+                                        const std::vector<DeviceBusyReport>& device_times) = 0;
   virtual absl::Status ReportEvent(const std::string& job_id, const JobEventReport& event) = 0;
 };
 

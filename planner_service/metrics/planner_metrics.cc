@@ -44,6 +44,17 @@ absl::StatusOr<std::unique_ptr<PlannerMetrics>> PlannerMetrics::Create(
                                 .Help("Fraction of device time the job's current plan leaves "
                                       "idle (pipeline bubble), as predicted, ratio 0 to 1.")
                                 .Register(registry);
+    m->measured_iteration_ = &prometheus::BuildGauge()
+                                  .Name("octopipe_measured_iteration_seconds")
+                                  .Help("Iteration time the job's agents measured on its "
+                                        "current plan: the slowest device's mean, in seconds.")
+                                  .Register(registry);
+    m->measured_bubble_ = &prometheus::BuildGauge()
+                               .Name("octopipe_measured_bubble_ratio")
+                               .Help("Fraction of device time the job's pipeline left idle, "
+                                     "measured by its agents across all of the plan's devices "
+                                     "(1 - busy / (devices x iteration time)), ratio 0 to 1.")
+                               .Register(registry);
     m->replans_ = &prometheus::BuildCounter()
                        .Name("octopipe_replans_total")
                        .Help("Re-plans of running jobs, by reason: measured (profiles drifted "
@@ -108,8 +119,15 @@ void PlannerMetrics::SetJobPrediction(const std::string& job_id, double iteratio
   predicted_bubble_->Add({{"job_id", job_id}}).Set(bubble_ratio);
 }
 
+void PlannerMetrics::SetJobMeasurement(const std::string& job_id, double iteration_s,
+                                       double bubble_ratio) {
+  measured_iteration_->Add({{"job_id", job_id}}).Set(iteration_s);
+  measured_bubble_->Add({{"job_id", job_id}}).Set(bubble_ratio);
+}
+
 void PlannerMetrics::RemoveJob(const std::string& job_id) {
-  for (prometheus::Family<prometheus::Gauge>* family : {predicted_iteration_, predicted_bubble_}) {
+  for (prometheus::Family<prometheus::Gauge>* family :
+       {predicted_iteration_, predicted_bubble_, measured_iteration_, measured_bubble_}) {
     if (family->Has({{"job_id", job_id}})) family->Remove(&family->Add({{"job_id", job_id}}));
   }
 }

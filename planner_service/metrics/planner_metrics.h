@@ -8,6 +8,8 @@
 //   octopipe_tuning_seconds                histogram  -              seconds  0.01 .. 60 s
 //   octopipe_predicted_iteration_seconds   gauge      job_id         seconds
 //   octopipe_predicted_bubble_ratio        gauge      job_id         ratio    0 .. 1
+//   octopipe_measured_iteration_seconds    gauge      job_id         seconds  from agents
+//   octopipe_measured_bubble_ratio         gauge      job_id         ratio    all devices
 //   octopipe_replans_total                 counter    reason         -        see ReplanReason
 //   octopipe_agents_alive                  gauge      -              -
 //   octopipe_rpcs_total                    counter    method, code   -        code: "OK", ...
@@ -25,7 +27,10 @@
 // The known label values of `kind` and `reason` are created at Create, so their series exist
 // (at 0) from the first scrape and rate() sees the first increment; the typed accessors return
 // those cached children without a lookup. Per-job gauges are set with SetJobPrediction and
-// dropped with RemoveJob when the job is deleted.
+// SetJobMeasurement and dropped with RemoveJob when the job is deleted. The measured series
+// appear once every device of the job's plan has been reported by the agents
+// (planner_service/measured_bubble.h) and keep their last value until the next plan version's
+// devices have all reported.
 //
 // Thread safety: every method may be called from any thread (prometheus-cpp metrics are atomic;
 // its families lock on Add/Remove). Lifetime: the metric objects are owned by the Registry
@@ -91,6 +96,9 @@ class PlannerMetrics {
 
   // The predicted iteration time and bubble ratio of a job's current plan.
   void SetJobPrediction(const std::string& job_id, double iteration_s, double bubble_ratio);
+  // The iteration time and pipeline bubble ratio the agents measured across all of the job's
+  // devices.
+  void SetJobMeasurement(const std::string& job_id, double iteration_s, double bubble_ratio);
   // Drops the job's series from the page. No-op for a job without series.
   void RemoveJob(const std::string& job_id);
 
@@ -100,6 +108,8 @@ class PlannerMetrics {
   prometheus::Family<prometheus::Counter>* plans_computed_ = nullptr;       // {kind}
   prometheus::Family<prometheus::Gauge>* predicted_iteration_ = nullptr;    // {job_id}
   prometheus::Family<prometheus::Gauge>* predicted_bubble_ = nullptr;       // {job_id}
+  prometheus::Family<prometheus::Gauge>* measured_iteration_ = nullptr;     // {job_id}
+  prometheus::Family<prometheus::Gauge>* measured_bubble_ = nullptr;        // {job_id}
   prometheus::Family<prometheus::Counter>* replans_ = nullptr;              // {reason}
   prometheus::Family<prometheus::Counter>* rpcs_ = nullptr;                 // {method, code}
   prometheus::Family<prometheus::Gauge>* queue_depth_ = nullptr;            // {lane}

@@ -78,6 +78,7 @@ void SetSomeValues(PlannerMetrics& m) {
   m.TuningSeconds().Observe(0.02);
   m.TuningSeconds().Observe(3.5);
   m.SetJobPrediction("job-1", 1.25, 0.125);
+  m.SetJobMeasurement("job-1", 1.5, 0.25);
   m.Replans(ReplanReason::kNodeFailure).Increment();
   m.AgentsAlive().Set(3);
   m.Rpcs("SubmitJob", absl::StatusCode::kOk).Increment();
@@ -97,6 +98,8 @@ TEST(PlannerMetricsTest, DeclaresEveryFamilyWithItsTypeAndLabels) {
            "# TYPE octopipe_tuning_seconds histogram\n",
            "# TYPE octopipe_predicted_iteration_seconds gauge\n",
            "# TYPE octopipe_predicted_bubble_ratio gauge\n",
+           "# TYPE octopipe_measured_iteration_seconds gauge\n",
+           "# TYPE octopipe_measured_bubble_ratio gauge\n",
            "# TYPE octopipe_replans_total counter\n",
            "# TYPE octopipe_agents_alive gauge\n",
            "# TYPE octopipe_rpcs_total counter\n",
@@ -112,6 +115,8 @@ TEST(PlannerMetricsTest, DeclaresEveryFamilyWithItsTypeAndLabels) {
   EXPECT_THAT(text, HasSubstr("octopipe_tuning_seconds_count 2\n"));
   EXPECT_THAT(text, HasSubstr("octopipe_predicted_iteration_seconds{job_id=\"job-1\"} 1.25\n"));
   EXPECT_THAT(text, HasSubstr("octopipe_predicted_bubble_ratio{job_id=\"job-1\"} 0.125\n"));
+  EXPECT_THAT(text, HasSubstr("octopipe_measured_iteration_seconds{job_id=\"job-1\"} 1.5\n"));
+  EXPECT_THAT(text, HasSubstr("octopipe_measured_bubble_ratio{job_id=\"job-1\"} 0.25\n"));
   EXPECT_THAT(text, HasSubstr("octopipe_replans_total{reason=\"node_failure\"} 1\n"));
   EXPECT_THAT(text, HasSubstr("octopipe_agents_alive 3\n"));
   EXPECT_THAT(text, HasSubstr("octopipe_rpcs_total{code=\"NOT_FOUND\",method=\"GetPlan\"} 1\n"));
@@ -164,12 +169,15 @@ TEST(PlannerMetricsTest, RemoveJobDropsItsSeriesOnly) {
   ASSERT_NE(m, nullptr);
   m->SetJobPrediction("job-1", 1.5, 0.25);
   m->SetJobPrediction("job-2", 2.5, 0.5);
+  m->SetJobMeasurement("job-1", 1.75, 0.3);
+  m->SetJobMeasurement("job-2", 2.75, 0.6);
   m->RemoveJob("job-1");
   m->RemoveJob("job-never-seen");
   const std::string text = RenderText(registry);
   EXPECT_THAT(text, Not(HasSubstr("job_id=\"job-1\"")));
   EXPECT_THAT(text, HasSubstr("octopipe_predicted_iteration_seconds{job_id=\"job-2\"} 2.5\n"));
   EXPECT_THAT(text, HasSubstr("octopipe_predicted_bubble_ratio{job_id=\"job-2\"} 0.5\n"));
+  EXPECT_THAT(text, HasSubstr("octopipe_measured_bubble_ratio{job_id=\"job-2\"} 0.6\n"));
 }
 
 // A name already taken by a metric of another type is refused with a status, not a throw.
