@@ -101,7 +101,9 @@ TEST(ProfileCommandTest, IdenticalLayersArePooled) {
                          out, err),
               0)
         << err.str();
-    if (pool) EXPECT_NE(out.str().find("L1.moe (x3)"), std::string::npos) << out.str();
+    if (pool) {
+      EXPECT_NE(out.str().find("L1.moe (x3)"), std::string::npos) << out.str();
+    }
     absl::StatusOr<ModelGraph> model = LoadModelFile(prefix + ".model.json");
     EXPECT_TRUE(model.ok()) << model.status();
     return model.ok() ? *model : ModelGraph{};

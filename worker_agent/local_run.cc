@@ -42,7 +42,8 @@ struct RankReport {
 RankReport ReportOf(const executor::RankResult& r) {
   RankReport out;
   for (const executor::IterationStats& it : r.iterations) {
-    RankReport::Iteration i{it.has_loss, it.loss, it.wall_s, {}, {}, it.peak_activation_bytes};
+    RankReport::Iteration i{it.has_loss, it.loss, it.wall_s, {}, {},
+                             static_cast<double>(it.peak_activation_bytes)};
     for (const executor::OpTiming& op : it.ops) i.ops.push_back({op.op, op.end_s - op.start_s});
     for (const executor::LayerOpTiming& t : it.layer_ops) {
       i.layer_ops.push_back({{t.layer, t.kind}, t.seconds});
