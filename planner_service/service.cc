@@ -30,7 +30,8 @@ PlannerService::PlannerService(JobManager* jobs, AgentRegistry* agents, Store* s
     : jobs_(jobs), agents_(agents), store_(store), pool_(pool), options_(std::move(options)),
       observer_(observer),
       clock_(options_.clock ? options_.clock : &real_clock_),
-      cache_(options_.plan_cache_entries, options_.plan_cache_bytes) {
+      cache_(options_.plan_cache_entries, options_.plan_cache_bytes),
+      expiry_(clock_) {
   CheckDecoding();
 }
 
@@ -196,14 +197,28 @@ grpc::ServerUnaryReactor* PlannerService::Plan(grpc::CallbackServerContext* ctx,
   std::function<bool()> should_stop = [ctx, pool] {
     return ctx->IsCancelled() || pool->stopping();
   };
+  // Still queued at its deadline: answered then, and the task is skipped when a worker gets to
+  // it (admission's wait estimate can be wrong; the deadline must hold anyway).
+  std::shared_ptr<QueueExpiry::Ticket> ticket =
+      expiry_.Add(deadline, [this, reactor, key, budget] {
+        const absl::Status late = absl::DeadlineExceededError(absl::StrFormat(
+            "the call's deadline (its time budget of %.3f s or its gRPC deadline) passed while "
+            "it waited in the queue; retry later or allow more time",
+            budget));
+        FinishWaiters(key, late, nullptr, 0);
+        if (observer_) observer_->OnRpc("Plan", ToGrpc(late).error_code());
+        reactor->Finish(ToGrpc(late));
+      });
   const bool queued = pool_->TrySubmit(
-      [this, reactor, shared, key, deadline, response, should_stop] {
+      [this, reactor, shared, key, deadline, response, should_stop, ticket] {
         UpdateHealth();  // a slot is free again
+        if (!QueueExpiry::Claim(*ticket)) return;  // answered at its deadline already
         RunOneShot(reactor, *shared, key, deadline, response, should_stop);
       },
       TuningPool::Lane::kOneShot);
   UpdateHealth();
   if (!queued) {
+    QueueExpiry::Claim(*ticket);  // answered below, not at the deadline
     const absl::Status refused =
         pool_->stopping()
             ? absl::UnavailableError("the planner is shutting down; retry on another replica")

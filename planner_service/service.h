@@ -17,6 +17,7 @@
 #include "planner_service/admission.h"
 #include "planner_service/agent_registry.h"
 #include "core/clock.h"
+#include "planner_service/queue_expiry.h"
 #include "planner_service/job_manager.h"
 #include "planner_service/plan_cache.h"
 #include "planner_service/planning.h"
@@ -169,6 +170,8 @@ class PlannerService final : public proto::Planner::CallbackService {
       ABSL_GUARDED_BY(in_flight_mu_);
   std::atomic<grpc::HealthCheckServiceInterface*> health_{nullptr};
   std::atomic<int> serving_{-1};  // last status set: -1 unknown, 0 NOT_SERVING, 1 SERVING
+  // Answers queued one-shot calls at their deadline. Last: destroyed (its thread joined) first.
+  QueueExpiry expiry_;
 };
 
 }  // namespace octopipe::planner

@@ -674,6 +674,39 @@ TEST(PlannerLoadTest, QueueWaitCountsAndAdmissionRefusesOnlyWhatCannotBeMet) {
   EXPECT_LT(queued_latency, 8 * 1.1 + 2);
 }
 
+// Issue 11: a call admitted on a wrong wait estimate (nothing measured yet) and still queued at
+// its deadline is answered DEADLINE_EXCEEDED at that deadline, not when a worker frees up.
+TEST(PlannerLoadTest, QueuedCallIsAnsweredAtItsDeadline) {
+  PlannerProcess planner(kPlanner);
+  ASSERT_TRUE(planner.Start({"--state_dir=" + TmpDir("queued"), "--workers=1"}).ok())
+      << planner.log();
+  auto stub = Connect(planner);
+  // A job's first plan takes the one worker for its 8 s budget (CreateJob answers once the
+  // task is queued; the jobs lane goes before any one-shot call).
+  proto::PlanRequest slow = SlowPlan();
+  slow.mutable_options()->set_num_microbatches(128);
+  slow.mutable_options()->set_time_budget_s(8);
+  proto::Job job;
+  ASSERT_TRUE(CallCreate(stub.get(), AsJob(slow, "ahead"), &job).ok());
+  proto::PlanRequest quick = SmallPlan();
+  quick.mutable_options()->set_time_budget_s(0.5);
+  const auto start = std::chrono::steady_clock::now();
+  proto::PlanResponse resp;
+  auto ctx = Ctx();  // no nearer gRPC deadline: only the 0.5 s budget bounds the call
+  const grpc::Status s = stub->Plan(ctx.get(), quick, &resp);
+  const double latency = SecondsSince(start);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << s.error_message();
+  EXPECT_THAT(s.error_message(), HasSubstr("waited in the queue"));
+  EXPECT_LT(latency, 0.5 + 1) << "answered at its deadline, not after the job's planning";
+  proto::GetJobRequest g;
+  g.set_job_id(job.id());
+  proto::GetJobResponse got;
+  auto gctx = Ctx();
+  ASSERT_TRUE(stub->GetJob(gctx.get(), g, &got).ok());
+  EXPECT_EQ(got.job().state(), proto::JOB_STATE_PLANNING)
+      << "the job must still hold the worker for the test to mean anything";
+}
+
 // Sends `bytes` as the request of `method` with the generic stub; server streams are read to
 // their end. Returns the call's status.
 grpc::Status SendRaw(const PlannerProcess& p, const std::string& method, const std::string& bytes,
