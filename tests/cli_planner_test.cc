@@ -1,5 +1,5 @@
 // The `octopipe` CLI against a real planner: both run as real processes. The planner is
-// started with tests/planner_process.h (ready once it prints its "serving on" line); each CLI
+// started with tests/planner_process.h (ready once its --port_file is written); each CLI
 // command is fork/exec'd with its stdout and stderr captured and its exit code checked.
 #include <fcntl.h>
 #include <poll.h>

@@ -4,15 +4,19 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/inotify.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <regex>
+#include <fstream>
 
 #include "absl/strings/str_cat.h"
 
@@ -57,15 +61,35 @@ PlannerProcess::~PlannerProcess() {
 absl::Status PlannerProcess::Start(const std::vector<std::string>& args, double timeout_s) {
   std::vector<std::string> argv = {binary_};
   bool has_port = false, has_metrics = false;
+  std::string port_file;
   for (const std::string& a : args) {
     has_port |= a.rfind("--port=", 0) == 0;
     has_metrics |= a.rfind("--metrics_port=", 0) == 0;
+    if (a.rfind("--port_file=", 0) == 0) port_file = a.substr(std::strlen("--port_file="));
     argv.push_back(a);
   }
   if (!has_port) argv.push_back("--port=0");
   if (!has_metrics) argv.push_back("--metrics_port=0");
+  if (port_file.empty()) {
+    static std::atomic<int> counter{0};
+    const char* dir = std::getenv("TEST_TMPDIR");
+    port_file = absl::StrCat(dir != nullptr ? dir : "/tmp", "/planner-", getpid(), "-",
+                             counter++, ".port");
+    argv.push_back("--port_file=" + port_file);
+  }
+  std::remove(port_file.c_str());
+  // The planner renames the finished file into place: watch its directory for that.
+  const std::string dir = port_file.substr(0, port_file.rfind('/'));
+  const int watch_fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  if (watch_fd < 0 || inotify_add_watch(watch_fd, dir.c_str(), IN_MOVED_TO | IN_CLOSE_WRITE) < 0) {
+    if (watch_fd >= 0) close(watch_fd);
+    return absl::InternalError(absl::StrCat("inotify on ", dir, " failed"));
+  }
   int fds[2];
-  if (pipe(fds) != 0) return absl::InternalError("pipe failed");
+  if (pipe(fds) != 0) {
+    close(watch_fd);
+    return absl::InternalError("pipe failed");
+  }
   const pid_t pid = fork();
   if (pid < 0) return absl::InternalError("fork failed");
   if (pid == 0) {
@@ -80,52 +104,58 @@ absl::Status PlannerProcess::Start(const std::vector<std::string>& args, double 
   }
   close(fds[1]);
   pid_ = pid;
+  if (stderr_fd_ >= 0) close(stderr_fd_);  // of an earlier run, already drained
   stderr_fd_ = fds[0];
-  log_.clear();
+  {
+    std::lock_guard<std::mutex> lock(log_mu_);
+    log_.clear();
+  }
+  // Drains stderr for the process's whole life, so it never blocks on a full pipe.
+  drain_ = std::thread([this, fd = stderr_fd_] {
+    char b[4096];
+    ssize_t n;
+    while ((n = read(fd, b, sizeof(b))) > 0) {
+      std::lock_guard<std::mutex> lock(log_mu_);
+      log_.append(b, n);
+    }
+  });
+  // Ready when --port_file holds "PORT\nMETRICS_PORT\n"; failed when the process exits first.
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::milliseconds(int(timeout_s * 1000));
-  const std::regex serving(R"(serving on [^ ]+:(\d+).*metrics on [^ ]+:(-?\d+))");
-  const std::regex serving_plain(R"(serving on [^ ]+:(\d+))");
+  absl::Status result = absl::OkStatus();
   while (true) {
-    std::smatch m;
-    const size_t nl = log_.find("serving on");
-    if (nl != std::string::npos && log_.find('\n', nl) != std::string::npos) {
-      const std::string line = log_.substr(nl, log_.find('\n', nl) - nl);
-      if (std::regex_search(line, m, serving)) {
-        port_ = std::stoi(m[1]);
-        metrics_port_ = std::stoi(m[2]);
-      } else if (std::regex_search(line, m, serving_plain)) {
-        port_ = std::stoi(m[1]);
-      }
-      // Keep draining stderr in the background so the child never blocks on a full pipe.
-      const int fd = stderr_fd_;
-      drain_ = std::thread([this, fd] {
-        char b[4096];
-        ssize_t n;
-        while ((n = read(fd, b, sizeof(b))) > 0) {
-          std::lock_guard<std::mutex> lock(log_mu_);
-          log_.append(b, n);
-        }
-      });
-      return absl::OkStatus();
+    std::ifstream in(port_file);
+    int port = 0, metrics_port = -1;
+    if (in >> port >> metrics_port) {
+      port_ = port;
+      metrics_port_ = metrics_port;
+      break;
+    }
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      if (drain_.joinable()) drain_.join();
+      result = absl::FailedPreconditionError(
+          absl::StrCat("planner exited (status ", status, ") before serving:\n", log()));
+      break;
     }
     const int left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
                                           deadline - std::chrono::steady_clock::now())
                                           .count());
-    if (left <= 0) return absl::DeadlineExceededError(absl::StrCat("planner not ready:\n", log_));
-    pollfd p{stderr_fd_, POLLIN, 0};
-    if (poll(&p, 1, left) <= 0) continue;
-    char buf[4096];
-    const ssize_t n = read(stderr_fd_, buf, sizeof(buf));
-    if (n <= 0) {
-      int status = 0;
-      waitpid(pid_, &status, 0);
-      pid_ = -1;
-      return absl::FailedPreconditionError(absl::StrCat("planner exited (status ", status,
-                                                        ") before serving:\n", log_));
+    if (left <= 0) {
+      result = absl::DeadlineExceededError(absl::StrCat("planner not ready:\n", log()));
+      break;
     }
-    log_.append(buf, n);
+    // Wakes on a file event in the directory, or every 100 ms to notice an exit.
+    pollfd p{watch_fd, POLLIN, 0};
+    if (poll(&p, 1, std::min(left, 100)) > 0) {
+      char events[4096];
+      while (read(watch_fd, events, sizeof(events)) > 0) {
+      }
+    }
   }
+  close(watch_fd);
+  return result;
 }
 
 int PlannerProcess::Kill(int sig) {

@@ -1,6 +1,7 @@
 // PlannerProcess: runs the real octopipe-planner binary as a child process for end-to-end
-// tests and waits for readiness by reading its "serving on HOST:PORT" line from stderr (no
-// sleeps). Kill() sends a signal; the destructor kills and reaps it.
+// tests and waits for readiness on its --port_file (the ports it bound, written atomically once
+// it serves; inotify, no sleeps). Its stderr is kept for log(). Kill() sends a signal; the
+// destructor kills and reaps it.
 #ifndef OCTOPIPE_TESTS_PLANNER_PROCESS_H_
 #define OCTOPIPE_TESTS_PLANNER_PROCESS_H_
 
@@ -22,8 +23,9 @@ class PlannerProcess {
   explicit PlannerProcess(std::string binary) : binary_(std::move(binary)) {}
   ~PlannerProcess();
 
-  // Starts with `args` (plus --port=0 --metrics_port=0 unless given) and waits up to
-  // `timeout_s` for the serving line. On failure the status carries the process's stderr.
+  // Starts with `args` (plus --port=0 --metrics_port=0 and a --port_file in TEST_TMPDIR unless
+  // given) and waits up to `timeout_s` for the port file. On failure the status carries the
+  // process's stderr.
   absl::Status Start(const std::vector<std::string>& args, double timeout_s = 60);
   // Sends `sig` and waits for the exit; returns the wait status.
   int Kill(int sig);
