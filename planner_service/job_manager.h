@@ -9,6 +9,12 @@
 // pushed to watchers under the manager's lock, in version order: watch callbacks must only
 // queue (never block or call back into the manager).
 //
+// The jobs themselves are domain records (JobRecord, job_state.h); the gRPC adapter converts
+// requests and answers (job_convert.h) and the store converts what it persists. Plan versions
+// and stage-time reports still travel in their wire form (proto::PlanVersion,
+// ReportStageTimesRequest/Response): a version is the tuner's answer as the planner stores and
+// streams it, and the report is parsed into calibration's types here.
+//
 // Thread-safe. The pool must be shut down before the manager is destroyed (tasks hold `this`).
 #ifndef OCTOPIPE_PLANNER_SERVICE_JOB_MANAGER_H_
 #define OCTOPIPE_PLANNER_SERVICE_JOB_MANAGER_H_
@@ -25,7 +31,9 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "core/clock.h"
+#include "core/plan.h"
 #include "core/replan_reason.h"
+#include "planner_service/job_state.h"
 #include "planner_service/measured_bubble.h"
 #include "planner_service/planning.h"
 #include "planner_service/replan_policy.h"
@@ -52,6 +60,12 @@ class JobObserver {
                             const std::vector<DeviceBusy>& devices) {}
 };
 
+// A job and its current plan version (absent before the first plan), as Get returns them.
+struct JobSnapshot {
+  JobRecord job;
+  std::optional<proto::PlanVersion> current;
+};
+
 struct JobManagerOptions {
   PlanningLimits limits;
   ReplanPolicyOptions replan;
@@ -63,31 +77,20 @@ class JobManager {
              JobObserver* observer = nullptr);
 
   // Loads jobs, versions and calibration from the store. A stored re-plan intent
-  // (Job.pending_replan_reason) is resumed and a job without a plan is planned; a job whose
+  // (JobRecord::pending_reason) is resumed and a job without a plan is planned; a job whose
   // stored input no longer validates is marked FAILED with the reason (never planned).
   absl::Status Recover();
 
   // Validates, persists and queues the first plan. kResourceExhausted when the pool's queue is
   // full (nothing is created), kInvalidArgument naming the field.
-  absl::StatusOr<proto::Job> Create(const proto::CreateJobRequest& request);
-  // The job and its current version; the job is its Summary (model_omitted) when the
-  // response would exceed kMaxResponseBytes.
-  absl::StatusOr<proto::GetJobResponse> Get(const std::string& job_id) const;
-  // Every job, full, oldest first.
-  std::vector<proto::Job> List() const;
-  // One page of summaries (Summary()), oldest first, at most `page_size` (0: default) jobs and
-  // about kMaxResponseBytes. kInvalidArgument for a bad page_size or token.
-  absl::StatusOr<proto::ListJobsResponse> ListPage(int page_size,
-                                                   const std::string& page_token) const;
-  // The job without model.layers, with num_layers set.
-  static proto::Job Summary(const proto::Job& job);
+  absl::StatusOr<JobRecord> Create(NewJob job);
+  // The job and its current version (none before the first plan). kNotFound for an unknown job.
+  absl::StatusOr<JobSnapshot> Get(const std::string& job_id) const;
+  // Every job, full, oldest first (created_unix_ms, then id).
+  std::vector<JobRecord> List() const;
   // Whether any job's cluster has this node.
   bool KnowsNode(const std::string& node_id) const;
 
-  // Responses stay under gRPC's default 4 MB receive limit with room to spare.
-  static constexpr size_t kMaxResponseBytes = 3 << 20;
-  static constexpr int kDefaultPageSize = 100;
-  static constexpr int kMaxPageSize = 1000;
   absl::Status Delete(const std::string& job_id);
 
   // Calls `on_version` for every version newer than `after_version` (the current one first
@@ -98,7 +101,7 @@ class JobManager {
   absl::StatusOr<int64_t> Watch(const std::string& job_id, int64_t after_version,
                                 std::function<void(const proto::PlanVersion&)> on_version,
                                 std::function<void()> on_end,
-                                std::function<void(const proto::JobEvent&)> on_event = nullptr);
+                                std::function<void(const JobEvent&)> on_event = nullptr);
   // After Unwatch no new call starts, but one already running may still be in progress: the
   // callbacks must not own state the caller frees (the gRPC reactor shares its state with
   // them through a shared_ptr and an alive flag).
@@ -113,23 +116,29 @@ class JobManager {
 
   // Appends an agent's event to the job (time-stamped, persisted; the newest 200 are kept).
   // kNotFound for an unknown job.
-  absl::Status AddEvent(const std::string& job_id, proto::JobEvent event);
+  absl::Status AddEvent(const std::string& job_id, JobEvent event);
 
   int num_jobs() const;
 
  private:
+  // Everything the manager holds about one job.
   struct Entry {
-    proto::Job job;
-    std::vector<proto::PlanVersion> versions;
+    JobRecord job;  // what is persisted as the job (Store::PutJob)
+    std::vector<proto::PlanVersion> versions;  // as stored and streamed, oldest first
+    // The current version's plan in core form (converted once, when the version is adopted or
+    // loaded); an error when there is no version yet or its plan does not convert.
+    absl::StatusOr<Plan> current_plan = absl::FailedPreconditionError("no plan yet");
     std::vector<double> factors;  // calibration, one per layer (empty: none yet)
     bool planning = false;        // a task is queued or running
-    std::optional<ReplanReason> pending_reason;  // another re-plan asked for while planning
+    // Another re-plan asked for while planning: runs once more after the task (not persisted;
+    // the stored intent is job.pending_reason).
+    std::optional<ReplanReason> rerun_reason;
   };
   struct Subscription {
     std::string job_id;
     std::function<void(const proto::PlanVersion&)> on_version;
     std::function<void()> on_end;
-    std::function<void(const proto::JobEvent&)> on_event;  // may be empty
+    std::function<void(const JobEvent&)> on_event;  // may be empty
   };
 
   // Queues planning for the job (coalescing with a running task). `bounded` uses TrySubmit.
