@@ -18,10 +18,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-double NowSeconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 }  // namespace
 
 const char* AgentStateName(AgentState s) {
@@ -57,7 +53,11 @@ absl::StatusOr<std::vector<LocalRank>> LocalRanksOf(const AgentJob& job, const s
 
 Agent::Agent(AgentOptions options, PlannerLink* link, RankLauncher* launcher,
              AgentObserver* observer)
-    : options_(std::move(options)), link_(link), launcher_(launcher), observer_(observer) {}
+    : options_(std::move(options)),
+      clock_(ClockOrReal(options_.clock)),
+      link_(link),
+      launcher_(launcher),
+      observer_(observer) {}
 
 absl::Status Agent::Init() {
   absl::StatusOr<std::unique_ptr<executor::TcpStoreServer>> s =
@@ -291,7 +291,7 @@ absl::StatusOr<int64_t> Agent::AgreeOnResume(const AgentJob& job, const std::str
     if (expected != expected_checkpoint_.end()) {
       // This node's ranks stopped cleanly at that iteration; the peers' layers of it are on
       // their way (pushed as soon as written): worth a short wait rather than redoing work.
-      if (k < expected->second.first && NowSeconds() < expected->second.second) {
+      if (k < expected->second.first && clock_.NowSeconds() < expected->second.second) {
         return absl::UnavailableError(absl::StrCat("waiting for the peers' layers of iteration ",
                                                    expected->second.first));
       }
@@ -372,9 +372,10 @@ void Agent::ReadProgress() {
     n.mean_overhead_ratio = o.second > 0 ? o.first / o.second : 0;
     if (observer_) observer_->OnIteration(n);
     if (switching_job_ == run_.job_id && run_.version != switching_from_) {
-      if (observer_) observer_->OnPlanSwitch(run_.job_id, NowSeconds() - switch_seen_s_);
+      const double switch_s = clock_.NowSeconds() - switch_seen_s_;
+      if (observer_) observer_->OnPlanSwitch(run_.job_id, switch_s);
       spdlog::info("agent {}: plan switch of job {} to v{} took {:.3f}s", options_.node,
-                   run_.job_id, run_.version, NowSeconds() - switch_seen_s_);
+                   run_.job_id, run_.version, switch_s);
       switching_job_.clear();
     }
     if (run_.iterations_seen++ > 0) {  // the run's first iteration warms up
@@ -470,7 +471,7 @@ void Agent::FinishRun(const std::vector<RankOutcome>& outcomes) {
     if (run_.holds_rank0) Event(run_.job_id, {"completed", "", run_.version, reached, ""});
   } else if (stopped) {
     constexpr double kWaitForPeersS = 3;
-    expected_checkpoint_[run_.job_id] = {reached, NowSeconds() + kWaitForPeersS};
+    expected_checkpoint_[run_.job_id] = {reached, clock_.NowSeconds() + kWaitForPeersS};
     if (run_.holds_rank0) {
       Event(run_.job_id, {"stopped", "", run_.version, reached,
                           "stopped at an iteration boundary for a new plan version"});
@@ -516,7 +517,7 @@ void Agent::LeaveSupersededRun(const AgentJob* newer) {
   if (!run_.superseded) {
     switching_job_ = run_.job_id;
     switching_from_ = run_.version;
-    switch_seen_s_ = NowSeconds();
+    switch_seen_s_ = clock_.NowSeconds();
   }
   run_.superseded = true;
   SetState(AgentState::kSwitching);
@@ -566,7 +567,8 @@ void Agent::FollowJobs(double now_s) {
   }
 }
 
-double Agent::Tick(double now_s) {
+double Agent::Tick() {
+  const double now_s = clock_.NowSeconds();
   KeepRegistered(now_s);
   FollowJobs(now_s);
   const double poll = state_ == AgentState::kRunning || state_ == AgentState::kSwitching ? 0.05
@@ -576,7 +578,7 @@ double Agent::Tick(double now_s) {
 
 void Agent::Run(const std::atomic<bool>& stop) {
   while (!stop.load() && !left()) {
-    const double wait = Tick(NowSeconds());
+    const double wait = Tick();
     std::this_thread::sleep_for(std::chrono::duration<double>(std::max(wait, 0.01)));
   }
   launcher_->KillAll();

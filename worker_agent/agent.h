@@ -50,6 +50,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/clock.h"
 #include "executor/tcp_store.h"
 #include "worker_agent/checkpoint_replicator.h"
 #include "worker_agent/planner_link.h"
@@ -76,6 +77,10 @@ struct AgentOptions {
   // Peers each layer file written here is copied to (ReplicaNodes); < 0: every other node of
   // the plan. Any `checkpoint_replicas` nodes may be lost without losing a checkpoint.
   int checkpoint_replicas = -1;
+  // The clock of every interval and deadline the agent keeps (heartbeats, back-off, job polls,
+  // the wait for peers' checkpoint layers) and of the plan-switch time it reports. Not owned;
+  // null: RealClock::Default().
+  const Clock* clock = nullptr;
 };
 
 // One iteration as seen by this node's ranks (for metrics).
@@ -124,15 +129,17 @@ class Agent {
   // Starts the rendezvous store. kUnavailable when it cannot listen.
   absl::Status Init();
 
-  // One pass of the loop; returns the seconds until the next pass should run.
-  double Tick(double now_s);
+  // One pass of the loop at the clock's current time (AgentOptions::clock); returns the
+  // seconds until the next pass should run.
+  double Tick();
 
   // True once the planner said the node was drained and this node's ranks have stopped: the
   // agent has left (Run returns).
   bool left() const { return leaving_ && !launcher_->active(); }
 
   // Ticks until `stop` becomes true (checked every pass) or the agent left after a drain, then
-  // kills the ranks (none are left after a drain).
+  // kills the ranks (none are left after a drain). Sleeps between passes in real time for what
+  // Tick returned.
   void Run(const std::atomic<bool>& stop);
 
   AgentState state() const { return state_; }
@@ -189,6 +196,7 @@ class Agent {
   const AgentJob* Target() const;
 
   const AgentOptions options_;
+  const Clock& clock_;
   PlannerLink* const link_;
   RankLauncher* const launcher_;
   AgentObserver* const observer_;
@@ -209,13 +217,13 @@ class Agent {
   // job -> newest version finished here for good (completed, stopped, superseded, refused, or
   // out of restarts): each version is started again only as a restart.
   std::map<std::string, int64_t> ran_;
-  // job -> (iteration, until when, steady seconds): a clean stop on this node reached that
+  // job -> (iteration, until when on clock_): a clean stop on this node reached that
   // iteration; the rank-0 agent waits (briefly) for its peers' layers of it before resuming.
   std::map<std::string, std::pair<int64_t, double>> expected_checkpoint_;
   // job -> (version, restart) of the next restart of a version whose ranks failed.
   std::map<std::string, std::pair<int64_t, int>> restarts_;
   bool leaving_ = false;
-  // The switch in progress: the job and when its newer version was seen (steady seconds).
+  // The switch in progress: the job and when its newer version was seen (clock_ seconds).
   std::string switching_job_;
   int64_t switching_from_ = 0;  // the version left
   double switch_seen_s_ = 0;
