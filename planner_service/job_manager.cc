@@ -40,6 +40,59 @@ absl::StatusOr<double> CurrentObjective(const PlanningInput& input, const Plan& 
                                                           : r.iteration_time_s;
 }
 
+// A report's stage and layer times, parsed (kInvalidArgument naming the entry).
+struct MeasuredTimes {
+  std::vector<MeasuredStageTime> stages;
+  std::vector<MeasuredLayerTime> layers;
+};
+
+absl::StatusOr<MeasuredTimes> MeasuredTimesOf(const proto::ReportStageTimesRequest& request) {
+  MeasuredTimes out;
+  for (int i = 0; i < request.times_size(); ++i) {
+    const proto::StageTime& t = request.times(i);
+    absl::StatusOr<OpKind> kind = OpKindFromProto(t.kind(), t.op_kind());
+    if (!kind.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("times[", i, "].", kind.status().message()));
+    }
+    out.stages.push_back(MeasuredStageTime{t.stage(), *kind, t.seconds(), t.samples()});
+  }
+  for (int i = 0; i < request.layer_times_size(); ++i) {
+    const proto::LayerOpTime& t = request.layer_times(i);
+    absl::StatusOr<OpKind> kind = OpKindFromProto(t.kind(), t.op_kind());
+    if (!kind.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("layer_times[", i, "].", kind.status().message()));
+    }
+    out.layers.push_back(MeasuredLayerTime{t.layer(), *kind, t.seconds(), t.samples()});
+  }
+  return out;
+}
+
+// New calibration factors from measured times against what `plan` predicts under `factors`:
+// per stage, or per layer when the report has layer times (the stage deviation still decides
+// about re-planning).
+absl::StatusOr<CalibrationUpdate> FitReport(const PlanningInput& input, const Plan& plan,
+                                            const std::vector<double>& factors,
+                                            const MeasuredTimes& measured) {
+  ASSIGN_OR_RETURN(ProblemBuilder builder,
+                   ProblemBuilder::Create(input.model, input.cluster, CostModel(),
+                                          plan.num_devices, factors, plan.vocab_parallel));
+  ASSIGN_OR_RETURN(PipelineProblem predicted, builder.Build(plan));
+  ASSIGN_OR_RETURN(CalibrationUpdate update, FitCalibration(plan, predicted, measured.stages,
+                                                            factors, input.model.num_layers()));
+  if (measured.layers.empty()) return update;
+  std::vector<LayerCost> layer_costs(input.model.num_layers());
+  for (const StageAssignment& st : plan.stages) {
+    for (int l = st.first_layer; l <= st.last_layer; ++l) {
+      layer_costs[l] = builder.layer_cost(l, st.device);
+    }
+  }
+  ASSIGN_OR_RETURN(CalibrationUpdate by_layer,
+                   FitLayerCalibration(layer_costs, measured.layers, factors));
+  update.factors = std::move(by_layer.factors);
+  return update;
+}
+
 }  // namespace
 
 JobManager::JobManager(Store* store, TuningPool* pool, const Clock* clock,
@@ -264,32 +317,56 @@ bool JobManager::SchedulePlanning(const std::string& job_id, ReplanReason reason
   return true;
 }
 
+std::optional<JobManager::TaskInput> JobManager::TaskInputOf(const std::string& job_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return std::nullopt;
+  const Entry& e = it->second;
+  TaskInput in{e.job, e.factors, 0, e.current_plan};
+  if (!e.versions.empty()) in.current_version = e.versions.back().version();
+  return in;
+}
+
+// The tuner's input for a planning task: the job's spec on the nodes it has left, without the
+// vocabulary split (agents run a job's plans with the executor, which does not split the output
+// layer yet), warm-started from the current plan (ignored when it no longer fits the devices
+// left).
+absl::StatusOr<PlanningInput> JobManager::PlanningInputOf(const TaskInput& task) const {
+  absl::StatusOr<PlanningInput> input = InputOf(task.job, options_.limits);
+  if (!input.ok()) return input;
+  input->tuner.vocab_parallel = VocabParallelMode::kOff;
+  if (task.current_version > 0 && task.current_plan.ok()) {
+    input->tuner.seed_stages = task.current_plan->stages;
+  }
+  return input;
+}
+
+bool JobManager::WorthAdopting(const std::string& job_id, ReplanReason reason,
+                               const TaskInput& task, const PlanningInput& input,
+                               const proto::PlanResult& result) {
+  if (reason != ReplanReason::kMeasured || task.current_version == 0) return true;
+  absl::StatusOr<double> now_s =
+      task.current_plan.ok() ? CurrentObjective(input, *task.current_plan, task.factors)
+                             : absl::StatusOr<double>(task.current_plan.status());
+  if (!now_s.ok()) return true;  // the current plan no longer applies
+  const double new_s = ObjectiveOf(result, input.tuner);
+  const bool accept = policy_.Accept(*now_s, new_s);
+  logging::Event(*logging::Logger("replan"), spdlog::level::info, "re-plan decision",
+                 {{"job", job_id}, {"reason", reason}, {"current_s", *now_s},
+                  {"new_s", new_s}, {"predicted_gain", *now_s > 0 ? 1 - new_s / *now_s : 0},
+                  {"adopted", accept}});
+  return accept;
+}
+
 void JobManager::RunPlanning(const std::string& job_id, ReplanReason reason) {
   if (observer_) observer_->OnQueueDepth("jobs", pool_->queued(TuningPool::Lane::kJobs));
-  JobRecord job;
-  std::vector<double> factors;
-  absl::StatusOr<Plan> current_plan;
-  bool has_current = false;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = jobs_.find(job_id);
-    if (it == jobs_.end()) return;
-    job = it->second.job;
-    factors = it->second.factors;
-    has_current = !it->second.versions.empty();
-    current_plan = it->second.current_plan;
-  }
-  absl::StatusOr<PlanningInput> input = InputOf(job, options_.limits);
-  // Agents run a job's plans with the executor, which does not split the output layer yet.
-  if (input.ok()) input->tuner.vocab_parallel = VocabParallelMode::kOff;
-  if (input.ok() && has_current) {
-    // Warm start: the search begins from the current plan (ignored when it no longer fits
-    // the devices left).
-    if (current_plan.ok()) input->tuner.seed_stages = current_plan->stages;
-  }
-  absl::StatusOr<proto::PlanResult> result =
-      input.ok() ? planner::RunPlanning(*input, factors, [this] { return pool_->stopping(); })
-                 : absl::StatusOr<proto::PlanResult>(input.status());
+  const std::optional<TaskInput> task = TaskInputOf(job_id);
+  if (!task) return;
+  const absl::StatusOr<PlanningInput> input = PlanningInputOf(*task);
+  const absl::StatusOr<proto::PlanResult> result =
+      input.ok()
+          ? planner::RunPlanning(*input, task->factors, [this] { return pool_->stopping(); })
+          : absl::StatusOr<proto::PlanResult>(input.status());
   if (result.status().code() == absl::StatusCode::kCancelled) {
     // Shutting down: the intent stays stored, and the next start resumes it.
     absl::MutexLock lock(&mu_);
@@ -297,83 +374,87 @@ void JobManager::RunPlanning(const std::string& job_id, ReplanReason reason) {
     if (it != jobs_.end()) it->second.planning = false;
     return;
   }
-  bool accept = result.ok();
-  if (result.ok() && reason == ReplanReason::kMeasured && has_current) {
-    // Only worth a switch when the new plan is predicted min_gain faster than the current one
-    // under the same calibrated costs.
-    absl::StatusOr<double> now_s =
-        current_plan.ok() ? CurrentObjective(*input, *current_plan, factors)
-                          : absl::StatusOr<double>(current_plan.status());
-    if (now_s.ok()) {
-      const double new_s = ObjectiveOf(*result, input->tuner);
-      accept = policy_.Accept(*now_s, new_s);
-      logging::Event(*logging::Logger("replan"), spdlog::level::info, "re-plan decision",
-                     {{"job", job_id}, {"reason", reason}, {"current_s", *now_s},
-                      {"new_s", new_s}, {"predicted_gain", *now_s > 0 ? 1 - new_s / *now_s : 0},
-                      {"adopted", accept}});
-    }
+  const bool accept =
+      result.ok() && WorthAdopting(job_id, reason, *task, *input, *result);
+  if (!FinishPlanning(job_id, reason, result, accept ? &input->cluster : nullptr)) return;
+  if (accept && observer_) {
+    observer_->OnPlanComputed(job_id, *result);
+    if (reason != ReplanReason::kInitial) observer_->OnReplan(reason);
   }
+}
+
+bool JobManager::FinishPlanning(const std::string& job_id, ReplanReason reason,
+                                const absl::StatusOr<proto::PlanResult>& result,
+                                const Cluster* adopt_on) {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return false;  // deleted meanwhile
+  Entry& e = it->second;
+  e.planning = false;
+  // This run carried the stored intent; a re-plan asked for meanwhile sets it again below.
+  e.job.pending_reason.reset();
+  if (!result.ok()) {
+    logging::Event(*logging::Logger("jobs"), spdlog::level::warn, "planning failed",
+                   {{"job", job_id}, {"reason", reason},
+                    {"error", std::string(result.status().message())}});
+    e.job.state = JobState::kFailed;
+    e.job.last_error = std::string(result.status().message());
+  } else if (adopt_on != nullptr) {
+    AddVersion(job_id, reason, *adopt_on, *result, &e);
+  }
+  // Failed, adopted or not worth a switch: the intent is done.
+  absl::Status s = store_->PutJob(e.job);
+  (void)s;
+  if (e.rerun_reason) {
+    const ReplanReason next = *e.rerun_reason;
+    e.rerun_reason.reset();
+    SchedulePlanning(job_id, next, /*bounded=*/false);
+    s = store_->PutJob(e.job);
+  }
+  return true;
+}
+
+void JobManager::AddVersion(const std::string& job_id, ReplanReason reason,
+                            const Cluster& cluster, const proto::PlanResult& result, Entry* e) {
   proto::PlanVersion version;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = jobs_.find(job_id);
-    if (it == jobs_.end()) return;  // deleted meanwhile
-    Entry& e = it->second;
-    e.planning = false;
-    // This run carried the stored intent; a re-plan asked for meanwhile sets it again below.
-    e.job.pending_reason.reset();
-    if (!result.ok()) {
-      logging::Event(*logging::Logger("jobs"), spdlog::level::warn, "planning failed",
-                     {{"job", job_id}, {"reason", reason},
-                      {"error", std::string(result.status().message())}});
-      e.job.state = JobState::kFailed;
-      e.job.last_error = std::string(result.status().message());
-      absl::Status s = store_->PutJob(e.job);
-      (void)s;
-    } else if (accept) {
-      version.set_job_id(job_id);
-      version.set_version(e.job.current_version + 1);
-      *version.mutable_result() = *result;
-      version.set_reason_kind(ReplanReasonToProto(reason));
-      version.set_reason(std::string(ReplanReasonName(reason)));
-      version.set_created_unix_ms(UnixMillis());
-      FillDeviceSlots(input->cluster, result->plan().num_devices(), &version);
-      absl::Status stored = store_->PutPlanVersion(version);
-      if (stored.ok()) {
-        e.versions.push_back(version);
-        e.current_plan = PlanFromProto(version.result().plan());
-        e.job.current_version = version.version();
-        if (version.version() == 1) policy_.OnFirstPlan(job_id, clock_->NowSeconds());
-        e.job.state = result->feasible() ? JobState::kReady : JobState::kInfeasible;
-        e.job.last_error.clear();
-        // Delivered under the lock (callbacks only queue), so watchers see versions in order
-        // even when the next re-plan finishes on another worker right after this one.
-        for (const auto& [id, sub] : subscriptions_) {
-          if (sub.job_id == job_id) sub.on_version(version);
-        }
-      } else {
-        e.job.last_error = std::string(stored.message());
-      }
-      absl::Status s = store_->PutJob(e.job);
-      (void)s;
-    } else {
-      absl::Status s = store_->PutJob(e.job);  // the intent is done: not worth a switch
-      (void)s;
-    }
-    if (e.rerun_reason) {
-      const ReplanReason next = *e.rerun_reason;
-      e.rerun_reason.reset();
-      SchedulePlanning(job_id, next, /*bounded=*/false);
-      absl::Status s = store_->PutJob(e.job);
-      (void)s;
-    }
+  version.set_job_id(job_id);
+  version.set_version(e->job.current_version + 1);
+  *version.mutable_result() = result;
+  version.set_reason_kind(ReplanReasonToProto(reason));
+  version.set_reason(std::string(ReplanReasonName(reason)));
+  version.set_created_unix_ms(UnixMillis());
+  FillDeviceSlots(cluster, result.plan().num_devices(), &version);
+  if (absl::Status stored = store_->PutPlanVersion(version); !stored.ok()) {
+    e->job.last_error = std::string(stored.message());
+    return;
   }
-  if (result.ok() && accept) {
-    if (observer_) {
-      observer_->OnPlanComputed(job_id, *result);
-      if (reason != ReplanReason::kInitial) observer_->OnReplan(reason);
-    }
+  e->versions.push_back(version);
+  e->current_plan = PlanFromProto(version.result().plan());
+  e->job.current_version = version.version();
+  if (version.version() == 1) policy_.OnFirstPlan(job_id, clock_->NowSeconds());
+  e->job.state = result.feasible() ? JobState::kReady : JobState::kInfeasible;
+  e->job.last_error.clear();
+  // Delivered under the lock (callbacks only queue), so watchers see versions in order even
+  // when the next re-plan finishes on another worker right after this one.
+  for (const auto& [id, sub] : subscriptions_) {
+    if (sub.job_id == job_id) sub.on_version(version);
   }
+}
+
+absl::StatusOr<JobManager::TaskInput> JobManager::ReportTaskInput(
+    const proto::ReportStageTimesRequest& request) const {
+  std::optional<TaskInput> task = TaskInputOf(request.job_id());
+  if (!task) return NoJob(request.job_id());
+  if (task->current_version == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job '", request.job_id(), "' has no plan yet"));
+  }
+  if (request.plan_version() != task->current_version) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "plan_version: ", request.plan_version(), " is not the job's current version (",
+        task->current_version, "); fetch the current plan with WatchPlan"));
+  }
+  return *std::move(task);
 }
 
 absl::StatusOr<proto::ReportStageTimesResponse> JobManager::ReportStageTimes(
@@ -383,75 +464,24 @@ absl::StatusOr<proto::ReportStageTimesResponse> JobManager::ReportStageTimes(
                              5 * options_.limits.max_layers, "5 x max_layers"));
   RETURN_IF_ERROR(CheckLimit("device_times", request.device_times_size(),
                              options_.limits.max_devices, "max_devices"));
-  JobRecord job;
-  std::vector<double> factors;
-  proto::PlanVersion current;
-  absl::StatusOr<Plan> current_plan;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = jobs_.find(request.job_id());
-    if (it == jobs_.end()) return NoJob(request.job_id());
-    if (it->second.versions.empty()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("job '", request.job_id(), "' has no plan yet"));
-    }
-    current = it->second.versions.back();
-    if (request.plan_version() != current.version()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "plan_version: ", request.plan_version(), " is not the job's current version (",
-          current.version(), "); fetch the current plan with WatchPlan"));
-    }
-    job = it->second.job;
-    factors = it->second.factors;
-    current_plan = it->second.current_plan;
-  }
-  std::vector<MeasuredStageTime> times;
-  for (int i = 0; i < request.times_size(); ++i) {
-    const proto::StageTime& t = request.times(i);
-    absl::StatusOr<OpKind> kind = OpKindFromProto(t.kind(), t.op_kind());
-    if (!kind.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("times[", i, "].", kind.status().message()));
-    }
-    times.push_back(MeasuredStageTime{t.stage(), *kind, t.seconds(), t.samples()});
-  }
-  std::vector<MeasuredLayerTime> layer_times;
-  for (int i = 0; i < request.layer_times_size(); ++i) {
-    const proto::LayerOpTime& t = request.layer_times(i);
-    absl::StatusOr<OpKind> kind = OpKindFromProto(t.kind(), t.op_kind());
-    if (!kind.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("layer_times[", i, "].", kind.status().message()));
-    }
-    layer_times.push_back(MeasuredLayerTime{t.layer(), *kind, t.seconds(), t.samples()});
-  }
-  ASSIGN_OR_RETURN(PlanningInput input, InputOf(job, options_.limits));
-  ASSIGN_OR_RETURN(Plan plan, std::move(current_plan));
+  ASSIGN_OR_RETURN(TaskInput task, ReportTaskInput(request));
+  ASSIGN_OR_RETURN(MeasuredTimes measured, MeasuredTimesOf(request));
+  ASSIGN_OR_RETURN(PlanningInput input, InputOf(task.job, options_.limits));
+  ASSIGN_OR_RETURN(Plan plan, std::move(task.current_plan));
   ASSIGN_OR_RETURN(std::vector<DeviceBusy> device_busy,
                    DeviceBusyFromProto(request, plan.num_devices));
-  ASSIGN_OR_RETURN(ProblemBuilder builder,
-                   ProblemBuilder::Create(input.model, input.cluster, CostModel(),
-                                          plan.num_devices, factors, plan.vocab_parallel));
-  ASSIGN_OR_RETURN(PipelineProblem predicted, builder.Build(plan));
-  ASSIGN_OR_RETURN(CalibrationUpdate update,
-                   FitCalibration(plan, predicted, times, factors, input.model.num_layers()));
-  if (!layer_times.empty()) {
-    // Per-layer factors; the stage deviation above still decides about re-planning.
-    std::vector<LayerCost> layer_costs(input.model.num_layers());
-    for (const StageAssignment& st : plan.stages) {
-      for (int l = st.first_layer; l <= st.last_layer; ++l) {
-        layer_costs[l] = builder.layer_cost(l, st.device);
-      }
-    }
-    ASSIGN_OR_RETURN(CalibrationUpdate by_layer,
-                     FitLayerCalibration(layer_costs, layer_times, factors));
-    update.factors = std::move(by_layer.factors);
-  }
-  proto::ReportStageTimesResponse out;
+  ASSIGN_OR_RETURN(CalibrationUpdate update, FitReport(input, plan, task.factors, measured));
+  return ApplyReport(request, task.current_version, plan.num_devices, update, device_busy);
+}
+
+absl::StatusOr<proto::ReportStageTimesResponse> JobManager::ApplyReport(
+    const proto::ReportStageTimesRequest& request, int64_t version, int num_devices,
+    const CalibrationUpdate& update, const std::vector<DeviceBusy>& device_busy) {
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(request.job_id());
   if (it == jobs_.end()) return NoJob(request.job_id());
   // A version made while the factors were fitted (outside the lock) makes them stale.
-  if (it->second.job.current_version != current.version()) {
+  if (it->second.job.current_version != version) {
     return absl::FailedPreconditionError(absl::StrCat(
         "plan_version: ", request.plan_version(), " was replaced by version ",
         it->second.job.current_version, " while the report was processed; report again"));
@@ -469,8 +499,9 @@ absl::StatusOr<proto::ReportStageTimesResponse> JobManager::ReportStageTimes(
                  {{"job", request.job_id()}, {"deviation", update.max_deviation},
                   {"worst_stage", update.worst_stage}, {"replan", replan}});
   if (observer_ && !device_busy.empty()) {
-    observer_->OnDeviceBusy(request.job_id(), current.version(), plan.num_devices, device_busy);
+    observer_->OnDeviceBusy(request.job_id(), version, num_devices, device_busy);
   }
+  proto::ReportStageTimesResponse out;
   out.set_replanned(replan);
   out.set_current_version(it->second.job.current_version);
   out.set_decision(absl::StrFormat(

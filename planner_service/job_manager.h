@@ -33,6 +33,7 @@
 #include "core/clock.h"
 #include "core/plan.h"
 #include "core/replan_reason.h"
+#include "planner_service/calibration.h"
 #include "planner_service/job_state.h"
 #include "planner_service/measured_bubble.h"
 #include "planner_service/planning.h"
@@ -141,10 +142,47 @@ class JobManager {
     std::function<void(const JobEvent&)> on_event;  // may be empty
   };
 
+  // What a planning task or a stage-time report reads of its job, copied under the lock.
+  struct TaskInput {
+    JobRecord job;
+    std::vector<double> factors;
+    int64_t current_version = 0;  // 0: no plan yet
+    absl::StatusOr<Plan> current_plan;
+  };
+
   // Queues planning for the job (coalescing with a running task). `bounded` uses TrySubmit.
   bool SchedulePlanning(const std::string& job_id, ReplanReason reason, bool bounded)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void RunPlanning(const std::string& job_id, ReplanReason reason);
+  // A planning task, on the pool: tune, decide, record the outcome, tell the observer.
+  void RunPlanning(const std::string& job_id, ReplanReason reason) ABSL_LOCKS_EXCLUDED(mu_);
+  // nullopt for a job that is gone.
+  std::optional<TaskInput> TaskInputOf(const std::string& job_id) const ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<PlanningInput> PlanningInputOf(const TaskInput& task) const;
+  // Whether a finished plan becomes a version: always, except a re-plan for measured times
+  // whose plan is not predicted min_gain faster than the current one under the same calibrated
+  // costs (ReplanPolicy::Accept; logged). A current plan that no longer applies is replaced.
+  bool WorthAdopting(const std::string& job_id, ReplanReason reason, const TaskInput& task,
+                     const PlanningInput& input, const proto::PlanResult& result);
+  // Records a task's outcome on the job and persists it: FAILED with the error, a new version
+  // when `adopt_on` (the cluster it was planned on) is given, else nothing but the intent done;
+  // then queues the re-plan asked for meanwhile. False when the job was deleted meanwhile.
+  bool FinishPlanning(const std::string& job_id, ReplanReason reason,
+                      const absl::StatusOr<proto::PlanResult>& result, const Cluster* adopt_on)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Stores `result` as the job's next version and pushes it to the job's watchers; when the
+  // store refuses it, only the job's last_error changes.
+  void AddVersion(const std::string& job_id, ReplanReason reason, const Cluster& cluster,
+                  const proto::PlanResult& result, Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job a report is for: kNotFound, or kFailedPrecondition without a plan or for a version
+  // that is not the current one.
+  absl::StatusOr<TaskInput> ReportTaskInput(const proto::ReportStageTimesRequest& request) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Stores the fitted factors (unless the version changed meanwhile), lets the policy decide
+  // about a re-plan, and answers.
+  absl::StatusOr<proto::ReportStageTimesResponse> ApplyReport(
+      const proto::ReportStageTimesRequest& request, int64_t version, int num_devices,
+      const CalibrationUpdate& update, const std::vector<DeviceBusy>& device_busy)
+      ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<std::string> NewJobId() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Store* const store_;
