@@ -51,6 +51,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/clock.h"
+#include "executor/model_spec.h"
 #include "executor/tcp_store.h"
 #include "worker_agent/checkpoint_replicator.h"
 #include "worker_agent/planner_link.h"
@@ -170,9 +171,39 @@ class Agent {
     int completed = 0;  // iterations complete on every local rank
   };
 
+  // What a version needs to run on this node.
+  struct RunnableJob {
+    std::vector<LocalRank> ranks;  // the plan devices on this node
+    executor::ModelSpec spec;
+  };
+  // Where a run meets its peers: the rendezvous store (the agent holding plan device 0), the
+  // agents its checkpoint layers are copied to, and every live agent (any may hold layers of
+  // the newest checkpoint).
+  struct RunPeers {
+    std::string store;
+    std::vector<std::string> replicas;
+    std::vector<std::string> holders;
+  };
+
   void KeepRegistered(double now_s);
   void FollowJobs(double now_s);
+  // Starts this node's ranks of `job`: kUnavailable while a peer or the resume point is not
+  // ready (tried again on the next pass), kFailedPrecondition / kInvalidArgument for a version
+  // that cannot run here (refused once, with a "plan_refused" event).
   absl::Status StartRun(const AgentJob& job);
+  // The ranks and model of `job`, or refuses the version (remembered as run, reported).
+  absl::StatusOr<RunnableJob> RunnableOrRefuse(const AgentJob& job);
+  absl::StatusOr<RunPeers> PeersOf(const AgentJob& job);
+  // 0 for a version's first run; N for its N-th restart after its ranks failed.
+  int RestartNumber(const AgentJob& job) const;
+  RunConfig RunConfigOf(const AgentJob& job, const std::string& prefix, int64_t resume_from,
+                        const std::string& store) const;
+  // A fresh run directory with the plan and the run's configuration; returns its path.
+  absl::StatusOr<std::string> WriteRunDir(const AgentJob& job, const RunConfig& config);
+  // The started run becomes run_ (kRunning), told to the observer and, by the agent holding
+  // plan device 0, to the planner ("started" / "resumed").
+  void BeginRun(const AgentJob& job, const RunnableJob& runnable, int restart_no,
+                const std::string& dir, int64_t resume_from, const std::string& store);
   // The iteration every rank of the run resumes from (see the top comment); kUnavailable while
   // it cannot be known yet (retried on the next pass). `holders`: the other live agents' stores,
   // where the rank-0 agent gathers the layers of the newest checkpoint it lacks.
