@@ -13,6 +13,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <tuple>
 #include <sstream>
 #include <thread>
 
@@ -472,178 +473,197 @@ absl::StatusOr<LinkFit> FitLink(const std::vector<std::pair<double, double>>& sa
   return fit;
 }
 
-int RunProfile(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+namespace {
+
+// The command's flags, with their defaults.
+struct ProfileFlags {
   std::string model, prefix, transport = "gloo", check;
   int64_t ranks = 2, repeat = 5, microbatches = 0;
   double timeout = 60, memory = 0;
   bool pool = true;
-  CommandLine flags("profile",
-                "Measures the executor's reference model on this machine and transport: every\n"
-                "layer's F, B, W, R seconds and bytes (PREFIX.model.json), the per-op overhead\n"
-                "and the link's latency and bandwidth (PREFIX.cluster.json). Then plan with\n"
-                "`octopipe plan --model=PREFIX.model.json --cluster=PREFIX.cluster.json`.");
-  flags.String("model", &model, "ref:pattern=LETTERS,hidden=..,... (executor/model_spec.h)");
-  flags.String("out", &prefix, "output prefix: writes PREFIX.model.json and PREFIX.cluster.json");
-  flags.Int("ranks", &ranks, "pipeline ranks to measure on (processes, or threads for inproc)");
-  flags.String("transport", &transport, "gloo, nccl, auto or inproc (as octopipe train)");
-  flags.Int("repeat", &repeat, "measured iterations after one warm-up (median reported)");
-  flags.Int("microbatches", &microbatches, "micro-batches per iteration; 0 = the spec's");
-  flags.Bool("pool", &pool,
+};
+
+void DefineFlags(CommandLine& flags, ProfileFlags* f) {
+  flags.String("model", &f->model, "ref:pattern=LETTERS,hidden=..,... (executor/model_spec.h)");
+  flags.String("out", &f->prefix, "output prefix: writes PREFIX.model.json and PREFIX.cluster.json");
+  flags.Int("ranks", &f->ranks, "pipeline ranks to measure on (processes, or threads for inproc)");
+  flags.String("transport", &f->transport, "gloo, nccl, auto or inproc (as octopipe train)");
+  flags.Int("repeat", &f->repeat, "measured iterations after one warm-up (median reported)");
+  flags.Int("microbatches", &f->microbatches, "micro-batches per iteration; 0 = the spec's");
+  flags.Bool("pool", &f->pool,
              "give layers the executor builds identically (same kind and shapes) the median of\n"
              "all their samples (less noise); --pool=false keeps each layer's own median");
-  flags.Double("timeout", &timeout, "seconds a rank waits on a peer before failing");
-  flags.Double("memory", &memory,
+  flags.Double("timeout", &f->timeout, "seconds a rank waits on a peer before failing");
+  flags.Double("memory", &f->memory,
                "device memory in bytes to record and check the model against; 0 = this\n"
                "machine's physical memory / ranks");
-  flags.String("check", &check,
+  flags.String("check", &f->check,
                "only check a measured model file (every layer has F, B, W, R seconds > 0) and\n"
                "exit: 0 if it is a complete profile, 2 naming the first bad layer otherwise");
-  if (absl::Status s = flags.Parse(args); !s.ok()) return Fail(err, s, 2);
-  if (flags.help_requested()) {
-    out << flags.Usage();
-    return 0;
+}
+
+// --check: exit 0 when `path` is a complete measured profile, 2 naming the first bad layer.
+int CheckProfileFile(const std::string& path, std::ostream& out, std::ostream& err) {
+  absl::StatusOr<ModelGraph> g = LoadModelArg(path);
+  if (!g.ok()) return Fail(err, absl::InvalidArgumentError(absl::StrCat("--check: ", g.status().message())), 2);
+  if (absl::Status s = ValidateMeasuredProfile(*g); !s.ok()) {
+    return Fail(err, absl::InvalidArgumentError(absl::StrCat("--check: ", s.message())), 2);
   }
-  if (!check.empty()) {
-    absl::StatusOr<ModelGraph> g = LoadModelArg(check);
-    if (!g.ok()) return Fail(err, absl::InvalidArgumentError(absl::StrCat("--check: ", g.status().message())), 2);
-    if (absl::Status s = ValidateMeasuredProfile(*g); !s.ok()) {
-      return Fail(err, absl::InvalidArgumentError(absl::StrCat("--check: ", s.message())), 2);
-    }
-    out << check << ": a complete measured profile of " << g->num_layers() << " layers\n";
-    return 0;
+  out << path << ": a complete measured profile of " << g->num_layers() << " layers\n";
+  return 0;
+}
+
+// The model spec the flags name, with --microbatches applied; kInvalidArgument with the usage
+// error (exit 2) for a missing or bad flag, or an --out whose directory does not exist (checked
+// before measuring, not after).
+absl::StatusOr<ModelSpec> SpecFromFlags(const ProfileFlags& f) {
+  auto usage = [](const std::string& msg) { return absl::InvalidArgumentError(msg); };
+  if (f.model.empty()) return usage("--model is required (ref:pattern=...)");
+  if (f.prefix.empty()) return usage("--out is required (a path prefix)");
+  if (f.ranks < 1) return usage(absl::StrCat("--ranks must be >= 1, got ", f.ranks));
+  if (f.repeat < 1) return usage(absl::StrCat("--repeat must be >= 1, got ", f.repeat));
+  if (f.transport != "gloo" && f.transport != "nccl" && f.transport != "auto" &&
+      f.transport != "inproc") {
+    return usage(absl::StrCat("--transport must be gloo, nccl, auto or inproc, got '", f.transport, "'"));
   }
-  auto usage = [&](const std::string& msg) {
-    return Fail(err, absl::InvalidArgumentError(msg), 2);
-  };
-  if (model.empty()) return usage("--model is required (ref:pattern=...)");
-  if (prefix.empty()) return usage("--out is required (a path prefix)");
-  if (ranks < 1) return usage(absl::StrCat("--ranks must be >= 1, got ", ranks));
-  if (repeat < 1) return usage(absl::StrCat("--repeat must be >= 1, got ", repeat));
-  if (transport != "gloo" && transport != "nccl" && transport != "auto" && transport != "inproc") {
-    return usage(absl::StrCat("--transport must be gloo, nccl, auto or inproc, got '", transport, "'"));
-  }
-  absl::StatusOr<ModelSpec> spec = executor::ParseModelSpec(model);
+  absl::StatusOr<ModelSpec> spec = executor::ParseModelSpec(f.model);
   if (!spec.ok()) return usage(absl::StrCat("--model: ", spec.status().message()));
-  {
-    // Fail before measuring, not after, when the files cannot be written there.
-    const std::filesystem::path dir =
-        std::filesystem::path(ResolvePath(prefix + ".model.json")).parent_path();
-    std::error_code ec;
-    if (!dir.empty() && !std::filesystem::is_directory(dir, ec)) {
-      return usage(absl::StrCat("--out: '", dir.string(), "' is not a directory"));
-    }
+  const std::filesystem::path dir =
+      std::filesystem::path(ResolvePath(f.prefix + ".model.json")).parent_path();
+  std::error_code ec;
+  if (!dir.empty() && !std::filesystem::is_directory(dir, ec)) {
+    return usage(absl::StrCat("--out: '", dir.string(), "' is not a directory"));
   }
-  if (microbatches > 0) spec->microbatches = static_cast<int>(microbatches);
-  const auto started = std::chrono::steady_clock::now();
+  if (f.microbatches > 0) spec->microbatches = static_cast<int>(f.microbatches);
+  return spec;
+}
 
-  // What the executor holds, and whether it fits.
-  absl::StatusOr<std::vector<LayerBytes>> bytes = MeasureBytes(*spec);
-  if (!bytes.ok()) {
-    return usage(absl::StrCat("--model: the executor cannot build it: ", bytes.status().message()));
-  }
-  const double device_memory = memory > 0 ? memory : PhysicalMemory() / static_cast<double>(ranks);
-  double need = 0;  // all on one device, as a bound: weights + grads + AdamW state + activations
-  for (const LayerBytes& b : *bytes) need += 4 * b.params + spec->microbatches * std::max(b.after_f, b.after_b);
+// The device memory to record (--memory, or this machine's physical memory / ranks), or
+// kResourceExhausted (exit 3) when the model cannot fit it — as a bound, everything on one
+// device: weights, gradients, AdamW state and the micro-batches' activations, over the ranks.
+absl::StatusOr<double> DeviceMemoryFor(const ModelSpec& spec, const std::vector<LayerBytes>& bytes,
+                                       const ProfileFlags& f) {
+  const int64_t ranks = f.ranks;
+  const double device_memory =
+      f.memory > 0 ? f.memory : PhysicalMemory() / static_cast<double>(ranks);
+  double need = 0;
+  for (const LayerBytes& b : bytes) need += 4 * b.params + spec.microbatches * std::max(b.after_f, b.after_b);
   if (need / static_cast<double>(ranks) > device_memory) {
-    return Fail(err, absl::ResourceExhaustedError(absl::StrFormat(
-                         "--model needs about %.0f bytes per rank (weights, gradients, AdamW state "
-                         "and %d micro-batches of activations over %d ranks) but a device has %.0f",
-                         need / ranks, spec->microbatches, ranks, device_memory)),
-                3);
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "--model needs about %.0f bytes per rank (weights, gradients, AdamW state "
+        "and %d micro-batches of activations over %d ranks) but a device has %.0f",
+        need / ranks, spec.microbatches, ranks, device_memory));
   }
-  const ModelGraph graph = executor::ToModelGraph(*spec);
-  absl::StatusOr<Plan> plan =
-      ProfilePlan(static_cast<int>(ranks), spec->microbatches, graph, /*recompute=*/false);
-  if (!plan.ok()) return usage(absl::StrCat("--ranks: ", plan.status().message()));
-  absl::StatusOr<Plan> plan_r =
-      ProfilePlan(static_cast<int>(ranks), spec->microbatches, graph, /*recompute=*/true);
-  if (!plan_r.ok()) return usage(absl::StrCat("--ranks: ", plan_r.status().message()));
+  return device_memory;
+}
 
-  // Phase 1: F, B, W, the per-op overhead, the messages and the ping-pong; phase 2: R.
+// What the profile runs measured.
+struct Measurements {
   std::map<std::pair<int, int>, std::vector<double>> samples;  // (layer, kind) -> per iteration
   std::vector<double> overhead;
   std::vector<std::pair<double, double>> link;
   std::vector<double> message_s;  // producer end -> consumer start, consumer idle meanwhile
-  double light_s = 0;              // the profile run's median iteration
+  double light_s = 0;             // the profile run's median iteration
+};
+
+// Phase 1 (`plan`): F, B, W, the per-op overhead, the messages and the ping-pong; phase 2
+// (`plan_r`, every stage recomputed): R.
+absl::StatusOr<Measurements> MeasureLayers(const ModelSpec& spec, const Plan& plan,
+                                           const Plan& plan_r, const ProfileFlags& f) {
+  Measurements m;
   for (int phase = 0; phase < 2; ++phase) {
-    absl::StatusOr<std::vector<std::string>> reports =
-        RunRanks(*spec, phase == 0 ? *plan : *plan_r, static_cast<int>(ranks), transport,
-                 static_cast<int>(repeat), timeout, /*ping=*/phase == 0);
-    if (!reports.ok()) return Fail(err, reports.status(), 1);
-    absl::StatusOr<std::vector<Json>> parsed_or = ParseReports(*reports);
-    if (!parsed_or.ok()) return Fail(err, parsed_or.status(), 1);
-    const std::vector<Json>& parsed = *parsed_or;
+    ASSIGN_OR_RETURN(std::vector<std::string> reports,
+                     RunRanks(spec, phase == 0 ? plan : plan_r, static_cast<int>(f.ranks),
+                              f.transport, static_cast<int>(f.repeat), f.timeout,
+                              /*ping=*/phase == 0));
+    ASSIGN_OR_RETURN(const std::vector<Json> parsed, ParseReports(reports));
     for (const Json& j : parsed) {
       for (const Json& v : j.at("layers")) {
         const int kind = v.at(2).get<int>();
         if ((phase == 1) != (kind == static_cast<int>(OpKind::kR))) continue;
-        samples[{v.at(1).get<int>(), kind}].push_back(v.at(3).get<double>());
+        m.samples[{v.at(1).get<int>(), kind}].push_back(v.at(3).get<double>());
       }
       if (phase == 1) continue;
-      for (const Json& v : j.at("overhead")) overhead.push_back(v.get<double>());
-      for (const Json& v : j.at("link")) link.push_back({v.at(0).get<double>(), v.at(1).get<double>()});
+      for (const Json& v : j.at("overhead")) m.overhead.push_back(v.get<double>());
+      for (const Json& v : j.at("link")) m.link.push_back({v.at(0).get<double>(), v.at(1).get<double>()});
     }
     if (phase == 0) {
-      message_s = MessageTimes(*plan, parsed);
-      light_s = MedianIteration(parsed);
+      m.message_s = MessageTimes(plan, parsed);
+      m.light_s = MedianIteration(parsed);
     }
   }
+  return m;
+}
 
-  // Layers the executor builds identically (same kind and shapes) cost the same: with --pool
-  // each gets the median of all their samples, which is less noisy than any one layer's.
-  std::map<int, int> pooled_over;  // layer -> how many layers its figures pool
-  if (pool) {
-    std::map<std::tuple<int, double, double, double, double, double>, std::vector<int>> groups;
-    for (int l = 0; l < graph.num_layers(); ++l) {
-      const LayerBytes& b = (*bytes)[l];
-      groups[{static_cast<int>(graph.layers[l].kind), b.params, b.after_f, b.after_b, b.input,
-              b.output}]
-          .push_back(l);
-    }
-    for (const auto& [signature, members] : groups) {
-      if (members.size() < 2) continue;
-      for (OpKind k : kLayerKinds) {
-        std::vector<double> all;
-        for (int l : members) {
-          auto it = samples.find({l, static_cast<int>(k)});
-          if (it != samples.end()) all.insert(all.end(), it->second.begin(), it->second.end());
-        }
-        for (int l : members) {
-          if (samples.count({l, static_cast<int>(k)})) samples[{l, static_cast<int>(k)}] = all;
-        }
+// Layers the executor builds identically (same kind and shapes) cost the same: each gets the
+// median of all their samples, which is less noisy than any one layer's (--pool). Returns
+// layer -> how many layers its figures pool.
+std::map<int, int> PoolIdenticalLayers(const ModelGraph& graph, const std::vector<LayerBytes>& bytes,
+                                       std::map<std::pair<int, int>, std::vector<double>>* samples) {
+  std::map<int, int> pooled_over;
+  std::map<std::tuple<int, double, double, double, double, double>, std::vector<int>> groups;
+  for (int l = 0; l < graph.num_layers(); ++l) {
+    const LayerBytes& b = bytes[l];
+    groups[{static_cast<int>(graph.layers[l].kind), b.params, b.after_f, b.after_b, b.input,
+            b.output}]
+        .push_back(l);
+  }
+  for (const auto& [signature, members] : groups) {
+    if (members.size() < 2) continue;
+    for (OpKind k : kLayerKinds) {
+      std::vector<double> all;
+      for (int l : members) {
+        auto it = samples->find({l, static_cast<int>(k)});
+        if (it != samples->end()) all.insert(all.end(), it->second.begin(), it->second.end());
       }
-      for (int l : members) pooled_over[l] = static_cast<int>(members.size());
+      for (int l : members) {
+        if (samples->count({l, static_cast<int>(k)})) (*samples)[{l, static_cast<int>(k)}] = all;
+      }
     }
+    for (int l : members) pooled_over[l] = static_cast<int>(members.size());
   }
+  return pooled_over;
+}
 
-  // The model file.
-  ModelGraph measured = graph;
-  measured.name = absl::StrCat("measured-", spec->pattern);
-  measured.source = absl::StrCat("octopipe profile of ", model, " over ", transport, " with ",
-                                 ranks, " ranks, median of ", repeat, " iterations",
-                                 pool ? ", identical layers pooled" : "");
-  TextTable table({"layer", "F", "B", "W", "R", "spread", "act after F", "after B", "params"});
+// The measured model file (each layer's medians and the executor's bytes) and its table.
+struct MeasuredModel {
+  ModelGraph model;
+  TextTable table{{"layer", "F", "B", "W", "R", "spread", "act after F", "after B", "params"}};
   double worst_spread = 0;
+};
+
+MeasuredModel MeasuredModelFile(const ModelGraph& graph, const ModelSpec& spec,
+                                const std::vector<LayerBytes>& bytes, const Measurements& m,
+                                const std::map<int, int>& pooled_over, const ProfileFlags& f) {
+  MeasuredModel out;
+  ModelGraph& measured = out.model;
+  measured = graph;
+  measured.name = absl::StrCat("measured-", spec.pattern);
+  measured.source = absl::StrCat("octopipe profile of ", f.model, " over ", f.transport, " with ",
+                                 f.ranks, " ranks, median of ", f.repeat, " iterations",
+                                 f.pool ? ", identical layers pooled" : "");
   for (int l = 0; l < measured.num_layers(); ++l) {
     Layer& layer = measured.layers[l];
-    const LayerBytes& b = (*bytes)[l];
-    std::vector<std::string> row = {
-        pooled_over.count(l) ? absl::StrCat(layer.name, " (x", pooled_over[l], ")") : layer.name};
+    const LayerBytes& b = bytes[l];
+    auto pooled = pooled_over.find(l);
+    std::vector<std::string> row = {pooled != pooled_over.end()
+                                        ? absl::StrCat(layer.name, " (x", pooled->second, ")")
+                                        : layer.name};
     double spread = 0;
     for (OpKind k : kLayerKinds) {
-      auto it = samples.find({l, static_cast<int>(k)});
-      if (it == samples.end()) continue;
-      const double m = Median(it->second);
+      auto it = m.samples.find({l, static_cast<int>(k)});
+      if (it == m.samples.end()) continue;
+      const double median = Median(it->second);
       spread = std::max(spread, Spread(it->second));
       switch (k) {
-        case OpKind::kF: layer.measured.forward_s = m; break;
-        case OpKind::kB: layer.measured.backward_input_s = m; break;
-        case OpKind::kW: layer.measured.weight_grad_s = m; break;
-        default: layer.measured.recompute_s = m; break;
+        case OpKind::kF: layer.measured.forward_s = median; break;
+        case OpKind::kB: layer.measured.backward_input_s = median; break;
+        case OpKind::kW: layer.measured.weight_grad_s = median; break;
+        default: layer.measured.recompute_s = median; break;
       }
-      row.push_back(FormatSeconds(m));
+      row.push_back(FormatSeconds(median));
     }
-    worst_spread = std::max(worst_spread, spread);
+    out.worst_spread = std::max(out.worst_spread, spread);
     layer.measured.activation_bytes = b.after_f;
     layer.measured.activation_bytes_w = b.after_b;
     layer.measured.input_bytes = b.input;
@@ -652,108 +672,177 @@ int RunProfile(const std::vector<std::string>& args, std::ostream& out, std::ost
     while (row.size() < 5) row.push_back("-");
     row.push_back(FormatPercent(spread));
     for (double v : {b.after_f, b.after_b, b.params}) row.push_back(absl::StrFormat("%.0f", v));
-    table.AddRow(row);
+    out.table.AddRow(row);
   }
-  if (absl::Status s = ValidateMeasuredProfile(measured); !s.ok()) return Fail(err, s, 1);
+  return out;
+}
 
-  // The cluster file.
-  const auto [flops, copy_bandwidth] = MeasureDevice();
-  LinkSpec link_spec{std::numeric_limits<double>::infinity(), 0};
+// The measured cluster file: one node of --ranks devices with the GEMM rate, copy bandwidth,
+// memory and per-op overhead, and the link fitted over the ping-pong's message sizes.
+struct MeasuredCluster {
+  Cluster cluster;
+  double flops = 0, copy_bandwidth = 0;
   double pingpong_latency = 0;
-  if (!link.empty()) {
-    absl::StatusOr<LinkFit> fit = FitLink(link);
-    if (!fit.ok()) return Fail(err, fit.status(), 1);
-    link_spec = LinkSpec{fit->bandwidth, fit->latency_s};
-    pingpong_latency = fit->latency_s;
+};
+
+absl::StatusOr<MeasuredCluster> MeasuredClusterFile(const Measurements& m,
+                                                    const std::vector<LayerBytes>& bytes,
+                                                    double device_memory, const ProfileFlags& f) {
+  MeasuredCluster out;
+  std::tie(out.flops, out.copy_bandwidth) = MeasureDevice();
+  LinkSpec link_spec{std::numeric_limits<double>::infinity(), 0};
+  if (!m.link.empty()) {
+    ASSIGN_OR_RETURN(LinkFit fit, FitLink(m.link));
+    link_spec = LinkSpec{fit.bandwidth, fit.latency_s};
+    out.pingpong_latency = fit.latency_s;
   }
   // The engine's messages cost more than the transport's ping-pong (thread hand-offs on both
   // sides): the latency is what the engine's own messages took beyond bytes / bandwidth.
-  const double message_bytes = (*bytes)[0].output;
-  if (message_s.size() >= 3) {
+  const double message_bytes = bytes[0].output;
+  if (m.message_s.size() >= 3) {
     const double transfer = std::isinf(link_spec.bandwidth) ? 0 : message_bytes / link_spec.bandwidth;
-    link_spec.latency_s = std::max(0.0, Median(message_s) - transfer);
+    link_spec.latency_s = std::max(0.0, Median(m.message_s) - transfer);
   }
   char host[256] = "localhost";
   gethostname(host, sizeof(host) - 1);
-  Cluster cluster;
-  cluster.name = absl::StrCat("measured-", host, "-", transport);
+  Cluster& cluster = out.cluster;
+  cluster.name = absl::StrCat("measured-", host, "-", f.transport);
   HardwareSpec hw;
   hw.name = "measured-executor";
-  hw.peak_flops = flops;
+  hw.peak_flops = out.flops;
   hw.memory_bytes = device_memory;
-  hw.memory_bandwidth = copy_bandwidth;
-  hw.op_overhead_s = Median(overhead);
+  hw.memory_bandwidth = out.copy_bandwidth;
+  hw.op_overhead_s = Median(m.overhead);
   cluster.hardware.push_back(hw);
-  cluster.nodes.push_back(Node{host, hw.name, static_cast<int>(ranks), link_spec});
+  cluster.nodes.push_back(Node{host, hw.name, static_cast<int>(f.ranks), link_spec});
   cluster.inter_node_link = link_spec;
+  return out;
+}
 
-  // Phase 3: a message-heavy run (interleaved, 2 stages per rank, every boundary between ranks)
-  // fits the per-message CPU cost against the profile run.
-  std::string message_fit = "not fitted (needs 2 ranks and 2 layers per stage)";
-  if (ranks >= 2) {
-    absl::StatusOr<Plan> heavy = ClassicPlan(ScheduleKind::kInterleaved, static_cast<int>(ranks),
-                                             2, spec->microbatches, graph);
-    if (heavy.ok()) {
-      // Noise on a shared machine only ever slows a run down: each plan's fastest of a few
-      // interleaved runs is the estimate.
-      double heavy_s = std::numeric_limits<double>::infinity();
-      const int iterations = static_cast<int>(std::max<int64_t>(3, repeat / 2));
-      for (int round = 0; round < kMessageFitRounds; ++round) {
-        for (const Plan* p : {&*heavy, &*plan}) {
-          absl::StatusOr<std::vector<std::string>> reports = RunRanks(
-              *spec, *p, static_cast<int>(ranks), transport, iterations, timeout, /*ping=*/false);
-          if (!reports.ok()) return Fail(err, reports.status(), 1);
-          absl::StatusOr<std::vector<Json>> parsed = ParseReports(*reports);
-          if (!parsed.ok()) return Fail(err, parsed.status(), 1);
-          double& best = p == &*heavy ? heavy_s : light_s;
-          best = std::min(best, MedianIteration(*parsed));
-        }
-      }
-      // A burst of noise on one run could fit any cost: a message's CPU at one end is bounded
-      // by kMessageCpuCap times what the engine's own messages took to arrive at an idle rank.
-      const double cap =
-          message_s.size() >= 3 ? std::max(0.0, kMessageCpuCap * Median(message_s)) : 0.01;
-      absl::StatusOr<double> c =
-          FitMessageCpu(measured, cluster, *plan, light_s, *heavy, heavy_s, cap);
-      if (!c.ok()) return Fail(err, c.status(), 1);
-      cluster.hardware[0].message_cpu_s = *c;
-      if (*c >= cap * (1 - 1e-6)) {
-        err << "octopipe profile: warning: the per-message CPU fit hit its bound ("
-            << FormatSeconds(cap) << ", " << kMessageCpuCap
-            << "x the engine's message time): the runs were probably disturbed by other load; "
-               "profile again on a quiet machine\n";
-      }
-      message_fit = absl::StrCat("fitted from ", heavy->num_stages(), "-stage interleaved runs (",
-                                 FormatSeconds(heavy_s), ", fastest of ", kMessageFitRounds,
-                                 ") against the profile's plan (", FormatSeconds(light_s),
-                                 ", fastest of ", kMessageFitRounds + 1, ")");
+// Phase 3: a message-heavy run (interleaved, 2 stages per rank, every boundary between ranks)
+// fits the per-message CPU cost against the profile run (`plan`) and sets it on the cluster's
+// hardware. Returns how it was fitted, or why not, for the summary; warns on `err` when the fit
+// hits its bound.
+absl::StatusOr<std::string> FitMessageCost(const ModelSpec& spec, const ModelGraph& graph,
+                                           const ModelGraph& measured, const Plan& plan,
+                                           const ProfileFlags& f, Measurements* m,
+                                           Cluster* cluster, std::ostream& err) {
+  if (f.ranks < 2) return std::string("not fitted (needs 2 ranks and 2 layers per stage)");
+  absl::StatusOr<Plan> heavy = ClassicPlan(ScheduleKind::kInterleaved, static_cast<int>(f.ranks),
+                                           2, spec.microbatches, graph);
+  if (!heavy.ok()) return std::string("not fitted (needs 2 ranks and 2 layers per stage)");
+  // Noise on a shared machine only ever slows a run down: each plan's fastest of a few
+  // interleaved runs is the estimate.
+  double heavy_s = std::numeric_limits<double>::infinity();
+  const int iterations = static_cast<int>(std::max<int64_t>(3, f.repeat / 2));
+  for (int round = 0; round < kMessageFitRounds; ++round) {
+    for (const Plan* p : {static_cast<const Plan*>(&*heavy), &plan}) {
+      ASSIGN_OR_RETURN(std::vector<std::string> reports,
+                       RunRanks(spec, *p, static_cast<int>(f.ranks), f.transport, iterations,
+                                f.timeout, /*ping=*/false));
+      ASSIGN_OR_RETURN(std::vector<Json> parsed, ParseReports(reports));
+      double& best = p == &*heavy ? heavy_s : m->light_s;
+      best = std::min(best, MedianIteration(parsed));
     }
   }
+  // A burst of noise on one run could fit any cost: a message's CPU at one end is bounded
+  // by kMessageCpuCap times what the engine's own messages took to arrive at an idle rank.
+  const double cap =
+      m->message_s.size() >= 3 ? std::max(0.0, kMessageCpuCap * Median(m->message_s)) : 0.01;
+  ASSIGN_OR_RETURN(double c, FitMessageCpu(measured, *cluster, plan, m->light_s, *heavy, heavy_s, cap));
+  cluster->hardware[0].message_cpu_s = c;
+  if (c >= cap * (1 - 1e-6)) {
+    err << "octopipe profile: warning: the per-message CPU fit hit its bound ("
+        << FormatSeconds(cap) << ", " << kMessageCpuCap
+        << "x the engine's message time): the runs were probably disturbed by other load; "
+           "profile again on a quiet machine\n";
+  }
+  return absl::StrCat("fitted from ", heavy->num_stages(), "-stage interleaved runs (",
+                      FormatSeconds(heavy_s), ", fastest of ", kMessageFitRounds,
+                      ") against the profile's plan (", FormatSeconds(m->light_s),
+                      ", fastest of ", kMessageFitRounds + 1, ")");
+}
 
-  const std::string model_path = ResolvePath(prefix + ".model.json");
-  const std::string cluster_path = ResolvePath(prefix + ".cluster.json");
-  if (absl::Status s = WriteModelFile(model_path, measured); !s.ok()) return Fail(err, s, 1);
-  if (absl::Status s = WriteClusterFile(cluster_path, cluster); !s.ok()) return Fail(err, s, 1);
-
-  out << "profiled " << model << " on " << ranks << " ranks over " << transport << ": "
-      << repeat << " measured iterations of " << spec->microbatches << " micro-batches (median; "
+void PrintSummary(std::ostream& out, const ProfileFlags& f, const ModelSpec& spec,
+                  const MeasuredModel& model, const MeasuredCluster& mc, const Measurements& m,
+                  const std::string& message_fit, const std::string& model_path,
+                  const std::string& cluster_path, double elapsed_s) {
+  const HardwareSpec& hw = mc.cluster.hardware[0];
+  const LinkSpec& link_spec = mc.cluster.inter_node_link;
+  out << "profiled " << f.model << " on " << f.ranks << " ranks over " << f.transport << ": "
+      << f.repeat << " measured iterations of " << spec.microbatches << " micro-batches (median; "
       << "spread = (max - min) / median; (xN): pooled over N identical layers)\n\n"
-      << table.Render() << "\n"
+      << model.table.Render() << "\n"
       << "per-op executor overhead " << FormatSeconds(hw.op_overhead_s) << " (spread "
-      << FormatPercent(Spread(overhead)) << "); largest layer spread "
-      << FormatPercent(worst_spread) << "\n"
+      << FormatPercent(Spread(m.overhead)) << "); largest layer spread "
+      << FormatPercent(model.worst_spread) << "\n"
       << "link: latency " << FormatSeconds(link_spec.latency_s) << ", bandwidth "
-      << absl::StrFormat("%.3g", link_spec.bandwidth) << " B/s (fitted over " << link.size()
-      << " message sizes; ping-pong latency " << FormatSeconds(pingpong_latency) << ", the "
-      << "engine's " << message_s.size() << " messages " << FormatSeconds(Median(message_s))
+      << absl::StrFormat("%.3g", link_spec.bandwidth) << " B/s (fitted over " << m.link.size()
+      << " message sizes; ping-pong latency " << FormatSeconds(mc.pingpong_latency) << ", the "
+      << "engine's " << m.message_s.size() << " messages " << FormatSeconds(Median(m.message_s))
       << " median)\n"
-      << "per-message CPU cost " << FormatSeconds(cluster.hardware[0].message_cpu_s) << " at each end, "
+      << "per-message CPU cost " << FormatSeconds(hw.message_cpu_s) << " at each end, "
       << message_fit << "\n"
-      << "device: " << absl::StrFormat("%.3g", flops) << " FLOP/s (GEMM), "
-      << absl::StrFormat("%.3g", copy_bandwidth) << " B/s copy, "
-      << absl::StrFormat("%.3g", device_memory) << " bytes\n"
+      << "device: " << absl::StrFormat("%.3g", mc.flops) << " FLOP/s (GEMM), "
+      << absl::StrFormat("%.3g", mc.copy_bandwidth) << " B/s copy, "
+      << absl::StrFormat("%.3g", hw.memory_bytes) << " bytes\n"
       << "wrote " << model_path << " and " << cluster_path << " in "
-      << absl::StrFormat("%.1f", Seconds(started)) << " s\n";
+      << absl::StrFormat("%.1f", elapsed_s) << " s\n";
+}
+
+}  // namespace
+
+int RunProfile(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  ProfileFlags f;
+  CommandLine flags("profile",
+                "Measures the executor's reference model on this machine and transport: every\n"
+                "layer's F, B, W, R seconds and bytes (PREFIX.model.json), the per-op overhead\n"
+                "and the link's latency and bandwidth (PREFIX.cluster.json). Then plan with\n"
+                "`octopipe plan --model=PREFIX.model.json --cluster=PREFIX.cluster.json`.");
+  DefineFlags(flags, &f);
+  if (absl::Status s = flags.Parse(args); !s.ok()) return Fail(err, s, 2);
+  if (flags.help_requested()) {
+    out << flags.Usage();
+    return 0;
+  }
+  if (!f.check.empty()) return CheckProfileFile(f.check, out, err);
+  absl::StatusOr<ModelSpec> spec = SpecFromFlags(f);
+  if (!spec.ok()) return Fail(err, spec.status(), 2);
+  const auto started = std::chrono::steady_clock::now();
+
+  // What the executor holds, whether it fits, and the plans that measure it.
+  absl::StatusOr<std::vector<LayerBytes>> bytes = MeasureBytes(*spec);
+  if (!bytes.ok()) {
+    return Fail(err, absl::InvalidArgumentError(absl::StrCat(
+                         "--model: the executor cannot build it: ", bytes.status().message())), 2);
+  }
+  absl::StatusOr<double> device_memory = DeviceMemoryFor(*spec, *bytes, f);
+  if (!device_memory.ok()) return Fail(err, device_memory.status(), 3);
+  const ModelGraph graph = executor::ToModelGraph(*spec);
+  const int ranks = static_cast<int>(f.ranks);
+  absl::StatusOr<Plan> plan = ProfilePlan(ranks, spec->microbatches, graph, /*recompute=*/false);
+  if (!plan.ok()) return Fail(err, absl::InvalidArgumentError(absl::StrCat("--ranks: ", plan.status().message())), 2);
+  absl::StatusOr<Plan> plan_r = ProfilePlan(ranks, spec->microbatches, graph, /*recompute=*/true);
+  if (!plan_r.ok()) return Fail(err, absl::InvalidArgumentError(absl::StrCat("--ranks: ", plan_r.status().message())), 2);
+
+  absl::StatusOr<Measurements> m = MeasureLayers(*spec, *plan, *plan_r, f);
+  if (!m.ok()) return Fail(err, m.status(), 1);
+  std::map<int, int> pooled_over;
+  if (f.pool) pooled_over = PoolIdenticalLayers(graph, *bytes, &m->samples);
+  const MeasuredModel model = MeasuredModelFile(graph, *spec, *bytes, *m, pooled_over, f);
+  if (absl::Status s = ValidateMeasuredProfile(model.model); !s.ok()) return Fail(err, s, 1);
+  absl::StatusOr<MeasuredCluster> mc = MeasuredClusterFile(*m, *bytes, *device_memory, f);
+  if (!mc.ok()) return Fail(err, mc.status(), 1);
+  absl::StatusOr<std::string> message_fit =
+      FitMessageCost(*spec, graph, model.model, *plan, f, &*m, &mc->cluster, err);
+  if (!message_fit.ok()) return Fail(err, message_fit.status(), 1);
+
+  const std::string model_path = ResolvePath(f.prefix + ".model.json");
+  const std::string cluster_path = ResolvePath(f.prefix + ".cluster.json");
+  if (absl::Status s = WriteModelFile(model_path, model.model); !s.ok()) return Fail(err, s, 1);
+  if (absl::Status s = WriteClusterFile(cluster_path, mc->cluster); !s.ok()) return Fail(err, s, 1);
+  PrintSummary(out, f, *spec, model, *mc, *m, *message_fit, model_path, cluster_path,
+               Seconds(started));
   return 0;
 }
 

@@ -1,13 +1,37 @@
-// Time, behind one small interface (STYLE.md 7), so every deadline and budget — the service's
-// failure detector and re-plan policy, the tuner's time budget, the transports' connect and
-// wait timeouts — can be tested on a fake clock (core/fake_clock.h, testonly) without sleeps.
+// Time, behind one small interface (STYLE.md 7), so every deadline, interval and budget that
+// drives a decision can be tested on a fake clock (core/fake_clock.h, testonly) without sleeps.
 //
 // Clock::NowSeconds is monotonic time in seconds from an arbitrary origin: use it for
 // intervals, budgets and deadlines only, never as a timestamp. Timestamps stored in records
-// (job creation, plan versions, agent registration) come from UnixMillis(), the wall clock.
+// (job creation, plan versions, job events, agent registration) come from UnixMillis(), the wall
+// clock.
 //
 // A Clock only reads time; code that must block until a deadline (a condition variable, a
 // socket timeout) still blocks in real time and re-checks the Clock when it wakes.
+//
+// Who reads time through a Clock (each is given a `const Clock*`; where it is an option, null
+// means RealClock::Default()):
+//   planner    the failure detector (AgentRegistry) and the re-plan cooldown (JobManager), the
+//              one-shot Plan RPC's time queued and tuning (ServiceOptions::clock);
+//   tuner      the time budget (TunerOptions::clock);
+//   agent      heartbeat interval, back-off, job polls, the wait for peers' checkpoint layers
+//              after a clean stop, and the plan-switch time it reports (AgentOptions::clock);
+//   executor   the TCP store's connect deadline (GlooOptions::clock, a shared_ptr) and the
+//              NCCL transport's creation / Send / Recv deadlines, which poll (NcclOptions::clock).
+// What stays on std::chrono / absl time on purpose:
+//   - measurements that decide nothing, only reported: the engine's per-op and per-iteration
+//     times (executor/engine.cc: they must also be std::chrono::steady_clock itself, because the
+//     ranks' op times are aligned across processes by its epoch, IterationStats::start_steady_s,
+//     which a per-process Clock origin would break, and a virtual call per op read adds cost to
+//     the hot loop for nothing), checkpoint seconds (executor/trainer.cc), the agent's own
+//     bookkeeping per iteration (worker_agent/rank_main.cc), RPC latencies (rpc_log.cc), and
+//     `octopipe profile`'s and the benchmarks' timings;
+//   - waits that block in real time inside a library: Gloo's own send/receive and rendezvous
+//     timeouts (GlooTransport), the in-process transport's condition-variable deadlines
+//     (InProcTransport, the threads' test fake: nothing polls there to re-read a clock), the TCP
+//     store server's wait, socket timeouts;
+//   - gRPC deadlines (the agent's and the CLI's calls, the server's shutdown, the service reading
+//     a call's remaining time): gRPC keeps them on the system clock itself.
 //
 // Thread safety: implementations must be safe to call from any thread. RealClock is
 // stateless; FakeClock locks.

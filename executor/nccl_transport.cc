@@ -58,6 +58,18 @@ struct Header {
   uint64_t bytes;
 };
 static_assert(sizeof(Header) == 16, "Header is sent as 16 raw bytes");
+
+// A deadline on the transport's clock (NcclOptions::clock). Every wait below polls, so it
+// re-reads the clock on each pass.
+struct Deadline {
+  const Clock* clock;
+  double at_s;
+  bool Passed() const { return clock->NowSeconds() > at_s; }
+};
+
+Deadline DeadlineAfter(const Clock* clock, absl::Duration timeout) {
+  return Deadline{clock, clock->NowSeconds() + absl::ToDoubleSeconds(timeout)};
+}
 constexpr uint32_t kHeaderMagic = 0x5054434f;  // "OCTP"
 
 // Completion is polled (a non-blocking communicator cannot be waited on otherwise); 20 us is
@@ -98,7 +110,7 @@ absl::Status CheckOptions(const NcclOptions& o) {
 
 // Rank 0 publishes ids[src * size + dst] for every ordered pair (diagonal unused) in one file;
 // the other ranks wait for it. Returns the ids.
-absl::StatusOr<std::vector<ncclUniqueId>> ExchangeIds(const NcclOptions& o, absl::Time deadline) {
+absl::StatusOr<std::vector<ncclUniqueId>> ExchangeIds(const NcclOptions& o, Deadline deadline) {
   const std::string path = absl::StrCat(o.store_dir, "/", o.prefix, ".nccl_ids");
   const size_t n = static_cast<size_t>(o.size) * o.size;
   const size_t file_bytes = sizeof(kIdFileMagic) + sizeof(int32_t) + n * sizeof(ncclUniqueId);
@@ -143,7 +155,7 @@ absl::StatusOr<std::vector<ncclUniqueId>> ExchangeIds(const NcclOptions& o, absl
   }
   // Polling a file is the only readiness signal a shared directory offers (no inotify on NFS).
   while (!std::filesystem::exists(path, ec)) {
-    if (absl::Now() > deadline) {
+    if (deadline.Passed()) {
       return absl::DeadlineExceededError(
           absl::StrCat("nccl rank ", o.rank, ": rank 0 did not publish '", path, "' in time"));
     }
@@ -214,7 +226,7 @@ struct NcclTransport::Link {
 
   // Non-blocking NCCL: after a call returns ncclInProgress, wait until the communicator is
   // idle again before the next call.
-  absl::Status WaitComm(absl::Time deadline, const std::string& what) {
+  absl::Status WaitComm(Deadline deadline, const std::string& what) {
     for (;;) {
       ncclResult_t state = ncclInProgress;
       if (ncclResult_t r = ncclCommGetAsyncError(comm, &state); r != ncclSuccess) state = r;
@@ -223,7 +235,7 @@ struct NcclTransport::Link {
         return Break(absl::UnavailableError(
             absl::StrCat(what, ": NCCL error ", NcclErrorText(state, comm))));
       }
-      if (absl::Now() > deadline) {
+      if (deadline.Passed()) {
         return Break(absl::DeadlineExceededError(
             absl::StrCat(what, ": NCCL did not finish in time; the link is aborted")));
       }
@@ -231,7 +243,7 @@ struct NcclTransport::Link {
     }
   }
 
-  absl::Status CheckNccl(ncclResult_t r, absl::Time deadline, const std::string& what) {
+  absl::Status CheckNccl(ncclResult_t r, Deadline deadline, const std::string& what) {
     if (r == ncclSuccess) return absl::OkStatus();
     if (r == ncclInProgress) return WaitComm(deadline, what);
     return Break(absl::UnavailableError(absl::StrCat(what, ": ", NcclErrorText(r, comm))));
@@ -244,7 +256,7 @@ struct NcclTransport::Link {
   }
 
   // Waits for everything queued on the stream, watching NCCL for asynchronous errors.
-  absl::Status WaitStream(absl::Time deadline, const std::string& what) {
+  absl::Status WaitStream(Deadline deadline, const std::string& what) {
     for (;;) {
       const cudaError_t e = cudaStreamQuery(stream);
       if (e == cudaSuccess) return absl::OkStatus();
@@ -255,7 +267,7 @@ struct NcclTransport::Link {
         return Break(absl::UnavailableError(
             absl::StrCat(what, ": NCCL error ", NcclErrorText(state, comm))));
       }
-      if (absl::Now() > deadline) {
+      if (deadline.Passed()) {
         return Break(absl::DeadlineExceededError(absl::StrCat(
             what, ": rank ", peer, " did not complete the transfer in time; the link is aborted")));
       }
@@ -282,7 +294,7 @@ struct NcclTransport::Link {
 
   // Copies `bytes` between host and the staging buffer and waits for it.
   absl::Status Copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
-                    absl::Time deadline, const std::string& what) {
+                    Deadline deadline, const std::string& what) {
     if (bytes == 0) return absl::OkStatus();
     RETURN_IF_ERROR(CheckCuda(cudaMemcpyAsync(dst, src, bytes, kind, stream), what));
     return WaitStream(deadline, what);
@@ -307,8 +319,9 @@ struct NcclTransport::Link {
   }
 };
 
-NcclTransport::NcclTransport(int rank, int size, int device, absl::Duration timeout)
-    : rank_(rank), size_(size), device_(device), timeout_(timeout) {}
+NcclTransport::NcclTransport(int rank, int size, int device, absl::Duration timeout,
+                             const Clock* clock)
+    : rank_(rank), size_(size), device_(device), timeout_(timeout), clock_(clock) {}
 
 absl::StatusOr<std::unique_ptr<Transport>> NcclTransport::Create(const NcclOptions& options) {
   RETURN_IF_ERROR(CheckOptions(options));
@@ -324,8 +337,9 @@ absl::StatusOr<std::unique_ptr<Transport>> NcclTransport::Create(const NcclOptio
         absl::StrCat("nccl: cudaSetDevice(", device, ") failed: ", CudaErrorText(e)));
   }
   const absl::Duration timeout = absl::Seconds(options.timeout_s);
-  const absl::Time deadline = absl::Now() + timeout;
-  std::unique_ptr<NcclTransport> t(new NcclTransport(options.rank, options.size, device, timeout));
+  std::unique_ptr<NcclTransport> t(new NcclTransport(options.rank, options.size, device, timeout,
+                                                     &ClockOrReal(options.clock)));
+  const Deadline deadline = DeadlineAfter(t->clock_, timeout);
   t->send_.resize(options.size);
   t->recv_.resize(options.size);
   if (options.size == 1) return std::unique_ptr<Transport>(std::move(t));
@@ -378,7 +392,7 @@ NcclTransport::~NcclTransport() {
       if (l != nullptr) links.push_back(l.get());
     }
   }
-  const absl::Time deadline = absl::Now() + timeout_;
+  const Deadline deadline = DeadlineAfter(clock_, timeout_);
   for (Link* l : links) {
     absl::MutexLock lock(&l->mu);
     if (l->comm != nullptr && ncclCommFinalize(l->comm) != ncclSuccess) {
@@ -407,7 +421,7 @@ absl::Status NcclTransport::Send(int dst, uint32_t tag, const void* data, size_t
   Link& l = *send_[dst];
   const std::string what = absl::StrCat("nccl rank ", rank_, " Send to rank ", dst, " (tag ", tag,
                                         ", ", bytes, " bytes)");
-  const absl::Time deadline = absl::Now() + timeout_;
+  const Deadline deadline = DeadlineAfter(clock_, timeout_);
   absl::MutexLock lock(&l.mu);
   if (!l.broken.ok()) {
     return absl::UnavailableError(
@@ -440,7 +454,7 @@ absl::Status NcclTransport::Recv(int src, uint32_t tag, void* data, size_t bytes
   Link& l = *recv_[src];
   const std::string what = absl::StrCat("nccl rank ", rank_, " Recv from rank ", src, " (tag ", tag,
                                         ", ", bytes, " bytes)");
-  const absl::Time deadline = absl::Now() + timeout_;
+  const Deadline deadline = DeadlineAfter(clock_, timeout_);
   absl::MutexLock lock(&l.mu);
   absl::Status stashed;
   if (l.TakeStashed(tag, data, bytes, what, &stashed)) return stashed;

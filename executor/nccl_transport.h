@@ -41,6 +41,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "core/clock.h"
 #include "executor/transport.h"
 
 namespace octopipe::executor {
@@ -64,6 +65,9 @@ struct NcclOptions {
   int device = -1;
   // Limit for creating the communicators and for each Send/Recv.
   double timeout_s = 60;
+  // The clock those limits are kept on (the waits poll and re-read it). Not owned; null:
+  // RealClock::Default().
+  const Clock* clock = nullptr;
 };
 
 class NcclTransport final : public Transport {
@@ -81,12 +85,13 @@ class NcclTransport final : public Transport {
  private:
   struct Link;  // One direction's communicator, stream, buffer and stash; in the .cc.
 
-  NcclTransport(int rank, int size, int device, absl::Duration timeout);
+  NcclTransport(int rank, int size, int device, absl::Duration timeout, const Clock* clock);
 
   const int rank_;
   const int size_;
   const int device_;
   const absl::Duration timeout_;
+  const Clock* const clock_;  // never null
   // send_[p]: this rank -> p; recv_[p]: p -> this rank; null at this rank's own index.
   std::vector<std::unique_ptr<Link>> send_;
   std::vector<std::unique_ptr<Link>> recv_;

@@ -9,6 +9,12 @@
 // pushed to watchers under the manager's lock, in version order: watch callbacks must only
 // queue (never block or call back into the manager).
 //
+// The jobs themselves are domain records (JobRecord, job_state.h); the gRPC adapter converts
+// requests and answers (job_convert.h) and the store converts what it persists. Plan versions
+// and stage-time reports still travel in their wire form (proto::PlanVersion,
+// ReportStageTimesRequest/Response): a version is the tuner's answer as the planner stores and
+// streams it, and the report is parsed into calibration's types here.
+//
 // Thread-safe. The pool must be shut down before the manager is destroyed (tasks hold `this`).
 #ifndef OCTOPIPE_PLANNER_SERVICE_JOB_MANAGER_H_
 #define OCTOPIPE_PLANNER_SERVICE_JOB_MANAGER_H_
@@ -25,7 +31,10 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "core/clock.h"
+#include "core/plan.h"
 #include "core/replan_reason.h"
+#include "planner_service/calibration.h"
+#include "planner_service/job_state.h"
 #include "planner_service/measured_bubble.h"
 #include "planner_service/planning.h"
 #include "planner_service/replan_policy.h"
@@ -52,6 +61,12 @@ class JobObserver {
                             const std::vector<DeviceBusy>& devices) {}
 };
 
+// A job and its current plan version (absent before the first plan), as Get returns them.
+struct JobSnapshot {
+  JobRecord job;
+  std::optional<proto::PlanVersion> current;
+};
+
 struct JobManagerOptions {
   PlanningLimits limits;
   ReplanPolicyOptions replan;
@@ -63,31 +78,20 @@ class JobManager {
              JobObserver* observer = nullptr);
 
   // Loads jobs, versions and calibration from the store. A stored re-plan intent
-  // (Job.pending_replan_reason) is resumed and a job without a plan is planned; a job whose
+  // (JobRecord::pending_reason) is resumed and a job without a plan is planned; a job whose
   // stored input no longer validates is marked FAILED with the reason (never planned).
   absl::Status Recover();
 
   // Validates, persists and queues the first plan. kResourceExhausted when the pool's queue is
   // full (nothing is created), kInvalidArgument naming the field.
-  absl::StatusOr<proto::Job> Create(const proto::CreateJobRequest& request);
-  // The job and its current version; the job is its Summary (model_omitted) when the
-  // response would exceed kMaxResponseBytes.
-  absl::StatusOr<proto::GetJobResponse> Get(const std::string& job_id) const;
-  // Every job, full, oldest first.
-  std::vector<proto::Job> List() const;
-  // One page of summaries (Summary()), oldest first, at most `page_size` (0: default) jobs and
-  // about kMaxResponseBytes. kInvalidArgument for a bad page_size or token.
-  absl::StatusOr<proto::ListJobsResponse> ListPage(int page_size,
-                                                   const std::string& page_token) const;
-  // The job without model.layers, with num_layers set.
-  static proto::Job Summary(const proto::Job& job);
+  absl::StatusOr<JobRecord> Create(NewJob job);
+  // The job and its current version (none before the first plan). kNotFound for an unknown job.
+  absl::StatusOr<JobSnapshot> Get(const std::string& job_id) const;
+  // Every job, full, oldest first (created_unix_ms, then id).
+  std::vector<JobRecord> List() const;
   // Whether any job's cluster has this node.
   bool KnowsNode(const std::string& node_id) const;
 
-  // Responses stay under gRPC's default 4 MB receive limit with room to spare.
-  static constexpr size_t kMaxResponseBytes = 3 << 20;
-  static constexpr int kDefaultPageSize = 100;
-  static constexpr int kMaxPageSize = 1000;
   absl::Status Delete(const std::string& job_id);
 
   // Calls `on_version` for every version newer than `after_version` (the current one first
@@ -98,7 +102,7 @@ class JobManager {
   absl::StatusOr<int64_t> Watch(const std::string& job_id, int64_t after_version,
                                 std::function<void(const proto::PlanVersion&)> on_version,
                                 std::function<void()> on_end,
-                                std::function<void(const proto::JobEvent&)> on_event = nullptr);
+                                std::function<void(const JobEvent&)> on_event = nullptr);
   // After Unwatch no new call starts, but one already running may still be in progress: the
   // callbacks must not own state the caller frees (the gRPC reactor shares its state with
   // them through a shared_ptr and an alive flag).
@@ -113,29 +117,72 @@ class JobManager {
 
   // Appends an agent's event to the job (time-stamped, persisted; the newest 200 are kept).
   // kNotFound for an unknown job.
-  absl::Status AddEvent(const std::string& job_id, proto::JobEvent event);
+  absl::Status AddEvent(const std::string& job_id, JobEvent event);
 
   int num_jobs() const;
 
  private:
+  // Everything the manager holds about one job.
   struct Entry {
-    proto::Job job;
-    std::vector<proto::PlanVersion> versions;
+    JobRecord job;  // what is persisted as the job (Store::PutJob)
+    std::vector<proto::PlanVersion> versions;  // as stored and streamed, oldest first
+    // The current version's plan in core form (converted once, when the version is adopted or
+    // loaded); an error when there is no version yet or its plan does not convert.
+    absl::StatusOr<Plan> current_plan = absl::FailedPreconditionError("no plan yet");
     std::vector<double> factors;  // calibration, one per layer (empty: none yet)
     bool planning = false;        // a task is queued or running
-    std::optional<ReplanReason> pending_reason;  // another re-plan asked for while planning
+    // Another re-plan asked for while planning: runs once more after the task (not persisted;
+    // the stored intent is job.pending_reason).
+    std::optional<ReplanReason> rerun_reason;
   };
   struct Subscription {
     std::string job_id;
     std::function<void(const proto::PlanVersion&)> on_version;
     std::function<void()> on_end;
-    std::function<void(const proto::JobEvent&)> on_event;  // may be empty
+    std::function<void(const JobEvent&)> on_event;  // may be empty
+  };
+
+  // What a planning task or a stage-time report reads of its job, copied under the lock.
+  struct TaskInput {
+    JobRecord job;
+    std::vector<double> factors;
+    int64_t current_version = 0;  // 0: no plan yet
+    absl::StatusOr<Plan> current_plan;
   };
 
   // Queues planning for the job (coalescing with a running task). `bounded` uses TrySubmit.
   bool SchedulePlanning(const std::string& job_id, ReplanReason reason, bool bounded)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void RunPlanning(const std::string& job_id, ReplanReason reason);
+  // A planning task, on the pool: tune, decide, record the outcome, tell the observer.
+  void RunPlanning(const std::string& job_id, ReplanReason reason) ABSL_LOCKS_EXCLUDED(mu_);
+  // nullopt for a job that is gone.
+  std::optional<TaskInput> TaskInputOf(const std::string& job_id) const ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<PlanningInput> PlanningInputOf(const TaskInput& task) const;
+  // Whether a finished plan becomes a version: always, except a re-plan for measured times
+  // whose plan is not predicted min_gain faster than the current one under the same calibrated
+  // costs (ReplanPolicy::Accept; logged). A current plan that no longer applies is replaced.
+  bool WorthAdopting(const std::string& job_id, ReplanReason reason, const TaskInput& task,
+                     const PlanningInput& input, const proto::PlanResult& result);
+  // Records a task's outcome on the job and persists it: FAILED with the error, a new version
+  // when `adopt_on` (the cluster it was planned on) is given, else nothing but the intent done;
+  // then queues the re-plan asked for meanwhile. False when the job was deleted meanwhile.
+  bool FinishPlanning(const std::string& job_id, ReplanReason reason,
+                      const absl::StatusOr<proto::PlanResult>& result, const Cluster* adopt_on)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Stores `result` as the job's next version and pushes it to the job's watchers; when the
+  // store refuses it, only the job's last_error changes.
+  void AddVersion(const std::string& job_id, ReplanReason reason, const Cluster& cluster,
+                  const proto::PlanResult& result, Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job a report is for: kNotFound, or kFailedPrecondition without a plan or for a version
+  // that is not the current one.
+  absl::StatusOr<TaskInput> ReportTaskInput(const proto::ReportStageTimesRequest& request) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Stores the fitted factors (unless the version changed meanwhile), lets the policy decide
+  // about a re-plan, and answers.
+  absl::StatusOr<proto::ReportStageTimesResponse> ApplyReport(
+      const proto::ReportStageTimesRequest& request, int64_t version, int num_devices,
+      const CalibrationUpdate& update, const std::vector<DeviceBusy>& device_busy)
+      ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<std::string> NewJobId() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Store* const store_;

@@ -30,6 +30,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "core/fake_clock.h"
+#include "planner_service/job_convert.h"
 #include "planner_service/store.h"
 #include "planner_service/tuning_pool.h"
 #include "simulator/problem_builder.h"
@@ -179,6 +180,34 @@ class JobManagerTest : public ::testing::Test {
     store_.reset();
   }
 
+  // The manager's calls with their answers in the wire form the service gives them
+  // (job_convert.h), so the assertions below pin what a client sees.
+  absl::StatusOr<proto::Job> Create(const proto::CreateJobRequest& request) {
+    absl::StatusOr<JobRecord> job = manager_->Create(NewJobFromProto(request));
+    if (!job.ok()) return job.status();
+    return JobToProto(*job);
+  }
+  absl::StatusOr<proto::GetJobResponse> Get(const std::string& job_id) {
+    absl::StatusOr<JobSnapshot> got = manager_->Get(job_id);
+    if (!got.ok()) return got.status();
+    return GetJobResponseOf(got->job, got->current ? &*got->current : nullptr);
+  }
+  std::vector<proto::Job> List() {
+    std::vector<proto::Job> out;
+    for (const JobRecord& job : manager_->List()) out.push_back(JobToProto(job));
+    return out;
+  }
+  absl::StatusOr<proto::ListJobsResponse> ListPage(int page_size, const std::string& token) {
+    return ListJobsPage(manager_->List(), page_size, token);
+  }
+  absl::StatusOr<std::vector<proto::Job>> StoredJobs() {
+    absl::StatusOr<std::vector<JobRecord>> jobs = store_->LoadJobs();
+    if (!jobs.ok()) return jobs.status();
+    std::vector<proto::Job> out;
+    for (const JobRecord& job : *jobs) out.push_back(JobToProto(job));
+    return out;
+  }
+
   // Subscribes the recorder to the job from `after_version`.
   absl::StatusOr<int64_t> Watch(const std::string& job_id, int64_t after_version = 0) {
     return manager_->Watch(
@@ -220,7 +249,7 @@ class JobManagerTest : public ::testing::Test {
 };
 
 TEST_F(JobManagerTest, CreateReturnsPlanningThenVersionOneArrivesThroughWatch) {
-  absl::StatusOr<proto::Job> job = manager_->Create(SmallJob("first", OneNode()));
+  absl::StatusOr<proto::Job> job = Create(SmallJob("first", OneNode()));
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_FALSE(job->id().empty());
   EXPECT_EQ(job->name(), "first");
@@ -242,7 +271,7 @@ TEST_F(JobManagerTest, CreateReturnsPlanningThenVersionOneArrivesThroughWatch) {
   EXPECT_EQ(v->result().plan().num_devices(), 4);
   EXPECT_GT(v->result().plan().predicted().iteration_time_s(), 0);
 
-  absl::StatusOr<proto::GetJobResponse> got = manager_->Get(job->id());
+  absl::StatusOr<proto::GetJobResponse> got = Get(job->id());
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->job().state(), proto::JOB_STATE_READY);
   EXPECT_EQ(got->job().current_version(), 1);
@@ -268,16 +297,16 @@ TEST_F(JobManagerTest, CreateReturnsPlanningThenVersionOneArrivesThroughWatch) {
   EXPECT_EQ((*stored)[0].SerializeAsString(), v->SerializeAsString());
 }
 
-// ListPage: summaries (no layers, num_layers set), oldest first, pages joined by tokens that
+// ListJobsPage over List(): summaries (no layers, num_layers set), oldest first, pages joined by tokens that
 // survive a delete in between; malformed tokens and sizes are INVALID_ARGUMENT.
 TEST_F(JobManagerTest, ListPagesSummariesWithTokens) {
   std::vector<std::string> ids;
   for (const char* name : {"a", "b", "c"}) {
-    absl::StatusOr<proto::Job> j = manager_->Create(SmallJob(name, OneNode()));
+    absl::StatusOr<proto::Job> j = Create(SmallJob(name, OneNode()));
     ASSERT_TRUE(j.ok()) << j.status();
     ids.push_back(j->id());
   }
-  absl::StatusOr<proto::ListJobsResponse> page = manager_->ListPage(2, "");
+  absl::StatusOr<proto::ListJobsResponse> page = ListPage(2, "");
   ASSERT_TRUE(page.ok()) << page.status();
   ASSERT_EQ(page->jobs_size(), 2);
   EXPECT_EQ(page->jobs(0).id(), ids[0]);
@@ -287,25 +316,25 @@ TEST_F(JobManagerTest, ListPagesSummariesWithTokens) {
   EXPECT_FALSE(page->jobs(0).model().name().empty());
   ASSERT_FALSE(page->next_page_token().empty());
   ASSERT_TRUE(manager_->Delete(ids[1]).ok());  // the last job of the page goes away
-  absl::StatusOr<proto::ListJobsResponse> rest = manager_->ListPage(2, page->next_page_token());
+  absl::StatusOr<proto::ListJobsResponse> rest = ListPage(2, page->next_page_token());
   ASSERT_TRUE(rest.ok()) << rest.status();
   ASSERT_EQ(rest->jobs_size(), 1);
   EXPECT_EQ(rest->jobs(0).id(), ids[2]);
   EXPECT_TRUE(rest->next_page_token().empty());
-  EXPECT_EQ(manager_->ListPage(0, "garbage").status().code(),
+  EXPECT_EQ(ListPage(0, "garbage").status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(manager_->ListPage(5000, "").status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(manager_->ListPage(-1, "").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ListPage(5000, "").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ListPage(-1, "").status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(JobManagerTest, GetListAndDelete) {
-  absl::StatusOr<proto::Job> a = manager_->Create(SmallJob("a", OneNode()));
+  absl::StatusOr<proto::Job> a = Create(SmallJob("a", OneNode()));
   ASSERT_TRUE(a.ok()) << a.status();
-  absl::StatusOr<proto::Job> b = manager_->Create(SmallJob("b", OneNode()));
+  absl::StatusOr<proto::Job> b = Create(SmallJob("b", OneNode()));
   ASSERT_TRUE(b.ok()) << b.status();
   EXPECT_NE(a->id(), b->id());
 
-  std::vector<proto::Job> list = manager_->List();
+  std::vector<proto::Job> list = List();
   ASSERT_EQ(list.size(), 2u);
   EXPECT_EQ(list[0].id(), a->id());
   EXPECT_EQ(list[0].name(), "a");
@@ -313,7 +342,7 @@ TEST_F(JobManagerTest, GetListAndDelete) {
 
   ASSERT_TRUE(Watch(a->id()).ok());
   ASSERT_TRUE(recorder_.WaitForVersion(a->id(), 1).ok());
-  absl::StatusOr<proto::GetJobResponse> got = manager_->Get(a->id());
+  absl::StatusOr<proto::GetJobResponse> got = Get(a->id());
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->job().name(), "a");
 
@@ -322,7 +351,7 @@ TEST_F(JobManagerTest, GetListAndDelete) {
   EXPECT_TRUE(recorder_.ended(a->id()));
   EXPECT_FALSE(recorder_.ended(b->id()));
   for (const absl::Status& s :
-       {manager_->Get(a->id()).status(), manager_->Delete(a->id()),
+       {Get(a->id()).status(), manager_->Delete(a->id()),
         Watch(a->id()).status()}) {
     EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
     EXPECT_THAT(std::string(s.message()), HasSubstr("'" + a->id() + "'"));
@@ -332,11 +361,11 @@ TEST_F(JobManagerTest, GetListAndDelete) {
   report.set_plan_version(1);
   EXPECT_EQ(manager_->ReportStageTimes(report).status().code(), absl::StatusCode::kNotFound);
 
-  list = manager_->List();
+  list = List();
   ASSERT_EQ(list.size(), 1u);
   EXPECT_EQ(list[0].id(), b->id());
   EXPECT_EQ(manager_->num_jobs(), 1);
-  absl::StatusOr<std::vector<proto::Job>> stored = store_->LoadJobs();
+  absl::StatusOr<std::vector<proto::Job>> stored = StoredJobs();
   ASSERT_TRUE(stored.ok()) << stored.status();
   ASSERT_EQ(stored->size(), 1u);
   EXPECT_EQ((*stored)[0].id(), b->id());
@@ -344,9 +373,46 @@ TEST_F(JobManagerTest, GetListAndDelete) {
   ASSERT_TRUE(versions.ok());
   EXPECT_THAT(*versions, IsEmpty());
 
-  absl::Status unknown = manager_->Get("job-404").status();
+  absl::Status unknown = Get("job-404").status();
   EXPECT_EQ(unknown.code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(std::string(unknown.message()), HasSubstr("job-404"));
+}
+
+// Agents' events: time-stamped, persisted, the newest 200 kept (oldest first), and streamed to
+// the watchers that asked for them, in order.
+TEST_F(JobManagerTest, EventsAreStampedPersistedCappedAndStreamed) {
+  absl::StatusOr<proto::Job> job = Create(SmallJob("events", OneNode()));
+  ASSERT_TRUE(job.ok()) << job.status();
+  const std::string id = job->id();
+  std::vector<JobEvent> streamed;  // appended under the manager's lock, read after Unwatch
+  absl::StatusOr<int64_t> sub = manager_->Watch(
+      id, 0, [](const proto::PlanVersion&) {}, nullptr,
+      [&streamed](const JobEvent& e) { streamed.push_back(e); });
+  ASSERT_TRUE(sub.ok()) << sub.status();
+  for (int i = 0; i < 205; ++i) {
+    JobEvent e;
+    e.kind = "resumed";
+    e.node_id = "node0";
+    e.iteration = i;
+    ASSERT_TRUE(manager_->AddEvent(id, e).ok());
+  }
+  manager_->Unwatch(*sub);
+  ASSERT_EQ(streamed.size(), 205u);
+  EXPECT_EQ(streamed.back().iteration, 204);
+  EXPECT_GT(streamed.back().unix_ms, 0);
+  EXPECT_EQ(manager_->AddEvent("job-404", JobEvent()).code(), absl::StatusCode::kNotFound);
+
+  absl::StatusOr<JobSnapshot> got = manager_->Get(id);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->job.events.size(), 200u);
+  EXPECT_EQ(got->job.events.front().iteration, 5);
+  EXPECT_EQ(got->job.events.back().iteration, 204);
+  absl::StatusOr<std::vector<proto::Job>> stored = StoredJobs();
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  ASSERT_EQ(stored->size(), 1u);
+  ASSERT_EQ((*stored)[0].events_size(), 200);
+  EXPECT_EQ((*stored)[0].events(0).iteration(), 5);
+  EXPECT_EQ((*stored)[0].events(0).kind(), "resumed");
 }
 
 TEST_F(JobManagerTest, InvalidRequestsNameTheFieldAndCreateNothing) {
@@ -375,14 +441,14 @@ TEST_F(JobManagerTest, InvalidRequestsNameTheFieldAndCreateNothing) {
   cases.push_back({"cluster.nodes[0].hardware", small});
   cases.back().request.mutable_cluster()->mutable_nodes(0)->set_hardware("B200");
   for (const Case& c : cases) {
-    absl::StatusOr<proto::Job> job = manager_->Create(c.request);
+    absl::StatusOr<proto::Job> job = Create(c.request);
     ASSERT_FALSE(job.ok()) << c.field;
     EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument) << job.status();
     EXPECT_THAT(std::string(job.status().message()), HasSubstr(c.field));
   }
   EXPECT_EQ(manager_->num_jobs(), 0);
-  EXPECT_THAT(manager_->List(), IsEmpty());
-  absl::StatusOr<std::vector<proto::Job>> stored = store_->LoadJobs();
+  EXPECT_THAT(List(), IsEmpty());
+  absl::StatusOr<std::vector<proto::Job>> stored = StoredJobs();
   ASSERT_TRUE(stored.ok());
   EXPECT_THAT(*stored, IsEmpty());
 }
@@ -400,13 +466,13 @@ TEST_F(JobManagerTest, RequestsOverTheServerLimitsAreResourceExhausted) {
   proto::CreateJobRequest too_many = small;
   *too_many.mutable_model() =
       ModelToProto(*ParseSyntheticModel("layers=5,f=0.01,b=0.01,w=0.01"));
-  absl::Status s = manager_->Create(too_many).status();
+  absl::Status s = Create(too_many).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
   EXPECT_THAT(std::string(s.message()), HasSubstr("model.layers"));
 
   proto::CreateJobRequest too_long = small;
   too_long.mutable_options()->set_time_budget_s(2);
-  s = manager_->Create(too_long).status();
+  s = Create(too_long).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
   EXPECT_THAT(std::string(s.message()), HasSubstr("options.time_budget_s"));
   EXPECT_EQ(manager_->num_jobs(), 0);
@@ -417,7 +483,7 @@ TEST_F(JobManagerTest, FullQueueRefusesCreateAndCreatesNothing) {
   Open(/*max_queued=*/1);
   BlockWorker();
 
-  absl::StatusOr<proto::Job> a = manager_->Create(SmallJob("a", OneNode()));
+  absl::StatusOr<proto::Job> a = Create(SmallJob("a", OneNode()));
   ASSERT_TRUE(a.ok()) << a.status();  // the one queue slot
   // No plan yet: a report has nothing to compare with.
   proto::ReportStageTimesRequest early;
@@ -426,15 +492,15 @@ TEST_F(JobManagerTest, FullQueueRefusesCreateAndCreatesNothing) {
   absl::Status s = manager_->ReportStageTimes(early).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
 
-  absl::StatusOr<proto::Job> b = manager_->Create(SmallJob("b", OneNode()));
+  absl::StatusOr<proto::Job> b = Create(SmallJob("b", OneNode()));
   ASSERT_FALSE(b.ok());
   EXPECT_EQ(b.status().code(), absl::StatusCode::kResourceExhausted) << b.status();
   EXPECT_THAT(std::string(b.status().message()), HasSubstr("queue"));
   EXPECT_EQ(manager_->num_jobs(), 1);
-  std::vector<proto::Job> list = manager_->List();
+  std::vector<proto::Job> list = List();
   ASSERT_EQ(list.size(), 1u);
   EXPECT_EQ(list[0].id(), a->id());
-  absl::StatusOr<std::vector<proto::Job>> stored = store_->LoadJobs();
+  absl::StatusOr<std::vector<proto::Job>> stored = StoredJobs();
   ASSERT_TRUE(stored.ok());
   ASSERT_EQ(stored->size(), 1u);
   EXPECT_EQ((*stored)[0].id(), a->id());
@@ -443,7 +509,7 @@ TEST_F(JobManagerTest, FullQueueRefusesCreateAndCreatesNothing) {
   ASSERT_TRUE(Watch(a->id()).ok());
   release_.Notify();
   ASSERT_TRUE(recorder_.WaitForVersion(a->id(), 1).ok());
-  absl::StatusOr<proto::Job> c = manager_->Create(SmallJob("c", OneNode()));
+  absl::StatusOr<proto::Job> c = Create(SmallJob("c", OneNode()));
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_NE(c->id(), a->id());
   ASSERT_TRUE(Watch(c->id()).ok());
@@ -452,7 +518,7 @@ TEST_F(JobManagerTest, FullQueueRefusesCreateAndCreatesNothing) {
 
 TEST_F(JobManagerTest, SlowStageTriggersAMeasuredVersionSmallDeviationDoesNot) {
   const proto::CreateJobRequest req = SmallJob("replan", TwoNodes());
-  absl::StatusOr<proto::Job> job = manager_->Create(req);
+  absl::StatusOr<proto::Job> job = Create(req);
   ASSERT_TRUE(job.ok()) << job.status();
   const std::string id = job->id();
   ASSERT_TRUE(Watch(id).ok());
@@ -498,7 +564,7 @@ TEST_F(JobManagerTest, SlowStageTriggersAMeasuredVersionSmallDeviationDoesNot) {
   EXPECT_EQ(v2->version(), 2);
   EXPECT_EQ(v2->reason(), "measured");
   EXPECT_TRUE(v2->result().feasible());
-  absl::StatusOr<proto::GetJobResponse> got = manager_->Get(id);
+  absl::StatusOr<proto::GetJobResponse> got = Get(id);
   ASSERT_TRUE(got.ok());
   EXPECT_EQ(got->job().current_version(), 2);
 
@@ -534,7 +600,7 @@ TEST_F(JobManagerTest, SlowStageTriggersAMeasuredVersionSmallDeviationDoesNot) {
 // Per-layer reports calibrate each layer by its own ratio (not smeared over its stage).
 TEST_F(JobManagerTest, PerLayerReportsCalibrateEachLayerByItself) {
   const proto::CreateJobRequest req = SmallJob("per-layer", TwoNodes());
-  absl::StatusOr<proto::Job> job = manager_->Create(req);
+  absl::StatusOr<proto::Job> job = Create(req);
   ASSERT_TRUE(job.ok()) << job.status();
   const std::string id = job->id();
   ASSERT_TRUE(Watch(id).ok());
@@ -584,7 +650,7 @@ TEST_F(JobManagerTest, PerLayerReportsCalibrateEachLayerByItself) {
 TEST_F(JobManagerTest, CooldownAllowsOneMeasuredReplanUntilTheClockMoves) {
   // Default policy: 30 s between measured-time re-plans of a job, counted from its first plan.
   const proto::CreateJobRequest req = SmallJob("cooldown", TwoNodes());
-  absl::StatusOr<proto::Job> job = manager_->Create(req);
+  absl::StatusOr<proto::Job> job = Create(req);
   ASSERT_TRUE(job.ok()) << job.status();
   const std::string id = job->id();
   ASSERT_TRUE(Watch(id).ok());
@@ -644,7 +710,7 @@ TEST_F(JobManagerTest, CooldownAllowsOneMeasuredReplanUntilTheClockMoves) {
 
 TEST_F(JobManagerTest, LostNodeReplansOnTheRestAndItsReturnRestores) {
   // All devices of both nodes.
-  absl::StatusOr<proto::Job> job = manager_->Create(SmallJob("nodes", TwoNodes(), 0));
+  absl::StatusOr<proto::Job> job = Create(SmallJob("nodes", TwoNodes(), 0));
   ASSERT_TRUE(job.ok()) << job.status();
   const std::string id = job->id();
   ASSERT_TRUE(Watch(id).ok());
@@ -659,7 +725,7 @@ TEST_F(JobManagerTest, LostNodeReplansOnTheRestAndItsReturnRestores) {
   EXPECT_EQ(v2->version(), 2);
   EXPECT_EQ(v2->reason(), "node_failure");
   EXPECT_EQ(v2->result().plan().num_devices(), 2);  // node0's devices only
-  absl::StatusOr<proto::GetJobResponse> got = manager_->Get(id);
+  absl::StatusOr<proto::GetJobResponse> got = Get(id);
   ASSERT_TRUE(got.ok());
   EXPECT_THAT(got->job().excluded_nodes(), ElementsAre("node1"));
   EXPECT_EQ(got->job().current_version(), 2);
@@ -672,7 +738,7 @@ TEST_F(JobManagerTest, LostNodeReplansOnTheRestAndItsReturnRestores) {
   EXPECT_EQ(v3->version(), 3);
   EXPECT_EQ(v3->reason(), "node_join");
   EXPECT_EQ(v3->result().plan().num_devices(), 4);
-  got = manager_->Get(id);
+  got = Get(id);
   ASSERT_TRUE(got.ok());
   EXPECT_THAT(got->job().excluded_nodes(), IsEmpty());
   EXPECT_THAT(manager_->NodeJoined("node1"), IsEmpty());
@@ -680,7 +746,7 @@ TEST_F(JobManagerTest, LostNodeReplansOnTheRestAndItsReturnRestores) {
 
 TEST_F(JobManagerTest, SecondManagerOverTheSameStoreRecoversJobsVersionsAndCalibration) {
   const proto::CreateJobRequest req = SmallJob("durable", TwoNodes());
-  absl::StatusOr<proto::Job> job = manager_->Create(req);
+  absl::StatusOr<proto::Job> job = Create(req);
   ASSERT_TRUE(job.ok()) << job.status();
   const std::string id = job->id();
   ASSERT_TRUE(Watch(id).ok());
@@ -695,7 +761,7 @@ TEST_F(JobManagerTest, SecondManagerOverTheSameStoreRecoversJobsVersionsAndCalib
   ASSERT_TRUE(slow->replanned()) << slow->decision();
   absl::StatusOr<proto::PlanVersion> v2 = recorder_.WaitForVersion(id, 2);
   ASSERT_TRUE(v2.ok()) << v2.status();
-  absl::StatusOr<proto::GetJobResponse> before = manager_->Get(id);
+  absl::StatusOr<proto::GetJobResponse> before = Get(id);
   ASSERT_TRUE(before.ok());
   const std::vector<double> factors = Factors(id);
 
@@ -708,17 +774,17 @@ TEST_F(JobManagerTest, SecondManagerOverTheSameStoreRecoversJobsVersionsAndCalib
   *orphan.mutable_options() = req.options();
   orphan.set_state(proto::JOB_STATE_PLANNING);
   orphan.set_created_unix_ms(before->job().created_unix_ms() + 1);
-  ASSERT_TRUE(store_->PutJob(orphan).ok());
+  ASSERT_TRUE(store_->PutJobMessage(orphan).ok());
 
   Close();  // the pool first, then the manager and the store
   Open();
   ASSERT_TRUE(manager_->Recover().ok());
 
-  std::vector<proto::Job> list = manager_->List();
+  std::vector<proto::Job> list = List();
   ASSERT_EQ(list.size(), 2u);
   EXPECT_EQ(list[0].SerializeAsString(), before->job().SerializeAsString());
   EXPECT_EQ(list[1].id(), "job-7");
-  absl::StatusOr<proto::GetJobResponse> after = manager_->Get(id);
+  absl::StatusOr<proto::GetJobResponse> after = Get(id);
   ASSERT_TRUE(after.ok()) << after.status();
   EXPECT_EQ(after->SerializeAsString(), before->SerializeAsString());
 
@@ -749,7 +815,7 @@ TEST_F(JobManagerTest, SecondManagerOverTheSameStoreRecoversJobsVersionsAndCalib
   EXPECT_EQ(orphan_v1->reason(), "initial");
 
   // New ids do not collide with recovered ones.
-  absl::StatusOr<proto::Job> next = manager_->Create(SmallJob("next", OneNode()));
+  absl::StatusOr<proto::Job> next = Create(SmallJob("next", OneNode()));
   ASSERT_TRUE(next.ok()) << next.status();
   EXPECT_NE(next->id(), id);
   EXPECT_NE(next->id(), "job-7");
@@ -767,7 +833,7 @@ TEST_F(JobManagerTest, IntentStoredAsTextByAnOlderPlannerResumes) {
   *old.mutable_options() = req.options();
   old.set_state(proto::JOB_STATE_PLANNING);
   old.set_pending_replan_reason("node_join");
-  ASSERT_TRUE(store_->PutJob(old).ok());
+  ASSERT_TRUE(store_->PutJobMessage(old).ok());
 
   Close();
   Open();
@@ -777,7 +843,7 @@ TEST_F(JobManagerTest, IntentStoredAsTextByAnOlderPlannerResumes) {
   ASSERT_TRUE(v1.ok()) << v1.status();
   EXPECT_EQ(v1->reason_kind(), proto::PLAN_REASON_NODE_JOIN);
   EXPECT_EQ(v1->reason(), "node_join");
-  absl::StatusOr<proto::GetJobResponse> got = manager_->Get("job-3");
+  absl::StatusOr<proto::GetJobResponse> got = Get("job-3");
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->job().pending_reason(), proto::PLAN_REASON_UNSPECIFIED);  // done
   EXPECT_TRUE(got->job().pending_replan_reason().empty());

@@ -16,6 +16,7 @@
 #include "planner_service/agent_jobs.h"
 #include "core/clock.h"
 #include "planner_service/decode_check.h"
+#include "planner_service/job_convert.h"
 
 namespace octopipe::planner {
 
@@ -312,8 +313,8 @@ grpc::ServerUnaryReactor* PlannerService::CreateJob(grpc::CallbackServerContext*
   if (absl::Status s = Authorize(ctx); !s.ok()) return Done(ctx, "CreateJob", s);
   absl::StatusOr<proto::CreateJobRequest> resolved = ResolveAgentTraining(*request);
   if (!resolved.ok()) return Done(ctx, "CreateJob", resolved.status());
-  absl::StatusOr<proto::Job> job = jobs_->Create(*resolved);
-  if (job.ok()) *response = std::move(*job);
+  absl::StatusOr<JobRecord> job = jobs_->Create(NewJobFromProto(*resolved));
+  if (job.ok()) *response = JobToProto(*job);
   UpdateHealth();
   return Done(ctx, "CreateJob", job.status());
 }
@@ -321,8 +322,8 @@ grpc::ServerUnaryReactor* PlannerService::CreateJob(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* PlannerService::GetJob(grpc::CallbackServerContext* ctx,
                                                  const proto::GetJobRequest* request,
                                                  proto::GetJobResponse* response) {
-  absl::StatusOr<proto::GetJobResponse> r = jobs_->Get(request->job_id());
-  if (r.ok()) *response = std::move(*r);
+  absl::StatusOr<JobSnapshot> r = jobs_->Get(request->job_id());
+  if (r.ok()) *response = GetJobResponseOf(r->job, r->current ? &*r->current : nullptr);
   return Done(ctx, "GetJob", r.status());
 }
 
@@ -330,7 +331,7 @@ grpc::ServerUnaryReactor* PlannerService::ListJobs(grpc::CallbackServerContext* 
                                                    const proto::ListJobsRequest* request,
                                                    proto::ListJobsResponse* response) {
   absl::StatusOr<proto::ListJobsResponse> page =
-      jobs_->ListPage(request->page_size(), request->page_token());
+      ListJobsPage(jobs_->List(), request->page_size(), request->page_token());
   if (page.ok()) *response = std::move(*page);
   return Done(ctx, "ListJobs", page.status());
 }
@@ -371,11 +372,11 @@ class WatchReactor : public grpc::ServerWriteReactor<proto::PlanVersion> {
           absl::MutexLock lock(&shared->mu);
           if (shared->reactor) shared->reactor->EndWhenDrained();
         },
-        request.include_events() ? std::function<void(const proto::JobEvent&)>(
-                                       [shared, job = request.job_id()](const proto::JobEvent& e) {
+        request.include_events() ? std::function<void(const JobEvent&)>(
+                                       [shared, job = request.job_id()](const JobEvent& e) {
                                          proto::PlanVersion m;
                                          m.set_job_id(job);
-                                         *m.mutable_event() = e;
+                                         *m.mutable_event() = JobEventToProto(e);
                                          absl::MutexLock lock(&shared->mu);
                                          if (shared->reactor) shared->reactor->Enqueue(m);
                                        })
@@ -543,7 +544,8 @@ grpc::ServerUnaryReactor* PlannerService::ReportJobEvent(
   if (request->event().kind().empty()) {
     return Done(ctx, "ReportJobEvent", absl::InvalidArgumentError("event.kind is empty"));
   }
-  return Done(ctx, "ReportJobEvent", jobs_->AddEvent(request->job_id(), request->event()));
+  return Done(ctx, "ReportJobEvent",
+              jobs_->AddEvent(request->job_id(), JobEventFromProto(request->event())));
 }
 
 grpc::ServerUnaryReactor* PlannerService::ListAgents(grpc::CallbackServerContext* ctx,

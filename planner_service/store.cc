@@ -11,6 +11,7 @@
 #include "absl/memory/memory.h"
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "planner_service/job_convert.h"
 
 namespace octopipe {
 namespace {
@@ -330,7 +331,12 @@ absl::Status Store::Migrate() {
 
 // ---- Jobs. ----
 
-absl::Status Store::PutJob(const proto::Job& job) {
+absl::Status Store::PutJob(const planner::JobRecord& job) {
+  if (job.id.empty()) return absl::InvalidArgumentError("PutJob: job.id is empty");
+  return PutJobMessage(planner::JobToProto(job));
+}
+
+absl::Status Store::PutJobMessage(const proto::Job& job) {
   if (job.id().empty()) return absl::InvalidArgumentError("PutJob: job.id is empty");
   std::string bytes;
   if (!job.SerializeToString(&bytes)) {
@@ -365,11 +371,11 @@ absl::Status Store::DeleteJob(const std::string& id) {
   });
 }
 
-absl::StatusOr<std::vector<proto::Job>> Store::LoadJobs() {
+absl::StatusOr<std::vector<planner::JobRecord>> Store::LoadJobs() {
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(sqlite3_stmt * stmt, Prepare(kLoadJobs));
   ResetOnExit reset(stmt);
-  std::vector<proto::Job> jobs;
+  std::vector<planner::JobRecord> jobs;
   int rc;
   while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
     proto::Job job;
@@ -377,7 +383,7 @@ absl::StatusOr<std::vector<proto::Job>> Store::LoadJobs() {
       return absl::DataLossError(absl::StrCat("store ", path_, ": job '", ColumnText(stmt, 0),
                                               "' does not parse as octopipe.proto.Job"));
     }
-    jobs.push_back(std::move(job));
+    jobs.push_back(planner::JobFromProto(job));
   }
   if (rc != SQLITE_DONE) return Error(rc, "load jobs");
   return jobs;

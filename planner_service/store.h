@@ -6,6 +6,10 @@
 // process being killed (and, with FULL, a power loss on a filesystem that honours fsync).
 // A call that failed changed nothing.
 //
+// Jobs are kept as the planner's domain records (planner_service/job_state.h) and persisted as
+// the proto::Job message the planner has always stored (job_convert.h converts at this
+// boundary), so files written before job state had a domain form load unchanged.
+//
 // Integrity: plan versions and calibration belong to a job (foreign keys, ON DELETE
 // CASCADE): writing either for a job that is not stored is kFailedPrecondition, and
 // DeleteJob removes them with the job. PutJob is an upsert that keeps the job's plan
@@ -46,6 +50,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "planner_service/job_state.h"
 #include "proto/planner.pb.h"
 
 struct sqlite3;
@@ -79,13 +84,16 @@ class Store {
   const std::string& path() const { return path_; }
 
   // ---- Jobs. ----
-  // Inserts or replaces the job with job.id() (non-empty). Keeps its plan versions and
-  // calibration.
-  absl::Status PutJob(const proto::Job& job);
+  // Inserts or replaces the job with job.id (non-empty), stored as JobToProto(job). Keeps its
+  // plan versions and calibration.
+  absl::Status PutJob(const planner::JobRecord& job);
+  // The same for a job given in its stored form, written as it is: for tools and for tests
+  // that store what older planners wrote.
+  absl::Status PutJobMessage(const proto::Job& job);
   // Removes the job with its plan versions and calibration; kNotFound if not stored.
   absl::Status DeleteJob(const std::string& id);
-  // Every job, ordered by created_unix_ms, then id.
-  absl::StatusOr<std::vector<proto::Job>> LoadJobs();
+  // Every job (JobFromProto of what is stored), ordered by created_unix_ms, then id.
+  absl::StatusOr<std::vector<planner::JobRecord>> LoadJobs();
 
   // ---- Plan versions (immutable once written). ----
   // Adds version.version() (>= 1) of job version.job_id(); kAlreadyExists if that version is

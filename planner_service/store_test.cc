@@ -22,6 +22,7 @@
 #include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
+#include "planner_service/job_convert.h"
 
 namespace octopipe {
 namespace {
@@ -52,20 +53,27 @@ std::unique_ptr<Store> OpenOrDie(const std::string& path) {
   return store.ok() ? std::move(*store) : nullptr;
 }
 
-proto::Job MakeJob(const std::string& id, int64_t created_unix_ms) {
-  proto::Job job;
-  job.set_id(id);
-  job.set_name("name-" + id);
-  job.mutable_model()->set_name("gpt-" + id);
-  job.mutable_model()->add_layers()->set_kind("attention");
-  job.mutable_model()->mutable_training()->set_num_microbatches(8);
-  job.mutable_cluster()->set_name("cluster");
-  job.mutable_options()->set_num_devices(4);
-  job.set_state(proto::JOB_STATE_READY);
-  job.set_current_version(2);
-  job.add_excluded_nodes("node-3");
-  job.set_created_unix_ms(created_unix_ms);
+planner::JobRecord MakeJob(const std::string& id, int64_t created_unix_ms) {
+  planner::JobRecord job;
+  job.id = id;
+  job.name = "name-" + id;
+  job.spec.model.set_name("gpt-" + id);
+  job.spec.model.add_layers()->set_kind("attention");
+  job.spec.model.mutable_training()->set_num_microbatches(8);
+  job.spec.cluster.set_name("cluster");
+  job.spec.options.set_num_devices(4);
+  job.state = planner::JobState::kReady;
+  job.current_version = 2;
+  job.excluded_nodes = {"node-3"};
+  job.created_unix_ms = created_unix_ms;
+  job.pending_reason = ReplanReason::kDrain;
+  job.events.push_back({5, "started", "node-3", 2, 0, ""});
   return job;
+}
+
+// Records compare by their stored form.
+bool SameJob(const planner::JobRecord& a, const planner::JobRecord& b) {
+  return MessageDifferencer::Equals(planner::JobToProto(a), planner::JobToProto(b));
 }
 
 proto::PlanVersion MakeVersion(const std::string& job_id, int64_t version) {
@@ -80,9 +88,9 @@ proto::PlanVersion MakeVersion(const std::string& job_id, int64_t version) {
   return v;
 }
 
-std::vector<std::string> Ids(const std::vector<proto::Job>& jobs) {
+std::vector<std::string> Ids(const std::vector<planner::JobRecord>& jobs) {
   std::vector<std::string> ids;
-  for (const proto::Job& job : jobs) ids.push_back(job.id());
+  for (const planner::JobRecord& job : jobs) ids.push_back(job.id);
   return ids;
 }
 
@@ -115,10 +123,47 @@ TEST(StoreTest, JobsRoundTripOrderedByCreatedThenId) {
   ASSERT_TRUE(store->PutJob(MakeJob("c", 300)).ok());
   ASSERT_TRUE(store->PutJob(MakeJob("b", 200)).ok());
   ASSERT_TRUE(store->PutJob(MakeJob("a", 200)).ok());
-  absl::StatusOr<std::vector<proto::Job>> jobs = store->LoadJobs();
+  absl::StatusOr<std::vector<planner::JobRecord>> jobs = store->LoadJobs();
   ASSERT_TRUE(jobs.ok()) << jobs.status();
   EXPECT_THAT(Ids(*jobs), ElementsAre("a", "b", "c"));
-  EXPECT_TRUE(MessageDifferencer::Equals(MakeJob("c", 300), (*jobs)[2]));
+  EXPECT_TRUE(SameJob(MakeJob("c", 300), (*jobs)[2]));
+}
+
+// On disk a job is the proto::Job message every planner has stored (JobToProto of the record),
+// and a message written in an older planner's form (the re-plan intent as text alone) loads.
+TEST(StoreTest, JobsAreStoredAsTheProtoJobMessage) {
+  const std::string path = TestDir() + "/state.db";
+  std::unique_ptr<Store> store = OpenOrDie(path);
+  ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(store->PutJob(MakeJob("j", 1)).ok());
+  proto::Job old;
+  old.set_id("old");
+  old.set_created_unix_ms(2);
+  old.set_state(proto::JOB_STATE_PLANNING);
+  old.set_pending_replan_reason("node_failure");
+  ASSERT_TRUE(store->PutJobMessage(old).ok());
+  store.reset();
+
+  sqlite3* db = nullptr;
+  ASSERT_EQ(SQLITE_OK, sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr));
+  sqlite3_stmt* stmt = nullptr;
+  ASSERT_EQ(SQLITE_OK,
+            sqlite3_prepare_v2(db, "SELECT proto FROM jobs WHERE id = 'j'", -1, &stmt, nullptr));
+  ASSERT_EQ(SQLITE_ROW, sqlite3_step(stmt));
+  const std::string bytes(static_cast<const char*>(sqlite3_column_blob(stmt, 0)),
+                          static_cast<size_t>(sqlite3_column_bytes(stmt, 0)));
+  sqlite3_finalize(stmt);
+  sqlite3_close_v2(db);
+  EXPECT_EQ(bytes, planner::JobToProto(MakeJob("j", 1)).SerializeAsString());
+
+  store = OpenOrDie(path);
+  ASSERT_NE(store, nullptr);
+  absl::StatusOr<std::vector<planner::JobRecord>> jobs = store->LoadJobs();
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  ASSERT_THAT(Ids(*jobs), ElementsAre("j", "old"));
+  ASSERT_TRUE((*jobs)[1].pending_reason.has_value());
+  EXPECT_EQ(*(*jobs)[1].pending_reason, ReplanReason::kNodeFailure);
+  EXPECT_EQ((*jobs)[1].state, planner::JobState::kPlanning);
 }
 
 TEST(StoreTest, PutJobUpsertsAndKeepsVersionsAndCalibration) {
@@ -127,15 +172,15 @@ TEST(StoreTest, PutJobUpsertsAndKeepsVersionsAndCalibration) {
   ASSERT_TRUE(store->PutJob(MakeJob("j", 1)).ok());
   ASSERT_TRUE(store->PutPlanVersion(MakeVersion("j", 1)).ok());
   ASSERT_TRUE(store->PutCalibration("j", {1.5}).ok());
-  proto::Job updated = MakeJob("j", 1);
-  updated.set_state(proto::JOB_STATE_INFEASIBLE);
-  updated.set_last_error("does not fit");
+  planner::JobRecord updated = MakeJob("j", 1);
+  updated.state = planner::JobState::kInfeasible;
+  updated.last_error = "does not fit";
   ASSERT_TRUE(store->PutJob(updated).ok());
 
-  absl::StatusOr<std::vector<proto::Job>> jobs = store->LoadJobs();
+  absl::StatusOr<std::vector<planner::JobRecord>> jobs = store->LoadJobs();
   ASSERT_TRUE(jobs.ok()) << jobs.status();
   ASSERT_EQ(1u, jobs->size());
-  EXPECT_TRUE(MessageDifferencer::Equals(updated, jobs->front()));
+  EXPECT_TRUE(SameJob(updated, jobs->front()));
   EXPECT_THAT(Versions(*store->LoadPlanVersions("j")), ElementsAre(1));
   EXPECT_THAT(*store->LoadCalibration("j"), ElementsAre(1.5));
 }
@@ -270,10 +315,10 @@ TEST(StoreTest, ANewStoreOnTheSameFileSeesEverything) {
   }
   std::unique_ptr<Store> store = OpenOrDie(path);
   ASSERT_NE(store, nullptr);
-  absl::StatusOr<std::vector<proto::Job>> jobs = store->LoadJobs();
+  absl::StatusOr<std::vector<planner::JobRecord>> jobs = store->LoadJobs();
   ASSERT_TRUE(jobs.ok()) << jobs.status();
   ASSERT_THAT(Ids(*jobs), ElementsAre("j1", "j2"));
-  EXPECT_TRUE(MessageDifferencer::Equals(MakeJob("j1", 10), (*jobs)[0]));
+  EXPECT_TRUE(SameJob(MakeJob("j1", 10), (*jobs)[0]));
   absl::StatusOr<std::vector<proto::PlanVersion>> versions = store->LoadPlanVersions("j1");
   ASSERT_TRUE(versions.ok()) << versions.status();
   ASSERT_THAT(Versions(*versions), ElementsAre(1, 2));
@@ -439,10 +484,10 @@ TEST_P(StoreCrashTest, CommittedWritesSurviveAWriterThatDiesWithoutClosing) {
 
   std::unique_ptr<Store> store = OpenOrDie(path);
   ASSERT_NE(store, nullptr);
-  absl::StatusOr<std::vector<proto::Job>> jobs = store->LoadJobs();
+  absl::StatusOr<std::vector<planner::JobRecord>> jobs = store->LoadJobs();
   ASSERT_TRUE(jobs.ok()) << jobs.status();
   ASSERT_EQ(1u, jobs->size());
-  EXPECT_TRUE(MessageDifferencer::Equals(MakeJob("survivor", 7), jobs->front()));
+  EXPECT_TRUE(SameJob(MakeJob("survivor", 7), jobs->front()));
   EXPECT_THAT(Versions(*store->LoadPlanVersions("survivor")), ElementsAre(1));
   EXPECT_THAT(*store->LoadCalibration("survivor"), ElementsAre(1.5, 0.5));
   EXPECT_EQ(1u, store->LoadAgents()->size());

@@ -154,8 +154,8 @@ AgentJob TwoNodeJob(int64_t version, int iterations, int checkpoint_interval) {
 bool TickUntil(Node& a, Node& b, const std::function<bool()>& done, double timeout_s) {
   const double deadline = Now() + timeout_s;
   while (Now() < deadline) {
-    a.agent.Tick(Now());
-    b.agent.Tick(Now());
+    a.agent.Tick();
+    b.agent.Tick();
     if (done()) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }

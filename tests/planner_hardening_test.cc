@@ -176,7 +176,7 @@ TEST(PlannerHardeningTest, StoredJobThatNoLongerValidatesIsFailedNotACrashLoop) 
     job.mutable_options()->set_num_microbatches(2147483647);
     job.set_state(proto::JOB_STATE_PLANNING);
     job.set_created_unix_ms(2);  // listed after job-2
-    ASSERT_TRUE((*store)->PutJob(job).ok());
+    ASSERT_TRUE((*store)->PutJobMessage(job).ok());
     // And a job with a 5 MB model (20,000 layers with long names) for the size limits below.
     proto::Job big = job;
     big.set_id("job-2");
@@ -196,7 +196,7 @@ TEST(PlannerHardeningTest, StoredJobThatNoLongerValidatesIsFailedNotACrashLoop) 
     }
     big.set_created_unix_ms(1);
     ASSERT_GT(big.ByteSizeLong(), 5u << 20);
-    ASSERT_TRUE((*store)->PutJob(big).ok());
+    ASSERT_TRUE((*store)->PutJobMessage(big).ok());
   }
   for (int start = 0; start < 2; ++start) {  // and again: no crash loop
     PlannerProcess planner(kPlanner);

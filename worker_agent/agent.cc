@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "core/convert.h"
+#include "core/status_macros.h"
 #include "executor/checkpoint.h"
 #include "executor/model_spec.h"
 #include "spdlog/spdlog.h"
@@ -17,10 +18,6 @@ namespace octopipe::agent {
 namespace {
 
 namespace fs = std::filesystem;
-
-double NowSeconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 }  // namespace
 
@@ -57,7 +54,11 @@ absl::StatusOr<std::vector<LocalRank>> LocalRanksOf(const AgentJob& job, const s
 
 Agent::Agent(AgentOptions options, PlannerLink* link, RankLauncher* launcher,
              AgentObserver* observer)
-    : options_(std::move(options)), link_(link), launcher_(launcher), observer_(observer) {}
+    : options_(std::move(options)),
+      clock_(ClockOrReal(options_.clock)),
+      link_(link),
+      launcher_(launcher),
+      observer_(observer) {}
 
 absl::Status Agent::Init() {
   absl::StatusOr<std::unique_ptr<executor::TcpStoreServer>> s =
@@ -150,7 +151,7 @@ const AgentJob* Agent::Target() const {
   return nullptr;
 }
 
-absl::Status Agent::StartRun(const AgentJob& job) {
+absl::StatusOr<Agent::RunnableJob> Agent::RunnableOrRefuse(const AgentJob& job) {
   absl::StatusOr<std::vector<LocalRank>> ranks =
       LocalRanksOf(job, options_.node, options_.num_devices);
   if (!ranks.ok()) {
@@ -165,11 +166,13 @@ absl::Status Agent::StartRun(const AgentJob& job) {
                        absl::StrCat("reference_model: ", spec.status().message())});
     return spec.status();
   }
-  // The rendezvous store: the one of the agent holding plan device 0; checkpoint replicas go
-  // to the agents of `checkpoint_replicas` of the plan's other nodes (ReplicaNodes).
-  std::string store;
+  return RunnableJob{std::move(*ranks), std::move(*spec)};
+}
+
+absl::StatusOr<Agent::RunPeers> Agent::PeersOf(const AgentJob& job) {
+  RunPeers out;
   const std::string& rank0_node = job.slots[0].node;
-  if (rank0_node == options_.node) store = store_address();
+  if (rank0_node == options_.node) out.store = store_address();
   std::set<std::string> others;
   for (const DeviceSlot& slot : job.slots) {
     if (slot.node != options_.node) others.insert(slot.node);
@@ -182,46 +185,40 @@ absl::Status Agent::StartRun(const AgentJob& job) {
       if (a.alive && a.node != options_.node) live[a.node] = a.address;
     }
   }
-  if (store.empty()) {
+  if (out.store.empty()) {
     auto rank0 = live.find(rank0_node);
     if (rank0 == live.end()) {
       return absl::UnavailableError(
           absl::StrCat("the agent of node ", rank0_node, " (plan device 0) is not registered"));
     }
-    store = rank0->second;
+    out.store = rank0->second;
   }
   std::vector<std::string> ring = {options_.node};
   for (const std::string& node : others) {
     if (live.count(node)) ring.push_back(node);
   }
-  std::vector<std::string> peers;
   for (const std::string& node :
        ReplicaNodes(ring, options_.node, options_.checkpoint_replicas)) {
-    peers.push_back(live[node]);
+    out.replicas.push_back(live[node]);
   }
   // Any live agent may hold layers of the newest checkpoint (replicas on some peers only, or a
   // node left out of this plan).
-  std::vector<std::string> holders;
-  for (const auto& [node, address] : live) holders.push_back(address);
+  for (const auto& [node, address] : live) out.holders.push_back(address);
+  return out;
+}
+
+int Agent::RestartNumber(const AgentJob& job) const {
   auto restart = restarts_.find(job.job_id);
-  const int restart_no =
-      restart != restarts_.end() && restart->second.first == job.version ? restart->second.second
-                                                                         : 0;
-  // Every run has a fresh rendezvous namespace; a restart's is agreed without talking, since
-  // every node's ranks failed together and each agent counts its restarts of the version.
-  const std::string config_prefix =
-      restart_no == 0 ? absl::StrCat(job.job_id, "/v", job.version)
-                      : absl::StrCat(job.job_id, "/v", job.version, "/r", restart_no);
-  absl::StatusOr<int64_t> resume_from =
-      AgreeOnResume(job, config_prefix, store, static_cast<int>(spec->kinds.size()), holders);
-  if (!resume_from.ok()) return resume_from.status();
-  if (*resume_from >= job.iterations) {
-    done_jobs_.insert(job.job_id);  // finished before (e.g. by this node before a restart)
-    return absl::OkStatus();
-  }
+  return restart != restarts_.end() && restart->second.first == job.version
+             ? restart->second.second
+             : 0;
+}
+
+RunConfig Agent::RunConfigOf(const AgentJob& job, const std::string& prefix,
+                             int64_t resume_from, const std::string& store) const {
   RunConfig config;
-  config.prefix = config_prefix;
-  config.resume_iteration = *resume_from;
+  config.prefix = prefix;
+  config.resume_iteration = resume_from;
   config.job_id = job.job_id;
   config.plan_version = job.version;
   config.reference_model = job.reference_model;
@@ -235,6 +232,10 @@ absl::Status Agent::StartRun(const AgentJob& job) {
   config.hostname = options_.advertise_host;
   config.timeout_s = options_.transport_timeout_s;
   config.checkpoint_dir = options_.checkpoint_root + "/" + job.job_id;
+  return config;
+}
+
+absl::StatusOr<std::string> Agent::WriteRunDir(const AgentJob& job, const RunConfig& config) {
   const std::string dir =
       absl::StrCat(options_.work_dir, "/runs/", job.job_id, "-v", job.version);
   std::error_code ec;
@@ -245,30 +246,58 @@ absl::Status Agent::StartRun(const AgentJob& job) {
   if (absl::Status s = WriteFileAtomically(dir + "/run.json", RunConfigJson(config)); !s.ok()) {
     return s;
   }
-  replicator_->Replicate(job.job_id, peers);
-  if (absl::Status s = launcher_->Start(dir, *ranks); !s.ok()) return s;
+  return dir;
+}
+
+void Agent::BeginRun(const AgentJob& job, const RunnableJob& runnable, int restart_no,
+                     const std::string& dir, int64_t resume_from, const std::string& store) {
   run_ = ActiveRun();
   run_.job_id = job.job_id;
   run_.version = job.version;
   run_.restart = restart_no;
   run_.dir = dir;
   run_.job = job;
-  run_.holds_rank0 = rank0_node == options_.node;
+  run_.holds_rank0 = job.slots[0].node == options_.node;
   run_.tokens_per_iteration = static_cast<double>(job.plan.num_microbatches) *
-                              spec->dims.batch * spec->dims.seq_len;
-  for (const LocalRank& r : *ranks) run_.offsets[r.rank] = 0;
+                              runnable.spec.dims.batch * runnable.spec.dims.seq_len;
+  for (const LocalRank& r : runnable.ranks) run_.offsets[r.rank] = 0;
   SetState(AgentState::kRunning);
   if (observer_) observer_->OnPlanVersion(job.job_id, job.version);
   if (restart_no > 0 && observer_) observer_->OnRankRestart(job.job_id);
   if (run_.holds_rank0) {
-    const int64_t from = *resume_from;
-    Event(job.job_id, {from > 0 ? "resumed" : "started", "", job.version, from,
+    Event(job.job_id, {resume_from > 0 ? "resumed" : "started", "", job.version, resume_from,
                        absl::StrCat(job.plan.num_devices, " ranks, store ", store,
                                     restart_no > 0 ? absl::StrCat(", restart ", restart_no)
                                                    : std::string(),
-                                    from > 0 ? absl::StrCat(", resumed from iteration ", from)
-                                             : std::string())});
+                                    resume_from > 0
+                                        ? absl::StrCat(", resumed from iteration ", resume_from)
+                                        : std::string())});
   }
+}
+
+absl::Status Agent::StartRun(const AgentJob& job) {
+  ASSIGN_OR_RETURN(const RunnableJob runnable, RunnableOrRefuse(job));
+  // The rendezvous store: the one of the agent holding plan device 0; checkpoint replicas go
+  // to the agents of `checkpoint_replicas` of the plan's other nodes (ReplicaNodes).
+  ASSIGN_OR_RETURN(const RunPeers peers, PeersOf(job));
+  // Every run has a fresh rendezvous namespace; a restart's is agreed without talking, since
+  // every node's ranks failed together and each agent counts its restarts of the version.
+  const int restart_no = RestartNumber(job);
+  const std::string prefix =
+      restart_no == 0 ? absl::StrCat(job.job_id, "/v", job.version)
+                      : absl::StrCat(job.job_id, "/v", job.version, "/r", restart_no);
+  ASSIGN_OR_RETURN(const int64_t resume_from,
+                   AgreeOnResume(job, prefix, peers.store,
+                                 static_cast<int>(runnable.spec.kinds.size()), peers.holders));
+  if (resume_from >= job.iterations) {
+    done_jobs_.insert(job.job_id);  // finished before (e.g. by this node before a restart)
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(const std::string dir,
+                   WriteRunDir(job, RunConfigOf(job, prefix, resume_from, peers.store)));
+  replicator_->Replicate(job.job_id, peers.replicas);
+  RETURN_IF_ERROR(launcher_->Start(dir, runnable.ranks));
+  BeginRun(job, runnable, restart_no, dir, resume_from, peers.store);
   return absl::OkStatus();
 }
 
@@ -291,7 +320,7 @@ absl::StatusOr<int64_t> Agent::AgreeOnResume(const AgentJob& job, const std::str
     if (expected != expected_checkpoint_.end()) {
       // This node's ranks stopped cleanly at that iteration; the peers' layers of it are on
       // their way (pushed as soon as written): worth a short wait rather than redoing work.
-      if (k < expected->second.first && NowSeconds() < expected->second.second) {
+      if (k < expected->second.first && clock_.NowSeconds() < expected->second.second) {
         return absl::UnavailableError(absl::StrCat("waiting for the peers' layers of iteration ",
                                                    expected->second.first));
       }
@@ -372,9 +401,10 @@ void Agent::ReadProgress() {
     n.mean_overhead_ratio = o.second > 0 ? o.first / o.second : 0;
     if (observer_) observer_->OnIteration(n);
     if (switching_job_ == run_.job_id && run_.version != switching_from_) {
-      if (observer_) observer_->OnPlanSwitch(run_.job_id, NowSeconds() - switch_seen_s_);
+      const double switch_s = clock_.NowSeconds() - switch_seen_s_;
+      if (observer_) observer_->OnPlanSwitch(run_.job_id, switch_s);
       spdlog::info("agent {}: plan switch of job {} to v{} took {:.3f}s", options_.node,
-                   run_.job_id, run_.version, NowSeconds() - switch_seen_s_);
+                   run_.job_id, run_.version, switch_s);
       switching_job_.clear();
     }
     if (run_.iterations_seen++ > 0) {  // the run's first iteration warms up
@@ -470,7 +500,7 @@ void Agent::FinishRun(const std::vector<RankOutcome>& outcomes) {
     if (run_.holds_rank0) Event(run_.job_id, {"completed", "", run_.version, reached, ""});
   } else if (stopped) {
     constexpr double kWaitForPeersS = 3;
-    expected_checkpoint_[run_.job_id] = {reached, NowSeconds() + kWaitForPeersS};
+    expected_checkpoint_[run_.job_id] = {reached, clock_.NowSeconds() + kWaitForPeersS};
     if (run_.holds_rank0) {
       Event(run_.job_id, {"stopped", "", run_.version, reached,
                           "stopped at an iteration boundary for a new plan version"});
@@ -516,7 +546,7 @@ void Agent::LeaveSupersededRun(const AgentJob* newer) {
   if (!run_.superseded) {
     switching_job_ = run_.job_id;
     switching_from_ = run_.version;
-    switch_seen_s_ = NowSeconds();
+    switch_seen_s_ = clock_.NowSeconds();
   }
   run_.superseded = true;
   SetState(AgentState::kSwitching);
@@ -566,7 +596,8 @@ void Agent::FollowJobs(double now_s) {
   }
 }
 
-double Agent::Tick(double now_s) {
+double Agent::Tick() {
+  const double now_s = clock_.NowSeconds();
   KeepRegistered(now_s);
   FollowJobs(now_s);
   const double poll = state_ == AgentState::kRunning || state_ == AgentState::kSwitching ? 0.05
@@ -576,7 +607,7 @@ double Agent::Tick(double now_s) {
 
 void Agent::Run(const std::atomic<bool>& stop) {
   while (!stop.load() && !left()) {
-    const double wait = Tick(NowSeconds());
+    const double wait = Tick();
     std::this_thread::sleep_for(std::chrono::duration<double>(std::max(wait, 0.01)));
   }
   launcher_->KillAll();

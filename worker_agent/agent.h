@@ -50,6 +50,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/clock.h"
+#include "executor/model_spec.h"
 #include "executor/tcp_store.h"
 #include "worker_agent/checkpoint_replicator.h"
 #include "worker_agent/planner_link.h"
@@ -76,6 +78,10 @@ struct AgentOptions {
   // Peers each layer file written here is copied to (ReplicaNodes); < 0: every other node of
   // the plan. Any `checkpoint_replicas` nodes may be lost without losing a checkpoint.
   int checkpoint_replicas = -1;
+  // The clock of every interval and deadline the agent keeps (heartbeats, back-off, job polls,
+  // the wait for peers' checkpoint layers) and of the plan-switch time it reports. Not owned;
+  // null: RealClock::Default().
+  const Clock* clock = nullptr;
 };
 
 // One iteration as seen by this node's ranks (for metrics).
@@ -124,15 +130,17 @@ class Agent {
   // Starts the rendezvous store. kUnavailable when it cannot listen.
   absl::Status Init();
 
-  // One pass of the loop; returns the seconds until the next pass should run.
-  double Tick(double now_s);
+  // One pass of the loop at the clock's current time (AgentOptions::clock); returns the
+  // seconds until the next pass should run.
+  double Tick();
 
   // True once the planner said the node was drained and this node's ranks have stopped: the
   // agent has left (Run returns).
   bool left() const { return leaving_ && !launcher_->active(); }
 
   // Ticks until `stop` becomes true (checked every pass) or the agent left after a drain, then
-  // kills the ranks (none are left after a drain).
+  // kills the ranks (none are left after a drain). Sleeps between passes in real time for what
+  // Tick returned.
   void Run(const std::atomic<bool>& stop);
 
   AgentState state() const { return state_; }
@@ -163,9 +171,39 @@ class Agent {
     int completed = 0;  // iterations complete on every local rank
   };
 
+  // What a version needs to run on this node.
+  struct RunnableJob {
+    std::vector<LocalRank> ranks;  // the plan devices on this node
+    executor::ModelSpec spec;
+  };
+  // Where a run meets its peers: the rendezvous store (the agent holding plan device 0), the
+  // agents its checkpoint layers are copied to, and every live agent (any may hold layers of
+  // the newest checkpoint).
+  struct RunPeers {
+    std::string store;
+    std::vector<std::string> replicas;
+    std::vector<std::string> holders;
+  };
+
   void KeepRegistered(double now_s);
   void FollowJobs(double now_s);
+  // Starts this node's ranks of `job`: kUnavailable while a peer or the resume point is not
+  // ready (tried again on the next pass), kFailedPrecondition / kInvalidArgument for a version
+  // that cannot run here (refused once, with a "plan_refused" event).
   absl::Status StartRun(const AgentJob& job);
+  // The ranks and model of `job`, or refuses the version (remembered as run, reported).
+  absl::StatusOr<RunnableJob> RunnableOrRefuse(const AgentJob& job);
+  absl::StatusOr<RunPeers> PeersOf(const AgentJob& job);
+  // 0 for a version's first run; N for its N-th restart after its ranks failed.
+  int RestartNumber(const AgentJob& job) const;
+  RunConfig RunConfigOf(const AgentJob& job, const std::string& prefix, int64_t resume_from,
+                        const std::string& store) const;
+  // A fresh run directory with the plan and the run's configuration; returns its path.
+  absl::StatusOr<std::string> WriteRunDir(const AgentJob& job, const RunConfig& config);
+  // The started run becomes run_ (kRunning), told to the observer and, by the agent holding
+  // plan device 0, to the planner ("started" / "resumed").
+  void BeginRun(const AgentJob& job, const RunnableJob& runnable, int restart_no,
+                const std::string& dir, int64_t resume_from, const std::string& store);
   // The iteration every rank of the run resumes from (see the top comment); kUnavailable while
   // it cannot be known yet (retried on the next pass). `holders`: the other live agents' stores,
   // where the rank-0 agent gathers the layers of the newest checkpoint it lacks.
@@ -189,6 +227,7 @@ class Agent {
   const AgentJob* Target() const;
 
   const AgentOptions options_;
+  const Clock& clock_;
   PlannerLink* const link_;
   RankLauncher* const launcher_;
   AgentObserver* const observer_;
@@ -209,13 +248,13 @@ class Agent {
   // job -> newest version finished here for good (completed, stopped, superseded, refused, or
   // out of restarts): each version is started again only as a restart.
   std::map<std::string, int64_t> ran_;
-  // job -> (iteration, until when, steady seconds): a clean stop on this node reached that
+  // job -> (iteration, until when on clock_): a clean stop on this node reached that
   // iteration; the rank-0 agent waits (briefly) for its peers' layers of it before resuming.
   std::map<std::string, std::pair<int64_t, double>> expected_checkpoint_;
   // job -> (version, restart) of the next restart of a version whose ranks failed.
   std::map<std::string, std::pair<int64_t, int>> restarts_;
   bool leaving_ = false;
-  // The switch in progress: the job and when its newer version was seen (steady seconds).
+  // The switch in progress: the job and when its newer version was seen (clock_ seconds).
   std::string switching_job_;
   int64_t switching_from_ = 0;  // the version left
   double switch_seen_s_ = 0;

@@ -1,13 +1,20 @@
-// The agent's policy against a scripted PlannerLink (no ranks are started here; the real
-// planner and rank processes are exercised by tests:agent_e2e_test): registration and
-// re-registration, back-off while the planner is unreachable, refusing a plan for devices the
-// node does not have, leaving after a drain.
+// The agent's policy against a scripted PlannerLink, on a FakeClock (the real planner and rank
+// processes are exercised by tests:agent_e2e_test): registration and re-registration, back-off
+// while the planner is unreachable, refusing a plan for devices the node does not have, leaving
+// after a drain, and the bounded wait for peers' checkpoint layers after a clean stop (with a
+// scripted rank that stops at once). Time moves only when a test moves the clock.
 #include "worker_agent/agent.h"
 
+#include <chrono>
 #include <cstdlib>
 #include <deque>
+#include <filesystem>
+#include <fstream>
+#include <thread>
 
+#include "core/fake_clock.h"
 #include "gtest/gtest.h"
+#include "worker_agent/run_files.h"
 
 namespace octopipe::agent {
 namespace {
@@ -57,8 +64,9 @@ class FakeLink : public PlannerLink {
   std::vector<JobEventReport> events;
 };
 
-AgentOptions Options() {
+AgentOptions Options(const Clock* clock) {
   AgentOptions o;
+  o.clock = clock;
   o.node = "node-a";
   o.num_devices = 2;
   o.work_dir = std::string(std::getenv("TEST_TMPDIR")) + "/work";
@@ -91,28 +99,41 @@ TEST(LocalRanksTest, MapsThisNodesSlotsAndRefusesMissingDevices) {
       << refused.status();
 }
 
+// Ticks every `step` seconds of the fake clock for `seconds`.
+void TickFor(Agent& agent, FakeClock& clock, double seconds, double step = 0.05) {
+  for (double end = clock.NowSeconds() + seconds; clock.NowSeconds() < end; clock.Advance(step)) {
+    agent.Tick();
+  }
+}
+
 TEST(AgentTest, RegistersBacksOffWhileThePlannerIsDownAndRegistersAgainWhenForgotten) {
+  FakeClock clock;
   FakeLink link;
   RankLauncher launcher("/bin/false");
-  Agent agent(Options(), &link, &launcher);
+  Agent agent(Options(&clock), &link, &launcher);
   ASSERT_TRUE(agent.Init().ok());
   link.reachable = false;
-  double now = 0;
-  double wait = agent.Tick(now);
+  agent.Tick();
   EXPECT_EQ(agent.state(), AgentState::kRegistering);
-  // Retries back off: over 10 simulated seconds far fewer attempts than ticks.
-  int ticks = 0;
-  for (; now < 10; now += 0.05, ++ticks) agent.Tick(now);
+  EXPECT_EQ(link.registers, 1);
+  // The first retry waits 0.1 s of the agent's clock, then the waits double: 0.1, 0.2, 0.4, ...
+  clock.Advance(0.099);
+  agent.Tick();
+  EXPECT_EQ(link.registers, 1) << "retried before the back-off ran out";
+  clock.Advance(0.002);
+  agent.Tick();
+  EXPECT_EQ(link.registers, 2);
+  // Over 10 seconds far fewer attempts than ticks.
+  TickFor(agent, clock, 10);
   EXPECT_LT(link.registers, 12) << "back-off, not one attempt per tick";
   EXPECT_GT(link.registers, 3) << "but it keeps retrying";
-  (void)wait;
   link.reachable = true;
-  for (double end = now + 6; now < end; now += 0.05) agent.Tick(now);
+  TickFor(agent, clock, 6);
   EXPECT_EQ(agent.state(), AgentState::kWatching);
   EXPECT_EQ(link.registered_address, agent.store_address());
   const int registers = link.registers;
   link.forgotten = true;  // the planner declared the node failed
-  for (double end = now + 2; now < end; now += 0.05) agent.Tick(now);
+  TickFor(agent, clock, 2);
   EXPECT_EQ(link.registers, registers + 1);
   EXPECT_EQ(agent.state(), AgentState::kWatching);
 }
@@ -120,10 +141,11 @@ TEST(AgentTest, RegistersBacksOffWhileThePlannerIsDownAndRegistersAgainWhenForgo
 TEST(AgentTest, RefusesAPlanForDevicesTheNodeDoesNotHaveOnce) {
   FakeLink link;
   link.jobs = {JobOn({{"node-a", 0}, {"node-a", 7}})};
+  FakeClock clock;
   RankLauncher launcher("/bin/false");
-  Agent agent(Options(), &link, &launcher);
+  Agent agent(Options(&clock), &link, &launcher);
   ASSERT_TRUE(agent.Init().ok());
-  for (double now = 0; now < 2; now += 0.05) agent.Tick(now);
+  TickFor(agent, clock, 2);
   ASSERT_EQ(link.events.size(), 1u);
   EXPECT_EQ(link.events[0].kind, "plan_refused");
   EXPECT_NE(link.events[0].message.find("device 7"), std::string::npos);
@@ -132,18 +154,80 @@ TEST(AgentTest, RefusesAPlanForDevicesTheNodeDoesNotHaveOnce) {
 }
 
 TEST(AgentTest, LeavesAfterADrain) {
+  FakeClock clock;
   FakeLink link;
   RankLauncher launcher("/bin/false");
-  Agent agent(Options(), &link, &launcher);
+  Agent agent(Options(&clock), &link, &launcher);
   ASSERT_TRUE(agent.Init().ok());
-  double now = 0;
-  for (; now < 1; now += 0.05) agent.Tick(now);
+  TickFor(agent, clock, 1);
   EXPECT_FALSE(agent.left());
   link.drained = true;
-  for (double end = now + 2; now < end; now += 0.05) agent.Tick(now);
+  TickFor(agent, clock, 2);
   EXPECT_TRUE(agent.left());
   std::atomic<bool> stop{false};
   agent.Run(stop);  // returns at once: the agent has left
+}
+
+// After its ranks stopped cleanly at iteration 2 for a plan switch, the agent holding plan
+// device 0 holds the next version back while the peers' layers of that checkpoint may still be
+// on their way — for 3 s of its clock, not longer: the decision is the clock's, so the test
+// moves a FakeClock across the bound instead of sleeping. The rank is a script that reports a
+// clean stop at iteration 2 and exits (no checkpoint is written, so the wait cannot end early).
+TEST(AgentTest, WaitsForPeersCheckpointLayersUntilItsClockPassesTheBound) {
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/stopping-rank";
+  std::filesystem::create_directories(dir);
+  RankOutcome stopped;
+  stopped.ok = true;
+  stopped.stopped = true;
+  stopped.completed_iterations = 2;
+  ASSERT_TRUE(WriteFileAtomically(dir + "/outcome.json", RankOutcomeJson(stopped)).ok());
+  const std::string script = dir + "/rank.sh";
+  {
+    std::ofstream out(script);
+    out << "#!/bin/sh\n"
+        << "for a in \"$@\"; do case \"$a\" in\n"
+        << "  --rank_run_dir=*) run=\"${a#--rank_run_dir=}\" ;;\n"
+        << "  --rank=*) rank=\"${a#--rank=}\" ;;\n"
+        << "esac; done\n"
+        << "cp '" << dir << "/outcome.json' \"$run/rank-$rank.result.json\"\n";
+  }
+  std::filesystem::permissions(script, std::filesystem::perms::owner_all);
+
+  FakeClock clock(100);
+  FakeLink link;
+  link.jobs = {JobOn({{"node-a", 0}})};
+  RankLauncher launcher(script);
+  Agent agent(Options(&clock), &link, &launcher);
+  ASSERT_TRUE(agent.Init().ok());
+  agent.Tick();  // registers, polls the jobs, starts v1's rank
+  ASSERT_EQ(agent.state(), AgentState::kRunning);
+  ASSERT_EQ(agent.running_version(), 1);
+  // Waits (in real time, bounded) for the script to exit; the fake clock stands still.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (agent.state() == AgentState::kRunning && std::chrono::steady_clock::now() < give_up) {
+    agent.Tick();
+    std::this_thread::yield();
+  }
+  ASSERT_EQ(agent.state(), AgentState::kWatching);
+  ASSERT_FALSE(link.events.empty());
+  EXPECT_EQ(link.events.back().kind, "stopped");
+  EXPECT_EQ(link.events.back().iteration, 2);
+
+  // Version 2 uses this node: held back while the clock is within 3 s of the stop.
+  link.jobs = {JobOn({{"node-a", 0}})};
+  link.jobs[0].version = 2;
+  TickFor(agent, clock, 2.9, 0.1);  // polls the jobs (every 0.2 s), tries v2 on every pass
+  EXPECT_LT(clock.NowSeconds(), 103);
+  EXPECT_EQ(agent.state(), AgentState::kWatching);
+  EXPECT_EQ(agent.running_version(), 0);
+  EXPECT_FALSE(launcher.active());
+  // Past the bound it starts v2 from the newest checkpoint it has (none: iteration 0).
+  clock.Set(103.01);
+  agent.Tick();
+  EXPECT_EQ(agent.state(), AgentState::kRunning);
+  EXPECT_EQ(agent.running_version(), 2);
+  EXPECT_EQ(link.events.back().kind, "started");
+  EXPECT_EQ(link.events.back().plan_version, 2);
 }
 
 }  // namespace
