@@ -1,5 +1,7 @@
 #include "executor/nccl_transport.h"
 
+#include "executor/blob_rendezvous.h"
+
 #ifdef OCTOPIPE_NO_CUDA
 #include "absl/strings/str_cat.h"
 
@@ -99,8 +101,10 @@ absl::Status CheckOptions(const NcclOptions& o) {
   if (!(o.timeout_s > 0)) {
     return absl::InvalidArgumentError(absl::StrCat("nccl: timeout_s ", o.timeout_s, " <= 0"));
   }
-  if (o.size > 1 && o.store_dir.empty()) {
-    return absl::InvalidArgumentError("nccl: store_dir is empty; ranks need a shared directory");
+  if (o.size > 1 && o.store_dir.empty() && o.store_address.empty()) {
+    return absl::InvalidArgumentError(
+        "nccl: store_dir and store_address are empty; ranks need a shared directory or a TCP "
+        "store");
   }
   if (o.size > 1 && o.prefix.empty()) {
     return absl::InvalidArgumentError("nccl: prefix is empty; give every run its own namespace");
@@ -108,69 +112,58 @@ absl::Status CheckOptions(const NcclOptions& o) {
   return absl::OkStatus();
 }
 
-// Rank 0 publishes ids[src * size + dst] for every ordered pair (diagonal unused) in one file;
-// the other ranks wait for it. Returns the ids.
+// Rank 0 publishes ids[src * size + dst] for every ordered pair (diagonal unused) as one blob
+// (executor/blob_rendezvous.h: the TCP store when there is one, else a file in store_dir); the
+// other ranks wait for it. Returns the ids.
 absl::StatusOr<std::vector<ncclUniqueId>> ExchangeIds(const NcclOptions& o, Deadline deadline) {
-  const std::string path = absl::StrCat(o.store_dir, "/", o.prefix, ".nccl_ids");
   const size_t n = static_cast<size_t>(o.size) * o.size;
-  const size_t file_bytes = sizeof(kIdFileMagic) + sizeof(int32_t) + n * sizeof(ncclUniqueId);
+  const size_t blob_bytes = sizeof(kIdFileMagic) + sizeof(int32_t) + n * sizeof(ncclUniqueId);
   std::vector<ncclUniqueId> ids(n);
-  std::error_code ec;
+  BlobRendezvous r;
+  r.store_address = o.store_address;
+  r.store_dir = o.store_dir;
+  r.key = absl::StrCat(o.prefix, ".nccl_ids");
+  r.timeout_s = std::max(0.0, deadline.at_s - deadline.clock->NowSeconds());
+  r.clock = deadline.clock;
+  const std::string where = o.store_address.empty()
+                                ? absl::StrCat("'", o.store_dir, "/", r.key, "'")
+                                : absl::StrCat("'", r.key, "' in the store at ", o.store_address);
   if (o.rank == 0) {
-    std::filesystem::create_directories(o.store_dir, ec);
-    if (ec) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("nccl: cannot create store_dir '", o.store_dir, "': ", ec.message()));
-    }
-    if (std::filesystem::exists(path, ec)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "nccl: id file '", path, "' exists from an earlier run; use a fresh prefix"));
-    }
     for (int s = 0; s < o.size; ++s) {
       for (int d = 0; d < o.size; ++d) {
         if (s == d) continue;
-        if (ncclResult_t r = ncclGetUniqueId(&ids[s * o.size + d]); r != ncclSuccess) {
+        if (ncclResult_t res = ncclGetUniqueId(&ids[s * o.size + d]); res != ncclSuccess) {
           return absl::UnavailableError(
-              absl::StrCat("nccl: ncclGetUniqueId failed: ", NcclErrorText(r, nullptr)));
+              absl::StrCat("nccl: ncclGetUniqueId failed: ", NcclErrorText(res, nullptr)));
         }
       }
     }
-    const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
-    {
-      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-      const int32_t size = o.size;
-      out.write(kIdFileMagic, sizeof(kIdFileMagic));
-      out.write(reinterpret_cast<const char*>(&size), sizeof(size));
-      out.write(reinterpret_cast<const char*>(ids.data()), n * sizeof(ncclUniqueId));
-      if (!out.good()) {
-        return absl::FailedPreconditionError(absl::StrCat("nccl: cannot write '", tmp, "'"));
-      }
-    }
-    std::filesystem::rename(tmp, path, ec);  // Atomic: readers never see a partial file.
-    if (ec) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("nccl: cannot rename '", tmp, "' to '", path, "': ", ec.message()));
+    std::string blob(blob_bytes, '\0');
+    const int32_t size = o.size;
+    std::memcpy(blob.data(), kIdFileMagic, sizeof(kIdFileMagic));
+    std::memcpy(blob.data() + sizeof(kIdFileMagic), &size, sizeof(size));
+    std::memcpy(blob.data() + sizeof(kIdFileMagic) + sizeof(size), ids.data(),
+                n * sizeof(ncclUniqueId));
+    if (absl::Status s = PublishBlob(r, blob); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("nccl: ", s.message()));
     }
     return ids;
   }
-  // Polling a file is the only readiness signal a shared directory offers (no inotify on NFS).
-  while (!std::filesystem::exists(path, ec)) {
-    if (deadline.Passed()) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("nccl rank ", o.rank, ": rank 0 did not publish '", path, "' in time"));
-    }
-    absl::SleepFor(absl::Milliseconds(10));
+  absl::StatusOr<std::string> bytes = AwaitBlob(r, o.rank);
+  if (!bytes.ok()) {
+    return absl::Status(bytes.status().code(),
+                        absl::StrCat("nccl rank ", o.rank, ": rank 0's ids (", where,
+                                     "): ", bytes.status().message()));
   }
-  std::ifstream in(path, std::ios::binary);
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   int32_t size = -1;
-  if (bytes.size() == file_bytes) std::memcpy(&size, bytes.data() + sizeof(kIdFileMagic), 4);
-  if (bytes.size() != file_bytes || std::memcmp(bytes.data(), kIdFileMagic, 8) != 0 ||
+  if (bytes->size() == blob_bytes) std::memcpy(&size, bytes->data() + sizeof(kIdFileMagic), 4);
+  if (bytes->size() != blob_bytes || std::memcmp(bytes->data(), kIdFileMagic, 8) != 0 ||
       size != o.size) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "nccl rank ", o.rank, ": '", path, "' is not an id file for ", o.size, " ranks"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("nccl rank ", o.rank, ": ", where, " is not an id blob for ", o.size,
+                     " ranks"));
   }
-  std::memcpy(ids.data(), bytes.data() + sizeof(kIdFileMagic) + 4, n * sizeof(ncclUniqueId));
+  std::memcpy(ids.data(), bytes->data() + sizeof(kIdFileMagic) + 4, n * sizeof(ncclUniqueId));
   return ids;
 }
 

@@ -16,9 +16,10 @@
 //    rendezvous (and deadlock two ranks that Send to each other at the same time); per-
 //    direction communicators let the executor's per-peer sending and receiving threads run
 //    independently, exactly as with Gloo.
-//  * Rank 0 generates all size*(size-1) ncclUniqueIds and publishes them in one file,
-//    "<store_dir>/<prefix>.nccl_ids" (written to a temporary name, then renamed); the others
-//    wait for it. Communicators are created in one global order, so creation cannot deadlock.
+//  * Rank 0 generates all size*(size-1) ncclUniqueIds and publishes them as one blob under the
+//    key "<prefix>.nccl_ids" — in the run's TCP store when `store_address` is set (no shared
+//    file system across nodes), else as a file in `store_dir` (written to a temporary name,
+//    then renamed) — and the others wait for it (executor/blob_rendezvous.h). Communicators are created in one global order, so creation cannot deadlock.
 //  * NCCL has no tags: messages of one direction arrive in issue order. Each message carries a
 //    16-byte header (tag, size) ahead of its payload, and a Recv that meets another tag's
 //    message first keeps it in a host-side stash for a later Recv of that tag — so (src, dst,
@@ -56,10 +57,14 @@ bool GpuAvailable();
 struct NcclOptions {
   int rank = 0;
   int size = 1;
-  // Directory shared by all ranks; rank 0 writes the ncclUniqueIds there (created if missing).
+  // Where rank 0 publishes the ncclUniqueIds (executor/blob_rendezvous.h): "HOST:PORT" of a
+  // TcpStoreServer (no shared file system needed; takes precedence), or a directory shared by
+  // all ranks (created if missing).
+  std::string store_address;
   std::string store_dir;
-  // Per-run namespace: the id file is "<store_dir>/<prefix>.nccl_ids". Must be fresh for each
-  // run; rank 0 refuses to overwrite an existing one (kFailedPrecondition).
+  // Per-run namespace: the ids are under the key "<prefix>.nccl_ids" (in store_dir: that file).
+  // Must be fresh for each run; rank 0 refuses to overwrite an existing file
+  // (kFailedPrecondition).
   std::string prefix;
   // CUDA device of this rank; -1 picks rank % device count (one process per GPU on a host).
   int device = -1;

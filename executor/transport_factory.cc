@@ -35,6 +35,7 @@ absl::StatusOr<std::unique_ptr<Transport>> MakeNccl(const TransportConfig& c) {
   o.rank = c.rank;
   o.size = c.size;
   o.store_dir = c.store_dir;
+  o.store_address = c.store_address;
   o.prefix = c.prefix;
   o.device = c.cuda_device;
   o.timeout_s = c.timeout_s;

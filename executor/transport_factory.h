@@ -28,8 +28,8 @@ struct TransportConfig {
   int size = 1;
   // Directory shared by all ranks for rendezvous (Gloo's FileStore, NCCL's id file).
   std::string store_dir;
-  // Gloo only: "HOST:PORT" of a TcpStoreServer for rendezvous without a shared directory
-  // (takes precedence over store_dir). NCCL still exchanges its id through store_dir.
+  // "HOST:PORT" of a TcpStoreServer for rendezvous without a shared directory (takes
+  // precedence over store_dir): Gloo's pair addresses, NCCL's unique ids.
   std::string store_address;
   // Per-run namespace inside store_dir; must be fresh for every run.
   std::string prefix;

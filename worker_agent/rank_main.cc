@@ -60,7 +60,7 @@ absl::StatusOr<RankOutcome> Train(const std::string& run_dir, int rank, int loca
   tc.hostname = config->hostname;
   tc.timeout_s = config->timeout_s;
   tc.cuda_device = local_device;
-  tc.store_dir = run_dir + "/store";  // NCCL's id file (single-node NCCL only)
+  tc.store_dir = run_dir + "/store";  // only without a TCP store (the store serves Gloo and NCCL)
   absl::StatusOr<std::unique_ptr<executor::Transport>> transport =
       executor::MakeTransport(config->transport, tc);
   if (!transport.ok()) return transport.status();
