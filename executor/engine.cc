@@ -1,5 +1,7 @@
 #include "executor/engine.h"
 
+#include "executor/allocator.h"
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -101,7 +103,9 @@ PipelineEngine::PipelineEngine(const Plan& plan, int rank,
                                std::vector<std::unique_ptr<Layer>>* layers, Transport* transport,
                                int tokens_per_microbatch, int hidden)
     : plan_(plan), rank_(rank), layers_(layers), transport_(transport),
-      tokens_(tokens_per_microbatch), hidden_(hidden) {}
+      tokens_(tokens_per_microbatch), hidden_(hidden) {
+  RetainFreedMemory();  // see executor/allocator.h: ops must not page-fault their buffers
+}
 
 uint32_t PipelineEngine::Tag(int stage, int microbatch, int direction) const {
   return static_cast<uint32_t>((microbatch * plan_.num_stages() + stage) * 2 + direction);
