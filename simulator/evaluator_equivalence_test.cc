@@ -430,21 +430,23 @@ struct Counts {
   int ok = 0, errors = 0, deadlocks = 0, contention = 0, vocab = 0;
 };
 
-// Compares `ev` (reused across calls) with a fresh reference on every evaluation mode.
+// Compares `ev` (reused across calls) with a fresh reference on every evaluation mode. `stop`
+// (a check that never fires, or null) is given to `ev`: polling must not change a result.
 void CheckAgainstReference(Evaluator& ev, const PipelineProblem& pb, const Schedule& sc,
-                           Counts* counts) {
+                           Counts* counts, const std::function<bool()>* stop = nullptr) {
   ReferenceEvaluator ref;
   const EvalOptions modes[] = {{}, {.timeline = true}, {.critical_path = true},
                                {.timeline = true, .critical_path = true}};
-  for (const EvalOptions& o : modes) {
+  for (EvalOptions o : modes) {
     SCOPED_TRACE(absl::StrCat("timeline ", o.timeline, " critical_path ", o.critical_path));
     absl::StatusOr<SimResult> want = ref.Evaluate(pb, sc, o);
+    o.should_stop = stop;
     absl::StatusOr<SimResult> got = ev.Evaluate(pb, sc, o);
     ExpectSameStatus(got, want);
     if (want.ok() && got.ok()) ExpectSameResult(*got, *want);
   }
   absl::StatusOr<Evaluator::Summary> want = ref.EvaluateSummary(pb, sc);
-  absl::StatusOr<Evaluator::Summary> got = ev.EvaluateSummary(pb, sc);
+  absl::StatusOr<Evaluator::Summary> got = ev.EvaluateSummary(pb, sc, {.should_stop = stop});
   ExpectSameStatus(got, want);
   if (want.ok() && got.ok()) ExpectSameSummary(*got, *want);
   // Again: a second call on the same inputs must not depend on what the first left behind.
@@ -551,25 +553,33 @@ TEST(EvaluatorEquivalenceTest, ListScheduledAndClassicOrdersMatchTheReference) {
 }
 
 TEST(EvaluatorEquivalenceTest, LargerPipelinesMatchTheReference) {
-  // Enough ops that the device worklist compacts and (with a stop check) polls happen.
+  // Enough ops (13 k to 25 k) that the device worklist compacts and, with a stop check that
+  // never fires, the pass is cut into chunks of kStopPollOps between polls.
   Rng rng(11);
   Evaluator ev;
   Counts counts;
+  int polls = 0;
+  const std::function<bool()> never = [&polls] {
+    ++polls;
+    return false;
+  };
   for (const auto& [kind, P, M] :
-       std::vector<std::tuple<ScheduleKind, int, int>>{{ScheduleKind::kInterleaved, 16, 64},
-                                                       {ScheduleKind::kZbV, 12, 48},
-                                                       {ScheduleKind::k1F1B, 32, 96}}) {
+       std::vector<std::tuple<ScheduleKind, int, int>>{{ScheduleKind::kInterleaved, 32, 128},
+                                                       {ScheduleKind::kZbV, 24, 96},
+                                                       {ScheduleKind::k1F1B, 64, 192}}) {
     absl::StatusOr<GeneratedSchedule> g = GenerateSchedule(kind, P, 0, M);
     ASSERT_TRUE(g.ok()) << g.status();
+    ASSERT_GT(g->schedule.total_ops(), 3u * kStopPollOps);
     for (int rep = 0; rep < 3; ++rep) {
       PipelineProblem pb = RandomProblem(rng, g->stage_device, P, M);
       pb.recompute.assign(pb.num_stages, 0);
       pb.vocab_parallel = false;
       pb.link_contention = rep == 1;
-      CheckAgainstReference(ev, pb, g->schedule, &counts);
+      CheckAgainstReference(ev, pb, g->schedule, &counts, rep == 2 ? &never : nullptr);
     }
   }
   EXPECT_EQ(counts.ok, 9);
+  EXPECT_GT(polls, 3 * 5 * 3);  // every mode of every rep == 2 polled at least 3 times
 }
 
 }  // namespace
