@@ -188,7 +188,7 @@ class Evaluator {
   std::vector<int32_t> device_;
   std::vector<int32_t> device_offset_;
   std::vector<int32_t> vocab_pos_;  // (micro-batch * P + device) * 2 + {0: S, 1: T}
-  std::vector<Node> nodes_;
+  std::vector<Node> nodes_;  // one per op, then a sentinel
   bool dirty_ = true;  // nodes_ not in their initial state (a run stopped, failed or used events)
 
   // Per call.
