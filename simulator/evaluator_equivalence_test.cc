@@ -265,12 +265,13 @@ Straight StraightLongestPath(const PipelineProblem& pb, const Schedule& sc) {
   };
   auto duration = [&](const Op& op) {
     const int s = op.stage;
-    const double overhead = pb.op_overhead_s.empty() ? 0.0 : pb.op_overhead_s[s];
     switch (op.kind) {
       case OpKind::kF: return pb.forward_s[s];
       case OpKind::kB: return pb.backward_input_s[s];
       case OpKind::kW: return pb.weight_grad_s[s];
-      case OpKind::kBW: return pb.backward_input_s[s] + pb.weight_grad_s[s] - overhead;
+      case OpKind::kBW:
+        return pb.backward_input_s[s] + pb.weight_grad_s[s] -
+               (pb.op_overhead_s.empty() ? 0.0 : pb.op_overhead_s[s]);
       case OpKind::kR: return pb.recompute_s[s];
       case OpKind::kS: return pb.vocab_s_s[s];
       case OpKind::kT: return pb.vocab_t_s[s];
