@@ -513,25 +513,16 @@ absl::Status Evaluator::RunEvents(const PipelineProblem& pb, bool track_pred, bo
   first_start_.assign(P, 0.0);
   live_.assign(P, 0.0);
   max_live_.assign(P, 0.0);
-  struct Event {
-    double time;
-    int64_t seq;
-    int32_t producer;  // for transfers; -1 for op starts
-    int32_t op;
-    int32_t edge;      // for transfers
-    bool operator>(const Event& o) const {
-      return time != o.time ? time > o.time : seq > o.seq;
-    }
-  };
   // (time, seq) is unique, so the pop order does not depend on the heap's implementation.
-  std::vector<Event> heap;
-  heap.reserve(n);
+  std::vector<Event>& heap = heap_;
+  heap.clear();
   auto push = [&](const Event& e) {
     heap.push_back(e);
     std::push_heap(heap.begin(), heap.end(), std::greater<Event>());
   };
   int64_t seq = 0;
-  std::vector<double> link_free(static_cast<size_t>(P) * P, 0.0);
+  std::vector<double>& link_free = link_free_;
+  link_free.assign(static_cast<size_t>(P) * P, 0.0);
   for (int d = 0; d < P; ++d) {
     for (int32_t f = device_offset_[d]; f < device_offset_[d + 1]; ++f) {
       Node& node = nodes_[f];

@@ -207,6 +207,19 @@ class Evaluator {
   std::vector<double> first_start_;
   std::vector<int32_t> worklist_;  // devices that may advance
   std::vector<uint8_t> queued_;
+  // Under contention: the event heap and each directed link's next free time.
+  struct Event {
+    double time;
+    int64_t seq;       // push order: ties in time go to the earlier push
+    int32_t producer;  // for transfers; -1 for op starts
+    int32_t op;
+    int32_t edge;      // for transfers
+    bool operator>(const Event& o) const {
+      return time != o.time ? time > o.time : seq > o.seq;
+    }
+  };
+  std::vector<Event> heap_;
+  std::vector<double> link_free_;
   std::vector<TransferRecord> transfer_log_;  // served transfers under contention
   std::vector<double> peak_;                  // per device, of the last run
   int64_t run_ops_ = 0;                       // ops run before a stop, for its message
