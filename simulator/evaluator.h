@@ -28,8 +28,9 @@
 // the same, which it checks by comparing them; durations, transfer times, memory and the rest
 // of the problem's numbers are read afresh on every call.
 //
-// Stopping: EvalOptions::should_stop, when set, is polled every kStopPollOps ops (and while
-// preparing); when it returns true the evaluation returns kDeadlineExceeded.
+// Stopping: EvalOptions::should_stop, when set, is polled every kStopPollOps ops of a pass (and
+// of preparing a new schedule), so an evaluation shorter than that never polls; when it returns
+// true the evaluation returns kDeadlineExceeded, and the next call starts clean.
 //
 // Thread safety: an Evaluator owns scratch buffers reused across calls (no allocation per op
 // once warmed up); use one per thread.
