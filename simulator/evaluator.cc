@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <limits>
-#include <queue>
+#include <numeric>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -25,6 +25,18 @@ constexpr int kR = static_cast<int>(OpKind::kR);
 inline int32_t IdOf(int kind, int stage, int mb, int M) {
   return (stage * M + mb) * kNumOpKinds + kind;
 }
+
+// Index of (kind, stage) in Evaluator::kind_stage_; the edges of that (kind, stage) are at
+// 2 * index + slot in Evaluator::edges_.
+inline int32_t KindStageIndex(OpKind kind, int stage) {
+  return stage * kNumOpKinds + static_cast<int>(kind);
+}
+inline OpKind KindOfIndex(int32_t ks) { return static_cast<OpKind>(ks % kNumOpKinds); }
+
+// Node::succ[1] of an op whose first data successors are a vocabulary fan-out — the last
+// stage's F under vocab_parallel feeds every device's S, an S feeds every device's T — with
+// Node::edge[1] holding the micro-batch. Its one other successor, if any, is succ[0].
+constexpr int32_t kFanOut = -2;
 
 // Relative slack when comparing memory to capacity, so float summation order cannot flip a fit.
 constexpr double kMemorySlack = 1e-9;
@@ -50,11 +62,30 @@ absl::Status CheckVocabPass(const PipelineProblem& pb, const Op& op, int device)
   return absl::OkStatus();
 }
 
+// Counts the ops of a preparation pass and polls the stop check every kStopPollOps of them.
+class StopPoller {
+ public:
+  explicit StopPoller(const std::function<bool()>* should_stop) : should_stop_(should_stop) {}
+  bool Tick() {
+    if (should_stop_ == nullptr || --left_ > 0) return false;
+    left_ = kStopPollOps;
+    return (*should_stop_)();
+  }
+
+ private:
+  const std::function<bool()>* should_stop_;
+  int32_t left_ = kStopPollOps;
+};
+
+absl::Status StoppedWhilePreparing() {
+  return absl::DeadlineExceededError(
+      "evaluation stopped by its stop check while preparing the schedule");
+}
+
 }  // namespace
 
-absl::Status Evaluator::Prepare(const PipelineProblem& pb, const Schedule& schedule) {
-  S_ = pb.num_stages;
-  M_ = pb.num_microbatches;
+absl::Status Evaluator::Prepare(const PipelineProblem& pb, const Schedule& schedule,
+                                const std::function<bool()>* should_stop) {
   const int P = pb.num_devices;
   if (schedule.num_devices() != P) {
     return absl::InvalidArgumentError(absl::StrCat("schedule has orders for ",
@@ -62,16 +93,60 @@ absl::Status Evaluator::Prepare(const PipelineProblem& pb, const Schedule& sched
                                                    " devices but the problem has ", P));
   }
   RETURN_IF_ERROR(ValidateVocabParallel(pb));
-  const size_t num_ids = static_cast<size_t>(kNumOpKinds) * pb.num_stage_ids() * M_;
+  if (prepared_ && SameStructure(pb, schedule)) {
+    BuildTables(pb);
+    return absl::OkStatus();
+  }
+  prepared_ = false;
+  RETURN_IF_ERROR(BuildStructure(pb, schedule, should_stop));
+  BuildTables(pb);
+  RETURN_IF_ERROR(BuildNodes(pb, should_stop));
+  prepared_ = true;
+  return absl::OkStatus();
+}
+
+bool Evaluator::SameStructure(const PipelineProblem& pb, const Schedule& schedule) const {
+  if (pb.num_devices != P_ || pb.num_stages != S_ || pb.num_microbatches != M_ ||
+      pb.vocab_parallel != vocab_ || pb.stage_device != stage_device_ ||
+      pb.recompute != recompute_) {
+    return false;
+  }
+  for (int d = 0; d < P_; ++d) {
+    if (schedule.ops[d].size() != static_cast<size_t>(device_offset_[d + 1] - device_offset_[d])) {
+      return false;
+    }
+  }
+  for (int d = 0; d < P_; ++d) {
+    if (!std::equal(schedule.ops[d].begin(), schedule.ops[d].end(),
+                    ops_.begin() + device_offset_[d])) {
+      return false;
+    }
+  }
+  return true;
+}
+
+absl::Status Evaluator::BuildStructure(const PipelineProblem& pb, const Schedule& schedule,
+                                       const std::function<bool()>* should_stop) {
+  P_ = pb.num_devices;
+  S_ = pb.num_stages;
+  M_ = pb.num_microbatches;
+  vocab_ = pb.vocab_parallel;
+  stage_ids_ = pb.num_stage_ids();
+  stage_device_ = pb.stage_device;
+  recompute_ = pb.recompute;
+  const int P = P_;
+  const size_t num_ids = static_cast<size_t>(kNumOpKinds) * stage_ids_ * M_;
   pos_.assign(num_ids, -1);
   const size_t n = schedule.total_ops();
   ops_.resize(n);
   device_.resize(n);
   device_offset_.resize(P + 1);
+  StopPoller poll(should_stop);
   int32_t flat = 0;
   for (int d = 0; d < P; ++d) {
     device_offset_[d] = flat;
     for (const Op& op : schedule.ops[d]) {
+      if (poll.Tick()) return StoppedWhilePreparing();
       if (IsVocabPass(op.kind)) {
         RETURN_IF_ERROR(CheckVocabPass(pb, op, d));
       } else if (op.stage < 0 || op.stage >= S_) {
@@ -129,7 +204,19 @@ absl::Status Evaluator::Prepare(const PipelineProblem& pb, const Schedule& sched
       }
     }
   }
-  return CheckVocabPassesPresent(pb);
+  RETURN_IF_ERROR(CheckVocabPassesPresent(pb));
+  vocab_pos_.clear();
+  if (vocab_) {
+    vocab_pos_.resize(static_cast<size_t>(M_) * P * 2);
+    for (int m = 0; m < M_; ++m) {
+      for (int d = 0; d < P; ++d) {
+        const size_t i = (static_cast<size_t>(m) * P + d) * 2;
+        vocab_pos_[i] = pos_[IdOf(static_cast<int>(OpKind::kS), d, m, M_)];
+        vocab_pos_[i + 1] = pos_[IdOf(static_cast<int>(OpKind::kT), d, m, M_)];
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Evaluator::CheckVocabPassesPresent(const PipelineProblem& pb) const {
@@ -148,165 +235,333 @@ absl::Status Evaluator::CheckVocabPassesPresent(const PipelineProblem& pb) const
   return absl::OkStatus();
 }
 
-namespace {
-
-// Calls fn(consumer_flat_position, bytes) for every data successor of `op` (the rule is
-// ForEachDataSuccessor); bytes < 0 marks a same-stage edge (never a transfer). A stage's
-// backward is B when the schedule has it, else BW.
-template <typename Fn>
-inline void ForEachSuccessorPosition(const PipelineProblem& pb, const std::vector<int32_t>& pos,
-                                     int M, const Op& op, Fn&& fn) {
-  const int m = op.microbatch;
-  auto backward = [&](int st) { return pos[IdOf(kB, st, m, M)] >= 0 ? OpKind::kB : OpKind::kBW; };
-  ForEachDataSuccessor(pb, op.kind, op.stage, backward, [&](OpKind kind, int st, double bytes) {
-    fn(pos[IdOf(static_cast<int>(kind), st, m, M)], bytes);
-  });
+// The rules evaluated once per (kind, stage) and per edge of it: an op's successors, bytes and
+// devices depend on its kind and stage only (whether a consumer backward is B or BW changes
+// neither), so the pass reads a duration and a delay from these small tables.
+void Evaluator::BuildTables(const PipelineProblem& pb) {
+  const int32_t num_ks = kNumOpKinds * stage_ids_;
+  kind_stage_.assign(num_ks, KindStage{});
+  fanout_s_edges_ = 2 * num_ks;
+  fanout_t_edges_ = 2 * num_ks + P_;
+  edges_.assign(static_cast<size_t>(2) * num_ks + 2 * P_, Edge{});
+  auto fill = [&](OpKind kind, int stage) {
+    const int32_t ks = KindStageIndex(kind, stage);
+    KindStage& k = kind_stage_[ks];
+    k.duration = OpDuration(pb, kind, stage);
+    k.delta = ActivationDelta(pb, kind, stage);
+    k.predecessors = DataPredecessorCount(pb, kind, stage);
+    const int from = OpDevice(pb, kind, stage);
+    int slot = 0;
+    ForEachDataSuccessor(
+        pb, kind, stage, [](int) { return OpKind::kB; },
+        [&](OpKind consumer, int consumer_stage, double bytes) {
+          const int to = OpDevice(pb, consumer, consumer_stage);
+          Edge e;
+          e.delay = EdgeDelay(pb, bytes, from, to);
+          e.bytes = bytes;
+          e.to_device = to;
+          e.transfer = IsTransferEdge(bytes, from, to);
+          if (consumer == OpKind::kS) {
+            edges_[fanout_s_edges_ + consumer_stage] = e;
+          } else if (consumer == OpKind::kT) {
+            edges_[fanout_t_edges_ + consumer_stage] = e;  // the same for every S
+          } else {
+            edges_[2 * ks + slot++] = e;
+          }
+        });
+  };
+  for (int s = 0; s < S_; ++s) {
+    for (OpKind kind : {OpKind::kF, OpKind::kB, OpKind::kW, OpKind::kBW, OpKind::kR}) {
+      fill(kind, s);
+    }
+  }
+  if (vocab_) {
+    for (int d = 0; d < P_; ++d) {
+      fill(OpKind::kS, d);
+      fill(OpKind::kT, d);
+    }
+  }
 }
 
-}  // namespace
+absl::Status Evaluator::BuildNodes(const PipelineProblem& pb,
+                                   const std::function<bool()>* should_stop) {
+  const int32_t n = static_cast<int32_t>(ops_.size());
+  nodes_.resize(n + 1);
+  nodes_[n] = Node{0, 0, 0, {-1, -1}, {0, 0}};  // the sentinel: nodes_[cursor] at a device's end
+  StopPoller poll(should_stop);
+  for (int32_t p = 0; p < n; ++p) {
+    if (poll.Tick()) return StoppedWhilePreparing();
+    const Op op = ops_[p];
+    Node& node = nodes_[p];
+    node.ks = KindStageIndex(op.kind, op.stage);
+    node.ready = 0;
+    node.pending = kind_stage_[node.ks].predecessors;
+    node.succ[0] = node.succ[1] = -1;
+    node.edge[0] = node.edge[1] = 0;
+    const int m = op.microbatch;
+    auto backward = [&](int st) {
+      return pos_[IdOf(kB, st, m, M_)] >= 0 ? OpKind::kB : OpKind::kBW;
+    };
+    int slot = 0;
+    ForEachDataSuccessor(pb, op.kind, op.stage, backward,
+                         [&](OpKind consumer, int consumer_stage, double) {
+                           if (consumer == OpKind::kS || consumer == OpKind::kT) {
+                             node.succ[1] = kFanOut;
+                             node.edge[1] = m;
+                             return;
+                           }
+                           node.succ[slot] = pos_[IdOf(static_cast<int>(consumer),
+                                                       consumer_stage, m, M_)];
+                           node.edge[slot] = 2 * node.ks + slot;
+                           ++slot;
+                         });
+  }
+  dirty_ = false;
+  return absl::OkStatus();
+}
+
+void Evaluator::ResetNodes() {
+  for (size_t p = 0; p < ops_.size(); ++p) {
+    Node& node = nodes_[p];
+    node.ready = 0;
+    node.pending = kind_stage_[node.ks].predecessors;
+  }
+  dirty_ = false;
+}
+
+template <typename Fn>
+inline void Evaluator::ForEachSuccessor(int32_t p, Fn&& fn) const {
+  const Node& node = nodes_[p];
+  if (node.succ[1] == kFanOut) {
+    const bool to_t = KindOfIndex(node.ks) == OpKind::kS;
+    const int32_t* pos = vocab_pos_.data() + static_cast<size_t>(node.edge[1]) * P_ * 2 + to_t;
+    const int32_t base = to_t ? fanout_t_edges_ : fanout_s_edges_;
+    for (int d = 0; d < P_; ++d) fn(pos[2 * d], base + d);
+    if (node.succ[0] >= 0) fn(node.succ[0], node.edge[0]);
+    return;
+  }
+  for (int k = 0; k < 2 && node.succ[k] >= 0; ++k) fn(node.succ[k], node.edge[k]);
+}
+
+absl::Status Evaluator::StoppedError() const {
+  return absl::DeadlineExceededError(absl::StrCat("evaluation stopped by its stop check after ",
+                                                  run_ops_, " of ", ops_.size(), " ops"));
+}
 
 // Longest path in topological order over a worklist of devices: a device runs its own order
 // from its cursor while the next op's data predecessors are done, and a device whose next op
 // becomes ready joins the worklist. Each device walks its order sequentially and the
 // successors of consecutive ops lie near each other in the next device's order, so the pass is
 // O(ops) and cache-friendly at thousands of devices. An empty worklist with ops left means the
-// device orders form a cycle.
-void Evaluator::ResetTiming(bool track_pred) {
-  const size_t n = ops_.size();
-  pending_.resize(n);
-  ready_.assign(n, 0.0);
-  start_.resize(n);
-  end_.resize(n);
-  if (track_pred) {
+// device orders form a cycle. kTimes stores every op's start and end; kTrack the predecessor
+// that set each start (ties go to the first to arrive, so the order of this pass is part of
+// the critical path's definition). Each device's activation peak is summed as it runs.
+template <bool kTimes, bool kTrack>
+absl::Status Evaluator::RunDag(const std::function<bool()>* should_stop) {
+  if (dirty_) ResetNodes();
+  const int32_t n = static_cast<int32_t>(ops_.size());
+  const int P = P_;
+  if (kTimes) {
+    start_.resize(n);
+    end_.resize(n);
+  }
+  if (kTrack) {
     pred_.assign(n, -1);
     pred_transfer_.assign(n, 0);
   }
-}
-
-absl::Status Evaluator::RunDag(const PipelineProblem& pb, bool track_pred) {
-  const int32_t n = static_cast<int32_t>(ops_.size());
-  const int P = pb.num_devices;
-  ResetTiming(track_pred);
-  for (int32_t f = 0; f < n; ++f) pending_[f] = DataPredecessorCount(pb, ops_[f].kind, ops_[f].stage);
   cursor_.assign(device_offset_.begin(), device_offset_.end() - 1);
+  device_free_.assign(P, 0.0);
+  live_.assign(P, 0.0);
+  max_live_.assign(P, 0.0);
+  first_start_.assign(P, 0.0);
   queued_.assign(P, 1);
   worklist_.resize(P);
-  for (int d = 0; d < P; ++d) worklist_[d] = d;
+  std::iota(worklist_.begin(), worklist_.end(), 0);
+
+  Node* const nodes = nodes_.data();
+  const KindStage* const kind_stage = kind_stage_.data();
+  const Edge* const edges = edges_.data();
+  int32_t* const cursor = cursor_.data();
+  uint8_t* const queued = queued_.data();
+  const int32_t* const vocab_pos = vocab_pos_.data();
+  int64_t poll_left = should_stop != nullptr ? kStopPollOps : std::numeric_limits<int64_t>::max();
   size_t head = 0;
-  int32_t processed = 0;
+  int64_t processed = 0;
   while (head < worklist_.size()) {
     const int d = worklist_[head++];
-    queued_[d] = 0;
-    const int32_t stop = device_offset_[d + 1];
-    int32_t p = cursor_[d];
-    double device_free = p > device_offset_[d] ? end_[p - 1] : 0.0;
-    for (; p < stop && pending_[p] == 0; ++p) {
-      double start = ready_[p];
-      if (device_free >= start) {
-        if (track_pred && p > device_offset_[d] && (device_free > start || pred_[p] < 0)) {
-          pred_[p] = p - 1;
-          pred_transfer_[p] = 0;
-        }
-        start = device_free;
-      }
-      const double end = start + OpDuration(pb, ops_[p].kind, ops_[p].stage);
-      start_[p] = start;
-      end_[p] = end;
-      device_free = end;
-      ForEachSuccessorPosition(pb, pos_, M_, ops_[p], [&](int32_t c, double bytes) {
-        const int dc = device_[c];
-        const bool transfer = IsTransferEdge(bytes, d, dc);
-        const double t = end + EdgeDelay(pb, bytes, d, dc);
-        if (t > ready_[c] || (track_pred && pred_[c] < 0)) {
-          ready_[c] = std::max(ready_[c], t);
-          if (track_pred) {
-            pred_[c] = p;
-            pred_transfer_[c] = transfer;
-          }
-        }
-        if (--pending_[c] == 0 && dc != d && c == cursor_[dc] && !queued_[dc]) {
-          queued_[dc] = 1;
-          worklist_.push_back(dc);
-        }
-      });
+    queued[d] = 0;
+    // Prefetch the next op of the device 8 visits ahead, and the first consumer of the next op
+    // of the device 4 ahead (whose node the first prefetch brought in), so the misses of
+    // successive visits overlap (+30% at 512 devices). A device at its end points at the
+    // sentinel node.
+    if (head + 8 < worklist_.size()) {
+      __builtin_prefetch(&nodes[cursor[worklist_[head + 8]]], 1);
+      const Node& soon = nodes[cursor[worklist_[head + 4]]];
+      __builtin_prefetch(&nodes[std::max(soon.succ[0], 0)], 1);
     }
-    processed += p - cursor_[d];
-    cursor_[d] = p;
+    const int32_t lo = device_offset_[d], hi = device_offset_[d + 1];
+    int32_t p = cursor[d];
+    double device_free = device_free_[d];
+    double live = live_[d], max_live = max_live_[d];
+    if (p == lo && p < hi && nodes[p].pending == 0) {
+      first_start_[d] = device_free >= nodes[p].ready ? device_free : nodes[p].ready;
+    }
+    for (;;) {
+      const int32_t from = p;
+      const int32_t lim = hi - p > poll_left ? p + static_cast<int32_t>(poll_left) : hi;
+      for (; p < lim; ++p) {
+        Node& node = nodes[p];
+        if (node.pending != 0) break;
+        double start = node.ready;
+        if (device_free >= start) {
+          if (kTrack && p > lo && (device_free > start || pred_[p] < 0)) {
+            pred_[p] = p - 1;
+            pred_transfer_[p] = 0;
+          }
+          start = device_free;
+        }
+        const KindStage& k = kind_stage[node.ks];
+        const double end = start + k.duration;
+        live += k.delta;
+        max_live = std::max(max_live, live);
+        if (kTimes) {
+          start_[p] = start;
+          end_[p] = end;
+        }
+        device_free = end;
+        const int32_t c0 = node.succ[0], c1 = node.succ[1];
+        const int32_t e0 = node.edge[0], e1 = node.edge[1];
+        const int32_t ks = node.ks;
+        // Reset for the next call: nothing reads this node again in this one.
+        node.ready = 0;
+        node.pending = k.predecessors;
+        auto relax = [&](int32_t c, int32_t e) {
+          const Edge& edge = edges[e];
+          const double t = end + edge.delay;
+          Node& consumer = nodes[c];
+          if (t > consumer.ready || (kTrack && pred_[c] < 0)) {
+            consumer.ready = std::max(consumer.ready, t);
+            if (kTrack) {
+              pred_[c] = p;
+              pred_transfer_[c] = edge.transfer;
+            }
+          }
+          const int dc = edge.to_device;
+          if (--consumer.pending == 0 && dc != d && c == cursor[dc] && !queued[dc]) {
+            queued[dc] = 1;
+            worklist_.push_back(dc);
+          }
+        };
+        if (c1 == kFanOut) {
+          const bool to_t = KindOfIndex(ks) == OpKind::kS;
+          const int32_t* pos = vocab_pos + static_cast<size_t>(e1) * P * 2 + to_t;
+          const int32_t base = to_t ? fanout_t_edges_ : fanout_s_edges_;
+          for (int dd = 0; dd < P; ++dd) relax(pos[2 * dd], base + dd);
+          if (c0 >= 0) relax(c0, e0);
+        } else if (c0 >= 0) {
+          relax(c0, e0);
+          if (c1 >= 0) relax(c1, e1);
+        }
+      }
+      poll_left -= p - from;
+      if (poll_left > 0) break;
+      poll_left = kStopPollOps;
+      if ((*should_stop)()) {
+        run_ops_ = processed + (p - cursor[d]);
+        dirty_ = true;
+        return StoppedError();
+      }
+      if (p == hi || nodes[p].pending != 0) break;
+    }
+    device_free_[d] = device_free;
+    live_[d] = live;
+    max_live_[d] = max_live;
+    processed += p - cursor[d];
+    cursor[d] = p;
     if (head > 4096 && head * 2 > worklist_.size()) {  // keep the queue compact
       worklist_.erase(worklist_.begin(), worklist_.begin() + head);
       head = 0;
     }
   }
   if (processed != n) {
-    // Mark everything not run as pending so CycleError can tell it from what ran.
+    // For CycleError: what ran has no pending inputs, everything else at least one.
     for (int d = 0; d < P; ++d) {
-      for (int32_t f = cursor_[d]; f < device_offset_[d + 1]; ++f) {
-        pending_[f] = std::max(pending_[f], 1);
+      for (int32_t f = device_offset_[d]; f < cursor[d]; ++f) nodes[f].pending = 0;
+      for (int32_t f = cursor[d]; f < device_offset_[d + 1]; ++f) {
+        nodes[f].pending = std::max(nodes[f].pending, 1);
       }
     }
+    dirty_ = true;
     return absl::FailedPreconditionError("cycle");
   }
   return absl::OkStatus();
 }
 
-absl::Status Evaluator::RunEvents(const PipelineProblem& pb, bool track_pred,
-                                    bool log_transfers) {
+absl::Status Evaluator::RunEvents(const PipelineProblem& pb, bool track_pred, bool log_transfers,
+                                  const std::function<bool()>* should_stop) {
   transfer_log_.clear();
   const int32_t n = static_cast<int32_t>(ops_.size());
-  const int P = pb.num_devices;
-  ResetTiming(track_pred);
-  struct Event {
-    double time;
-    int64_t seq;
-    int32_t producer;  // for transfers; -1 for op starts
-    int32_t op;
-    bool operator>(const Event& o) const {
-      return time != o.time ? time > o.time : seq > o.seq;
-    }
+  const int P = P_;
+  dirty_ = true;
+  start_.resize(n);
+  end_.resize(n);
+  if (track_pred) {
+    pred_.assign(n, -1);
+    pred_transfer_.assign(n, 0);
+  }
+  device_free_.assign(P, 0.0);
+  first_start_.assign(P, 0.0);
+  live_.assign(P, 0.0);
+  max_live_.assign(P, 0.0);
+  // (time, seq) is unique, so the pop order does not depend on the heap's implementation.
+  std::vector<Event>& heap = heap_;
+  heap.clear();
+  auto push = [&](const Event& e) {
+    heap.push_back(e);
+    std::push_heap(heap.begin(), heap.end(), std::greater<Event>());
   };
-  std::vector<Event> storage;
-  storage.reserve(n);
-  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> heap(
-      std::greater<Event>(), std::move(storage));
   int64_t seq = 0;
-  std::vector<double> link_free(static_cast<size_t>(P) * P, 0.0);
+  std::vector<double>& link_free = link_free_;
+  link_free.assign(static_cast<size_t>(P) * P, 0.0);
   for (int d = 0; d < P; ++d) {
     for (int32_t f = device_offset_[d]; f < device_offset_[d + 1]; ++f) {
-      pending_[f] = DataPredecessorCount(pb, ops_[f].kind, ops_[f].stage) + (f > device_offset_[d] ? 1 : 0);
-      if (pending_[f] == 0) heap.push(Event{0.0, seq++, -1, f});
+      Node& node = nodes_[f];
+      node.ready = 0;
+      node.pending = kind_stage_[node.ks].predecessors + (f > device_offset_[d] ? 1 : 0);
+      if (node.pending == 0) push(Event{0.0, seq++, -1, f, 0});
     }
   }
   auto resolve = [&](int32_t c, double t, int32_t p, bool transfer) {
-    if (t > ready_[c] || (track_pred && pred_[c] < 0)) {
-      ready_[c] = std::max(ready_[c], t);
+    Node& node = nodes_[c];
+    if (t > node.ready || (track_pred && pred_[c] < 0)) {
+      node.ready = std::max(node.ready, t);
       if (track_pred) {
         pred_[c] = p;
         pred_transfer_[c] = transfer;
       }
     }
-    if (--pending_[c] == 0) heap.push(Event{ready_[c], seq++, -1, c});
+    if (--node.pending == 0) push(Event{node.ready, seq++, -1, c, 0});
   };
+  StopPoller poll(should_stop);
   int32_t processed = 0;
   while (!heap.empty()) {
-    const Event e = heap.top();
-    heap.pop();
+    std::pop_heap(heap.begin(), heap.end(), std::greater<Event>());
+    const Event e = heap.back();
+    heap.pop_back();
     if (e.producer >= 0) {  // a transfer became ready: serve it on its link in FIFO order
+      const Edge& edge = edges_[e.edge];
       const int a = device_[e.producer];
       const int b = device_[e.op];
       const size_t link = static_cast<size_t>(a) * P + b;
-      double bytes = 0;
-      ForEachSuccessorPosition(pb, pos_, M_, ops_[e.producer], [&](int32_t c, double by) {
-        if (c == e.op) bytes = by;
-      });
       const double start = std::max(e.time, link_free[link]);
-      const double end = start + pb.transfer_s(a, b, bytes);
+      const double end = start + edge.delay;  // = pb.transfer_s(a, b, bytes)
       link_free[link] = end;
       if (log_transfers) {
         TransferRecord t;
         t.from_device = a;
         t.to_device = b;
         t.consumer = ops_[e.op];
-        t.bytes = bytes;
+        t.bytes = edge.bytes;
         t.start_s = start;
         t.end_s = end;
         transfer_log_.push_back(t);
@@ -315,25 +570,50 @@ absl::Status Evaluator::RunEvents(const PipelineProblem& pb, bool track_pred,
       continue;
     }
     const int32_t p = e.op;
+    if (poll.Tick()) {
+      run_ops_ = processed;
+      return StoppedError();
+    }
     ++processed;
     start_[p] = e.time;
-    end_[p] = e.time + OpDuration(pb, ops_[p].kind, ops_[p].stage);
+    end_[p] = e.time + kind_stage_[nodes_[p].ks].duration;
     const int dp = device_[p];
     if (p + 1 < device_offset_[dp + 1]) resolve(p + 1, end_[p], p, false);
-    ForEachSuccessorPosition(pb, pos_, M_, ops_[p], [&](int32_t c, double bytes) {
-      if (IsTransferEdge(bytes, dp, device_[c])) {
-        heap.push(Event{end_[p], seq++, p, c});
+    ForEachSuccessor(p, [&](int32_t c, int32_t ei) {
+      const Edge& edge = edges_[ei];
+      if (edge.transfer) {
+        push(Event{end_[p], seq++, p, c, ei});
       } else {
-        resolve(c, end_[p] + EdgeDelay(pb, bytes, dp, device_[c]), p, false);
+        resolve(c, end_[p] + edge.delay, p, false);
       }
     });
   }
   if (processed != n) return absl::FailedPreconditionError("cycle");
+  for (int d = 0; d < P; ++d) {
+    const int32_t lo = device_offset_[d], hi = device_offset_[d + 1];
+    if (lo == hi) continue;
+    first_start_[d] = start_[lo];
+    device_free_[d] = end_[hi - 1];
+  }
+  ComputeMemory();
   return absl::OkStatus();
+}
+
+void Evaluator::ComputeMemory() {
+  for (int d = 0; d < P_; ++d) {
+    double live = 0, max_live = 0;
+    for (int32_t f = device_offset_[d]; f < device_offset_[d + 1]; ++f) {
+      live += kind_stage_[nodes_[f].ks].delta;
+      max_live = std::max(max_live, live);
+    }
+    live_[d] = live;
+    max_live_[d] = max_live;
+  }
 }
 
 absl::Status Evaluator::CycleError(const PipelineProblem& pb, const Schedule& schedule) const {
   const int32_t n = static_cast<int32_t>(ops_.size());
+  auto pending = [&](int32_t f) { return nodes_[f].pending; };
   auto op_of = [&](int32_t f) {
     const int d = device_[f];
     return schedule.ops[d][f - device_offset_[d]];
@@ -341,7 +621,7 @@ absl::Status Evaluator::CycleError(const PipelineProblem& pb, const Schedule& sc
   // Unresolved predecessors of f: its device predecessor and its data predecessors.
   auto blocked_pred = [&](int32_t f) -> int32_t {
     const int d = device_[f];
-    if (f > device_offset_[d] && pending_[f - 1] > 0) return f - 1;
+    if (f > device_offset_[d] && pending(f - 1) > 0) return f - 1;
     const Op op = op_of(f);
     const int s = op.stage, m = op.microbatch;
     auto backward = [&](int st) {
@@ -352,13 +632,13 @@ absl::Status Evaluator::CycleError(const PipelineProblem& pb, const Schedule& sc
       preds.push_back(pos_[IdOf(static_cast<int>(kind), st, m, M_)]);
     });
     for (int32_t q : preds) {
-      if (pending_[q] > 0) return q;
+      if (pending(q) > 0) return q;
     }
     return f > device_offset_[d] ? f - 1 : -1;
   };
   int32_t start = -1;
   for (int32_t f = 0; f < n && start < 0; ++f) {
-    if (pending_[f] > 0) start = f;
+    if (pending(f) > 0) start = f;
   }
   std::vector<int32_t> seen_at(n, -1);
   std::vector<int32_t> walk;
@@ -381,33 +661,21 @@ absl::Status Evaluator::CycleError(const PipelineProblem& pb, const Schedule& sc
       absl::StrJoin(names, " waits for ")));
 }
 
-void Evaluator::ComputeMemory(const PipelineProblem& pb, const Schedule& schedule,
-                              std::vector<double>* peak) const {
-  peak->assign(pb.num_devices, 0.0);
-  for (int d = 0; d < pb.num_devices; ++d) {
-    double live = 0, max_live = 0;
-    for (const Op& op : schedule.ops[d]) {
-      live += ActivationDelta(pb, op.kind, op.stage);
-      max_live = std::max(max_live, live);
-    }
-    (*peak)[d] = pb.static_bytes[d] + max_live;
-  }
-}
-
-Evaluator::Summary Evaluator::Summarize(const PipelineProblem& pb, const Schedule& schedule) {
+Evaluator::Summary Evaluator::Summarize(const PipelineProblem& pb) {
   Summary out;
   double first = std::numeric_limits<double>::infinity(), last = 0;
   for (int d = 0; d < pb.num_devices; ++d) {
     const int32_t lo = device_offset_[d], hi = device_offset_[d + 1];
     if (lo == hi) continue;
-    first = std::min(first, start_[lo]);
-    last = std::max(last, end_[hi - 1]);
+    first = std::min(first, first_start_[d]);
+    last = std::max(last, device_free_[d]);
     out.steady_state_iteration_time_s =
-        std::max(out.steady_state_iteration_time_s, end_[hi - 1] - start_[lo]);
+        std::max(out.steady_state_iteration_time_s, device_free_[d] - first_start_[d]);
   }
   out.iteration_time_s = ops_.empty() ? 0 : last - first;
-  ComputeMemory(pb, schedule, &peak_);
+  peak_.resize(pb.num_devices);
   for (int d = 0; d < pb.num_devices; ++d) {
+    peak_[d] = pb.static_bytes[d] + max_live_[d];
     const double over = peak_[d] - pb.memory_capacity[d];
     if (peak_[d] > pb.memory_capacity[d] * (1 + kMemorySlack)) out.fits_memory = false;
     out.memory_overflow_bytes = std::max(out.memory_overflow_bytes, over);
@@ -415,23 +683,34 @@ Evaluator::Summary Evaluator::Summarize(const PipelineProblem& pb, const Schedul
   return out;
 }
 
+absl::Status Evaluator::Run(const PipelineProblem& pb, bool times, bool track_pred,
+                            bool log_transfers, const std::function<bool()>* should_stop) {
+  if (pb.link_contention) return RunEvents(pb, track_pred, log_transfers, should_stop);
+  if (track_pred) return RunDag<true, true>(should_stop);
+  if (times) return RunDag<true, false>(should_stop);
+  return RunDag<false, false>(should_stop);
+}
+
 absl::StatusOr<Evaluator::Summary> Evaluator::EvaluateSummary(const PipelineProblem& pb,
-                                                              const Schedule& schedule) {
-  RETURN_IF_ERROR(Prepare(pb, schedule));
-  absl::Status run = pb.link_contention ? RunEvents(pb, false, false) : RunDag(pb, false);
+                                                              const Schedule& schedule,
+                                                              const EvalOptions& options) {
+  RETURN_IF_ERROR(Prepare(pb, schedule, options.should_stop));
+  absl::Status run = Run(pb, false, false, false, options.should_stop);
+  if (absl::IsDeadlineExceeded(run)) return run;
   if (!run.ok()) return CycleError(pb, schedule);
-  return Summarize(pb, schedule);
+  return Summarize(pb);
 }
 
 absl::StatusOr<SimResult> Evaluator::Evaluate(const PipelineProblem& pb, const Schedule& schedule,
                                               const EvalOptions& options) {
-  RETURN_IF_ERROR(Prepare(pb, schedule));
+  RETURN_IF_ERROR(Prepare(pb, schedule, options.should_stop));
   const bool track = options.critical_path;
-  absl::Status run = pb.link_contention ? RunEvents(pb, track, options.timeline) : RunDag(pb, track);
+  absl::Status run = Run(pb, true, track, options.timeline, options.should_stop);
+  if (absl::IsDeadlineExceeded(run)) return run;
   if (!run.ok()) return CycleError(pb, schedule);
 
   const int P = pb.num_devices;
-  const Summary summary = Summarize(pb, schedule);
+  const Summary summary = Summarize(pb);
   SimResult r;
   r.iteration_time_s = summary.iteration_time_s;
   r.steady_state_iteration_time_s = summary.steady_state_iteration_time_s;
@@ -476,16 +755,17 @@ absl::StatusOr<SimResult> Evaluator::Evaluate(const PipelineProblem& pb, const S
       const int32_t n = static_cast<int32_t>(ops_.size());
       for (int32_t p = 0; p < n; ++p) {
         const int dp = device_[p];
-        ForEachSuccessorPosition(pb, pos_, M_, ops_[p], [&](int32_t c, double bytes) {
+        ForEachSuccessor(p, [&](int32_t c, int32_t e) {
+          const Edge& edge = edges_[e];
+          if (!edge.transfer) return;
           const int dc = device_[c];
-          if (!IsTransferEdge(bytes, dp, dc)) return;
           TransferRecord t;
           t.from_device = dp;
           t.to_device = dc;
           t.consumer = schedule.ops[dc][c - device_offset_[dc]];
-          t.bytes = bytes;
+          t.bytes = edge.bytes;
           t.start_s = end_[p];
-          t.end_s = end_[p] + pb.transfer_s(dp, dc, bytes);
+          t.end_s = end_[p] + pb.transfer_s(dp, dc, edge.bytes);
           r.transfers.push_back(t);
         });
       }

@@ -17,12 +17,28 @@
 // returns kInvalidArgument naming the ops on the cycle. Missing, duplicate or misplaced ops are
 // also kInvalidArgument, naming the op.
 //
+// Layout (for speed at thousands of devices): Prepare turns the schedule into one 32-byte node
+// per op in schedule order — its earliest start, unresolved inputs, a (kind, stage) index into
+// small per-call tables of durations and activation deltas, and the schedule positions of its
+// data successors with an index into a small table of edge delays — so the DAG pass touches
+// one cache line per op and one per successor, and never looks an op up by id. The pass resets
+// each node as it runs it, so the next call starts without a clearing pass. Prepare's
+// structural work (validation, positions, successors) is kept while the schedule and the
+// problem's shape (devices, stages, micro-batches, placement, recompute, vocab_parallel) stay
+// the same, which it checks by comparing them; durations, transfer times, memory and the rest
+// of the problem's numbers are read afresh on every call.
+//
+// Stopping: EvalOptions::should_stop, when set, is polled every kStopPollOps ops of a pass (and
+// of preparing a new schedule), so an evaluation shorter than that never polls; when it returns
+// true the evaluation returns kDeadlineExceeded, and the next call starts clean.
+//
 // Thread safety: an Evaluator owns scratch buffers reused across calls (no allocation per op
 // once warmed up); use one per thread.
 #ifndef OCTOPIPE_SIMULATOR_EVALUATOR_H_
 #define OCTOPIPE_SIMULATOR_EVALUATOR_H_
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <vector>
 
@@ -35,7 +51,13 @@ namespace octopipe {
 struct EvalOptions {
   bool timeline = false;       // fill op/transfer start and end times
   bool critical_path = false;  // fill the critical path (implies tracking predecessors)
+  // Polled every kStopPollOps ops of one evaluation (not per op); true stops it with
+  // kDeadlineExceeded (a search's budget or a cancelled request). Null: never stops. Not owned.
+  const std::function<bool()>* should_stop = nullptr;
 };
+
+// Ops an evaluation runs between two polls of EvalOptions::should_stop.
+inline constexpr int32_t kStopPollOps = 4096;
 
 struct DeviceResult {
   double busy_s = 0;
@@ -97,41 +119,111 @@ class Evaluator {
     // Largest (peak - capacity) over devices: how far the worst device is over (<= 0: fits).
     double memory_overflow_bytes = -std::numeric_limits<double>::infinity();
   };
+  // Of `options`, only should_stop is read.
   absl::StatusOr<Summary> EvaluateSummary(const PipelineProblem& problem,
-                                          const Schedule& schedule);
+                                          const Schedule& schedule,
+                                          const EvalOptions& options = {});
 
  private:
-  absl::Status Prepare(const PipelineProblem& problem, const Schedule& schedule);
+  // One op of the DAG pass, in schedule order; 32 bytes, so a cache line holds two.
+  struct Node {
+    double ready;      // earliest start from the data predecessors resolved so far
+    int32_t pending;   // data predecessors not yet resolved
+    int32_t ks;        // index into kind_stage_
+    int32_t succ[2];   // schedule positions of the data successors (-1: none; see kFanOut)
+    int32_t edge[2];   // their entries in edges_
+  };
+  static_assert(sizeof(Node) == 32, "two nodes per cache line");
+  // Per (kind, stage): what an op of that kind on that stage costs. Rebuilt on every call.
+  struct KindStage {
+    double duration = 0;
+    double delta = 0;          // activation bytes it adds (> 0) or frees
+    int32_t predecessors = 0;  // data predecessors
+  };
+  // Per (kind, stage, successor slot), then per device for the vocabulary fan-outs: an edge's
+  // delay and where it goes. Rebuilt on every call.
+  struct Edge {
+    double delay = 0;  // EdgeDelay: transfer, all-reduce or 0
+    double bytes = 0;  // as the rules report it (< 0: within a stage, or the all-reduce)
+    int32_t to_device = 0;
+    bool transfer = false;  // IsTransferEdge
+  };
+
+  absl::Status Prepare(const PipelineProblem& problem, const Schedule& schedule,
+                       const std::function<bool()>* should_stop);
+  bool SameStructure(const PipelineProblem& problem, const Schedule& schedule) const;
+  absl::Status BuildStructure(const PipelineProblem& problem, const Schedule& schedule,
+                              const std::function<bool()>* should_stop);
+  void BuildTables(const PipelineProblem& problem);
+  absl::Status BuildNodes(const PipelineProblem& problem,
+                          const std::function<bool()>* should_stop);
+  void ResetNodes();
   // Under vocabulary parallelism every device has an S and a T pass per micro-batch.
   absl::Status CheckVocabPassesPresent(const PipelineProblem& problem) const;
-  void ResetTiming(bool track_pred);
-  absl::Status RunDag(const PipelineProblem& problem, bool track_pred);
-  absl::Status RunEvents(const PipelineProblem& problem, bool track_pred, bool log_transfers);
+  // Calls fn(consumer position, edge index) for every data successor of the op at `p`, in the
+  // rules' order (ForEachDataSuccessor).
+  template <typename Fn>
+  void ForEachSuccessor(int32_t p, Fn&& fn) const;
+  template <bool kTimes, bool kTrack>
+  absl::Status RunDag(const std::function<bool()>* should_stop);
+  absl::Status RunEvents(const PipelineProblem& problem, bool track_pred, bool log_transfers,
+                         const std::function<bool()>* should_stop);
+  absl::Status StoppedError() const;
   absl::Status CycleError(const PipelineProblem& problem, const Schedule& schedule) const;
-  void ComputeMemory(const PipelineProblem& problem, const Schedule& schedule,
-                     std::vector<double>* peak) const;
+  // Per-device activation peaks from the schedule order (the DAG pass computes them itself).
+  void ComputeMemory();
   // Iteration times and memory fit of the last run; fills peak_.
-  Summary Summarize(const PipelineProblem& problem, const Schedule& schedule);
+  Summary Summarize(const PipelineProblem& problem);
+  absl::Status Run(const PipelineProblem& problem, bool times, bool track_pred, bool log_transfers,
+                   const std::function<bool()>* should_stop);
 
-  // Scratch, indexed by op id = (stage * M + microbatch) * kNumOpKinds + kind (a vocabulary
-  // pass's stage is its device).
-  std::vector<int32_t> pos_;         // flat schedule position of the op, -1 if absent
+  // Structure, kept while SameStructure holds.
+  bool prepared_ = false;
+  int P_ = 0, S_ = 0, M_ = 0, stage_ids_ = 0;
+  bool vocab_ = false;
+  std::vector<int32_t> stage_device_;
+  std::vector<uint8_t> recompute_;
+  std::vector<int32_t> pos_;  // by op id = (stage * M + microbatch) * kNumOpKinds + kind; -1 absent
   // Indexed by flat position (device 0's order, then device 1's, ...).
   std::vector<Op> ops_;
-  std::vector<int32_t> device_;      // device of the op
-  std::vector<int32_t> pending_;     // unresolved predecessors
-  std::vector<double> ready_;        // earliest start from resolved predecessors
-  std::vector<double> start_;
+  std::vector<int32_t> device_;
+  std::vector<int32_t> device_offset_;
+  std::vector<int32_t> vocab_pos_;  // (micro-batch * P + device) * 2 + {0: S, 1: T}
+  std::vector<Node> nodes_;  // one per op, then a sentinel
+  bool dirty_ = true;  // nodes_ not in their initial state (a run stopped, failed or used events)
+
+  // Per call.
+  std::vector<KindStage> kind_stage_;
+  std::vector<Edge> edges_;
+  int32_t fanout_s_edges_ = 0, fanout_t_edges_ = 0;  // first edges_ entry of each fan-out
+
+  // Per run.
+  std::vector<double> start_;  // with times
   std::vector<double> end_;
-  std::vector<int32_t> pred_;        // flat position of the predecessor that set `ready_`
+  std::vector<int32_t> pred_;  // flat position of the predecessor that set the start
   std::vector<uint8_t> pred_transfer_;
-  std::vector<int32_t> cursor_;    // per device: next op to run
+  std::vector<int32_t> cursor_;  // per device: next op to run
+  std::vector<double> device_free_;
+  std::vector<double> live_, max_live_;
+  std::vector<double> first_start_;
   std::vector<int32_t> worklist_;  // devices that may advance
   std::vector<uint8_t> queued_;
-  std::vector<int32_t> device_offset_;
-  std::vector<TransferRecord> transfer_log_;
-  std::vector<double> peak_;  // per device, of the last run  // served transfers under contention
-  int S_ = 0, M_ = 0;
+  // Under contention: the event heap and each directed link's next free time.
+  struct Event {
+    double time;
+    int64_t seq;       // push order: ties in time go to the earlier push
+    int32_t producer;  // for transfers; -1 for op starts
+    int32_t op;
+    int32_t edge;      // for transfers
+    bool operator>(const Event& o) const {
+      return time != o.time ? time > o.time : seq > o.seq;
+    }
+  };
+  std::vector<Event> heap_;
+  std::vector<double> link_free_;
+  std::vector<TransferRecord> transfer_log_;  // served transfers under contention
+  std::vector<double> peak_;                  // per device, of the last run
+  int64_t run_ops_ = 0;                       // ops run before a stop, for its message
 };
 
 // Convenience: a fresh Evaluator, full result.

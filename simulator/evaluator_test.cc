@@ -1,9 +1,12 @@
 // Pins the evaluator's semantics: timing with transfers and contention, memory accounting with
-// B/W split and recompute, deadlock naming, validation, and agreement with the list scheduler.
+// B/W split and recompute, deadlock naming, validation, agreement with the list scheduler, and
+// the stop check that ends a long evaluation.
 #include "simulator/evaluator.h"
 
+#include <functional>
 #include <random>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "simulator/list_scheduler.h"
 #include "simulator/problem.h"
@@ -231,6 +234,86 @@ TEST(EvaluatorTest, SummaryAgreesWithFullEvaluation) {
   ASSERT_TRUE(full.ok() && summary.ok());
   EXPECT_DOUBLE_EQ(full->iteration_time_s, summary->iteration_time_s);
   EXPECT_DOUBLE_EQ(full->steady_state_iteration_time_s, summary->steady_state_iteration_time_s);
+}
+
+// The benchmark's largest case: interleaved 1F1B on 512 devices, 2 chunks, 2048 micro-batches
+// (4.2 M ops), with transfers.
+struct Large {
+  GeneratedSchedule g;
+  PipelineProblem pb;
+};
+const Large& LargeInterleaved() {
+  static const Large* large = [] {
+    const int p = 512, m = 4 * p;
+    auto g = GenerateSchedule(ScheduleKind::kInterleaved, p, 2, m);
+    auto* l = new Large{*g, UniformProblem(g->stage_device, p, m, 1.0e-3, 1.1e-3, 0.9e-3)};
+    for (int s = 0; s < l->pb.num_stages; ++s) l->pb.output_bytes[s] = 64e6;
+    for (size_t i = 0; i < l->pb.link_latency_s.size(); ++i) {
+      if (i % (p + 1) != 0) {
+        l->pb.link_latency_s[i] = 3e-6;
+        l->pb.link_inv_bandwidth[i] = 1.0 / 450e9;
+      }
+    }
+    return l;
+  }();
+  return *large;
+}
+
+TEST(EvaluatorTest, StopCheckEndsAFourMillionOpEvaluationEarly) {
+  const Large& l = LargeInterleaved();
+  const size_t n = l.g.schedule.total_ops();
+  ASSERT_GT(n, 4000000u);
+  Evaluator ev;
+  // While preparing a new schedule: stopped at the third poll (3 x 4096 ops in).
+  int polls = 0;
+  const std::function<bool()> third = [&polls] { return ++polls == 3; };
+  auto r = ev.EvaluateSummary(l.pb, l.g.schedule, {.should_stop = &third});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded) << r.status();
+  EXPECT_EQ(polls, 3);
+  EXPECT_NE(r.status().message().find("preparing"), absl::string_view::npos) << r.status();
+
+  // Prepared (a full run), then the run itself stopped: after exactly 3 x 4096 ops.
+  auto full = ev.EvaluateSummary(l.pb, l.g.schedule);
+  ASSERT_TRUE(full.ok()) << full.status();
+  polls = 0;
+  r = ev.EvaluateSummary(l.pb, l.g.schedule, {.should_stop = &third});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded) << r.status();
+  EXPECT_EQ(polls, 3);
+  EXPECT_NE(r.status().message().find(absl::StrCat("after 12288 of ", n, " ops")),
+            absl::string_view::npos)
+      << r.status();
+
+  // A deadline on a clock that moves 1 ms per reading (as FakeClock with a step does): a
+  // 5 ms budget lasts 5 polls, 20480 ops.
+  double now_s = 0;
+  auto read_clock = [&now_s] { return (now_s += 1e-3) - 1e-3; };
+  const double deadline = read_clock() + 5e-3;
+  const std::function<bool()> budget = [&] { return read_clock() >= deadline; };
+  r = ev.EvaluateSummary(l.pb, l.g.schedule, {.should_stop = &budget});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded) << r.status();
+  EXPECT_NE(r.status().message().find(absl::StrCat("after 20480 of ", n, " ops")),
+            absl::string_view::npos)
+      << r.status();
+
+  // A stopped run leaves nothing behind: the next one gives the full result again.
+  const std::function<bool()> never = [] { return false; };
+  auto again = ev.EvaluateSummary(l.pb, l.g.schedule, {.should_stop = &never});
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->iteration_time_s, full->iteration_time_s);
+  EXPECT_EQ(again->steady_state_iteration_time_s, full->steady_state_iteration_time_s);
+}
+
+TEST(EvaluatorTest, StopCheckEndsAnEventDrivenEvaluationEarly) {
+  const Large& l = LargeInterleaved();
+  Evaluator ev;
+  EXPECT_TRUE(ev.EvaluateSummary(l.pb, l.g.schedule).ok());  // prepared (contention is not shape)
+  PipelineProblem pb = l.pb;
+  pb.link_contention = true;
+  int polls = 0;
+  const std::function<bool()> stop = [&polls] { return ++polls == 2; };
+  auto r = ev.Evaluate(pb, l.g.schedule, {.timeline = true, .should_stop = &stop});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded) << r.status();
+  EXPECT_EQ(polls, 2);
 }
 
 }  // namespace

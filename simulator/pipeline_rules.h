@@ -75,14 +75,15 @@ inline double OpDuration(const PipelineProblem& pb, OpKind kind, int stage) {
 }
 
 // Bytes of activations the op adds to (> 0) or frees from (< 0) its device when it runs.
+// (A vocabulary pass's `stage` is a device, so the per-stage arrays are read only for the
+// other kinds.)
 inline double ActivationDelta(const PipelineProblem& pb, OpKind kind, int stage) {
-  const double act = pb.activation_bytes[stage];
   switch (kind) {
-    case OpKind::kF: return pb.recompute[stage] ? pb.input_bytes[stage] : act;
-    case OpKind::kR: return act - pb.input_bytes[stage];
-    case OpKind::kB: return -(act - pb.activation_bytes_w[stage]);
+    case OpKind::kF: return pb.recompute[stage] ? pb.input_bytes[stage] : pb.activation_bytes[stage];
+    case OpKind::kR: return pb.activation_bytes[stage] - pb.input_bytes[stage];
+    case OpKind::kB: return -(pb.activation_bytes[stage] - pb.activation_bytes_w[stage]);
     case OpKind::kW: return -pb.activation_bytes_w[stage];
-    case OpKind::kBW: return -act;
+    case OpKind::kBW: return -pb.activation_bytes[stage];
     case OpKind::kS: return pb.vocab_activation_bytes[stage];
     case OpKind::kT: return -pb.vocab_activation_bytes[stage];
   }

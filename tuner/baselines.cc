@@ -15,8 +15,10 @@ struct Spec {
   bool balanced;
 };
 
+// `should_stop` (may be null) is polled inside the simulation; when it fires the baseline has
+// not run and says so.
 BaselineResult RunOne(const Spec& spec, const ModelGraph& model, const ProblemBuilder& builder,
-                      int M, bool contention) {
+                      int M, bool contention, const std::function<bool()>* should_stop) {
   BaselineResult out;
   out.name = spec.name;
   absl::StatusOr<Plan> classic =
@@ -51,7 +53,13 @@ BaselineResult RunOne(const Spec& spec, const ModelGraph& model, const ProblemBu
     return out;
   }
   plan.schedule = std::move(*order);
-  absl::StatusOr<SimResult> result = Simulate(*problem, plan.schedule);
+  EvalOptions eval;
+  eval.should_stop = should_stop;
+  absl::StatusOr<SimResult> result = Simulate(*problem, plan.schedule, eval);
+  if (absl::IsDeadlineExceeded(result.status())) {
+    out.error = "stopped: time budget exhausted during its simulation";
+    return out;
+  }
   if (!result.ok()) {
     out.error = std::string(result.status().message());
     return out;
@@ -88,7 +96,9 @@ std::vector<BaselineResult> RunBaselines(const ModelGraph& model, const ProblemB
       out.push_back(std::move(skipped));
       continue;
     }
-    out.push_back(RunOne(spec, model, builder, num_microbatches, link_contention));
+    // GPipe and 1F1B always run to the end, so a plan exists; the others stop with the budget.
+    out.push_back(RunOne(spec, model, builder, num_microbatches, link_contention,
+                         out.size() >= 2 && should_stop ? &should_stop : nullptr));
   }
   return out;
 }

@@ -33,7 +33,9 @@ struct BaselineResult {
 
 // `should_stop` (may be empty) is checked before each baseline after the first two (GPipe and
 // 1F1B always run, so a plan exists): once true, the rest are reported as not run with
-// error "skipped: time budget exhausted".
+// error "skipped: time budget exhausted". Those baselines' simulations also poll it
+// (EvalOptions::should_stop); one stopped midway is reported as not run with error
+// "stopped: time budget exhausted during its simulation".
 std::vector<BaselineResult> RunBaselines(const ModelGraph& model, const ProblemBuilder& builder,
                                          int num_microbatches, bool link_contention,
                                          const std::function<bool()>& should_stop = {});

@@ -93,7 +93,8 @@ Schedule WithRecompute(const Schedule& schedule, const std::vector<StageAssignme
   return out;
 }
 
-Score CandidateEvaluator::EvaluateClassic(const Candidate& c, Schedule* schedule) {
+Score CandidateEvaluator::EvaluateClassic(const Candidate& c, Schedule* schedule,
+                                          const std::function<bool()>* should_stop) {
   Score score;
   if (problem_.vocab_parallel) {
     score.why_not = "classic orders have no vocabulary passes";
@@ -130,7 +131,9 @@ Score CandidateEvaluator::EvaluateClassic(const Candidate& c, Schedule* schedule
       order = &built;
     }
   }
-  absl::StatusOr<Evaluator::Summary> sum = evaluator_.EvaluateSummary(problem_, *order);
+  EvalOptions eval;
+  eval.should_stop = should_stop;
+  absl::StatusOr<Evaluator::Summary> sum = evaluator_.EvaluateSummary(problem_, *order, eval);
   if (!sum.ok()) {
     score.why_not = std::string(sum.status().message());
     return score;
@@ -144,7 +147,8 @@ Score CandidateEvaluator::EvaluateClassic(const Candidate& c, Schedule* schedule
   return score;
 }
 
-Score CandidateEvaluator::Evaluate(const Candidate& c, Schedule* schedule) {
+Score CandidateEvaluator::Evaluate(const Candidate& c, Schedule* schedule,
+                                   const std::function<bool()>* should_stop) {
   Score score;
   builder_.BuildInto(c.stages, num_microbatches_, &problem_);
   problem_.link_contention = contention_;
@@ -168,7 +172,7 @@ Score CandidateEvaluator::Evaluate(const Candidate& c, Schedule* schedule) {
     options_.activation_cap_bytes.clear();
   }
   if (score.memory_overflow_bytes > 0) return score;
-  if (c.policy.classic >= 0) return EvaluateClassic(c, schedule);
+  if (c.policy.classic >= 0) return EvaluateClassic(c, schedule, should_stop);
   options_.inflight_cap = InflightCaps(c.policy, c.stages, P);
   WeightedPolicy policy;
   policy.kind_weight = c.policy.kind_weight;
@@ -179,7 +183,9 @@ Score CandidateEvaluator::Evaluate(const Candidate& c, Schedule* schedule) {
     score.why_not = std::string(ls.status().message());
     return score;
   }
-  absl::StatusOr<Evaluator::Summary> sum = evaluator_.EvaluateSummary(problem_, ls->schedule);
+  EvalOptions eval;
+  eval.should_stop = should_stop;
+  absl::StatusOr<Evaluator::Summary> sum = evaluator_.EvaluateSummary(problem_, ls->schedule, eval);
   if (!sum.ok()) {
     score.why_not = std::string(sum.status().message());
     return score;

@@ -13,6 +13,7 @@
 #define OCTOPIPE_TUNER_CANDIDATE_H_
 
 #include <array>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <string>
@@ -88,8 +89,11 @@ class CandidateEvaluator {
       : builder_(builder), num_microbatches_(num_microbatches), contention_(link_contention),
         classic_(classic) {}
 
-  // Scores the candidate; when `schedule` is given, stores the order there.
-  Score Evaluate(const Candidate& candidate, Schedule* schedule = nullptr);
+  // Scores the candidate; when `schedule` is given, stores the order there. `should_stop`
+  // (may be null) is polled during the evaluation of the order (EvalOptions::should_stop): when
+  // it fires the candidate is left unscored (not scheduled, why_not says so).
+  Score Evaluate(const Candidate& candidate, Schedule* schedule = nullptr,
+                 const std::function<bool()>* should_stop = nullptr);
 
   // Full simulation of a candidate's order (for the final report).
   absl::StatusOr<SimResult> Simulate(const Candidate& candidate, const Schedule& schedule,
@@ -100,7 +104,8 @@ class CandidateEvaluator {
   void set_ignore_memory(bool ignore) { ignore_memory_ = ignore; }
 
  private:
-  Score EvaluateClassic(const Candidate& candidate, Schedule* schedule);
+  Score EvaluateClassic(const Candidate& candidate, Schedule* schedule,
+                        const std::function<bool()>* should_stop);
 
   const ProblemBuilder& builder_;
   int num_microbatches_;

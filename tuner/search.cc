@@ -186,8 +186,10 @@ bool RebalancePhase(Search& search, const ProblemBuilder& b) {
     for (int round = 0; round < 6 && !search.out_of_time(); ++round) {
       Schedule schedule;
       CandidateEvaluator& ev = search.evaluator();
-      if (!ev.Evaluate(current, &schedule).scheduled) break;
-      absl::StatusOr<SimResult> sim = ev.Simulate(current, schedule);
+      if (!ev.Evaluate(current, &schedule, search.stop_check()).scheduled) break;
+      EvalOptions eval;
+      eval.should_stop = search.stop_check();
+      absl::StatusOr<SimResult> sim = ev.Simulate(current, schedule, eval);
       if (!sim.ok()) break;
       const double T = search.steady() ? sim->steady_state_iteration_time_s : sim->iteration_time_s;
       if (!(T > 0)) break;

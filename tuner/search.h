@@ -28,13 +28,16 @@ class Search {
  public:
   Search(const ProblemBuilder& builder, const TunerOptions& o, std::function<double()> now,
          double start, const ClassicOrders* classic)
-      : builder_(builder), options_(o), now_(std::move(now)), start_(start), rng_(o.seed) {
+      : builder_(builder), options_(o), now_(std::move(now)), start_(start), rng_(o.seed),
+        stop_([this] { return out_of_time(); }) {
     const int threads = std::max(1, o.threads);
     for (int i = 0; i < threads; ++i) {
       workers_.push_back(std::make_unique<CandidateEvaluator>(builder, o.num_microbatches,
                                                               o.link_contention, classic));
     }
   }
+  Search(const Search&) = delete;  // stop_ refers to this object
+  Search& operator=(const Search&) = delete;
 
   double elapsed() const { return now_() - start_; }
   // Stops searching at 90% of the budget so the final plan construction and full evaluation
@@ -64,13 +67,15 @@ class Search {
     std::vector<Score> scores(cands.size());
     const int T = static_cast<int>(workers_.size());
     // A batch may be long (thousands of seeds on a big pipeline): past the budget the rest
-    // stays unscored (Score{} never wins), so the deadline bounds the batch too.
+    // stays unscored (Score{} never wins), so the deadline bounds the batch too. One evaluation
+    // may be long as well (millions of ops): it polls the same condition and is left unscored
+    // when it fires.
     auto run_strided = [&](int t, int stride) {
       int done = 0;
       for (size_t i = t; i < cands.size(); i += stride) {
         if (done++ % 8 == 0 && out_of_time()) break;
         if (!admitted.empty() && !admitted[i]) continue;
-        scores[i] = workers_[t]->Evaluate(cands[i]);
+        scores[i] = workers_[t]->Evaluate(cands[i], nullptr, &stop_);
       }
     };
     auto run = [&](int t) { run_strided(t, T); };
@@ -128,6 +133,8 @@ class Search {
   bool has_closest() const { return least_overflow_ < kInf; }
   const Candidate& closest() const { return closest_; }
   CandidateEvaluator& evaluator() { return *workers_[0]; }
+  // out_of_time() as a stop check for an evaluation inside a phase (EvalOptions::should_stop).
+  const std::function<bool()>* stop_check() const { return &stop_; }
 
   void Log(TuneResult* r, const std::string& phase, double before, int64_t evals_before,
            const std::string& detail) {
@@ -148,6 +155,7 @@ class Search {
   std::function<double()> now_;
   double start_;
   std::mt19937_64 rng_;
+  const std::function<bool()> stop_;  // out_of_time(), polled inside long evaluations
   std::vector<std::unique_ptr<CandidateEvaluator>> workers_;
   int64_t evaluations_ = 0;
   Candidate best_, fastest_, closest_, current_;

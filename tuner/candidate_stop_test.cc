@@ -1,0 +1,51 @@
+// Pins the stop check inside one candidate evaluation: the tuner's budget (or a cancelled
+// request) ends a long evaluation midway, leaving the candidate unscored, and an evaluation
+// without it is unaffected.
+#include <functional>
+#include <vector>
+
+#include "core/cost_model.h"
+#include "core/synthetic_model.h"
+#include "gtest/gtest.h"
+#include "simulator/problem_builder.h"
+#include "simulator/schedules.h"
+#include "tuner/candidate.h"
+#include "tuner/partition.h"
+
+namespace octopipe {
+namespace {
+
+TEST(CandidateStopTest, StopCheckLeavesALongEvaluationUnscored) {
+  const int P = 8, M = 512;  // 2 chunks: 16 stages x 512 micro-batches x (F, B, W) = 24576 ops
+  const ModelGraph model = *ParseSyntheticModel("layers=32,f=1,b=2,w=1");
+  absl::StatusOr<ProblemBuilder> builder =
+      ProblemBuilder::Create(model, SyntheticCluster(P), CostModel(), P);
+  ASSERT_TRUE(builder.ok()) << builder.status();
+  absl::StatusOr<std::vector<StageAssignment>> stages =
+      MinMaxPartition(*builder, LoopPlacement(P, 2));
+  ASSERT_TRUE(stages.ok()) << stages.status();
+  Candidate c;
+  c.stages = *stages;
+  CandidateEvaluator ev(*builder, M, /*link_contention=*/false);
+
+  const Score full = ev.Evaluate(c);
+  ASSERT_TRUE(full.scheduled) << full.why_not;
+
+  int polls = 0;
+  const std::function<bool()> stop = [&polls] { return ++polls == 2; };
+  const Score stopped = ev.Evaluate(c, nullptr, &stop);
+  EXPECT_EQ(polls, 2);  // polled every 4096 ops; the evaluation ended at the second poll
+  EXPECT_FALSE(stopped.scheduled);
+  EXPECT_FALSE(stopped.fits);
+  EXPECT_NE(stopped.why_not.find("stopped"), std::string::npos) << stopped.why_not;
+
+  // A stop check that never fires changes nothing.
+  const std::function<bool()> never = [] { return false; };
+  const Score again = ev.Evaluate(c, nullptr, &never);
+  ASSERT_TRUE(again.scheduled) << again.why_not;
+  EXPECT_EQ(again.iteration_time_s, full.iteration_time_s);
+  EXPECT_EQ(again.memory_overflow_bytes, full.memory_overflow_bytes);
+}
+
+}  // namespace
+}  // namespace octopipe
