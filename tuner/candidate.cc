@@ -62,20 +62,27 @@ std::vector<std::vector<int>> SeedPlacements(int devices, int layers, int max_ch
   return out;
 }
 
-ClassicOrders::ClassicOrders(int devices, int microbatches, int num_layers) {
+ClassicOrders::ClassicOrders(int devices, int microbatches, int num_layers)
+    : devices_(devices), microbatches_(microbatches), num_layers_(num_layers) {
+  size_t kinds = 0;
   for (ScheduleKind kind : AllScheduleKinds()) {
-    const size_t i = static_cast<size_t>(kind);
-    if (orders_.size() <= i) orders_.resize(i + 1);
-    absl::StatusOr<GeneratedSchedule> g = GenerateSchedule(kind, devices, 0, microbatches);
-    if (g.ok() && g->num_stages <= num_layers) {
-      orders_[i] = std::make_unique<GeneratedSchedule>(std::move(*g));
-    }
+    kinds = std::max(kinds, static_cast<size_t>(kind) + 1);
   }
+  orders_ = std::vector<Entry>(kinds);
 }
 
 const GeneratedSchedule* ClassicOrders::Get(ScheduleKind kind) const {
   const size_t i = static_cast<size_t>(kind);
-  return i < orders_.size() ? orders_[i].get() : nullptr;
+  if (i >= orders_.size()) return nullptr;
+  const Entry& e = orders_[i];
+  std::call_once(e.once, [&] {
+    generated_.fetch_add(1, std::memory_order_relaxed);
+    absl::StatusOr<GeneratedSchedule> g = GenerateSchedule(kind, devices_, 0, microbatches_);
+    if (g.ok() && g->num_stages <= num_layers_) {
+      e.order = std::make_unique<GeneratedSchedule>(std::move(*g));
+    }
+  });
+  return e.order.get();
 }
 
 Schedule WithRecompute(const Schedule& schedule, const std::vector<StageAssignment>& stages) {

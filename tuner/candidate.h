@@ -13,9 +13,11 @@
 #define OCTOPIPE_TUNER_CANDIDATE_H_
 
 #include <array>
+#include <atomic>
 #include <functional>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -69,14 +71,25 @@ struct Score {
 // The classic schedules' generated orders and placements for one (devices, micro-batches),
 // generated once and shared read-only by every evaluator. The ZB family's entries give the
 // placement and the unit-cost order; candidates use the order built for their costs.
+// Each kind's order is generated on its first Get (thread-safe), so a search that runs out of
+// time never pays for the kinds it did not reach (at a million stage-micro-batches one ZB
+// order takes seconds).
 class ClassicOrders {
  public:
   ClassicOrders(int devices, int microbatches, int num_layers);
   // nullptr when the schedule does not apply (too few layers, micro-batch rules).
   const GeneratedSchedule* Get(ScheduleKind kind) const;
+  // How many kinds have been generated so far.
+  int generated() const { return generated_.load(std::memory_order_relaxed); }
 
  private:
-  std::vector<std::unique_ptr<GeneratedSchedule>> orders_;  // indexed by ScheduleKind
+  struct Entry {
+    mutable std::once_flag once;
+    mutable std::unique_ptr<GeneratedSchedule> order;
+  };
+  const int devices_, microbatches_, num_layers_;
+  std::vector<Entry> orders_;  // indexed by ScheduleKind
+  mutable std::atomic<int> generated_{0};
 };
 
 // Adds R(s, m) right before the backward of every micro-batch of each recompute stage.

@@ -47,5 +47,20 @@ TEST(CandidateStopTest, StopCheckLeavesALongEvaluationUnscored) {
   EXPECT_EQ(again.memory_overflow_bytes, full.memory_overflow_bytes);
 }
 
+// The classic orders are generated on first use: a search out of time after its baselines
+// never pays for the ZB family's unit-cost orders (seconds each at a million
+// stage-micro-batches; it used to build all of them up front).
+TEST(CandidateStopTest, ClassicOrdersAreGeneratedOnlyWhenAsked) {
+  const ClassicOrders classic(/*devices=*/4, /*microbatches=*/8, /*num_layers=*/16);
+  EXPECT_EQ(classic.generated(), 0);
+  const GeneratedSchedule* h1 = classic.Get(ScheduleKind::kZbH1);
+  ASSERT_NE(h1, nullptr);
+  EXPECT_EQ(h1->num_stages, 4);
+  EXPECT_EQ(classic.Get(ScheduleKind::kZbH1), h1);  // once per kind
+  EXPECT_EQ(classic.generated(), 1);
+  EXPECT_NE(classic.Get(ScheduleKind::k1F1B), nullptr);
+  EXPECT_EQ(classic.generated(), 2);
+}
+
 }  // namespace
 }  // namespace octopipe
