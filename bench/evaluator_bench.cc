@@ -56,13 +56,14 @@ void SetCounters(benchmark::State& state, size_t ops_per_iteration) {
 
 // The same schedule and problem every call (a search re-scoring one order, or a cost sweep):
 // the evaluator keeps Prepare's structural work and re-reads only the numbers.
-void BM_EvaluateInterleaved(benchmark::State& state) {
+void EvaluateSameSchedule(benchmark::State& state, bool link_contention) {
   const int P = static_cast<int>(state.range(0));
   absl::StatusOr<Case> c = MakeCase(P, 4 * P);
   if (!c.ok()) {
     state.SkipWithError(std::string(c.status().message()).c_str());
     return;
   }
+  c->pb.link_contention = link_contention;
   Evaluator evaluator;
   // Warm-up: the first call sizes the evaluator's scratch arrays (a search loop pays it once).
   auto warm = evaluator.EvaluateSummary(c->pb, c->g.schedule);
@@ -76,6 +77,8 @@ void BM_EvaluateInterleaved(benchmark::State& state) {
   }
   SetCounters(state, c->g.schedule.total_ops());
 }
+
+void BM_EvaluateInterleaved(benchmark::State& state) { EvaluateSameSchedule(state, false); }
 BENCHMARK(BM_EvaluateInterleaved)->Arg(8)->Arg(64)->Arg(512)->Unit(benchmark::kMillisecond)->MinTime(1.0);
 
 // A different schedule every call, as the tuner's candidates are: alternates 4P and 4P - 1
@@ -111,24 +114,7 @@ BENCHMARK(BM_EvaluateInterleavedNewSchedule)
 
 // With link contention: the event-driven pass (transfers served one at a time per link).
 void BM_EvaluateInterleavedContention(benchmark::State& state) {
-  const int P = static_cast<int>(state.range(0));
-  absl::StatusOr<Case> c = MakeCase(P, 4 * P);
-  if (!c.ok()) {
-    state.SkipWithError(std::string(c.status().message()).c_str());
-    return;
-  }
-  c->pb.link_contention = true;
-  Evaluator evaluator;
-  auto warm = evaluator.EvaluateSummary(c->pb, c->g.schedule);
-  if (!warm.ok()) {
-    state.SkipWithError(std::string(warm.status().message()).c_str());
-    return;
-  }
-  for (auto _ : state) {
-    auto r = evaluator.EvaluateSummary(c->pb, c->g.schedule);
-    benchmark::DoNotOptimize(r);
-  }
-  SetCounters(state, c->g.schedule.total_ops());
+  EvaluateSameSchedule(state, true);
 }
 BENCHMARK(BM_EvaluateInterleavedContention)
     ->Arg(8)
