@@ -21,6 +21,7 @@
 #include "simulator/evaluator.h"
 #include "simulator/problem.h"
 #include "simulator/problem_builder.h"
+#include "simulator/trace.h"
 #include "planner_service/calibration.h"
 #include "core/cost_model.h"
 
@@ -39,7 +40,8 @@ struct TrainFlags {
   // Big enough that compute, not loopback messaging, dominates an op (~10 ms).
   std::string model = "ref:pattern=M*-EM*-E,hidden=128,heads=4,ffn=256,experts=4,top_k=2,"
                       "moe_ffn=128,state=8,expand=2,seq=128,vocab=256";
-  std::string plan_file, schedule = "1f1b", transport = "gloo", job, profile, calibrated_model;
+  std::string plan_file, schedule = "1f1b", transport = "gloo", job, profile, calibrated_model,
+      trace;
   int64_t ranks = 2, iterations = 3, microbatches = 0, chunks = 0;
   double lr = 1e-3, timeout = 60;
   bool json = false;
@@ -73,6 +75,10 @@ void DeclareFlags(CommandLine& flags, TrainFlags& o) {
   flags.Double("lr", &o.lr, "AdamW learning rate");
   flags.Double("timeout", &o.timeout, "seconds a rank waits on a peer before failing");
   flags.Bool("json", &o.json, "print one JSON object");
+  flags.String("trace", &o.trace,
+               "write the last iteration's measured timeline (every rank's ops on one time\n"
+               "axis) as Chrome trace JSON, the format of `octopipe simulate --trace`: open both\n"
+               "in ui.perfetto.dev to see where the prediction and the run part");
   // Closing the loop with a planner: run its job's current plan and report the measured times.
   o.planner.AddFlags(flags);
   flags.String("job", &o.job,
@@ -239,6 +245,27 @@ absl::StatusOr<std::string> WriteCalibratedModel(const TrainFlags& o, const Plan
                          fit.worst_layer, o.calibrated_model);
 }
 
+// --trace: the last iteration as the simulator's Chrome trace shows a prediction, from the
+// measured op starts and ends (ranks run their ops in the schedule's order).
+absl::Status WriteMeasuredTrace(const std::string& path, const Plan& plan,
+                                const agent::RunMeasurement& m) {
+  SimResult timeline;
+  timeline.op_start_s = m.last_op_start_s;
+  timeline.op_end_s = m.last_op_end_s;
+  for (int d = 0; d < plan.schedule.num_devices(); ++d) {
+    const size_t ops = plan.schedule.ops[d].size();
+    if (d >= static_cast<int>(timeline.op_start_s.size()) ||
+        timeline.op_start_s[d].size() != ops) {
+      return absl::InternalError(absl::StrCat(
+          "--trace: rank ", d, " reported ",
+          d < static_cast<int>(timeline.op_start_s.size()) ? timeline.op_start_s[d].size() : 0,
+          " timed ops, its schedule has ", ops));
+    }
+  }
+  return WriteChromeTrace(ResolvePath(path), plan.schedule, timeline,
+                          absl::StrCat("measured: ", plan.schedule_name));
+}
+
 // Step 4: the result, as one JSON object or as tables.
 void PrintResult(const TrainFlags& o, const ModelGraph& graph, const Plan& plan,
                  const agent::RunMeasurement& m, const SimResult& predicted,
@@ -392,7 +419,13 @@ int RunTrain(const std::vector<std::string>& args, std::ostream& out, std::ostre
     if (!line.ok()) return Fail(err, line.status(), 1);
     calibration = *line;
   }
+  if (!o.trace.empty()) {
+    if (absl::Status s = WriteMeasuredTrace(o.trace, target->plan, *m); !s.ok()) {
+      return Fail(err, s, 1);
+    }
+  }
   PrintResult(o, graph, target->plan, *m, *predicted, report_decision, calibration, out);
+  if (!o.trace.empty() && !o.json) out << "measured timeline written to " << o.trace << "\n";
   return 0;
 }
 

@@ -3,6 +3,9 @@
 #include "cli/train_command.h"
 
 #include <cstdlib>
+#include <map>
+#include <utility>
+#include <vector>
 #include <sstream>
 #include <string>
 
@@ -10,8 +13,10 @@
 #include "cli/plan_command.h"
 #include "core/convert.h"
 #include "core/cost_model.h"
+#include "core/file_io.h"
 #include "executor/model_spec.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "simulator/classic_pipeline.h"
 
 namespace octopipe::cli {
@@ -160,6 +165,45 @@ TEST(TrainCommandTest, RunsAVocabParallelPlanFromThePlanCommand) {
   for (const char* pass : {"[0,\"S\"", "[1,\"S\"", "[0,\"T\"", "[1,\"T\""}) {
     EXPECT_NE(out.str().find(pass), std::string::npos) << pass << " in " << out.str();
   }
+}
+
+// --trace writes the last iteration as the simulator's Chrome trace writes a prediction: one
+// complete event per op of each rank's schedule, in order, not overlapping on a rank, all on
+// one time axis that starts at 0.
+TEST(TrainCommandTest, TraceWritesTheMeasuredTimelineOfEveryRank) {
+  const std::string trace = TmpPrefix("measured.trace.json");
+  std::ostringstream out, err;
+  ASSERT_EQ(RunTrain({std::string("--model=") + kSpec, "--schedule=zb-h1", "--ranks=2",
+                      "--iterations=2", "--transport=inproc", "--trace=" + trace},
+                     out, err),
+            0)
+      << err.str();
+  EXPECT_NE(out.str().find("measured timeline written to"), std::string::npos) << out.str();
+  absl::StatusOr<std::string> text = ReadFileToString(trace);
+  ASSERT_TRUE(text.ok()) << text.status();
+  const nlohmann::json doc = nlohmann::json::parse(*text);
+  std::map<int, std::vector<std::pair<double, double>>> by_rank;  // tid -> (ts, end)
+  for (const nlohmann::json& e : doc.at("traceEvents")) {
+    if (e.at("ph") != "X") continue;
+    const double ts = e.at("ts").get<double>(), dur = e.at("dur").get<double>();
+    EXPECT_GE(dur, 0);
+    by_rank[e.at("tid").get<int>()].push_back({ts, ts + dur});
+  }
+  ASSERT_EQ(by_rank.size(), 2u);  // compute lanes of ranks 0 and 1 (no transfer events)
+  absl::StatusOr<Plan> plan =
+      TrainClassicPlan(ScheduleKind::kZbH1, 2, 0, 6,
+                       executor::ToModelGraph(*executor::ParseModelSpec(kSpec)), "");
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  double earliest = 1e300;
+  for (const auto& [tid, spans] : by_rank) {
+    EXPECT_EQ(spans.size(), plan->schedule.ops[tid / 2].size()) << "rank " << tid / 2;
+    for (size_t k = 1; k < spans.size(); ++k) {
+      EXPECT_LE(spans[k - 1].second, spans[k].first + 1e-3) << "rank " << tid / 2 << " op " << k;
+    }
+    earliest = std::min(earliest, spans.front().first);
+  }
+  EXPECT_GE(earliest, 0);
+  EXPECT_LT(earliest, 1e6);  // microseconds: within a second of the iteration's start
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <thread>
 
@@ -33,6 +34,8 @@ struct RankReport {
     double loss = 0;
     double wall_s = 0;
     std::vector<std::pair<Op, double>> ops;
+    std::vector<double> op_start_s;  // per op, since the iteration began
+    double start_steady_s = 0;       // the iteration's start on the machine's steady clock
     std::vector<std::pair<std::pair<int, OpKind>, double>> layer_ops;  // ((layer, kind), s)
     double peak_activation_bytes = 0;
   };
@@ -42,9 +45,16 @@ struct RankReport {
 RankReport ReportOf(const executor::RankResult& r) {
   RankReport out;
   for (const executor::IterationStats& it : r.iterations) {
-    RankReport::Iteration i{it.has_loss, it.loss, it.wall_s, {}, {},
-                             static_cast<double>(it.peak_activation_bytes)};
-    for (const executor::OpTiming& op : it.ops) i.ops.push_back({op.op, op.end_s - op.start_s});
+    RankReport::Iteration i;
+    i.has_loss = it.has_loss;
+    i.loss = it.loss;
+    i.wall_s = it.wall_s;
+    i.start_steady_s = it.start_steady_s;
+    i.peak_activation_bytes = static_cast<double>(it.peak_activation_bytes);
+    for (const executor::OpTiming& op : it.ops) {
+      i.ops.push_back({op.op, op.end_s - op.start_s});
+      i.op_start_s.push_back(op.start_s);
+    }
     for (const executor::LayerOpTiming& t : it.layer_ops) {
       i.layer_ops.push_back({{t.layer, t.kind}, t.seconds});
     }
@@ -64,7 +74,8 @@ std::string ReportJson(const RankReport& r) {
     }
     // A non-finite loss is written as null (JSON has no NaN) and read back as NaN.
     its.push_back({{"has_loss", it.has_loss}, {"loss", it.loss}, {"wall_s", it.wall_s},
-                   {"ops", ops}, {"layer_ops", layer_ops},
+                   {"ops", ops}, {"op_start_s", it.op_start_s},
+                   {"start_steady_s", it.start_steady_s}, {"layer_ops", layer_ops},
                    {"peak_activation_bytes", it.peak_activation_bytes}});
   }
   return json{{"iterations", its}}.dump();
@@ -84,6 +95,8 @@ absl::StatusOr<RankReport> ParseReportJson(const std::string& text) {
         ASSIGN_OR_RETURN(Op o, ParseOp(op.at(0).get<std::string>()));
         i.ops.push_back({o, op.at(1).get<double>()});
       }
+      i.op_start_s = it.at("op_start_s").get<std::vector<double>>();
+      i.start_steady_s = it.at("start_steady_s").get<double>();
       for (const json& t : it.at("layer_ops")) {
         i.layer_ops.push_back(
             {{t.at(0).get<int>(), static_cast<OpKind>(t.at(1).get<int>())}, t.at(2).get<double>()});
@@ -248,6 +261,22 @@ RunMeasurement Measure(const std::vector<RankReport>& rr, int iterations) {
     m.peak_activation_bytes.push_back(peak);
   }
   for (const auto& [key, s] : layer_sums) m.layer_op_s[key] = {s.first / s.second, s.second};
+  // The last iteration's timeline, every rank on one time axis (its earliest start is 0).
+  if (iterations > 0) {
+    double origin = std::numeric_limits<double>::infinity();
+    for (const RankReport& r : rr) origin = std::min(origin, r.iterations.back().start_steady_s);
+    for (const RankReport& r : rr) {
+      const RankReport::Iteration& last = r.iterations.back();
+      const double offset = last.start_steady_s - origin;
+      std::vector<double> starts, ends;
+      for (size_t k = 0; k < last.ops.size() && k < last.op_start_s.size(); ++k) {
+        starts.push_back(offset + last.op_start_s[k]);
+        ends.push_back(offset + last.op_start_s[k] + last.ops[k].second);
+      }
+      m.last_op_start_s.push_back(std::move(starts));
+      m.last_op_end_s.push_back(std::move(ends));
+    }
+  }
   for (int it = first; it < iterations; ++it) {
     m.mean_iteration_s += m.iteration_s[it];
     m.mean_bubble += m.bubble[it];

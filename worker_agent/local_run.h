@@ -43,6 +43,10 @@ struct RunMeasurement {
   std::map<std::pair<int, OpKind>, std::pair<double, int>> layer_op_s;
   // Per rank, the most activation bytes the executor held at once (its own accounting).
   std::vector<double> peak_activation_bytes;
+  // The last iteration's measured timeline: per rank, each op's start and end in the rank's
+  // op order (the plan's schedule order), in seconds, every rank on one axis (ranks on one
+  // machine share the steady clock; the earliest rank's start is 0).
+  std::vector<std::vector<double>> last_op_start_s, last_op_end_s;
 };
 
 // Errors: kInternal when a process cannot be started; otherwise kAborted with one line per
