@@ -11,6 +11,9 @@
 #include "simulator/vocab_parallel.h"
 
 namespace octopipe {
+
+// How often ListSchedulerOptions::should_stop is polled (emitted ops), as the Evaluator does.
+constexpr size_t kListStopPollOps = 4096;
 namespace {
 
 constexpr int kF = static_cast<int>(OpKind::kF);
@@ -345,6 +348,11 @@ absl::StatusOr<ListScheduleResult> ListScheduleRun::Run() {
     avail.pop_back();
     const double finish = Emit(d, t, id);
     ++emitted;
+    if (options_.should_stop != nullptr && emitted % kListStopPollOps == 0 &&
+        (*options_.should_stop)()) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "list scheduling stopped after ", emitted, " of ", total, " ops (time budget)"));
+    }
     makespan = std::max(makespan, finish);
     ReleaseSuccessors(id, finish);
     RefreshAfterStep(d);

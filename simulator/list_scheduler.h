@@ -14,6 +14,7 @@
 #define OCTOPIPE_SIMULATOR_LIST_SCHEDULER_H_
 
 #include <array>
+#include <functional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -66,6 +67,9 @@ struct ListSchedulerOptions {
   std::vector<int> inflight_cap;
   // Count a pair as in flight only until its B (instead of its W) when true.
   bool inflight_until_b = false;
+  // Polled every kStopPollOps emitted ops when set; true ends the run with kDeadlineExceeded
+  // (a tuner's budget or a cancelled request). Not owned.
+  const std::function<bool()>* should_stop = nullptr;
 };
 
 struct ListScheduleResult {

@@ -185,7 +185,9 @@ Score CandidateEvaluator::Evaluate(const Candidate& c, Schedule* schedule,
   policy.kind_weight = c.policy.kind_weight;
   policy.microbatch_weight = c.policy.microbatch_weight;
   policy.stage_weight = c.policy.stage_weight;
+  options_.should_stop = should_stop;  // a huge candidate's scheduling stops with the budget
   absl::StatusOr<ListScheduleResult> ls = ListSchedule(problem_, policy, options_);
+  options_.should_stop = nullptr;
   if (!ls.ok()) {
     score.why_not = std::string(ls.status().message());
     return score;

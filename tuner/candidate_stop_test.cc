@@ -1,6 +1,6 @@
 // Pins the stop check inside one candidate evaluation: the tuner's budget (or a cancelled
-// request) ends a long evaluation midway, leaving the candidate unscored, and an evaluation
-// without it is unaffected.
+// request) ends a long list scheduling or evaluation midway, leaving the candidate unscored,
+// and an evaluation without it is unaffected.
 #include <functional>
 #include <vector>
 
@@ -31,13 +31,27 @@ TEST(CandidateStopTest, StopCheckLeavesALongEvaluationUnscored) {
   const Score full = ev.Evaluate(c);
   ASSERT_TRUE(full.scheduled) << full.why_not;
 
+  // The candidate is list-scheduled first (polled every 4096 emitted ops: 6 polls for 24576
+  // ops), then evaluated (polled every 4096 ops again). A stop at the 2nd poll ends the list
+  // scheduling; one at the 7th, the evaluation.
   int polls = 0;
   const std::function<bool()> stop = [&polls] { return ++polls == 2; };
   const Score stopped = ev.Evaluate(c, nullptr, &stop);
-  EXPECT_EQ(polls, 2);  // polled every 4096 ops; the evaluation ended at the second poll
+  EXPECT_EQ(polls, 2);
   EXPECT_FALSE(stopped.scheduled);
   EXPECT_FALSE(stopped.fits);
-  EXPECT_NE(stopped.why_not.find("stopped"), std::string::npos) << stopped.why_not;
+  EXPECT_NE(stopped.why_not.find("list scheduling stopped after 8192 of 24576 ops"),
+            std::string::npos)
+      << stopped.why_not;
+
+  polls = 0;
+  const std::function<bool()> late = [&polls] { return ++polls == 7; };
+  const Score stopped_late = ev.Evaluate(c, nullptr, &late);
+  EXPECT_EQ(polls, 7);
+  EXPECT_FALSE(stopped_late.scheduled);
+  EXPECT_NE(stopped_late.why_not.find("stopped"), std::string::npos) << stopped_late.why_not;
+  EXPECT_EQ(stopped_late.why_not.find("list scheduling"), std::string::npos)
+      << stopped_late.why_not;
 
   // A stop check that never fires changes nothing.
   const std::function<bool()> never = [] { return false; };
