@@ -1,6 +1,7 @@
 #include "executor/engine.h"
 
 #include "executor/allocator.h"
+#include "executor/thread_priority.h"
 
 #include <algorithm>
 #include <atomic>
@@ -274,6 +275,7 @@ void PipelineEngine::StartCommunication(Iteration* it) {
     std::vector<Message> expect = SendsBetween(peer, rank_);
     if (!expect.empty()) {
       it->threads.emplace_back([this, peer, expect, it] {
+        RaiseCommunicationThread();
         for (const Message& m : expect) {
           Tensor t(m.rows, m.cols);
           const size_t bytes = static_cast<size_t>(t.size()) * sizeof(float);
@@ -293,6 +295,7 @@ void PipelineEngine::StartCommunication(Iteration* it) {
       it->outboxes[peer] = std::make_unique<Outbox>();
       Outbox* box = it->outboxes[peer].get();
       it->threads.emplace_back([this, peer, box, it] {
+        RaiseCommunicationThread();
         uint32_t tag;
         Tensor t;
         bool failed = false;

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "executor/tcp_store.h"
+#include "executor/thread_priority.h"
 #include "gloo/common/error.h"
 #include "gloo/rendezvous/context.h"
 #include "gloo/rendezvous/file_store.h"
@@ -110,7 +111,11 @@ absl::StatusOr<std::unique_ptr<Transport>> GlooTransport::Create(const GlooOptio
   try {
     gloo::transport::tcp::attr attr;
     attr.hostname = options.hostname;
-    t->device_ = gloo::transport::tcp::CreateDevice(attr);
+    {
+      // The device's event-loop thread inherits the communication threads' priority.
+      ScopedCommunicationPriority raised;
+      t->device_ = gloo::transport::tcp::CreateDevice(attr);
+    }
     if (options.store_address.empty()) {
       store = std::make_unique<gloo::rendezvous::FileStore>(options.store_dir);
     } else {
