@@ -18,6 +18,7 @@
 #include "tuner/infeasibility.h"
 #include "tuner/partition.h"
 #include "tuner/search.h"
+#include "tuner/staggered_balance.h"
 #include "tuner/vocab_choice.h"
 #include "tuner/vshape_partition.h"
 
@@ -187,6 +188,59 @@ void AddBalancedVShapeSeeds(Search& search, const ProblemBuilder& builder,
   seeds->scores.insert(seeds->scores.end(), scores.begin(), scores.end());
 }
 
+// Seeds whose split is shaped for the synchronous objective's bound (StaggeredRebalance): the
+// splits of the best few seeds so far (distinct ones), rebalanced, with every seed policy, with
+// and without recompute; appended to `seeds` with their scores. Not for the steady-state
+// objective, whose bound has no start times (BalanceDeviceLoads already shapes for it).
+void AddStaggeredSeeds(Search& search, const ProblemBuilder& builder, int num_microbatches,
+                       int max_chunks, const std::vector<Policy>& policies, ScoredSeeds* seeds) {
+  if (search.steady() || search.out_of_time()) return;
+  std::vector<std::pair<double, size_t>> ranked;
+  for (size_t i = 0; i < seeds->candidates.size(); ++i) {
+    const double obj = seeds->scores[i].objective(false);
+    if (obj < kInf) ranked.push_back({obj, i});
+  }
+  std::stable_sort(ranked.begin(), ranked.end());
+  auto same_split = [](const std::vector<StageAssignment>& a, const std::vector<StageAssignment>& b) {
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (a[i].first_layer != b[i].first_layer || a[i].last_layer != b[i].last_layer ||
+          a[i].device != b[i].device) {
+        return false;
+      }
+    }
+    return true;
+  };
+  std::vector<std::vector<StageAssignment>> from, made;
+  for (const auto& [obj, i] : ranked) {
+    if (from.size() >= 4 || search.out_of_time()) break;
+    std::vector<StageAssignment> st = seeds->candidates[i].stages;
+    for (StageAssignment& a : st) a.recompute = false;
+    bool seen = false;
+    for (const auto& f : from) seen = seen || same_split(f, st);
+    if (seen) continue;
+    from.push_back(st);
+    std::vector<StageAssignment> r =
+        StaggeredRebalance(builder, st, num_microbatches, max_chunks, 500, search.stop_check());
+    bool dup = same_split(r, st);
+    for (const auto& m : made) dup = dup || same_split(m, r);
+    if (!dup) made.push_back(std::move(r));
+  }
+  std::vector<Candidate> batch;
+  for (const auto& st : made) {
+    for (const Policy& p : policies) {
+      batch.push_back(Candidate{st, p});
+      Candidate r{st, p};
+      for (StageAssignment& a : r.stages) a.recompute = true;
+      batch.push_back(std::move(r));
+    }
+  }
+  if (batch.empty()) return;
+  const std::vector<Score> scores = search.EvaluateAll(batch);
+  seeds->candidates.insert(seeds->candidates.end(), batch.begin(), batch.end());
+  seeds->scores.insert(seeds->scores.end(), scores.begin(), scores.end());
+}
+
 // Start points after the best candidate so far: the best seed of each other stage count
 // (placement family), only seeds within 10% of the best, at most four.
 std::vector<size_t> RestartPoints(const Search& search, const ScoredSeeds& seeds) {
@@ -342,7 +396,8 @@ void KickSearch(Search& search, const ProblemBuilder& builder, int max_chunks,
 // Large instances: seeds, then a local search from the best one and from each restart point,
 // then kicks of the best (KickSearch).
 void IterativeSearch(Search& search, const ProblemBuilder& builder,
-                     const std::vector<Policy>& policies, int max_chunks, TuneResult* result) {
+                     const std::vector<Policy>& policies, int max_chunks, int num_microbatches,
+                     TuneResult* result) {
   ScoredSeeds seeds = SeedPlacementFamilies(search, builder, policies, max_chunks, result);
   if (max_chunks >= 2) {
     const double before = search.best_objective();
@@ -361,6 +416,26 @@ void IterativeSearch(Search& search, const ProblemBuilder& builder,
                               "-stage seed (", search.current_objective(), " s)"));
     }
     LocalSearch(search, builder, result);
+  }
+  // After the restarts (so that they start where they did without it): the best plan's split
+  // and the best seeds' splits rebalanced for their staggered starts; a local search from the
+  // result when one of them is the new best.
+  if (!search.steady() && !search.out_of_time() && search.has_best()) {
+    const double before = search.best_objective();
+    const int64_t evals = search.evaluations();
+    ScoredSeeds finalists = seeds;
+    Score best_score;
+    best_score.scheduled = best_score.fits = true;
+    best_score.iteration_time_s = search.best_objective();
+    finalists.candidates.insert(finalists.candidates.begin(), search.best());
+    finalists.scores.insert(finalists.scores.begin(), best_score);
+    AddStaggeredSeeds(search, builder, num_microbatches, max_chunks, policies, &finalists);
+    search.Log(result, "staggered", before, evals,
+               "the best splits rebalanced for their staggered starts (the bound's assignment term)");
+    if (search.best_objective() < before) {
+      search.Restart(search.best(), search.best_objective());
+      LocalSearch(search, builder, result);
+    }
   }
   KickSearch(search, builder, max_chunks, result);
 }
@@ -561,7 +636,8 @@ absl::StatusOr<TuneResult> Tune(const ModelGraph& model, const Cluster& cluster,
     search.Log(&result, "exhaustive", before_exhaustive, evals,
                "every partition and placement with each seed policy");
   } else {
-    IterativeSearch(search, builder, policies, options.max_chunks, &result);
+    IterativeSearch(search, builder, policies, options.max_chunks, options.num_microbatches,
+                    &result);
   }
   result.budget_exhausted = search.out_of_time();
   result.evaluations = search.evaluations();
