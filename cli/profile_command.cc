@@ -47,6 +47,9 @@ constexpr uint32_t kPingTag = 1u << 30;
 constexpr int kPingRounds = 15;
 // Runs of each plan the per-message CPU fit takes the fastest of.
 constexpr int kMessageFitRounds = 2;
+// Attempts at the message-cost fit when it hits its bound (disturbed runs), each adding
+// kMessageFitRounds runs of both plans.
+constexpr int kMessageFitAttempts = 3;
 // The per-message CPU cost is at most this many times the engine's median message time.
 constexpr double kMessageCpuCap = 4;
 
@@ -735,32 +738,45 @@ absl::StatusOr<std::string> FitMessageCost(const ModelSpec& spec, const ModelGra
   // interleaved runs is the estimate.
   double heavy_s = std::numeric_limits<double>::infinity();
   const int iterations = static_cast<int>(std::max<int64_t>(3, f.repeat / 2));
-  for (int round = 0; round < kMessageFitRounds; ++round) {
-    for (const Plan* p : {static_cast<const Plan*>(&*heavy), &plan}) {
-      ASSIGN_OR_RETURN(std::vector<std::string> reports,
-                       RunRanks(spec, *p, static_cast<int>(f.ranks), f.transport, iterations,
-                                f.timeout, /*ping=*/false));
-      ASSIGN_OR_RETURN(std::vector<Json> parsed, ParseReports(reports));
-      double& best = p == &*heavy ? heavy_s : m->light_s;
-      best = std::min(best, MedianIteration(parsed));
-    }
-  }
   // A burst of noise on one run could fit any cost: a message's CPU at one end is bounded
   // by kMessageCpuCap times what the engine's own messages took to arrive at an idle rank.
   const double cap =
       m->message_s.size() >= 3 ? std::max(0.0, kMessageCpuCap * Median(m->message_s)) : 0.01;
-  ASSIGN_OR_RETURN(double c, FitMessageCpu(measured, *cluster, plan, m->light_s, *heavy, heavy_s, cap));
+  double c = 0;
+  int attempts = 0;
+  // A fit at its bound means the runs were disturbed (a quiet machine fits 0.1-0.3 ms where
+  // the bound is ~1 ms), and the bound would inflate every message-heavy prediction by 20-40%:
+  // measure again (the fastest runs over all attempts), up to kMessageFitAttempts times.
+  for (; attempts < kMessageFitAttempts; ++attempts) {
+    if (attempts > 0) {
+      err << "octopipe profile: the per-message CPU fit hit its bound ("
+          << FormatSeconds(cap) << "): the runs were disturbed; measuring again ("
+          << attempts + 1 << " of " << kMessageFitAttempts << ")\n";
+    }
+    for (int round = 0; round < kMessageFitRounds; ++round) {
+      for (const Plan* p : {static_cast<const Plan*>(&*heavy), &plan}) {
+        ASSIGN_OR_RETURN(std::vector<std::string> reports,
+                         RunRanks(spec, *p, static_cast<int>(f.ranks), f.transport, iterations,
+                                  f.timeout, /*ping=*/false));
+        ASSIGN_OR_RETURN(std::vector<Json> parsed, ParseReports(reports));
+        double& best = p == &*heavy ? heavy_s : m->light_s;
+        best = std::min(best, MedianIteration(parsed));
+      }
+    }
+    ASSIGN_OR_RETURN(c, FitMessageCpu(measured, *cluster, plan, m->light_s, *heavy, heavy_s, cap));
+    if (c < cap * (1 - 1e-6)) break;
+  }
   cluster->hardware[0].message_cpu_s = c;
-  if (c >= cap * (1 - 1e-6)) {
+  if (attempts == kMessageFitAttempts) {
     err << "octopipe profile: warning: the per-message CPU fit hit its bound ("
         << FormatSeconds(cap) << ", " << kMessageCpuCap
-        << "x the engine's message time): the runs were probably disturbed by other load; "
-           "profile again on a quiet machine\n";
+        << "x the engine's message time) in all " << kMessageFitAttempts
+        << " attempts: the machine is busy; profile again on a quiet machine\n";
   }
   return absl::StrCat("fitted from ", heavy->num_stages(), "-stage interleaved runs (",
-                      FormatSeconds(heavy_s), ", fastest of ", kMessageFitRounds,
-                      ") against the profile's plan (", FormatSeconds(m->light_s),
-                      ", fastest of ", kMessageFitRounds + 1, ")");
+                      FormatSeconds(heavy_s), ", fastest of ",
+                      kMessageFitRounds * std::min(attempts + 1, kMessageFitAttempts),
+                      ") against the profile's plan (", FormatSeconds(m->light_s), ")");
 }
 
 void PrintSummary(std::ostream& out, const ProfileFlags& f, const ModelSpec& spec,
