@@ -35,6 +35,15 @@ using tuner_internal::SchedulePhase;
 using tuner_internal::Search;
 using tuner_internal::SpaceSize;
 
+// Appends (stages, policy) as it is and with every stage recomputing its activations.
+void AppendWithAndWithoutRecompute(const std::vector<StageAssignment>& stages, const Policy& p,
+                                   std::vector<Candidate>* out) {
+  out->push_back(Candidate{stages, p});
+  Candidate r{stages, p};
+  for (StageAssignment& st : r.stages) st.recompute = true;
+  out->push_back(std::move(r));
+}
+
 absl::Status ValidateOptions(const ModelGraph& model, const TunerOptions& options) {
   if (options.num_microbatches < 1) {
     return absl::InvalidArgumentError(
@@ -92,10 +101,7 @@ void SeedClassicOrders(Search& search, const ProblemBuilder& builder,
     for (int st = 0; st < g->num_stages; ++st) even[st].device = g->stage_device[st];
     partitions.push_back(even);
     for (const auto& part : partitions) {
-      seeds.push_back(Candidate{part, p});
-      Candidate r{part, p};
-      for (StageAssignment& st : r.stages) st.recompute = true;
-      seeds.push_back(std::move(r));
+      AppendWithAndWithoutRecompute(part, p, &seeds);
     }
   }
   search.EvaluateAll(seeds);
@@ -152,10 +158,7 @@ ScoredSeeds SeedPlacementFamilies(Search& search, const ProblemBuilder& builder,
     }
     for (const auto& part : parts) {
       for (const Policy& p : policies) {
-        seeds.push_back(Candidate{part, p});
-        Candidate r{part, p};
-        for (StageAssignment& s : r.stages) s.recompute = true;
-        seeds.push_back(std::move(r));
+        AppendWithAndWithoutRecompute(part, p, &seeds);
       }
     }
   }
@@ -178,10 +181,7 @@ void AddBalancedVShapeSeeds(Search& search, const ProblemBuilder& builder,
   if (stages.empty()) return;
   std::vector<Candidate> batch;
   for (const Policy& p : policies) {
-    batch.push_back(Candidate{stages, p});
-    Candidate r{stages, p};
-    for (StageAssignment& st : r.stages) st.recompute = true;
-    batch.push_back(std::move(r));
+    AppendWithAndWithoutRecompute(stages, p, &batch);
   }
   const std::vector<Score> scores = search.EvaluateAll(batch);
   seeds->candidates.insert(seeds->candidates.end(), batch.begin(), batch.end());
@@ -229,10 +229,7 @@ void AddStaggeredSeeds(Search& search, const ProblemBuilder& builder, int num_mi
   std::vector<Candidate> batch;
   for (const auto& st : made) {
     for (const Policy& p : policies) {
-      batch.push_back(Candidate{st, p});
-      Candidate r{st, p};
-      for (StageAssignment& a : r.stages) a.recompute = true;
-      batch.push_back(std::move(r));
+      AppendWithAndWithoutRecompute(st, p, &batch);
     }
   }
   if (batch.empty()) return;
