@@ -3,8 +3,9 @@
 // and no memory cap, P = 4 and 8, M = 2P and 4P, tuned for the synchronous iteration time.
 // Per row: the tuned plan, the certified lower bound on any plan (tuner/lower_bound.h), the term
 // that binds it and the gap (plan - bound) / plan. The target is a mean gap <= 3%. "its
-// assignment" (plan_assignment_s) is the bound's assignment term on the plan's own split: the
-// part of the gap above it is the schedule's, the part below it the split's and placement's.
+// assignment" (plan_assignment_s) is the bound's assignment term on the plan's own split
+// (StaggeredObjective, tuner/staggered_balance.h): the part of the gap above it is the
+// schedule's, the part below it the split's and placement's.
 //
 //   bazel run -c opt //bench:lower_bound_gap -- [--budget=2] [--only=SUBSTRING]
 //       [--devices=4,8] [--max_chunks=N] [--seed=1]
@@ -26,6 +27,7 @@
 #include "core/cost_model.h"
 #include "core/json_text.h"
 #include "simulator/problem_builder.h"
+#include "tuner/staggered_balance.h"
 #include "tuner/tuner.h"
 
 namespace octopipe {
@@ -95,25 +97,6 @@ std::string BindingText(const LowerBound& lb) {
              : lb.binding;
 }
 
-// The lower bound's assignment term evaluated on the plan's own split: max over devices of
-// (forward time of the layers below the device's lowest layer, each on its fastest device) +
-// M x (the device's F+B+W work). The plan runs at least this long (transfers and the drain
-// only add), so iteration_time - this is what the schedule loses, and this - the bound is
-// what the split and placement lose against the bound's (non-contiguous) assignment.
-double PlanAssignmentSeconds(const ProblemBuilder& b, const Plan& plan, int M) {
-  const std::vector<LayerCost> fastest = FastestLayerCosts(b);
-  std::vector<double> prefix(fastest.size() + 1, 0.0);
-  for (size_t l = 0; l < fastest.size(); ++l) prefix[l + 1] = prefix[l] + fastest[l].forward_s;
-  std::vector<double> value(b.num_devices(), 0.0);
-  std::vector<char> seen(b.num_devices(), 0);
-  for (const StageAssignment& s : plan.stages) {  // in layer order
-    if (!seen[s.device]) value[s.device] += prefix[s.first_layer];
-    seen[s.device] = 1;
-    value[s.device] += M * b.Work(s.first_layer, s.last_layer, s.device);
-  }
-  return value.empty() ? 0 : *std::max_element(value.begin(), value.end());
-}
-
 struct Row {
   std::string model;
   int devices = 0, microbatches = 0;
@@ -168,7 +151,7 @@ int main(int argc, char** argv) {
         const double bound_wall_s =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         Row row{model->name, P, M, std::move(*r)};
-        if (builder.ok()) row.plan_assignment_s = PlanAssignmentSeconds(*builder, row.r.plan, M);
+        if (builder.ok()) row.plan_assignment_s = StaggeredObjective(*builder, row.r.plan.stages, M);
         const TuneResult& t = row.r;
         double baseline_s = 0;
         for (const BaselineResult& b : t.baselines) {

@@ -19,6 +19,12 @@ struct StageAssignment {
   int last_layer = 0;   // inclusive
   int device = 0;
   bool recompute = false;
+
+  friend bool operator==(const StageAssignment& a, const StageAssignment& b) {
+    return a.first_layer == b.first_layer && a.last_layer == b.last_layer &&
+           a.device == b.device && a.recompute == b.recompute;
+  }
+  friend bool operator!=(const StageAssignment& a, const StageAssignment& b) { return !(a == b); }
 };
 
 struct Plan {

@@ -7,42 +7,80 @@
 namespace octopipe {
 namespace {
 
-// Per device, prefix sums over layers of F and of R (recompute) on that device.
-struct Prefix {
-  std::vector<std::vector<double>> f, r;
-};
-
-Prefix BuildPrefix(const ProblemBuilder& b) {
-  const int L = b.num_layers(), P = b.num_devices();
-  Prefix p;
-  p.f.assign(P, std::vector<double>(L + 1, 0.0));
-  p.r.assign(P, std::vector<double>(L + 1, 0.0));
-  for (int d = 0; d < P; ++d) {
-    for (int l = 0; l < L; ++l) {
-      p.f[d][l + 1] = p.f[d][l] + b.layer_cost(l, d).forward_s;
-      p.r[d][l + 1] = p.r[d][l] + b.layer_cost(l, d).recompute_s;
+// A split as a device per layer, its stages the runs of one device, and the per-device costs
+// needed to judge it; `Times` reuses its scratch so the search allocates nothing per trial.
+class LayerSplit {
+ public:
+  LayerSplit(const ProblemBuilder& b, int M) : M_(M), P_(b.num_devices()), L_(b.num_layers()) {
+    f_.assign(static_cast<size_t>(P_) * L_, 0.0);
+    work_.assign(f_.size(), 0.0);
+    r_.assign(f_.size(), 0.0);
+    for (int d = 0; d < P_; ++d) {
+      for (int l = 0; l < L_; ++l) {
+        const LayerCost& c = b.layer_cost(l, d);
+        f_[At(l, d)] = c.forward_s;
+        r_[At(l, d)] = c.recompute_s;
+        work_[At(l, d)] = b.Work(l, l, d);
+      }
     }
   }
-  return p;
+
+  // Per device start_d + M x load_d (-inf for a device without layers) into `t`; false (t
+  // unset) when a device would hold more than `max_chunks` stages.
+  bool Times(const std::vector<int>& dev, const std::vector<char>& rec, int max_chunks,
+             std::vector<double>* t) {
+    load_.assign(P_, 0.0);
+    start_.assign(P_, -1.0);
+    chunks_.assign(P_, 0);
+    double f = 0;
+    for (int l = 0; l < L_; ++l) {
+      const int d = dev[l];
+      if (l == 0 || dev[l - 1] != d) {
+        if (++chunks_[d] > max_chunks) return false;
+        if (start_[d] < 0) start_[d] = f;
+      }
+      load_[d] += work_[At(l, d)] + (rec[l] ? r_[At(l, d)] : 0.0);
+      f += f_[At(l, d)];
+    }
+    t->assign(P_, -std::numeric_limits<double>::infinity());
+    for (int d = 0; d < P_; ++d) {
+      if (start_[d] >= 0) (*t)[d] = start_[d] + M_ * load_[d];
+    }
+    return true;
+  }
+
+ private:
+  size_t At(int l, int d) const { return static_cast<size_t>(d) * L_ + l; }
+
+  const int M_, P_, L_;
+  std::vector<double> f_, r_, work_;  // [device][layer]
+  std::vector<double> load_, start_;
+  std::vector<int> chunks_;
+};
+
+void ToLayers(const std::vector<StageAssignment>& stages, int L, std::vector<int>* dev,
+              std::vector<char>* rec) {
+  dev->assign(L, 0);
+  rec->assign(L, 0);
+  for (const StageAssignment& s : stages) {
+    for (int l = s.first_layer; l <= s.last_layer; ++l) {
+      (*dev)[l] = s.device;
+      (*rec)[l] = s.recompute ? 1 : 0;
+    }
+  }
 }
 
-// Per-device finish bound start_d + M x load_d of a split; devices without a layer get -inf.
-void DeviceTimes(const ProblemBuilder& b, const Prefix& pre, const std::vector<StageAssignment>& st,
-                 int M, std::vector<double>* t) {
-  const int P = b.num_devices();
-  t->assign(P, -std::numeric_limits<double>::infinity());
-  std::vector<double> load(P, 0.0), start(P, -1.0);
-  double f = 0;
-  for (const StageAssignment& s : st) {
-    const int d = s.device;
-    if (start[d] < 0) start[d] = f;
-    load[d] += b.Work(s.first_layer, s.last_layer, d);
-    if (s.recompute) load[d] += pre.r[d][s.last_layer + 1] - pre.r[d][s.first_layer];
-    f += pre.f[d][s.last_layer + 1] - pre.f[d][s.first_layer];
+std::vector<StageAssignment> Runs(const std::vector<int>& dev, const std::vector<char>& rec) {
+  std::vector<StageAssignment> st;
+  for (int l = 0; l < static_cast<int>(dev.size()); ++l) {
+    if (st.empty() || st.back().device != dev[l]) {
+      st.push_back({l, l, dev[l], rec[l] != 0});
+    } else {
+      st.back().last_layer = l;
+      st.back().recompute = st.back().recompute || rec[l];
+    }
   }
-  for (int d = 0; d < P; ++d) {
-    if (start[d] >= 0) (*t)[d] = start[d] + M * load[d];
-  }
+  return st;
 }
 
 double MaxOf(const std::vector<double>& t) {
@@ -66,37 +104,16 @@ double Smooth(const std::vector<double>& t, double ref) {
   return s;
 }
 
-// Merges adjacent stages on one device and drops empty ones.
-void Normalize(std::vector<StageAssignment>* st) {
-  std::vector<StageAssignment> out;
-  out.reserve(st->size());
-  for (const StageAssignment& s : *st) {
-    if (s.last_layer < s.first_layer) continue;
-    if (!out.empty() && out.back().device == s.device) {
-      out.back().last_layer = s.last_layer;
-      out.back().recompute = out.back().recompute || s.recompute;
-    } else {
-      out.push_back(s);
-    }
-  }
-  *st = std::move(out);
-}
-
-bool WithinChunks(const std::vector<StageAssignment>& st, int P, int max_chunks) {
-  std::vector<int> n(P, 0);
-  for (const StageAssignment& s : st) {
-    if (++n[s.device] > max_chunks) return false;
-  }
-  return true;
-}
-
 }  // namespace
 
 double StaggeredObjective(const ProblemBuilder& builder, const std::vector<StageAssignment>& stages,
                           int num_microbatches) {
-  const Prefix pre = BuildPrefix(builder);
+  std::vector<int> dev;
+  std::vector<char> rec;
+  ToLayers(stages, builder.num_layers(), &dev, &rec);
+  LayerSplit split(builder, num_microbatches);
   std::vector<double> t;
-  DeviceTimes(builder, pre, stages, num_microbatches, &t);
+  split.Times(dev, rec, std::numeric_limits<int>::max(), &t);
   return MaxOf(t);
 }
 
@@ -107,95 +124,77 @@ std::vector<StageAssignment> StaggeredRebalance(const ProblemBuilder& builder,
                                                 const std::function<bool()>* should_stop) {
   const int P = builder.num_devices();
   const int L = builder.num_layers();
-  const int M = num_microbatches;
-  if (stages.empty() || P < 2 || M < 1) return stages;
+  if (stages.empty() || P < 2 || num_microbatches < 1) return stages;
   max_chunks = std::max(1, max_chunks);
-  Normalize(&stages);
-  // Per layer: its device and recompute flag; the stages are the runs of one device.
-  std::vector<int> dev(L, 0);
-  std::vector<char> rec(L, 0);
-  for (const StageAssignment& s : stages) {
-    for (int l = s.first_layer; l <= s.last_layer; ++l) {
-      dev[l] = s.device;
-      rec[l] = s.recompute ? 1 : 0;
-    }
-  }
-  auto runs = [&](const std::vector<int>& d) {
-    std::vector<StageAssignment> st;
-    for (int l = 0; l < L; ++l) {
-      if (st.empty() || st.back().device != d[l]) {
-        st.push_back({l, l, d[l], rec[l] != 0});
-      } else {
-        st.back().last_layer = l;
-        st.back().recompute = st.back().recompute || rec[l];
-      }
-    }
-    return st;
-  };
-  const Prefix pre = BuildPrefix(builder);
+  std::vector<int> dev;
+  std::vector<char> rec;
+  ToLayers(stages, L, &dev, &rec);
+  LayerSplit split(builder, num_microbatches);
   std::vector<double> t;
-  DeviceTimes(builder, pre, stages, M, &t);
+  split.Times(dev, rec, std::numeric_limits<int>::max(), &t);
   if (!std::isfinite(Smooth(t, 1.0))) return stages;  // a device without layers: leave it
-  std::vector<StageAssignment> best = stages;
+  std::vector<int> best = dev;
   double best_max = MaxOf(t);
-  std::vector<int> trial_dev;
+  std::vector<int> trial = dev, chosen;
+  std::vector<double> tt;
   for (int move = 0; move < max_moves; ++move) {
     if (should_stop != nullptr && (*should_stop)()) break;
     const double ref = MaxOf(t);
     if (!(ref > 0)) break;
     double best_smooth = Smooth(t, ref) * (1 - 1e-12);
-    std::vector<int> chosen;
+    bool found = false;
+    // `trial` equals `dev` before and after each call.
     auto consider = [&] {
-      const std::vector<StageAssignment> st = runs(trial_dev);
-      if (!WithinChunks(st, P, max_chunks)) return;
-      std::vector<double> tt;
-      DeviceTimes(builder, pre, st, M, &tt);
+      if (!split.Times(trial, rec, max_chunks, &tt)) return;
       const double s = Smooth(tt, ref);
       if (s < best_smooth) {
         best_smooth = s;
-        chosen = trial_dev;
+        chosen = trial;
+        found = true;
       }
     };
     // One layer to another device (a boundary shift when it sits at a stage's end).
     for (int l = 0; l < L; ++l) {
       for (int d = 0; d < P; ++d) {
         if (d == dev[l]) continue;
-        trial_dev = dev;
-        trial_dev[l] = d;
+        trial[l] = d;
         consider();
+        trial[l] = dev[l];
       }
     }
     // Two layers of two devices exchanged (each single move may worsen the maximum).
     for (int i = 0; i < L; ++i) {
       for (int j = i + 1; j < L; ++j) {
         if (dev[i] == dev[j]) continue;
-        trial_dev = dev;
-        std::swap(trial_dev[i], trial_dev[j]);
+        std::swap(trial[i], trial[j]);
         consider();
+        std::swap(trial[i], trial[j]);
       }
     }
     // Two stages' devices exchanged.
-    const std::vector<StageAssignment> st = runs(dev);
+    const std::vector<StageAssignment> st = Runs(dev, rec);
     for (size_t i = 0; i < st.size(); ++i) {
       for (size_t j = i + 1; j < st.size(); ++j) {
         if (st[i].device == st[j].device) continue;
-        trial_dev = dev;
-        for (int l = st[i].first_layer; l <= st[i].last_layer; ++l) trial_dev[l] = st[j].device;
-        for (int l = st[j].first_layer; l <= st[j].last_layer; ++l) trial_dev[l] = st[i].device;
+        for (int l = st[i].first_layer; l <= st[i].last_layer; ++l) trial[l] = st[j].device;
+        for (int l = st[j].first_layer; l <= st[j].last_layer; ++l) trial[l] = st[i].device;
         consider();
+        for (int l = st[i].first_layer; l <= st[i].last_layer; ++l) trial[l] = st[i].device;
+        for (int l = st[j].first_layer; l <= st[j].last_layer; ++l) trial[l] = st[j].device;
       }
     }
-    if (chosen.empty()) break;
-    dev = std::move(chosen);
-    stages = runs(dev);
-    DeviceTimes(builder, pre, stages, M, &t);
+    if (!found) break;
+    dev = chosen;
+    trial = dev;
+    split.Times(dev, rec, max_chunks, &t);
     const double m = MaxOf(t);
     if (m < best_max) {
       best_max = m;
-      best = stages;
+      best = dev;
     }
   }
-  return best;
+  // The input's own runs when no move helped (its stages merged where adjacent on one device).
+  return Runs(best, rec);
 }
 
 }  // namespace octopipe

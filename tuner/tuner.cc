@@ -188,54 +188,37 @@ void AddBalancedVShapeSeeds(Search& search, const ProblemBuilder& builder,
   seeds->scores.insert(seeds->scores.end(), scores.begin(), scores.end());
 }
 
-// Seeds whose split is shaped for the synchronous objective's bound (StaggeredRebalance): the
-// splits of the best few seeds so far (distinct ones), rebalanced, with every seed policy, with
-// and without recompute; appended to `seeds` with their scores. Not for the steady-state
-// objective, whose bound has no start times (BalanceDeviceLoads already shapes for it).
-void AddStaggeredSeeds(Search& search, const ProblemBuilder& builder, int num_microbatches,
-                       int max_chunks, const std::vector<Policy>& policies, ScoredSeeds* seeds) {
-  if (search.steady() || search.out_of_time()) return;
+// The synchronous objective's bound-shaped splits (StaggeredRebalance) of the best plan and of
+// the best few seeds (distinct splits, recompute cleared), each with every seed policy, with and
+// without recompute, scored. Not for the steady-state objective, whose bound has no start times
+// (BalanceDeviceLoads already shapes for it).
+void TryStaggeredSplits(Search& search, const ProblemBuilder& builder, int num_microbatches,
+                        int max_chunks, const std::vector<Policy>& policies,
+                        const ScoredSeeds& seeds) {
   std::vector<std::pair<double, size_t>> ranked;
-  for (size_t i = 0; i < seeds->candidates.size(); ++i) {
-    const double obj = seeds->scores[i].objective(false);
+  for (size_t i = 0; i < seeds.candidates.size(); ++i) {
+    const double obj = seeds.scores[i].objective(false);
     if (obj < kInf) ranked.push_back({obj, i});
   }
   std::stable_sort(ranked.begin(), ranked.end());
-  auto same_split = [](const std::vector<StageAssignment>& a, const std::vector<StageAssignment>& b) {
-    if (a.size() != b.size()) return false;
-    for (size_t i = 0; i < a.size(); ++i) {
-      if (a[i].first_layer != b[i].first_layer || a[i].last_layer != b[i].last_layer ||
-          a[i].device != b[i].device) {
-        return false;
-      }
-    }
-    return true;
-  };
+  std::vector<const std::vector<StageAssignment>*> starts = {&search.best().stages};
+  for (const auto& [obj, i] : ranked) starts.push_back(&seeds.candidates[i].stages);
   std::vector<std::vector<StageAssignment>> from, made;
-  for (const auto& [obj, i] : ranked) {
+  for (const std::vector<StageAssignment>* start : starts) {
     if (from.size() >= 4 || search.out_of_time()) break;
-    std::vector<StageAssignment> st = seeds->candidates[i].stages;
+    std::vector<StageAssignment> st = *start;
     for (StageAssignment& a : st) a.recompute = false;
-    bool seen = false;
-    for (const auto& f : from) seen = seen || same_split(f, st);
-    if (seen) continue;
+    if (std::find(from.begin(), from.end(), st) != from.end()) continue;
     from.push_back(st);
     std::vector<StageAssignment> r =
         StaggeredRebalance(builder, st, num_microbatches, max_chunks, 500, search.stop_check());
-    bool dup = same_split(r, st);
-    for (const auto& m : made) dup = dup || same_split(m, r);
-    if (!dup) made.push_back(std::move(r));
+    if (r != st && std::find(made.begin(), made.end(), r) == made.end()) made.push_back(std::move(r));
   }
   std::vector<Candidate> batch;
   for (const auto& st : made) {
-    for (const Policy& p : policies) {
-      AppendWithAndWithoutRecompute(st, p, &batch);
-    }
+    for (const Policy& p : policies) AppendWithAndWithoutRecompute(st, p, &batch);
   }
-  if (batch.empty()) return;
-  const std::vector<Score> scores = search.EvaluateAll(batch);
-  seeds->candidates.insert(seeds->candidates.end(), batch.begin(), batch.end());
-  seeds->scores.insert(seeds->scores.end(), scores.begin(), scores.end());
+  if (!batch.empty()) search.EvaluateAll(batch);
 }
 
 // Start points after the best candidate so far: the best seed of each other stage count
@@ -420,13 +403,7 @@ void IterativeSearch(Search& search, const ProblemBuilder& builder,
   if (!search.steady() && !search.out_of_time() && search.has_best()) {
     const double before = search.best_objective();
     const int64_t evals = search.evaluations();
-    ScoredSeeds finalists = seeds;
-    Score best_score;
-    best_score.scheduled = best_score.fits = true;
-    best_score.iteration_time_s = search.best_objective();
-    finalists.candidates.insert(finalists.candidates.begin(), search.best());
-    finalists.scores.insert(finalists.scores.begin(), best_score);
-    AddStaggeredSeeds(search, builder, num_microbatches, max_chunks, policies, &finalists);
+    TryStaggeredSplits(search, builder, num_microbatches, max_chunks, policies, seeds);
     search.Log(result, "staggered", before, evals,
                "the best splits rebalanced for their staggered starts (the bound's assignment term)");
     if (search.best_objective() < before) {
