@@ -5,7 +5,8 @@
 # with an odd layer mix), on 2 Gloo ranks as processes:
 #   1. octopipe profile  -> PREFIX.model.json + PREFIX.cluster.json   (timed)
 #   2. octopipe plan     -> the tuned plan and its prediction, made before any run (the head
-#                           kept whole: the executor does not run vocabulary-parallel plans yet)
+#                           kept whole: the profile does not measure vocabulary-shard passes,
+#                           so a split head's costs would be derived, not measured)
 #   3. octopipe simulate -> the prediction for every classic schedule
 #   4. calibration round: one run of the tuned plan (`train --calibrated_model`) fits one factor
 #      per layer of the profile to that run's measured per-layer times; `plan` again on the
@@ -24,7 +25,8 @@
 #
 # Usage: bazel build -c opt //cli:octopipe && bench/measured_win.sh [--quick]
 #   or:  bazel run -c opt //bench:measured_win -- [--quick]
-# Environment: OCTOPIPE (the binary), REPEATS (3), ITERS (5), WARMUP (1), BUDGET (plan
+# Environment: OCTOPIPE (the binary), REPEATS (3), ITERS (5), WARMUP (2: a run's second
+# iteration is still ~30% slower than the steady state), BUDGET (plan
 # time budget, 5 s), PROFILE_REPEAT (measured profile iterations, 8), OUT (a directory to keep
 # the files in; default a fresh temp directory), ONLY (comma-separated model names to run, e.g.
 # ONLY=moe-heavy; default all).
@@ -45,7 +47,7 @@ fi
 PY=/usr/bin/python3
 REPEATS=${REPEATS:-3}
 ITERS=${ITERS:-5}
-WARMUP=${WARMUP:-1}
+WARMUP=${WARMUP:-2}
 BUDGET=${BUDGET:-5}
 PROFILE_REPEAT=${PROFILE_REPEAT:-8}
 OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/measured-win-XXXXXX")}
@@ -78,7 +80,7 @@ for entry in "${MODELS[@]}"; do
     --plan="$p.tuned.plan.json" --json > "$p.pred.tuned.json"
   for s in "${SCHEDULES[@]}"; do
     "$OCTOPIPE" simulate --model="$p.model.json" --cluster="$p.cluster.json" --devices=2 \
-      --schedule="$s" --json > "$p.pred.$s.json" 2> /dev/null || echo '{}' > "$p.pred.$s.json"
+      --schedule="$s" --json > "$p.pred.$s.json" 2> "$p.pred.$s.err" || echo '{}' > "$p.pred.$s.json"
   done
   # Calibration round: one run of the tuned plan calibrates the profile; plan again from it.
   "$OCTOPIPE" train --model="$spec" --plan="$p.tuned.plan.json" --ranks=2 --transport=gloo \
@@ -150,6 +152,16 @@ for name in names:
             if 'predicted_iteration_time_s' in run:
                 replays.append(run['predicted_iteration_time_s'] / run['measured_iteration_time_s'] - 1)
         row = {'model': name, 'schedule': c, 'profile_s': profile_s, 'runs': len(iters)}
+        if not iters:  # why: the last line the runs (or the prediction) wrote to stderr
+            for err in [f'{base}.run.{c}.{rep}.err' for rep in range(repeats)] + [f'{base}.pred.{c}.err']:
+                try:
+                    with open(err) as f:
+                        lines = [l.strip() for l in f if l.strip()]
+                except OSError:
+                    continue
+                if lines:
+                    row['not_run'] = lines[-1]
+                    break
         if iters:
             row['measured_iteration_s'] = statistics.median(iters)
             # Noise from other tenants only slows a run down: the fastest repeat is the
@@ -198,6 +210,8 @@ for r in rows:
     if r['schedule'] in planned and 'speedup_vs_best_classic' in r:
         sp = (f"{r['speedup_vs_best_classic']:.3f}x vs {r['best_classic']}, {r['speedup_vs_1f1b']:.3f}x vs 1f1b; "
               f"{r['fastest_speedup_vs_best_classic']:.3f}x vs {r['fastest_best_classic']}, {r['fastest_speedup_vs_1f1b']:.3f}x vs 1f1b")
+    if 'not_run' in r:
+        sp = 'not run: ' + r['not_run'].replace('|', '/')
     bub = r.get('measured_bubble')
     spread = r.get('repeat_spread')
     print(f"| {r['model']} | {r['schedule']} | {ms(r.get('measured_iteration_s'))} | "
