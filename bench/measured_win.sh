@@ -30,7 +30,9 @@
 # time budget, 5 s), PROFILE_REPEAT (measured profile iterations, 8), OUT (a directory to keep
 # the files in; default a fresh temp directory), ONLY (comma-separated model names to run, e.g.
 # ONLY=moe-heavy; default all).
-# Each JSON line also has `replayed_iteration_s` / `replay_error`: the simulator fed with the
+# Each JSON line also has `min_compute_cpu_share` (the least, over its runs' ranks, of the
+# computing thread's CPU time over its ops' wall time: below ~0.9 other processes took that
+# rank's core) and `replayed_iteration_s` / `replay_error`: the simulator fed with the
 # run's own measured op times (no transfer or per-op engine cost) against the measurement.
 # prediction_error - replay_error is what op times that differ from the profile's cost;
 # replay_error is what the executor pays beyond its ops' compute (messages, gaps between ops).
@@ -141,7 +143,7 @@ for name in names:
     profile_s = load(base + '.profile.json').get('profile_s')
     for c in planned + schedules:
         pred = predicted(load(f'{base}.pred.{c}.json'), model)
-        iters, bubbles, peaks, replays = [], [], [], []
+        iters, bubbles, peaks, replays, shares = [], [], [], [], []
         for rep in range(repeats):
             run = load(f'{base}.run.{c}.{rep}.json')
             if 'iteration_time_s' not in run:
@@ -149,6 +151,7 @@ for name in names:
             iters.append(statistics.median(run['iteration_time_s'][warmup:]))
             bubbles.append(statistics.median(run['bubble_ratio'][warmup:]))
             peaks.append(run.get('peak_activation_bytes', []))
+            shares.extend(run.get('compute_cpu_share', []))
             if 'predicted_iteration_time_s' in run:
                 replays.append(run['predicted_iteration_time_s'] / run['measured_iteration_time_s'] - 1)
         row = {'model': name, 'schedule': c, 'profile_s': profile_s, 'runs': len(iters)}
@@ -170,6 +173,8 @@ for name in names:
             row['repeat_spread'] = (max(iters) - min(iters)) / min(iters)
             row['measured_bubble'] = statistics.median(bubbles)
             row['measured_peak_activation_bytes'] = [max(p[r] for p in peaks) for r in range(len(peaks[0]))]
+        if shares:  # below ~0.9: a rank's compute waited for its core (other processes ran)
+            row['min_compute_cpu_share'] = min(shares)
         if replays:
             row['replay_error'] = statistics.median(replays)
             row['replayed_iteration_s'] = row['measured_iteration_s'] * (1 + row['replay_error'])

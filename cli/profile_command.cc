@@ -481,8 +481,8 @@ namespace {
 // The command's flags, with their defaults.
 struct ProfileFlags {
   std::string model, prefix, transport = "gloo", check;
-  int64_t ranks = 2, repeat = 5, microbatches = 0;
-  double timeout = 60, memory = 0;
+  int64_t ranks = 2, repeat = 5, microbatches = 0, max_launches = 4;
+  double timeout = 60, memory = 0, stable = 0.02;
   bool pool = true;
 };
 
@@ -493,6 +493,13 @@ void DefineFlags(CommandLine& flags, ProfileFlags* f) {
   flags.String("transport", &f->transport, "gloo, nccl, auto or inproc (as octopipe train)");
   flags.Int("repeat", &f->repeat, "measured iterations after one warm-up (median reported)");
   flags.Int("microbatches", &f->microbatches, "micro-batches per iteration; 0 = the spec's");
+  flags.Int("max_launches", &f->max_launches,
+            "the F/B/W runs are launched afresh (ranks mirrored every other launch, so each\n"
+            "layer is timed on every rank) at least twice and until the model's summed layer\n"
+            "medians move by at most --stable; at most this many launches");
+  flags.Double("stable", &f->stable,
+               "relative change of the summed per-layer medians between launches that counts\n"
+               "as settled (0.02 = 2%)");
   flags.Bool("pool", &f->pool,
              "give layers the executor builds identically (same kind and shapes) the median of\n"
              "all their samples (less noise); --pool=false keeps each layer's own median");
@@ -525,6 +532,10 @@ absl::StatusOr<ModelSpec> SpecFromFlags(const ProfileFlags& f) {
   if (f.prefix.empty()) return usage("--out is required (a path prefix)");
   if (f.ranks < 1) return usage(absl::StrCat("--ranks must be >= 1, got ", f.ranks));
   if (f.repeat < 1) return usage(absl::StrCat("--repeat must be >= 1, got ", f.repeat));
+  if (f.max_launches < 1) {
+    return usage(absl::StrCat("--max_launches must be >= 1, got ", f.max_launches));
+  }
+  if (!(f.stable >= 0)) return usage(absl::StrCat("--stable must be >= 0, got ", f.stable));
   if (f.transport != "gloo" && f.transport != "nccl" && f.transport != "auto" &&
       f.transport != "inproc") {
     return usage(absl::StrCat("--transport must be gloo, nccl, auto or inproc, got '", f.transport, "'"));
@@ -567,32 +578,76 @@ struct Measurements {
   std::vector<std::pair<double, double>> link;
   std::vector<double> message_s;  // producer end -> consumer start, consumer idle meanwhile
   double light_s = 0;             // the profile run's median iteration
+  int launches = 0;               // launches of the F/B/W plan
+  double last_change = 0;         // the summed medians' change over the last launch
 };
 
-// Phase 1 (`plan`): F, B, W, the per-op overhead, the messages and the ping-pong; phase 2
-// (`plan_r`, every stage recomputed): R.
+// `plan` with its devices in reverse order (stage on device d -> device N - 1 - d, and each
+// device's op list with it): the same schedule with every stage on the other end's rank.
+Plan Mirrored(Plan plan) {
+  const int N = plan.num_devices;
+  for (StageAssignment& st : plan.stages) st.device = N - 1 - st.device;
+  std::reverse(plan.schedule.ops.begin(), plan.schedule.ops.end());
+  return plan;
+}
+
+// Sum over (layer, kind) of the median of the samples: how the model's costs stand so far.
+double SummedMedians(const std::map<std::pair<int, int>, std::vector<double>>& samples) {
+  double total = 0;
+  for (const auto& [key, v] : samples) total += Median(v);
+  return total;
+}
+
+// Phase 1 (`plan`): F, B, W, the per-op overhead, the messages and the ping-pong, in fresh
+// launches of the ranks (every other one mirrored: a rank's core, or the rank itself, can run
+// slower for a whole launch on a shared machine, and a layer then is timed on both) until the
+// summed layer medians settle (--stable) or --max_launches; phase 2 (`plan_r`, every stage
+// recomputed): R. Progress goes to `err`.
 absl::StatusOr<Measurements> MeasureLayers(const ModelSpec& spec, const Plan& plan,
-                                           const Plan& plan_r, const ProfileFlags& f) {
+                                           const Plan& plan_r, const ProfileFlags& f,
+                                           std::ostream& err) {
   Measurements m;
-  for (int phase = 0; phase < 2; ++phase) {
+  const Plan mirrored = Mirrored(plan);
+  double previous = 0;
+  for (int launch = 0; launch < f.max_launches; ++launch) {
+    const bool mirror = launch % 2 == 1 && f.ranks > 1;
     ASSIGN_OR_RETURN(std::vector<std::string> reports,
-                     RunRanks(spec, phase == 0 ? plan : plan_r, static_cast<int>(f.ranks),
+                     RunRanks(spec, mirror ? mirrored : plan, static_cast<int>(f.ranks),
                               f.transport, static_cast<int>(f.repeat), f.timeout,
-                              /*ping=*/phase == 0));
+                              /*ping=*/launch == 0));
     ASSIGN_OR_RETURN(const std::vector<Json> parsed, ParseReports(reports));
     for (const Json& j : parsed) {
       for (const Json& v : j.at("layers")) {
         const int kind = v.at(2).get<int>();
-        if ((phase == 1) != (kind == static_cast<int>(OpKind::kR))) continue;
+        if (kind == static_cast<int>(OpKind::kR)) continue;
         m.samples[{v.at(1).get<int>(), kind}].push_back(v.at(3).get<double>());
       }
-      if (phase == 1) continue;
       for (const Json& v : j.at("overhead")) m.overhead.push_back(v.get<double>());
       for (const Json& v : j.at("link")) m.link.push_back({v.at(0).get<double>(), v.at(1).get<double>()});
     }
-    if (phase == 0) {
+    if (launch == 0) {
       m.message_s = MessageTimes(plan, parsed);
       m.light_s = MedianIteration(parsed);
+    }
+    m.launches = launch + 1;
+    const double total = SummedMedians(m.samples);
+    m.last_change = previous > 0 ? std::abs(total - previous) / total : 1.0;
+    err << "octopipe profile: launch " << launch + 1 << (mirror ? " (ranks mirrored)" : "")
+        << ": summed layer medians " << FormatSeconds(total);
+    if (launch > 0) err << " (" << FormatPercent(m.last_change) << " change)";
+    err << "\n";
+    if (launch > 0 && m.last_change <= f.stable) break;
+    previous = total;
+  }
+  ASSIGN_OR_RETURN(std::vector<std::string> reports,
+                   RunRanks(spec, plan_r, static_cast<int>(f.ranks), f.transport,
+                            static_cast<int>(f.repeat), f.timeout, /*ping=*/false));
+  ASSIGN_OR_RETURN(const std::vector<Json> parsed, ParseReports(reports));
+  for (const Json& j : parsed) {
+    for (const Json& v : j.at("layers")) {
+      const int kind = v.at(2).get<int>();
+      if (kind != static_cast<int>(OpKind::kR)) continue;
+      m.samples[{v.at(1).get<int>(), kind}].push_back(v.at(3).get<double>());
     }
   }
   return m;
@@ -643,7 +698,8 @@ MeasuredModel MeasuredModelFile(const ModelGraph& graph, const ModelSpec& spec,
   measured = graph;
   measured.name = absl::StrCat("measured-", spec.pattern);
   measured.source = absl::StrCat("octopipe profile of ", f.model, " over ", f.transport, " with ",
-                                 f.ranks, " ranks, median of ", f.repeat, " iterations",
+                                 f.ranks, " ranks, median of ", m.launches, " launches x ",
+                                 f.repeat, " iterations",
                                  f.pool ? ", identical layers pooled" : "");
   for (int l = 0; l < measured.num_layers(); ++l) {
     Layer& layer = measured.layers[l];
@@ -786,8 +842,10 @@ void PrintSummary(std::ostream& out, const ProfileFlags& f, const ModelSpec& spe
   const HardwareSpec& hw = mc.cluster.hardware[0];
   const LinkSpec& link_spec = mc.cluster.inter_node_link;
   out << "profiled " << f.model << " on " << f.ranks << " ranks over " << f.transport << ": "
-      << f.repeat << " measured iterations of " << spec.microbatches << " micro-batches (median; "
-      << "spread = (max - min) / median; (xN): pooled over N identical layers)\n\n"
+      << m.launches << " launches (every other one with the ranks mirrored) x " << f.repeat
+      << " measured iterations of " << spec.microbatches << " micro-batches (median; summed "
+      << "medians moved " << FormatPercent(m.last_change) << " in the last launch; spread = "
+      << "(max - min) / median; (xN): pooled over N identical layers)\n\n"
       << model.table.Render() << "\n"
       << "per-op executor overhead " << FormatSeconds(hw.op_overhead_s) << " (spread "
       << FormatPercent(Spread(m.overhead)) << "); largest layer spread "
@@ -841,7 +899,7 @@ int RunProfile(const std::vector<std::string>& args, std::ostream& out, std::ost
   absl::StatusOr<Plan> plan_r = ProfilePlan(ranks, spec->microbatches, graph, /*recompute=*/true);
   if (!plan_r.ok()) return Fail(err, absl::InvalidArgumentError(absl::StrCat("--ranks: ", plan_r.status().message())), 2);
 
-  absl::StatusOr<Measurements> m = MeasureLayers(*spec, *plan, *plan_r, f);
+  absl::StatusOr<Measurements> m = MeasureLayers(*spec, *plan, *plan_r, f, err);
   if (!m.ok()) return Fail(err, m.status(), 1);
   std::map<int, int> pooled_over;
   if (f.pool) pooled_over = PoolIdenticalLayers(graph, *bytes, &m->samples);

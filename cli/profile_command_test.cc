@@ -127,6 +127,44 @@ TEST(ProfileCommandTest, IdenticalLayersArePooled) {
   EXPECT_FALSE(all_equal) << "separate timings of three layers agreed to the nanosecond";
 }
 
+// The F/B/W runs are launched afresh, every other launch with the ranks mirrored, at least
+// twice and until the summed medians settle: --stable=0 never settles (runs all
+// --max_launches), --stable=1 settles at the second launch.
+TEST(ProfileCommandTest, LaunchesUntilTheMediansSettleWithRanksMirrored) {
+  auto profile = [&](const std::string& name, const std::string& stable, int max_launches) {
+    const std::string prefix = TmpPrefix(name);
+    std::ostringstream out, err;
+    EXPECT_EQ(RunProfile({std::string("--model=") + kSpec, "--out=" + prefix, "--ranks=2",
+                          "--transport=inproc", "--repeat=2", "--stable=" + stable,
+                          "--max_launches=" + std::to_string(max_launches)},
+                         out, err),
+              0)
+        << err.str();
+    absl::StatusOr<ModelGraph> model = LoadModelFile(prefix + ".model.json");
+    EXPECT_TRUE(model.ok()) << model.status();
+    return std::make_pair(err.str(), model.ok() ? model->source : std::string());
+  };
+  const auto [never_err, never_source] = profile("never", "0", 3);
+  EXPECT_NE(never_err.find("launch 2 (ranks mirrored): summed layer medians"), std::string::npos)
+      << never_err;
+  EXPECT_NE(never_err.find("launch 3: summed layer medians"), std::string::npos) << never_err;
+  EXPECT_EQ(never_err.find("launch 4"), std::string::npos) << never_err;
+  EXPECT_NE(never_source.find("median of 3 launches x 2 iterations"), std::string::npos)
+      << never_source;
+  const auto [settled_err, settled_source] = profile("settled", "1", 4);
+  EXPECT_NE(settled_err.find("launch 2 (ranks mirrored)"), std::string::npos) << settled_err;
+  EXPECT_EQ(settled_err.find("launch 3"), std::string::npos) << settled_err;
+  EXPECT_NE(settled_source.find("median of 2 launches x 2 iterations"), std::string::npos)
+      << settled_source;
+
+  std::ostringstream out, err;
+  EXPECT_EQ(RunProfile({std::string("--model=") + kSpec, "--out=" + TmpPrefix("zero"),
+                        "--max_launches=0"},
+                       out, err),
+            2);
+  EXPECT_NE(err.str().find("--max_launches must be >= 1, got 0"), std::string::npos) << err.str();
+}
+
 TEST(ProfileCommandTest, AModelTheExecutorCannotBuildIsAClearError) {
   std::ostringstream out, err;
   EXPECT_EQ(RunProfile({"--model=ref:pattern=M*X", "--out=" + TmpPrefix("bad"),

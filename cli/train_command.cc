@@ -267,6 +267,9 @@ absl::Status WriteMeasuredTrace(const std::string& path, const Plan& plan,
 }
 
 // Step 4: the result, as one JSON object or as tables.
+// Below this share of a core, a rank's compute was visibly disturbed.
+constexpr double kDisturbedCpuShare = 0.9;
+
 void PrintResult(const TrainFlags& o, const ModelGraph& graph, const Plan& plan,
                  const agent::RunMeasurement& m, const SimResult& predicted,
                  const std::string& report_decision, const std::string& calibration,
@@ -286,7 +289,8 @@ void PrintResult(const TrainFlags& o, const ModelGraph& graph, const Plan& plan,
               {"predicted_iteration_time_s", predicted.iteration_time_s},
               {"predicted_bubble_ratio", predicted.bubble_ratio},
               {"prediction_error", error},
-              {"peak_activation_bytes", m.peak_activation_bytes}};  // per rank
+              {"peak_activation_bytes", m.peak_activation_bytes},  // per rank
+              {"compute_cpu_share", m.compute_cpu_share}};        // per rank
     // The measured op times behind the prediction, for analysis: [stage or layer, kind, mean
     // seconds per op, samples].
     Json stage_ops = Json::array(), layer_ops = Json::array();
@@ -318,6 +322,13 @@ void PrintResult(const TrainFlags& o, const ModelGraph& graph, const Plan& plan,
   out << "simulator with the measured op times: " << FormatSeconds(predicted.iteration_time_s)
       << ", bubble " << FormatPercent(predicted.bubble_ratio) << " ("
       << absl::StrFormat("%+.1f%%", error * 100) << " vs measured)\n";
+  // A rank whose computing thread waited for its core ran its ops longer than they cost.
+  for (int r = 0; r < static_cast<int>(m.compute_cpu_share.size()); ++r) {
+    if (m.compute_cpu_share[r] < kDisturbedCpuShare) {
+      out << "rank " << r << ": its compute had " << FormatPercent(m.compute_cpu_share[r])
+          << " of a core (other threads or processes ran on it): op times are inflated\n";
+    }
+  }
   if (!report_decision.empty()) out << report_decision << "\n";
   if (!calibration.empty()) out << calibration << "\n";
 }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <ctime>
 #include <deque>
 #include <map>
 #include <thread>
@@ -256,14 +257,22 @@ struct PipelineEngine::Iteration {
 
 namespace {
 
-// Runs `body` and records its duration as layer `l`'s share of op (kind, s, m).
+// The calling thread's CPU time in seconds.
+double ThreadCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// Runs `body` and records its duration (and the thread's CPU time meanwhile) as layer `l`'s
+// share of op (kind, s, m).
 template <typename Body>
 void TimedLayer(IterationStats* stats, int l, OpKind kind, int s, int m, Body&& body) {
+  const double cpu0 = ThreadCpuSeconds();
   const auto start = std::chrono::steady_clock::now();
   body();
-  stats->layer_ops.push_back(LayerOpTiming{
-      l, s, m, kind,
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()});
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  stats->layer_ops.push_back(LayerOpTiming{l, s, m, kind, wall, ThreadCpuSeconds() - cpu0});
 }
 
 }  // namespace

@@ -67,6 +67,10 @@ struct LayerOpTiming {
   int microbatch = 0;
   OpKind kind = OpKind::kF;  // kF, kB, kW or kR
   double seconds = 0;
+  // The computing thread's CPU time over those seconds: below `seconds` when the thread waited
+  // for its core (other threads or processes ran on it). Time the machine's host takes from a
+  // virtual CPU is not seen here.
+  double cpu_seconds = 0;
 };
 
 struct IterationStats {

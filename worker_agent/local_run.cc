@@ -37,6 +37,7 @@ struct RankReport {
     std::vector<double> op_start_s;  // per op, since the iteration began
     double start_steady_s = 0;       // the iteration's start on the machine's steady clock
     std::vector<std::pair<std::pair<int, OpKind>, double>> layer_ops;  // ((layer, kind), s)
+    double layer_cpu_s = 0;  // the computing thread's CPU time over all layer_ops
     double peak_activation_bytes = 0;
   };
   std::vector<Iteration> iterations;
@@ -57,6 +58,7 @@ RankReport ReportOf(const executor::RankResult& r) {
     }
     for (const executor::LayerOpTiming& t : it.layer_ops) {
       i.layer_ops.push_back({{t.layer, t.kind}, t.seconds});
+      i.layer_cpu_s += t.cpu_seconds;
     }
     out.iterations.push_back(std::move(i));
   }
@@ -76,6 +78,7 @@ std::string ReportJson(const RankReport& r) {
     its.push_back({{"has_loss", it.has_loss}, {"loss", it.loss}, {"wall_s", it.wall_s},
                    {"ops", ops}, {"op_start_s", it.op_start_s},
                    {"start_steady_s", it.start_steady_s}, {"layer_ops", layer_ops},
+                   {"layer_cpu_s", it.layer_cpu_s},
                    {"peak_activation_bytes", it.peak_activation_bytes}});
   }
   return json{{"iterations", its}}.dump();
@@ -101,6 +104,7 @@ absl::StatusOr<RankReport> ParseReportJson(const std::string& text) {
         i.layer_ops.push_back(
             {{t.at(0).get<int>(), static_cast<OpKind>(t.at(1).get<int>())}, t.at(2).get<double>()});
       }
+      i.layer_cpu_s = it.at("layer_cpu_s").get<double>();
       i.peak_activation_bytes = it.at("peak_activation_bytes").get<double>();
       r.iterations.push_back(std::move(i));
     }
@@ -248,7 +252,7 @@ RunMeasurement Measure(const std::vector<RankReport>& rr, int iterations) {
   for (const auto& [key, s] : sums) m.stage_op_s[key] = {s.first / s.second, s.second};
   std::map<std::pair<int, OpKind>, std::pair<double, int>> layer_sums;
   for (const RankReport& r : rr) {
-    double peak = 0;
+    double peak = 0, wall = 0, cpu = 0;
     for (int it = 0; it < iterations; ++it) {
       peak = std::max(peak, r.iterations[it].peak_activation_bytes);
       if (it < first) continue;
@@ -256,9 +260,12 @@ RunMeasurement Measure(const std::vector<RankReport>& rr, int iterations) {
         auto& s = layer_sums[key];
         s.first += d;
         ++s.second;
+        wall += d;
       }
+      cpu += r.iterations[it].layer_cpu_s;
     }
     m.peak_activation_bytes.push_back(peak);
+    m.compute_cpu_share.push_back(wall > 0 ? std::min(1.0, cpu / wall) : 1.0);
   }
   for (const auto& [key, s] : layer_sums) m.layer_op_s[key] = {s.first / s.second, s.second};
   // The last iteration's timeline, every rank on one time axis (its earliest start is 0).

@@ -43,6 +43,11 @@ struct RunMeasurement {
   std::map<std::pair<int, OpKind>, std::pair<double, int>> layer_op_s;
   // Per rank, the most activation bytes the executor held at once (its own accounting).
   std::vector<double> peak_activation_bytes;
+  // Per rank, the computing thread's CPU time over the wall time of its layers' compute (same
+  // iterations as layer_op_s): 1 when it had its core to itself; 0.7 means 30% of its op time
+  // went to other threads or processes on that core, so its ops ran that much longer than a
+  // profile on a quiet machine measured. Host steal from a virtual CPU does not show here.
+  std::vector<double> compute_cpu_share;
   // The last iteration's measured timeline: per rank, each op's start and end in the rank's
   // op order (the plan's schedule order), in seconds, every rank on one axis (ranks on one
   // machine share the steady clock; the earliest rank's start is 0).

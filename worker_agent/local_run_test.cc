@@ -32,6 +32,13 @@ TEST(LocalRunTest, ThreadsAndProcessesMeasureTheSameTraining) {
     EXPECT_GE(m->mean_bubble, 0);
     EXPECT_LT(m->mean_bubble, 1);
     EXPECT_GT(m->stage_op_s.count({0, OpKind::kF}), 0u);
+    // Each rank's compute thread's CPU time over its layers' wall time (from the processes'
+    // reports too): a share of a core, above 0 (the thread did compute).
+    ASSERT_EQ(m->compute_cpu_share.size(), 2u);
+    for (double share : m->compute_cpu_share) {
+      EXPECT_GT(share, 0.05);
+      EXPECT_LE(share, 1.0);
+    }
   }
 }
 
