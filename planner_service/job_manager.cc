@@ -80,6 +80,27 @@ absl::StatusOr<CalibrationUpdate> FitReport(const PlanningInput& input, const Pl
   return FitMeasuredTimes(builder, plan, measured.stages, measured.layers, factors);
 }
 
+// Agents run a split head with the executor, whose vocabulary shards need an entry each: for a
+// job agents train (`trains`), "auto" does not try the split when the model's vocabulary is
+// smaller than the devices, and "on" is kInvalidArgument naming options.vocab_parallel.
+absl::Status AgentVocabSplit(bool trains, PlanningInput* input) {
+  TunerOptions& t = input->tuner;
+  if (!trains || t.vocab_parallel == VocabParallelMode::kOff || input->model.layers.empty() ||
+      input->model.layers.back().kind != LayerKind::kHead) {
+    return absl::OkStatus();  // (a model without a head: the tuner's answer)
+  }
+  const int64_t vocab = input->model.layers.back().dims.vocab;
+  if (vocab >= t.num_devices) return absl::OkStatus();
+  if (t.vocab_parallel == VocabParallelMode::kOn) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "options.vocab_parallel: on, but agents split the head into one vocabulary shard per "
+        "device and the model's vocabulary (", vocab, ") is smaller than its ", t.num_devices,
+        " devices"));
+  }
+  t.vocab_parallel = VocabParallelMode::kOff;
+  return absl::OkStatus();
+}
+
 // Where the largest deviation is, for the report's decision: "(stage 2)", or "(vocabulary
 // passes)", with the vocabulary passes' own deviation when they were reported but are not it.
 std::string WorstOf(const CalibrationUpdate& u) {
@@ -152,9 +173,10 @@ bool JobManager::KnowsNode(const std::string& node_id) const {
 
 absl::StatusOr<JobRecord> JobManager::Create(NewJob request) {
   // Validate everything before anything is stored.
-  RETURN_IF_ERROR(PrepareInput(request.spec.model, request.spec.cluster, request.spec.options,
-                               {}, options_.limits)
-                      .status());
+  ASSIGN_OR_RETURN(PlanningInput input,
+                   PrepareInput(request.spec.model, request.spec.cluster, request.spec.options,
+                                {}, options_.limits));
+  RETURN_IF_ERROR(AgentVocabSplit(request.training.has_value(), &input));
   if (static_cast<int64_t>(request.name.size()) > options_.limits.max_name_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "name: ", request.name.size(), " bytes exceed the limit of ",
@@ -326,24 +348,12 @@ std::optional<JobManager::TaskInput> JobManager::TaskInputOf(const std::string& 
 }
 
 // The tuner's input for a planning task: the job's spec on the nodes it has left (its options
-// decide the vocabulary split, as for a Plan call), warm-started from the current plan (ignored
-// when it no longer fits the devices left). Agents run the split with the executor, whose
-// vocabulary shards need an entry each: for a job they train, "auto" does not try the split
-// on a vocabulary smaller than the devices, and "on" is refused.
+// decide the vocabulary split, as for a Plan call; AgentVocabSplit for jobs agents train),
+// warm-started from the current plan (ignored when it no longer fits the devices left).
 absl::StatusOr<PlanningInput> JobManager::PlanningInputOf(const TaskInput& task) const {
   absl::StatusOr<PlanningInput> input = InputOf(task.job, options_.limits);
   if (!input.ok()) return input;
-  if (task.job.training && input->tuner.vocab_parallel != VocabParallelMode::kOff &&
-      !input->model.layers.empty() &&
-      input->model.layers.back().dims.vocab < input->tuner.num_devices) {
-    if (input->tuner.vocab_parallel == VocabParallelMode::kOn) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "options.vocab_parallel: on, but agents split the head into one vocabulary shard per "
-          "device and the model's vocabulary (", input->model.layers.back().dims.vocab,
-          ") is smaller than its ", input->tuner.num_devices, " devices"));
-    }
-    input->tuner.vocab_parallel = VocabParallelMode::kOff;
-  }
+  RETURN_IF_ERROR(AgentVocabSplit(task.job.training.has_value(), &*input));
   if (task.current_version > 0 && task.current_plan.ok()) {
     input->tuner.seed_stages = task.current_plan->stages;
   }
