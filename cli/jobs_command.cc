@@ -16,7 +16,8 @@ constexpr char kUsage[] =
     "usage: octopipe jobs SUBCOMMAND --planner=HOST:PORT [flags]\n"
     "\n"
     "subcommands:\n"
-    "  create   --model=... --cluster=... [--name --devices --microbatches --time_budget]\n"
+    "  create   --model=... --cluster=... [--name --devices --microbatches --time_budget\n"
+    "           --vocab_parallel]\n"
     "  list\n"
     "  get      --job=ID\n"
     "  delete   --job=ID\n"
@@ -58,7 +59,7 @@ std::string VersionLine(const proto::PlanVersion& v) {
 // Flags of every jobs subcommand (each declares the ones it takes).
 struct JobsOptions {
   PlannerConnection remote;
-  std::string model, cluster, name, job;
+  std::string model, cluster, name, job, vocab_parallel;
   int64_t devices = 0, microbatches = 0, after = 0, count = 0;
   int64_t iterations = 0, checkpoint_interval = 0;
   double time_budget = 0;
@@ -74,6 +75,9 @@ void DeclareFlags(const std::string& sub, CommandLine& flags, JobsOptions& o) {
     flags.Int("devices", &o.devices, "pipeline devices; 0 = all");
     flags.Int("microbatches", &o.microbatches, "micro-batches; 0 = the model's");
     flags.Double("time_budget", &o.time_budget, "tuning seconds; 0 = the planner's default");
+    flags.String("vocab_parallel", &o.vocab_parallel,
+                 "split the output layer over the devices by vocabulary: auto (the planner's\n"
+                 "default: tried when the head is heavy, the faster plan kept), on or off");
     flags.Int("iterations", &o.iterations,
               "> 0: worker agents (octopipe-agent) train the job for this many iterations;\n"
               "needs --model=ref:... (the executor's reference model). 0: planning only");
@@ -104,6 +108,7 @@ int Create(const JobsOptions& o, proto::Planner::Stub& stub, std::ostream& out,
   req.mutable_options()->set_num_devices(static_cast<int>(o.devices));
   req.mutable_options()->set_num_microbatches(static_cast<int>(o.microbatches));
   req.mutable_options()->set_time_budget_s(o.time_budget);
+  req.mutable_options()->set_vocab_parallel(o.vocab_parallel);
   if (o.iterations < 0 || o.checkpoint_interval < 0) {
     return Fail(err, absl::InvalidArgumentError(absl::StrCat(
                          "--iterations and --checkpoint_interval must be >= 0, got ",

@@ -211,38 +211,46 @@ absl::StatusOr<std::string> ReportToPlanner(TrainFlags& o, const TrainTarget& t,
 }
 
 // Step 3b (--calibrated_model): fits one factor per layer of the profile's model to the run's
-// measured per-layer times (the planner's FitLayerCalibration) and writes the calibrated model.
-// Returns a line for the output.
+// measured times (the planner's FitMeasuredTimes: per-layer times, and a split head's from its
+// vocabulary passes) and writes the calibrated model. Returns a line for the output.
 absl::StatusOr<std::string> WriteCalibratedModel(const TrainFlags& o, const Plan& plan,
                                                  const agent::RunMeasurement& m) {
   ASSIGN_OR_RETURN(ModelGraph model, LoadModelArg(o.profile + ".model.json"));
   ASSIGN_OR_RETURN(Cluster cluster, LoadClusterArg(o.profile + ".cluster.json"));
-  ASSIGN_OR_RETURN(ProblemBuilder builder, ProblemBuilder::Create(model, cluster, CostModel(),
-                                                                  plan.num_devices));
   if (model.num_layers() != static_cast<int>(plan.stages.back().last_layer) + 1) {
     return absl::InvalidArgumentError(absl::StrCat("--profile: ", model.num_layers(),
                                                    " layers, the plan has ",
                                                    plan.stages.back().last_layer + 1));
   }
-  std::vector<LayerCost> predicted(model.num_layers());
-  for (const StageAssignment& st : plan.stages) {
-    for (int l = st.first_layer; l <= st.last_layer; ++l) {
-      predicted[l] = builder.layer_cost(l, st.device);
-    }
+  ASSIGN_OR_RETURN(ProblemBuilder builder,
+                   ProblemBuilder::Create(model, cluster, CostModel(), plan.num_devices, {},
+                                          plan.vocab_parallel));
+  std::vector<planner::MeasuredStageTime> stage_times;
+  for (const auto& [key, mean_n] : m.stage_op_s) {
+    stage_times.push_back({key.first, key.second, mean_n.first, mean_n.second});
   }
   std::vector<planner::MeasuredLayerTime> times;
   for (const auto& [key, mean_n] : m.layer_op_s) {
     times.push_back({key.first, key.second, mean_n.first, mean_n.second});
   }
   ASSIGN_OR_RETURN(planner::CalibrationUpdate fit,
-                   planner::FitLayerCalibration(predicted, times, {}));
+                   planner::FitMeasuredTimes(builder, plan, stage_times, times, {}));
+  // The layer that deviates most (FitMeasuredTimes reports the stages'): from the factors.
+  int worst = -1;
+  double worst_dev = 0;
+  for (int l = 0; l < static_cast<int>(fit.factors.size()); ++l) {
+    if (std::abs(fit.factors[l] - 1) > worst_dev) {
+      worst_dev = std::abs(fit.factors[l] - 1);
+      worst = l;
+    }
+  }
   ASSIGN_OR_RETURN(ModelGraph calibrated, planner::ApplyLayerFactors(model, fit.factors));
   calibrated.source = absl::StrCat(model.source, "; calibrated to a run of ", plan.schedule_name);
   RETURN_IF_ERROR(WriteModelFile(ResolvePath(o.calibrated_model), calibrated));
   return absl::StrFormat("calibrated %s: largest layer deviation %+.1f%% (layer %d); wrote %s",
                          o.profile + ".model.json",
-                         fit.worst_layer >= 0 ? 100 * (fit.factors[fit.worst_layer] - 1) : 0.0,
-                         fit.worst_layer, o.calibrated_model);
+                         worst >= 0 ? 100 * (fit.factors[worst] - 1) : 0.0, worst,
+                         o.calibrated_model);
 }
 
 // --trace: the last iteration as the simulator's Chrome trace shows a prediction, from the

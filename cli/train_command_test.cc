@@ -154,9 +154,17 @@ TEST(TrainCommandTest, RunsAVocabParallelPlanFromThePlanCommand) {
   absl::StatusOr<Plan> plan = LoadPlanArg(file);
   ASSERT_TRUE(plan.ok()) << plan.status();
   ASSERT_TRUE(plan->vocab_parallel) << plan_out.str();
+  // With a profile of kSpec's layers the run also calibrates it (--calibrated_model).
+  const ModelGraph graph = executor::ToModelGraph(*executor::ParseModelSpec(kSpec));
+  const std::string prefix = TmpPrefix("vocab-profile");
+  const ModelGraph profile = SkewedProfile(graph);
+  ASSERT_TRUE(WriteModelFile(prefix + ".model.json", profile).ok());
+  ASSERT_TRUE(WriteClusterFile(prefix + ".cluster.json", MeasuredCluster()).ok());
+  const std::string calibrated = prefix + ".calibrated.model.json";
   std::ostringstream out, err;
   ASSERT_EQ(RunTrain({std::string("--model=") + kSpec, "--plan=" + file, "--ranks=2",
-                      "--transport=inproc", "--iterations=2", "--json"},
+                      "--transport=inproc", "--iterations=2", "--json", "--profile=" + prefix,
+                      "--calibrated_model=" + calibrated},
                      out, err),
             0)
       << err.str();
@@ -165,6 +173,28 @@ TEST(TrainCommandTest, RunsAVocabParallelPlanFromThePlanCommand) {
   for (const char* pass : {"[0,\"S\"", "[1,\"S\"", "[0,\"T\"", "[1,\"T\""}) {
     EXPECT_NE(out.str().find(pass), std::string::npos) << pass << " in " << out.str();
   }
+  // The split head is calibrated by its S and T passes (not by its layer times, which time only
+  // its norm): factor = sum(measured x samples) / sum(predicted x samples) over both shards,
+  // the profile predicting S = (F + B) / 2 + the op overhead and T = W / 2 + the overhead.
+  const nlohmann::json result = nlohmann::json::parse(out.str());
+  const MeasuredCosts& head = profile.layers.back().measured;
+  const double overhead = MeasuredCluster().hardware[0].op_overhead_s;
+  double measured = 0, predicted = 0;
+  int passes = 0;
+  for (const nlohmann::json& e : result.at("stage_op_s")) {
+    const std::string kind = e.at(1).get<std::string>();
+    if (kind != "S" && kind != "T") continue;
+    const double n = e.at(3).get<double>();
+    measured += e.at(2).get<double>() * n;
+    predicted += ((kind == "S" ? *head.forward_s + *head.backward_input_s : *head.weight_grad_s) /
+                      2 + overhead) * n;
+    ++passes;
+  }
+  ASSERT_EQ(passes, 4) << out.str();
+  absl::StatusOr<ModelGraph> cal = LoadModelFile(calibrated);
+  ASSERT_TRUE(cal.ok()) << cal.status();
+  EXPECT_NEAR(*cal->layers.back().measured.forward_s / *head.forward_s, measured / predicted,
+              1e-9 * measured / predicted);
 }
 
 // --trace writes the last iteration as the simulator's Chrome trace writes a prediction: one

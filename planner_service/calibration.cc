@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 #include "simulator/pipeline_rules.h"
 
 namespace octopipe::planner {
@@ -14,13 +15,12 @@ absl::StatusOr<CalibrationUpdate> FitCalibration(const Plan& plan,
   if (factors.empty()) factors.assign(num_layers, 1.0);
   const int S = plan.num_stages();
   std::vector<double> measured(S, 0.0), expected(S, 0.0);
+  // The vocabulary passes of every device, which together fit the head's factor.
+  double vocab_measured = 0, vocab_expected = 0;
+  bool vocab_reported = false;
   for (size_t i = 0; i < times.size(); ++i) {
     const MeasuredStageTime& t = times[i];
     const std::string field = absl::StrCat("times[", i, "]");
-    if (t.stage < 0 || t.stage >= S) {
-      return absl::InvalidArgumentError(absl::StrCat(field, ".stage must be in [0, ", S - 1,
-                                                     "] for this plan version, got ", t.stage));
-    }
     if (!(t.seconds > 0) || !std::isfinite(t.seconds)) {
       return absl::InvalidArgumentError(
           absl::StrCat(field, ".seconds must be > 0, got ", t.seconds));
@@ -29,12 +29,42 @@ absl::StatusOr<CalibrationUpdate> FitCalibration(const Plan& plan,
       return absl::InvalidArgumentError(
           absl::StrCat(field, ".samples must be >= 1, got ", t.samples));
     }
+    if (IsVocabPass(t.kind)) {
+      if (!plan.vocab_parallel) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            field, ".kind ", OpKindName(t.kind),
+            ": a vocabulary pass, but this plan version does not split the output layer "
+            "(vocab_parallel is off)"));
+      }
+      if (t.stage < 0 || t.stage >= plan.num_devices) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            field, ".stage of a vocabulary pass is its device: must be in [0, ",
+            plan.num_devices - 1, "] for this plan version, got ", t.stage));
+      }
+      if (!predicted.vocab_parallel ||
+          static_cast<size_t>(t.stage) >= predicted.vocab_s_s.size() ||
+          static_cast<size_t>(t.stage) >= predicted.vocab_t_s.size()) {
+        continue;  // nothing predicted to compare with
+      }
+      const double p = OpDuration(predicted, t.kind, t.stage);
+      if (!(p > 0)) continue;
+      vocab_reported = true;
+      vocab_measured += t.seconds * t.samples;
+      vocab_expected += p * t.samples;
+      continue;
+    }
+    if (t.stage < 0 || t.stage >= S) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ".stage must be in [0, ", S - 1,
+                                                     "] for this plan version, got ", t.stage));
+    }
     const int s = t.stage;
     const double p = OpDuration(predicted, t.kind, s);
     if (!(p > 0)) continue;  // nothing predicted to compare with (free stage)
     measured[s] += t.seconds * t.samples;
     expected[s] += p * t.samples;
   }
+  // A split head's cost is in the vocabulary passes, not in its stage's ops.
+  const int head = plan.vocab_parallel ? num_layers - 1 : -1;
   CalibrationUpdate out;
   for (int s = 0; s < S; ++s) {
     if (!(expected[s] > 0)) continue;
@@ -45,8 +75,19 @@ absl::StatusOr<CalibrationUpdate> FitCalibration(const Plan& plan,
       out.worst_stage = s;
     }
     for (int l = plan.stages[s].first_layer; l <= plan.stages[s].last_layer; ++l) {
-      factors[l] *= ratio;
+      if (l != head) factors[l] *= ratio;
     }
+  }
+  if (vocab_reported && vocab_expected > 0 && head >= 0) {
+    const double ratio = vocab_measured / vocab_expected;
+    out.vocab_reported = true;
+    out.vocab_deviation = std::abs(ratio - 1);
+    if (out.vocab_deviation > out.max_deviation) {
+      out.max_deviation = out.vocab_deviation;
+      out.worst_stage = -1;
+      out.worst_is_vocab = true;
+    }
+    factors[head] *= ratio;
   }
   out.factors = std::move(factors);
   return out;
@@ -54,7 +95,8 @@ absl::StatusOr<CalibrationUpdate> FitCalibration(const Plan& plan,
 
 absl::StatusOr<CalibrationUpdate> FitLayerCalibration(const std::vector<LayerCost>& predicted,
                                                       const std::vector<MeasuredLayerTime>& times,
-                                                      std::vector<double> factors) {
+                                                      std::vector<double> factors,
+                                                      int skip_layer) {
   const int L = static_cast<int>(predicted.size());
   if (factors.empty()) factors.assign(L, 1.0);
   std::vector<double> measured(L, 0.0), expected(L, 0.0);
@@ -86,8 +128,10 @@ absl::StatusOr<CalibrationUpdate> FitLayerCalibration(const std::vector<LayerCos
       case OpKind::kS:
       case OpKind::kT:
         return absl::InvalidArgumentError(absl::StrCat(
-            field, ".op_kind must be F, B, W or R (vocabulary passes are not per layer)"));
+            field, ".op_kind must be F, B, W or R (vocabulary passes are stage times, their "
+                   "stage being the device)"));
     }
+    if (t.layer == skip_layer) continue;
     if (!(p > 0)) continue;  // nothing predicted to compare with
     measured[t.layer] += t.seconds * t.samples;
     expected[t.layer] += p * t.samples;
@@ -104,6 +148,33 @@ absl::StatusOr<CalibrationUpdate> FitLayerCalibration(const std::vector<LayerCos
   }
   out.factors = std::move(factors);
   return out;
+}
+
+absl::StatusOr<CalibrationUpdate> FitMeasuredTimes(const ProblemBuilder& builder,
+                                                   const Plan& plan,
+                                                   const std::vector<MeasuredStageTime>& stages,
+                                                   const std::vector<MeasuredLayerTime>& layers,
+                                                   std::vector<double> factors) {
+  const int L = builder.num_layers();
+  if (factors.empty()) factors.assign(L, 1.0);
+  ASSIGN_OR_RETURN(PipelineProblem predicted, builder.Build(plan));
+  ASSIGN_OR_RETURN(CalibrationUpdate update,
+                   FitCalibration(plan, predicted, stages, factors, L));
+  if (layers.empty()) return update;
+  std::vector<LayerCost> layer_costs(L);
+  for (const StageAssignment& st : plan.stages) {
+    for (int l = st.first_layer; l <= st.last_layer; ++l) {
+      layer_costs[l] = builder.layer_cost(l, st.device);
+    }
+  }
+  // Under the split the head's layer times are its norm alone (executor/engine.h), which the
+  // problem does not cost: its factor stays the vocabulary passes' fit.
+  const int head = plan.vocab_parallel ? L - 1 : -1;
+  ASSIGN_OR_RETURN(CalibrationUpdate by_layer,
+                   FitLayerCalibration(layer_costs, layers, factors, head));
+  if (head >= 0) by_layer.factors[head] = update.factors[head];
+  update.factors = std::move(by_layer.factors);
+  return update;
 }
 
 absl::StatusOr<ModelGraph> ApplyLayerFactors(const ModelGraph& model,

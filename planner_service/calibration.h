@@ -10,6 +10,18 @@
 // current factors. Every layer of the stage gets factor *= ratio, so the next tuning sees the
 // measured costs (the most trusted cost source) while the cost model's relative costs inside a
 // stage are kept. Pure functions; thread-safe.
+//
+// Vocabulary parallelism (plan.vocab_parallel; simulator/vocab_parallel.h): the head (the last
+// layer) costs nothing in its stage; every device d runs its shard's S and T passes, reported
+// as stage times with `stage` = d (the executor times them as ops, keyed by the device). The
+// problem costs them from the head's one factor (ProblemBuilder: S(d) = (F + B of the head) x
+// factor x shard fraction(d) + op overhead, T(d) = W x factor x fraction(d) + overhead), so
+// they fit that factor: head factor *= sum(measured S/T seconds x samples) / sum(predicted x
+// samples) over every device's reported passes. One factor, not one per device: the shard
+// fractions follow the devices' speed on the head, and a factor per device has nowhere to go
+// in the per-layer factors the tuner takes. The stage times of the last stage then do not
+// scale the head (its cost is not in them), and the head's own per-layer times, which under
+// the split time only its norm on the last stage's device, are ignored (FitMeasuredTimes).
 #ifndef OCTOPIPE_PLANNER_SERVICE_CALIBRATION_H_
 #define OCTOPIPE_PLANNER_SERVICE_CALIBRATION_H_
 
@@ -21,11 +33,12 @@
 #include "core/model_graph.h"
 #include "core/plan.h"
 #include "simulator/problem.h"
+#include "simulator/problem_builder.h"
 
 namespace octopipe::planner {
 
 struct MeasuredStageTime {
-  int stage = 0;
+  int stage = 0;  // for kS and kT (vocabulary passes): the device
   OpKind kind = OpKind::kF;
   double seconds = 0;  // mean per op
   int64_t samples = 1;
@@ -33,13 +46,19 @@ struct MeasuredStageTime {
 
 struct CalibrationUpdate {
   std::vector<double> factors;  // one per layer
-  double max_deviation = 0;     // max over reported stages of |ratio - 1|
-  int worst_stage = -1;
+  // Max of |ratio - 1| over the reported stages and, as one more entry, the vocabulary passes.
+  double max_deviation = 0;
+  int worst_stage = -1;         // -1 when nothing deviates, or the vocabulary passes do most
   int worst_layer = -1;         // FitLayerCalibration: the layer of max_deviation
+  // Vocabulary passes (S and T) reported: their ratio's |ratio - 1|, and whether it is the
+  // max_deviation (worst_stage is then -1).
+  bool vocab_reported = false;
+  double vocab_deviation = 0;
+  bool worst_is_vocab = false;
 };
 
-// Errors: kInvalidArgument naming the field (stage out of range, non-positive seconds,
-// unknown op kind for the plan). `factors` empty means all 1.
+// Errors: kInvalidArgument naming the field (stage out of range — a device's for S and T —,
+// non-positive seconds, S or T for a plan without vocab_parallel). `factors` empty means all 1.
 absl::StatusOr<CalibrationUpdate> FitCalibration(const Plan& plan,
                                                  const PipelineProblem& predicted,
                                                  const std::vector<MeasuredStageTime>& times,
@@ -53,12 +72,26 @@ struct MeasuredLayerTime {
 };
 
 // `predicted[l]`: layer l's costs under the current `factors` (empty: all 1) on the device it
-// ran on. Layers without reports keep their factor. Deviation fields are over layers.
-// Errors: kInvalidArgument naming the field (layer out of range, kind BW, non-positive seconds
-// or samples).
+// ran on. Layers without reports keep their factor, and so does `skip_layer` (>= 0: its reports
+// are checked, then ignored). Deviation fields are over layers.
+// Errors: kInvalidArgument naming the field (layer out of range, kind BW, S or T — vocabulary
+// passes are stage times —, non-positive seconds or samples).
 absl::StatusOr<CalibrationUpdate> FitLayerCalibration(const std::vector<LayerCost>& predicted,
                                                       const std::vector<MeasuredLayerTime>& times,
-                                                      std::vector<double> factors);
+                                                      std::vector<double> factors,
+                                                      int skip_layer = -1);
+
+// One report against the plan it measured: `builder` is the plan's (made with the current
+// `factors` and plan.vocab_parallel; `factors` empty: all 1). The stage times (FitCalibration)
+// give the deviation and, without layer times, the factors; with layer times every layer they
+// cover gets its own ratio (FitLayerCalibration). Under vocabulary parallelism the head's
+// factor is the vocabulary passes' fit either way (see the top comment). Errors: those of
+// FitCalibration and FitLayerCalibration, and the builder's on a plan it does not fit.
+absl::StatusOr<CalibrationUpdate> FitMeasuredTimes(const ProblemBuilder& builder,
+                                                   const Plan& plan,
+                                                   const std::vector<MeasuredStageTime>& stages,
+                                                   const std::vector<MeasuredLayerTime>& layers,
+                                                   std::vector<double> factors);
 
 // A measured model calibrated: every layer's measured F, B, W and R seconds multiplied by its
 // factor (e.g. FitLayerCalibration's), so any command that reads model files plans and predicts

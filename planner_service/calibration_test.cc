@@ -10,10 +10,14 @@
 #include <string>
 #include <vector>
 
+#include "core/cluster.h"
+#include "core/cost_model.h"
 #include "core/plan.h"
+#include "core/synthetic_model.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "simulator/problem.h"
+#include "simulator/problem_builder.h"
 
 namespace octopipe::planner {
 namespace {
@@ -169,6 +173,187 @@ TEST(FitCalibrationTest, NonPositiveOrNonFiniteSecondsNameTheEntry) {
 TEST(FitCalibrationTest, SamplesBelowOneNameTheEntry) {
   ExpectInvalid({Time(0, OpKind::kF, 1, 0)}, "times[0].samples");
   ExpectInvalid({Time(2, OpKind::kF, 1, 2), Time(2, OpKind::kF, 1, -3)}, "times[1].samples");
+}
+
+// Vocabulary parallelism: the head (layer 7) is split over the 4 devices; device d's S pass is
+// predicted 0.4 s and its T pass 0.2 s (S and T reported with stage = device).
+Plan FourStageVocabPlan() {
+  Plan plan = FourStagePlan();
+  plan.vocab_parallel = true;
+  return plan;
+}
+
+PipelineProblem PredictedWithVocab() {
+  PipelineProblem p = Predicted();
+  p.vocab_parallel = true;
+  p.vocab_s_s.assign(4, 0.4);
+  p.vocab_t_s.assign(4, 0.2);
+  p.vocab_activation_bytes.assign(4, 0.0);
+  return p;
+}
+
+TEST(FitCalibrationTest, VocabularyPassesOfEveryDeviceFitTheHeadsFactor) {
+  // S on device 0: 0.6 s x 8, T on device 1: 0.3 s x 4, S on device 2: 0.4 s x 8 (T on device 3
+  // not reported). ratio = (0.6*8 + 0.3*4 + 0.4*8) / (0.4*8 + 0.2*4 + 0.4*8) = 9.2 / 7.2.
+  const std::vector<MeasuredStageTime> times = {Time(0, OpKind::kS, 0.6, 8),
+                                                Time(1, OpKind::kT, 0.3, 4),
+                                                Time(2, OpKind::kS, 0.4, 8)};
+  absl::StatusOr<CalibrationUpdate> u =
+      FitCalibration(FourStageVocabPlan(), PredictedWithVocab(), times, {}, kLayers);
+  ASSERT_TRUE(u.ok()) << u.status();
+  const double ratio = 9.2 / 7.2;
+  ExpectFactors(u->factors, {1, 1, 1, 1, 1, 1, 1, ratio});
+  EXPECT_TRUE(u->vocab_reported);
+  EXPECT_NEAR(u->vocab_deviation, ratio - 1, 1e-12);
+  EXPECT_NEAR(u->max_deviation, ratio - 1, 1e-12);
+  EXPECT_TRUE(u->worst_is_vocab);
+  EXPECT_EQ(u->worst_stage, -1);
+}
+
+TEST(FitCalibrationTest, LastStageRatioDoesNotScaleASplitHead) {
+  // Stage 3 (layers 6-7) 20% slower, the vocabulary passes 10% faster: layer 6 takes the
+  // stage's ratio, the head (layer 7), whose cost is not in the stage, the passes'.
+  const std::vector<MeasuredStageTime> times = {
+      Time(3, OpKind::kF, kF * 1.2, 8), Time(3, OpKind::kB, kB * 1.2, 8),
+      Time(0, OpKind::kS, 0.4 * 0.9, 8), Time(0, OpKind::kT, 0.2 * 0.9, 8),
+      Time(3, OpKind::kS, 0.4 * 0.9, 8), Time(3, OpKind::kT, 0.2 * 0.9, 8)};
+  absl::StatusOr<CalibrationUpdate> u =
+      FitCalibration(FourStageVocabPlan(), PredictedWithVocab(), times, {2, 2, 1, 1, 1, 1, 1, 3},
+                     kLayers);
+  ASSERT_TRUE(u.ok()) << u.status();
+  ExpectFactors(u->factors, {2, 2, 1, 1, 1, 1, 1.2, 3 * 0.9});
+  EXPECT_NEAR(u->max_deviation, 0.2, 1e-12);
+  EXPECT_EQ(u->worst_stage, 3);
+  EXPECT_FALSE(u->worst_is_vocab);
+  EXPECT_NEAR(u->vocab_deviation, 0.1, 1e-12);
+
+  // Without the split the same stage report scales both layers of the stage.
+  u = FitCalibration(FourStagePlan(), Predicted(), {Time(3, OpKind::kF, kF * 1.2, 8)}, {},
+                     kLayers);
+  ASSERT_TRUE(u.ok()) << u.status();
+  ExpectFactors(u->factors, {1, 1, 1, 1, 1, 1, 1.2, 1.2});
+  EXPECT_FALSE(u->vocab_reported);
+}
+
+TEST(FitCalibrationTest, VocabularyPassesAreCheckedAgainstThePlan) {
+  // A plan without the split has no S or T to calibrate.
+  ExpectInvalid({Time(0, OpKind::kF, 1), Time(0, OpKind::kS, 1)}, "times[1].kind S");
+  // The stage of a vocabulary pass is a device: [0, 3] here.
+  for (int device : {-1, 4}) {
+    absl::StatusOr<CalibrationUpdate> u = FitCalibration(
+        FourStageVocabPlan(), PredictedWithVocab(), {Time(device, OpKind::kT, 1)}, {}, kLayers);
+    ASSERT_FALSE(u.ok()) << device;
+    EXPECT_EQ(u.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(u.status().message()),
+                HasSubstr("times[0].stage of a vocabulary pass is its device: must be in [0, 3]"));
+  }
+  absl::StatusOr<CalibrationUpdate> u = FitCalibration(
+      FourStageVocabPlan(), PredictedWithVocab(), {Time(1, OpKind::kS, 0)}, {}, kLayers);
+  EXPECT_THAT(std::string(u.status().message()), HasSubstr("times[0].seconds must be > 0"));
+}
+
+// FitMeasuredTimes against a real ProblemBuilder: 4 synthetic layers (F 1, B 2, W 0.5 s; no
+// op overhead, free links), the last made the head with F 2, B 4, W 2 s; 2 stages [0-1] on
+// device 0 and [2-3] on device 1, the head split over both devices (equal shards, 0.5 each):
+// predicted S(d) = (2 + 4) x 0.5 = 3 s, T(d) = 2 x 0.5 = 1 s; stage 1's F is layer 2's alone.
+struct VocabSetup {
+  ModelGraph model;
+  Cluster cluster = SyntheticCluster(2);
+  Plan plan;
+};
+
+VocabSetup SmallVocabSetup() {
+  VocabSetup v;
+  v.model = *ParseSyntheticModel("layers=4,f=1,b=2,w=0.5");
+  Layer& head = v.model.layers.back();
+  head.kind = LayerKind::kHead;
+  head.measured.forward_s = 2.0;
+  head.measured.backward_input_s = 4.0;
+  head.measured.weight_grad_s = 2.0;
+  v.plan.num_devices = 2;
+  v.plan.num_microbatches = 4;
+  v.plan.vocab_parallel = true;
+  v.plan.stages = EvenPartition(4, 2);
+  v.plan.stages[1].device = 1;
+  return v;
+}
+
+absl::StatusOr<ProblemBuilder> BuilderOf(const VocabSetup& v, const std::vector<double>& f) {
+  return ProblemBuilder::Create(v.model, v.cluster, CostModel(), 2, f, v.plan.vocab_parallel);
+}
+
+TEST(FitMeasuredTimesTest, VocabularyPassesCalibrateTheHeadAsTheProblemCostsIt) {
+  const VocabSetup v = SmallVocabSetup();
+  absl::StatusOr<ProblemBuilder> builder = BuilderOf(v, {});
+  ASSERT_TRUE(builder.ok()) << builder.status();
+  absl::StatusOr<PipelineProblem> p = builder->Build(v.plan);
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_NEAR(p->vocab_s_s[0], 3.0, 1e-12);
+  ASSERT_NEAR(p->vocab_t_s[1], 1.0, 1e-12);
+  ASSERT_NEAR(p->forward_s[1], 1.0, 1e-12);
+
+  // Stage 1 50% slower; S 6 s on device 0 and 3 s on device 1, T 1 s on both (4 samples each):
+  // head factor = (6*4 + 3*4 + 1*4 + 1*4) / (3*4 + 3*4 + 1*4 + 1*4) = 44 / 32.
+  const std::vector<MeasuredStageTime> stages = {
+      Time(1, OpKind::kF, 1.5, 4), Time(1, OpKind::kB, 3.0, 4), Time(0, OpKind::kS, 6.0, 4),
+      Time(1, OpKind::kS, 3.0, 4), Time(0, OpKind::kT, 1.0, 4), Time(1, OpKind::kT, 1.0, 4)};
+  absl::StatusOr<CalibrationUpdate> u = FitMeasuredTimes(*builder, v.plan, stages, {}, {});
+  ASSERT_TRUE(u.ok()) << u.status();
+  const double head = 44.0 / 32.0;
+  ExpectFactors(u->factors, {1, 1, 1.5, head});
+  EXPECT_NEAR(u->max_deviation, 0.5, 1e-12);
+  EXPECT_EQ(u->worst_stage, 1);
+  EXPECT_NEAR(u->vocab_deviation, head - 1, 1e-12);
+
+  // The calibrated problem predicts what was measured: S = 3 x 44/32 on each device, and the
+  // same report against it deviates nowhere (the fit is consistent with ProblemBuilder).
+  absl::StatusOr<ProblemBuilder> calibrated = BuilderOf(v, u->factors);
+  ASSERT_TRUE(calibrated.ok()) << calibrated.status();
+  p = calibrated->Build(v.plan);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_NEAR(p->vocab_s_s[0], 3.0 * head, 1e-12);
+  EXPECT_NEAR(p->vocab_t_s[1], 1.0 * head, 1e-12);
+  const std::vector<MeasuredStageTime> as_predicted = {
+      Time(1, OpKind::kF, 1.5, 4), Time(0, OpKind::kS, 3.0 * head, 4),
+      Time(1, OpKind::kT, 1.0 * head, 4)};
+  absl::StatusOr<CalibrationUpdate> again =
+      FitMeasuredTimes(*calibrated, v.plan, as_predicted, {}, u->factors);
+  ASSERT_TRUE(again.ok()) << again.status();
+  ExpectFactors(again->factors, u->factors);
+  EXPECT_NEAR(again->max_deviation, 0, 1e-12);
+}
+
+TEST(FitMeasuredTimesTest, LayerTimesCalibrateTheirLayersButNotASplitHead) {
+  const VocabSetup v = SmallVocabSetup();
+  absl::StatusOr<ProblemBuilder> builder = BuilderOf(v, {});
+  ASSERT_TRUE(builder.ok()) << builder.status();
+  const std::vector<MeasuredStageTime> stages = {Time(0, OpKind::kS, 4.5, 4),
+                                                 Time(1, OpKind::kS, 4.5, 4)};
+  // Layer 0 twice as slow in F; the head's own layer times (its norm on the last stage's
+  // device, 10 ms) must not drag its factor down.
+  const std::vector<MeasuredLayerTime> layers = {
+      {0, OpKind::kF, 2.0, 4}, {3, OpKind::kF, 0.01, 4}, {3, OpKind::kB, 0.01, 4}};
+  absl::StatusOr<CalibrationUpdate> u = FitMeasuredTimes(*builder, v.plan, stages, layers, {});
+  ASSERT_TRUE(u.ok()) << u.status();
+  ExpectFactors(u->factors, {2, 1, 1, 1.5});
+
+  // Without the split the head's layer times are its whole cost and calibrate it.
+  VocabSetup plain = v;
+  plain.plan.vocab_parallel = false;
+  builder = BuilderOf(plain, {});
+  ASSERT_TRUE(builder.ok()) << builder.status();
+  u = FitMeasuredTimes(*builder, plain.plan, {}, {{3, OpKind::kF, 3.0, 4}}, {});
+  ASSERT_TRUE(u.ok()) << u.status();
+  ExpectFactors(u->factors, {1, 1, 1, 1.5});
+
+  // Vocabulary passes are stage times, not layer times.
+  builder = BuilderOf(v, {});
+  ASSERT_TRUE(builder.ok()) << builder.status();
+  u = FitMeasuredTimes(*builder, v.plan, {}, {{3, OpKind::kS, 3.0, 4}}, {});
+  ASSERT_FALSE(u.ok());
+  EXPECT_THAT(std::string(u.status().message()),
+              HasSubstr("layer_times[0].op_kind must be F, B, W or R (vocabulary passes are "
+                        "stage times"));
 }
 
 TEST(ParseOpKindTest, AcceptsTheFiveKinds) {

@@ -70,27 +70,46 @@ absl::StatusOr<MeasuredTimes> MeasuredTimesOf(const proto::ReportStageTimesReque
 
 // New calibration factors from measured times against what `plan` predicts under `factors`:
 // per stage, or per layer when the report has layer times (the stage deviation still decides
-// about re-planning).
+// about re-planning); a split head's from the vocabulary passes (calibration.h).
 absl::StatusOr<CalibrationUpdate> FitReport(const PlanningInput& input, const Plan& plan,
                                             const std::vector<double>& factors,
                                             const MeasuredTimes& measured) {
   ASSIGN_OR_RETURN(ProblemBuilder builder,
                    ProblemBuilder::Create(input.model, input.cluster, CostModel(),
                                           plan.num_devices, factors, plan.vocab_parallel));
-  ASSIGN_OR_RETURN(PipelineProblem predicted, builder.Build(plan));
-  ASSIGN_OR_RETURN(CalibrationUpdate update, FitCalibration(plan, predicted, measured.stages,
-                                                            factors, input.model.num_layers()));
-  if (measured.layers.empty()) return update;
-  std::vector<LayerCost> layer_costs(input.model.num_layers());
-  for (const StageAssignment& st : plan.stages) {
-    for (int l = st.first_layer; l <= st.last_layer; ++l) {
-      layer_costs[l] = builder.layer_cost(l, st.device);
-    }
+  return FitMeasuredTimes(builder, plan, measured.stages, measured.layers, factors);
+}
+
+// Agents run a split head with the executor, whose vocabulary shards need an entry each: for a
+// job agents train (`trains`), "auto" does not try the split when the model's vocabulary is
+// smaller than the devices, and "on" is kInvalidArgument naming options.vocab_parallel.
+absl::Status AgentVocabSplit(bool trains, PlanningInput* input) {
+  TunerOptions& t = input->tuner;
+  if (!trains || t.vocab_parallel == VocabParallelMode::kOff || input->model.layers.empty() ||
+      input->model.layers.back().kind != LayerKind::kHead) {
+    return absl::OkStatus();  // (a model without a head: the tuner's answer)
   }
-  ASSIGN_OR_RETURN(CalibrationUpdate by_layer,
-                   FitLayerCalibration(layer_costs, measured.layers, factors));
-  update.factors = std::move(by_layer.factors);
-  return update;
+  const int64_t vocab = input->model.layers.back().dims.vocab;
+  if (vocab >= t.num_devices) return absl::OkStatus();
+  if (t.vocab_parallel == VocabParallelMode::kOn) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "options.vocab_parallel: on, but agents split the head into one vocabulary shard per "
+        "device and the model's vocabulary (", vocab, ") is smaller than its ", t.num_devices,
+        " devices"));
+  }
+  t.vocab_parallel = VocabParallelMode::kOff;
+  return absl::OkStatus();
+}
+
+// Where the largest deviation is, for the report's decision: "(stage 2)", or "(vocabulary
+// passes)", with the vocabulary passes' own deviation when they were reported but are not it.
+std::string WorstOf(const CalibrationUpdate& u) {
+  if (u.worst_is_vocab) return "(vocabulary passes S/T)";
+  std::string out = absl::StrFormat("(stage %d)", u.worst_stage);
+  if (u.vocab_reported) {
+    absl::StrAppendFormat(&out, ", vocabulary passes S/T %.1f%%", u.vocab_deviation * 100);
+  }
+  return out;
 }
 
 }  // namespace
@@ -154,9 +173,10 @@ bool JobManager::KnowsNode(const std::string& node_id) const {
 
 absl::StatusOr<JobRecord> JobManager::Create(NewJob request) {
   // Validate everything before anything is stored.
-  RETURN_IF_ERROR(PrepareInput(request.spec.model, request.spec.cluster, request.spec.options,
-                               {}, options_.limits)
-                      .status());
+  ASSIGN_OR_RETURN(PlanningInput input,
+                   PrepareInput(request.spec.model, request.spec.cluster, request.spec.options,
+                                {}, options_.limits));
+  RETURN_IF_ERROR(AgentVocabSplit(request.training.has_value(), &input));
   if (static_cast<int64_t>(request.name.size()) > options_.limits.max_name_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "name: ", request.name.size(), " bytes exceed the limit of ",
@@ -327,14 +347,13 @@ std::optional<JobManager::TaskInput> JobManager::TaskInputOf(const std::string& 
   return in;
 }
 
-// The tuner's input for a planning task: the job's spec on the nodes it has left, without the
-// vocabulary split (agents run a job's plans with the executor, which does not split the output
-// layer yet), warm-started from the current plan (ignored when it no longer fits the devices
-// left).
+// The tuner's input for a planning task: the job's spec on the nodes it has left (its options
+// decide the vocabulary split, as for a Plan call; AgentVocabSplit for jobs agents train),
+// warm-started from the current plan (ignored when it no longer fits the devices left).
 absl::StatusOr<PlanningInput> JobManager::PlanningInputOf(const TaskInput& task) const {
   absl::StatusOr<PlanningInput> input = InputOf(task.job, options_.limits);
   if (!input.ok()) return input;
-  input->tuner.vocab_parallel = VocabParallelMode::kOff;
+  RETURN_IF_ERROR(AgentVocabSplit(task.job.training.has_value(), &*input));
   if (task.current_version > 0 && task.current_plan.ok()) {
     input->tuner.seed_stages = task.current_plan->stages;
   }
@@ -459,9 +478,11 @@ absl::StatusOr<JobManager::TaskInput> JobManager::ReportTaskInput(
 
 absl::StatusOr<proto::ReportStageTimesResponse> JobManager::ReportStageTimes(
     const proto::ReportStageTimesRequest& request) {
-  // One entry per (stage, op kind) at most: bounded by the stage limit.
+  // One entry per (stage, op kind) at most, and an S and a T per device: bounded by the stage
+  // and device limits.
   RETURN_IF_ERROR(CheckLimit("times", request.times_size(),
-                             5 * options_.limits.max_layers, "5 x max_layers"));
+                             5 * options_.limits.max_layers + 2 * options_.limits.max_devices,
+                             "5 x max_layers + 2 x max_devices"));
   RETURN_IF_ERROR(CheckLimit("device_times", request.device_times_size(),
                              options_.limits.max_devices, "max_devices"));
   ASSIGN_OR_RETURN(TaskInput task, ReportTaskInput(request));
@@ -497,7 +518,9 @@ absl::StatusOr<proto::ReportStageTimesResponse> JobManager::ApplyReport(
   }
   logging::Event(*logging::Logger("replan"), spdlog::level::info, "measured deviation",
                  {{"job", request.job_id()}, {"deviation", update.max_deviation},
-                  {"worst_stage", update.worst_stage}, {"replan", replan}});
+                  {"worst_stage", update.worst_stage},
+                  {"vocab_deviation", update.vocab_reported ? update.vocab_deviation : 0.0},
+                  {"replan", replan}});
   if (observer_ && !device_busy.empty()) {
     observer_->OnDeviceBusy(request.job_id(), version, num_devices, device_busy);
   }
@@ -505,7 +528,7 @@ absl::StatusOr<proto::ReportStageTimesResponse> JobManager::ApplyReport(
   out.set_replanned(replan);
   out.set_current_version(it->second.job.current_version);
   out.set_decision(absl::StrFormat(
-      "largest deviation %.1f%% (stage %d): %s", update.max_deviation * 100, update.worst_stage,
+      "largest deviation %.1f%% %s: %s", update.max_deviation * 100, WorstOf(update),
       replan ? "re-planning with the measured costs"
              : "no re-plan (within tolerance, or cooling down)"));
   return out;

@@ -26,6 +26,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "core/cluster.h"
 #include "core/cluster_presets.h"
 #include "core/convert.h"
 #include "executor/checkpoint.h"
@@ -175,10 +176,15 @@ class AgentE2ETest : public ::testing::Test {
         grpc::CreateChannel(planner_.address(), grpc::InsecureChannelCredentials()));
   }
 
-  static std::vector<std::string> PlannerArgs() {
+  // The planner's flags beyond the common ones.
+  virtual std::vector<std::string> ExtraPlannerArgs() const { return {}; }
+
+  std::vector<std::string> PlannerArgs() const {
     const std::string test = ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    return {"--state_dir=" + TmpDir("state-" + test), "--heartbeat_timeout_s=2",
-            "--default_time_budget_s=1"};
+    std::vector<std::string> args = {"--state_dir=" + TmpDir("state-" + test),
+                                     "--heartbeat_timeout_s=2", "--default_time_budget_s=1"};
+    for (const std::string& a : ExtraPlannerArgs()) args.push_back(a);
+    return args;
   }
 
   proto::GetJobResponse Get() {
@@ -624,6 +630,93 @@ TEST_F(AgentE2ETest, TrainingContinuesWhileThePlannerRestarts) {
   for (const proto::JobEvent& e : final_job.job().events()) {
     EXPECT_NE(e.kind(), "rank_failed") << e.message();
   }
+}
+
+// Measured-time re-plans soon (every 4 s at most), adopted when predicted 2% faster.
+class AgentVocabE2ETest : public AgentE2ETest {
+ protected:
+  std::vector<std::string> ExtraPlannerArgs() const override {
+    return {"--replan_cooldown_s=4", "--replan_min_gain=0.02"};
+  }
+};
+
+// A job whose plans split the output layer by vocabulary (vocab_parallel "on"; a heavy head on
+// a synthetic cluster of the agents' two nodes, so the split is the faster plan): both agents
+// run the split plan and report over gRPC their device's S and T passes with the stage times;
+// the planner calibrates the head with them (its log's vocab_deviation), re-plans on the
+// measured costs, and the agents switch to the new version and finish the job.
+TEST_F(AgentVocabE2ETest, VocabParallelJobReportsItsPassesAndIsReplannedAndCompleted) {
+  constexpr char kVocabModel[] =
+      "ref:pattern=M*-E,hidden=32,heads=2,ffn=64,seq=32,vocab=16384,seed=5,microbatches=4";
+  constexpr int kVocabIterations = 60;
+  const std::string checkpoints = TmpDir("checkpoints-vocab");
+  AgentProcess a("node-a", TmpDir("vocab-a"), checkpoints);
+  AgentProcess b("node-b", TmpDir("vocab-b"), checkpoints);
+  ASSERT_TRUE(a.Start(planner_.address())) << a.log();
+  ASSERT_TRUE(b.Start(planner_.address())) << b.log();
+  Cluster c = SyntheticCluster(1);
+  c.nodes[0].name = "node-a";
+  c.nodes.push_back(c.nodes[0]);
+  c.nodes[1].name = "node-b";
+  proto::CreateJobRequest request;
+  request.set_name("vocab");
+  *request.mutable_cluster() = ClusterToProto(c);
+  request.mutable_options()->set_time_budget_s(1);
+  request.mutable_options()->set_seed(1);
+  request.mutable_options()->set_vocab_parallel("on");
+  proto::AgentTraining* t = request.mutable_training();
+  t->set_reference_model(kVocabModel);
+  t->set_iterations(kVocabIterations);
+  t->set_checkpoint_interval(10);
+  proto::Job job;
+  {
+    auto ctx = Ctx();
+    grpc::Status s = stub_->CreateJob(ctx.get(), request, &job);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  job_id_ = job.id();
+  ASSERT_TRUE(WaitJob([](const proto::GetJobResponse& r) { return r.current().version() >= 1; },
+                      30))
+      << planner_.log();
+  const proto::GetJobResponse v1 = Get();
+  ASSERT_EQ(v1.current().version(), 1);
+  ASSERT_TRUE(v1.current().result().vocab_parallel()) << "the split is the faster plan here";
+  ASSERT_EQ(v1.current().device_slots_size(), 2);
+
+  // Reports of the split plan's measured passes re-plan the job.
+  ASSERT_TRUE(WaitJob([](const proto::GetJobResponse& r) {
+    return r.current().version() >= 2 && r.current().reason() == "measured";
+  }, 60)) << Events() << planner_.log() << a.log() << b.log();
+  // The planner fitted the vocabulary passes (its log line for every report).
+  const std::string log = planner_.log();
+  bool vocab_fitted = false;
+  const std::string key = "vocab_deviation";
+  for (size_t at = log.find(key); at != std::string::npos; at = log.find(key, at + 1)) {
+    const size_t value = log.find_first_of("0123456789", at + key.size());
+    if (value != std::string::npos && value <= at + key.size() + 3) {
+      vocab_fitted = vocab_fitted || std::strtod(log.c_str() + value, nullptr) > 0;
+    }
+  }
+  EXPECT_TRUE(vocab_fitted) << log;
+
+  // The agents switch to the newest version and finish the job.
+  const executor::ModelSpec spec = *executor::ParseModelSpec(kVocabModel);
+  ASSERT_NE(WaitEvent([](const proto::JobEvent& e) { return e.kind() == "completed"; }, 0, 120),
+            nullptr)
+      << Events() << a.log() << b.log();
+  EXPECT_TRUE(WaitUntil([&] {
+    auto latest = executor::LatestCompleteCheckpoint(checkpoints + "/" + job_id_, spec);
+    return latest.ok() && *latest == kVocabIterations;
+  }, 30, /*poll_ms=*/20));
+  int64_t newest_run = 0;
+  const proto::GetJobResponse final_job = Get();
+  for (const proto::JobEvent& e : final_job.job().events()) {
+    EXPECT_NE(e.kind(), "rank_failed") << e.message();
+    if (e.kind() == "resumed" || e.kind() == "started") {
+      newest_run = std::max<int64_t>(newest_run, e.plan_version());
+    }
+  }
+  EXPECT_GE(newest_run, 2) << "a re-planned version ran\n" << Events();
 }
 
 }  // namespace

@@ -5,7 +5,9 @@
 //   * two re-plans ~50 ms apart: node-a starts the older version while node-b went straight to
 //     the newer one; both must end up training the newest (no hang, no lost work);
 //   * a rank process dies without a node loss (no new version follows): both agents restart
-//     the version from its last checkpoint, and the job completes.
+//     the version from its last checkpoint, and the job completes;
+//   * a plan that splits the output layer by vocabulary runs (every rank its head shard) and
+//     each node reports its device's S and T passes with the stage times.
 #include <signal.h>
 
 #include <chrono>
@@ -14,12 +16,14 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <random>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "core/convert.h"
 #include "executor/checkpoint.h"
 #include "executor/model_spec.h"
+#include "executor/testing/random_plan.h"
 #include "gtest/gtest.h"
 #include "simulator/classic_pipeline.h"
 #include "worker_agent/agent.h"
@@ -65,10 +69,15 @@ class ScriptedPlanner {
       for (const auto& [node, address] : p_->addresses_) out.push_back({node, address, true});
       return out;
     }
-    absl::Status ReportStageTimes(const std::string&, int64_t, const std::string&,
-                                  const std::vector<StageTimeReport>&,
+    absl::Status ReportStageTimes(const std::string&, int64_t, const std::string& node,
+                                  const std::vector<StageTimeReport>& times,
                                   const std::vector<LayerTimeReport>&,
-                                  const std::vector<DeviceBusyReport>&) override {
+                                  const std::vector<DeviceBusyReport>& devices) override {
+      std::lock_guard<std::mutex> l(p_->mu_);
+      std::vector<StageTimeReport>& all = p_->stage_times_[node];
+      all.insert(all.end(), times.begin(), times.end());
+      std::vector<DeviceBusyReport>& busy = p_->device_times_[node];
+      busy.insert(busy.end(), devices.begin(), devices.end());
       return absl::OkStatus();
     }
     absl::Status ReportEvent(const std::string&, const JobEventReport& e) override {
@@ -90,6 +99,15 @@ class ScriptedPlanner {
     std::lock_guard<std::mutex> l(mu_);
     return events_;
   }
+  // Every stage time a node reported, in order.
+  std::vector<StageTimeReport> stage_times(const std::string& node) {
+    std::lock_guard<std::mutex> l(mu_);
+    return stage_times_[node];
+  }
+  std::vector<DeviceBusyReport> device_times(const std::string& node) {
+    std::lock_guard<std::mutex> l(mu_);
+    return device_times_[node];
+  }
   std::string EventLog() {
     std::string out;
     for (const JobEventReport& e : events()) {
@@ -104,6 +122,8 @@ class ScriptedPlanner {
   std::map<std::string, std::vector<AgentJob>> jobs_;
   std::map<std::string, std::string> addresses_;
   std::vector<JobEventReport> events_;
+  std::map<std::string, std::vector<StageTimeReport>> stage_times_;
+  std::map<std::string, std::vector<DeviceBusyReport>> device_times_;
 };
 
 class CountingObserver : public AgentObserver {
@@ -233,6 +253,58 @@ TEST(AgentVersionsTest, ARankDyingWithoutANodeLossIsRestartedFromTheLastCheckpoi
   EXPECT_EQ(a.observer.restarts, 1);
   EXPECT_EQ(b.observer.restarts, 1);
   EXPECT_EQ(latest(), kIterations);
+}
+
+TEST(AgentVersionsTest, AVocabParallelPlanRunsAndEachNodeReportsItsDevicesPasses) {
+  ScriptedPlanner planner;
+  const std::string checkpoints = TmpDir("checkpoints-vocab");
+  Node a(&planner, "node-a", checkpoints, 30);
+  Node b(&planner, "node-b", checkpoints, 30);
+  ASSERT_TRUE(a.agent.Init().ok());
+  ASSERT_TRUE(b.agent.Init().ok());
+  constexpr int kIterations = 24;
+  // A seeded random plan (placement, partition, order) whose every rank also runs its head
+  // shard's S and T passes.
+  const executor::ModelSpec spec = *executor::ParseModelSpec(kModel);
+  std::mt19937 rng(11);
+  AgentJob job = TwoNodeJob(1, kIterations, 12);
+  job.plan = executor::testing::RandomPlan(rng, static_cast<int>(spec.kinds.size()), 2, 3,
+                                           spec.microbatches, /*split_backward=*/true,
+                                           /*vocab_parallel=*/true);
+  ASSERT_TRUE(job.plan.vocab_parallel);
+  planner.Show("node-a", {job});
+  planner.Show("node-b", {job});
+  ASSERT_TRUE(TickUntil(a, b, [&] { return HasEvent(planner, "completed", 1); }, 90))
+      << planner.EventLog();
+  EXPECT_FALSE(HasEvent(planner, "rank_failed", 1)) << planner.EventLog();
+  EXPECT_EQ(*executor::LatestCompleteCheckpoint(checkpoints + "/job-1", spec), kIterations);
+  // Node d holds plan device d: its reports carry S and T of that device (stage = device),
+  // measured, and its busy time includes them.
+  for (const auto& [node, device] : {std::pair{"node-a", 0}, std::pair{"node-b", 1}}) {
+    SCOPED_TRACE(node);
+    std::map<std::string, int64_t> samples;
+    double vocab_s = 0;
+    for (const StageTimeReport& t : planner.stage_times(node)) {
+      if (t.op_kind != "S" && t.op_kind != "T") continue;
+      EXPECT_EQ(t.stage, device);
+      EXPECT_GT(t.seconds, 0);
+      samples[t.op_kind] += t.samples;
+      vocab_s += t.seconds * t.samples;
+    }
+    // Every reported iteration (the first is a warm-up) ran one S and one T per micro-batch.
+    EXPECT_GT(samples["S"], 0);
+    EXPECT_EQ(samples["S"] % spec.microbatches, 0);
+    EXPECT_EQ(samples["T"], samples["S"]);
+    double busy = 0;
+    int64_t iterations = 0;
+    for (const DeviceBusyReport& d : planner.device_times(node)) {
+      EXPECT_EQ(d.device, device);
+      busy += d.busy_s * d.iterations;
+      iterations += d.iterations;
+    }
+    EXPECT_EQ(iterations * spec.microbatches, samples["S"]);
+    EXPECT_GT(busy, vocab_s);
+  }
 }
 
 }  // namespace

@@ -44,8 +44,8 @@ struct AgentEndpoint {
 };
 
 struct StageTimeReport {
-  int stage = 0;
-  std::string op_kind;  // F, B, W, BW, R
+  int stage = 0;        // for S and T (a vocabulary-parallel plan's shard passes): the device
+  std::string op_kind;  // F, B, W, BW, R, S, T
   double seconds = 0;   // mean
   int64_t samples = 0;
 };
