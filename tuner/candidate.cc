@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "simulator/justify.h"
 #include "simulator/pipeline_rules.h"
 
 namespace octopipe {
@@ -14,9 +15,10 @@ std::string Policy::ToString() const {
     return absl::StrCat("fixed ", ScheduleKindName(static_cast<ScheduleKind>(classic)), " order");
   }
   return absl::StrFormat(
-      "%s, weights F=%g B=%g W=%g BW=%g, micro-batch %g, stage %g, in-flight scale %g",
+      "%s, weights F=%g B=%g W=%g BW=%g, micro-batch %g, stage %g, in-flight scale %g%s",
       split_backward ? "split B/W" : "unsplit BW", kind_weight[0], kind_weight[1],
-      kind_weight[2], kind_weight[3], microbatch_weight, stage_weight, inflight_scale);
+      kind_weight[2], kind_weight[3], microbatch_weight, stage_weight, inflight_scale,
+      justify ? ", justified" : "");
 }
 
 std::vector<Policy> SeedPolicies() {
@@ -198,6 +200,23 @@ Score CandidateEvaluator::Evaluate(const Candidate& c, Schedule* schedule,
   if (!sum.ok()) {
     score.why_not = std::string(sum.status().message());
     return score;
+  }
+  if (c.policy.justify) {
+    // The justified order when it is faster on the objective's clock and fits (its memory is
+    // not controlled: it may hold more activations than the list schedule's).
+    JustifyOptions jo;
+    jo.should_stop = should_stop;
+    absl::StatusOr<JustifyResult> j = JustifySchedule(problem_, ls->schedule, jo);
+    if (j.ok() && j->iteration_time_s < j->input_time_s) {
+      absl::StatusOr<Evaluator::Summary> js =
+          evaluator_.EvaluateSummary(problem_, j->schedule, eval);
+      if (js.ok() && (js->fits_memory || !sum->fits_memory) &&
+          js->iteration_time_s < sum->iteration_time_s &&
+          js->steady_state_iteration_time_s <= sum->steady_state_iteration_time_s) {
+        sum = js;
+        ls->schedule = std::move(j->schedule);
+      }
+    }
   }
   score.scheduled = true;
   score.fits = sum->fits_memory;

@@ -44,6 +44,10 @@ struct Policy {
   // candidate's costs (what a ZeroBubble user runs, and what the baselines are scored with),
   // the others fixed. The candidate's placement must be that schedule's own.
   int classic = -1;
+  // Forward-backward improvement (simulator/justify.h) of the list schedule, kept when it is
+  // faster and fits in memory: for irregular splits (many stages per device), whose drain and
+  // fill the greedy leaves to chance. Costs about three list schedules.
+  bool justify = false;
 
   std::string ToString() const;
 };

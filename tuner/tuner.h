@@ -11,7 +11,9 @@
 //   schedule   a seeded local search over the list-scheduling policy,
 // from the best seed and a few restart points; then it kicks the best plan (random larger moves)
 // and searches locally again while that helps, the kicks' evaluations stay below those before
-// them and the plan is more than 0.2% above the lower bound (computed first).
+// them and the plan is more than 0.2% above the lower bound (computed first); last, the best
+// plan's list schedule is improved by forward-backward passes (simulator/justify.h) when that
+// is faster.
 // Small instances (few layers and devices) are searched exhaustively instead. The result is
 // never slower than the best fitting baseline: a baseline that wins is returned as the plan.
 //
