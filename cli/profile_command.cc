@@ -45,8 +45,8 @@ constexpr OpKind kLayerKinds[] = {OpKind::kF, OpKind::kB, OpKind::kW, OpKind::kR
 // Tags for the link measurement, clear of the engine's (which are < 2 * stages * microbatches).
 constexpr uint32_t kPingTag = 1u << 30;
 constexpr int kPingRounds = 15;
-// Runs of each plan the per-message CPU fit takes the fastest of.
-constexpr int kMessageFitRounds = 2;
+// Pairs of adjacent runs (heavy, light) whose median ratio the per-message CPU fit matches.
+constexpr int kMessageFitRounds = 3;
 // Attempts at the message-cost fit when it hits its bound (disturbed runs), each adding
 // kMessageFitRounds runs of both plans.
 constexpr int kMessageFitAttempts = 3;
@@ -790,8 +790,6 @@ absl::StatusOr<std::string> FitMessageCost(const ModelSpec& spec, const ModelGra
   absl::StatusOr<Plan> heavy = ClassicPlan(ScheduleKind::kInterleaved, static_cast<int>(f.ranks),
                                            2, spec.microbatches, graph);
   if (!heavy.ok()) return std::string("not fitted (needs 2 ranks and 2 layers per stage)");
-  // Noise on a shared machine only ever slows a run down: each plan's fastest of a few
-  // interleaved runs is the estimate.
   double heavy_s = std::numeric_limits<double>::infinity();
   const int iterations = static_cast<int>(std::max<int64_t>(3, f.repeat / 2));
   // A burst of noise on one run could fit any cost: a message's CPU at one end is bounded
@@ -800,6 +798,7 @@ absl::StatusOr<std::string> FitMessageCost(const ModelSpec& spec, const ModelGra
       m->message_s.size() >= 3 ? std::max(0.0, kMessageCpuCap * Median(m->message_s)) : 0.01;
   double c = 0;
   int attempts = 0;
+  std::vector<double> ratios;  // heavy / light of each pair of adjacent runs, over all attempts
   // A fit at its bound means the runs were disturbed (a quiet machine fits 0.1-0.3 ms where
   // the bound is ~1 ms), and the bound would inflate every message-heavy prediction by 20-40%:
   // measure again (the fastest runs over all attempts), up to kMessageFitAttempts times.
@@ -810,16 +809,23 @@ absl::StatusOr<std::string> FitMessageCost(const ModelSpec& spec, const ModelGra
           << attempts + 1 << " of " << kMessageFitAttempts << ")\n";
     }
     for (int round = 0; round < kMessageFitRounds; ++round) {
-      for (const Plan* p : {static_cast<const Plan*>(&*heavy), &plan}) {
+      // Paired runs, the order alternating: the machine's speed drifts on a shared host, and
+      // the ratio of two adjacent runs cancels what they share.
+      double pair[2] = {0, 0};  // heavy, light
+      for (int k = 0; k < 2; ++k) {
+        const bool run_heavy = (k == 0) == (round % 2 == 0);
         ASSIGN_OR_RETURN(std::vector<std::string> reports,
-                         RunRanks(spec, *p, static_cast<int>(f.ranks), f.transport, iterations,
-                                  f.timeout, /*ping=*/false));
+                         RunRanks(spec, run_heavy ? *heavy : plan, static_cast<int>(f.ranks),
+                                  f.transport, iterations, f.timeout, /*ping=*/false));
         ASSIGN_OR_RETURN(std::vector<Json> parsed, ParseReports(reports));
-        double& best = p == &*heavy ? heavy_s : m->light_s;
-        best = std::min(best, MedianIteration(parsed));
+        pair[run_heavy ? 0 : 1] = MedianIteration(parsed);
       }
+      heavy_s = std::min(heavy_s, pair[0]);
+      m->light_s = std::min(m->light_s, pair[1]);
+      ratios.push_back(pair[0] / pair[1]);
     }
-    ASSIGN_OR_RETURN(c, FitMessageCpu(measured, *cluster, plan, m->light_s, *heavy, heavy_s, cap));
+    // The median of the pairs' ratios (light = 1, heavy = the ratio).
+    ASSIGN_OR_RETURN(c, FitMessageCpu(measured, *cluster, plan, 1.0, *heavy, Median(ratios), cap));
     if (c < cap * (1 - 1e-6)) break;
   }
   cluster->hardware[0].message_cpu_s = c;
@@ -829,10 +835,10 @@ absl::StatusOr<std::string> FitMessageCost(const ModelSpec& spec, const ModelGra
         << "x the engine's message time) in all " << kMessageFitAttempts
         << " attempts: the machine is busy; profile again on a quiet machine\n";
   }
-  return absl::StrCat("fitted from ", heavy->num_stages(), "-stage interleaved runs (",
-                      FormatSeconds(heavy_s), ", fastest of ",
-                      kMessageFitRounds * std::min(attempts + 1, kMessageFitAttempts),
-                      ") against the profile's plan (", FormatSeconds(m->light_s), ")");
+  return absl::StrCat("fitted from ", heavy->num_stages(), "-stage interleaved runs against the ",
+                      "profile's plan, median ratio ", absl::StrFormat("%.3f", Median(ratios)),
+                      " of ", ratios.size(), " adjacent pairs (fastest ", FormatSeconds(heavy_s),
+                      " vs ", FormatSeconds(m->light_s), ")");
 }
 
 void PrintSummary(std::ostream& out, const ProfileFlags& f, const ModelSpec& spec,

@@ -8,14 +8,16 @@
 //                        GEMM rate, memory, memory bandwidth, and the link's latency and
 //                        bandwidth fitted over the message sizes the plans send.
 //
-// How: the ranks run a split-backward pipeline (ZB-H1 with every stage recomputed, so each
-// layer's F, R, B and W all run) on the real transport for 1 + --repeat iterations; each layer's
-// op time is its mean over the micro-batches of one iteration, and the file gets the median over
-// the measured iterations (the spread, (max - min) / median, is printed). Then ranks 0 and 1
-// ping-pong messages of the plans' size and neighbours to fit latency + bytes / bandwidth.
-// Last, a message-heavy plan (interleaved, 2 stages per rank) and the profile's plan run in
-// turn twice; the per-message CPU cost (HardwareSpec::message_cpu_s) is fitted so that the
-// simulator's ratio between them matches the fastest runs' (FitMessageCpu).
+// How: the ranks run a split-backward pipeline (ZB-H1; F, B and W of each layer as their own
+// ops) on the real transport for 1 + --repeat iterations, in fresh launches (every other one
+// with the ranks mirrored, so each layer is timed on every rank) until the summed per-layer
+// medians settle (--stable, --max_launches); each layer's op time is its mean over the
+// micro-batches of one iteration, and the file gets the median over all measured iterations (the
+// spread, (max - min) / median, is printed). A launch with every stage recomputed times R. Ranks
+// 0 and 1 ping-pong messages of the plans' size to fit latency + bytes / bandwidth. Last, a
+// message-heavy plan (interleaved, 2 stages per rank) and the profile's plan run in adjacent
+// pairs (order alternating); the per-message CPU cost (HardwareSpec::message_cpu_s) is fitted
+// so that the simulator's ratio between them matches the pairs' median ratio (FitMessageCpu).
 //
 // Then: octopipe plan --model=PREFIX.model.json --cluster=PREFIX.cluster.json --out=plan.json
 //       octopipe train --model=ref:SPEC --plan=plan.json
