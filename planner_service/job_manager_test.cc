@@ -662,6 +662,20 @@ TEST_F(JobManagerTest, PerLayerReportsCalibrateEachLayerByItself) {
               HasSubstr("layer_times["));
 }
 
+// A report of one op time (1 s, 1 sample) for (stage, kind) against a job's plan version.
+proto::ReportStageTimesRequest OneTimeReport(const std::string& job_id, int64_t version,
+                                             int stage, proto::OpKind kind) {
+  proto::ReportStageTimesRequest r;
+  r.set_job_id(job_id);
+  r.set_plan_version(version);
+  proto::StageTime* t = r.add_times();
+  t->set_stage(stage);
+  t->set_kind(kind);
+  t->set_seconds(1);
+  t->set_samples(1);
+  return r;
+}
+
 // A job's vocab_parallel option decides, as for a Plan call: "on" gives a plan that splits the
 // head (every device runs S and T passes); a report with the passes' times (stage = device)
 // calibrates the head's factor alone and can trigger a re-plan, which keeps the split.
@@ -718,15 +732,8 @@ TEST_F(JobManagerTest, VocabParallelJobIsPlannedSplitAndItsPassesCalibrateTheHea
   EXPECT_THAT(r->decision(), HasSubstr("vocabulary passes S/T 0.0%"));
 
   // A vocabulary pass out of the plan's devices is refused naming the entry.
-  proto::ReportStageTimesRequest bad;
-  bad.set_job_id(id);
-  bad.set_plan_version(current.version());
-  proto::StageTime* t = bad.add_times();
-  t->set_stage(plan->num_devices);
-  t->set_kind(proto::OP_KIND_T);
-  t->set_seconds(1);
-  t->set_samples(1);
-  absl::Status s = manager_->ReportStageTimes(bad).status();
+  absl::Status s = manager_->ReportStageTimes(
+      OneTimeReport(id, current.version(), plan->num_devices, proto::OP_KIND_T)).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_THAT(std::string(s.message()), HasSubstr("times[0].stage of a vocabulary pass"));
 }
@@ -748,15 +755,8 @@ TEST_F(JobManagerTest, VocabParallelOptionIsTheJobsAutoTriesOffDoesNot) {
   EXPECT_FALSE(voff->result().vocab_parallel_tried());
   EXPECT_FALSE(voff->result().vocab_parallel());
 
-  proto::ReportStageTimesRequest bad;
-  bad.set_job_id(off->id());
-  bad.set_plan_version(1);
-  proto::StageTime* t = bad.add_times();
-  t->set_stage(0);
-  t->set_kind(proto::OP_KIND_S);
-  t->set_seconds(1);
-  t->set_samples(1);
-  absl::Status s = manager_->ReportStageTimes(bad).status();
+  absl::Status s =
+      manager_->ReportStageTimes(OneTimeReport(off->id(), 1, 0, proto::OP_KIND_S)).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_THAT(std::string(s.message()), HasSubstr("does not split the output layer"));
 }
