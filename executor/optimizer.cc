@@ -27,12 +27,7 @@ absl::Status AdamW::Step(const std::vector<Tensor*>& params,
           m_.empty() ? "" : absl::StrCat(", its state ", m_[i].rows(), "x", m_[i].cols())));
     }
   }
-  if (m_.empty()) {
-    for (const Tensor* p : params) {
-      m_.push_back(Tensor::Zero(p->rows(), p->cols()));
-      v_.push_back(Tensor::Zero(p->rows(), p->cols()));
-    }
-  }
+  Reserve(params);
   ++step_;
   const float b1 = options_.beta1, b2 = options_.beta2;
   const double t = static_cast<double>(step_);
@@ -54,6 +49,14 @@ absl::Status AdamW::Step(const std::vector<Tensor*>& params,
     }
   }
   return absl::OkStatus();
+}
+
+void AdamW::Reserve(const std::vector<Tensor*>& params) {
+  if (!m_.empty()) return;
+  for (const Tensor* p : params) {
+    m_.push_back(Tensor::Zero(p->rows(), p->cols()));
+    v_.push_back(Tensor::Zero(p->rows(), p->cols()));
+  }
 }
 
 absl::Status AdamW::Restore(int64_t step, std::vector<Tensor> m, std::vector<Tensor> v) {

@@ -37,9 +37,16 @@ class AdamW {
   // the first call; nothing is changed then.
   absl::Status Step(const std::vector<Tensor*>& params, const std::vector<const Tensor*>& grads);
 
+  // Allocates the zero moments Step would allocate on its first call (nothing when they exist).
+  // Call it before the first iteration: allocated by the first Step, the moments take heap that
+  // the first iteration's activations had freed, and the second iteration's activations then
+  // fault in fresh pages (measured: ~1,500 page faults, the second iteration 15-30% slower).
+  // The updates are the same either way.
+  void Reserve(const std::vector<Tensor*>& params);
+
   int64_t step() const { return step_; }
   const AdamWOptions& options() const { return options_; }
-  // Moments by parameter index (empty before the first Step), e.g. for checkpoints.
+  // Moments by parameter index (empty before the first Step or Reserve), e.g. for checkpoints.
   const std::vector<Tensor>& first_moments() const { return m_; }
   const std::vector<Tensor>& second_moments() const { return v_; }
 

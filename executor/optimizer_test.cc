@@ -35,6 +35,35 @@ TEST(AdamWTest, TwoStepsMatchHandComputation) {
   EXPECT_NEAR(adam.second_moments()[0](0, 1), 0.0001249375, 1e-8);
 }
 
+// Reserve allocates the zero moments the first Step would (step stays 0), is a no-op once they
+// exist, and the updates are bit-identical to an optimizer that allocated them in Step.
+TEST(AdamWTest, ReservedMomentsGiveTheSameUpdates) {
+  AdamWOptions options;
+  options.lr = 0.1f;
+  options.weight_decay = 0.01f;
+  AdamW lazy(options), reserved(options);
+  Tensor p1(2, 2), p2(2, 2), g(2, 2);
+  p1 << 1.0f, -2.0f, 0.5f, 3.0f;
+  p2 = p1;
+  g << 0.5f, 0.25f, -1.0f, 0.125f;
+  reserved.Reserve({&p2});
+  EXPECT_EQ(reserved.step(), 0);
+  ASSERT_EQ(reserved.first_moments().size(), 1u);
+  EXPECT_EQ(reserved.first_moments()[0].rows(), 2);
+  EXPECT_EQ(reserved.second_moments()[0].cols(), 2);
+  EXPECT_EQ(reserved.first_moments()[0].cwiseAbs().maxCoeff(), 0.0f);
+  for (int step = 0; step < 3; ++step) {
+    ASSERT_TRUE(lazy.Step({&p1}, {&g}).ok());
+    ASSERT_TRUE(reserved.Step({&p2}, {&g}).ok());
+    reserved.Reserve({&p2});  // moments exist: changes nothing
+    g *= -0.5f;
+  }
+  EXPECT_EQ(p1, p2);
+  EXPECT_EQ(lazy.first_moments()[0], reserved.first_moments()[0]);
+  EXPECT_EQ(lazy.second_moments()[0], reserved.second_moments()[0]);
+  EXPECT_EQ(reserved.step(), 3);
+}
+
 TEST(AdamWTest, ZeroGradientOnlyDecays) {
   AdamWOptions options;
   options.lr = 0.5f;

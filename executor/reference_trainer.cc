@@ -49,15 +49,32 @@ ReferenceResult RunReferenceIteration(std::vector<std::unique_ptr<Layer>>& layer
   return result;
 }
 
+namespace {
+
+// The parameters (and their gradients) of the non-null layers, in layer order.
+void CollectParams(std::vector<std::unique_ptr<Layer>>& layers, std::vector<Tensor*>* params,
+                   std::vector<const Tensor*>* grads) {
+  for (std::unique_ptr<Layer>& layer : layers) {
+    if (layer == nullptr) continue;
+    for (Tensor* p : layer->params()) params->push_back(p);
+    for (Tensor* g : layer->grads()) grads->push_back(g);
+  }
+}
+
+}  // namespace
+
 absl::Status ApplyAdamW(std::vector<std::unique_ptr<Layer>>& layers, AdamW* optimizer) {
   std::vector<Tensor*> params;
   std::vector<const Tensor*> grads;
-  for (std::unique_ptr<Layer>& layer : layers) {
-    if (layer == nullptr) continue;
-    for (Tensor* p : layer->params()) params.push_back(p);
-    for (Tensor* g : layer->grads()) grads.push_back(g);
-  }
+  CollectParams(layers, &params, &grads);
   return optimizer->Step(params, grads);
+}
+
+void ReserveAdamW(std::vector<std::unique_ptr<Layer>>& layers, AdamW* optimizer) {
+  std::vector<Tensor*> params;
+  std::vector<const Tensor*> grads;
+  CollectParams(layers, &params, &grads);
+  optimizer->Reserve(params);
 }
 
 }  // namespace octopipe::executor

@@ -45,6 +45,9 @@ ReferenceResult RunReferenceIteration(std::vector<std::unique_ptr<Layer>>& layer
 // only its own stages). Use the same AdamW with the same layers on every call.
 absl::Status ApplyAdamW(std::vector<std::unique_ptr<Layer>>& layers, AdamW* optimizer);
 
+// AdamW::Reserve for the parameters ApplyAdamW steps, in its order.
+void ReserveAdamW(std::vector<std::unique_ptr<Layer>>& layers, AdamW* optimizer);
+
 }  // namespace octopipe::executor
 
 #endif  // OCTOPIPE_EXECUTOR_REFERENCE_TRAINER_H_

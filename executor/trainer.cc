@@ -175,6 +175,8 @@ absl::StatusOr<RankResult> TrainRank(const ModelSpec& spec, const Plan& plan, in
       result.first_iteration = static_cast<int>(*latest);
     }
   }
+  // The moments now, not at the first step (see AdamW::Reserve).
+  if (options.step_optimizer) ReserveAdamW(result.layers, &optimizer);
   int last_saved = result.first_iteration;
   result.completed_iterations = result.first_iteration;
   for (int it = result.first_iteration; it < options.iterations; ++it) {
