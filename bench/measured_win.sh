@@ -25,8 +25,8 @@
 #
 # Usage: bazel build -c opt //cli:octopipe && bench/measured_win.sh [--quick]
 #   or:  bazel run -c opt //bench:measured_win -- [--quick]
-# Environment: OCTOPIPE (the binary), REPEATS (3), ITERS (5), WARMUP (2: a run's second
-# iteration is still ~30% slower than the steady state), BUDGET (plan
+# Environment: OCTOPIPE (the binary), REPEATS (3), ITERS (5), WARMUP (2; until the AdamW
+# moments were allocated before the first iteration, the second ran 15-30% slow), BUDGET (plan
 # time budget, 5 s), PROFILE_REPEAT (measured profile iterations, 8), OUT (a directory to keep
 # the files in; default a fresh temp directory), ONLY (comma-separated model names to run, e.g.
 # ONLY=moe-heavy; default all).
