@@ -391,17 +391,6 @@ double MedianIteration(const std::vector<Json>& reports) {
   return Median(slowest);
 }
 
-// The simulator's iteration time for `plan` on the measured files with message_cpu_s = c.
-absl::StatusOr<double> Predict(const ModelGraph& model, Cluster cluster, const Plan& plan,
-                               double c) {
-  for (HardwareSpec& hw : cluster.hardware) hw.message_cpu_s = c;
-  ASSIGN_OR_RETURN(ProblemBuilder builder,
-                   ProblemBuilder::Create(model, cluster, CostModel(), plan.num_devices));
-  ASSIGN_OR_RETURN(PipelineProblem problem, builder.Build(plan));
-  ASSIGN_OR_RETURN(SimResult r, Simulate(problem, plan.schedule));
-  return r.iteration_time_s;
-}
-
 double PhysicalMemory() {
   return static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
 }
@@ -425,55 +414,6 @@ absl::Status ValidateMeasuredProfile(const ModelGraph& model) {
     }
   }
   return absl::OkStatus();
-}
-
-absl::StatusOr<double> FitMessageCpu(const ModelGraph& model, const Cluster& cluster,
-                                     const Plan& light, double light_s, const Plan& heavy,
-                                     double heavy_s, double max_c) {
-  const double target = heavy_s / light_s;
-  auto ratio = [&](double c) -> absl::StatusOr<double> {
-    ASSIGN_OR_RETURN(double h, Predict(model, cluster, heavy, c));
-    ASSIGN_OR_RETURN(double l, Predict(model, cluster, light, c));
-    return h / l;
-  };
-  if (!(max_c > 0)) return 0.0;
-  double lo = 0, hi = max_c;
-  ASSIGN_OR_RETURN(double at_lo, ratio(lo));
-  if (at_lo >= target) return 0.0;
-  ASSIGN_OR_RETURN(double at_hi, ratio(hi));
-  if (at_hi <= target) return hi;
-  for (int i = 0; i < 40; ++i) {
-    const double mid = 0.5 * (lo + hi);
-    ASSIGN_OR_RETURN(double at_mid, ratio(mid));
-    (at_mid < target ? lo : hi) = mid;
-  }
-  return 0.5 * (lo + hi);
-}
-
-absl::StatusOr<LinkFit> FitLink(const std::vector<std::pair<double, double>>& samples) {
-  const double n = static_cast<double>(samples.size());
-  double sx = 0, sy = 0, sxx = 0, sxy = 0;
-  for (const auto& [x, y] : samples) {
-    sx += x;
-    sy += y;
-    sxx += x * x;
-    sxy += x * y;
-  }
-  const double den = n * sxx - sx * sx;
-  if (samples.size() < 2 || !(den > 0)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "link samples: need at least two distinct message sizes, got ", samples.size(), " samples"));
-  }
-  const double slope = (n * sxy - sx * sy) / den;
-  LinkFit fit;
-  if (slope > 0) {
-    fit.bandwidth = 1 / slope;
-    fit.latency_s = std::max(0.0, (sy - slope * sx) / n);
-  } else {
-    fit.bandwidth = std::numeric_limits<double>::infinity();
-    fit.latency_s = std::max(0.0, sy / n);
-  }
-  return fit;
 }
 
 namespace {
@@ -591,6 +531,18 @@ Plan Mirrored(Plan plan) {
   return plan;
 }
 
+// Appends the ranks' per-iteration layer times to `samples`: R only (`recompute`), or all but R.
+void AddLayerSamples(const std::vector<Json>& parsed, bool recompute,
+                     std::map<std::pair<int, int>, std::vector<double>>* samples) {
+  for (const Json& j : parsed) {
+    for (const Json& v : j.at("layers")) {
+      const int kind = v.at(2).get<int>();
+      if ((kind == static_cast<int>(OpKind::kR)) != recompute) continue;
+      (*samples)[{v.at(1).get<int>(), kind}].push_back(v.at(3).get<double>());
+    }
+  }
+}
+
 // Sum over (layer, kind) of the median of the samples: how the model's costs stand so far.
 double SummedMedians(const std::map<std::pair<int, int>, std::vector<double>>& samples) {
   double total = 0;
@@ -616,12 +568,8 @@ absl::StatusOr<Measurements> MeasureLayers(const ModelSpec& spec, const Plan& pl
                               f.transport, static_cast<int>(f.repeat), f.timeout,
                               /*ping=*/launch == 0));
     ASSIGN_OR_RETURN(const std::vector<Json> parsed, ParseReports(reports));
+    AddLayerSamples(parsed, /*recompute=*/false, &m.samples);
     for (const Json& j : parsed) {
-      for (const Json& v : j.at("layers")) {
-        const int kind = v.at(2).get<int>();
-        if (kind == static_cast<int>(OpKind::kR)) continue;
-        m.samples[{v.at(1).get<int>(), kind}].push_back(v.at(3).get<double>());
-      }
       for (const Json& v : j.at("overhead")) m.overhead.push_back(v.get<double>());
       for (const Json& v : j.at("link")) m.link.push_back({v.at(0).get<double>(), v.at(1).get<double>()});
     }
@@ -643,13 +591,7 @@ absl::StatusOr<Measurements> MeasureLayers(const ModelSpec& spec, const Plan& pl
                    RunRanks(spec, plan_r, static_cast<int>(f.ranks), f.transport,
                             static_cast<int>(f.repeat), f.timeout, /*ping=*/false));
   ASSIGN_OR_RETURN(const std::vector<Json> parsed, ParseReports(reports));
-  for (const Json& j : parsed) {
-    for (const Json& v : j.at("layers")) {
-      const int kind = v.at(2).get<int>();
-      if (kind != static_cast<int>(OpKind::kR)) continue;
-      m.samples[{v.at(1).get<int>(), kind}].push_back(v.at(3).get<double>());
-    }
-  }
+  AddLayerSamples(parsed, /*recompute=*/true, &m.samples);
   return m;
 }
 

@@ -31,6 +31,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "cli/profile_fit.h"  // FitLink, FitMessageCpu: the command's fits
 #include "core/cluster.h"
 #include "core/model_graph.h"
 #include "core/plan.h"
@@ -43,24 +44,6 @@ int RunProfile(const std::vector<std::string>& args, std::ostream& out, std::ost
 // naming the layer (index and name) and the field: "layers[3] (L3.moe): measured.weight_grad_s
 // is missing" or "... must be > 0, got 0".
 absl::Status ValidateMeasuredProfile(const ModelGraph& model);
-
-struct LinkFit {
-  double latency_s = 0;
-  double bandwidth = 0;  // bytes/s; +inf when the time does not grow with the size
-};
-// Least-squares fit of seconds = latency + bytes / bandwidth over (bytes, seconds) samples with
-// at least two distinct sizes; the latency is clamped at 0. kInvalidArgument otherwise.
-absl::StatusOr<LinkFit> FitLink(const std::vector<std::pair<double, double>>& samples);
-
-// The per-message CPU cost c (HardwareSpec::message_cpu_s, seconds at each end) at which the
-// simulator's ratio heavy / light, on `model` and `cluster` with c, equals the measured
-// heavy_s / light_s: a bias common to both runs cancels, what grows with the messages is c.
-// Bisection over [0, max_c]; 0 when even c = 0 predicts a larger ratio than measured, max_c
-// when even that predicts a smaller one. Errors: the simulator's (e.g. a plan that does not
-// fit the model or the cluster).
-absl::StatusOr<double> FitMessageCpu(const ModelGraph& model, const Cluster& cluster,
-                                     const Plan& light, double light_s, const Plan& heavy,
-                                     double heavy_s, double max_c = 0.01);
 
 }  // namespace octopipe::cli
 
