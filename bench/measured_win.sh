@@ -29,7 +29,8 @@
 # moments were allocated before the first iteration, the second ran 15-30% slow), BUDGET (plan
 # time budget, 5 s), PROFILE_REPEAT (measured profile iterations, 8), OUT (a directory to keep
 # the files in; default a fresh temp directory), ONLY (comma-separated model names to run, e.g.
-# ONLY=moe-heavy; default all).
+# ONLY=moe-heavy; default all), ROTATE_MS (`--rotate_cores_ms` for the profile and every run:
+# each rank's computing thread takes turns on the cores, so every rank sees the mean core; 0 off).
 # Each JSON line also has `min_compute_cpu_share` (the least, over its runs' ranks, of the
 # computing thread's CPU time over its ops' wall time: below ~0.9 other processes took that
 # rank's core) and `replayed_iteration_s` / `replay_error`: the simulator fed with the
@@ -52,6 +53,7 @@ ITERS=${ITERS:-5}
 WARMUP=${WARMUP:-2}
 BUDGET=${BUDGET:-5}
 PROFILE_REPEAT=${PROFILE_REPEAT:-8}
+ROTATE_MS=${ROTATE_MS:-0}
 OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/measured-win-XXXXXX")}
 mkdir -p "$OUT"
 
@@ -73,7 +75,8 @@ for entry in "${MODELS[@]}"; do
   [[ -z "${ONLY:-}" || ",$ONLY," == *",$name,"* ]] || continue
   p="$OUT/$name"
   t0=$(date +%s%N)
-  "$OCTOPIPE" profile --model="$spec" --out="$p" --ranks=2 --transport=gloo --repeat="$PROFILE_REPEAT" > "$p.profile.txt"
+  "$OCTOPIPE" profile --model="$spec" --out="$p" --ranks=2 --transport=gloo --repeat="$PROFILE_REPEAT" \
+    --rotate_cores_ms="$ROTATE_MS" > "$p.profile.txt"
   t1=$(date +%s%N)
   echo "{\"profile_s\": $(((t1 - t0) / 1000000)).0e-3}" > "$p.profile.json"
   "$OCTOPIPE" plan --model="$p.model.json" --cluster="$p.cluster.json" --devices=2 \
@@ -86,7 +89,7 @@ for entry in "${MODELS[@]}"; do
   done
   # Calibration round: one run of the tuned plan calibrates the profile; plan again from it.
   "$OCTOPIPE" train --model="$spec" --plan="$p.tuned.plan.json" --ranks=2 --transport=gloo \
-    --iterations=$((WARMUP + ITERS)) --profile="$p" --calibrated_model="$p.calibrated.model.json" \
+    --iterations=$((WARMUP + ITERS)) --rotate_cores_ms="$ROTATE_MS" --profile="$p" --calibrated_model="$p.calibrated.model.json" \
     --json > "$p.calibration.json"
   "$OCTOPIPE" plan --model="$p.calibrated.model.json" --cluster="$p.cluster.json" --devices=2 \
     --time-budget="$BUDGET" --seed=1 --vocab_parallel=off --out="$p.calibrated.plan.json" --json > "$p.calibrated.plan.out.json"
@@ -102,7 +105,7 @@ for entry in "${MODELS[@]}"; do
         *) what=(--schedule="$c" --profile="$p") ;;
       esac
       "$OCTOPIPE" train --model="$spec" "${what[@]}" --ranks=2 --transport=gloo \
-        --iterations=$((WARMUP + ITERS)) --json > "$p.run.$c.$rep.json" 2> "$p.run.$c.$rep.err" ||
+        --iterations=$((WARMUP + ITERS)) --rotate_cores_ms="$ROTATE_MS" --json > "$p.run.$c.$rep.json" 2> "$p.run.$c.$rep.err" ||
         echo '{}' > "$p.run.$c.$rep.json"
       cut -d' ' -f1 /proc/loadavg >> "$OUT/loadavg.txt" 2> /dev/null || true
     done
@@ -136,19 +139,37 @@ def predicted(pred, model):
     act = [d['peak_memory_bytes'] - static[i] for i, d in enumerate(r['devices'])]
     return r['iteration_time_s'], r['bubble_ratio'], act
 
+KEY = {'F': 'forward_s', 'B': 'backward_input_s', 'W': 'weight_grad_s', 'R': 'recompute_s'}
+def op_time_vs_profile(run, model):
+    """The run's summed layer-op seconds over what the profile says the same ops take: how fast
+    the host ran this run's compute relative to the profile (1.2 = every op 20% slower)."""
+    got = want = 0.0
+    for layer, kind, seconds, n in run.get('layer_op_s', []):
+        m = model['layers'][layer].get('measured', {}) if layer < len(model.get('layers', [])) else {}
+        if kind not in KEY or KEY[kind] not in m:
+            continue
+        got += seconds * n
+        want += m[KEY[kind]] * n
+    return got / want if want > 0 else None
+
 rows = []
+per_repeat = {}  # (model, schedule) -> {repeat: median iteration of that repeat's run}
 for name in names:
     base = os.path.join(out, name)
     model = load(base + '.model.json')
     profile_s = load(base + '.profile.json').get('profile_s')
     for c in planned + schedules:
         pred = predicted(load(f'{base}.pred.{c}.json'), model)
-        iters, bubbles, peaks, replays, shares = [], [], [], [], []
+        iters, bubbles, peaks, replays, shares, op_ratios = [], [], [], [], [], []
         for rep in range(repeats):
             run = load(f'{base}.run.{c}.{rep}.json')
             if 'iteration_time_s' not in run:
                 continue
-            iters.append(statistics.median(run['iteration_time_s'][warmup:]))
+            per_repeat.setdefault((name, c), {})[rep] = statistics.median(run['iteration_time_s'][warmup:])
+            iters.append(per_repeat[(name, c)][rep])
+            ratio = op_time_vs_profile(run, model)
+            if ratio is not None:
+                op_ratios.append(ratio)
             bubbles.append(statistics.median(run['bubble_ratio'][warmup:]))
             peaks.append(run.get('peak_activation_bytes', []))
             shares.extend(run.get('compute_cpu_share', []))
@@ -175,6 +196,8 @@ for name in names:
             row['measured_peak_activation_bytes'] = [max(p[r] for p in peaks) for r in range(len(peaks[0]))]
         if shares:  # below ~0.9: a rank's compute waited for its core (other processes ran)
             row['min_compute_cpu_share'] = min(shares)
+        if op_ratios:
+            row['op_time_vs_profile'] = statistics.median(op_ratios)
         if replays:
             row['replay_error'] = statistics.median(replays)
             row['replayed_iteration_s'] = row['measured_iteration_s'] * (1 + row['replay_error'])
@@ -197,6 +220,23 @@ for name in names:
             tuned['fastest_speedup_vs_best_classic'] = fastest['fastest_iteration_s'] / tuned['fastest_iteration_s']
             tuned['fastest_best_classic'] = fastest['schedule']
             tuned['fastest_speedup_vs_1f1b'] = f1['fastest_iteration_s'] / tuned['fastest_iteration_s']
+            # Paired: within each repeat (every schedule ran once, back to back), the best
+            # classic of that repeat over this plan; the median over repeats. A slow phase of
+            # the host that spans a repeat slows both sides of the ratio alike.
+            mine = per_repeat.get((name, c), {})
+            pairs, pairs_1f1b = [], []
+            for rep, t in mine.items():
+                others = [per_repeat[(name, r['schedule'])][rep] for r in classic
+                          if rep in per_repeat.get((name, r['schedule']), {})]
+                if others:
+                    pairs.append(min(others) / t)
+                if rep in per_repeat.get((name, '1f1b'), {}):
+                    pairs_1f1b.append(per_repeat[(name, '1f1b')][rep] / t)
+            if pairs:
+                tuned['paired_speedup_vs_best_classic'] = statistics.median(pairs)
+                tuned['paired_speedups_by_repeat'] = pairs
+            if pairs_1f1b:
+                tuned['paired_speedup_vs_1f1b'] = statistics.median(pairs_1f1b)
 
 for r in rows:
     print(json.dumps(r))
@@ -205,16 +245,21 @@ def ms(v):
     return '-' if v is None else f'{v * 1e3:.1f} ms'
 def pct(v):
     return '-' if v is None else f'{v * 100:+.1f}%'
+def times(v):
+    return '-' if v is None else f'{v:.2f}x'
 def mib(v):
     return '/'.join(f'{b / 2**20:.2f}' for b in v) if v else '-'
 print()
-print('| model | schedule | measured iteration (median) | fastest repeat (spread) | measured bubble | predicted (before running) | error vs median / fastest | error with the run\'s op times | speed-up (median; fastest) | peak activation MiB per rank, measured / predicted |')
-print('|---|---|---|---|---|---|---|---|---|---|')
+print('| model | schedule | measured iteration (median) | fastest repeat (spread) | measured bubble | predicted (before running) | error vs median / fastest | ops vs profile | error with the run\'s op times | speed-up (median; fastest; paired) | peak activation MiB per rank, measured / predicted |')
+print('|---|---|---|---|---|---|---|---|---|---|---|')
 for r in rows:
     sp = ''
     if r['schedule'] in planned and 'speedup_vs_best_classic' in r:
         sp = (f"{r['speedup_vs_best_classic']:.3f}x vs {r['best_classic']}, {r['speedup_vs_1f1b']:.3f}x vs 1f1b; "
               f"{r['fastest_speedup_vs_best_classic']:.3f}x vs {r['fastest_best_classic']}, {r['fastest_speedup_vs_1f1b']:.3f}x vs 1f1b")
+        if 'paired_speedup_vs_best_classic' in r:
+            sp += (f"; {r['paired_speedup_vs_best_classic']:.3f}x vs the best classic of each repeat"
+                   f", {r.get('paired_speedup_vs_1f1b', float('nan')):.3f}x vs 1f1b")
     if 'not_run' in r:
         sp = 'not run: ' + r['not_run'].replace('|', '/')
     bub = r.get('measured_bubble')
@@ -222,7 +267,9 @@ for r in rows:
     print(f"| {r['model']} | {r['schedule']} | {ms(r.get('measured_iteration_s'))} | "
           f"{ms(r.get('fastest_iteration_s'))} ({'-' if spread is None else f'{spread * 100:.0f}%'}) | "
           f"{'-' if bub is None else f'{bub * 100:.1f}%'} | {ms(r.get('predicted_iteration_s'))} | "
-          f"{pct(r.get('prediction_error'))} / {pct(r.get('prediction_error_fastest'))} | {pct(r.get('replay_error'))} | {sp} | "
+          f"{pct(r.get('prediction_error'))} / {pct(r.get('prediction_error_fastest'))} | "
+          f"{times(r.get('op_time_vs_profile'))} | "
+          f"{pct(r.get('replay_error'))} | {sp} | "
           f"{mib(r.get('measured_peak_activation_bytes'))} / {mib(r.get('predicted_peak_activation_bytes'))} |")
 print()
 def summary(c, fastest):
@@ -236,9 +283,18 @@ def summary(c, fastest):
             f'max {max(errs) if errs else float("nan"):.3f}; '
             f'speed-up vs best classic mean {mean(best)}x, vs 1f1b mean {mean(f1)}x; '
             f'wins on {sum(1 for b in best if b > 1)} of {len(got)} models')
+def paired_summary(c):
+    got = [r for r in rows if r['schedule'] == c]
+    best = [r['paired_speedup_vs_best_classic'] for r in got if 'paired_speedup_vs_best_classic' in r]
+    f1 = [r['paired_speedup_vs_1f1b'] for r in got if 'paired_speedup_vs_1f1b' in r]
+    mean = lambda v: f'{statistics.mean(v):.3f}' if v else '-'
+    return (f'{c} (paired, median over repeats of the ratio within a repeat): speed-up vs best '
+            f'classic mean {mean(best)}x, vs 1f1b mean {mean(f1)}x; wins on '
+            f'{sum(1 for b in best if b > 1)} of {len(got)} models')
 for c in planned:
     for fastest in (False, True):
         print(summary(c, fastest))
+    print(paired_summary(c))
 try:
     with open(os.path.join(out, 'loadavg.txt')) as f:
         loads = [float(x) for x in f.read().split()]

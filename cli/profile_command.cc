@@ -154,6 +154,13 @@ absl::StatusOr<std::vector<std::pair<double, double>>> PingPong(executor::Transp
   return out;
 }
 
+struct ProfileFlags {
+  std::string model, prefix, transport = "gloo", check;
+  int64_t ranks = 2, repeat = 5, microbatches = 0, max_launches = 4;
+  double timeout = 60, memory = 0, stable = 0.02, rotate_cores_ms = 0;
+  bool pool = true;
+};
+
 // One rank: 1 + repeat iterations of the profile plan, then (with `ping`) the ping-pong.
 // Returns JSON:
 //   {"layers": [[iteration, layer, kind, mean seconds over micro-batches], ...],
@@ -163,9 +170,11 @@ absl::StatusOr<std::vector<std::pair<double, double>>> PingPong(executor::Transp
 //            on the machine-wide steady clock, seconds),
 //    "link": [[bytes, one-way seconds], ...]}
 absl::StatusOr<std::string> ProfileRank(const ModelSpec& spec, const Plan& plan, int rank,
-                                        executor::Transport* transport, int repeat, bool ping) {
+                                        executor::Transport* transport, int repeat, bool ping,
+                                        double rotate_cores_ms) {
   executor::TrainOptions options;
   options.iterations = repeat + 1;
+  options.core_rotation_s = rotate_cores_ms / 1e3;
   ASSIGN_OR_RETURN(executor::RankResult result,
                    executor::TrainRank(spec, plan, rank, transport, options));
   Json layers = Json::array();
@@ -231,8 +240,10 @@ absl::StatusOr<std::string> ProfileRank(const ModelSpec& spec, const Plan& plan,
 // Runs ProfileRank on every rank: threads over the in-process transport, or one process per
 // rank over a real one. Returns each rank's JSON, or the first rank's error.
 absl::StatusOr<std::vector<std::string>> RunRanks(const ModelSpec& spec, const Plan& plan,
-                                                  int N, const std::string& transport,
-                                                  int repeat, double timeout, bool ping) {
+                                                  const ProfileFlags& f, int repeat, bool ping) {
+  const int N = static_cast<int>(f.ranks);
+  const std::string& transport = f.transport;
+  const double timeout = f.timeout;
   std::vector<std::string> reports(N), errors(N);
   if (transport == "inproc") {
     executor::InProcHub hub(N, executor::InProcOptions{.timeout_s = timeout});
@@ -240,7 +251,7 @@ absl::StatusOr<std::vector<std::string>> RunRanks(const ModelSpec& spec, const P
     for (int r = 0; r < N; ++r) {
       threads.emplace_back([&, r] {
         auto t = hub.Endpoint(r);
-        absl::StatusOr<std::string> res = ProfileRank(spec, plan, r, t.get(), repeat, ping);
+        absl::StatusOr<std::string> res = ProfileRank(spec, plan, r, t.get(), repeat, ping, f.rotate_cores_ms);
         if (res.ok()) {
           reports[r] = *res;
         } else {
@@ -273,7 +284,7 @@ absl::StatusOr<std::vector<std::string>> RunRanks(const ModelSpec& spec, const P
         tc.cuda_device = r;
         auto t = executor::MakeTransport(transport, tc);
         absl::StatusOr<std::string> res =
-            t.ok() ? ProfileRank(spec, plan, r, t->get(), repeat, ping)
+            t.ok() ? ProfileRank(spec, plan, r, t->get(), repeat, ping, f.rotate_cores_ms)
                    : absl::StatusOr<std::string>(t.status());
         const std::string base = absl::StrCat(dir, "/rank-", r);
         if (res.ok()) {
@@ -419,13 +430,6 @@ absl::Status ValidateMeasuredProfile(const ModelGraph& model) {
 namespace {
 
 // The command's flags, with their defaults.
-struct ProfileFlags {
-  std::string model, prefix, transport = "gloo", check;
-  int64_t ranks = 2, repeat = 5, microbatches = 0, max_launches = 4;
-  double timeout = 60, memory = 0, stable = 0.02;
-  bool pool = true;
-};
-
 void DefineFlags(CommandLine& flags, ProfileFlags* f) {
   flags.String("model", &f->model, "ref:pattern=LETTERS,hidden=..,... (executor/model_spec.h)");
   flags.String("out", &f->prefix, "output prefix: writes PREFIX.model.json and PREFIX.cluster.json");
@@ -444,6 +448,10 @@ void DefineFlags(CommandLine& flags, ProfileFlags* f) {
              "give layers the executor builds identically (same kind and shapes) the median of\n"
              "all their samples (less noise); --pool=false keeps each layer's own median");
   flags.Double("timeout", &f->timeout, "seconds a rank waits on a peer before failing");
+  flags.Double("rotate_cores_ms", &f->rotate_cores_ms,
+               "every this many ms, move each rank's computing thread to the next CPU (as\n"
+               "`octopipe train --rotate_cores_ms`: profile and runs then both see the mean\n"
+               "core where the cores differ); 0 = off");
   flags.Double("memory", &f->memory,
                "device memory in bytes to record and check the model against; 0 = this\n"
                "machine's physical memory / ranks");
@@ -476,6 +484,9 @@ absl::StatusOr<ModelSpec> SpecFromFlags(const ProfileFlags& f) {
     return usage(absl::StrCat("--max_launches must be >= 1, got ", f.max_launches));
   }
   if (!(f.stable >= 0)) return usage(absl::StrCat("--stable must be >= 0, got ", f.stable));
+  if (!(f.rotate_cores_ms >= 0)) {
+    return usage(absl::StrCat("--rotate_cores_ms must be >= 0 (0 = off), got ", f.rotate_cores_ms));
+  }
   if (f.transport != "gloo" && f.transport != "nccl" && f.transport != "auto" &&
       f.transport != "inproc") {
     return usage(absl::StrCat("--transport must be gloo, nccl, auto or inproc, got '", f.transport, "'"));
@@ -564,8 +575,7 @@ absl::StatusOr<Measurements> MeasureLayers(const ModelSpec& spec, const Plan& pl
   for (int launch = 0; launch < f.max_launches; ++launch) {
     const bool mirror = launch % 2 == 1 && f.ranks > 1;
     ASSIGN_OR_RETURN(std::vector<std::string> reports,
-                     RunRanks(spec, mirror ? mirrored : plan, static_cast<int>(f.ranks),
-                              f.transport, static_cast<int>(f.repeat), f.timeout,
+                     RunRanks(spec, mirror ? mirrored : plan, f, static_cast<int>(f.repeat),
                               /*ping=*/launch == 0));
     ASSIGN_OR_RETURN(const std::vector<Json> parsed, ParseReports(reports));
     AddLayerSamples(parsed, /*recompute=*/false, &m.samples);
@@ -588,8 +598,7 @@ absl::StatusOr<Measurements> MeasureLayers(const ModelSpec& spec, const Plan& pl
     previous = total;
   }
   ASSIGN_OR_RETURN(std::vector<std::string> reports,
-                   RunRanks(spec, plan_r, static_cast<int>(f.ranks), f.transport,
-                            static_cast<int>(f.repeat), f.timeout, /*ping=*/false));
+                   RunRanks(spec, plan_r, f, static_cast<int>(f.repeat), /*ping=*/false));
   ASSIGN_OR_RETURN(const std::vector<Json> parsed, ParseReports(reports));
   AddLayerSamples(parsed, /*recompute=*/true, &m.samples);
   return m;
@@ -757,8 +766,8 @@ absl::StatusOr<std::string> FitMessageCost(const ModelSpec& spec, const ModelGra
       for (int k = 0; k < 2; ++k) {
         const bool run_heavy = (k == 0) == (round % 2 == 0);
         ASSIGN_OR_RETURN(std::vector<std::string> reports,
-                         RunRanks(spec, run_heavy ? *heavy : plan, static_cast<int>(f.ranks),
-                                  f.transport, iterations, f.timeout, /*ping=*/false));
+                         RunRanks(spec, run_heavy ? *heavy : plan, f, iterations,
+                                  /*ping=*/false));
         ASSIGN_OR_RETURN(std::vector<Json> parsed, ParseReports(reports));
         pair[run_heavy ? 0 : 1] = MedianIteration(parsed);
       }

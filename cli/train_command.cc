@@ -43,7 +43,7 @@ struct TrainFlags {
   std::string plan_file, schedule = "1f1b", transport = "gloo", job, profile, calibrated_model,
       trace;
   int64_t ranks = 2, iterations = 3, microbatches = 0, chunks = 0;
-  double lr = 1e-3, timeout = 60;
+  double lr = 1e-3, timeout = 60, rotate_cores_ms = 0;
   bool json = false;
   PlannerConnection planner;
 };
@@ -74,6 +74,10 @@ void DeclareFlags(CommandLine& flags, TrainFlags& o) {
                "GPUs), auto (nccl when a GPU is present, else gloo), or inproc (threads)");
   flags.Double("lr", &o.lr, "AdamW learning rate");
   flags.Double("timeout", &o.timeout, "seconds a rank waits on a peer before failing");
+  flags.Double("rotate_cores_ms", &o.rotate_cores_ms,
+               "every this many ms, move each rank's computing thread to the next CPU, so\n"
+               "that every rank runs at the mean core's speed where the cores differ (a shared\n"
+               "VM; see executor/core_rotation.h); 0 = off. Needs a CPU per rank");
   flags.Bool("json", &o.json, "print one JSON object");
   flags.String("trace", &o.trace,
                "write the last iteration's measured timeline (every rank's ops on one time\n"
@@ -398,6 +402,10 @@ int RunTrain(const std::vector<std::string>& args, std::ostream& out, std::ostre
     return Fail(err, absl::InvalidArgumentError(
                          absl::StrCat("--iterations must be >= 1, got ", o.iterations)), 2);
   }
+  if (!(o.rotate_cores_ms >= 0)) {
+    return Fail(err, absl::InvalidArgumentError(absl::StrCat(
+                         "--rotate_cores_ms must be >= 0 (0 = off), got ", o.rotate_cores_ms)), 2);
+  }
   absl::StatusOr<executor::TransportKind> transport_kind = executor::ParseTransportKind(o.transport);
   if (!transport_kind.ok()) {
     return Fail(err, absl::InvalidArgumentError(absl::StrCat("--", transport_kind.status().message())),
@@ -414,6 +422,7 @@ int RunTrain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   run.timeout_s = o.timeout;
   run.train.iterations = static_cast<int>(o.iterations);
   run.train.lr = o.lr;
+  run.train.core_rotation_s = o.rotate_cores_ms / 1e3;
   absl::StatusOr<agent::RunMeasurement> m = agent::RunPlanLocally(*spec, target->plan, run);
   if (!m.ok()) {
     if (absl::IsAborted(m.status())) {

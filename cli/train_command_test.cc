@@ -238,3 +238,33 @@ TEST(TrainCommandTest, TraceWritesTheMeasuredTimelineOfEveryRank) {
 
 }  // namespace
 }  // namespace octopipe::cli
+
+namespace octopipe::cli {
+namespace {
+
+// Core rotation moves the computing threads between CPUs; it changes where ops run, never what
+// they compute: the losses equal a run without it, bit for bit. A negative period is refused.
+TEST(TrainCommandTest, RotatingCoresTrainsTheSameModel) {
+  auto losses = [](const std::string& rotate) {
+    std::ostringstream out, err;
+    EXPECT_EQ(RunTrain({std::string("--model=") + kSpec, "--schedule=1f1b", "--ranks=2",
+                        "--transport=gloo", "--iterations=2", "--json",
+                        "--rotate_cores_ms=" + rotate},
+                       out, err),
+              0)
+        << err.str();
+    return nlohmann::json::parse(out.str()).at("loss").get<std::vector<double>>();
+  };
+  const std::vector<double> still = losses("0");
+  ASSERT_EQ(still.size(), 2u);
+  EXPECT_EQ(losses("1"), still);
+
+  std::ostringstream out, err;
+  EXPECT_EQ(RunTrain({std::string("--model=") + kSpec, "--rotate_cores_ms=-5"}, out, err), 2);
+  EXPECT_NE(err.str().find("--rotate_cores_ms must be >= 0 (0 = off), got -5"),
+            std::string::npos)
+      << err.str();
+}
+
+}  // namespace
+}  // namespace octopipe::cli

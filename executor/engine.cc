@@ -1,6 +1,7 @@
 #include "executor/engine.h"
 
 #include "executor/allocator.h"
+#include "executor/core_rotation.h"
 #include "executor/thread_priority.h"
 
 #include <algorithm>
@@ -285,6 +286,7 @@ void PipelineEngine::StartCommunication(Iteration* it) {
     if (!expect.empty()) {
       it->threads.emplace_back([this, peer, expect, it] {
         RaiseCommunicationThread();
+        CoreRotation::ReleaseCallingThread();  // not the computing thread's one core
         for (const Message& m : expect) {
           Tensor t(m.rows, m.cols);
           const size_t bytes = static_cast<size_t>(t.size()) * sizeof(float);
@@ -305,6 +307,7 @@ void PipelineEngine::StartCommunication(Iteration* it) {
       Outbox* box = it->outboxes[peer].get();
       it->threads.emplace_back([this, peer, box, it] {
         RaiseCommunicationThread();
+        CoreRotation::ReleaseCallingThread();  // not the computing thread's one core
         uint32_t tag;
         Tensor t;
         bool failed = false;

@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "executor/checkpoint.h"
+#include "executor/core_rotation.h"
 #include "executor/data.h"
 #include "executor/layers/vocab_head.h"
 #include "executor/optimizer.h"
@@ -173,6 +176,15 @@ absl::StatusOr<RankResult> TrainRank(const ModelSpec& spec, const Plan& plan, in
       RETURN_IF_ERROR(
           LoadRankCheckpoint(options.checkpoint_dir, *latest, result.layers, &optimizer));
       result.first_iteration = static_cast<int>(*latest);
+    }
+  }
+  std::optional<CoreRotation> rotation;
+  if (options.core_rotation_s > 0) {
+    const int slot = options.local_slot >= 0 ? options.local_slot : rank;
+    rotation.emplace(slot, options.local_slots > 0 ? options.local_slots : transport->size(),
+                     options.core_rotation_s);
+    if (!rotation->active() && slot == 0) {
+      std::fprintf(stderr, "core rotation off: %s\n", rotation->reason().c_str());
     }
   }
   // The moments now, not at the first step (see AdamW::Reserve).

@@ -51,6 +51,16 @@ struct TrainOptions {
   // rank saves a checkpoint of the completed iterations and returns with stopped = true.
   bool stoppable = false;
   std::function<bool()> stop_requested;  // read on rank 0 only
+  // Core rotation (executor/core_rotation.h): > 0 moves this rank's computing thread to the
+  // next allowed CPU every this many seconds, as local rank `local_slot` of `local_slots` ranks
+  // on this machine (so that every rank runs at the mean core's speed on a host whose cores
+  // differ). 0: the scheduler places the thread. Ignored (and said once on stderr) when the
+  // machine has fewer CPUs than local ranks. local_slot -1 and local_slots 0 mean the rank and
+  // the number of ranks (every rank on this machine, as `octopipe train --ranks` runs them).
+  double core_rotation_s = 0;
+  int local_slot = -1;
+  int local_slots = 0;
+
   // Called after each iteration (its optimizer step and checkpoint, if any) with its index and
   // statistics.
   std::function<void(int iteration, const IterationStats& stats)> on_iteration;
