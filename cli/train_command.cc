@@ -278,12 +278,19 @@ absl::Status WriteMeasuredTrace(const std::string& path, const Plan& plan,
                           absl::StrCat("measured: ", plan.schedule_name));
 }
 
+// The schedule run, for the output: a planner job's plan's own name (its schedule_name:
+// "octopipe", "baseline:1f1b", ...), the --plan file, or the --schedule kind.
+std::string RanSchedule(const TrainFlags& o, const Plan& plan) {
+  if (!o.job.empty()) return plan.schedule_name.empty() ? o.job : plan.schedule_name;
+  return o.plan_file.empty() ? o.schedule : o.plan_file;
+}
+
 // Step 4: the result, as one JSON object or as tables.
 // Below this share of a core, a rank's compute was visibly disturbed.
 constexpr double kDisturbedCpuShare = 0.9;
 
 void PrintResult(const TrainFlags& o, const ModelGraph& graph, const Plan& plan,
-                 const agent::RunMeasurement& m, const SimResult& predicted,
+                 int64_t job_version, const agent::RunMeasurement& m, const SimResult& predicted,
                  const std::string& report_decision, const std::string& calibration,
                  std::ostream& out) {
   const int N = static_cast<int>(o.ranks);
@@ -292,7 +299,7 @@ void PrintResult(const TrainFlags& o, const ModelGraph& graph, const Plan& plan,
   if (o.json) {
     Json j = {{"ranks", N},
               {"transport", o.transport},
-              {"schedule", o.plan_file.empty() ? o.schedule : o.plan_file},
+              {"schedule", RanSchedule(o, plan)},
               {"loss", m.loss},
               {"iteration_time_s", m.iteration_s},
               {"bubble_ratio", m.bubble},
@@ -314,6 +321,10 @@ void PrintResult(const TrainFlags& o, const ModelGraph& graph, const Plan& plan,
     }
     j["stage_op_s"] = std::move(stage_ops);
     j["layer_op_s"] = std::move(layer_ops);
+    if (!o.job.empty()) {
+      j["job"] = o.job;
+      j["plan_version"] = job_version;
+    }
     if (!report_decision.empty()) j["planner_report"] = report_decision;
     if (!calibration.empty()) j["calibration"] = calibration;
     out << JsonText(j) << "\n";
@@ -321,7 +332,8 @@ void PrintResult(const TrainFlags& o, const ModelGraph& graph, const Plan& plan,
   }
   const int K = static_cast<int>(m.loss.size());
   out << "model " << graph.name << " (" << graph.num_layers() << " layers), " << N
-      << " ranks over " << o.transport << ", " << plan.num_stages() << " stages, "
+      << " ranks over " << o.transport << ", schedule " << RanSchedule(o, plan) << ", "
+      << plan.num_stages() << " stages, "
       << plan.num_microbatches << " micro-batches\n\n";
   TextTable t({"iteration", "loss", "time", "bubble"});
   for (int it = 0; it < K; ++it) {
@@ -452,7 +464,8 @@ int RunTrain(const std::vector<std::string>& args, std::ostream& out, std::ostre
       return Fail(err, s, 1);
     }
   }
-  PrintResult(o, graph, target->plan, *m, *predicted, report_decision, calibration, out);
+  PrintResult(o, graph, target->plan, target->job_version, *m, *predicted, report_decision,
+              calibration, out);
   if (!o.trace.empty() && !o.json) out << "measured timeline written to " << o.trace << "\n";
   return 0;
 }

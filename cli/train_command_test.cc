@@ -10,6 +10,7 @@
 #include <string>
 
 #include "cli/inputs.h"
+#include "cli/jobs_command.h"
 #include "cli/plan_command.h"
 #include "core/convert.h"
 #include "core/cost_model.h"
@@ -17,6 +18,7 @@
 #include "executor/model_spec.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "planner_service/server.h"
 #include "simulator/classic_pipeline.h"
 
 namespace octopipe::cli {
@@ -234,6 +236,66 @@ TEST(TrainCommandTest, TraceWritesTheMeasuredTimelineOfEveryRank) {
   }
   EXPECT_GE(earliest, 0);
   EXPECT_LT(earliest, 1e6);  // microseconds: within a second of the iteration's start
+}
+
+// `--job` runs the planner job's current plan: the output names that plan's schedule (its
+// schedule_name, "octopipe" or "baseline:...") and version, not the --schedule default.
+TEST(TrainCommandTest, AJobRunPrintsTheScheduleOfTheJobsPlan) {
+  planner::PlannerServerOptions options;
+  options.port = 0;
+  options.metrics_port = -1;
+  options.state_dir = TmpPrefix("job-state");
+  // The runs' reports (against a synthetic cluster's tiny predictions) never re-plan: both runs
+  // below run version 1.
+  options.replan.start_deviation = 1e12;
+  planner::PlannerServer server(options);
+  ASSERT_TRUE(server.Start().ok());
+  const std::string at = "--planner=127.0.0.1:" + std::to_string(server.port());
+  std::ostringstream created, err;
+  ASSERT_EQ(RunJobs({"create", at, std::string("--model=") + kSpec, "--cluster=synthetic:devices=2",
+                     "--time_budget=1", "--json"},
+                    created, err),
+            0)
+      << err.str();
+  const std::string id = nlohmann::json::parse(created.str()).at("id").get<std::string>();
+  std::ostringstream watched, got;
+  ASSERT_EQ(RunJobs({"watch", at, "--job=" + id, "--count=1"}, watched, err), 0) << err.str();
+  ASSERT_EQ(RunJobs({"get", at, "--job=" + id, "--json"}, got, err), 0) << err.str();
+  const nlohmann::json job = nlohmann::json::parse(got.str());
+  const std::string schedule_name =
+      job.at("current").at("result").at("plan").at("schedule_name").get<std::string>();
+  ASSERT_FALSE(schedule_name.empty()) << got.str();
+
+  for (const bool json : {true, false}) {
+    std::ostringstream out;
+    std::vector<std::string> args = {at, "--job=" + id, std::string("--model=") + kSpec,
+                                     "--transport=inproc", "--iterations=1"};
+    if (json) args.push_back("--json");
+    ASSERT_EQ(RunTrain(args, out, err), 0) << err.str();
+    if (json) {
+      const nlohmann::json result = nlohmann::json::parse(out.str());
+      EXPECT_EQ(result.at("schedule"), schedule_name) << out.str();
+      EXPECT_EQ(result.at("job"), id);
+      EXPECT_EQ(result.at("plan_version"), 1);
+      EXPECT_EQ(result.at("ranks"), 2);
+    } else {
+      EXPECT_NE(out.str().find("schedule " + schedule_name + ", "), std::string::npos)
+          << out.str();
+    }
+  }
+  server.Shutdown();
+}
+
+// Without --job the output names the --schedule kind run.
+TEST(TrainCommandTest, AScheduleRunPrintsItsSchedule) {
+  std::ostringstream out, err;
+  ASSERT_EQ(RunTrain({std::string("--model=") + kSpec, "--schedule=gpipe", "--ranks=2",
+                      "--transport=inproc", "--iterations=1", "--json"},
+                     out, err),
+            0)
+      << err.str();
+  EXPECT_EQ(nlohmann::json::parse(out.str()).at("schedule"), "gpipe");
+  EXPECT_FALSE(nlohmann::json::parse(out.str()).contains("job"));
 }
 
 }  // namespace

@@ -698,6 +698,22 @@ TEST_F(AgentVocabE2ETest, VocabParallelJobReportsItsPassesAndIsReplannedAndCompl
     }
   }
   EXPECT_TRUE(vocab_fitted) << log;
+  // node-a's /metrics: its S and T passes are labelled stage="vocab" with their device, its
+  // stages' ops with their stage and device (the label set is the same).
+  const std::string metrics = ScrapeMetrics(a.metrics_port());
+  int vocab_series = 0, stage_series = 0;
+  std::istringstream lines(metrics);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("octopipe_agent_stage_op_seconds{", 0) != 0) continue;
+    EXPECT_NE(line.find("device=\""), std::string::npos) << line;
+    EXPECT_EQ(line.find("device=\"\""), std::string::npos) << line;
+    const bool vocab_pass = line.find("kind=\"S\"") != std::string::npos ||
+                            line.find("kind=\"T\"") != std::string::npos;
+    EXPECT_EQ(line.find("stage=\"vocab\"") != std::string::npos, vocab_pass) << line;
+    ++(vocab_pass ? vocab_series : stage_series);
+  }
+  EXPECT_GE(vocab_series, 2) << metrics;
+  EXPECT_GE(stage_series, 1) << metrics;
 
   // The agents switch to the newest version and finish the job.
   const executor::ModelSpec spec = *executor::ParseModelSpec(kVocabModel);

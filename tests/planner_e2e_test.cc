@@ -51,7 +51,7 @@ std::unique_ptr<grpc::ClientContext> Ctx(const std::string& token = "", double t
 
 // A small real model: Llama-3 8B on 4 devices, 8 micro-batches (tunes in well under a second),
 // without the vocabulary split: the re-plan tests pin the adoption of plans that keep the head
-// on its stage (job_manager_test covers jobs that split it).
+// on its stage (job_manager_vocab_test covers jobs that split it).
 proto::CreateJobRequest SmallJob(const std::string& name, const Cluster& cluster) {
   TrainingOptions t;
   t.num_microbatches = 8;

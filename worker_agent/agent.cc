@@ -384,6 +384,7 @@ void Agent::ReadProgress() {
       for (const auto& [key, sum] : r.ops) {
         n.ops[key].seconds += sum.seconds;
         n.ops[key].samples += sum.samples;
+        if (key.second != "S" && key.second != "T") n.stage_device[key.first] = rank;
       }
       for (const auto& [key, sum] : r.layer_ops) {
         n.layer_ops[key].seconds += sum.seconds;

@@ -95,7 +95,10 @@ struct NodeIteration {
   bool has_loss = false;
   double loss = 0;
   double tokens_per_s = 0;
-  StageOpTimes ops;  // this iteration's ops on this node
+  // This iteration's ops on this node, keyed (stage, kind); for the vocabulary-parallel passes
+  // S and T the key's first field is the plan device that ran them, not a stage.
+  StageOpTimes ops;
+  std::map<int, int> stage_device;  // stage -> the plan device that ran its F/B/W/BW/R ops here
   StageOpTimes layer_ops;  // (layer, kind) on this node
   double checkpoint_s = -1;  // slowest local rank's checkpoint after it; -1: none
   double overhead_s = 0;     // the agent's bookkeeping in the ranks (slowest local rank)

@@ -1,6 +1,7 @@
 #include "worker_agent/agent_metrics.h"
 
 #include "absl/strings/str_cat.h"
+#include "prometheus/text_serializer.h"
 
 namespace octopipe::agent {
 namespace {
@@ -38,7 +39,9 @@ AgentMetrics::AgentMetrics(std::unique_ptr<prometheus::Exposer> exposer, const s
       pipeline_bubble_(Make(prometheus::BuildGauge(), "octopipe_agent_pipeline_bubble_ratio",
                             "Measured bubble ratio over this node's devices", registry_)),
       stage_op_seconds_(Make(prometheus::BuildGauge(), "octopipe_agent_stage_op_seconds",
-                             "Mean measured op seconds per stage and op kind", registry_)),
+                             "Mean measured op seconds per stage, plan device and op kind (the "
+                             "vocabulary-parallel passes S and T: stage vocab)",
+                             registry_)),
       tokens_per_s_(Make(prometheus::BuildGauge(), "octopipe_agent_tokens_per_second",
                          "Tokens per second of the last iteration", registry_)),
       loss_(Make(prometheus::BuildGauge(), "octopipe_agent_loss", "Loss of the last iteration",
@@ -66,6 +69,10 @@ AgentMetrics::AgentMetrics(std::unique_ptr<prometheus::Exposer> exposer, const s
                   "1 for the agent's current state", registry_)) {
   exposer_->RegisterCollectable(registry_);
   OnState(AgentState::kRegistering);
+}
+
+std::string AgentMetrics::Text() const {
+  return prometheus::TextSerializer().Serialize(registry_->Collect());
 }
 
 int AgentMetrics::port() const {
@@ -98,10 +105,16 @@ void AgentMetrics::OnIteration(const NodeIteration& n) {
   }
   for (const auto& [key, sum] : n.ops) {
     if (sum.samples == 0) continue;
+    // S and T (vocabulary parallelism) are keyed by the device that ran them: no stage.
+    const bool vocab = key.second == "S" || key.second == "T";
+    const auto device = n.stage_device.find(key.first);
     stage_op_seconds_
         .Add({{"node", node_},
               {"job_id", n.job_id},
-              {"stage", std::to_string(key.first)},
+              {"stage", vocab ? std::string("vocab") : std::to_string(key.first)},
+              {"device", vocab ? std::to_string(key.first)
+                         : device != n.stage_device.end() ? std::to_string(device->second)
+                                                          : std::string()},
               {"kind", key.second}})
         .Set(sum.seconds / sum.samples);
   }

@@ -3,7 +3,11 @@
 //   octopipe_agent_iteration_seconds          last iteration, slowest local rank
 //   octopipe_agent_bubble_ratio{device}       1 - busy / iteration time, per local device
 //   octopipe_agent_pipeline_bubble_ratio      over this node's devices
-//   octopipe_agent_stage_op_seconds{stage,kind}  mean op seconds in the last iteration
+//   octopipe_agent_stage_op_seconds{stage,device,kind}  mean op seconds in the last iteration:
+//                                             stage "0".. and the plan device that ran it for
+//                                             F/B/W/BW/R; stage "vocab" and the device for the
+//                                             vocabulary-parallel passes S and T (every device
+//                                             runs its shard's; they belong to no stage)
 //   octopipe_agent_tokens_per_second, octopipe_agent_loss (on the node holding the head)
 //   octopipe_agent_checkpoint_seconds         the last checkpoint (slowest local rank)
 //   octopipe_agent_overhead_ratio             the agent's bookkeeping in the ranks / iteration
@@ -34,6 +38,8 @@ class AgentMetrics final : public AgentObserver {
   static absl::StatusOr<std::unique_ptr<AgentMetrics>> Start(const std::string& host, int port,
                                                              const std::string& node);
   int port() const;
+  // Every metric in the text exposition format (what /metrics serves).
+  std::string Text() const;
 
   void OnState(AgentState state) override;
   void OnPlanVersion(const std::string& job_id, int64_t version) override;

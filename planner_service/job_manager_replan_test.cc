@@ -1,0 +1,255 @@
+// JobManager re-planning on agents' reports: measured stage times and per-layer times
+// calibrate the job and trigger a measured version past the policy's threshold, the policy's
+// cool-down on a FakeClock, and a lost node's re-plan on the rest and its return.
+// The fixture and its helpers: job_manager_test_fixture.h.
+#include "planner_service/job_manager_test_fixture.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/convert.h"
+#include "core/cost_model.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "simulator/problem_builder.h"
+
+namespace octopipe::planner {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+TEST_F(JobManagerTest, SlowStageTriggersAMeasuredVersionSmallDeviationDoesNot) {
+  const proto::CreateJobRequest req = SmallJob("replan", TwoNodes());
+  absl::StatusOr<proto::Job> job = Create(req);
+  ASSERT_TRUE(job.ok()) << job.status();
+  const std::string id = job->id();
+  ASSERT_TRUE(Watch(id).ok());
+  absl::StatusOr<proto::PlanVersion> v1 = recorder_.WaitForVersion(id, 1);
+  ASSERT_TRUE(v1.ok()) << v1.status();
+  const int stages = v1->result().plan().stages_size();
+  ASSERT_GE(stages, 2);
+
+  // 2% slower everywhere: within tolerance, no re-plan.
+  absl::StatusOr<PipelineProblem> p = Predicted(req, *v1, {});
+  ASSERT_TRUE(p.ok()) << p.status();
+  absl::StatusOr<proto::ReportStageTimesResponse> small =
+      manager_->ReportStageTimes(Report(id, 1, *p, -1, 1.0, 1.02));
+  ASSERT_TRUE(small.ok()) << small.status();
+  EXPECT_FALSE(small->replanned()) << small->decision();
+  EXPECT_EQ(small->current_version(), 1);
+  EXPECT_THAT(small->decision(), HasSubstr("2.0%"));
+  // The measurement is still learnt: every layer now costs 2% more.
+  const std::vector<double> after_small = Factors(id);
+  ASSERT_EQ(after_small.size(), static_cast<size_t>(req.model().layers_size()));
+  for (double f : after_small) EXPECT_NEAR(f, 1.02, 1e-9);
+
+  // Stage 0 30% slower than predicted under that calibration, past the cool-down that starts
+  // at the job's first plan: a re-plan.
+  clock_.Advance(30);
+  p = Predicted(req, *v1, after_small);
+  ASSERT_TRUE(p.ok()) << p.status();
+  absl::StatusOr<proto::ReportStageTimesResponse> slow =
+      manager_->ReportStageTimes(Report(id, 1, *p, 0, 1.3, 1.0));
+  ASSERT_TRUE(slow.ok()) << slow.status();
+  EXPECT_TRUE(slow->replanned()) << slow->decision();
+  EXPECT_THAT(slow->decision(), HasSubstr("30.0% (stage 0)"));
+  // Exactly stage 0's layers were scaled by 1.3.
+  const std::vector<double> factors = Factors(id);
+  const auto& s0 = v1->result().plan().stages(0);
+  for (int l = 0; l < static_cast<int>(factors.size()); ++l) {
+    const bool in_stage0 = l >= s0.first_layer() && l <= s0.last_layer();
+    EXPECT_NEAR(factors[l], 1.02 * (in_stage0 ? 1.3 : 1.0), 1e-9) << "layer " << l;
+  }
+
+  absl::StatusOr<proto::PlanVersion> v2 = recorder_.WaitForVersion(id, 2);
+  ASSERT_TRUE(v2.ok()) << v2.status();
+  EXPECT_EQ(v2->version(), 2);
+  EXPECT_EQ(v2->reason(), "measured");
+  EXPECT_TRUE(v2->result().feasible());
+  absl::StatusOr<proto::GetJobResponse> got = Get(id);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->job().current_version(), 2);
+
+  // A report against the replaced version is refused, naming the field.
+  absl::Status stale = manager_->ReportStageTimes(Report(id, 1, *p, 0, 1.3, 1.0)).status();
+  EXPECT_EQ(stale.code(), absl::StatusCode::kFailedPrecondition) << stale;
+  EXPECT_THAT(std::string(stale.message()), HasSubstr("plan_version"));
+
+  // Malformed entries against the current version name the entry and the field.
+  proto::ReportStageTimesRequest bad;
+  bad.set_job_id(id);
+  bad.set_plan_version(2);
+  proto::StageTime* t = bad.add_times();
+  t->set_stage(0);
+  t->set_op_kind("Q");
+  t->set_seconds(1);
+  t->set_samples(1);
+  absl::Status s = manager_->ReportStageTimes(bad).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("times[0].op_kind"));
+  t->set_op_kind("F");
+  t->set_kind(proto::OP_KIND_B);  // the typed kind and its text twin must agree
+  s = manager_->ReportStageTimes(bad).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("times[0].kind OP_KIND_B and op_kind 'F'"));
+  t->set_kind(proto::OP_KIND_F);
+  t->set_stage(v2->result().plan().stages_size());
+  s = manager_->ReportStageTimes(bad).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("times[0].stage"));
+}
+
+// Per-layer reports calibrate each layer by its own ratio (not smeared over its stage).
+TEST_F(JobManagerTest, PerLayerReportsCalibrateEachLayerByItself) {
+  const proto::CreateJobRequest req = SmallJob("per-layer", TwoNodes());
+  absl::StatusOr<proto::Job> job = Create(req);
+  ASSERT_TRUE(job.ok()) << job.status();
+  const std::string id = job->id();
+  ASSERT_TRUE(Watch(id).ok());
+  absl::StatusOr<proto::PlanVersion> v1 = recorder_.WaitForVersion(id, 1);
+  ASSERT_TRUE(v1.ok()) << v1.status();
+  absl::StatusOr<PipelineProblem> p = Predicted(req, *v1, {});
+  ASSERT_TRUE(p.ok()) << p.status();
+  proto::ReportStageTimesRequest report = Report(id, 1, *p, -1, 1.0, 1.0);
+  absl::StatusOr<ModelGraph> model = ModelFromProto(req.model());
+  absl::StatusOr<Cluster> cluster = ClusterFromProto(req.cluster());
+  absl::StatusOr<Plan> plan = PlanFromProto(v1->result().plan());
+  ASSERT_TRUE(model.ok() && cluster.ok() && plan.ok());
+  absl::StatusOr<ProblemBuilder> builder = ProblemBuilder::Create(
+      *model, *cluster, CostModel(), plan->num_devices, {}, plan->vocab_parallel);
+  ASSERT_TRUE(builder.ok()) << builder.status();
+  // The first layer of stage 0 measured 1.5x its prediction, every other layer as predicted.
+  const int slow_layer = plan->stages[0].first_layer;
+  for (const StageAssignment& st : plan->stages) {
+    for (int l = st.first_layer; l <= st.last_layer; ++l) {
+      const LayerCost& c = builder->layer_cost(l, st.device);
+      // Typed kinds only (the stage times above carry text only, as older agents send).
+      for (auto [kind, secs] : {std::pair{proto::OP_KIND_F, c.forward_s},
+                                std::pair{proto::OP_KIND_B, c.backward_input_s},
+                                std::pair{proto::OP_KIND_W, c.weight_grad_s}}) {
+        if (secs <= 0) continue;
+        proto::LayerOpTime* t = report.add_layer_times();
+        t->set_layer(l);
+        t->set_kind(kind);
+        t->set_seconds(secs * (l == slow_layer ? 1.5 : 1.0));
+        t->set_samples(8);
+      }
+    }
+  }
+  absl::StatusOr<proto::ReportStageTimesResponse> r = manager_->ReportStageTimes(report);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const std::vector<double> factors = Factors(id);
+  ASSERT_EQ(factors.size(), static_cast<size_t>(model->num_layers()));
+  for (int l = 0; l < model->num_layers(); ++l) {
+    EXPECT_NEAR(factors[l], l == slow_layer ? 1.5 : 1.0, 1e-9) << "layer " << l;
+  }
+  // A bad per-layer entry is refused naming the field.
+  report.add_layer_times()->set_op_kind("X");
+  EXPECT_THAT(std::string(manager_->ReportStageTimes(report).status().message()),
+              HasSubstr("layer_times["));
+}
+
+TEST_F(JobManagerTest, CooldownAllowsOneMeasuredReplanUntilTheClockMoves) {
+  // Default policy: 30 s between measured-time re-plans of a job, counted from its first plan.
+  const proto::CreateJobRequest req = SmallJob("cooldown", TwoNodes());
+  absl::StatusOr<proto::Job> job = Create(req);
+  ASSERT_TRUE(job.ok()) << job.status();
+  const std::string id = job->id();
+  ASSERT_TRUE(Watch(id).ok());
+  absl::StatusOr<proto::PlanVersion> v1 = recorder_.WaitForVersion(id, 1);
+  ASSERT_TRUE(v1.ok()) << v1.status();
+
+  absl::StatusOr<PipelineProblem> p = Predicted(req, *v1, Factors(id));
+  ASSERT_TRUE(p.ok()) << p.status();
+  // Right after the first plan (the fake clock started at 1000 s, not 0): cooling down.
+  absl::StatusOr<proto::ReportStageTimesResponse> early =
+      manager_->ReportStageTimes(Report(id, 1, *p, 0, 1.3, 1.0));
+  ASSERT_TRUE(early.ok()) << early.status();
+  EXPECT_FALSE(early->replanned()) << early->decision();
+  clock_.Advance(29);
+  p = Predicted(req, *v1, Factors(id));
+  ASSERT_TRUE(p.ok()) << p.status();
+  early = manager_->ReportStageTimes(Report(id, 1, *p, 0, 1.3, 1.0));
+  ASSERT_TRUE(early.ok()) << early.status();
+  EXPECT_FALSE(early->replanned()) << early->decision();
+  clock_.Advance(1);
+  p = Predicted(req, *v1, Factors(id));
+  ASSERT_TRUE(p.ok()) << p.status();
+  absl::StatusOr<proto::ReportStageTimesResponse> first =
+      manager_->ReportStageTimes(Report(id, 1, *p, 0, 1.3, 1.0));
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_TRUE(first->replanned()) << first->decision();
+  absl::StatusOr<proto::PlanVersion> v2 = recorder_.WaitForVersion(id, 2);
+  ASSERT_TRUE(v2.ok()) << v2.status();
+  EXPECT_EQ(v2->reason(), "measured");
+
+  // 10 s later, still 30% off (now on the new plan's last stage): cooling down.
+  clock_.Advance(10);
+  const int last = v2->result().plan().stages_size() - 1;
+  p = Predicted(req, *v2, Factors(id));
+  ASSERT_TRUE(p.ok()) << p.status();
+  absl::StatusOr<proto::ReportStageTimesResponse> second =
+      manager_->ReportStageTimes(Report(id, 2, *p, last, 1.3, 1.0));
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_FALSE(second->replanned()) << second->decision();
+  EXPECT_THAT(second->decision(), HasSubstr("30.0%"));
+  Drain();  // nothing was queued: still one re-plan
+  EXPECT_EQ(recorder_.versions(id).size(), 2u);
+
+  // Past the cool-down the same report re-plans again.
+  clock_.Advance(21);
+  p = Predicted(req, *v2, Factors(id));
+  ASSERT_TRUE(p.ok()) << p.status();
+  absl::StatusOr<proto::ReportStageTimesResponse> third =
+      manager_->ReportStageTimes(Report(id, 2, *p, last, 1.3, 1.0));
+  ASSERT_TRUE(third.ok()) << third.status();
+  EXPECT_TRUE(third->replanned()) << third->decision();
+  absl::StatusOr<proto::PlanVersion> v3 = recorder_.WaitForVersion(id, 3);
+  ASSERT_TRUE(v3.ok()) << v3.status();
+  EXPECT_EQ(v3->version(), 3);
+  EXPECT_EQ(v3->reason(), "measured");
+}
+
+TEST_F(JobManagerTest, LostNodeReplansOnTheRestAndItsReturnRestores) {
+  // All devices of both nodes.
+  absl::StatusOr<proto::Job> job = Create(SmallJob("nodes", TwoNodes(), 0));
+  ASSERT_TRUE(job.ok()) << job.status();
+  const std::string id = job->id();
+  ASSERT_TRUE(Watch(id).ok());
+  absl::StatusOr<proto::PlanVersion> v1 = recorder_.WaitForVersion(id, 1);
+  ASSERT_TRUE(v1.ok()) << v1.status();
+  EXPECT_EQ(v1->result().plan().num_devices(), 4);
+
+  EXPECT_THAT(manager_->NodeLost("node7", ReplanReason::kNodeFailure), IsEmpty());  // not in its cluster
+  EXPECT_THAT(manager_->NodeLost("node1", ReplanReason::kNodeFailure), ElementsAre(id));
+  absl::StatusOr<proto::PlanVersion> v2 = recorder_.WaitForVersion(id, 2);
+  ASSERT_TRUE(v2.ok()) << v2.status();
+  EXPECT_EQ(v2->version(), 2);
+  EXPECT_EQ(v2->reason(), "node_failure");
+  EXPECT_EQ(v2->result().plan().num_devices(), 2);  // node0's devices only
+  absl::StatusOr<proto::GetJobResponse> got = Get(id);
+  ASSERT_TRUE(got.ok());
+  EXPECT_THAT(got->job().excluded_nodes(), ElementsAre("node1"));
+  EXPECT_EQ(got->job().current_version(), 2);
+  // Losing it again changes nothing.
+  EXPECT_THAT(manager_->NodeLost("node1", ReplanReason::kNodeFailure), IsEmpty());
+
+  EXPECT_THAT(manager_->NodeJoined("node1"), ElementsAre(id));
+  absl::StatusOr<proto::PlanVersion> v3 = recorder_.WaitForVersion(id, 3);
+  ASSERT_TRUE(v3.ok()) << v3.status();
+  EXPECT_EQ(v3->version(), 3);
+  EXPECT_EQ(v3->reason(), "node_join");
+  EXPECT_EQ(v3->result().plan().num_devices(), 4);
+  got = Get(id);
+  ASSERT_TRUE(got.ok());
+  EXPECT_THAT(got->job().excluded_nodes(), IsEmpty());
+  EXPECT_THAT(manager_->NodeJoined("node1"), IsEmpty());
+}
+
+}  // namespace
+}  // namespace octopipe::planner

@@ -1,0 +1,83 @@
+#include "planner_service/job_manager_test_fixture.h"
+
+#include <utility>
+
+#include "core/cluster_presets.h"
+#include "core/convert.h"
+#include "core/cost_model.h"
+#include "core/model_zoo.h"
+#include "simulator/problem_builder.h"
+
+namespace octopipe::planner {
+
+proto::CreateJobRequest SmallJob(const std::string& name, const Cluster& cluster,
+                                 int devices, const std::string& vocab_parallel) {
+  TrainingOptions t;
+  t.num_microbatches = 8;
+  proto::CreateJobRequest r;
+  r.set_name(name);
+  *r.mutable_model() = ModelToProto(*ZooModel("llama3-8b", t));
+  *r.mutable_cluster() = ClusterToProto(cluster);
+  r.mutable_options()->set_num_devices(devices);
+  r.mutable_options()->set_time_budget_s(5);
+  r.mutable_options()->set_vocab_parallel(vocab_parallel);
+  return r;
+}
+
+Cluster OneNode() { return *ClusterPreset("h100-1node"); }
+
+Cluster TwoNodes() {
+  Cluster c = *ClusterPreset("h100-4nodes");
+  c.nodes.resize(2);
+  for (Node& n : c.nodes) n.num_devices = 2;
+  return c;
+}
+
+absl::StatusOr<PipelineProblem> Predicted(const proto::CreateJobRequest& job,
+                                          const proto::PlanVersion& v,
+                                          const std::vector<double>& factors) {
+  absl::StatusOr<ModelGraph> model = ModelFromProto(job.model());
+  if (!model.ok()) return model.status();
+  absl::StatusOr<Cluster> cluster = ClusterFromProto(job.cluster());
+  if (!cluster.ok()) return cluster.status();
+  absl::StatusOr<Plan> plan = PlanFromProto(v.result().plan());
+  if (!plan.ok()) return plan.status();
+  absl::StatusOr<ProblemBuilder> builder = ProblemBuilder::Create(
+      *model, *cluster, CostModel(), plan->num_devices, factors, plan->vocab_parallel);
+  if (!builder.ok()) return builder.status();
+  return builder->Build(*plan);
+}
+
+proto::ReportStageTimesRequest Report(const std::string& job_id, int64_t version,
+                                      const PipelineProblem& p, int slow_stage, double slow,
+                                      double others, double vocab) {
+  proto::ReportStageTimesRequest r;
+  r.set_job_id(job_id);
+  r.set_plan_version(version);
+  r.set_node_id("node0");
+  for (int s = 0; s < p.num_stages; ++s) {
+    const double f = s == slow_stage ? slow : others;
+    for (auto [kind, secs] : {std::pair{"F", p.forward_s[s]}, std::pair{"B", p.backward_input_s[s]},
+                              std::pair{"W", p.weight_grad_s[s]}}) {
+      if (secs <= 0) continue;
+      proto::StageTime* t = r.add_times();
+      t->set_stage(s);
+      t->set_op_kind(kind);
+      t->set_seconds(secs * f);
+      t->set_samples(8);
+    }
+  }
+  for (int d = 0; p.vocab_parallel && d < p.num_devices; ++d) {
+    for (auto [kind, secs] : {std::pair{proto::OP_KIND_S, p.vocab_s_s[d]},
+                              std::pair{proto::OP_KIND_T, p.vocab_t_s[d]}}) {
+      proto::StageTime* t = r.add_times();
+      t->set_stage(d);
+      t->set_kind(kind);
+      t->set_seconds(secs * (vocab < 0 ? others : vocab));
+      t->set_samples(8);
+    }
+  }
+  return r;
+}
+
+}  // namespace octopipe::planner
