@@ -66,12 +66,15 @@ Json PlanJson(const ModelGraph& model, const Plan& plan) {
     for (const Op& op : ops) device.push_back(OpToString(op));
     schedule.push_back(std::move(device));
   }
-  return {{"num_devices", plan.num_devices},
-          {"num_microbatches", plan.num_microbatches},
-          {"vocab_parallel", plan.vocab_parallel},
-          {"partition", std::move(partition)},
-          {"placement", std::move(placement)},
-          {"schedule", std::move(schedule)}};
+  Json j = {{"num_devices", plan.num_devices},
+            {"num_microbatches", plan.num_microbatches},
+            {"vocab_parallel", plan.vocab_parallel},
+            {"partition", std::move(partition)},
+            {"placement", std::move(placement)},
+            {"schedule", std::move(schedule)}};
+  // The split head's shards (vocabulary columns per device) the plan was costed with.
+  if (plan.vocab_parallel) j["vocab_shard_columns"] = plan.vocab_shard_columns;
+  return j;
 }
 
 Json PredictedJson(const SimResult& p) {

@@ -204,6 +204,10 @@ TEST(PlanCommandTest, VocabParallelPlanRoundTripsThroughThePlanFile) {
   const Json j = JsonOf(planned);
   EXPECT_EQ(Get(Get(j, "vocab_parallel"), "used"), Json(true));
   EXPECT_EQ(Get(Get(j, "plan"), "vocab_parallel"), Json(true));
+  // One shard per device, covering Nemotron-H's vocabulary of 131072 (identical devices: equal).
+  const Json columns = Get(Get(j, "plan"), "vocab_shard_columns");
+  ASSERT_EQ(columns.size(), 32u) << columns;
+  for (const Json& c : columns) EXPECT_EQ(c, Json(131072 / 32)) << columns;
   EXPECT_GT(Num(Get(j, "speedup_vs_best_baseline")), 1.3);
   const double want = Num(Get(Get(j, "predicted"), "iteration_time_s"));
 

@@ -156,6 +156,12 @@ TEST(TrainCommandTest, RunsAVocabParallelPlanFromThePlanCommand) {
   absl::StatusOr<Plan> plan = LoadPlanArg(file);
   ASSERT_TRUE(plan.ok()) << plan.status();
   ASSERT_TRUE(plan->vocab_parallel) << plan_out.str();
+  // Its shards are the heavy head's 65536 columns: scaled to kSpec's vocabulary by the same
+  // rule, or the run refuses the plan (the columns must sum to the model's vocabulary).
+  ASSERT_EQ(plan->vocab_shard_columns.size(), 2u);
+  plan->vocab_shard_columns = VocabShardColumns(
+      32, std::vector<double>(plan->vocab_shard_columns.begin(), plan->vocab_shard_columns.end()));
+  ASSERT_TRUE(WritePlanFile(file, *plan).ok());
   // With a profile of kSpec's layers the run also calibrates it (--calibrated_model).
   const ModelGraph graph = executor::ToModelGraph(*executor::ParseModelSpec(kSpec));
   const std::string prefix = TmpPrefix("vocab-profile");

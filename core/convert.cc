@@ -380,6 +380,8 @@ proto::Plan PlanToProto(const Plan& plan) {
   p.set_num_devices(plan.num_devices);
   p.set_num_microbatches(plan.num_microbatches);
   p.set_vocab_parallel(plan.vocab_parallel);
+  p.mutable_vocab_shard_columns()->Add(plan.vocab_shard_columns.begin(),
+                                       plan.vocab_shard_columns.end());
   for (const StageAssignment& s : plan.stages) {
     proto::StageSpec* ps = p.add_stages();
     ps->set_first_layer(s.first_layer);
@@ -404,6 +406,8 @@ absl::StatusOr<Plan> PlanFromProto(const proto::Plan& p) {
   plan.num_devices = p.num_devices();
   plan.num_microbatches = p.num_microbatches();
   plan.vocab_parallel = p.vocab_parallel();
+  plan.vocab_shard_columns.assign(p.vocab_shard_columns().begin(),
+                                  p.vocab_shard_columns().end());
   for (const proto::StageSpec& ps : p.stages()) {
     plan.stages.push_back(
         StageAssignment{ps.first_layer(), ps.last_layer(), ps.device(), ps.recompute()});

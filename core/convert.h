@@ -28,7 +28,8 @@
 //    everything ValidatePlanShape checks except that the stages end at the model's last layer
 //    (the model is not known here; call ValidatePlanShape with it), plus that every scheduled
 //    op names an existing stage (an S or T pass of a vocab_parallel plan: a device) and
-//    micro-batch. The proto's `predicted` block has no core
+//    micro-batch; vocab_shard_columns' count and signs are checked too (their sum against the
+//    model's vocabulary by PlanVocabShardColumns, core/plan.h). The proto's `predicted` block has no core
 //    counterpart: PlanToProto leaves it empty for the caller to fill, PlanFromProto ignores it.
 // Stateless; thread-safe.
 #ifndef OCTOPIPE_CORE_CONVERT_H_

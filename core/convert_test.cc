@@ -304,6 +304,88 @@ TEST(ConvertTest, PlanFileOfTheOldFormLoads) {
   EXPECT_EQ(device1, plan->schedule.ops[1]);
 }
 
+// SmallPlan with its head split by vocabulary: S and T of each device's shard per micro-batch,
+// and the columns it was costed with (unequal).
+Plan VocabPlan() {
+  Plan p = SmallPlan();
+  p.vocab_parallel = true;
+  p.vocab_shard_columns = {700, 300};
+  for (int d = 0; d < 2; ++d) {
+    for (int m = 0; m < 2; ++m) {
+      p.schedule.ops[d].push_back({OpKind::kS, d, m});
+      p.schedule.ops[d].push_back({OpKind::kT, d, m});
+    }
+  }
+  return p;
+}
+
+TEST(ConvertTest, VocabShardColumnsRoundTrip) {
+  const Plan plan = VocabPlan();
+  const proto::Plan p = PlanToProto(plan);
+  ASSERT_EQ(2, p.vocab_shard_columns_size());
+  EXPECT_EQ(300, p.vocab_shard_columns(1));
+  absl::StatusOr<Plan> wire = PlanFromProto(p);
+  ASSERT_TRUE(wire.ok()) << wire.status();
+  EXPECT_EQ(plan.vocab_shard_columns, wire->vocab_shard_columns);
+  const std::string path = TempPath("vocab-plan.json");
+  ASSERT_TRUE(WritePlanFile(path, plan).ok());
+  absl::StatusOr<std::string> text = ReadFileToString(path);
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_THAT(*text, HasSubstr("vocab_shard_columns"));
+  absl::StatusOr<Plan> back = LoadPlanFile(path);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(back->vocab_parallel);
+  EXPECT_EQ(plan.vocab_shard_columns, back->vocab_shard_columns);
+  EXPECT_EQ(plan.schedule.ops, back->schedule.ops);
+  EXPECT_TRUE(MessageDifferencer::Equals(p, PlanToProto(*back)));
+}
+
+// A vocab_parallel plan file written before the field loads with no columns: equal shards.
+TEST(ConvertTest, VocabPlanFileWithoutColumnsLoadsWithEqualShards) {
+  const std::string path = TempPath("old-vocab-plan.json");
+  ASSERT_TRUE(WriteStringToFile(path, R"({
+  "version": "1", "schedule_name": "octopipe", "num_devices": 2, "num_microbatches": 1,
+  "vocab_parallel": true,
+  "stages": [{"first_layer": 0, "last_layer": 0, "device": 0},
+             {"first_layer": 1, "last_layer": 1, "device": 1}],
+  "schedule": [{"device": 0, "ops": ["F0.0", "S0.0", "B0.0", "T0.0", "W0.0"]},
+               {"device": 1, "ops": ["F1.0", "S1.0", "B1.0", "W1.0", "T1.0"]}]
+})").ok());
+  absl::StatusOr<Plan> plan = LoadPlanFile(path);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(plan->vocab_shard_columns.empty());
+  absl::StatusOr<std::vector<int64_t>> columns = PlanVocabShardColumns(*plan, 1001);
+  ASSERT_TRUE(columns.ok()) << columns.status();
+  EXPECT_EQ((std::vector<int64_t>{501, 500}), *columns);
+}
+
+TEST(ConvertTest, BadVocabShardColumnsNameTheField) {
+  proto::Plan p = PlanToProto(VocabPlan());
+  p.add_vocab_shard_columns(5);
+  ExpectPlanError(p, "vocab_shard_columns has 3 entries for 2 devices");
+
+  p = PlanToProto(VocabPlan());
+  p.set_vocab_shard_columns(1, 0);
+  ExpectPlanError(p, "vocab_shard_columns[1] must be > 0");
+
+  p = PlanToProto(VocabPlan());
+  p.set_vocab_shard_columns(0, -4);
+  ExpectPlanError(p, "vocab_shard_columns[0] must be > 0");
+
+  p = PlanToProto(SmallPlan());
+  p.add_vocab_shard_columns(1);
+  p.add_vocab_shard_columns(1);
+  ExpectPlanError(p, "vocab_shard_columns: 2 entries in a plan without vocab_parallel");
+
+  // The sum is checked against the model's vocabulary, which the plan alone does not know.
+  absl::StatusOr<Plan> loaded = PlanFromProto(PlanToProto(VocabPlan()));
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const absl::Status sum = PlanVocabShardColumns(*loaded, 1200).status();
+  EXPECT_EQ(absl::StatusCode::kInvalidArgument, sum.code());
+  EXPECT_THAT(std::string(sum.message()),
+              HasSubstr("vocab_shard_columns sum to 1000 but the model's vocabulary has 1200"));
+}
+
 TEST(ConvertTest, OpKindsMapOneToOne) {
   for (OpKind k : {OpKind::kF, OpKind::kB, OpKind::kW, OpKind::kBW, OpKind::kR}) {
     const proto::OpKind wire = OpKindToProto(k);

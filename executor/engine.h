@@ -30,7 +30,8 @@
 // cross-rank ordering a blocking collective would impose on the schedules). Their tags follow
 // the transfer tags: base + (microbatch * ranks + sending shard) * 3 + message kind. S and T
 // are timed as ops (OpTiming) only; the head's LayerOpTiming on the norm holder is its norm.
-// Shards are equal (VocabShardRange): the plan does not carry the simulator's speed-sized ones.
+// Shards are the plan's (Plan::vocab_shard_columns, the simulator's speed-sized split; equal
+// for a plan without them): BuildRankLayers cuts each rank's VocabShardHead to them.
 // Not thread-safe: one engine per rank, RunIteration called from one thread.
 #ifndef OCTOPIPE_EXECUTOR_ENGINE_H_
 #define OCTOPIPE_EXECUTOR_ENGINE_H_

@@ -34,14 +34,16 @@ absl::StatusOr<std::vector<std::unique_ptr<Layer>>> BuildRankLayers(const ModelS
   }
   if (plan.vocab_parallel) {
     // Every rank holds its vocabulary shard of the head; the last stage's rank also its norm.
+    // Its shard is the plan's (the split the simulator costed), or equal without one.
     if (spec.kinds.back() != "head" || spec.dims.vocab < plan.num_devices) {
       return absl::InvalidArgumentError(absl::StrCat(
           "vocab_parallel: the model must end with its head and have at least one vocabulary "
           "entry per device: vocab ", spec.dims.vocab, ", ", plan.num_devices, " devices"));
     }
+    ASSIGN_OR_RETURN(const std::vector<int64_t> columns,
+                     PlanVocabShardColumns(plan, spec.dims.vocab));
     layers[L - 1] = std::make_unique<VocabShardHead>(
-        spec.dims, L - 1, VocabShardRange(spec.dims.vocab, plan.num_devices, rank),
-        plan.stages.back().device == rank);
+        spec.dims, L - 1, VocabShardRange(columns, rank), plan.stages.back().device == rank);
   }
   return layers;
 }
@@ -97,13 +99,15 @@ absl::Status SaveVocabParallelCheckpoint(const ModelSpec& spec, const Plan& plan
     }
     return absl::OkStatus();
   }
+  ASSIGN_OR_RETURN(const std::vector<int64_t> columns,
+                   PlanVocabShardColumns(plan, spec.dims.vocab));
   std::vector<std::vector<Tensor>> params(P), first(P), second(P);
   for (int d = 0; d < P; ++d) {
     LayerCheckpoint part;
     if (d == rank) {
       part = own;
     } else {
-      const VocabRange r = VocabShardRange(spec.dims.vocab, P, d);
+      const VocabRange r = VocabShardRange(columns, d);
       part.params = {Tensor(spec.dims.hidden, r.end - r.begin)};
       if (!own.first_moments.empty()) {
         part.first_moments = part.second_moments = part.params;

@@ -3,8 +3,9 @@
 // training does: loss, every gradient (the head's reassembled from its shards) and, after
 // several AdamW steps, every weight agree to fp32 rounding (relative error <= 1e-5; the shards'
 // softmax sums add in another order, so not bit for bit). Plans from the real tuner with
-// --vocab_parallel=on and random list-scheduled orders on 2 and 3 ranks in-process, and 2 ranks
-// as processes over Gloo.
+// --vocab_parallel=on and random list-scheduled orders on 2 and 3 ranks in-process, with equal
+// and unequal shards (Plan::vocab_shard_columns), and 2 ranks with unequal shards as processes
+// over Gloo.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -178,7 +179,14 @@ TEST(VocabParallelTrainingTest, TunerPlansOnTwoAndThreeRanks) {
     auto r = Tune(graph, SyntheticCluster(P), CostModel(), o);
     ASSERT_TRUE(r.ok()) << r.status();
     ASSERT_TRUE(r->plan.vocab_parallel);
-    ExpectTrainsLikeOneProcess(spec, r->plan, 3, "tuned P=" + std::to_string(P));
+    // The plan's shards are the heavy model's 65536 columns (equal on identical devices):
+    // scaled to the small model's 31 by the same rule.
+    Plan plan = r->plan;
+    ASSERT_EQ(plan.vocab_shard_columns, EqualVocabShardColumns(65536, P));
+    plan.vocab_shard_columns = VocabShardColumns(
+        spec.dims.vocab,
+        std::vector<double>(plan.vocab_shard_columns.begin(), plan.vocab_shard_columns.end()));
+    ExpectTrainsLikeOneProcess(spec, plan, 3, "tuned P=" + std::to_string(P));
   }
 }
 
@@ -198,6 +206,55 @@ TEST(VocabParallelTrainingTest, RandomValidSchedulesOnTwoAndThreeRanks) {
                                           /*vocab_parallel=*/true);
     ExpectTrainsLikeOneProcess(spec, plan, 2, "trial " + std::to_string(trial));
     if (HasFailure()) return;
+  }
+}
+
+// Unequal shards, as the tuner plans them for devices of different speeds
+// (Plan::vocab_shard_columns): each rank's shard is its columns, and training still matches one
+// process, in random orders, with shards of one column and shards holding most of the
+// vocabulary.
+TEST(VocabParallelTrainingTest, UnequalShardsMatchSingleProcessTraining) {
+  std::mt19937 rng(334);
+  const std::vector<std::vector<int64_t>> splits = {{25, 6}, {1, 30}, {3, 20, 8}, {29, 1, 1}};
+  for (int trial = 0; trial < 12; ++trial) {
+    const ModelSpec spec = Spec(1 + trial % 3);
+    const int L = static_cast<int>(spec.kinds.size());
+    const std::vector<int64_t>& columns = splits[trial % splits.size()];
+    const int P = static_cast<int>(columns.size());
+    const int S = P + static_cast<int>(rng() % (L - P + 1));
+    Plan plan = testing::RandomPlan(rng, L, P, S, spec.microbatches,
+                                    /*split_backward=*/trial % 3 != 0, /*vocab_parallel=*/true);
+    plan.vocab_shard_columns = columns;
+    const std::string what = "unequal trial " + std::to_string(trial);
+    // Each rank's head is its own columns, not an equal part.
+    for (int r = 0; r < P; ++r) {
+      absl::StatusOr<std::vector<std::unique_ptr<Layer>>> layers = BuildRankLayers(spec, plan, r);
+      ASSERT_TRUE(layers.ok()) << what << ": " << layers.status();
+      const auto* shard = dynamic_cast<const VocabShardHead*>(layers->back().get());
+      ASSERT_NE(shard, nullptr) << what;
+      EXPECT_EQ(shard->range().end - shard->range().begin, columns[r]) << what << " rank " << r;
+    }
+    ExpectTrainsLikeOneProcess(spec, plan, 2, what);
+    if (HasFailure()) return;
+  }
+}
+
+// Columns that do not fit the model are refused before training, naming the field.
+TEST(VocabParallelTrainingTest, ShardColumnsThatDoNotFitTheModelAreRefused) {
+  const ModelSpec spec = Spec(2);
+  const int L = static_cast<int>(spec.kinds.size());
+  std::mt19937 rng(335);
+  Plan plan = testing::RandomPlan(rng, L, 2, 3, spec.microbatches, true, /*vocab_parallel=*/true);
+  for (const auto& [columns, message] :
+       {std::pair<std::vector<int64_t>, std::string>{{20, 10}, "vocab_shard_columns sum to 30"},
+        {{31}, "vocab_shard_columns has 1 entries for 2 devices"},
+        {{31, 0}, "vocab_shard_columns[1] must be > 0"}}) {
+    plan.vocab_shard_columns = columns;
+    absl::StatusOr<std::vector<std::unique_ptr<Layer>>> layers = BuildRankLayers(spec, plan, 0);
+    ASSERT_FALSE(layers.ok()) << message;
+    EXPECT_EQ(layers.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(layers.status().message().find(message), absl::string_view::npos)
+        << layers.status();
   }
 }
 
@@ -262,6 +319,10 @@ TEST(VocabParallelTrainingTest, CheckpointsResumeAcrossVocabularySplits) {
   const Plan split2 = testing::RandomPlan(rng, L, 2, 3, M, true, /*vocab_parallel=*/true);
   const Plan split3 = testing::RandomPlan(rng, L, 3, 4, M, false, /*vocab_parallel=*/true);
   const Plan whole2 = testing::RandomPlan(rng, L, 2, 4, M, true, /*vocab_parallel=*/false);
+  Plan unequal2 = testing::RandomPlan(rng, L, 2, 3, M, false, /*vocab_parallel=*/true);
+  unequal2.vocab_shard_columns = {24, 7};
+  Plan unequal3 = testing::RandomPlan(rng, L, 3, 3, M, true, /*vocab_parallel=*/true);
+  unequal3.vocab_shard_columns = {2, 9, 20};
   const Reference ref = TrainReference(spec, M, 4);
   struct Case {
     const Plan* first;
@@ -270,7 +331,9 @@ TEST(VocabParallelTrainingTest, CheckpointsResumeAcrossVocabularySplits) {
   };
   for (const Case& c : {Case{&split2, &split3, "split2_to_split3"},
                         Case{&split2, &whole2, "split2_to_whole2"},
-                        Case{&whole2, &split3, "whole2_to_split3"}}) {
+                        Case{&whole2, &split3, "whole2_to_split3"},
+                        Case{&unequal2, &unequal3, "unequal2_to_unequal3"},
+                        Case{&split3, &unequal2, "split3_to_unequal2"}}) {
     TrainOptions options;
     options.checkpoint_dir = TmpDir(c.name);
     options.iterations = 2;
@@ -345,8 +408,9 @@ TEST(VocabParallelTrainingTest, TwoGlooProcessesMatchSingleProcessTraining) {
   const ModelSpec spec = Spec(4);
   const int L = static_cast<int>(spec.kinds.size()), iterations = 3;
   std::mt19937 rng(331);
-  const Plan plan = testing::RandomPlan(rng, L, 2, 3, spec.microbatches,
-                                        /*split_backward=*/true, /*vocab_parallel=*/true);
+  Plan plan = testing::RandomPlan(rng, L, 2, 3, spec.microbatches,
+                                  /*split_backward=*/true, /*vocab_parallel=*/true);
+  plan.vocab_shard_columns = {9, 22};  // unequal, as for devices of different speeds
   const std::string dir = TmpDir("gloo");
   std::vector<pid_t> pids;
   for (int r = 0; r < 2; ++r) {

@@ -267,6 +267,7 @@ VocabSetup SmallVocabSetup() {
   v.model = *ParseSyntheticModel("layers=4,f=1,b=2,w=0.5");
   Layer& head = v.model.layers.back();
   head.kind = LayerKind::kHead;
+  head.dims.vocab = 1000;
   head.measured.forward_s = 2.0;
   head.measured.backward_input_s = 4.0;
   head.measured.weight_grad_s = 2.0;

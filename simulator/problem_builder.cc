@@ -43,9 +43,10 @@ absl::StatusOr<ProblemBuilder> ProblemBuilder::Create(
                                                    " requested but the cluster '", cluster.name,
                                                    "' has ", cluster.num_devices()));
   }
-  if (vocab_parallel) RETURN_IF_ERROR(CheckVocabParallelModel(model));
+  if (vocab_parallel) RETURN_IF_ERROR(CheckVocabParallelModel(model, num_devices));
   ProblemBuilder pb;
   pb.vocab_parallel_ = vocab_parallel;
+  if (vocab_parallel) pb.vocab_ = model.layers.back().dims.vocab;
   pb.num_layers_ = model.num_layers();
   pb.num_devices_ = num_devices;
   pb.tokens_per_microbatch_ = model.tokens_per_microbatch();
@@ -119,22 +120,29 @@ void ProblemBuilder::InitVocabParallel() {
     const LayerCost& c = layer_cost(head, d);
     head_seconds[d] = c.forward_s + c.backward_input_s + c.weight_grad_s;
   }
-  const std::vector<double> fraction = VocabShardFractions(head_seconds);
-  for (auto* v : {&vocab_s_s_, &vocab_t_s_, &vocab_activation_bytes_, &vocab_static_bytes_}) {
-    v->resize(P);
-  }
-  for (int d = 0; d < P; ++d) {
-    const HardwareClass& hc = classes_[device_class_[d]];
-    const VocabShard shard = VocabShardCost(hc.layers[head], fraction[d], hc.op_overhead_s);
-    vocab_s_s_[d] = shard.s_s;
-    vocab_t_s_[d] = shard.t_s;
-    vocab_activation_bytes_[d] = shard.activation_bytes;
-    vocab_static_bytes_[d] = shard.static_bytes;
-  }
+  vocab_shard_columns_ = VocabShardColumnsForSpeeds(vocab_, head_seconds);
+  vocab_costs_ = VocabCostsOf(vocab_shard_columns_);
   vocab_input_bytes_ = layer_cost(head, 0).input_bytes;
   vocab_allreduce_s_ =
       RingAllReduceSeconds(P, link_latency_s_, link_inv_bandwidth_,
                            VocabAllReduceBytes(vocab_input_bytes_, tokens_per_microbatch_));
+}
+
+ProblemBuilder::VocabShardCosts ProblemBuilder::VocabCostsOf(
+    const std::vector<int64_t>& columns) const {
+  const int P = num_devices_, head = num_layers_ - 1;
+  VocabShardCosts out;
+  for (auto* v : {&out.s_s, &out.t_s, &out.activation_bytes, &out.static_bytes}) v->resize(P);
+  for (int d = 0; d < P; ++d) {
+    const HardwareClass& hc = classes_[device_class_[d]];
+    const double fraction = static_cast<double>(columns[d]) / static_cast<double>(vocab_);
+    const VocabShard shard = VocabShardCost(hc.layers[head], fraction, hc.op_overhead_s);
+    out.s_s[d] = shard.s_s;
+    out.t_s[d] = shard.t_s;
+    out.activation_bytes[d] = shard.activation_bytes;
+    out.static_bytes[d] = shard.static_bytes;
+  }
+  return out;
 }
 
 double ProblemBuilder::Work(int first, int last, int device) const {
@@ -154,6 +162,11 @@ double ProblemBuilder::ActivationBytes(int first, int last, int device) const {
 
 void ProblemBuilder::BuildInto(const std::vector<StageAssignment>& stages, int num_microbatches,
                                PipelineProblem* out) const {
+  BuildWith(stages, num_microbatches, vocab_costs_, out);
+}
+
+void ProblemBuilder::BuildWith(const std::vector<StageAssignment>& stages, int num_microbatches,
+                               const VocabShardCosts& vocab, PipelineProblem* out) const {
   PipelineProblem& p = *out;
   const int S = static_cast<int>(stages.size());
   const int P = num_devices_;
@@ -194,13 +207,13 @@ void ProblemBuilder::BuildInto(const std::vector<StageAssignment>& stages, int n
   p.link_inv_bandwidth = link_inv_bandwidth_;
   p.tokens_per_microbatch = tokens_per_microbatch_;
   p.vocab_parallel = vocab_parallel_;
-  p.vocab_s_s = vocab_s_s_;
-  p.vocab_t_s = vocab_t_s_;
-  p.vocab_activation_bytes = vocab_activation_bytes_;
+  p.vocab_s_s = vocab.s_s;
+  p.vocab_t_s = vocab.t_s;
+  p.vocab_activation_bytes = vocab.activation_bytes;
   p.vocab_input_bytes = vocab_input_bytes_;
   p.vocab_allreduce_s = vocab_allreduce_s_;
-  for (int d = 0; d < static_cast<int>(vocab_static_bytes_.size()); ++d) {
-    p.static_bytes[d] += vocab_static_bytes_[d];
+  for (int d = 0; d < static_cast<int>(vocab.static_bytes.size()); ++d) {
+    p.static_bytes[d] += vocab.static_bytes[d];
   }
 }
 
@@ -217,7 +230,17 @@ absl::StatusOr<PipelineProblem> ProblemBuilder::Build(const Plan& plan) const {
                                                    num_devices_));
   }
   PipelineProblem p;
-  BuildInto(plan.stages, plan.num_microbatches, &p);
+  if (!vocab_parallel_) {
+    BuildInto(plan.stages, plan.num_microbatches, &p);
+    return p;
+  }
+  // The plan's own shards, which the executor runs.
+  ASSIGN_OR_RETURN(const std::vector<int64_t> columns, PlanVocabShardColumns(plan, vocab_));
+  if (columns == vocab_shard_columns_) {
+    BuildInto(plan.stages, plan.num_microbatches, &p);
+  } else {
+    BuildWith(plan.stages, plan.num_microbatches, VocabCostsOf(columns), &p);
+  }
   return p;
 }
 

@@ -12,6 +12,7 @@
 #ifndef OCTOPIPE_SIMULATOR_PROBLEM_BUILDER_H_
 #define OCTOPIPE_SIMULATOR_PROBLEM_BUILDER_H_
 
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -32,16 +33,21 @@ class ProblemBuilder {
   // cost source. With `vocab_parallel` the model's head is split over the devices
   // (simulator/vocab_parallel.h; CheckVocabParallelModel's error otherwise): it costs nothing
   // in the stage sums (Work, StaticBytes, ActivationBytes and the stages built), and every
-  // problem built carries the shards' S/T passes, static bytes and the all-reduce.
+  // problem built carries the shards' S/T passes, static bytes and the all-reduce. The shards
+  // are vocab_shard_columns(): the devices' speed on the head rounded to whole columns
+  // (VocabShardColumnsForSpeeds); each is costed by its exact share columns / vocabulary.
   static absl::StatusOr<ProblemBuilder> Create(const ModelGraph& model, const Cluster& cluster,
                                                const CostModel& cost_model, int num_devices,
                                                const std::vector<double>& layer_time_factors = {},
                                                bool vocab_parallel = false);
 
   // Validates the plan's partition and placement (and that its vocab_parallel is the
-  // builder's), then builds.
+  // builder's), then builds. A vocab_parallel plan is costed with its own shards
+  // (PlanVocabShardColumns: plan.vocab_shard_columns, equal shards when it has none; its
+  // errors), the split the executor runs, whatever vocab_shard_columns() says.
   absl::StatusOr<PipelineProblem> Build(const Plan& plan) const;
   // Fast path for search loops: `stages` must already be a valid partition and placement.
+  // Costs the shards vocab_shard_columns().
   void BuildInto(const std::vector<StageAssignment>& stages, int num_microbatches,
                  PipelineProblem* out) const;
 
@@ -58,6 +64,10 @@ class ProblemBuilder {
   }
   double memory_capacity(int device) const { return capacity_[device]; }
   bool vocab_parallel() const { return vocab_parallel_; }
+  // With vocab_parallel: the vocabulary columns of each device's shard (sum: the head's
+  // vocabulary), what a plan built by this builder carries (Plan::vocab_shard_columns).
+  // Empty otherwise.
+  const std::vector<int64_t>& vocab_shard_columns() const { return vocab_shard_columns_; }
 
  private:
   ProblemBuilder() = default;
@@ -84,12 +94,21 @@ class ProblemBuilder {
   std::vector<double> link_inv_bandwidth_;
   // Vocabulary parallelism: per device, its shard of the head; the hidden state broadcast to
   // every shard and the all-reduce per micro-batch.
+  struct VocabShardCosts {
+    std::vector<double> s_s, t_s, activation_bytes, static_bytes;  // per device
+  };
   bool vocab_parallel_ = false;
-  std::vector<double> vocab_s_s_, vocab_t_s_, vocab_activation_bytes_, vocab_static_bytes_;
+  int64_t vocab_ = 0;  // the head's vocabulary
+  std::vector<int64_t> vocab_shard_columns_;
+  VocabShardCosts vocab_costs_;  // of vocab_shard_columns_
   double vocab_input_bytes_ = 0;
   double vocab_allreduce_s_ = 0;
 
   void InitVocabParallel();
+  // Each device's shard cost for `columns` (one per device, summing to vocab_).
+  VocabShardCosts VocabCostsOf(const std::vector<int64_t>& columns) const;
+  void BuildWith(const std::vector<StageAssignment>& stages, int num_microbatches,
+                 const VocabShardCosts& vocab, PipelineProblem* out) const;
 };
 
 // One-shot convenience over ProblemBuilder.

@@ -5,14 +5,21 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/plan.h"
 
 namespace octopipe {
 
-absl::Status CheckVocabParallelModel(const ModelGraph& model) {
+absl::Status CheckVocabParallelModel(const ModelGraph& model, int num_devices) {
   if (model.num_layers() < 2 || model.layers.back().kind != LayerKind::kHead) {
     return absl::FailedPreconditionError(absl::StrCat(
         "vocab_parallel: the model '", model.name,
         "' must end with its head (output layer) after at least one other layer"));
+  }
+  if (model.layers.back().dims.vocab < num_devices) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "vocab_parallel: the model '", model.name, "' has a vocabulary of ",
+        model.layers.back().dims.vocab, ", smaller than its ", num_devices,
+        " devices (every device's shard holds at least one column)"));
   }
   return absl::OkStatus();
 }
@@ -50,6 +57,11 @@ std::vector<double> VocabShardFractions(const std::vector<double>& head_seconds)
   for (double s : head_seconds) speed += 1.0 / s;
   for (size_t d = 0; d < P; ++d) out[d] = (1.0 / head_seconds[d]) / speed;
   return out;
+}
+
+std::vector<int64_t> VocabShardColumnsForSpeeds(int64_t vocab,
+                                                const std::vector<double>& head_seconds) {
+  return VocabShardColumns(vocab, VocabShardFractions(head_seconds));
 }
 
 VocabShard VocabShardCost(const LayerCost& head, double fraction, double op_overhead_s) {

@@ -11,10 +11,14 @@
 // simulator/pipeline_rules.h; this file sizes the shards and costs the collective.
 //
 // Shards are sized to the devices' speed on the head (equal on identical devices), so every
-// device's S and T take the same time. Pure functions; thread-safe.
+// device's S and T take about the same time: VocabShardFractions, rounded to whole vocabulary
+// columns by the one rule the executor shares (VocabShardColumns, core/plan.h). The plan
+// carries those columns (Plan::vocab_shard_columns), the executor runs them and the simulator
+// costs exactly them (ProblemBuilder). Pure functions; thread-safe.
 #ifndef OCTOPIPE_SIMULATOR_VOCAB_PARALLEL_H_
 #define OCTOPIPE_SIMULATOR_VOCAB_PARALLEL_H_
 
+#include <cstdint>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -25,8 +29,9 @@
 namespace octopipe {
 
 // kFailedPrecondition naming `vocab_parallel` unless the model's last layer is its head (the
-// output layer to split) and there is a layer before it.
-absl::Status CheckVocabParallelModel(const ModelGraph& model);
+// output layer to split), there is a layer before it, and the head's vocabulary has at least
+// one entry per device (`num_devices`; every shard holds at least one column).
+absl::Status CheckVocabParallelModel(const ModelGraph& model, int num_devices);
 
 // For a problem with vocab_parallel: kInvalidArgument naming the field unless every per-device
 // vector has one finite, non-negative entry per device and the all-reduce time is finite and
@@ -36,6 +41,11 @@ absl::Status ValidateVocabParallel(const PipelineProblem& problem);
 // Fraction of the vocabulary each device takes, proportional to its speed: 1 / head_seconds[d]
 // normalised to sum to 1 (equal fractions when any time is not > 0).
 std::vector<double> VocabShardFractions(const std::vector<double>& head_seconds);
+
+// The vocabulary columns per device a plan is costed with and runs: VocabShardColumns (core/
+// plan.h) of VocabShardFractions(head_seconds). Requires 1 <= head_seconds.size() <= vocab.
+std::vector<int64_t> VocabShardColumnsForSpeeds(int64_t vocab,
+                                                const std::vector<double>& head_seconds);
 
 // One device's share of the output layer for one micro-batch.
 struct VocabShard {

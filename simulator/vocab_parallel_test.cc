@@ -5,6 +5,7 @@
 // (shard fractions, ring all-reduce, the builder's split head).
 #include "simulator/vocab_parallel.h"
 
+#include "core/plan.h"
 #include "gtest/gtest.h"
 #include "simulator/evaluator.h"
 #include "simulator/list_scheduler.h"
@@ -219,6 +220,7 @@ ModelGraph ModelWithHead() {
     Layer layer;
     layer.name = "L" + std::to_string(l);
     layer.kind = l == 3 ? LayerKind::kHead : LayerKind::kMlp;
+    if (l == 3) layer.dims.vocab = 1000;
     MeasuredCosts& m = layer.measured;
     m.forward_s = l == 3 ? 0.008 : 0.001;
     m.backward_input_s = l == 3 ? 0.008 : 0.002;
@@ -286,6 +288,147 @@ TEST(VocabParallelTest, BuilderSplitsTheHeadOverTheDevices) {
   EXPECT_NE(wrong.status().message().find("vocab_parallel"), absl::string_view::npos);
   plan.vocab_parallel = true;
   EXPECT_TRUE(split->Build(plan).ok());
+}
+
+// Formula costs on two hardware kinds (device 0 fast, device 1 3.7x slower in FLOP/s, 3x in
+// memory bandwidth): a body of MLP layers and a head of an odd vocabulary.
+ModelGraph FormulaModelWithHead(int64_t vocab) {
+  ModelGraph g;
+  g.name = "formula-with-head";
+  g.training.seq_len = 1024;
+  g.training.num_microbatches = 4;
+  for (int l = 0; l < 4; ++l) {
+    Layer layer;
+    layer.name = "L" + std::to_string(l);
+    layer.kind = l == 3 ? LayerKind::kHead : LayerKind::kMlp;
+    layer.dims.hidden = 1024;
+    if (l == 3) {
+      layer.dims.vocab = vocab;
+    } else {
+      layer.dims.ffn = 4096;
+    }
+    g.layers.push_back(layer);
+  }
+  return g;
+}
+
+Cluster FastAndSlow() {
+  Cluster c;
+  c.name = "fast-and-slow";
+  c.hardware.push_back(HardwareSpec{"fast", 1e15, 80e9, 3e12, /*op_overhead_s=*/1e-4});
+  c.hardware.push_back(HardwareSpec{"slow", 2.7e14, 80e9, 1e12, /*op_overhead_s=*/2e-4});
+  c.nodes.push_back(Node{"a", "fast", 1, LinkSpec{}});
+  c.nodes.push_back(Node{"b", "slow", 1, LinkSpec{}});
+  c.inter_node_link = LinkSpec{50e9, 5e-6};
+  return c;
+}
+
+// The builder's shards are the devices' speed on the head rounded to whole columns (the rule
+// the executor shares), and each S/T pass is costed by its exact share of the vocabulary.
+TEST(VocabParallelTest, HeterogeneousDevicesGetUnequalWholeColumns) {
+  const int64_t vocab = 32001;
+  const ModelGraph model = FormulaModelWithHead(vocab);
+  ASSERT_TRUE(Validate(model).ok()) << Validate(model);
+  const Cluster cluster = FastAndSlow();
+  absl::StatusOr<ProblemBuilder> b =
+      ProblemBuilder::Create(model, cluster, CostModel(), 2, {}, /*vocab_parallel=*/true);
+  ASSERT_TRUE(b.ok()) << b.status();
+  std::vector<double> head_seconds;
+  for (int d = 0; d < 2; ++d) {
+    const LayerCost& c = b->layer_cost(3, d);
+    head_seconds.push_back(c.forward_s + c.backward_input_s + c.weight_grad_s);
+  }
+  ASSERT_GT(head_seconds[1], 2 * head_seconds[0]);  // the slow device really is slow
+  const std::vector<int64_t> columns = b->vocab_shard_columns();
+  EXPECT_EQ(columns, VocabShardColumns(vocab, VocabShardFractions(head_seconds)));
+  ASSERT_EQ(columns.size(), 2u);
+  EXPECT_EQ(columns[0] + columns[1], vocab);
+  EXPECT_GT(columns[0], 2 * columns[1]);  // the fast device takes the larger shard
+  // The shard times are close (to a column's worth) but the fast one's is not the slow one's
+  // share of the head: each is costed by columns[d] / vocab.
+  PipelineProblem q;
+  const std::vector<StageAssignment> stages = {{0, 1, 0, false}, {2, 3, 1, false}};
+  b->BuildInto(stages, 4, &q);
+  for (int d = 0; d < 2; ++d) {
+    const VocabShard want = VocabShardCost(b->layer_cost(3, d),
+                                           static_cast<double>(columns[d]) / vocab,
+                                           cluster.hardware[d].op_overhead_s);
+    EXPECT_DOUBLE_EQ(q.vocab_s_s[d], want.s_s) << d;
+    EXPECT_DOUBLE_EQ(q.vocab_t_s[d], want.t_s) << d;
+    EXPECT_DOUBLE_EQ(q.vocab_activation_bytes[d], want.activation_bytes) << d;
+  }
+}
+
+// Build(plan) costs the plan's own shards — those it carries, or equal ones for a plan that
+// carries none (what the executor runs then) — and refuses columns that do not fit the model.
+TEST(VocabParallelTest, BuildCostsThePlansOwnShards) {
+  const int64_t vocab = 32001;
+  const ModelGraph model = FormulaModelWithHead(vocab);
+  const Cluster cluster = FastAndSlow();
+  absl::StatusOr<ProblemBuilder> b =
+      ProblemBuilder::Create(model, cluster, CostModel(), 2, {}, /*vocab_parallel=*/true);
+  ASSERT_TRUE(b.ok()) << b.status();
+  Plan plan;
+  plan.num_devices = 2;
+  plan.num_microbatches = 4;
+  plan.vocab_parallel = true;
+  plan.stages = {{0, 1, 0, false}, {2, 3, 1, false}};
+  auto s_pass = [&](const std::vector<int64_t>& columns, int d) {
+    return VocabShardCost(b->layer_cost(3, d), static_cast<double>(columns[d]) / vocab,
+                          cluster.hardware[d].op_overhead_s)
+        .s_s;
+  };
+  auto static_bytes = [](const PipelineProblem& p) { return p.static_bytes; };
+
+  plan.vocab_shard_columns = b->vocab_shard_columns();
+  absl::StatusOr<PipelineProblem> own = b->Build(plan);
+  ASSERT_TRUE(own.ok()) << own.status();
+  PipelineProblem search;
+  b->BuildInto(plan.stages, 4, &search);
+  EXPECT_EQ(own->vocab_s_s, search.vocab_s_s);
+  EXPECT_EQ(static_bytes(*own), static_bytes(search));
+
+  for (const std::vector<int64_t>& columns :
+       {std::vector<int64_t>{}, std::vector<int64_t>{1, 32000},
+        std::vector<int64_t>{16000, 16001}}) {
+    plan.vocab_shard_columns = columns;
+    const std::vector<int64_t> ran = columns.empty() ? std::vector<int64_t>{16001, 16000} : columns;
+    absl::StatusOr<PipelineProblem> p = b->Build(plan);
+    ASSERT_TRUE(p.ok()) << p.status();
+    for (int d = 0; d < 2; ++d) {
+      EXPECT_DOUBLE_EQ(p->vocab_s_s[d], s_pass(ran, d)) << ran[0] << " device " << d;
+    }
+    // The shards' static bytes follow the columns; their total is the head's either way.
+    EXPECT_NEAR(p->static_bytes[0] + p->static_bytes[1],
+                search.static_bytes[0] + search.static_bytes[1],
+                1e-9 * (search.static_bytes[0] + search.static_bytes[1]));
+    EXPECT_NE(p->static_bytes, search.static_bytes);
+    ASSERT_TRUE(Simulate(*p, ListSchedule(*p, WeightedPolicy{}, {})->schedule).ok());
+  }
+
+  plan.vocab_shard_columns = {16000, 16000};
+  absl::StatusOr<PipelineProblem> bad = b->Build(plan);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("vocab_shard_columns sum to 32000"),
+            absl::string_view::npos)
+      << bad.status();
+  plan.vocab_shard_columns = {32001};
+  bad = b->Build(plan);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("vocab_shard_columns has 1 entries"),
+            absl::string_view::npos)
+      << bad.status();
+}
+
+TEST(VocabParallelTest, AVocabularySmallerThanTheDevicesCannotBeSplit) {
+  ModelGraph g = ModelWithHead();
+  g.layers.back().dims.vocab = 1;
+  absl::StatusOr<ProblemBuilder> b = ProblemBuilder::Create(g, TwoCpus(), CostModel(), 2, {}, true);
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(b.status().message().find("vocabulary of 1, smaller than its 2 devices"),
+            absl::string_view::npos)
+      << b.status();
 }
 
 TEST(VocabParallelTest, ModelWithoutAHeadCannotSplitIt) {

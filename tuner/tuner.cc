@@ -515,6 +515,8 @@ absl::Status FinishResult(const ProblemBuilder& search_builder, const ProblemBui
                           TuneResult* result) {
   const ProblemBuilder& builder = result->plan.vocab_parallel ? search_builder : plain;
   result->vocab_parallel = result->plan.vocab_parallel;
+  // The split head's shards as the search costed them: the plan carries them for the executor.
+  result->plan.vocab_shard_columns = builder.vocab_shard_columns();
   const bool steady = options.objective == Objective::kSteadyState;
   result->plan.schedule_name =
       result->origin == PlanOrigin::kTuned ? "octopipe" : PlanOriginText(*result);

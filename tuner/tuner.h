@@ -112,7 +112,8 @@ struct TuneResult {
   std::string infeasible_reason;
   std::vector<double> required_memory_bytes;
 
-  Plan plan;  // plan.vocab_parallel: whether the answer splits the output layer
+  Plan plan;  // plan.vocab_parallel: whether the answer splits the output layer, and then
+              // plan.vocab_shard_columns: the shards it was costed with
   SimResult predicted;
   PlanOrigin origin = PlanOrigin::kTuned;
   std::vector<BaselineResult> baselines;

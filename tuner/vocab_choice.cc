@@ -56,10 +56,10 @@ absl::StatusOr<TuneResult> TuneWithAndWithoutVocabParallel(const ModelGraph& mod
   off.clock = clock;
 
   std::string skip;
-  if (!CheckVocabParallelModel(model).ok()) {
-    skip = "not tried: the model does not end with a head";
-  } else if (options.num_devices < 2) {
+  if (options.num_devices < 2) {
     skip = "not tried: one device";
+  } else if (absl::Status fit = CheckVocabParallelModel(model, options.num_devices); !fit.ok()) {
+    skip = absl::StrCat("not tried: ", fit.message());
   } else {
     ASSIGN_OR_RETURN(ProblemBuilder plain,
                      ProblemBuilder::Create(model, cluster, cost_model, options.num_devices,

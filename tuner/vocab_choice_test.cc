@@ -29,6 +29,7 @@ ModelGraph Model(int body, double head) {
     Layer layer;
     layer.name = is_head ? "head" : "L" + std::to_string(l);
     layer.kind = is_head ? LayerKind::kHead : LayerKind::kMlp;
+    if (is_head) layer.dims.vocab = 32000;
     MeasuredCosts& m = layer.measured;
     m.forward_s = 0.001 * k;
     m.backward_input_s = 0.0015 * k;
@@ -96,6 +97,65 @@ TEST(VocabChoiceTest, HeadBoundModelSplitsTheOutputLayer) {
   EXPECT_NEAR(sim->iteration_time_s, r->predicted.iteration_time_s, 1e-12);
   // The bound allows the split, so the plan is not below it.
   EXPECT_LE(r->lower_bound.seconds, r->predicted.iteration_time_s * (1 + 1e-9));
+}
+
+// Two hardware kinds, device 0 fast and device 1 much slower on the (formula-costed) head: the
+// plan carries unequal shards, the fast device's larger, exactly those the search costed
+// (ProblemBuilder::vocab_shard_columns), and re-simulating the plan from its own columns
+// predicts what the tuner reported.
+TEST(VocabChoiceTest, HeterogeneousDevicesPlanUnequalShardsAndTheSimulatorUsesThem) {
+  ModelGraph model;
+  model.name = "formula-head";
+  model.training.seq_len = 1024;
+  model.training.num_microbatches = 4;
+  for (int l = 0; l < 4; ++l) {
+    Layer layer;
+    layer.name = "L" + std::to_string(l);
+    layer.kind = l == 3 ? LayerKind::kHead : LayerKind::kMlp;
+    layer.dims.hidden = 1024;
+    if (l == 3) {
+      layer.dims.vocab = 64001;
+    } else {
+      layer.dims.ffn = 2048;
+    }
+    model.layers.push_back(layer);
+  }
+  Cluster cluster;
+  cluster.name = "fast-and-slow";
+  cluster.hardware.push_back(HardwareSpec{"fast", 1e15, 80e9, 3e12});
+  cluster.hardware.push_back(HardwareSpec{"slow", 2.7e14, 80e9, 1e12});
+  cluster.nodes.push_back(Node{"a", "fast", 1, LinkSpec{}});
+  cluster.nodes.push_back(Node{"b", "slow", 1, LinkSpec{}});
+  cluster.inter_node_link = LinkSpec{50e9, 5e-6};
+  TunerOptions o = Options();
+  o.num_devices = 2;
+  o.num_microbatches = 4;
+  o.vocab_parallel = VocabParallelMode::kOn;
+  absl::StatusOr<TuneResult> r = Tune(model, cluster, CostModel(), o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->plan.vocab_parallel);
+  absl::StatusOr<ProblemBuilder> b =
+      ProblemBuilder::Create(model, cluster, CostModel(), 2, {}, /*vocab_parallel=*/true);
+  ASSERT_TRUE(b.ok()) << b.status();
+  const std::vector<int64_t>& columns = r->plan.vocab_shard_columns;
+  EXPECT_EQ(columns, b->vocab_shard_columns());
+  ASSERT_EQ(columns.size(), 2u);
+  EXPECT_EQ(columns[0] + columns[1], 64001);
+  EXPECT_GT(columns[0], 2 * columns[1]);
+  absl::StatusOr<PipelineProblem> pb = BuildProblem(model, cluster, CostModel(), r->plan);
+  ASSERT_TRUE(pb.ok()) << pb.status();
+  absl::StatusOr<SimResult> sim = Simulate(*pb, r->plan.schedule);
+  ASSERT_TRUE(sim.ok()) << sim.status();
+  EXPECT_NEAR(sim->iteration_time_s, r->predicted.iteration_time_s, 1e-12);
+  // The same plan run with equal shards (as a plan without the columns is) is predicted slower:
+  // the slow device's half of the head holds every micro-batch's all-reduce back.
+  Plan equal = r->plan;
+  equal.vocab_shard_columns.clear();
+  pb = BuildProblem(model, cluster, CostModel(), equal);
+  ASSERT_TRUE(pb.ok()) << pb.status();
+  sim = Simulate(*pb, equal.schedule);
+  ASSERT_TRUE(sim.ok()) << sim.status();
+  EXPECT_GT(sim->iteration_time_s, r->predicted.iteration_time_s);
 }
 
 TEST(VocabChoiceTest, BalancedModelKeepsTheHeadOnItsStageAfterTryingBoth) {

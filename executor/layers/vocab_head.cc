@@ -24,11 +24,12 @@ int TargetColumn(const MicroBatch& mb, Eigen::Index t, VocabRange r) {
 
 }  // namespace
 
-VocabRange VocabShardRange(int vocab, int shards, int shard) {
-  const int base = vocab / shards, extra = vocab % shards;
+VocabRange VocabShardRange(const std::vector<int64_t>& columns, int shard) {
+  int64_t begin = 0;
+  for (int d = 0; d < shard; ++d) begin += columns[static_cast<size_t>(d)];
   VocabRange r;
-  r.begin = shard * base + std::min(shard, extra);
-  r.end = r.begin + base + (shard < extra ? 1 : 0);
+  r.begin = static_cast<int>(begin);
+  r.end = static_cast<int>(begin + columns[static_cast<size_t>(shard)]);
   return r;
 }
 

@@ -22,6 +22,7 @@
 #ifndef OCTOPIPE_EXECUTOR_LAYERS_VOCAB_HEAD_H_
 #define OCTOPIPE_EXECUTOR_LAYERS_VOCAB_HEAD_H_
 
+#include <cstdint>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -31,13 +32,14 @@
 
 namespace octopipe::executor {
 
-// The vocabulary columns [begin, end) of shard `shard` of `shards`: equal parts, the first
-// vocab % shards shards one column more. Requires 0 <= shard < shards <= vocab.
+// The vocabulary columns [begin, end) of shard `shard` when shard d holds columns[d] columns
+// (in shard order): the plan's split (PlanVocabShardColumns, core/plan.h — the simulator's
+// speed-sized shards, or equal ones). Requires 0 <= shard < columns.size().
 struct VocabRange {
   int begin = 0;
   int end = 0;
 };
-VocabRange VocabShardRange(int vocab, int shards, int shard);
+VocabRange VocabShardRange(const std::vector<int64_t>& columns, int shard);
 
 // What an S pass sends: per token [max, sum, target logit] ([T, 3], to every shard) and the
 // partial input gradients [A_d; B_d] ([2T, hidden], to the norm holder).

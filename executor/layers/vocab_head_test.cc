@@ -17,15 +17,15 @@ double RelativeError(const Tensor& got, const Tensor& want) {
   return (got - want).norm() / std::max(1e-12, static_cast<double>(want.norm()));
 }
 
-TEST(VocabHeadTest, ShardRangesAreEqualWithTheRemainderUpFront) {
-  const int want[3][2] = {{0, 11}, {11, 21}, {21, 31}};
+TEST(VocabHeadTest, ShardRangesFollowTheColumnsInShardOrder) {
+  const int want[3][2] = {{0, 4}, {4, 24}, {24, 31}};
   for (int d = 0; d < 3; ++d) {
-    const VocabRange r = VocabShardRange(31, 3, d);
+    const VocabRange r = VocabShardRange({4, 20, 7}, d);
     EXPECT_EQ(r.begin, want[d][0]) << d;
     EXPECT_EQ(r.end, want[d][1]) << d;
   }
-  EXPECT_EQ(VocabShardRange(8, 2, 1).begin, 4);
-  EXPECT_EQ(VocabShardRange(8, 2, 1).end, 8);
+  EXPECT_EQ(VocabShardRange({4, 4}, 1).begin, 4);
+  EXPECT_EQ(VocabShardRange({4, 4}, 1).end, 8);
 }
 
 TEST(VocabHeadTest, ThreeShardsComputeTheWholeHeadsLossAndGradients) {
@@ -49,7 +49,7 @@ TEST(VocabHeadTest, ThreeShardsComputeTheWholeHeadsLossAndGradients) {
   std::vector<std::unique_ptr<VocabShardHead>> shards;
   for (int d = 0; d < kShards; ++d) {
     shards.push_back(std::make_unique<VocabShardHead>(
-        dims, kLayer, VocabShardRange(dims.vocab, kShards, d), d == kHolder));
+        dims, kLayer, VocabShardRange({5, 19, 7}, d), d == kHolder));  // unequal shards
   }
   VocabShardHead& holder = *shards[kHolder];
   LayerContext norm_ctx;
