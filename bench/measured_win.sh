@@ -30,7 +30,7 @@
 # time budget, 5 s), PROFILE_REPEAT (measured profile iterations, 8), OUT (a directory to keep
 # the files in; default a fresh temp directory), ONLY (comma-separated model names to run, e.g.
 # ONLY=moe-heavy; default all), ROTATE_MS (`--rotate_cores_ms` for the profile and every run:
-# each rank's computing thread takes turns on the cores, so every rank sees the mean core; 0 off).
+# each rank's computing thread takes turns on the cores, so every rank sees the mean core; 20; 0 = off).
 # Each JSON line also has `min_compute_cpu_share` (the least, over its runs' ranks, of the
 # computing thread's CPU time over its ops' wall time: below ~0.9 other processes took that
 # rank's core) and `replayed_iteration_s` / `replay_error`: the simulator fed with the
@@ -53,7 +53,7 @@ ITERS=${ITERS:-5}
 WARMUP=${WARMUP:-2}
 BUDGET=${BUDGET:-5}
 PROFILE_REPEAT=${PROFILE_REPEAT:-8}
-ROTATE_MS=${ROTATE_MS:-0}
+ROTATE_MS=${ROTATE_MS:-20}
 OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/measured-win-XXXXXX")}
 mkdir -p "$OUT"
 
