@@ -160,7 +160,7 @@ for name in names:
     profile_s = load(base + '.profile.json').get('profile_s')
     for c in planned + schedules:
         pred = predicted(load(f'{base}.pred.{c}.json'), model)
-        iters, bubbles, peaks, replays, shares, op_ratios = [], [], [], [], [], []
+        iters, bubbles, peaks, replays, shares, op_ratios, comm = [], [], [], [], [], [], []
         for rep in range(repeats):
             run = load(f'{base}.run.{c}.{rep}.json')
             if 'iteration_time_s' not in run:
@@ -173,6 +173,7 @@ for name in names:
             bubbles.append(statistics.median(run['bubble_ratio'][warmup:]))
             peaks.append(run.get('peak_activation_bytes', []))
             shares.extend(run.get('compute_cpu_share', []))
+            comm.extend(run.get('comm_cpu_per_message_s', []))
             if 'predicted_iteration_time_s' in run:
                 replays.append(run['predicted_iteration_time_s'] / run['measured_iteration_time_s'] - 1)
         row = {'model': name, 'schedule': c, 'profile_s': profile_s, 'runs': len(iters)}
@@ -196,6 +197,8 @@ for name in names:
             row['measured_peak_activation_bytes'] = [max(p[r] for p in peaks) for r in range(len(peaks[0]))]
         if shares:  # below ~0.9: a rank's compute waited for its core (other processes ran)
             row['min_compute_cpu_share'] = min(shares)
+        if comm:  # the communication threads' CPU per message, measured (cf. the profile's fit)
+            row['comm_cpu_per_message_s'] = statistics.median(comm)
         if op_ratios:
             row['op_time_vs_profile'] = statistics.median(op_ratios)
         if replays:

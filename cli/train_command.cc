@@ -309,7 +309,8 @@ void PrintResult(const TrainFlags& o, const ModelGraph& graph, const Plan& plan,
               {"predicted_bubble_ratio", predicted.bubble_ratio},
               {"prediction_error", error},
               {"peak_activation_bytes", m.peak_activation_bytes},  // per rank
-              {"compute_cpu_share", m.compute_cpu_share}};        // per rank
+              {"compute_cpu_share", m.compute_cpu_share},         // per rank
+              {"comm_cpu_per_message_s", m.comm_cpu_per_message_s}};  // per rank
     // The measured op times behind the prediction, for analysis: [stage or layer, kind, mean
     // seconds per op, samples].
     Json stage_ops = Json::array(), layer_ops = Json::array();

@@ -258,12 +258,14 @@ struct PipelineEngine::Iteration {
 
 namespace {
 
-// The calling thread's CPU time in seconds.
-double ThreadCpuSeconds() {
+double ClockSeconds(clockid_t clock) {
   timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  clock_gettime(clock, &ts);
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
+
+// The calling thread's CPU time in seconds.
+double ThreadCpuSeconds() { return ClockSeconds(CLOCK_THREAD_CPUTIME_ID); }
 
 // Runs `body` and records its duration (and the thread's CPU time meanwhile) as layer `l`'s
 // share of op (kind, s, m).
@@ -579,6 +581,8 @@ absl::StatusOr<IterationStats> PipelineEngine::RunIteration(
                                                    plan_.num_microbatches, ", got ", M));
   }
   Iteration it(microbatches, plan_.num_devices);
+  const double process_cpu0 = ClockSeconds(CLOCK_PROCESS_CPUTIME_ID);
+  const double thread_cpu0 = ThreadCpuSeconds();
   it.t0 = std::chrono::steady_clock::now();
   it.stats.start_steady_s = std::chrono::duration<double>(it.t0.time_since_epoch()).count();
   StartCommunication(&it);
@@ -605,6 +609,13 @@ absl::StatusOr<IterationStats> PipelineEngine::RunIteration(
   stats.wall_s = it.Now();
   stats.bytes_sent = it.sent;
   stats.bytes_received = it.received;
+  stats.process_cpu_s = ClockSeconds(CLOCK_PROCESS_CPUTIME_ID) - process_cpu0;
+  stats.compute_thread_cpu_s = ThreadCpuSeconds() - thread_cpu0;
+  for (int peer = 0; peer < plan_.num_devices; ++peer) {
+    if (peer == rank_) continue;
+    stats.messages += static_cast<int>(SendsBetween(peer, rank_).size() +
+                                       SendsBetween(rank_, peer).size());
+  }
   return stats;
 }
 

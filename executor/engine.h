@@ -91,6 +91,13 @@ struct IterationStats {
   // epoch: on one machine it is the same clock in every process, so ranks' op times can be
   // compared (e.g. a message's producer end with its consumer's start).
   double start_steady_s = 0;
+  // CPU seconds over the iteration: the whole process, and the thread that ran RunIteration
+  // (the ops). The difference is what the communication threads (sending, receiving, Gloo's
+  // event loop) used: `messages` (sent + received by this rank) cost that much CPU, taken from
+  // some core that would otherwise run compute.
+  double process_cpu_s = 0;
+  double compute_thread_cpu_s = 0;
+  int messages = 0;
 };
 
 // Bytes a layer context holds (saved tensors as fp32, saved indices as int32).

@@ -39,6 +39,8 @@ struct RankReport {
     std::vector<std::pair<std::pair<int, OpKind>, double>> layer_ops;  // ((layer, kind), s)
     double layer_cpu_s = 0;  // the computing thread's CPU time over all layer_ops
     double peak_activation_bytes = 0;
+    double comm_cpu_s = 0;  // CPU time of the rank's other threads (communication)
+    int messages = 0;       // sent + received
   };
   std::vector<Iteration> iterations;
 };
@@ -52,6 +54,8 @@ RankReport ReportOf(const executor::RankResult& r) {
     i.wall_s = it.wall_s;
     i.start_steady_s = it.start_steady_s;
     i.peak_activation_bytes = static_cast<double>(it.peak_activation_bytes);
+    i.comm_cpu_s = std::max(0.0, it.process_cpu_s - it.compute_thread_cpu_s);
+    i.messages = it.messages;
     for (const executor::OpTiming& op : it.ops) {
       i.ops.push_back({op.op, op.end_s - op.start_s});
       i.op_start_s.push_back(op.start_s);
@@ -79,7 +83,8 @@ std::string ReportJson(const RankReport& r) {
                    {"ops", ops}, {"op_start_s", it.op_start_s},
                    {"start_steady_s", it.start_steady_s}, {"layer_ops", layer_ops},
                    {"layer_cpu_s", it.layer_cpu_s},
-                   {"peak_activation_bytes", it.peak_activation_bytes}});
+                   {"peak_activation_bytes", it.peak_activation_bytes},
+                   {"comm_cpu_s", it.comm_cpu_s}, {"messages", it.messages}});
   }
   return json{{"iterations", its}}.dump();
 }
@@ -106,6 +111,8 @@ absl::StatusOr<RankReport> ParseReportJson(const std::string& text) {
       }
       i.layer_cpu_s = it.at("layer_cpu_s").get<double>();
       i.peak_activation_bytes = it.at("peak_activation_bytes").get<double>();
+      i.comm_cpu_s = it.at("comm_cpu_s").get<double>();
+      i.messages = it.at("messages").get<int>();
       r.iterations.push_back(std::move(i));
     }
   } catch (const std::exception& e) {
@@ -252,10 +259,13 @@ RunMeasurement Measure(const std::vector<RankReport>& rr, int iterations) {
   for (const auto& [key, s] : sums) m.stage_op_s[key] = {s.first / s.second, s.second};
   std::map<std::pair<int, OpKind>, std::pair<double, int>> layer_sums;
   for (const RankReport& r : rr) {
-    double peak = 0, wall = 0, cpu = 0;
+    double peak = 0, wall = 0, cpu = 0, comm_cpu = 0;
+    int64_t messages = 0;
     for (int it = 0; it < iterations; ++it) {
       peak = std::max(peak, r.iterations[it].peak_activation_bytes);
       if (it < first) continue;
+      comm_cpu += r.iterations[it].comm_cpu_s;
+      messages += r.iterations[it].messages;
       for (const auto& [key, d] : r.iterations[it].layer_ops) {
         auto& s = layer_sums[key];
         s.first += d;
@@ -266,6 +276,7 @@ RunMeasurement Measure(const std::vector<RankReport>& rr, int iterations) {
     }
     m.peak_activation_bytes.push_back(peak);
     m.compute_cpu_share.push_back(wall > 0 ? std::min(1.0, cpu / wall) : 1.0);
+    m.comm_cpu_per_message_s.push_back(messages > 0 ? comm_cpu / static_cast<double>(messages) : 0);
   }
   for (const auto& [key, s] : layer_sums) m.layer_op_s[key] = {s.first / s.second, s.second};
   // The last iteration's timeline, every rank on one time axis (its earliest start is 0).
@@ -318,7 +329,10 @@ absl::StatusOr<RunMeasurement> RunPlanLocally(const executor::ModelSpec& spec, c
                                               options.train.iterations));
     }
   }
-  return Measure(reports, options.train.iterations);
+  RunMeasurement m = Measure(reports, options.train.iterations);
+  // Threads of one process: its CPU time beyond a rank's computing thread is the other ranks'.
+  if (options.transport == "inproc") m.comm_cpu_per_message_s.clear();
+  return m;
 }
 
 }  // namespace octopipe::agent

@@ -48,6 +48,11 @@ struct RunMeasurement {
   // went to other threads or processes on that core, so its ops ran that much longer than a
   // profile on a quiet machine measured. Host steal from a virtual CPU does not show here.
   std::vector<double> compute_cpu_share;
+  // Per rank, the CPU seconds its communication threads (every thread but the one running the
+  // ops: sending, receiving, Gloo's event loop) used per message sent or received, same
+  // iterations: the CPU a message takes from the cores, measured directly (0 without messages).
+  // Empty for transport "inproc" (the ranks are threads of one process).
+  std::vector<double> comm_cpu_per_message_s;
   // The last iteration's measured timeline: per rank, each op's start and end in the rank's
   // op order (the plan's schedule order), in seconds, every rank on one axis (ranks on one
   // machine share the steady clock; the earliest rank's start is 0).

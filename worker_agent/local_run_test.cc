@@ -40,6 +40,14 @@ TEST(LocalRunTest, ThreadsAndProcessesMeasureTheSameTraining) {
       EXPECT_LE(share, 1.0);
     }
   }
+  // The communication threads' CPU per message: measured per rank process (every message costs
+  // some: threads woken, a socket written and read), not for threads that share one process.
+  EXPECT_TRUE(threads->comm_cpu_per_message_s.empty());
+  ASSERT_EQ(procs->comm_cpu_per_message_s.size(), 2u);
+  for (double c : procs->comm_cpu_per_message_s) {
+    EXPECT_GT(c, 0);
+    EXPECT_LT(c, 0.05);
+  }
 }
 
 TEST(LocalRunTest, AFailingRankIsNamed) {
