@@ -290,12 +290,10 @@ TEST_F(JobManagerTest, FullQueueRefusesCreateAndCreatesNothing) {
 
 TEST_F(JobManagerTest, SecondManagerOverTheSameStoreRecoversJobsVersionsAndCalibration) {
   const proto::CreateJobRequest req = SmallJob("durable", TwoNodes());
-  absl::StatusOr<proto::Job> job = Create(req);
-  ASSERT_TRUE(job.ok()) << job.status();
-  const std::string id = job->id();
-  ASSERT_TRUE(Watch(id).ok());
-  absl::StatusOr<proto::PlanVersion> v1 = recorder_.WaitForVersion(id, 1);
-  ASSERT_TRUE(v1.ok()) << v1.status();
+  absl::StatusOr<WatchedJob> watched = CreateAndWatch(req);
+  ASSERT_TRUE(watched.ok()) << watched.status();
+  const std::string id = watched->id;
+  const proto::PlanVersion* v1 = &watched->v1;
   absl::StatusOr<PipelineProblem> p = Predicted(req, *v1, {});
   ASSERT_TRUE(p.ok()) << p.status();
   clock_.Advance(30);  // past the cool-down from the first plan

@@ -25,12 +25,10 @@ using ::testing::IsEmpty;
 
 TEST_F(JobManagerTest, SlowStageTriggersAMeasuredVersionSmallDeviationDoesNot) {
   const proto::CreateJobRequest req = SmallJob("replan", TwoNodes());
-  absl::StatusOr<proto::Job> job = Create(req);
-  ASSERT_TRUE(job.ok()) << job.status();
-  const std::string id = job->id();
-  ASSERT_TRUE(Watch(id).ok());
-  absl::StatusOr<proto::PlanVersion> v1 = recorder_.WaitForVersion(id, 1);
-  ASSERT_TRUE(v1.ok()) << v1.status();
+  absl::StatusOr<WatchedJob> watched = CreateAndWatch(req);
+  ASSERT_TRUE(watched.ok()) << watched.status();
+  const std::string id = watched->id;
+  const proto::PlanVersion* v1 = &watched->v1;
   const int stages = v1->result().plan().stages_size();
   ASSERT_GE(stages, 2);
 
@@ -107,12 +105,10 @@ TEST_F(JobManagerTest, SlowStageTriggersAMeasuredVersionSmallDeviationDoesNot) {
 // Per-layer reports calibrate each layer by its own ratio (not smeared over its stage).
 TEST_F(JobManagerTest, PerLayerReportsCalibrateEachLayerByItself) {
   const proto::CreateJobRequest req = SmallJob("per-layer", TwoNodes());
-  absl::StatusOr<proto::Job> job = Create(req);
-  ASSERT_TRUE(job.ok()) << job.status();
-  const std::string id = job->id();
-  ASSERT_TRUE(Watch(id).ok());
-  absl::StatusOr<proto::PlanVersion> v1 = recorder_.WaitForVersion(id, 1);
-  ASSERT_TRUE(v1.ok()) << v1.status();
+  absl::StatusOr<WatchedJob> watched = CreateAndWatch(req);
+  ASSERT_TRUE(watched.ok()) << watched.status();
+  const std::string id = watched->id;
+  const proto::PlanVersion* v1 = &watched->v1;
   absl::StatusOr<PipelineProblem> p = Predicted(req, *v1, {});
   ASSERT_TRUE(p.ok()) << p.status();
   proto::ReportStageTimesRequest report = Report(id, 1, *p, -1, 1.0, 1.0);
@@ -157,12 +153,10 @@ TEST_F(JobManagerTest, PerLayerReportsCalibrateEachLayerByItself) {
 TEST_F(JobManagerTest, CooldownAllowsOneMeasuredReplanUntilTheClockMoves) {
   // Default policy: 30 s between measured-time re-plans of a job, counted from its first plan.
   const proto::CreateJobRequest req = SmallJob("cooldown", TwoNodes());
-  absl::StatusOr<proto::Job> job = Create(req);
-  ASSERT_TRUE(job.ok()) << job.status();
-  const std::string id = job->id();
-  ASSERT_TRUE(Watch(id).ok());
-  absl::StatusOr<proto::PlanVersion> v1 = recorder_.WaitForVersion(id, 1);
-  ASSERT_TRUE(v1.ok()) << v1.status();
+  absl::StatusOr<WatchedJob> watched = CreateAndWatch(req);
+  ASSERT_TRUE(watched.ok()) << watched.status();
+  const std::string id = watched->id;
+  const proto::PlanVersion* v1 = &watched->v1;
 
   absl::StatusOr<PipelineProblem> p = Predicted(req, *v1, Factors(id));
   ASSERT_TRUE(p.ok()) << p.status();
@@ -217,12 +211,10 @@ TEST_F(JobManagerTest, CooldownAllowsOneMeasuredReplanUntilTheClockMoves) {
 
 TEST_F(JobManagerTest, LostNodeReplansOnTheRestAndItsReturnRestores) {
   // All devices of both nodes.
-  absl::StatusOr<proto::Job> job = Create(SmallJob("nodes", TwoNodes(), 0));
-  ASSERT_TRUE(job.ok()) << job.status();
-  const std::string id = job->id();
-  ASSERT_TRUE(Watch(id).ok());
-  absl::StatusOr<proto::PlanVersion> v1 = recorder_.WaitForVersion(id, 1);
-  ASSERT_TRUE(v1.ok()) << v1.status();
+  absl::StatusOr<WatchedJob> watched = CreateAndWatch(SmallJob("nodes", TwoNodes(), 0));
+  ASSERT_TRUE(watched.ok()) << watched.status();
+  const std::string id = watched->id;
+  const proto::PlanVersion* v1 = &watched->v1;
   EXPECT_EQ(v1->result().plan().num_devices(), 4);
 
   EXPECT_THAT(manager_->NodeLost("node7", ReplanReason::kNodeFailure), IsEmpty());  // not in its cluster

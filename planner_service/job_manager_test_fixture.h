@@ -169,6 +169,20 @@ class JobManagerTest : public ::testing::Test {
         [this, job_id] { recorder_.OnEnd(job_id); });
   }
 
+  // Creates the job, watches it and waits for its first plan version.
+  struct WatchedJob {
+    std::string id;
+    proto::PlanVersion v1;
+  };
+  absl::StatusOr<WatchedJob> CreateAndWatch(const proto::CreateJobRequest& request) {
+    absl::StatusOr<proto::Job> job = Create(request);
+    if (!job.ok()) return job.status();
+    if (absl::StatusOr<int64_t> w = Watch(job->id()); !w.ok()) return w.status();
+    absl::StatusOr<proto::PlanVersion> v1 = recorder_.WaitForVersion(job->id(), 1);
+    if (!v1.ok()) return v1.status();
+    return WatchedJob{job->id(), *std::move(v1)};
+  }
+
   // Waits until every task queued so far on the (single-threaded) pool has run.
   void Drain() {
     // Shared: if the wait times out, the task may still notify later.

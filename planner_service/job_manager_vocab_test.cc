@@ -38,12 +38,10 @@ proto::ReportStageTimesRequest OneTimeReport(const std::string& job_id, int64_t 
 // calibrates the head's factor alone and can trigger a re-plan, which keeps the split.
 TEST_F(JobManagerTest, VocabParallelJobIsPlannedSplitAndItsPassesCalibrateTheHead) {
   const proto::CreateJobRequest req = SmallJob("vocab", TwoNodes(), 4, "on");
-  absl::StatusOr<proto::Job> job = Create(req);
-  ASSERT_TRUE(job.ok()) << job.status();
-  const std::string id = job->id();
-  ASSERT_TRUE(Watch(id).ok());
-  absl::StatusOr<proto::PlanVersion> v1 = recorder_.WaitForVersion(id, 1);
-  ASSERT_TRUE(v1.ok()) << v1.status();
+  absl::StatusOr<WatchedJob> watched = CreateAndWatch(req);
+  ASSERT_TRUE(watched.ok()) << watched.status();
+  const std::string id = watched->id;
+  const proto::PlanVersion* v1 = &watched->v1;
   ASSERT_TRUE(v1->result().feasible());
   EXPECT_TRUE(v1->result().vocab_parallel());
   absl::StatusOr<Plan> plan = PlanFromProto(v1->result().plan());
