@@ -8,7 +8,8 @@
 // schedule's, the part below it the split's and placement's.
 //
 //   bazel run -c opt //bench:lower_bound_gap -- [--budget=2] [--only=SUBSTRING]
-//       [--devices=4,8] [--max_chunks=N] [--seed=1]
+//       [--devices=4,8] [--max_chunks=N] [--seed=1] [--log]
+// (--log: the tuner's phase log of each row on stderr)
 //
 // Prints one JSON object per line, then a Markdown table and the mean gap. Timing-dependent:
 // the tuner stops at its wall-clock budget, so measure on a quiet machine.
@@ -39,6 +40,7 @@ struct Flags {
   std::vector<int> devices = {4, 8};
   int max_chunks = 0;  // 0: the tuner's default
   uint64_t seed = 1;
+  bool log = false;  // the tuner's phase log on stderr
 };
 
 bool ParseFlags(int argc, char** argv, Flags* f) {
@@ -52,6 +54,8 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
       if (!absl::SimpleAtoi(a.substr(13), &f->max_chunks) || f->max_chunks < 1) return false;
     } else if (a.rfind("--seed=", 0) == 0) {
       if (!absl::SimpleAtoi(a.substr(7), &f->seed)) return false;
+    } else if (a == "--log") {
+      f->log = true;
     } else if (a.rfind("--devices=", 0) == 0) {
       f->devices.clear();
       for (absl::string_view d : absl::StrSplit(a.substr(10), ',')) {
@@ -113,7 +117,7 @@ int main(int argc, char** argv) {
   if (!ParseFlags(argc, argv, &flags)) {
     std::fprintf(stderr,
                  "usage: lower_bound_gap [--budget=S] [--only=SUBSTRING] [--devices=4,8]\n"
-                 "                       [--max_chunks=N] [--seed=N]\n");
+                 "                       [--max_chunks=N] [--seed=N] [--log]\n");
     return 2;
   }
   const std::vector<std::string> files = ProfileFiles();
@@ -153,6 +157,13 @@ int main(int argc, char** argv) {
         Row row{model->name, P, M, std::move(*r)};
         if (builder.ok()) row.plan_assignment_s = StaggeredObjective(*builder, row.r.plan.stages, M);
         const TuneResult& t = row.r;
+        if (flags.log) {
+          for (const TuneLogEntry& e : t.log) {
+            std::fprintf(stderr, "%s P=%d M=%d %.2fs %s %.4f -> %.4f (%lld evals) %s\n",
+                         row.model.c_str(), P, M, e.wall_s, e.phase.c_str(), e.before_s,
+                         e.after_s, static_cast<long long>(e.evaluations), e.detail.c_str());
+          }
+        }
         double baseline_s = 0;
         for (const BaselineResult& b : t.baselines) {
           if (b.name == t.best_baseline) baseline_s = b.result.iteration_time_s;
