@@ -129,10 +129,9 @@ void CoreRotation::Run() {
     epoch = static_cast<int64_t>(std::floor(SteadySeconds() / period_s_));
     lock.unlock();
     // A thread that ended (the rank finished) cannot be moved: nothing left to do.
-    const bool ok = SetCpus(tid_, {RotationCpu(slot_, epoch, cpus_)});
+    const bool ok = Pin(epoch);
     lock.lock();
     if (!ok) break;
-    ++moves_;
   }
 }
 

@@ -285,6 +285,8 @@ void PipelineEngine::StartCommunication(Iteration* it) {
   for (int peer = 0; peer < P; ++peer) {
     if (peer == rank_) continue;
     std::vector<Message> expect = SendsBetween(peer, rank_);
+    const size_t sends = SendsBetween(rank_, peer).size();
+    it->stats.messages += static_cast<int>(expect.size() + sends);
     if (!expect.empty()) {
       it->threads.emplace_back([this, peer, expect, it] {
         RaiseCommunicationThread();
@@ -304,7 +306,7 @@ void PipelineEngine::StartCommunication(Iteration* it) {
         }
       });
     }
-    if (!SendsBetween(rank_, peer).empty()) {
+    if (sends > 0) {
       it->outboxes[peer] = std::make_unique<Outbox>();
       Outbox* box = it->outboxes[peer].get();
       it->threads.emplace_back([this, peer, box, it] {
@@ -611,11 +613,6 @@ absl::StatusOr<IterationStats> PipelineEngine::RunIteration(
   stats.bytes_received = it.received;
   stats.process_cpu_s = ClockSeconds(CLOCK_PROCESS_CPUTIME_ID) - process_cpu0;
   stats.compute_thread_cpu_s = ThreadCpuSeconds() - thread_cpu0;
-  for (int peer = 0; peer < plan_.num_devices; ++peer) {
-    if (peer == rank_) continue;
-    stats.messages += static_cast<int>(SendsBetween(peer, rank_).size() +
-                                       SendsBetween(rank_, peer).size());
-  }
   return stats;
 }
 
