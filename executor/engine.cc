@@ -1,21 +1,15 @@
 #include "executor/engine.h"
 
 #include "executor/allocator.h"
-#include "executor/core_rotation.h"
-#include "executor/thread_priority.h"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <ctime>
 #include <deque>
 #include <map>
-#include <thread>
 #include <tuple>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "core/status_macros.h"
 
 namespace octopipe::executor {
@@ -25,73 +19,6 @@ constexpr int kForward = 0;
 constexpr int kBackward = 1;
 // The (stage, micro-batch) key under which a vocabulary pass accounts its held bytes.
 constexpr int kVocabKey = -1;
-
-// Received messages by tag, filled by the receiving threads.
-class Mailbox {
- public:
-  void Put(uint32_t tag, Tensor t) {
-    absl::MutexLock lock(&mu_);
-    box_[tag].push_back(std::move(t));
-  }
-  void Fail(absl::Status s) {
-    absl::MutexLock lock(&mu_);
-    if (error_.ok()) error_ = std::move(s);
-  }
-  absl::StatusOr<Tensor> Take(uint32_t tag) {
-    absl::MutexLock lock(&mu_);
-    auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      auto it = box_.find(tag);
-      return !error_.ok() || (it != box_.end() && !it->second.empty());
-    };
-    mu_.Await(absl::Condition(&ready));
-    auto it = box_.find(tag);
-    if (it != box_.end() && !it->second.empty()) {
-      Tensor t = std::move(it->second.front());
-      it->second.pop_front();
-      return t;
-    }
-    return error_;
-  }
-  absl::Status error() {
-    absl::MutexLock lock(&mu_);
-    return error_;
-  }
-
- private:
-  absl::Mutex mu_;
-  std::map<uint32_t, std::deque<Tensor>> box_ ABSL_GUARDED_BY(mu_);
-  absl::Status error_ ABSL_GUARDED_BY(mu_);
-};
-
-// One peer's outgoing queue, drained in order by its sending thread.
-class Outbox {
- public:
-  void Push(uint32_t tag, Tensor t) {
-    absl::MutexLock lock(&mu_);
-    q_.push_back({tag, std::move(t)});
-  }
-  void Close() {
-    absl::MutexLock lock(&mu_);
-    closed_ = true;
-  }
-  // False when closed and empty.
-  bool Pop(uint32_t* tag, Tensor* t) {
-    absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(
-        +[](Outbox* o) ABSL_EXCLUSIVE_LOCKS_REQUIRED(o->mu_) { return o->closed_ || !o->q_.empty(); },
-        this));
-    if (q_.empty()) return false;
-    *tag = q_.front().first;
-    *t = std::move(q_.front().second);
-    q_.pop_front();
-    return true;
-  }
-
- private:
-  absl::Mutex mu_;
-  std::deque<std::pair<uint32_t, Tensor>> q_ ABSL_GUARDED_BY(mu_);
-  bool closed_ ABSL_GUARDED_BY(mu_) = false;
-};
 
 }  // namespace
 
@@ -106,7 +33,8 @@ PipelineEngine::PipelineEngine(const Plan& plan, int rank,
                                std::vector<std::unique_ptr<Layer>>* layers, Transport* transport,
                                int tokens_per_microbatch, int hidden)
     : plan_(plan), rank_(rank), layers_(layers), transport_(transport),
-      tokens_(tokens_per_microbatch), hidden_(hidden) {
+      messages_(std::make_unique<AsyncMessages>(transport)), tokens_(tokens_per_microbatch),
+      hidden_(hidden) {
   RetainFreedMemory();  // see executor/allocator.h: ops must not page-fault their buffers
 }
 
@@ -209,10 +137,10 @@ absl::Status PipelineEngine::Validate() const {
   return absl::OkStatus();
 }
 
-// One RunIteration's state: the communication threads and the per (stage, micro-batch)
-// tensors, layer contexts and held activation bytes on this rank.
+// One RunIteration's state: its messages in flight and the per (stage, micro-batch) tensors,
+// layer contexts and held activation bytes on this rank. Only the computing thread touches it.
 struct PipelineEngine::Iteration {
-  Iteration(const std::vector<MicroBatch>& mbs, int P) : microbatches(mbs), outboxes(P) {}
+  explicit Iteration(const std::vector<MicroBatch>& mbs) : microbatches(mbs) {}
 
   double Now() const {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -241,10 +169,18 @@ struct PipelineEngine::Iteration {
   std::chrono::steady_clock::time_point t0;
   IterationStats stats;
 
-  Mailbox mailbox;
-  std::vector<std::unique_ptr<Outbox>> outboxes;  // by peer
-  std::vector<std::thread> threads;
-  std::atomic<int64_t> received{0}, sent{0};
+  // A message in flight and its tensor (declared first: destroyed after the message, which
+  // may still write into it until then).
+  struct InFlight {
+    Tensor tensor;
+    std::unique_ptr<PendingMessage> message;
+    int peer = 0;
+  };
+  std::map<uint32_t, InFlight> receives;  // posted at the start, by tag
+  std::deque<InFlight> sends;             // in send order (a deque: entries never move)
+  // The first communication failure (a message that could not start or failed).
+  absl::Status comm_error;
+  int64_t received = 0, sent = 0;
 
   std::map<std::pair<int, int>, Tensor> local_fwd, local_bwd, stage_input;
   std::map<std::pair<int, int>, std::vector<LayerContext>> ctx;
@@ -282,76 +218,97 @@ void TimedLayer(IterationStats* stats, int l, OpKind kind, int s, int m, Body&& 
 
 void PipelineEngine::StartCommunication(Iteration* it) {
   const int P = plan_.num_devices;
-  for (int peer = 0; peer < P; ++peer) {
+  for (int peer = 0; peer < P && it->comm_error.ok(); ++peer) {
     if (peer == rank_) continue;
-    std::vector<Message> expect = SendsBetween(peer, rank_);
-    const size_t sends = SendsBetween(rank_, peer).size();
-    it->stats.messages += static_cast<int>(expect.size() + sends);
-    if (!expect.empty()) {
-      it->threads.emplace_back([this, peer, expect, it] {
-        RaiseCommunicationThread();
-        CoreRotation::ReleaseCallingThread();  // not the computing thread's one core
-        for (const Message& m : expect) {
-          Tensor t(m.rows, m.cols);
-          const size_t bytes = static_cast<size_t>(t.size()) * sizeof(float);
-          absl::Status s = transport_->Recv(peer, m.tag, t.data(), bytes);
-          if (!s.ok()) {
-            it->mailbox.Fail(absl::Status(s.code(), absl::StrCat("rank ", rank_,
-                                                                 ": receiving from rank ", peer,
-                                                                 " failed: ", s.message())));
-            return;
-          }
-          it->received += static_cast<int64_t>(bytes);
-          it->mailbox.Put(m.tag, std::move(t));
-        }
-      });
-    }
-    if (sends > 0) {
-      it->outboxes[peer] = std::make_unique<Outbox>();
-      Outbox* box = it->outboxes[peer].get();
-      it->threads.emplace_back([this, peer, box, it] {
-        RaiseCommunicationThread();
-        CoreRotation::ReleaseCallingThread();  // not the computing thread's one core
-        uint32_t tag;
-        Tensor t;
-        bool failed = false;
-        while (box->Pop(&tag, &t)) {
-          // After a failure keep draining (so Close() + join cannot block) but send nothing
-          // more: each further Send to a dead or stalled peer would wait out its own timeout.
-          if (failed) continue;
-          const size_t bytes = static_cast<size_t>(t.size()) * sizeof(float);
-          absl::Status s = transport_->Send(peer, tag, t.data(), bytes);
-          if (!s.ok()) {
-            it->mailbox.Fail(absl::Status(s.code(), absl::StrCat("rank ", rank_,
-                                                                 ": sending to rank ", peer,
-                                                                 " failed: ", s.message())));
-            failed = true;
-            continue;
-          }
-          it->sent += static_cast<int64_t>(bytes);
-        }
-      });
+    const std::vector<Message> expect = SendsBetween(peer, rank_);
+    it->stats.messages += static_cast<int>(expect.size() + SendsBetween(rank_, peer).size());
+    // In the order the peer sends them (the threaded fallback receives in start order).
+    for (const Message& m : expect) {
+      Iteration::InFlight& slot = it->receives[m.tag];
+      if (slot.message != nullptr) {
+        it->comm_error = absl::InternalError(absl::StrCat("rank ", rank_, ": two messages with tag ",
+                                                          m.tag, " in one iteration"));
+        return;
+      }
+      slot.tensor = Tensor(m.rows, m.cols);
+      slot.peer = peer;
+      absl::StatusOr<std::unique_ptr<PendingMessage>> started = messages_->StartRecv(
+          peer, m.tag, slot.tensor.data(), static_cast<size_t>(slot.tensor.size()) * sizeof(float));
+      if (!started.ok()) {
+        it->comm_error = absl::Status(started.status().code(),
+                                      absl::StrCat("rank ", rank_, ": receiving from rank ", peer,
+                                                   " failed: ", started.status().message()));
+        return;
+      }
+      slot.message = std::move(*started);
     }
   }
 }
 
-void PipelineEngine::FinishCommunication(Iteration* it) {
-  for (auto& box : it->outboxes) {
-    if (box) box->Close();
+void PipelineEngine::Send(int peer, uint32_t tag, Tensor t, Iteration* it) {
+  if (!it->comm_error.ok()) return;  // the iteration is failing: send nothing more
+  const size_t bytes = static_cast<size_t>(t.size()) * sizeof(float);
+  Iteration::InFlight& sent = it->sends.emplace_back();
+  sent.tensor = std::move(t);
+  sent.peer = peer;
+  absl::StatusOr<std::unique_ptr<PendingMessage>> started =
+      messages_->StartSend(peer, tag, sent.tensor.data(), bytes);
+  if (!started.ok()) {
+    it->comm_error = absl::Status(started.status().code(),
+                                  absl::StrCat("rank ", rank_, ": sending to rank ", peer,
+                                               " failed: ", started.status().message()));
+    return;
   }
-  for (std::thread& t : it->threads) t.join();
+  sent.message = std::move(*started);
+}
+
+void PipelineEngine::FinishCommunication(Iteration* it) {
+  // After a failure the remaining messages are abandoned (waiting for each would wait out its
+  // own timeout); otherwise every send must have left.
+  if (it->comm_error.ok()) {
+    for (Iteration::InFlight& s : it->sends) {
+      if (s.message == nullptr) continue;
+      absl::Status done = s.message->Wait();
+      if (!done.ok()) {
+        it->comm_error = absl::Status(done.code(), absl::StrCat("rank ", rank_,
+                                                                ": sending to rank ", s.peer,
+                                                                " failed: ", done.message()));
+        break;
+      }
+      it->sent += static_cast<int64_t>(s.tensor.size()) * static_cast<int64_t>(sizeof(float));
+    }
+  }
+  it->sends.clear();
+  it->receives.clear();
 }
 
 absl::Status PipelineEngine::Receive(const Op& op, uint32_t tag, const std::string& what,
                                      Iteration* it, OpTiming* timing, Tensor* out) {
-  const double wait_from = it->Now();
-  absl::StatusOr<Tensor> t = it->mailbox.Take(tag);
-  timing->wait_s += it->Now() - wait_from;
-  if (!t.ok()) {
-    return absl::Status(t.status().code(), absl::StrCat(t.status().message(), " (waiting for ",
-                                                        what, OpToString(op), ")"));
+  auto failed = [&](const absl::Status& s) {
+    return absl::Status(s.code(), absl::StrCat(s.message(), " (waiting for ", what,
+                                               OpToString(op), ")"));
+  };
+  if (!it->comm_error.ok()) return failed(it->comm_error);
+  auto found = it->receives.find(tag);
+  if (found == it->receives.end()) {
+    return failed(absl::InternalError(absl::StrCat("rank ", rank_, ": no message with tag ", tag,
+                                                   " is expected in this iteration")));
   }
-  *out = std::move(*t);
+  const double wait_from = it->Now();
+  absl::Status done = found->second.message->Wait();
+  timing->wait_s += it->Now() - wait_from;
+  if (!done.ok()) {
+    it->comm_error = absl::Status(done.code(), absl::StrCat("rank ", rank_,
+                                                            ": receiving from rank ",
+                                                            found->second.peer, " failed: ",
+                                                            done.message()));
+    return failed(it->comm_error);
+  }
+  it->received += static_cast<int64_t>(found->second.tensor.size()) *
+                  static_cast<int64_t>(sizeof(float));
+  found->second.message.reset();
+  *out = std::move(found->second.tensor);
+  it->receives.erase(found);
   return absl::OkStatus();
 }
 
@@ -428,13 +385,13 @@ void PipelineEngine::RunShardForward(int m, const Tensor& n, Iteration* it) {
   // Timed as an op only: vocabulary passes are not per layer (LayerOpTiming is F, B, W, R).
   VocabPartial partial = ShardHead()->ShardForward(n, it->microbatches[m], &it->vocab_ctx[m]);
   for (int d = 0; d < P; ++d) {
-    if (d != rank_) it->outboxes[d]->Push(VocabTag(m, rank_, VocabMessage::kStats), partial.stats);
+    if (d != rank_) Send(d, VocabTag(m, rank_, VocabMessage::kStats), partial.stats, it);
   }
   Iteration::VocabState& v = it->Vocab(m, P, rank_ == holder ? 2 : 1);
   if (holder == rank_) {
     v.grads[rank_] = std::move(partial.grad);
   } else {
-    it->outboxes[holder]->Push(VocabTag(m, rank_, VocabMessage::kGrad), std::move(partial.grad));
+    Send(holder, VocabTag(m, rank_, VocabMessage::kGrad), std::move(partial.grad), it);
   }
   v.stats[rank_] = std::move(partial.stats);
 }
@@ -491,7 +448,7 @@ void PipelineEngine::RunOp(const Op& op, Tensor input, Tensor grad, Iteration* i
       if (s == S - 1 && plan_.vocab_parallel) {
         // n goes to every shard's S pass, this rank's own included.
         for (int d = 0; d < plan_.num_devices; ++d) {
-          if (d != rank_) it->outboxes[d]->Push(VocabTag(m, rank_, VocabMessage::kInput), out);
+          if (d != rank_) Send(d, VocabTag(m, rank_, VocabMessage::kInput), out, it);
         }
         it->vocab_input[m] = std::move(out);
       } else if (s == S - 1) {
@@ -499,7 +456,7 @@ void PipelineEngine::RunOp(const Op& op, Tensor input, Tensor grad, Iteration* i
       } else if (plan_.stages[s + 1].device == rank_) {
         it->local_fwd[key] = std::move(out);
       } else {
-        it->outboxes[plan_.stages[s + 1].device]->Push(Tag(s, m, kForward), std::move(out));
+        Send(plan_.stages[s + 1].device, Tag(s, m, kForward), std::move(out), it);
       }
       break;
     }
@@ -529,7 +486,7 @@ void PipelineEngine::RunOp(const Op& op, Tensor input, Tensor grad, Iteration* i
         if (plan_.stages[s - 1].device == rank_) {
           it->local_bwd[key] = std::move(dy);
         } else {
-          it->outboxes[plan_.stages[s - 1].device]->Push(Tag(s, m, kBackward), std::move(dy));
+          Send(plan_.stages[s - 1].device, Tag(s, m, kBackward), std::move(dy), it);
         }
       }
       break;
@@ -582,7 +539,7 @@ absl::StatusOr<IterationStats> PipelineEngine::RunIteration(
     return absl::InvalidArgumentError(absl::StrCat("microbatches: the plan has ",
                                                    plan_.num_microbatches, ", got ", M));
   }
-  Iteration it(microbatches, plan_.num_devices);
+  Iteration it(microbatches);
   const double process_cpu0 = ClockSeconds(CLOCK_PROCESS_CPUTIME_ID);
   const double thread_cpu0 = ThreadCpuSeconds();
   it.t0 = std::chrono::steady_clock::now();
@@ -601,9 +558,10 @@ absl::StatusOr<IterationStats> PipelineEngine::RunIteration(
     timing.end_s = it.Now();
     it.stats.ops.push_back(timing);
     Account({IsVocabPass(op.kind) ? kVocabKey : op.stage, op.microbatch}, &it);
+    if (!it.comm_error.ok()) break;  // a send failed to start
   }
   FinishCommunication(&it);
-  if (failure.ok()) failure = it.mailbox.error();
+  if (failure.ok()) failure = it.comm_error;
   if (!failure.ok()) return failure;
   IterationStats stats = std::move(it.stats);
   stats.has_loss = plan_.stages.back().device == rank_;

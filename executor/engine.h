@@ -3,11 +3,16 @@
 //
 // Communication is derived, never stored: F(s, m) sends its output to the rank of stage s+1
 // and B/BW(s, m) its input gradient to the rank of stage s-1 whenever that rank is another one.
-// Deadlock freedom does not depend on the order (DESIGN.md): per peer, one receiving thread
-// posts receives in exactly the order that peer sends (computed from the peer's op list) into
-// staging buffers, and one sending thread sends asynchronously in op order; a compute op waits
-// only for its own inputs. So a schedule whose DAG has no cycle always completes, and a dead
-// peer surfaces as an error from the transport's timeout, never as a hang.
+// Deadlock freedom does not depend on the order (DESIGN.md): at the start of an iteration the
+// engine posts every receive the iteration expects (computed from the peers' op lists, in each
+// peer's send order) into buffers of their own, and a send never blocks the computing thread
+// (it is started, and waited for at the end of the iteration); a compute op waits only for its
+// own inputs. So a schedule whose DAG has no cycle always completes, and a dead
+// peer surfaces as an error from the transport's timeout, never as a hang. On Gloo the messages
+// are the transport's own asynchronous ones (no thread of the engine's: Gloo's event loop reads
+// into the posted buffers, the computing thread writes the sends); on other transports
+// AsyncMessages runs them on a sending and a receiving thread per peer (executor/async_messages.h).
+// A sent tensor is held until the end of the iteration.
 //
 // Measurement: every op is timed (OpTiming, with the time it waited for a message) and so is
 // each layer's share of it (LayerOpTiming: F, B, W, R per layer and micro-batch); the engine
@@ -42,6 +47,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/plan.h"
+#include "executor/async_messages.h"
 #include "executor/layer.h"
 #include "executor/layers/vocab_head.h"
 #include "executor/tensor.h"
@@ -143,10 +149,11 @@ class PipelineEngine {
 
   // The steps of RunIteration, over one iteration's state (defined in engine.cc).
   struct Iteration;
-  // Starts one receiving thread per peer that sends here and one sending thread per peer this
-  // rank sends to.
+  // Posts every receive of the iteration (it->comm_error when one cannot start).
   void StartCommunication(Iteration* it);
-  // Closes the outboxes and joins the communication threads.
+  // Starts sending `t` (kept in the iteration until sent); nothing after a failure.
+  void Send(int peer, uint32_t tag, Tensor t, Iteration* it);
+  // Waits for every send (unless the iteration failed) and drops what is still in flight.
   void FinishCommunication(Iteration* it);
   // The op's activation input (F) or incoming gradient (B, BW), local or received; the time
   // spent waiting goes to timing->wait_s; an error names the op that waited.
@@ -167,7 +174,7 @@ class PipelineEngine {
   // for the backward.
   Tensor ForwardStage(int stage, int microbatch, const Tensor& input, OpKind kind,
                       Iteration* it);
-  // Computes the op and hands its output to the next stage (local or outbox).
+  // Computes the op and hands its output to the next stage (local, or started as a message).
   void RunOp(const Op& op, Tensor input, Tensor grad, Iteration* it);
   // Re-measures the activation bytes held for (stage, micro-batch) after an op.
   void Account(const std::pair<int, int>& key, Iteration* it);
@@ -176,6 +183,7 @@ class PipelineEngine {
   const int rank_;
   std::vector<std::unique_ptr<Layer>>* layers_;
   Transport* transport_;
+  std::unique_ptr<AsyncMessages> messages_;
   const int tokens_;
   const int hidden_;
 };

@@ -319,8 +319,9 @@ class CountingTransport : public Transport {
 };
 
 // Every Send to a dead or stalled peer waits out the transport's timeout, so after the first
-// failure the sending thread must stop trying: GPipe queues all M forwards to rank 1 at once,
-// and sending each would make the failure take M timeouts instead of one.
+// failure nothing more may be sent: GPipe starts all M forwards to rank 1 at once, and sending
+// each would make the failure take M timeouts instead of one. (The first send may not even be
+// tried: the receive from the dead rank can fail first, and the queued sends are abandoned.)
 TEST(EngineTest, AFailedSendIsNotRetriedForTheRestOfTheQueue) {
   constexpr int kM = 6;
   const Plan plan = ClassicPlanFor(ScheduleKind::kGpipe, 2, 0, kM, 5);
@@ -333,7 +334,7 @@ TEST(EngineTest, AFailedSendIsNotRetriedForTheRestOfTheQueue) {
   absl::StatusOr<IterationStats> r = engine.RunIteration(mbs);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("rank 1"), absl::string_view::npos) << r.status();
-  EXPECT_EQ(transport.sends_to(1), 1);
+  EXPECT_LE(transport.sends_to(1), 1);
 }
 
 // Bytes the fake layers' contexts hold after F and after B (see their Forward/BackwardInput).

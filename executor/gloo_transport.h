@@ -5,6 +5,8 @@
 // the slot, so (src, dst, tag) streams are FIFO and independent of each other.
 //
 // Semantics worth knowing:
+//  * StartSend / StartRecv (has_async) are the same messages started without a thread: the
+//    executor posts every receive of an iteration up front and sends from its computing thread.
 //  * Send is a rendezvous: it returns once the receiver has posted the matching Recv and the
 //    data is written to the socket (Gloo moves data only into a posted receive buffer). Two
 //    ranks that both Send to each other before receiving therefore deadlock — the executor's
@@ -81,14 +83,29 @@ class GlooTransport final : public Transport {
   std::string name() const override { return "gloo"; }
   absl::Status Send(int dst, uint32_t tag, const void* data, size_t bytes) override;
   absl::Status Recv(int src, uint32_t tag, void* data, size_t bytes) override;
+  // Native: a started receive is an unbound buffer posted to the link (Gloo's event loop reads
+  // into it), a started send is written from the calling thread once the receiver has posted
+  // its buffer, or queued in the link until then. Wait waits at most timeout_s.
+  bool has_async() const override { return true; }
+  absl::StatusOr<std::unique_ptr<PendingMessage>> StartSend(int dst, uint32_t tag,
+                                                            const void* data,
+                                                            size_t bytes) override;
+  absl::StatusOr<std::unique_ptr<PendingMessage>> StartRecv(int src, uint32_t tag, void* data,
+                                                            size_t bytes) override;
 
  private:
   GlooTransport(int rank, int size, std::chrono::milliseconds timeout);
 
   struct Peer;  // The link to one peer: its Gloo context and first error; in the .cc.
 
-  absl::Status RunOp(const char* what, int peer, uint32_t tag, size_t bytes, bool is_send,
-                     void* data);
+  class Pending;  // a started message; in the .cc
+  // Starts a send or receive on the link to `peer`; Pending::Wait finishes it.
+  absl::StatusOr<std::unique_ptr<Pending>> Start(int peer, uint32_t tag, size_t bytes,
+                                                 bool is_send, void* data);
+  // "gloo rank R Send to rank P (tag T, N bytes)".
+  std::string Describe(bool is_send, int peer, uint32_t tag, size_t bytes) const;
+  // Records the link's first error (Gloo closes a link after any failure) and returns `status`.
+  absl::Status Failed(Peer* link, absl::Status status);
 
   const int rank_;
   const int size_;

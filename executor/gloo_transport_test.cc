@@ -268,6 +268,86 @@ TEST(GlooTransportTest, DyingRankIsUnavailableAndSilentRankTimesOut) {
   }
 }
 
+// Started messages (has_async): each rank posts its receives for three tags, then starts its
+// sends to the other in the opposite tag order before waiting for anything — with blocking
+// Send both ranks would wait for each other forever — then waits for the receives in a third
+// order. Every message arrives whole in its own buffer; a posted receive nobody answers
+// fails at its Wait as kDeadlineExceeded naming the peer and tag, and later starts on that link
+// fail at once.
+absl::Status StartedMessages(int rank, const std::string& dir) {
+  constexpr double kTimeout = 1.5;
+  GlooOptions options;
+  options.rank = rank;
+  options.size = 2;
+  options.store_dir = dir;
+  options.prefix = "started";
+  options.timeout_s = rank == 0 ? kTimeout : 20;
+  absl::StatusOr<std::unique_ptr<Transport>> created = GlooTransport::Create(options);
+  if (!created.ok()) return created.status();
+  Transport& t = **created;
+  RETURN_IF_FALSE(t.has_async(), "gloo has started messages");
+  const int peer = 1 - rank;
+  const uint32_t tags[] = {7, 3, 11};
+  std::vector<std::vector<uint8_t>> got;
+  std::vector<std::unique_ptr<PendingMessage>> receives;
+  for (size_t i = 0; i < std::size(tags); ++i) {
+    got.emplace_back(kSizes[4 + i % 3], 0xEE);
+    absl::StatusOr<std::unique_ptr<PendingMessage>> r =
+        t.StartRecv(peer, tags[i], got.back().data(), got.back().size());
+    if (!r.ok()) return r.status();
+    receives.push_back(std::move(*r));
+  }
+  std::vector<std::vector<uint8_t>> payloads;
+  std::vector<std::unique_ptr<PendingMessage>> sends;
+  for (size_t i = std::size(tags); i-- > 0;) {
+    payloads.push_back(Payload(rank, peer, tags[i], 0, 4 + i % 3));
+    absl::StatusOr<std::unique_ptr<PendingMessage>> s =
+        t.StartSend(peer, tags[i], payloads.back().data(), payloads.back().size());
+    if (!s.ok()) return s.status();
+    sends.push_back(std::move(*s));
+  }
+  for (size_t i : {1, 2, 0}) {
+    if (absl::Status s = receives[i]->Wait(); !s.ok()) return s;
+    RETURN_IF_FALSE(got[i] == Payload(peer, rank, tags[i], 0, 4 + i % 3),
+                    absl::StrCat("rank ", rank, ": wrong contents on tag ", tags[i]));
+  }
+  for (auto& s : sends) {
+    if (absl::Status st = s->Wait(); !st.ok()) return st;
+  }
+  int32_t v = 0;
+  if (rank == 1) {
+    // Waits until rank 0 has given up on tag 5 and closed the link.
+    absl::Status s = t.Recv(0, 6, &v, sizeof(v));
+    RETURN_IF_FALSE(s.code() == absl::StatusCode::kUnavailable,
+                    "Recv from rank 0 after it closed the link: " + s.ToString());
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::unique_ptr<PendingMessage>> silent = t.StartRecv(1, 5, &v, sizeof(v));
+  if (!silent.ok()) return silent.status();
+  const auto start = std::chrono::steady_clock::now();
+  absl::Status s = (*silent)->Wait();
+  const double waited = SecondsSince(start);
+  RETURN_IF_FALSE(s.code() == absl::StatusCode::kDeadlineExceeded,
+                  "Wait on a receive rank 1 never answers: want kDeadlineExceeded, got " +
+                      s.ToString());
+  RETURN_IF_FALSE(absl::StrContains(s.message(), "Recv from rank 1 (tag 5"),
+                  "error does not name rank 1 and tag 5: " + s.ToString());
+  RETURN_IF_FALSE(waited > kTimeout * 0.9 && waited < kTimeout + 10,
+                  absl::StrCat("timeout fired after ", waited, " s"));
+  absl::StatusOr<std::unique_ptr<PendingMessage>> after = t.StartSend(1, 6, &v, sizeof(v));
+  RETURN_IF_FALSE(!after.ok() && after.status().code() == absl::StatusCode::kUnavailable &&
+                      absl::StrContains(after.status().message(), "earlier error"),
+                  "StartSend after the timeout: " + after.status().ToString());
+  return absl::OkStatus();
+}
+
+TEST(GlooTransportTest, StartedMessagesMatchByTagWithoutBlockingAndTimeOut) {
+  const std::string dir = FreshStoreDir();
+  for (const std::string& r : RunRanks(2, [&](int rank) { return StartedMessages(rank, dir); })) {
+    EXPECT_EQ(r, "");
+  }
+}
+
 TEST(GlooTransportTest, CreateFailsWithinTimeoutWhenAPeerNeverArrives) {
   const std::string dir = FreshStoreDir();
   auto results = RunRanks(1, [&](int) -> absl::Status {

@@ -1,14 +1,17 @@
 // Scheduling priority of the executor's communication threads.
 //
-// A rank runs one compute thread and, per peer, a sending and a receiving thread (engine.h),
-// plus Gloo's event-loop thread that reads the sockets. On a host where every core runs a
-// compute thread (the 2-rank Gloo runs on a 2-core machine), a message's path from the
-// producer's op to the consumer's op wakes three of those threads, and with the fair scheduler
-// each wake-up may wait for a running compute thread's time slice to end: measured (`train
-// --trace`), 3 of 14 waited-for messages took 6-7 ms where the rest took 0.2-0.6 ms. The
-// communication threads do little work (they block on sockets and condition variables and copy
-// the message), so they run under SCHED_FIFO at the lowest real-time priority: a wake-up then
-// preempts a compute thread at once, and the kernel's real-time throttling still bounds them.
+// A rank runs one compute thread and Gloo's event-loop thread that reads the sockets (and, on
+// transports without started messages, a sending and a receiving thread per peer:
+// executor/async_messages.h). On a host where every core runs a compute thread (the 2-rank
+// Gloo runs on a 2-core machine), a message's wake-ups may each wait for a running compute
+// thread's time slice to end with the fair scheduler: measured (`train --trace`, when each
+// message passed three threads), 3 of 14 waited-for messages took 6-7 ms where the rest took
+// 0.2-0.6 ms. The communication threads do little work (they block on sockets and condition
+// variables and copy the message), so they run under SCHED_FIFO at the lowest real-time
+// priority: a wake-up then preempts a compute thread at once, and the kernel's real-time
+// throttling still bounds them. A compute thread that starts a Gloo message holds the link's
+// lock for that call at the same priority (ScopedCommunicationPriority in GlooTransport), so the
+// event loop never preempts a lock holder and spins.
 //
 // Where the process may not use real-time scheduling (no CAP_SYS_NICE, RLIMIT_RTPRIO 0) the
 // threads keep their normal priority: runs are then correct but message latency has the tail
