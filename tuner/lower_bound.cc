@@ -220,6 +220,51 @@ std::vector<LayerCost> FastestLayerCosts(const ProblemBuilder& builder) {
   return out;
 }
 
+double SplitScheduleLowerBound(const PipelineProblem& pb) {
+  const int S = pb.num_stages, P = pb.num_devices, M = pb.num_microbatches;
+  if (S < 1 || P < 1 || M < 1) return 0;
+  std::vector<double> d(S), c(S);
+  for (int s = 0; s < S; ++s) {
+    d[s] = std::max(0.0, pb.forward_s[s]);
+    c[s] = std::max(0.0, pb.backward_input_s[s] - pb.overhead_s(s));
+  }
+  // Forward heads: sum and max of d over the stages below s.
+  std::vector<double> f_sum(S, 0.0), f_max(S, 0.0);
+  for (int s = 1; s < S; ++s) {
+    f_sum[s] = f_sum[s - 1] + d[s - 1];
+    f_max[s] = std::max(f_max[s - 1], d[s - 1]);
+  }
+  const double all_f = f_sum[S - 1] + d[S - 1];
+  const double max_f = std::max(f_max[S - 1], d[S - 1]);
+  // Backward heads: sum and max of c over the stages above s.
+  std::vector<double> b_sum(S, 0.0), b_max(S, 0.0);
+  for (int s = S - 2; s >= 0; --s) {
+    b_sum[s] = b_sum[s + 1] + c[s + 1];
+    b_max[s] = std::max(b_max[s + 1], c[s + 1]);
+  }
+  std::vector<std::vector<std::pair<double, double>>> jobs(P);  // (head, seconds) per device
+  for (int s = 0; s < S; ++s) {
+    const int dev = pb.stage_device[s];
+    if (dev < 0 || dev >= P) continue;
+    const double w = std::max(0.0, pb.weight_grad_s[s]);
+    const double b_rate = std::max(max_f, b_max[s]);
+    for (int k = 0; k < M; ++k) {
+      jobs[dev].push_back({f_sum[s] + k * f_max[s], d[s]});
+      const double b_head = all_f + b_sum[s] + k * b_rate;
+      jobs[dev].push_back({b_head, c[s]});
+      jobs[dev].push_back({b_head + c[s], w});
+    }
+  }
+  double bound = 0;
+  for (auto& j : jobs) {
+    std::sort(j.begin(), j.end());
+    double t = 0;
+    for (const auto& [head, seconds] : j) t = std::max(t, head) + seconds;
+    bound = std::max(bound, t);
+  }
+  return bound;
+}
+
 double LowerBoundGap(double predicted_s, const LowerBound& bound) {
   if (!(bound.seconds > 0) || !(predicted_s > bound.seconds)) return 0;
   return (predicted_s - bound.seconds) / predicted_s;

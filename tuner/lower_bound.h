@@ -83,6 +83,35 @@ LowerBound PipelineLowerBound(const std::vector<LayerCost>& layers, int num_devi
 // separately, which can only lower the bound).
 std::vector<LayerCost> FastestLayerCosts(const ProblemBuilder& builder);
 
+// A certified lower bound on the iteration time of EVERY schedule of one split: `problem` fixes
+// the stages, their devices and costs (built by ProblemBuilder::BuildInto); any order of the
+// ops, B/W split or not, with or without recompute, link delays and contention — each only
+// adds. It explains how much of a plan's gap is its schedule's: the staggered objective
+// (StaggeredObjective) lets every device run from its first op to the end without a pause,
+// but on a device fed by a slower stage the micro-batches arrive at that stage's rate.
+//
+// Per device, a one-machine relaxation with release times (heads): its ops are jobs on one
+// machine, none starting before its head; with pieces d_s = F_s for forward and
+// c_s = B_s - overhead_s (no larger than B, nor than the part of an unsplit BW before its
+// W part, which holds the input gradient back until the whole op ends):
+//   F  the k-th (0-based, by start time) forward of stage s starts no earlier than
+//      sum_{t<s} d_t + k max_{t<s} d_t. Proof: k+1 distinct micro-batches have finished the
+//      forward of every stage t < s; stage t runs its forwards one at a time on one device,
+//      the first no earlier than sum_{u<t} d_u, so the last of those k+1 ends no earlier than
+//      sum_{u<t} d_u + (k+1) d_t, and that micro-batch still passes stages t+1..s-1.
+//   B  (or BW) likewise along the chain F_0..F_{S-1}, B_{S-1}..B_{s+1}: the k-th starts no
+//      earlier than sum_t d_t + sum_{t>s} c_t + k max(max_t d_t, max_{t>s} c_t).
+//   W  the k-th W (or W part of a BW) starts after k+1 distinct backward pieces of its stage
+//      ended, the last no earlier than the k-th backward's head + c_s.
+// The device is charged pieces of c_s (B) and W_s (W), contained in its B and W ops (or in
+// one BW op, back to back), and F_s; recompute only adds ops. One machine with heads is
+// optimal non-idling in head order (1|r_j|Cmax), so its end is a lower bound; the iteration
+// starts at 0 (the earliest op has no predecessor: a stage-0 forward). The bound is the
+// largest over the devices; it includes start_d + M x load_d (StaggeredObjective's form, up to
+// the overheads left out of c_s). NOT a bound over all splits: the tuner may pick another
+// split; PipelineLowerBound is the certified bound over every plan. O(stages x M log(stages M)).
+double SplitScheduleLowerBound(const PipelineProblem& problem);
+
 // Relative gap of `predicted_s` above the bound: (predicted - bound) / predicted, 0 when the
 // bound is 0 or the prediction is not above it.
 double LowerBoundGap(double predicted_s, const LowerBound& bound);
