@@ -278,11 +278,12 @@ absl::Status WriteMeasuredTrace(const std::string& path, const Plan& plan,
                           absl::StrCat("measured: ", plan.schedule_name));
 }
 
-// The schedule run, for the output: a planner job's plan's own name (its schedule_name:
-// "octopipe", "baseline:1f1b", ...), the --plan file, or the --schedule kind.
+// The schedule run, for the output: a planner job's or a --plan file's own schedule name
+// ("octopipe", "baseline:1f1b", ...; else the job id or the file), or the --schedule kind.
 std::string RanSchedule(const TrainFlags& o, const Plan& plan) {
   if (!o.job.empty()) return plan.schedule_name.empty() ? o.job : plan.schedule_name;
-  return o.plan_file.empty() ? o.schedule : o.plan_file;
+  if (!o.plan_file.empty()) return plan.schedule_name.empty() ? o.plan_file : plan.schedule_name;
+  return o.schedule;
 }
 
 // Step 4: the result, as one JSON object or as tables.
@@ -322,6 +323,7 @@ void PrintResult(const TrainFlags& o, const ModelGraph& graph, const Plan& plan,
     }
     j["stage_op_s"] = std::move(stage_ops);
     j["layer_op_s"] = std::move(layer_ops);
+    if (!o.plan_file.empty()) j["plan"] = o.plan_file;
     if (!o.job.empty()) {
       j["job"] = o.job;
       j["plan_version"] = job_version;

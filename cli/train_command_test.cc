@@ -177,6 +177,10 @@ TEST(TrainCommandTest, RunsAVocabParallelPlanFromThePlanCommand) {
             0)
       << err.str();
   EXPECT_NE(out.str().find("\"loss\""), std::string::npos) << out.str();
+  // A plan file's run names the plan's schedule (not the file) and the file.
+  EXPECT_EQ(nlohmann::json::parse(out.str()).at("schedule"), plan->schedule_name) << out.str();
+  EXPECT_FALSE(plan->schedule_name.empty());
+  EXPECT_EQ(nlohmann::json::parse(out.str()).at("plan"), file) << out.str();
   // The S and T passes of both shards were measured.
   for (const char* pass : {"[0,\"S\"", "[1,\"S\"", "[0,\"T\"", "[1,\"T\""}) {
     EXPECT_NE(out.str().find(pass), std::string::npos) << pass << " in " << out.str();
