@@ -146,25 +146,10 @@ absl::StatusOr<AsyncMessages::Worker*> AsyncMessages::WorkerFor(int peer, bool s
   return w.get();
 }
 
-absl::StatusOr<std::unique_ptr<PendingMessage>> AsyncMessages::StartSend(int dst, uint32_t tag,
-                                                                         const void* data,
-                                                                         size_t bytes) {
-  if (native_) return transport_->StartSend(dst, tag, data, bytes);
-  absl::StatusOr<Worker*> w = WorkerFor(dst, /*send=*/true);
-  if (!w.ok()) return w.status();
-  auto call = std::make_shared<Call>();
-  call->tag = tag;
-  call->data = const_cast<void*>(data);  // a send only reads it
-  call->bytes = bytes;
-  (*w)->Push(call);
-  return std::unique_ptr<PendingMessage>(new ThreadedMessage(std::move(call)));
-}
-
-absl::StatusOr<std::unique_ptr<PendingMessage>> AsyncMessages::StartRecv(int src, uint32_t tag,
-                                                                         void* data,
-                                                                         size_t bytes) {
-  if (native_) return transport_->StartRecv(src, tag, data, bytes);
-  absl::StatusOr<Worker*> w = WorkerFor(src, /*send=*/false);
+absl::StatusOr<std::unique_ptr<PendingMessage>> AsyncMessages::Queue(int peer, bool send,
+                                                                     uint32_t tag, void* data,
+                                                                     size_t bytes) {
+  absl::StatusOr<Worker*> w = WorkerFor(peer, send);
   if (!w.ok()) return w.status();
   auto call = std::make_shared<Call>();
   call->tag = tag;
@@ -172,6 +157,21 @@ absl::StatusOr<std::unique_ptr<PendingMessage>> AsyncMessages::StartRecv(int src
   call->bytes = bytes;
   (*w)->Push(call);
   return std::unique_ptr<PendingMessage>(new ThreadedMessage(std::move(call)));
+}
+
+absl::StatusOr<std::unique_ptr<PendingMessage>> AsyncMessages::StartSend(int dst, uint32_t tag,
+                                                                         const void* data,
+                                                                         size_t bytes) {
+  if (native_) return transport_->StartSend(dst, tag, data, bytes);
+  // A send only reads the buffer.
+  return Queue(dst, /*send=*/true, tag, const_cast<void*>(data), bytes);
+}
+
+absl::StatusOr<std::unique_ptr<PendingMessage>> AsyncMessages::StartRecv(int src, uint32_t tag,
+                                                                         void* data,
+                                                                         size_t bytes) {
+  if (native_) return transport_->StartRecv(src, tag, data, bytes);
+  return Queue(src, /*send=*/false, tag, data, bytes);
 }
 
 }  // namespace octopipe::executor

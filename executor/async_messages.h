@@ -53,6 +53,9 @@ class AsyncMessages {
  private:
   class Worker;  // one peer, one direction
   absl::StatusOr<Worker*> WorkerFor(int peer, bool send);
+  // Queues a call on the peer's thread for that direction.
+  absl::StatusOr<std::unique_ptr<PendingMessage>> Queue(int peer, bool send, uint32_t tag,
+                                                        void* data, size_t bytes);
 
   Transport* const transport_;
   const bool native_;
