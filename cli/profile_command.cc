@@ -187,7 +187,7 @@ absl::StatusOr<std::string> ProfileRank(const ModelSpec& spec, const Plan& plan,
     wall.push_back(st.wall_s);
     // Ranks that are threads of one process (inproc) would count each other's compute.
     if (st.messages > 0 && transport->name() != "inproc") {
-      comm_cpu.push_back(std::max(0.0, st.process_cpu_s - st.compute_thread_cpu_s) / st.messages);
+      comm_cpu.push_back(st.comm_cpu_s() / st.messages);
     }
   }
   for (int it = 1; it <= repeat; ++it) {

@@ -216,6 +216,12 @@ void TimedLayer(IterationStats* stats, int l, OpKind kind, int s, int m, Body&& 
 
 }  // namespace
 
+absl::Status PipelineEngine::CommError(bool send, int peer, const absl::Status& s) const {
+  return absl::Status(s.code(), absl::StrCat("rank ", rank_, send ? ": sending to rank "
+                                                                  : ": receiving from rank ",
+                                             peer, " failed: ", s.message()));
+}
+
 void PipelineEngine::StartCommunication(Iteration* it) {
   const int P = plan_.num_devices;
   for (int peer = 0; peer < P && it->comm_error.ok(); ++peer) {
@@ -235,9 +241,7 @@ void PipelineEngine::StartCommunication(Iteration* it) {
       absl::StatusOr<std::unique_ptr<PendingMessage>> started = messages_->StartRecv(
           peer, m.tag, slot.tensor.data(), static_cast<size_t>(slot.tensor.size()) * sizeof(float));
       if (!started.ok()) {
-        it->comm_error = absl::Status(started.status().code(),
-                                      absl::StrCat("rank ", rank_, ": receiving from rank ", peer,
-                                                   " failed: ", started.status().message()));
+        it->comm_error = CommError(/*send=*/false, peer, started.status());
         return;
       }
       slot.message = std::move(*started);
@@ -254,9 +258,7 @@ void PipelineEngine::Send(int peer, uint32_t tag, Tensor t, Iteration* it) {
   absl::StatusOr<std::unique_ptr<PendingMessage>> started =
       messages_->StartSend(peer, tag, sent.tensor.data(), bytes);
   if (!started.ok()) {
-    it->comm_error = absl::Status(started.status().code(),
-                                  absl::StrCat("rank ", rank_, ": sending to rank ", peer,
-                                               " failed: ", started.status().message()));
+    it->comm_error = CommError(/*send=*/true, peer, started.status());
     return;
   }
   sent.message = std::move(*started);
@@ -270,9 +272,7 @@ void PipelineEngine::FinishCommunication(Iteration* it) {
       if (s.message == nullptr) continue;
       absl::Status done = s.message->Wait();
       if (!done.ok()) {
-        it->comm_error = absl::Status(done.code(), absl::StrCat("rank ", rank_,
-                                                                ": sending to rank ", s.peer,
-                                                                " failed: ", done.message()));
+        it->comm_error = CommError(/*send=*/true, s.peer, done);
         break;
       }
       it->sent += static_cast<int64_t>(s.tensor.size()) * static_cast<int64_t>(sizeof(float));
@@ -298,10 +298,7 @@ absl::Status PipelineEngine::Receive(const Op& op, uint32_t tag, const std::stri
   absl::Status done = found->second.message->Wait();
   timing->wait_s += it->Now() - wait_from;
   if (!done.ok()) {
-    it->comm_error = absl::Status(done.code(), absl::StrCat("rank ", rank_,
-                                                            ": receiving from rank ",
-                                                            found->second.peer, " failed: ",
-                                                            done.message()));
+    it->comm_error = CommError(/*send=*/false, found->second.peer, done);
     return failed(it->comm_error);
   }
   it->received += static_cast<int64_t>(found->second.tensor.size()) *

@@ -41,6 +41,7 @@
 #ifndef OCTOPIPE_EXECUTOR_ENGINE_H_
 #define OCTOPIPE_EXECUTOR_ENGINE_H_
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -104,6 +105,9 @@ struct IterationStats {
   double process_cpu_s = 0;
   double compute_thread_cpu_s = 0;
   int messages = 0;
+  // What the rank's other threads used: process - computing thread, never negative. Only
+  // meaningful when the rank is a process of its own (not an inproc thread).
+  double comm_cpu_s() const { return std::max(0.0, process_cpu_s - compute_thread_cpu_s); }
 };
 
 // Bytes a layer context holds (saved tensors as fp32, saved indices as int32).
@@ -149,6 +153,8 @@ class PipelineEngine {
 
   // The steps of RunIteration, over one iteration's state (defined in engine.cc).
   struct Iteration;
+  // "rank R: sending to rank P failed: ..." (or receiving from), keeping s's code.
+  absl::Status CommError(bool send, int peer, const absl::Status& s) const;
   // Posts every receive of the iteration (it->comm_error when one cannot start).
   void StartCommunication(Iteration* it);
   // Starts sending `t` (kept in the iteration until sent); nothing after a failure.

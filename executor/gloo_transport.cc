@@ -205,11 +205,9 @@ absl::Status GlooTransport::Failed(Peer* link, absl::Status status) {
   return status;
 }
 
-absl::StatusOr<std::unique_ptr<GlooTransport::Pending>> GlooTransport::Start(int peer,
-                                                                            uint32_t tag,
-                                                                            size_t bytes,
-                                                                            bool is_send,
-                                                                            void* data) {
+absl::StatusOr<std::unique_ptr<PendingMessage>> GlooTransport::Start(int peer, uint32_t tag,
+                                                                    size_t bytes, bool is_send,
+                                                                    void* data) {
   if (peer < 0 || peer >= size_ || peer == rank_) {
     return absl::InvalidArgumentError(absl::StrCat(
         "gloo ", is_send ? "Send to" : "Recv from", " rank ", peer, ": peer must be in [0, ",
@@ -252,30 +250,26 @@ absl::StatusOr<std::unique_ptr<GlooTransport::Pending>> GlooTransport::Start(int
 }
 
 absl::Status GlooTransport::Send(int dst, uint32_t tag, const void* data, size_t bytes) {
-  // Gloo's UnboundBuffer takes a non-const pointer for both directions; a send only reads it.
-  ASSIGN_OR_RETURN(std::unique_ptr<Pending> p,
-                   Start(dst, tag, bytes, /*is_send=*/true, const_cast<void*>(data)));
+  ASSIGN_OR_RETURN(std::unique_ptr<PendingMessage> p, StartSend(dst, tag, data, bytes));
   return p->Wait();
 }
 
 absl::Status GlooTransport::Recv(int src, uint32_t tag, void* data, size_t bytes) {
-  ASSIGN_OR_RETURN(std::unique_ptr<Pending> p, Start(src, tag, bytes, /*is_send=*/false, data));
+  ASSIGN_OR_RETURN(std::unique_ptr<PendingMessage> p, StartRecv(src, tag, data, bytes));
   return p->Wait();
 }
 
 absl::StatusOr<std::unique_ptr<PendingMessage>> GlooTransport::StartSend(int dst, uint32_t tag,
                                                                         const void* data,
                                                                         size_t bytes) {
-  ASSIGN_OR_RETURN(std::unique_ptr<Pending> p,
-                   Start(dst, tag, bytes, /*is_send=*/true, const_cast<void*>(data)));
-  return std::unique_ptr<PendingMessage>(std::move(p));
+  // Gloo's UnboundBuffer takes a non-const pointer for both directions; a send only reads it.
+  return Start(dst, tag, bytes, /*is_send=*/true, const_cast<void*>(data));
 }
 
 absl::StatusOr<std::unique_ptr<PendingMessage>> GlooTransport::StartRecv(int src, uint32_t tag,
                                                                         void* data,
                                                                         size_t bytes) {
-  ASSIGN_OR_RETURN(std::unique_ptr<Pending> p, Start(src, tag, bytes, /*is_send=*/false, data));
-  return std::unique_ptr<PendingMessage>(std::move(p));
+  return Start(src, tag, bytes, /*is_send=*/false, data);
 }
 
 }  // namespace octopipe::executor

@@ -100,8 +100,8 @@ class GlooTransport final : public Transport {
 
   class Pending;  // a started message; in the .cc
   // Starts a send or receive on the link to `peer`; Pending::Wait finishes it.
-  absl::StatusOr<std::unique_ptr<Pending>> Start(int peer, uint32_t tag, size_t bytes,
-                                                 bool is_send, void* data);
+  absl::StatusOr<std::unique_ptr<PendingMessage>> Start(int peer, uint32_t tag, size_t bytes,
+                                                        bool is_send, void* data);
   // "gloo rank R Send to rank P (tag T, N bytes)".
   std::string Describe(bool is_send, int peer, uint32_t tag, size_t bytes) const;
   // Records the link's first error (Gloo closes a link after any failure) and returns `status`.

@@ -54,7 +54,7 @@ RankReport ReportOf(const executor::RankResult& r) {
     i.wall_s = it.wall_s;
     i.start_steady_s = it.start_steady_s;
     i.peak_activation_bytes = static_cast<double>(it.peak_activation_bytes);
-    i.comm_cpu_s = std::max(0.0, it.process_cpu_s - it.compute_thread_cpu_s);
+    i.comm_cpu_s = it.comm_cpu_s();
     i.messages = it.messages;
     for (const executor::OpTiming& op : it.ops) {
       i.ops.push_back({op.op, op.end_s - op.start_s});
