@@ -26,6 +26,7 @@
 #include "core/json_text.h"
 #include "core/status_macros.h"
 #include "executor/engine.h"
+#include "executor/host_probe.h"
 #include "executor/inproc_transport.h"
 #include "executor/model_spec.h"
 #include "executor/reference_trainer.h"
@@ -43,6 +44,8 @@ using executor::Tensor;
 
 constexpr OpKind kLayerKinds[] = {OpKind::kF, OpKind::kB, OpKind::kW, OpKind::kR};
 // Tags for the link measurement, clear of the engine's (which are < 2 * stages * microbatches).
+// Host-speed probes (executor/host_probe.h) each rank times before each F/B/W launch.
+constexpr int kProbeRepeats = 3;
 constexpr uint32_t kPingTag = 1u << 30;
 constexpr int kPingRounds = 15;
 // Pairs of adjacent runs (heavy, light) whose median ratio the per-message CPU fit matches.
@@ -171,13 +174,15 @@ struct ProfileFlags {
 //    "comm_cpu": [CPU seconds of the rank's other threads (Gloo's event loop, ...) per message
 //                 sent or received, of each measured iteration that had messages; empty for
 //                 inproc, whose ranks share one process],
-//    "link": [[bytes, one-way seconds], ...]}
+//    "link": [[bytes, one-way seconds], ...],
+//    "probe": seconds of the host-speed probe timed before the iterations (0 without `probe`)}
 absl::StatusOr<std::string> ProfileRank(const ModelSpec& spec, const Plan& plan, int rank,
                                         executor::Transport* transport, int repeat, bool ping,
-                                        double rotate_cores_ms) {
+                                        bool probe, double rotate_cores_ms) {
   executor::TrainOptions options;
   options.iterations = repeat + 1;
   options.core_rotation_s = rotate_cores_ms / 1e3;
+  if (probe) options.host_probe_repeats = kProbeRepeats;
   ASSIGN_OR_RETURN(executor::RankResult result,
                    executor::TrainRank(spec, plan, rank, transport, options));
   Json layers = Json::array();
@@ -245,13 +250,15 @@ absl::StatusOr<std::string> ProfileRank(const ModelSpec& spec, const Plan& plan,
                    {"wall", wall},
                    {"comm_cpu", comm_cpu},
                    {"ops", std::move(ops)},
-                   {"link", std::move(link_json)}});
+                   {"link", std::move(link_json)},
+                   {"probe", result.host_probe.seconds}});
 }
 
 // Runs ProfileRank on every rank: threads over the in-process transport, or one process per
 // rank over a real one. Returns each rank's JSON, or the first rank's error.
 absl::StatusOr<std::vector<std::string>> RunRanks(const ModelSpec& spec, const Plan& plan,
-                                                  const ProfileFlags& f, int repeat, bool ping) {
+                                                  const ProfileFlags& f, int repeat, bool ping,
+                                                  bool probe = false) {
   const int N = static_cast<int>(f.ranks);
   const std::string& transport = f.transport;
   const double timeout = f.timeout;
@@ -262,7 +269,7 @@ absl::StatusOr<std::vector<std::string>> RunRanks(const ModelSpec& spec, const P
     for (int r = 0; r < N; ++r) {
       threads.emplace_back([&, r] {
         auto t = hub.Endpoint(r);
-        absl::StatusOr<std::string> res = ProfileRank(spec, plan, r, t.get(), repeat, ping, f.rotate_cores_ms);
+        absl::StatusOr<std::string> res = ProfileRank(spec, plan, r, t.get(), repeat, ping, probe, f.rotate_cores_ms);
         if (res.ok()) {
           reports[r] = *res;
         } else {
@@ -295,7 +302,7 @@ absl::StatusOr<std::vector<std::string>> RunRanks(const ModelSpec& spec, const P
         tc.cuda_device = r;
         auto t = executor::MakeTransport(transport, tc);
         absl::StatusOr<std::string> res =
-            t.ok() ? ProfileRank(spec, plan, r, t->get(), repeat, ping, f.rotate_cores_ms)
+            t.ok() ? ProfileRank(spec, plan, r, t->get(), repeat, ping, probe, f.rotate_cores_ms)
                    : absl::StatusOr<std::string>(t.status());
         const std::string base = absl::StrCat(dir, "/rank-", r);
         if (res.ok()) {
@@ -541,6 +548,8 @@ struct Measurements {
   std::vector<double> message_s;  // producer end -> consumer start, consumer idle meanwhile
   // CPU of the ranks' other threads per message (ProfileRank's "comm_cpu"), every iteration.
   std::vector<double> comm_cpu;
+  // Every rank's host-speed probe of every F/B/W launch (ProfileRank's "probe").
+  std::vector<double> probe;
   double light_s = 0;             // the profile run's median iteration
   int launches = 0;               // launches of the F/B/W plan
   double last_change = 0;         // the summed medians' change over the last launch
@@ -589,12 +598,13 @@ absl::StatusOr<Measurements> MeasureLayers(const ModelSpec& spec, const Plan& pl
     const bool mirror = launch % 2 == 1 && f.ranks > 1;
     ASSIGN_OR_RETURN(std::vector<std::string> reports,
                      RunRanks(spec, mirror ? mirrored : plan, f, static_cast<int>(f.repeat),
-                              /*ping=*/launch == 0));
+                              /*ping=*/launch == 0, /*probe=*/true));
     ASSIGN_OR_RETURN(const std::vector<Json> parsed, ParseReports(reports));
     AddLayerSamples(parsed, /*recompute=*/false, &m.samples);
     for (const Json& j : parsed) {
       for (const Json& v : j.at("overhead")) m.overhead.push_back(v.get<double>());
       for (const Json& v : j.at("comm_cpu")) m.comm_cpu.push_back(v.get<double>());
+      m.probe.push_back(j.at("probe").get<double>());
       for (const Json& v : j.at("link")) m.link.push_back({v.at(0).get<double>(), v.at(1).get<double>()});
     }
     if (launch == 0) {
@@ -666,6 +676,7 @@ MeasuredModel MeasuredModelFile(const ModelGraph& graph, const ModelSpec& spec,
                                  f.ranks, " ranks, median of ", m.launches, " launches x ",
                                  f.repeat, " iterations",
                                  f.pool ? ", identical layers pooled" : "");
+  measured.host_probe_s = executor::MedianProbeSeconds(m.probe);
   for (int l = 0; l < measured.num_layers(); ++l) {
     Layer& layer = measured.layers[l];
     const LayerBytes& b = bytes[l];
@@ -837,6 +848,10 @@ void PrintSummary(std::ostream& out, const ProfileFlags& f, const ModelSpec& spe
       << "device: " << absl::StrFormat("%.3g", mc.flops) << " FLOP/s (GEMM), "
       << absl::StrFormat("%.3g", mc.copy_bandwidth) << " B/s copy, "
       << absl::StrFormat("%.3g", hw.memory_bytes) << " bytes\n"
+      << "host-speed probe (one micro-batch through every layer, single process): "
+      << FormatSeconds(model.model.host_probe_s) << " (median over " << m.probe.size()
+      << " rank-launches, spread " << FormatPercent(Spread(m.probe)) << "); `octopipe train "
+      << "--profile=PREFIX --host_probe=N` compares the host's speed with it\n"
       << "wrote " << model_path << " and " << cluster_path << " in "
       << absl::StrFormat("%.1f", elapsed_s) << " s\n";
 }

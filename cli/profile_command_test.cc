@@ -64,6 +64,12 @@ TEST(ProfileCommandTest, ProfileThenPlanThenTrain) {
             std::string::npos)
       << out.str();
 
+  // Every rank of every F/B/W launch timed the host-speed probe; the file keeps the median.
+  EXPECT_GT(model->host_probe_s, 0);
+  EXPECT_NE(out.str().find("host-speed probe (one micro-batch through every layer"),
+            std::string::npos)
+      << out.str();
+
   std::ostringstream cout_, cerr_;
   EXPECT_EQ(RunProfile({"--check=" + prefix + ".model.json"}, cout_, cerr_), 0) << cerr_.str();
   // A profile with a layer's time removed is refused by --check, naming the layer.
@@ -84,10 +90,14 @@ TEST(ProfileCommandTest, ProfileThenPlanThenTrain) {
       << perr.str();
   std::ostringstream tout, terr;
   EXPECT_EQ(RunTrain({std::string("--model=") + kSpec, "--plan=" + plan, "--ranks=2",
-                      "--transport=inproc", "--iterations=2"},
+                      "--transport=inproc", "--iterations=2", "--profile=" + prefix,
+                      "--host_probe=2"},
                      tout, terr),
             0)
       << terr.str();
+  // The run's probe against the profile's, and the plan predicted at the host's speed now.
+  EXPECT_NE(tout.str().find("their profiled time now"), std::string::npos) << tout.str();
+  EXPECT_NE(tout.str().find("at the host's speed now"), std::string::npos) << tout.str();
 }
 
 // Identical layers (here the three MoE layers of "E*EE") get one pooled median per op kind;

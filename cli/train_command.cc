@@ -14,6 +14,7 @@
 #include "cli/table.h"
 #include "core/json_text.h"
 #include "executor/transport_factory.h"
+#include "executor/host_probe.h"
 #include "executor/model_spec.h"
 #include "executor/trainer.h"
 #include "worker_agent/local_run.h"
@@ -42,7 +43,7 @@ struct TrainFlags {
                       "moe_ffn=128,state=8,expand=2,seq=128,vocab=256";
   std::string plan_file, schedule = "1f1b", transport = "gloo", job, profile, calibrated_model,
       trace;
-  int64_t ranks = 2, iterations = 3, microbatches = 0, chunks = 0;
+  int64_t ranks = 2, iterations = 3, microbatches = 0, chunks = 0, host_probe = 0;
   double lr = 1e-3, timeout = 60, rotate_cores_ms = 0;
   bool json = false;
   PlannerConnection planner;
@@ -66,6 +67,11 @@ void DeclareFlags(CommandLine& flags, TrainFlags& o) {
                "with --profile: after the run, write PREFIX.model.json calibrated to this run's\n"
                "measured per-layer times (one factor per layer) to this file; re-plan with\n"
                "--model=FILE --cluster=PREFIX.cluster.json");
+  flags.Int("host_probe", &o.host_probe,
+            "time this many host-speed probes on every rank before the first iteration (one\n"
+            "micro-batch through every layer in one process, executor/host_probe.h; ~1 ms-1 s\n"
+            "each); with --profile: compare with the profile's probe and predict the plan at\n"
+            "the host's current speed, before its iterations run; 0 = off");
   flags.Int("ranks", &o.ranks, "pipeline ranks (processes or threads)");
   flags.Int("iterations", &o.iterations, "training iterations");
   flags.Int("microbatches", &o.microbatches, "micro-batches per iteration; 0 = the model spec's");
@@ -290,10 +296,47 @@ std::string RanSchedule(const TrainFlags& o, const Plan& plan) {
 // Below this share of a core, a rank's compute was visibly disturbed.
 constexpr double kDisturbedCpuShare = 0.9;
 
+// --host_probe: this run's probes against the profile's, and the plan's prediction from the
+// profile as measured and at the host's speed now (every layer time and the per-op and
+// per-message CPU costs scaled by the probes' ratio; link times unchanged). Everything here is
+// known before the first iteration runs.
+struct HostSpeed {
+  std::vector<double> probe_s;  // per rank
+  double profile_probe_s = 0;   // 0: no --profile
+  double ratio = 0;             // median probe now / the profile's
+  double predicted_from_profile_s = 0, predicted_at_host_speed_s = 0;
+};
+
+absl::StatusOr<HostSpeed> CompareHostSpeed(const TrainFlags& o, const Plan& plan,
+                                           const agent::RunMeasurement& m) {
+  HostSpeed h;
+  h.probe_s = m.host_probe_s;
+  if (o.profile.empty()) return h;
+  ASSIGN_OR_RETURN(ModelGraph model, LoadModelArg(o.profile + ".model.json"));
+  ASSIGN_OR_RETURN(Cluster cluster, LoadClusterArg(o.profile + ".cluster.json"));
+  h.profile_probe_s = model.host_probe_s;
+  const double now = executor::MedianProbeSeconds(m.host_probe_s);
+  if (!(h.profile_probe_s > 0) || !(now > 0)) return h;
+  h.ratio = now / h.profile_probe_s;
+  ASSIGN_OR_RETURN(PipelineProblem as_profiled, BuildProblem(model, cluster, CostModel(), plan));
+  ASSIGN_OR_RETURN(SimResult profiled, Simulate(as_profiled, plan.schedule));
+  h.predicted_from_profile_s = profiled.iteration_time_s;
+  ASSIGN_OR_RETURN(ModelGraph scaled,
+                   planner::ApplyLayerFactors(model, std::vector<double>(model.num_layers(), h.ratio)));
+  for (HardwareSpec& hw : cluster.hardware) {
+    hw.op_overhead_s *= h.ratio;
+    hw.message_cpu_s *= h.ratio;
+  }
+  ASSIGN_OR_RETURN(PipelineProblem now_pb, BuildProblem(scaled, cluster, CostModel(), plan));
+  ASSIGN_OR_RETURN(SimResult at_speed, Simulate(now_pb, plan.schedule));
+  h.predicted_at_host_speed_s = at_speed.iteration_time_s;
+  return h;
+}
+
 void PrintResult(const TrainFlags& o, const ModelGraph& graph, const Plan& plan,
                  int64_t job_version, const agent::RunMeasurement& m, const SimResult& predicted,
-                 const std::string& report_decision, const std::string& calibration,
-                 std::ostream& out) {
+                 const HostSpeed& host, const std::string& report_decision,
+                 const std::string& calibration, std::ostream& out) {
   const int N = static_cast<int>(o.ranks);
   const double measured = m.mean_iteration_s, measured_bubble = m.mean_bubble;
   const double error = predicted.iteration_time_s / measured - 1;
@@ -330,6 +373,13 @@ void PrintResult(const TrainFlags& o, const ModelGraph& graph, const Plan& plan,
     }
     if (!report_decision.empty()) j["planner_report"] = report_decision;
     if (!calibration.empty()) j["calibration"] = calibration;
+    if (!host.probe_s.empty()) j["host_probe_s"] = host.probe_s;  // per rank
+    if (host.ratio > 0) {
+      j["profile_host_probe_s"] = host.profile_probe_s;
+      j["host_time_vs_profile"] = host.ratio;
+      j["predicted_from_profile_s"] = host.predicted_from_profile_s;
+      j["predicted_at_host_speed_s"] = host.predicted_at_host_speed_s;
+    }
     out << JsonText(j) << "\n";
     return;
   }
@@ -355,6 +405,21 @@ void PrintResult(const TrainFlags& o, const ModelGraph& graph, const Plan& plan,
       out << "rank " << r << ": its compute had " << FormatPercent(m.compute_cpu_share[r])
           << " of a core (other threads or processes ran on it): op times are inflated\n";
     }
+  }
+  if (!host.probe_s.empty()) {
+    out << "host-speed probe " << FormatSeconds(executor::MedianProbeSeconds(host.probe_s))
+        << " (median over " << host.probe_s.size() << " ranks, before the first iteration)";
+    if (host.ratio > 0) {
+      out << "; the profile's " << FormatSeconds(host.profile_probe_s) << ": ops take "
+          << absl::StrFormat("%.3fx", host.ratio) << " their profiled time now\n"
+          << "prediction from the profile " << FormatSeconds(host.predicted_from_profile_s)
+          << " (" << absl::StrFormat("%+.1f%%", (host.predicted_from_profile_s / measured - 1) * 100)
+          << " vs measured), at the host's speed now "
+          << FormatSeconds(host.predicted_at_host_speed_s) << " ("
+          << absl::StrFormat("%+.1f%%", (host.predicted_at_host_speed_s / measured - 1) * 100)
+          << ")";
+    }
+    out << "\n";
   }
   if (!report_decision.empty()) out << report_decision << "\n";
   if (!calibration.empty()) out << calibration << "\n";
@@ -413,6 +478,18 @@ int RunTrain(const std::vector<std::string>& args, std::ostream& out, std::ostre
     return Fail(err, absl::InvalidArgumentError(
                          "--calibrated_model needs --profile=PREFIX (the model to calibrate)"), 2);
   }
+  if (o.host_probe < 0) {
+    return Fail(err, absl::InvalidArgumentError(absl::StrCat(
+                         "--host_probe must be >= 0 (0 = off), got ", o.host_probe)), 2);
+  }
+  if (o.host_probe > 0 && !o.profile.empty()) {
+    absl::StatusOr<ModelGraph> profiled = LoadModelArg(o.profile + ".model.json");
+    if (profiled.ok() && !(profiled->host_probe_s > 0)) {
+      return Fail(err, absl::InvalidArgumentError(absl::StrCat(
+                           "--host_probe: ", o.profile, ".model.json has no host_probe_s (it "
+                           "was profiled before octopipe profile timed the probe); profile again")), 2);
+    }
+  }
   if (o.iterations < 1) {
     return Fail(err, absl::InvalidArgumentError(
                          absl::StrCat("--iterations must be >= 1, got ", o.iterations)), 2);
@@ -438,6 +515,7 @@ int RunTrain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   run.train.iterations = static_cast<int>(o.iterations);
   run.train.lr = o.lr;
   run.train.core_rotation_s = o.rotate_cores_ms / 1e3;
+  run.train.host_probe_repeats = static_cast<int>(o.host_probe);
   absl::StatusOr<agent::RunMeasurement> m = agent::RunPlanLocally(*spec, target->plan, run);
   if (!m.ok()) {
     if (absl::IsAborted(m.status())) {
@@ -450,6 +528,8 @@ int RunTrain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   absl::StatusOr<SimResult> predicted =
       PredictFromMeasured(target->plan, static_cast<int>(o.ranks), *m);
   if (!predicted.ok()) return Fail(err, predicted.status(), 1);
+  absl::StatusOr<HostSpeed> host = CompareHostSpeed(o, target->plan, *m);
+  if (!host.ok()) return Fail(err, host.status(), 1);
   std::string report_decision;
   if (target->stub) {
     absl::StatusOr<std::string> decision = ReportToPlanner(o, *target, *m);
@@ -467,8 +547,8 @@ int RunTrain(const std::vector<std::string>& args, std::ostream& out, std::ostre
       return Fail(err, s, 1);
     }
   }
-  PrintResult(o, graph, target->plan, target->job_version, *m, *predicted, report_decision,
-              calibration, out);
+  PrintResult(o, graph, target->plan, target->job_version, *m, *predicted, *host,
+              report_decision, calibration, out);
   if (!o.trace.empty() && !o.json) out << "measured timeline written to " << o.trace << "\n";
   return 0;
 }

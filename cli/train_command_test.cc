@@ -340,3 +340,95 @@ TEST(TrainCommandTest, RotatingCoresTrainsTheSameModel) {
 
 }  // namespace
 }  // namespace octopipe::cli
+
+namespace octopipe::cli {
+namespace {
+
+// --host_probe: every rank times the probe before its first iteration; against the profile's
+// probe that is the host's speed now, and the plan's prediction from the profile is repeated
+// with every layer (and per-op and per-message CPU cost) scaled by it.
+TEST(TrainCommandTest, HostProbeComparesWithTheProfileAndPredictsAtTheHostsSpeed) {
+  absl::StatusOr<executor::ModelSpec> spec = executor::ParseModelSpec(kSpec);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const ModelGraph graph = executor::ToModelGraph(*spec);
+  const std::string prefix = TmpPrefix("probed");
+  ModelGraph profile = SkewedProfile(graph);
+  profile.host_probe_s = 0.02;
+  ASSERT_TRUE(WriteModelFile(prefix + ".model.json", profile).ok());
+  Cluster cluster = MeasuredCluster();
+  cluster.hardware[0].message_cpu_s = 3e-5;
+  ASSERT_TRUE(WriteClusterFile(prefix + ".cluster.json", cluster).ok());
+
+  std::ostringstream out, err;
+  ASSERT_EQ(RunTrain({std::string("--model=") + kSpec, "--schedule=1f1b", "--profile=" + prefix,
+                      "--host_probe=3", "--ranks=2", "--transport=inproc", "--iterations=1",
+                      "--json"},
+                     out, err),
+            0)
+      << err.str();
+  const nlohmann::json j = nlohmann::json::parse(out.str());
+  const std::vector<double> probes = j.at("host_probe_s").get<std::vector<double>>();
+  ASSERT_EQ(probes.size(), 2u);
+  for (double p : probes) EXPECT_GT(p, 0);
+  const double ratio = (probes[0] + probes[1]) / 2 / 0.02;  // the median of two
+  EXPECT_DOUBLE_EQ(j.at("profile_host_probe_s").get<double>(), 0.02);
+  EXPECT_NEAR(j.at("host_time_vs_profile").get<double>(), ratio, 1e-12 * ratio);
+
+  ClassicRequest req;
+  req.kind = ScheduleKind::k1F1B;
+  req.devices = 2;
+  req.microbatches = 6;
+  absl::StatusOr<ClassicRun> as_profiled = SimulateClassic(profile, cluster, CostModel(), req);
+  ASSERT_TRUE(as_profiled.ok()) << as_profiled.status();
+  EXPECT_NEAR(j.at("predicted_from_profile_s").get<double>(), as_profiled->result.iteration_time_s,
+              1e-12);
+  // The same prediction with every time of the profile scaled by the measured ratio.
+  ModelGraph scaled = profile;
+  for (Layer& l : scaled.layers) {
+    for (std::optional<double>* t : {&l.measured.forward_s, &l.measured.backward_input_s,
+                                     &l.measured.weight_grad_s, &l.measured.recompute_s}) {
+      **t *= ratio;
+    }
+  }
+  cluster.hardware[0].op_overhead_s *= ratio;
+  cluster.hardware[0].message_cpu_s *= ratio;
+  absl::StatusOr<ClassicRun> at_speed = SimulateClassic(scaled, cluster, CostModel(), req);
+  ASSERT_TRUE(at_speed.ok()) << at_speed.status();
+  EXPECT_NEAR(j.at("predicted_at_host_speed_s").get<double>(), at_speed->result.iteration_time_s,
+              1e-9 * at_speed->result.iteration_time_s);
+  EXPECT_NE(at_speed->result.iteration_time_s, as_profiled->result.iteration_time_s);
+
+  // Without --profile the probes are reported alone.
+  std::ostringstream out2, err2;
+  ASSERT_EQ(RunTrain({std::string("--model=") + kSpec, "--schedule=1f1b", "--host_probe=1",
+                      "--ranks=2", "--transport=inproc", "--iterations=1"},
+                     out2, err2),
+            0)
+      << err2.str();
+  EXPECT_NE(out2.str().find("host-speed probe "), std::string::npos) << out2.str();
+  EXPECT_EQ(out2.str().find("the profile's"), std::string::npos) << out2.str();
+}
+
+TEST(TrainCommandTest, HostProbeNeedsAProbedProfileAndACount) {
+  absl::StatusOr<executor::ModelSpec> spec = executor::ParseModelSpec(kSpec);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const std::string prefix = TmpPrefix("unprobed");
+  ASSERT_TRUE(WriteModelFile(prefix + ".model.json",
+                             SkewedProfile(executor::ToModelGraph(*spec))).ok());
+  ASSERT_TRUE(WriteClusterFile(prefix + ".cluster.json", MeasuredCluster()).ok());
+  std::ostringstream out, err;
+  EXPECT_EQ(RunTrain({std::string("--model=") + kSpec, "--profile=" + prefix, "--host_probe=2",
+                      "--transport=inproc"},
+                     out, err),
+            2);
+  EXPECT_NE(err.str().find("--host_probe: " + prefix + ".model.json has no host_probe_s"),
+            std::string::npos)
+      << err.str();
+  std::ostringstream out2, err2;
+  EXPECT_EQ(RunTrain({std::string("--model=") + kSpec, "--host_probe=-1"}, out2, err2), 2);
+  EXPECT_NE(err2.str().find("--host_probe must be >= 0 (0 = off), got -1"), std::string::npos)
+      << err2.str();
+}
+
+}  // namespace
+}  // namespace octopipe::cli

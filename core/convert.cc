@@ -261,6 +261,7 @@ proto::Model ModelToProto(const ModelGraph& model) {
   proto::Model p;
   p.set_name(model.name);
   p.set_source(model.source);
+  p.set_host_probe_s(model.host_probe_s);
   for (const Layer& l : model.layers) {
     proto::Layer* pl = p.add_layers();
     pl->set_name(l.name);
@@ -293,6 +294,7 @@ absl::StatusOr<ModelGraph> ModelFromProto(const proto::Model& p) {
   ModelGraph m;
   m.name = p.name();
   m.source = p.source();
+  m.host_probe_s = p.host_probe_s();
   m.layers.reserve(p.layers_size());
   for (int i = 0; i < p.layers_size(); ++i) {
     const proto::Layer& pl = p.layers(i);

@@ -59,6 +59,7 @@ ModelGraph SmallModel() {
   m.training.tp_degree = 2;
   m.training.recompute = RecomputePolicy::kSelective;
   m.training.zero_degree = 4;
+  m.host_probe_s = 0.0421;
   return m;
 }
 
@@ -82,6 +83,18 @@ TEST(ConvertTest, ModelRoundTripKeepsEveryField) {
   EXPECT_EQ(Precision::kFp16, back->training.precision);
   EXPECT_EQ(RecomputePolicy::kSelective, back->training.recompute);
   EXPECT_EQ(4, back->training.zero_degree);
+  EXPECT_EQ(0.0421, back->host_probe_s);
+}
+
+TEST(ConvertTest, ABadHostProbeIsRefusedNamingTheField) {
+  ModelGraph m = SmallModel();
+  m.host_probe_s = -1;
+  absl::StatusOr<ModelGraph> back = ModelFromProto(ModelToProto(m));
+  ASSERT_FALSE(back.ok());
+  EXPECT_EQ(back.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(back.status().message()).find("host_probe_s must be finite and >= 0, got -1"),
+            std::string::npos)
+      << back.status();
 }
 
 TEST(ConvertTest, ZooModelsRoundTripThroughJsonFiles) {

@@ -182,6 +182,10 @@ absl::Status Validate(const ModelGraph& model) {
   if (model.layers.empty()) {
     return absl::InvalidArgumentError("layers: a model needs at least one layer, got 0");
   }
+  if (!(model.host_probe_s >= 0) || !std::isfinite(model.host_probe_s)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("host_probe_s must be finite and >= 0, got ", model.host_probe_s));
+  }
   const TrainingOptions& t = model.training;
   const std::pair<const char*, int64_t> training_fields[] = {
       {"training.seq_len", t.seq_len},

@@ -113,6 +113,9 @@ struct ModelGraph {
   std::string source;
   std::vector<Layer> layers;
   TrainingOptions training;
+  // `octopipe profile`'s host-speed probe seconds (proto/model.proto Model.host_probe_s); 0:
+  // none. Must be finite and >= 0.
+  double host_probe_s = 0;
 
   int num_layers() const { return static_cast<int>(layers.size()); }
   // Tokens one micro-batch carries through the LLM (micro_batch_size * seq_len).

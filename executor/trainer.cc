@@ -191,6 +191,9 @@ absl::StatusOr<RankResult> TrainRank(const ModelSpec& spec, const Plan& plan, in
       std::fprintf(stderr, "core rotation off: %s\n", rotation->reason().c_str());
     }
   }
+  if (options.host_probe_repeats > 0) {
+    ASSIGN_OR_RETURN(result.host_probe, RunHostProbe(spec, options.host_probe_repeats));
+  }
   // The moments now, not at the first step (see AdamW::Reserve).
   if (options.step_optimizer) ReserveAdamW(result.layers, &optimizer);
   int last_saved = result.first_iteration;

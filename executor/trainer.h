@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "core/plan.h"
 #include "executor/engine.h"
+#include "executor/host_probe.h"
 #include "executor/layer.h"
 #include "executor/model_spec.h"
 #include "executor/transport.h"
@@ -61,6 +62,11 @@ struct TrainOptions {
   int local_slot = -1;
   int local_slots = 0;
 
+  // > 0: before the first iteration (core rotation already on, as the iterations run), time
+  // this many host-speed probes (executor/host_probe.h) into RankResult::host_probe. Every rank
+  // probes at once, as the ranks compute at once in the iterations that follow.
+  int host_probe_repeats = 0;
+
   // Called after each iteration (its optimizer step and checkpoint, if any) with its index and
   // statistics.
   std::function<void(int iteration, const IterationStats& stats)> on_iteration;
@@ -76,6 +82,7 @@ struct RankResult {
   int first_iteration = 0;       // the iteration training started at (the checkpoint's)
   int completed_iterations = 0;  // iterations complete when TrainRank returned
   bool stopped = false;          // stopped early on rank 0's request
+  HostProbe host_probe;          // with TrainOptions::host_probe_repeats > 0
   // Statistics of the iterations this call ran (first_iteration, first_iteration + 1, ...).
   std::vector<IterationStats> iterations;
   // The rank's layers after training, by model layer index (null where another rank owns it);

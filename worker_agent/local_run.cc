@@ -43,10 +43,12 @@ struct RankReport {
     int messages = 0;       // sent + received
   };
   std::vector<Iteration> iterations;
+  double host_probe_s = 0;  // 0: not probed
 };
 
 RankReport ReportOf(const executor::RankResult& r) {
   RankReport out;
+  out.host_probe_s = r.host_probe.seconds;
   for (const executor::IterationStats& it : r.iterations) {
     RankReport::Iteration i;
     i.has_loss = it.has_loss;
@@ -86,13 +88,14 @@ std::string ReportJson(const RankReport& r) {
                    {"peak_activation_bytes", it.peak_activation_bytes},
                    {"comm_cpu_s", it.comm_cpu_s}, {"messages", it.messages}});
   }
-  return json{{"iterations", its}}.dump();
+  return json{{"iterations", its}, {"host_probe_s", r.host_probe_s}}.dump();
 }
 
 absl::StatusOr<RankReport> ParseReportJson(const std::string& text) {
   RankReport r;
   try {
     const json parsed = json::parse(text);
+    r.host_probe_s = parsed.value("host_probe_s", 0.0);
     for (const json& it : parsed.at("iterations")) {
       RankReport::Iteration i;
       i.has_loss = it.at("has_loss").get<bool>();
@@ -279,6 +282,9 @@ RunMeasurement Measure(const std::vector<RankReport>& rr, int iterations) {
     m.comm_cpu_per_message_s.push_back(messages > 0 ? comm_cpu / static_cast<double>(messages) : 0);
   }
   for (const auto& [key, s] : layer_sums) m.layer_op_s[key] = {s.first / s.second, s.second};
+  for (const RankReport& r : rr) {
+    if (r.host_probe_s > 0) m.host_probe_s.push_back(r.host_probe_s);
+  }
   // The last iteration's timeline, every rank on one time axis (its earliest start is 0).
   if (iterations > 0) {
     double origin = std::numeric_limits<double>::infinity();

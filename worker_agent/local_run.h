@@ -53,6 +53,9 @@ struct RunMeasurement {
   // iterations: the CPU a message takes from the cores, measured directly (0 without messages).
   // Empty for transport "inproc" (the ranks are threads of one process).
   std::vector<double> comm_cpu_per_message_s;
+  // Each rank's host-speed probe (executor/host_probe.h), timed before its first iteration, when
+  // LocalRunOptions::train.host_probe_repeats > 0; empty otherwise.
+  std::vector<double> host_probe_s;
   // The last iteration's measured timeline: per rank, each op's start and end in the rank's
   // op order (the plan's schedule order), in seconds, every rank on one axis (ranks on one
   // machine share the steady clock; the earliest rank's start is 0).
