@@ -37,6 +37,13 @@
 # run's own measured op times (no transfer or per-op engine cost) against the measurement.
 # prediction_error - replay_error is what op times that differ from the profile's cost;
 # replay_error is what the executor pays beyond its ops' compute (messages, gaps between ops).
+# Host speed: every run (and the calibration run) times PROBE (5) host-speed probes on every
+# rank before its first iteration (`train --host_probe`, executor/host_probe.h), against the
+# probe `profile` recorded: `host_time_vs_profile` (1.2 = the host runs the model's layers 20%
+# slower now than during the profile) and `predicted_at_host_speed_s` / `prediction_error_at_host_speed`:
+# the same prediction with the profile's op times scaled by that ratio — still made before the
+# plan's iterations run (for the calibrated plan: its prediction scaled by this run's probe over
+# the calibration run's). PROBE=0 turns it off.
 # --quick: one small model, 1 repeat, 2 iterations (checks that the bench runs).
 set -euo pipefail
 
@@ -54,6 +61,7 @@ WARMUP=${WARMUP:-2}
 BUDGET=${BUDGET:-5}
 PROFILE_REPEAT=${PROFILE_REPEAT:-8}
 ROTATE_MS=${ROTATE_MS:-20}
+PROBE=${PROBE:-5}
 OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/measured-win-XXXXXX")}
 mkdir -p "$OUT"
 
@@ -90,7 +98,7 @@ for entry in "${MODELS[@]}"; do
   # Calibration round: one run of the tuned plan calibrates the profile; plan again from it.
   "$OCTOPIPE" train --model="$spec" --plan="$p.tuned.plan.json" --ranks=2 --transport=gloo \
     --iterations=$((WARMUP + ITERS)) --rotate_cores_ms="$ROTATE_MS" --profile="$p" --calibrated_model="$p.calibrated.model.json" \
-    --json > "$p.calibration.json"
+    --host_probe="$PROBE" --json > "$p.calibration.json"
   "$OCTOPIPE" plan --model="$p.calibrated.model.json" --cluster="$p.cluster.json" --devices=2 \
     --time-budget="$BUDGET" --seed=1 --vocab_parallel=off --out="$p.calibrated.plan.json" --json > "$p.calibrated.plan.out.json"
   "$OCTOPIPE" simulate --model="$p.calibrated.model.json" --cluster="$p.cluster.json" \
@@ -101,11 +109,12 @@ for entry in "${MODELS[@]}"; do
     for ((i = 0; i < n; ++i)); do
       c=${candidates[$(((i + rep) % n))]}
       case $c in
-        tuned | calibrated) what=(--plan="$p.$c.plan.json") ;;
+        tuned | calibrated) what=(--plan="$p.$c.plan.json" --profile="$p") ;;
         *) what=(--schedule="$c" --profile="$p") ;;
       esac
       "$OCTOPIPE" train --model="$spec" "${what[@]}" --ranks=2 --transport=gloo \
-        --iterations=$((WARMUP + ITERS)) --rotate_cores_ms="$ROTATE_MS" --json > "$p.run.$c.$rep.json" 2> "$p.run.$c.$rep.err" ||
+        --iterations=$((WARMUP + ITERS)) --rotate_cores_ms="$ROTATE_MS" --host_probe="$PROBE" \
+        --json > "$p.run.$c.$rep.json" 2> "$p.run.$c.$rep.err" ||
         echo '{}' > "$p.run.$c.$rep.json"
       cut -d' ' -f1 /proc/loadavg >> "$OUT/loadavg.txt" 2> /dev/null || true
     done
@@ -158,9 +167,11 @@ for name in names:
     base = os.path.join(out, name)
     model = load(base + '.model.json')
     profile_s = load(base + '.profile.json').get('profile_s')
+    calibration_speed = load(base + '.calibration.json').get('host_time_vs_profile')
     for c in planned + schedules:
         pred = predicted(load(f'{base}.pred.{c}.json'), model)
         iters, bubbles, peaks, replays, shares, op_ratios, comm = [], [], [], [], [], [], []
+        speeds, at_speed = [], []  # per run: host probe / profile's, prediction at that speed
         for rep in range(repeats):
             run = load(f'{base}.run.{c}.{rep}.json')
             if 'iteration_time_s' not in run:
@@ -174,6 +185,13 @@ for name in names:
             peaks.append(run.get('peak_activation_bytes', []))
             shares.extend(run.get('compute_cpu_share', []))
             comm.extend(run.get('comm_cpu_per_message_s', []))
+            if 'host_time_vs_profile' in run:
+                speeds.append(run['host_time_vs_profile'])
+                if c == 'calibrated':  # its costs are the calibration run's: scale by the probes
+                    if pred and calibration_speed:
+                        at_speed.append(pred[0] * run['host_time_vs_profile'] / calibration_speed)
+                else:
+                    at_speed.append(run['predicted_at_host_speed_s'])
             if 'predicted_iteration_time_s' in run:
                 replays.append(run['predicted_iteration_time_s'] / run['measured_iteration_time_s'] - 1)
         row = {'model': name, 'schedule': c, 'profile_s': profile_s, 'runs': len(iters)}
@@ -206,6 +224,11 @@ for name in names:
             row['replayed_iteration_s'] = row['measured_iteration_s'] * (1 + row['replay_error'])
         if pred:
             row['predicted_iteration_s'], row['predicted_bubble'], row['predicted_peak_activation_bytes'] = pred
+        if speeds:
+            row['host_time_vs_profile'] = statistics.median(speeds)
+        if at_speed and iters:
+            row['predicted_at_host_speed_s'] = statistics.median(at_speed)
+            row['prediction_error_at_host_speed'] = row['predicted_at_host_speed_s'] / row['measured_iteration_s'] - 1
         if iters and pred:
             row['prediction_error'] = pred[0] / row['measured_iteration_s'] - 1
             row['prediction_error_fastest'] = pred[0] / row['fastest_iteration_s'] - 1
@@ -253,8 +276,8 @@ def times(v):
 def mib(v):
     return '/'.join(f'{b / 2**20:.2f}' for b in v) if v else '-'
 print()
-print('| model | schedule | measured iteration (median) | fastest repeat (spread) | measured bubble | predicted (before running) | error vs median / fastest | ops vs profile | error with the run\'s op times | speed-up (median; fastest; paired) | peak activation MiB per rank, measured / predicted |')
-print('|---|---|---|---|---|---|---|---|---|---|---|')
+print('| model | schedule | measured iteration (median) | fastest repeat (spread) | measured bubble | predicted (before running) | error vs median / fastest | ops vs profile | host probe vs profile; predicted at that speed (error) | error with the run\'s op times | speed-up (median; fastest; paired) | peak activation MiB per rank, measured / predicted |')
+print('|---|---|---|---|---|---|---|---|---|---|---|---|')
 for r in rows:
     sp = ''
     if r['schedule'] in planned and 'speedup_vs_best_classic' in r:
@@ -272,6 +295,7 @@ for r in rows:
           f"{'-' if bub is None else f'{bub * 100:.1f}%'} | {ms(r.get('predicted_iteration_s'))} | "
           f"{pct(r.get('prediction_error'))} / {pct(r.get('prediction_error_fastest'))} | "
           f"{times(r.get('op_time_vs_profile'))} | "
+          f"{times(r.get('host_time_vs_profile'))}; {ms(r.get('predicted_at_host_speed_s'))} ({pct(r.get('prediction_error_at_host_speed'))}) | "
           f"{pct(r.get('replay_error'))} | {sp} | "
           f"{mib(r.get('measured_peak_activation_bytes'))} / {mib(r.get('predicted_peak_activation_bytes'))} |")
 print()
@@ -294,10 +318,23 @@ def paired_summary(c):
     return (f'{c} (paired, median over repeats of the ratio within a repeat): speed-up vs best '
             f'classic mean {mean(best)}x, vs 1f1b mean {mean(f1)}x; wins on '
             f'{sum(1 for b in best if b > 1)} of {len(got)} models')
+def host_speed_summary(c):
+    errs = [abs(r['prediction_error_at_host_speed']) for r in rows
+            if r['schedule'] == c and 'prediction_error_at_host_speed' in r]
+    if not errs:
+        return f'{c} at the host speed the probe measured before each run: -'
+    return (f'{c} at the host speed the probe measured before each run: |error| mean '
+            f'{statistics.mean(errs):.3f}, max {max(errs):.3f} ({len(errs)} models)')
 for c in planned:
     for fastest in (False, True):
         print(summary(c, fastest))
     print(paired_summary(c))
+    print(host_speed_summary(c))
+errs = [abs(r['prediction_error_at_host_speed']) for r in rows
+        if r['schedule'] not in planned and 'prediction_error_at_host_speed' in r]
+if errs:
+    print(f'classic schedules at the host speed of their runs: |error| mean {statistics.mean(errs):.3f}, '
+          f'max {max(errs):.3f} ({len(errs)} rows)')
 try:
     with open(os.path.join(out, 'loadavg.txt')) as f:
         loads = [float(x) for x in f.read().split()]
