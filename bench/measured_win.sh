@@ -4,7 +4,9 @@
 # For each reference model (scan-heavy with a large vocabulary head, MoE-heavy, attention-heavy
 # with an odd layer mix), on 2 Gloo ranks as processes:
 #   1. octopipe profile  -> PREFIX.model.json + PREFIX.cluster.json   (timed)
-#   2. octopipe plan     -> the tuned plan and its prediction, made before any run (the head
+#   2. octopipe plan     -> the tuned plan and its prediction, made before any run, for the
+#                           steady-state period (`--objective=steady-state`: the executor runs
+#                           iterations back to back, no barrier between them; the head
 #                           kept whole: the profile does not measure vocabulary-shard passes,
 #                           so a split head's costs would be derived, not measured)
 #   3. octopipe simulate -> the prediction for every classic schedule
@@ -42,8 +44,8 @@
 # probe `profile` recorded: `host_time_vs_profile` (1.2 = the host runs the model's layers 20%
 # slower now than during the profile) and `predicted_at_host_speed_s` / `prediction_error_at_host_speed`:
 # the same prediction with the profile's op times scaled by that ratio — still made before the
-# plan's iterations run (for the calibrated plan: its prediction scaled by this run's probe over
-# the calibration run's). PROBE=0 turns it off.
+# plan's iterations run (the calibration keeps the calibrated model at the profile's host speed:
+# its factors are divided by the calibration run's probe ratio). PROBE=0 turns it off.
 # --quick: one small model, 1 repeat, 2 iterations (checks that the bench runs).
 set -euo pipefail
 
@@ -88,7 +90,7 @@ for entry in "${MODELS[@]}"; do
   t1=$(date +%s%N)
   echo "{\"profile_s\": $(((t1 - t0) / 1000000)).0e-3}" > "$p.profile.json"
   "$OCTOPIPE" plan --model="$p.model.json" --cluster="$p.cluster.json" --devices=2 \
-    --time-budget="$BUDGET" --seed=1 --vocab_parallel=off --out="$p.tuned.plan.json" --json > "$p.plan.out.json"
+    --time-budget="$BUDGET" --seed=1 --vocab_parallel=off --objective=steady-state --out="$p.tuned.plan.json" --json > "$p.plan.out.json"
   "$OCTOPIPE" simulate --model="$p.model.json" --cluster="$p.cluster.json" \
     --plan="$p.tuned.plan.json" --json > "$p.pred.tuned.json"
   for s in "${SCHEDULES[@]}"; do
@@ -100,7 +102,7 @@ for entry in "${MODELS[@]}"; do
     --iterations=$((WARMUP + ITERS)) --rotate_cores_ms="$ROTATE_MS" --profile="$p" --calibrated_model="$p.calibrated.model.json" \
     --host_probe="$PROBE" --json > "$p.calibration.json"
   "$OCTOPIPE" plan --model="$p.calibrated.model.json" --cluster="$p.cluster.json" --devices=2 \
-    --time-budget="$BUDGET" --seed=1 --vocab_parallel=off --out="$p.calibrated.plan.json" --json > "$p.calibrated.plan.out.json"
+    --time-budget="$BUDGET" --seed=1 --vocab_parallel=off --objective=steady-state --out="$p.calibrated.plan.json" --json > "$p.calibrated.plan.out.json"
   "$OCTOPIPE" simulate --model="$p.calibrated.model.json" --cluster="$p.cluster.json" \
     --plan="$p.calibrated.plan.json" --json > "$p.pred.calibrated.json"
   candidates=(tuned calibrated "${SCHEDULES[@]}")
@@ -135,18 +137,24 @@ def load(path):
         return {}
 
 def predicted(pred, model):
-    """(iteration s, bubble, activation peak per device) from `simulate --json`."""
+    """(steady-state iteration s, its bubble, activation peak per device, synchronous iteration s)
+    from `simulate --json`."""
     runs = pred.get('schedules') or ([pred] if 'iteration_time_s' in pred else [])
     if not runs or 'iteration_time_s' not in runs[0]:
         return None
     r = runs[0]
     layers = model['layers']
+    # The ranks run their iterations back to back (no barrier between them), so a run's
+    # iteration time is the steady-state period; the isolated iteration is kept as
+    # predicted_synchronous_s in the JSON lines.
+    steady = r.get('steady_state_iteration_time_s') or r['iteration_time_s']
+    steady_bubble = r.get('steady_state_bubble_ratio', r['bubble_ratio'])
     static = [0.0] * len(r['devices'])
     for st in r['stages']:  # fp32 weights + gradients + AdamW m, v: 4 x the weight bytes
         for l in range(st['first_layer'], st['last_layer'] + 1):
             static[st['device']] += 4 * float(layers[l]['measured'].get('param_bytes', 0))
     act = [d['peak_memory_bytes'] - static[i] for i, d in enumerate(r['devices'])]
-    return r['iteration_time_s'], r['bubble_ratio'], act
+    return steady, steady_bubble, act, r['iteration_time_s']
 
 KEY = {'F': 'forward_s', 'B': 'backward_input_s', 'W': 'weight_grad_s', 'R': 'recompute_s'}
 def op_time_vs_profile(run, model):
@@ -167,7 +175,6 @@ for name in names:
     base = os.path.join(out, name)
     model = load(base + '.model.json')
     profile_s = load(base + '.profile.json').get('profile_s')
-    calibration_speed = load(base + '.calibration.json').get('host_time_vs_profile')
     for c in planned + schedules:
         pred = predicted(load(f'{base}.pred.{c}.json'), model)
         iters, bubbles, peaks, replays, shares, op_ratios, comm = [], [], [], [], [], [], []
@@ -187,9 +194,9 @@ for name in names:
             comm.extend(run.get('comm_cpu_per_message_s', []))
             if 'host_time_vs_profile' in run:
                 speeds.append(run['host_time_vs_profile'])
-                if c == 'calibrated':  # its costs are the calibration run's: scale by the probes
-                    if pred and calibration_speed:
-                        at_speed.append(pred[0] * run['host_time_vs_profile'] / calibration_speed)
+                if c == 'calibrated':  # calibrated at the profile's host speed: scale by the probe
+                    if pred:
+                        at_speed.append(pred[0] * run['host_time_vs_profile'])
                 else:
                     at_speed.append(run['predicted_at_host_speed_s'])
             if 'predicted_iteration_time_s' in run:
@@ -223,7 +230,8 @@ for name in names:
             row['replay_error'] = statistics.median(replays)
             row['replayed_iteration_s'] = row['measured_iteration_s'] * (1 + row['replay_error'])
         if pred:
-            row['predicted_iteration_s'], row['predicted_bubble'], row['predicted_peak_activation_bytes'] = pred
+            (row['predicted_iteration_s'], row['predicted_bubble'], row['predicted_peak_activation_bytes'],
+             row['predicted_synchronous_s']) = pred
         if speeds:
             row['host_time_vs_profile'] = statistics.median(speeds)
         if at_speed and iters:

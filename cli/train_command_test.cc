@@ -18,8 +18,10 @@
 #include "executor/model_spec.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "planner_service/calibration.h"
 #include "planner_service/server.h"
 #include "simulator/classic_pipeline.h"
+#include "simulator/problem_builder.h"
 
 namespace octopipe::cli {
 namespace {
@@ -380,8 +382,9 @@ TEST(TrainCommandTest, HostProbeComparesWithTheProfileAndPredictsAtTheHostsSpeed
   req.microbatches = 6;
   absl::StatusOr<ClassicRun> as_profiled = SimulateClassic(profile, cluster, CostModel(), req);
   ASSERT_TRUE(as_profiled.ok()) << as_profiled.status();
-  EXPECT_NEAR(j.at("predicted_from_profile_s").get<double>(), as_profiled->result.iteration_time_s,
-              1e-12);
+  // Compared with a run's iterations, which follow each other without a barrier: the period.
+  EXPECT_NEAR(j.at("predicted_from_profile_s").get<double>(),
+              as_profiled->result.steady_state_iteration_time_s, 1e-12);
   // The same prediction with every time of the profile scaled by the measured ratio.
   ModelGraph scaled = profile;
   for (Layer& l : scaled.layers) {
@@ -394,9 +397,11 @@ TEST(TrainCommandTest, HostProbeComparesWithTheProfileAndPredictsAtTheHostsSpeed
   cluster.hardware[0].message_cpu_s *= ratio;
   absl::StatusOr<ClassicRun> at_speed = SimulateClassic(scaled, cluster, CostModel(), req);
   ASSERT_TRUE(at_speed.ok()) << at_speed.status();
-  EXPECT_NEAR(j.at("predicted_at_host_speed_s").get<double>(), at_speed->result.iteration_time_s,
-              1e-9 * at_speed->result.iteration_time_s);
-  EXPECT_NE(at_speed->result.iteration_time_s, as_profiled->result.iteration_time_s);
+  EXPECT_NEAR(j.at("predicted_at_host_speed_s").get<double>(),
+              at_speed->result.steady_state_iteration_time_s,
+              1e-9 * at_speed->result.steady_state_iteration_time_s);
+  EXPECT_NE(at_speed->result.steady_state_iteration_time_s,
+            as_profiled->result.steady_state_iteration_time_s);
 
   // Without --profile the probes are reported alone.
   std::ostringstream out2, err2;
@@ -407,6 +412,61 @@ TEST(TrainCommandTest, HostProbeComparesWithTheProfileAndPredictsAtTheHostsSpeed
       << err2.str();
   EXPECT_NE(out2.str().find("host-speed probe "), std::string::npos) << out2.str();
   EXPECT_EQ(out2.str().find("the profile's"), std::string::npos) << out2.str();
+}
+
+// A calibration run with probes calibrates at the profile's host speed: FitMeasuredTimes' factor
+// for each layer divided by the run's probe over the profile's; the probe reference is kept.
+TEST(TrainCommandTest, CalibrationWithAProbeIsAtTheProfilesHostSpeed) {
+  absl::StatusOr<executor::ModelSpec> spec = executor::ParseModelSpec(kSpec);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const ModelGraph graph = executor::ToModelGraph(*spec);
+  const std::string prefix = TmpPrefix("probed-cal");
+  ModelGraph profile = SkewedProfile(graph);
+  profile.host_probe_s = 0.02;
+  ASSERT_TRUE(WriteModelFile(prefix + ".model.json", profile).ok());
+  ASSERT_TRUE(WriteClusterFile(prefix + ".cluster.json", MeasuredCluster()).ok());
+  const std::string calibrated = prefix + ".calibrated.model.json";
+  std::ostringstream out, err;
+  ASSERT_EQ(RunTrain({std::string("--model=") + kSpec, "--schedule=1f1b", "--profile=" + prefix,
+                      "--host_probe=2", "--ranks=2", "--transport=inproc", "--iterations=2",
+                      "--json", "--calibrated_model=" + calibrated},
+                     out, err),
+            0)
+      << err.str();
+  const nlohmann::json j = nlohmann::json::parse(out.str());
+  const double ratio = j.at("host_time_vs_profile").get<double>();
+  ASSERT_GT(ratio, 0);
+  EXPECT_NE(j.at("calibration").get<std::string>().find("at the profile's host speed"),
+            std::string::npos);
+  // The fit of the run's own measurements, as the command made it.
+  absl::StatusOr<Plan> plan = TrainClassicPlan(ScheduleKind::k1F1B, 2, 0, 6, graph, prefix);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  absl::StatusOr<ProblemBuilder> builder =
+      ProblemBuilder::Create(profile, MeasuredCluster(), CostModel(), 2, {}, false);
+  ASSERT_TRUE(builder.ok()) << builder.status();
+  std::vector<planner::MeasuredStageTime> stages;
+  for (const auto& t : j.at("stage_op_s")) {
+    absl::StatusOr<OpKind> k = ParseOpKind(t.at(1).get<std::string>());
+    ASSERT_TRUE(k.ok());
+    stages.push_back({t.at(0).get<int>(), *k, t.at(2).get<double>(), t.at(3).get<int64_t>()});
+  }
+  std::vector<planner::MeasuredLayerTime> layers;
+  for (const auto& t : j.at("layer_op_s")) {
+    absl::StatusOr<OpKind> k = ParseOpKind(t.at(1).get<std::string>());
+    ASSERT_TRUE(k.ok());
+    layers.push_back({t.at(0).get<int>(), *k, t.at(2).get<double>(), t.at(3).get<int64_t>()});
+  }
+  absl::StatusOr<planner::CalibrationUpdate> fit =
+      planner::FitMeasuredTimes(*builder, *plan, stages, layers, {});
+  ASSERT_TRUE(fit.ok()) << fit.status();
+  absl::StatusOr<ModelGraph> cal = LoadModelFile(calibrated);
+  ASSERT_TRUE(cal.ok()) << cal.status();
+  EXPECT_EQ(cal->host_probe_s, 0.02);
+  for (int l = 0; l < graph.num_layers(); ++l) {
+    SCOPED_TRACE(l);
+    const double got = *cal->layers[l].measured.forward_s / *profile.layers[l].measured.forward_s;
+    EXPECT_NEAR(got, fit->factors[l] / ratio, 1e-9 * got);
+  }
 }
 
 TEST(TrainCommandTest, HostProbeNeedsAProbedProfileAndACount) {
