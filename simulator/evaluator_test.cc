@@ -178,32 +178,45 @@ TEST(EvaluatorTest, RejectsMissingDuplicateAndMisplacedOps) {
       << r.status();
 }
 
+// p devices, v stages each (V-shaped for v = 2 on every fourth trial, else looped), m
+// micro-batches; F, B, W and output bytes drawn from [0.2, 2); every other stage recomputes when
+// `recompute`; links cost 0.05 s + bytes x `inv_bandwidth`.
+PipelineProblem RandomProblem(std::mt19937& rng, int trial, int p, int v, int m, bool recompute,
+                              double inv_bandwidth) {
+  std::uniform_real_distribution<double> cost(0.2, 2.0);
+  std::vector<int> placement = v == 2 && trial % 4 == 1 ? VShapePlacement(p) : LoopPlacement(p, v);
+  PipelineProblem pb = UniformProblem(placement, p, m, 1, 1, 1);
+  for (int s = 0; s < pb.num_stages; ++s) {
+    pb.forward_s[s] = cost(rng);
+    pb.backward_input_s[s] = cost(rng);
+    pb.weight_grad_s[s] = cost(rng);
+    pb.recompute_s[s] = pb.forward_s[s];
+    pb.output_bytes[s] = cost(rng);
+    pb.recompute[s] = recompute && s % 2 == 0;
+  }
+  for (size_t i = 0; i < pb.link_latency_s.size(); ++i) {
+    if (i % (p + 1) != 0) {
+      pb.link_latency_s[i] = 0.05;
+      pb.link_inv_bandwidth[i] = inv_bandwidth;
+    }
+  }
+  return pb;
+}
+
+// The weighted list scheduler's order for `pb`, the backward split on even trials.
+absl::StatusOr<ListScheduleResult> ListScheduled(const PipelineProblem& pb, int trial) {
+  WeightedPolicy policy;
+  ListSchedulerOptions options;
+  options.split_backward = trial % 2 == 0;
+  return ListSchedule(pb, policy, options);
+}
+
 TEST(EvaluatorTest, ListScheduledOrderReEvaluatesToTheSameTime) {
   std::mt19937 rng(7);
-  std::uniform_real_distribution<double> cost(0.2, 2.0);
   for (int trial = 0; trial < 50; ++trial) {
     const int p = 2 + trial % 5, v = 1 + trial % 2, m = 3 + trial % 7;
-    std::vector<int> placement =
-        v == 2 && trial % 4 == 1 ? VShapePlacement(p) : LoopPlacement(p, v);
-    PipelineProblem pb = UniformProblem(placement, p, m, 1, 1, 1);
-    for (int s = 0; s < pb.num_stages; ++s) {
-      pb.forward_s[s] = cost(rng);
-      pb.backward_input_s[s] = cost(rng);
-      pb.weight_grad_s[s] = cost(rng);
-      pb.recompute_s[s] = pb.forward_s[s];
-      pb.output_bytes[s] = cost(rng);
-      pb.recompute[s] = trial % 3 == 0 && s % 2 == 0;
-    }
-    for (size_t i = 0; i < pb.link_latency_s.size(); ++i) {
-      if (i % (p + 1) != 0) {
-        pb.link_latency_s[i] = 0.05;
-        pb.link_inv_bandwidth[i] = 0.1;
-      }
-    }
-    WeightedPolicy policy;
-    ListSchedulerOptions options;
-    options.split_backward = trial % 2 == 0;
-    auto ls = ListSchedule(pb, policy, options);
+    const PipelineProblem pb = RandomProblem(rng, trial, p, v, m, trial % 3 == 0, 0.1);
+    auto ls = ListScheduled(pb, trial);
     ASSERT_TRUE(ls.ok()) << ls.status();
     auto r = Simulate(pb, ls->schedule);
     ASSERT_TRUE(r.ok()) << "trial " << trial << ": " << r.status();
@@ -219,27 +232,11 @@ TEST(EvaluatorTest, ListScheduledOrderReEvaluatesToTheSameTime) {
 // steady-state objective never counts on more overlap than the executor gets.
 TEST(EvaluatorTest, SteadyStateSpanBoundsThePeriodOfBackToBackIterations) {
   std::mt19937 rng(11);
-  std::uniform_real_distribution<double> cost(0.2, 2.0);
   int overlapping = 0;
   for (int trial = 0; trial < 40; ++trial) {
     const int p = 2 + trial % 4, v = 1 + trial % 2, m = 2 + trial % 6;
-    std::vector<int> placement =
-        v == 2 && trial % 4 == 1 ? VShapePlacement(p) : LoopPlacement(p, v);
-    PipelineProblem pb = UniformProblem(placement, p, m, 1, 1, 1);
-    for (int s = 0; s < pb.num_stages; ++s) {
-      pb.forward_s[s] = cost(rng);
-      pb.backward_input_s[s] = cost(rng);
-      pb.weight_grad_s[s] = cost(rng);
-      pb.recompute_s[s] = pb.forward_s[s];
-      pb.output_bytes[s] = cost(rng);
-    }
-    for (size_t i = 0; i < pb.link_latency_s.size(); ++i) {
-      if (i % (p + 1) != 0) pb.link_latency_s[i] = 0.05;
-    }
-    WeightedPolicy policy;
-    ListSchedulerOptions options;
-    options.split_backward = trial % 2 == 0;
-    auto ls = ListSchedule(pb, policy, options);
+    const PipelineProblem pb = RandomProblem(rng, trial, p, v, m, false, 0);
+    auto ls = ListScheduled(pb, trial);
     ASSERT_TRUE(ls.ok()) << ls.status();
     auto one = Simulate(pb, ls->schedule);
     ASSERT_TRUE(one.ok()) << one.status();
