@@ -679,14 +679,14 @@ Evaluator::Summary Evaluator::Summarize(const PipelineProblem& pb) {
   for (int d = 0; d < pb.num_devices; ++d) {
     const int32_t lo = device_offset_[d], hi = device_offset_[d + 1];
     if (lo == hi) continue;
-    // A device's part of the iteration may begin before its first op (DeviceEarliestStart:
-    // the embedding's lookups, or r0's wait for the first reduce) and end after its last
-    // (DeviceEnd: the embedding's scatter-adds); both are 0 without the split embedding.
-    const double begin = first_start_[d] - device_start_[d];
-    const double end = DeviceEnd(pb, d, device_free_[d], b0_end_);
-    first = std::min(first, begin);
-    last = std::max(last, end);
-    out.steady_state_iteration_time_s = std::max(out.steady_state_iteration_time_s, end - begin);
+    // With the split embedding the iteration begins before the first op (DeviceEarliestStart:
+    // the lookups and the first reduce) and a device's part ends after its last op (DeviceEnd:
+    // the scatter-adds); its steady-state period is DevicePeriod.
+    first = std::min(first, first_start_[d] - device_start_[d]);
+    last = std::max(last, DeviceEnd(pb, d, device_free_[d], b0_end_));
+    out.steady_state_iteration_time_s =
+        std::max(out.steady_state_iteration_time_s,
+                 DevicePeriod(pb, d, first_start_[d], device_free_[d], b0_end_));
   }
   out.iteration_time_s = ops_.empty() ? 0 : last - first;
   peak_.resize(pb.num_devices);

@@ -13,9 +13,10 @@
 // device and the all-reduce a barrier of vocab_allreduce_s after the last S of the micro-batch
 // (pipeline_rules.h), so the pass costs O(ops + devices^2 x micro-batches). With the input
 // embedding split too (embed_split), a device's part of the iteration starts
-// DeviceEarliestStart before its first op may and ends at DeviceEnd (pipeline_rules.h): the
-// iteration times, and the busy times (its lookups and scatter-adds), include them; op times,
-// transfers and the critical path are the ops'.
+// DeviceEarliestStart before its first op may and ends at DeviceEnd, and its steady-state
+// period is DevicePeriod (pipeline_rules.h): the iteration times, and the busy times (its
+// lookups and scatter-adds), include them; op times, transfers and the critical path are the
+// ops'.
 //
 // A schedule whose device orders contradict the data dependencies is a deadlock; Evaluate
 // returns kInvalidArgument naming the ops on the cycle. Missing, duplicate or misplaced ops are

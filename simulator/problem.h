@@ -73,8 +73,8 @@ struct PipelineProblem {
   // and scatter-adds every micro-batch's gradient after its last op, once the last one has
   // arrived (embed_epilogue_s[d]); both are 0 for r0. Stage 0's first F waits embed_ready_s
   // (one lookup and the reduce of the partial embeddings); the gradient of B/BW(0, m) reaches
-  // every device embed_broadcast_s after it ends. Rules: DeviceEarliestStart and DeviceEnd
-  // (pipeline_rules.h).
+  // every device embed_broadcast_s after it ends. Rules: DeviceEarliestStart, DeviceEnd and
+  // DevicePeriod (pipeline_rules.h).
   bool embed_split = false;
   std::vector<double> embed_prologue_s;  // per device (empty when off)
   std::vector<double> embed_epilogue_s;  // per device (empty when off)

@@ -77,16 +77,18 @@ TEST(VocabEmbeddingTest, StageZeroWaitsForTheReduceAndTheOthersScatterAfterTheBr
     // Device 0 ends with T0 at 11.15. Device 1's ops end at 9.05, the gradient of B0 (ends
     // 9.85) reaches it at 10.05, its scatter-adds end at 11.55: the iteration's end.
     EXPECT_NEAR(r->iteration_time_s, 11.55, 1e-12);
-    // Steady state: device 0 spans 0 (its wait for the reduce) to 11.15; device 1 from its
-    // lookups just before F1 (1.7 - 0.6) to 11.55.
-    EXPECT_NEAR(r->steady_state_iteration_time_s, 11.15, 1e-12);
+    // Steady state: device 1's period is its ops' span plus its lookups and scatter-adds,
+    // 9.05 - 1.7 + 0.6 + 1.5 = 9.45; device 0's next first F waits for B0's gradient to reach
+    // device 1 (10.05), its scatter-adds (11.55) and the next lookup and reduce (12.05): a
+    // period of 12.05 - 0.5, longer than its ops' 0.5 to 11.15.
+    EXPECT_NEAR(r->steady_state_iteration_time_s, 11.55, 1e-12);
     // Busy: device 1's ops (2 + 0.4 + 3 + 1 + 0.4) plus its lookups and scatter-adds.
     EXPECT_NEAR(r->devices[1].busy_s, 6.8 + 0.6 + 1.5, 1e-12);
     EXPECT_NEAR(r->devices[0].busy_s, 4.8, 1e-12);
     absl::StatusOr<Evaluator::Summary> sum = Evaluator().EvaluateSummary(pb, TwoDeviceOrder());
     ASSERT_TRUE(sum.ok()) << sum.status();
     EXPECT_NEAR(sum->iteration_time_s, 11.55, 1e-12);
-    EXPECT_NEAR(sum->steady_state_iteration_time_s, 11.15, 1e-12);
+    EXPECT_NEAR(sum->steady_state_iteration_time_s, 11.55, 1e-12);
   }
 }
 
@@ -115,6 +117,9 @@ TEST(VocabEmbeddingTest, RulesSayWhereEachDevicesPartBeginsAndEnds) {
   EXPECT_DOUBLE_EQ(DeviceEnd(pb, 0, 7.0, 6.0), 7.0);  // r0 scatter-adds in W
   EXPECT_DOUBLE_EQ(DeviceEnd(pb, 1, 7.0, 6.0), 7.0 + 1.5);
   EXPECT_DOUBLE_EQ(DeviceEnd(pb, 1, 6.0, 6.5), 6.5 + 0.2 + 1.5);
+  EXPECT_DOUBLE_EQ(DevicePeriod(pb, 1, 1.0, 6.0, 6.5), 5.0 + 0.6 + 1.5);
+  EXPECT_DOUBLE_EQ(DevicePeriod(pb, 0, 0.5, 7.0, 4.0), 7.0 - 0.5);  // its ops end later
+  EXPECT_DOUBLE_EQ(DevicePeriod(pb, 0, 0.5, 7.0, 6.5), 6.5 + 0.2 + 1.5 + 0.5 - 0.5);
   pb.stage_device = {1, 0};  // stage 0 on device 1: device 0 is the one that waits
   pb.embed_prologue_s = {0.6, 0};
   pb.embed_epilogue_s = {1.5, 0};
@@ -123,6 +128,7 @@ TEST(VocabEmbeddingTest, RulesSayWhereEachDevicesPartBeginsAndEnds) {
   pb.embed_split = false;
   EXPECT_DOUBLE_EQ(DeviceEarliestStart(pb, 0), 0);
   EXPECT_DOUBLE_EQ(DeviceEnd(pb, 0, 6.0, 6.5), 6.0);
+  EXPECT_DOUBLE_EQ(DevicePeriod(pb, 0, 1.0, 6.0, 6.5), 5.0);
 }
 
 TEST(VocabEmbeddingTest, ListSchedulerTimingMatchesTheEvaluator) {

@@ -37,8 +37,10 @@
 // one reduce (embed_ready_s) and the later reduces stream ahead of it. Each other device
 // scatter-adds the M gradients after its last op, once the last has arrived (an epilogue of M
 // scatter-adds, from max(its last op's end, stage 0's last backward's end + one broadcast)),
-// before its optimizer step. The rules (pipeline_rules.h: DeviceEarliestStart, DeviceEnd) thus
-// add one start and one end per device, and the DAG, the op kinds, the plan format and the list
+// before its optimizer step (when iterations overlap, only r0 waits for that: its next first F
+// needs every shard updated and looked up again). The rules (pipeline_rules.h:
+// DeviceEarliestStart, DeviceEnd, DevicePeriod) thus add one start and one end per device, and
+// the DAG, the op kinds, the plan format and the list
 // scheduler's choices stay as they are. Per-micro-batch passes would buy nothing for this:
 // folding the lookup of m into a pass of m (S) would make F(0, m) wait for the last stage's
 // forward of an earlier micro-batch, which forbids GPipe-like orders; folding the scatter-add
