@@ -104,15 +104,6 @@ VocabShardEmbedding* PipelineEngine::ShardEmbedding() const {
 }
 
 absl::Status PipelineEngine::ValidateVocabParallel() const {
-  const Layer* first = layers_->empty() ? nullptr : (*layers_)[0].get();
-  if (first != nullptr && first->kind() == "embedding" &&
-      plan_.vocab_parallel != (dynamic_cast<const VocabShardEmbedding*>(first) != nullptr)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "vocab_parallel: layer 0 on rank ", rank_,
-        plan_.vocab_parallel
-            ? " must be this rank's vocabulary shard of the embedding (BuildRankLayers builds it)"
-            : " is a vocabulary shard of the embedding, but the plan is not vocab_parallel"));
-  }
   for (const Op& op : plan_.schedule.ops[rank_]) {
     if (!IsVocabPass(op.kind)) continue;
     if (!plan_.vocab_parallel) {
@@ -125,6 +116,16 @@ absl::Status PipelineEngine::ValidateVocabParallel() const {
           absl::StrCat("op ", OpToString(op), " on rank ", rank_,
                        ": a vocabulary pass runs the rank's own shard, ", rank_));
     }
+  }
+  // A split embedding needs a vocab_parallel plan, which splits an embedding that is layer 0.
+  const Layer* first = layers_->empty() ? nullptr : (*layers_)[0].get();
+  if (first != nullptr && first->kind() == "embedding" &&
+      plan_.vocab_parallel != (dynamic_cast<const VocabShardEmbedding*>(first) != nullptr)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "vocab_parallel: layer 0 on rank ", rank_,
+        plan_.vocab_parallel
+            ? " must be this rank's vocabulary shard of the embedding (BuildRankLayers builds it)"
+            : " is a vocabulary shard of the embedding, but the plan is not vocab_parallel"));
   }
   if (!plan_.vocab_parallel) return absl::OkStatus();
   const VocabShardHead* head = ShardHead();
