@@ -70,6 +70,8 @@ class ProblemBuilder {
   // embedding costs nothing in Work and StaticBytes either, stage 0 is costed with its
   // device's shard, and every problem built carries the embedding's PipelineProblem fields.
   bool split_embedding() const { return split_embedding_; }
+  // With vocab_parallel: the head's vocabulary (0 otherwise).
+  int64_t vocab() const { return vocab_; }
   // With vocab_parallel: the vocabulary columns of each device's shard (sum: the head's
   // vocabulary), what a plan built by this builder carries (Plan::vocab_shard_columns).
   // Empty otherwise.
