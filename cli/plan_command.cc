@@ -17,6 +17,7 @@
 #include "core/json_text.h"
 #include "core/status_macros.h"
 #include "simulator/trace.h"
+#include "simulator/vocab_parallel.h"
 #include "tuner/layout.h"
 #include "tuner/tuner.h"
 #include "tuner/vocab_choice.h"
@@ -160,7 +161,9 @@ void WriteTables(std::ostream& out, const ModelGraph& model, const Cluster& clus
                    KindsOf(model, st), absl::StrCat(st.device), st.recompute ? "yes" : "no"});
   }
   out << "plan (" << PlanOriginText(t) << "):\n" << stages.Render({false, false, true, false, true});
-  out << VocabParallelLine(t.vocab_parallel, t.vocab_parallel_tried, t.plan.num_devices) << "\n";
+  out << VocabParallelLine(t.vocab_parallel, t.vocab_parallel_tried, t.plan.num_devices,
+                           SplitsEmbedding(model))
+      << "\n";
   out << "\npredicted iteration " << FormatSeconds(t.predicted.iteration_time_s)
       << " synchronous / " << FormatSeconds(t.predicted.steady_state_iteration_time_s)
       << " steady-state; bubble " << FormatPercent(t.predicted.bubble_ratio) << " / "
@@ -315,7 +318,8 @@ void WriteRemoteTables(std::ostream& out, const ModelGraph& model,
   }
   out << "plan (" << r.origin() << ", computed by the planner):\n"
       << stages.Render({false, false, true, false, true})
-      << VocabParallelLine(r.vocab_parallel(), r.vocab_parallel_tried(), r.plan().num_devices())
+      << VocabParallelLine(r.vocab_parallel(), r.vocab_parallel_tried(), r.plan().num_devices(),
+                           SplitsEmbedding(model))
       << "\n";
   const proto::Prediction& p = r.plan().predicted();
   out << "\npredicted iteration " << FormatSeconds(p.iteration_time_s()) << " synchronous / "

@@ -20,9 +20,10 @@ std::vector<int> StagesOf(const Plan& plan, int device) {
 
 }  // namespace
 
-std::string VocabParallelLine(bool used, bool tried, int devices) {
+std::string VocabParallelLine(bool used, bool tried, int devices, bool with_embedding) {
   if (used) {
-    return absl::StrCat("output layer: split over ", devices,
+    return absl::StrCat(with_embedding ? "output layer and input embedding" : "output layer",
+                        ": split over ", devices,
                         " devices by vocabulary (vocabulary parallelism)");
   }
   return absl::StrCat("output layer: on the last stage",

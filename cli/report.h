@@ -21,9 +21,10 @@ namespace octopipe::cli {
 Json RunJson(const Plan& plan, const PipelineProblem& problem, const SimResult& result);
 
 // Where the output layer runs, in one line: "output layer: split over P devices by vocabulary
-// (vocabulary parallelism)", or on its last stage, adding whether splitting it was tried and
-// lost ("tried: slower") when `tried`.
-std::string VocabParallelLine(bool used, bool tried, int devices);
+// (vocabulary parallelism)" — "output layer and input embedding: ..." when `with_embedding`
+// (the split also takes the embedding: SplitsEmbedding, simulator/vocab_parallel.h) — or on
+// its last stage, adding whether splitting it was tried and lost ("tried: slower") when `tried`.
+std::string VocabParallelLine(bool used, bool tried, int devices, bool with_embedding = false);
 
 // Summary lines plus the per-device table.
 std::string RenderRun(const Plan& plan, const PipelineProblem& problem,

@@ -140,16 +140,17 @@ TEST(TrainCommandTest, AProfileOfAnotherModelIsRefusedNamingTheFlag) {
   EXPECT_NE(err.str().find("layers but --model has"), std::string::npos) << err.str();
 }
 
-// A plan that splits the output layer by vocabulary (`octopipe plan --vocab_parallel=on`,
-// planned for the same layers with a heavy head so the split pays) runs: every rank trains its
-// shard, the loss comes from the last stage's rank, and the simulator predicts the run from
+// A plan that splits the vocabulary layers (`octopipe plan --vocab_parallel=on`, planned for
+// the same layers with a heavy head so the split pays: tens of microseconds per micro-batch,
+// against the split embedding's reduce and broadcast of a few each) runs: every rank trains its
+// shards, the loss comes from the last stage's rank, and the simulator predicts the run from
 // the measured S and T passes too. (The search converges long before its budget here; the
 // budget is generous so a loaded machine finds the same plan.)
 TEST(TrainCommandTest, RunsAVocabParallelPlanFromThePlanCommand) {
   const std::string file = TmpPrefix("vocab.plan.json");
   std::ostringstream plan_out, plan_err;
-  ASSERT_EQ(RunPlan({"--model=ref:pattern=M*E-M*,hidden=256,heads=2,ffn=32,experts=4,top_k=2,"
-                     "moe_ffn=16,state=4,seq=8,vocab=65536,microbatches=6",
+  ASSERT_EQ(RunPlan({"--model=ref:pattern=M*E-M*,hidden=2048,heads=2,ffn=32,experts=4,top_k=2,"
+                     "moe_ffn=16,state=4,seq=8,vocab=262144,microbatches=6",
                      "--devices=2", "--vocab_parallel=on", "--time_budget=30", "--quiet",
                      "--out=" + file},
                     plan_out, plan_err),

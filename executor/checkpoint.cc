@@ -18,6 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/match.h"
 #include "core/status_macros.h"
+#include "executor/layers/vocab_embedding.h"
 #include "executor/layers/vocab_head.h"
 
 namespace octopipe::executor {
@@ -360,6 +361,11 @@ absl::Status SaveRankCheckpoint(const std::string& root, int64_t iteration,
           "checkpoint: layer ", l, " is a vocabulary shard of the head; merge the shards into "
           "the whole head (WholeHeadOf) and write that"));
     }
+    if (dynamic_cast<const VocabShardEmbedding*>(layers[l].get()) != nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "checkpoint: layer ", l, " is a vocabulary shard of the embedding; merge the shards "
+          "into the whole embedding (WholeEmbeddingOf) and write that"));
+    }
   }
   ASSIGN_OR_RETURN(std::vector<LayerCheckpoint> checkpoints,
                    RankLayerCheckpoints(iteration, layers, optimizer));
@@ -387,6 +393,24 @@ absl::Status CutToShard(const VocabShardHead& shard, const std::string& path,
   return absl::OkStatus();
 }
 
+// A whole embedding's checkpoint cut to `shard`'s rows. kFailedPrecondition naming the file
+// unless it holds one table with enough rows for the shard.
+absl::Status CutToShard(const VocabShardEmbedding& shard, const std::string& path,
+                        LayerCheckpoint* c) {
+  const VocabRange r = shard.range();
+  if (c->params.size() != 1 || c->params[0].rows() < r.end) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint ", path, ": not a whole embedding with vocabulary rows [", r.begin, ", ",
+        r.end, ") (", c->params.size(), " parameters)"));
+  }
+  c->params = shard.SliceOfWhole(c->params);
+  if (!c->first_moments.empty()) {
+    c->first_moments = shard.SliceOfWhole(c->first_moments);
+    c->second_moments = shard.SliceOfWhole(c->second_moments);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status LoadRankCheckpoint(const std::string& root, int64_t iteration,
@@ -398,6 +422,10 @@ absl::Status LoadRankCheckpoint(const std::string& root, int64_t iteration,
     const std::string path = LayerCheckpointPath(root, iteration, static_cast<int>(l));
     ASSIGN_OR_RETURN(LayerCheckpoint c, ReadLayerCheckpoint(path));
     if (const auto* shard = dynamic_cast<const VocabShardHead*>(layers[l].get());
+        shard != nullptr && c.kind == shard->kind()) {
+      RETURN_IF_ERROR(CutToShard(*shard, path, &c));
+    }
+    if (const auto* shard = dynamic_cast<const VocabShardEmbedding*>(layers[l].get());
         shard != nullptr && c.kind == shard->kind()) {
       RETURN_IF_ERROR(CutToShard(*shard, path, &c));
     }

@@ -80,20 +80,23 @@ absl::StatusOr<int64_t> LatestCompleteCheckpoint(const std::string& root, const 
 // The state of the layers a rank owns (non-null entries of `layers`, by model layer index) with
 // their share of `optimizer`'s moments (the ApplyAdamW order: layers by index, params in
 // order), one LayerCheckpoint each, in layer order. A vocabulary shard of the head
-// (executor/layers/vocab_head.h) gives its part only: its params() ([gain,] W_out columns).
+// (executor/layers/vocab_head.h) gives its part only: its params() ([gain,] W_out columns); so
+// does one of the embedding (executor/layers/vocab_embedding.h: its table rows).
 absl::StatusOr<std::vector<LayerCheckpoint>> RankLayerCheckpoints(
     int64_t iteration, std::vector<std::unique_ptr<Layer>>& layers, const AdamW& optimizer);
 
-// Writes RankLayerCheckpoints. kFailedPrecondition for a vocabulary shard of the head: the
-// shards' parts are merged into the whole head first (WholeHeadOf; the trainer gathers them on
-// one rank), so that every layer file holds a whole layer and any partition can load it.
+// Writes RankLayerCheckpoints. kFailedPrecondition for a vocabulary shard of the head or of the
+// embedding: the shards' parts are merged into the whole layer first (WholeHeadOf,
+// WholeEmbeddingOf; the trainer gathers them on one rank), so that every layer file holds a
+// whole layer and any partition can load it.
 absl::Status SaveRankCheckpoint(const std::string& root, int64_t iteration,
                                 std::vector<std::unique_ptr<Layer>>& layers,
                                 const AdamW& optimizer);
 
 // Loads the checkpoint of `iteration` into the non-null entries of `layers` and restores
 // `optimizer` (step and moments, in the ApplyAdamW order). A vocabulary shard of the head
-// takes its columns (and the gain, on the norm holder) of the whole head's file, so a
+// takes its columns (and the gain, on the norm holder) of the whole head's file, one of the
+// embedding its rows of the whole table, so a
 // checkpoint saved with or without vocabulary parallelism, on any number of ranks, loads into
 // either. Errors: those of ReadLayerCheckpoint; kFailedPrecondition naming the layer when a
 // kind, parameter count or shape differs from the layer built here, or the saved optimizer

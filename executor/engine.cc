@@ -44,7 +44,8 @@ uint32_t PipelineEngine::Tag(int stage, int microbatch, int direction) const {
 
 uint32_t PipelineEngine::VocabTag(int microbatch, int shard, VocabMessage kind) const {
   const uint32_t base = static_cast<uint32_t>(plan_.num_microbatches * plan_.num_stages() * 2);
-  return base + static_cast<uint32_t>((microbatch * plan_.num_devices + shard) * 3 +
+  return base + static_cast<uint32_t>((microbatch * plan_.num_devices + shard) *
+                                          kVocabMessageKinds +
                                       static_cast<int>(kind));
 }
 
@@ -58,8 +59,20 @@ PipelineEngine::Message PipelineEngine::VocabMessageTo(int to, int microbatch, i
 std::vector<PipelineEngine::Message> PipelineEngine::SendsBetween(int from, int to) const {
   std::vector<Message> out;
   const int S = plan_.num_stages();
+  const bool embed = ShardEmbedding() != nullptr;
+  const int r0 = EmbeddingHolder();
+  if (embed && from != r0 && to == r0) {  // the prologue's partials, in r0's order of F(0, .)
+    for (const Op& op : plan_.schedule.ops[r0]) {
+      if (op.kind == OpKind::kF && op.stage == 0) {
+        out.push_back(VocabMessageTo(to, op.microbatch, from, VocabMessage::kEmbed));
+      }
+    }
+  }
   for (const Op& op : plan_.schedule.ops[from]) {
     const int s = op.stage, m = op.microbatch;
+    if (embed && s == 0 && (op.kind == OpKind::kB || op.kind == OpKind::kBW)) {
+      out.push_back(VocabMessageTo(to, m, from, VocabMessage::kEmbedGrad));
+    }
     if (op.kind == OpKind::kF && s + 1 < S && plan_.stages[s + 1].device == to) {
       out.push_back({to, Tag(s, m, kForward), tokens_, hidden_});
     }
@@ -85,6 +98,11 @@ VocabShardHead* PipelineEngine::ShardHead() const {
   return dynamic_cast<VocabShardHead*>((*layers_)[head].get());
 }
 
+VocabShardEmbedding* PipelineEngine::ShardEmbedding() const {
+  if (!plan_.vocab_parallel || layers_->empty()) return nullptr;
+  return dynamic_cast<VocabShardEmbedding*>((*layers_)[0].get());
+}
+
 absl::Status PipelineEngine::ValidateVocabParallel() const {
   for (const Op& op : plan_.schedule.ops[rank_]) {
     if (!IsVocabPass(op.kind)) continue;
@@ -98,6 +116,16 @@ absl::Status PipelineEngine::ValidateVocabParallel() const {
           absl::StrCat("op ", OpToString(op), " on rank ", rank_,
                        ": a vocabulary pass runs the rank's own shard, ", rank_));
     }
+  }
+  // A split embedding needs a vocab_parallel plan, which splits an embedding that is layer 0.
+  const Layer* first = layers_->empty() ? nullptr : (*layers_)[0].get();
+  if (first != nullptr && first->kind() == "embedding" &&
+      plan_.vocab_parallel != (dynamic_cast<const VocabShardEmbedding*>(first) != nullptr)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "vocab_parallel: layer 0 on rank ", rank_,
+        plan_.vocab_parallel
+            ? " must be this rank's vocabulary shard of the embedding (BuildRankLayers builds it)"
+            : " is a vocabulary shard of the embedding, but the plan is not vocab_parallel"));
   }
   if (!plan_.vocab_parallel) return absl::OkStatus();
   const VocabShardHead* head = ShardHead();
@@ -284,9 +312,13 @@ void PipelineEngine::FinishCommunication(Iteration* it) {
 
 absl::Status PipelineEngine::Receive(const Op& op, uint32_t tag, const std::string& what,
                                      Iteration* it, OpTiming* timing, Tensor* out) {
+  return ReceiveTagged(tag, absl::StrCat(what, OpToString(op)), it, &timing->wait_s, out);
+}
+
+absl::Status PipelineEngine::ReceiveTagged(uint32_t tag, const std::string& waiter,
+                                           Iteration* it, double* wait_s, Tensor* out) {
   auto failed = [&](const absl::Status& s) {
-    return absl::Status(s.code(), absl::StrCat(s.message(), " (waiting for ", what,
-                                               OpToString(op), ")"));
+    return absl::Status(s.code(), absl::StrCat(s.message(), " (waiting for ", waiter, ")"));
   };
   if (!it->comm_error.ok()) return failed(it->comm_error);
   auto found = it->receives.find(tag);
@@ -296,7 +328,7 @@ absl::Status PipelineEngine::Receive(const Op& op, uint32_t tag, const std::stri
   }
   const double wait_from = it->Now();
   absl::Status done = found->second.message->Wait();
-  timing->wait_s += it->Now() - wait_from;
+  *wait_s += it->Now() - wait_from;
   if (!done.ok()) {
     it->comm_error = CommError(/*send=*/false, found->second.peer, done);
     return failed(it->comm_error);
@@ -319,6 +351,21 @@ absl::Status PipelineEngine::TakeInputs(const Op& op, Iteration* it, OpTiming* t
   if (IsVocabPass(op.kind) ||
       (plan_.vocab_parallel && s == S - 1 && (op.kind == OpKind::kB || op.kind == OpKind::kBW))) {
     RETURN_IF_ERROR(TakeVocabInputs(op, it, timing, input));
+  }
+  if (op.kind == OpKind::kF && s == 0 && ShardEmbedding() != nullptr) {
+    // Stage 0's input: the other shards' partial embeddings, added up in rank order.
+    for (int d = 0; d < plan_.num_devices; ++d) {
+      if (d == rank_) continue;
+      Tensor part;
+      RETURN_IF_ERROR(Receive(op, VocabTag(m, d, VocabMessage::kEmbed),
+                              absl::StrCat("shard ", d, "'s embedding rows for "), it, timing,
+                              &part));
+      if (input->size() == 0) {
+        *input = std::move(part);
+      } else {
+        *input += part;
+      }
+    }
   }
   if (op.kind == OpKind::kF && s > 0) {
     if (plan_.stages[s - 1].device == rank_) {
@@ -468,7 +515,13 @@ void PipelineEngine::RunOp(const Op& op, Tensor input, Tensor grad, Iteration* i
                   : plan_.vocab_parallel ? CombineHeadGradient(m, it)
                                          : Tensor::Constant(1, 1, 1.0f / M);
       std::vector<LayerContext>& c = it->ctx[key];
+      const bool embed = s == 0 && ShardEmbedding() != nullptr;
       for (int l = hi; l >= lo; --l) {
+        if (l == 0 && embed) {  // the embedding output's gradient, to every other shard
+          for (int d = 0; d < plan_.num_devices; ++d) {
+            if (d != rank_) Send(d, VocabTag(m, rank_, VocabMessage::kEmbedGrad), dy, it);
+          }
+        }
         TimedLayer(stats, l, OpKind::kB, s, m,
                    [&] { dy = (*layers_)[l]->BackwardInput(dy, microbatches[m], &c[l - lo]); });
       }
@@ -504,6 +557,38 @@ void PipelineEngine::RunOp(const Op& op, Tensor input, Tensor grad, Iteration* i
       RunShardWeight(m, it);
       break;
   }
+}
+
+void PipelineEngine::EmbeddingPrologue(Iteration* it) {
+  VocabShardEmbedding* shard = ShardEmbedding();
+  const int r0 = EmbeddingHolder();
+  if (shard == nullptr || rank_ == r0) return;
+  const double start = it->Now();
+  for (const Op& op : plan_.schedule.ops[r0]) {
+    if (op.kind != OpKind::kF || op.stage != 0) continue;
+    Send(r0, VocabTag(op.microbatch, rank_, VocabMessage::kEmbed),
+         shard->Partial(it->microbatches[op.microbatch]), it);
+  }
+  it->stats.embed_lookup_s = it->Now() - start;
+}
+
+absl::Status PipelineEngine::EmbeddingEpilogue(Iteration* it) {
+  VocabShardEmbedding* shard = ShardEmbedding();
+  const int r0 = EmbeddingHolder();
+  if (shard == nullptr || rank_ == r0) return absl::OkStatus();
+  const double start = it->Now();
+  double waited = 0;
+  for (int m = 0; m < static_cast<int>(it->microbatches.size()); ++m) {
+    Tensor dy;
+    RETURN_IF_ERROR(ReceiveTagged(
+        VocabTag(m, r0, VocabMessage::kEmbedGrad),
+        absl::StrCat("the embedding gradient of micro-batch ", m, " after rank ", rank_,
+                     "'s last op"),
+        it, &waited, &dy));
+    shard->AccumulateGradient(dy, it->microbatches[m]);
+  }
+  it->stats.embed_scatter_s = it->Now() - start - waited;
+  return absl::OkStatus();
 }
 
 void PipelineEngine::Account(const std::pair<int, int>& key, Iteration* it) {
@@ -542,6 +627,7 @@ absl::StatusOr<IterationStats> PipelineEngine::RunIteration(
   it.t0 = std::chrono::steady_clock::now();
   it.stats.start_steady_s = std::chrono::duration<double>(it.t0.time_since_epoch()).count();
   StartCommunication(&it);
+  if (it.comm_error.ok()) EmbeddingPrologue(&it);
   absl::Status failure;
   for (const Op& op : plan_.schedule.ops[rank_]) {
     OpTiming timing;
@@ -557,6 +643,7 @@ absl::StatusOr<IterationStats> PipelineEngine::RunIteration(
     Account({IsVocabPass(op.kind) ? kVocabKey : op.stage, op.microbatch}, &it);
     if (!it.comm_error.ok()) break;  // a send failed to start
   }
+  if (failure.ok() && it.comm_error.ok()) failure = EmbeddingEpilogue(&it);
   FinishCommunication(&it);
   if (failure.ok()) failure = it.comm_error;
   if (!failure.ok()) return failure;

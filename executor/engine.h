@@ -37,6 +37,17 @@
 // are timed as ops (OpTiming) only; the head's LayerOpTiming on the norm holder is its norm.
 // Shards are the plan's (Plan::vocab_shard_columns, the simulator's speed-sized split; equal
 // for a plan without them): BuildRankLayers cuts each rank's VocabShardHead to them.
+// When the model's first layer is its embedding, every rank also holds the same vocabulary
+// range of it (layer 0 is a VocabShardEmbedding on every rank; the simulator's model and the
+// schedule's reasons are in simulator/vocab_parallel.h), with two more messages:
+//   prologue  -> F(0, m)   every rank but stage 0's (r0) makes its partial embedding of every
+//                          micro-batch before its first op, in the order of r0's F(0, .), and
+//                          sends each [T, hidden] to r0, which adds them up in rank order as
+//                          stage 0's input (its own shard's rows go in in F)
+//   B/BW(0, m) -> epilogue r0 sends the gradient of the embedding's output [T, hidden] to every
+//                          other rank, which scatter-adds them into its shard's gradient after
+//                          its last op, in micro-batch order (r0 does its own rows in W/BW)
+// Their tags are vocabulary tags of kinds kEmbed and kEmbedGrad (the sending shard's).
 // Not thread-safe: one engine per rank, RunIteration called from one thread.
 #ifndef OCTOPIPE_EXECUTOR_ENGINE_H_
 #define OCTOPIPE_EXECUTOR_ENGINE_H_
@@ -50,6 +61,7 @@
 #include "core/plan.h"
 #include "executor/async_messages.h"
 #include "executor/layer.h"
+#include "executor/layers/vocab_embedding.h"
 #include "executor/layers/vocab_head.h"
 #include "executor/tensor.h"
 #include "executor/transport.h"
@@ -94,6 +106,11 @@ struct IterationStats {
   // tensor and index saved in a layer context (from F until its W / BW) plus the stage inputs
   // kept for recompute. Not RSS; received messages and the weights are not counted.
   int64_t peak_activation_bytes = 0;
+  // With a split embedding on a rank other than stage 0's: seconds of computing its partial
+  // embeddings (before its first op) and of scatter-adding the received gradients (after its
+  // last op, waits for them not counted); 0 otherwise.
+  double embed_lookup_s = 0;
+  double embed_scatter_s = 0;
   // std::chrono::steady_clock time of the iteration's start, in seconds since the clock's
   // epoch: on one machine it is the same clock in every process, so ranks' op times can be
   // compared (e.g. a message's producer end with its consumer's start).
@@ -138,7 +155,8 @@ class PipelineEngine {
     int cols;
   };
   // The messages of vocabulary parallelism (see the top comment).
-  enum class VocabMessage { kInput = 0, kStats = 1, kGrad = 2 };
+  enum class VocabMessage { kInput = 0, kStats = 1, kGrad = 2, kEmbed = 3, kEmbedGrad = 4 };
+  static constexpr int kVocabMessageKinds = 5;
   uint32_t Tag(int stage, int microbatch, int direction) const;
   uint32_t VocabTag(int microbatch, int shard, VocabMessage kind) const;
   Message VocabMessageTo(int to, int microbatch, int shard, VocabMessage kind) const;
@@ -146,6 +164,10 @@ class PipelineEngine {
   int NormHolder() const { return plan_.stages.back().device; }
   // This rank's shard of the head (null unless the plan is vocab_parallel and it is built).
   VocabShardHead* ShardHead() const;
+  // This rank's shard of the embedding (null unless the plan is vocab_parallel and layer 0 is
+  // one: the embedding is split), and the rank of stage 0, which runs the embedding's layer.
+  VocabShardEmbedding* ShardEmbedding() const;
+  int EmbeddingHolder() const { return plan_.stages.front().device; }
   // Validate's checks of a vocab_parallel plan.
   absl::Status ValidateVocabParallel() const;
   // Messages `from` sends to `to`, in `from`'s op order.
@@ -169,6 +191,13 @@ class PipelineEngine {
   // names the op and `what` it waited for.
   absl::Status Receive(const Op& op, uint32_t tag, const std::string& what, Iteration* it,
                        OpTiming* timing, Tensor* out);
+  // The same for a wait outside an op: the error ends "(waiting for `waiter`)".
+  absl::Status ReceiveTagged(uint32_t tag, const std::string& waiter, Iteration* it,
+                             double* wait_s, Tensor* out);
+  // The split embedding's work outside the ops: a rank's partials before its first op and its
+  // scatter-adds of the received gradients after its last (see the top comment).
+  void EmbeddingPrologue(Iteration* it);
+  absl::Status EmbeddingEpilogue(Iteration* it);
   // The inputs of a vocabulary op: n for S, every shard's stats for T, and every shard's stats
   // and partial gradients for the last stage's backward (kept in the iteration's vocab state).
   absl::Status TakeVocabInputs(const Op& op, Iteration* it, OpTiming* timing, Tensor* input);

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "executor/inproc_transport.h"
+#include "executor/layers/vocab_embedding.h"
 #include "executor/testing/random_plan.h"
 #include "gtest/gtest.h"
 #include "simulator/evaluator.h"
@@ -271,6 +272,25 @@ TEST(EngineTest, RefusesAVocabParallelPlanWithoutHeadShards) {
   absl::Status s = engine.Validate();
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(s.message().find("vocab_parallel"), absl::string_view::npos) << s;
+}
+
+// A vocabulary shard of the embedding runs only in a vocab_parallel plan (it holds only some
+// rows of the table): refused up front, naming layer 0.
+TEST(EngineTest, RefusesAnEmbeddingShardOutsideAVocabParallelPlan) {
+  Plan plan = ClassicPlanFor(ScheduleKind::k1F1B, 2, 0, 2, 5);
+  InProcHub hub(2, InProcOptions{.timeout_s = 5});
+  std::vector<std::unique_ptr<Layer>> layers = BuildLayers(5);
+  ModelDims dims;
+  dims.vocab = kVocab;
+  dims.hidden = kHidden;
+  layers[0] = std::make_unique<VocabShardEmbedding>(dims, 0, VocabShardRange({4, kVocab - 4}, 0));
+  auto transport = hub.Endpoint(0);
+  absl::Status s = PipelineEngine(plan, 0, &layers, transport.get(), kTokens, kHidden).Validate();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("layer 0 on rank 0 is a vocabulary shard of the embedding, but the "
+                             "plan is not vocab_parallel"),
+            absl::string_view::npos)
+      << s;
 }
 
 // Vocabulary passes are refused by name unless the plan is vocab_parallel, and a rank runs

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -10,6 +11,7 @@
 #include "executor/checkpoint.h"
 #include "executor/core_rotation.h"
 #include "executor/data.h"
+#include "executor/layers/vocab_embedding.h"
 #include "executor/layers/vocab_head.h"
 #include "executor/optimizer.h"
 #include "executor/reference_trainer.h"
@@ -44,6 +46,12 @@ absl::StatusOr<std::vector<std::unique_ptr<Layer>>> BuildRankLayers(const ModelS
                      PlanVocabShardColumns(plan, spec.dims.vocab));
     layers[L - 1] = std::make_unique<VocabShardHead>(
         spec.dims, L - 1, VocabShardRange(columns, rank), plan.stages.back().device == rank);
+    // The embedding, over the same vocabulary, is split by the same columns (stage 0's rank runs
+    // its layer; see engine.h).
+    if (spec.kinds.front() == "embedding") {
+      layers[0] =
+          std::make_unique<VocabShardEmbedding>(spec.dims, 0, VocabShardRange(columns, rank));
+    }
   }
   return layers;
 }
@@ -64,55 +72,46 @@ absl::StatusOr<bool> AgreeOnStop(int rank, Transport* transport, const TrainOpti
   return stop != 0;
 }
 
-// The tags of a head shard's checkpoint part sent to the norm holder: its W_out columns, then
-// their first and second moments (below kStopControlTag, far above the engine's tags).
+// The tags of a vocabulary shard's checkpoint part sent to the rank that writes the whole
+// layer: its tensors (parameters, then first and second moments once the optimizer has
+// stepped), from these bases up (below kStopControlTag, far above the engine's tags).
 constexpr uint32_t kHeadPartTag = 0xFFFFFE00u;
+constexpr uint32_t kEmbeddingPartTag = 0xFFFFFD00u;
 
-// The tensors of a head shard's part that travel to the norm holder (W_out columns, and their
-// moments once the optimizer has stepped).
+// Every tensor of a part, in the order it travels.
 std::vector<Tensor*> TravellingPieces(LayerCheckpoint* part) {
-  std::vector<Tensor*> out = {&part->params.back()};
-  if (!part->first_moments.empty()) {
-    out.push_back(&part->first_moments.back());
-    out.push_back(&part->second_moments.back());
+  std::vector<Tensor*> out;
+  for (auto* v : {&part->params, &part->first_moments, &part->second_moments}) {
+    for (Tensor& t : *v) out.push_back(&t);
   }
   return out;
 }
 
-// Vocabulary parallelism: writes the rank's layers but its head shard, which goes to the norm
-// holder; the holder merges every shard's part in shard order and writes the whole head, so the
-// checkpoint loads into any partition (executor/checkpoint.h).
-absl::Status SaveVocabParallelCheckpoint(const ModelSpec& spec, const Plan& plan, int rank,
-                                         Transport* transport, int64_t iteration,
-                                         RankResult* result, const AdamW& optimizer,
-                                         const std::string& root) {
-  ASSIGN_OR_RETURN(std::vector<LayerCheckpoint> layers,
-                   RankLayerCheckpoints(iteration, result->layers, optimizer));
-  LayerCheckpoint own = std::move(layers.back());  // the head: every rank holds a shard
-  layers.pop_back();
-  for (const LayerCheckpoint& c : layers) RETURN_IF_ERROR(WriteLayerCheckpoint(root, c));
-  const int holder = plan.stages.back().device, P = plan.num_devices;
+// One vocabulary-split layer's checkpoint: `own` is this rank's part. A rank other than
+// `holder` sends it there; the holder receives every other shard's part (shaped by
+// `empty_part(d)`: its parameters, uninitialised) and returns the whole layer's checkpoint,
+// merged by `whole_of` in shard order; the other ranks return nullopt.
+using WholeOf = absl::StatusOr<std::vector<Tensor>> (*)(const std::vector<std::vector<Tensor>>&);
+absl::StatusOr<std::optional<LayerCheckpoint>> GatherVocabShards(
+    LayerCheckpoint own, int rank, int holder, int num_ranks, uint32_t tag_base,
+    Transport* transport, const std::function<std::vector<Tensor>(int)>& empty_part,
+    WholeOf whole_of) {
   if (rank != holder) {
-    uint32_t tag = kHeadPartTag;
+    uint32_t tag = tag_base;
     for (Tensor* t : TravellingPieces(&own)) {
       RETURN_IF_ERROR(transport->Send(holder, tag++, t->data(), t->size() * sizeof(float)));
     }
-    return absl::OkStatus();
+    return std::nullopt;
   }
-  ASSIGN_OR_RETURN(const std::vector<int64_t> columns,
-                   PlanVocabShardColumns(plan, spec.dims.vocab));
-  std::vector<std::vector<Tensor>> params(P), first(P), second(P);
-  for (int d = 0; d < P; ++d) {
+  std::vector<std::vector<Tensor>> params(num_ranks), first(num_ranks), second(num_ranks);
+  for (int d = 0; d < num_ranks; ++d) {
     LayerCheckpoint part;
     if (d == rank) {
       part = own;
     } else {
-      const VocabRange r = VocabShardRange(columns, d);
-      part.params = {Tensor(spec.dims.hidden, r.end - r.begin)};
-      if (!own.first_moments.empty()) {
-        part.first_moments = part.second_moments = part.params;
-      }
-      uint32_t tag = kHeadPartTag;
+      part.params = empty_part(d);
+      if (!own.first_moments.empty()) part.first_moments = part.second_moments = part.params;
+      uint32_t tag = tag_base;
       for (Tensor* t : TravellingPieces(&part)) {
         RETURN_IF_ERROR(transport->Recv(d, tag++, t->data(), t->size() * sizeof(float)));
       }
@@ -122,12 +121,56 @@ absl::Status SaveVocabParallelCheckpoint(const ModelSpec& spec, const Plan& plan
     second[d] = std::move(part.second_moments);
   }
   LayerCheckpoint whole = std::move(own);
-  ASSIGN_OR_RETURN(whole.params, WholeHeadOf(params));
+  ASSIGN_OR_RETURN(whole.params, whole_of(params));
   if (!whole.first_moments.empty()) {
-    ASSIGN_OR_RETURN(whole.first_moments, WholeHeadOf(first));
-    ASSIGN_OR_RETURN(whole.second_moments, WholeHeadOf(second));
+    ASSIGN_OR_RETURN(whole.first_moments, whole_of(first));
+    ASSIGN_OR_RETURN(whole.second_moments, whole_of(second));
   }
-  return WriteLayerCheckpoint(root, whole);
+  return whole;
+}
+
+// Vocabulary parallelism: writes the rank's layers but its vocabulary shards — of the head,
+// which goes to the norm holder, and of a split embedding, which goes to stage 0's rank; each
+// holder merges every shard's part in shard order and writes the whole layer, so the checkpoint
+// loads into any partition (executor/checkpoint.h).
+absl::Status SaveVocabParallelCheckpoint(const ModelSpec& spec, const Plan& plan, int rank,
+                                         Transport* transport, int64_t iteration,
+                                         RankResult* result, const AdamW& optimizer,
+                                         const std::string& root) {
+  ASSIGN_OR_RETURN(std::vector<LayerCheckpoint> layers,
+                   RankLayerCheckpoints(iteration, result->layers, optimizer));
+  LayerCheckpoint head = std::move(layers.back());  // every rank holds a shard of the head
+  layers.pop_back();
+  std::optional<LayerCheckpoint> embedding;
+  if (dynamic_cast<const VocabShardEmbedding*>(result->layers.front().get()) != nullptr) {
+    embedding = std::move(layers.front());  // and of the embedding when it is split
+    layers.erase(layers.begin());
+  }
+  for (const LayerCheckpoint& c : layers) RETURN_IF_ERROR(WriteLayerCheckpoint(root, c));
+  ASSIGN_OR_RETURN(const std::vector<int64_t> columns,
+                   PlanVocabShardColumns(plan, spec.dims.vocab));
+  const int P = plan.num_devices, hidden = spec.dims.hidden;
+  auto width = [&](int d) {
+    const VocabRange r = VocabShardRange(columns, d);
+    return r.end - r.begin;
+  };
+  ASSIGN_OR_RETURN(
+      std::optional<LayerCheckpoint> whole_head,
+      GatherVocabShards(std::move(head), rank, plan.stages.back().device, P, kHeadPartTag,
+                        transport,
+                        [&](int d) { return std::vector<Tensor>{Tensor(hidden, width(d))}; },
+                        &WholeHeadOf));
+  if (whole_head) RETURN_IF_ERROR(WriteLayerCheckpoint(root, *whole_head));
+  if (embedding) {
+    ASSIGN_OR_RETURN(
+        std::optional<LayerCheckpoint> whole_embedding,
+        GatherVocabShards(std::move(*embedding), rank, plan.stages.front().device, P,
+                          kEmbeddingPartTag, transport,
+                          [&](int d) { return std::vector<Tensor>{Tensor(width(d), hidden)}; },
+                          &WholeEmbeddingOf));
+    if (whole_embedding) RETURN_IF_ERROR(WriteLayerCheckpoint(root, *whole_embedding));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status SaveCheckpoint(const ModelSpec& spec, const Plan& plan, int rank,

@@ -1,6 +1,7 @@
-// Vocabulary-parallel plans (the head split by vocabulary over every rank; executor/engine.h,
-// executor/layers/vocab_head.h) train the real reference model exactly as single-process
-// training does: loss, every gradient (the head's reassembled from its shards) and, after
+// Vocabulary-parallel plans (the head and the input embedding split by vocabulary over every
+// rank; executor/engine.h, executor/layers/vocab_head.h, executor/layers/vocab_embedding.h)
+// train the real reference model exactly as single-process training does: loss, every gradient
+// (the head's and the embedding's reassembled from their shards) and, after
 // several AdamW steps, every weight agree to fp32 rounding (relative error <= 1e-5; the shards'
 // softmax sums add in another order, so not bit for bit). Plans from the real tuner with
 // --vocab_parallel=on and random list-scheduled orders on 2 and 3 ranks in-process, with equal
@@ -17,8 +18,10 @@
 #include "core/cluster.h"
 #include "core/cost_model.h"
 #include "core/fake_clock.h"
+#include "executor/checkpoint.h"
 #include "executor/gloo_transport.h"
 #include "executor/inproc_transport.h"
+#include "executor/layers/vocab_embedding.h"
 #include "executor/layers/vocab_head.h"
 #include "executor/model_spec.h"
 #include "executor/reference_trainer.h"
@@ -63,23 +66,27 @@ RankTensors TensorsOf(RankResult& rank, bool grads) {
   return out;
 }
 
-// The whole model's tensors by layer from every rank's: the head's shards merged (when the
-// head is split by vocabulary).
+// The whole model's tensors by layer from every rank's: the head's and the embedding's shards
+// merged (when they are split by vocabulary).
 std::vector<std::vector<Tensor>> WholeModel(const std::vector<RankTensors>& ranks,
                                             bool vocab_parallel = true) {
   const size_t L = ranks[0].size();
   std::vector<std::vector<Tensor>> out(L);
-  std::vector<std::vector<Tensor>> head_shards;
+  std::vector<std::vector<Tensor>> head_shards, embedding_shards;
   for (const RankTensors& r : ranks) {
     for (size_t l = 0; l < L; ++l) {
       if (!r[l].empty()) out[l] = r[l];
     }
     head_shards.push_back(r[L - 1]);
+    embedding_shards.push_back(r[0]);
   }
   if (!vocab_parallel) return out;
   absl::StatusOr<std::vector<Tensor>> head = WholeHeadOf(head_shards);
   EXPECT_TRUE(head.ok()) << head.status();
   if (head.ok()) out[L - 1] = std::move(*head);
+  absl::StatusOr<std::vector<Tensor>> embedding = WholeEmbeddingOf(embedding_shards);
+  EXPECT_TRUE(embedding.ok()) << embedding.status();
+  if (embedding.ok()) out[0] = std::move(*embedding);
   return out;
 }
 
@@ -226,13 +233,18 @@ TEST(VocabParallelTrainingTest, UnequalShardsMatchSingleProcessTraining) {
                                     /*split_backward=*/trial % 3 != 0, /*vocab_parallel=*/true);
     plan.vocab_shard_columns = columns;
     const std::string what = "unequal trial " + std::to_string(trial);
-    // Each rank's head is its own columns, not an equal part.
+    // Each rank's head is its own columns, not an equal part, and its embedding the same rows.
     for (int r = 0; r < P; ++r) {
       absl::StatusOr<std::vector<std::unique_ptr<Layer>>> layers = BuildRankLayers(spec, plan, r);
       ASSERT_TRUE(layers.ok()) << what << ": " << layers.status();
       const auto* shard = dynamic_cast<const VocabShardHead*>(layers->back().get());
       ASSERT_NE(shard, nullptr) << what;
       EXPECT_EQ(shard->range().end - shard->range().begin, columns[r]) << what << " rank " << r;
+      auto* rows = dynamic_cast<VocabShardEmbedding*>(layers->front().get());
+      ASSERT_NE(rows, nullptr) << what;
+      EXPECT_EQ(rows->range().begin, shard->range().begin) << what << " rank " << r;
+      EXPECT_EQ(rows->range().end, shard->range().end) << what << " rank " << r;
+      EXPECT_EQ(rows->params()[0]->rows(), columns[r]) << what << " rank " << r;
     }
     ExpectTrainsLikeOneProcess(spec, plan, 2, what);
     if (HasFailure()) return;
@@ -293,8 +305,8 @@ TEST(VocabParallelTrainingTest, ARankWithOnlyAHeadShard) {
   }
 }
 
-// Rank 1 holds only its shard and dies: rank 0, waiting for that shard's statistics, fails
-// with an error naming rank 1 instead of waiting forever.
+// Rank 1 holds only its shards and dies: rank 0, waiting for that shard's embedding rows of
+// the first micro-batch, fails with an error naming rank 1 instead of waiting forever.
 TEST(VocabParallelTrainingTest, ADeadShardIsNamedNotWaitedFor) {
   const ModelSpec spec = Spec(2);
   const Plan plan = TwoStagePlan(spec, {0, 0}, 2, true);
@@ -304,14 +316,14 @@ TEST(VocabParallelTrainingTest, ADeadShardIsNamedNotWaitedFor) {
   absl::StatusOr<RankResult> r = TrainRank(spec, plan, 0, transport.get(), TrainOptions{});
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("rank 1"), absl::string_view::npos) << r.status();
-  EXPECT_NE(r.status().message().find("(waiting for shard 1's S pass output for "),
+  EXPECT_NE(r.status().message().find("(waiting for shard 1's embedding rows for F0."),
             absl::string_view::npos)
       << r.status();
 }
 
-// Checkpoints of a vocabulary-parallel run hold the whole head (the norm holder gathers the
-// shards), so a run resumes onto another vocabulary split, onto a plan without one, and the
-// other way round, and trains on as if uninterrupted.
+// Checkpoints of a vocabulary-parallel run hold the whole head and the whole embedding (the
+// norm holder and stage 0's rank gather the shards), so a run resumes onto another vocabulary
+// split, onto a plan without one, and the other way round, and trains on as if uninterrupted.
 TEST(VocabParallelTrainingTest, CheckpointsResumeAcrossVocabularySplits) {
   const ModelSpec spec = Spec(4);
   const int L = static_cast<int>(spec.kinds.size()), M = spec.microbatches;
@@ -340,6 +352,15 @@ TEST(VocabParallelTrainingTest, CheckpointsResumeAcrossVocabularySplits) {
     options.checkpoint_at_end = true;
     for (auto& r : TrainThreads(spec, *c.first, options)) {
       ASSERT_TRUE(r.ok()) << c.name << ": " << r.status();
+    }
+    // One file per whole vocabulary layer, with its moments, whoever held the shards.
+    for (int l : {0, L - 1}) {
+      absl::StatusOr<LayerCheckpoint> whole =
+          ReadLayerCheckpoint(LayerCheckpointPath(options.checkpoint_dir, 2, l));
+      ASSERT_TRUE(whole.ok()) << c.name << ": " << whole.status();
+      const Tensor& table = whole->params.back();
+      EXPECT_EQ(l == 0 ? table.rows() : table.cols(), spec.dims.vocab) << c.name << " layer " << l;
+      EXPECT_EQ(whole->first_moments.size(), whole->params.size()) << c.name << " layer " << l;
     }
     options.iterations = 4;
     options.checkpoint_at_end = false;

@@ -167,6 +167,18 @@ absl::StatusOr<CalibrationUpdate> FitMeasuredTimes(const ProblemBuilder& builder
       layer_costs[l] = builder.layer_cost(l, st.device);
     }
   }
+  if (builder.split_embedding()) {
+    // Stage 0's rank times only its own shard of a split embedding: compare with that share.
+    ASSIGN_OR_RETURN(const std::vector<int64_t> columns,
+                     PlanVocabShardColumns(plan, builder.vocab()));
+    const double share = static_cast<double>(columns[plan.stages.front().device]) /
+                         static_cast<double>(builder.vocab());
+    LayerCost& e = layer_costs[0];
+    e.forward_s *= share;
+    e.backward_input_s *= share;
+    e.weight_grad_s *= share;
+    e.recompute_s *= share;
+  }
   // Under the split the head's layer times are its norm alone (executor/engine.h), which the
   // problem does not cost: its factor stays the vocabulary passes' fit.
   const int head = plan.vocab_parallel ? L - 1 : -1;

@@ -21,7 +21,9 @@
 // fractions follow the devices' speed on the head, and a factor per device has nowhere to go
 // in the per-layer factors the tuner takes. The stage times of the last stage then do not
 // scale the head (its cost is not in them), and the head's own per-layer times, which under
-// the split time only its norm on the last stage's device, are ignored (FitMeasuredTimes).
+// the split time only its norm on the last stage's device, are ignored (FitMeasuredTimes). A
+// split input embedding (ProblemBuilder::split_embedding) is timed per layer on stage 0's
+// device for that device's shard only, so its layer times are compared with that share.
 #ifndef OCTOPIPE_PLANNER_SERVICE_CALIBRATION_H_
 #define OCTOPIPE_PLANNER_SERVICE_CALIBRATION_H_
 

@@ -357,6 +357,33 @@ TEST(FitMeasuredTimesTest, LayerTimesCalibrateTheirLayersButNotASplitHead) {
                         "stage times"));
 }
 
+// A split embedding (layer 0 an embedding over the head's 1000 columns, equal shards) runs on
+// stage 0's device for that device's half only: its layer times compare with half its cost.
+TEST(FitMeasuredTimesTest, ASplitEmbeddingsLayerTimesCalibrateByItsShare) {
+  VocabSetup v = SmallVocabSetup();
+  Layer& embedding = v.model.layers.front();
+  embedding.kind = LayerKind::kEmbedding;
+  embedding.dims.vocab = 1000;
+  absl::StatusOr<ProblemBuilder> builder = BuilderOf(v, {});
+  ASSERT_TRUE(builder.ok()) << builder.status();
+  ASSERT_TRUE(builder->split_embedding());
+  // Layer 0 predicted F 1 s whole, 0.5 s for device 0's half: measured 0.5 s is as predicted,
+  // 1.5 s three times slower.
+  absl::StatusOr<CalibrationUpdate> u =
+      FitMeasuredTimes(*builder, v.plan, {}, {{0, OpKind::kF, 0.5, 4}}, {});
+  ASSERT_TRUE(u.ok()) << u.status();
+  ExpectFactors(u->factors, {1, 1, 1, 1});
+  u = FitMeasuredTimes(*builder, v.plan, {}, {{0, OpKind::kF, 1.5, 4}, {0, OpKind::kW, 0.25, 4}},
+                       {});
+  ASSERT_TRUE(u.ok()) << u.status();
+  ExpectFactors(u->factors, {(1.5 + 0.25) / (0.5 + 0.25), 1, 1, 1});
+  // Unequal shards: device 0 holds 100 of the 1000 columns.
+  v.plan.vocab_shard_columns = {100, 900};
+  u = FitMeasuredTimes(*builder, v.plan, {}, {{0, OpKind::kF, 0.1, 4}}, {});
+  ASSERT_TRUE(u.ok()) << u.status();
+  ExpectFactors(u->factors, {1, 1, 1, 1});
+}
+
 TEST(ParseOpKindTest, AcceptsTheFiveKinds) {
   const std::vector<std::pair<std::string, OpKind>> kinds = {{"F", OpKind::kF},
                                                              {"B", OpKind::kB},

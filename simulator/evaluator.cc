@@ -205,6 +205,12 @@ absl::Status Evaluator::BuildStructure(const PipelineProblem& pb, const Schedule
     }
   }
   RETURN_IF_ERROR(CheckVocabPassesPresent(pb));
+  // Stage 0's last backward in its device's order: the last embedding gradient (DeviceEnd).
+  last_b0_pos_ = -1;
+  for (int32_t f = device_offset_[stage_device_[0]]; f < device_offset_[stage_device_[0] + 1];
+       ++f) {
+    if (ops_[f].stage == 0 && IsBackward(ops_[f].kind)) last_b0_pos_ = f;
+  }
   vocab_pos_.clear();
   if (vocab_) {
     vocab_pos_.resize(static_cast<size_t>(M_) * P * 2);
@@ -239,6 +245,8 @@ absl::Status Evaluator::CheckVocabPassesPresent(const PipelineProblem& pb) const
 // devices depend on its kind and stage only (whether a consumer backward is B or BW changes
 // neither), so the pass reads a duration and a delay from these small tables.
 void Evaluator::BuildTables(const PipelineProblem& pb) {
+  device_start_.resize(P_);
+  for (int d = 0; d < P_; ++d) device_start_[d] = DeviceEarliestStart(pb, d);
   const int32_t num_ks = kNumOpKinds * stage_ids_;
   kind_stage_.assign(num_ks, KindStage{});
   fanout_s_edges_ = 2 * num_ks;
@@ -370,7 +378,8 @@ absl::Status Evaluator::RunDag(const std::function<bool()>* should_stop) {
     pred_transfer_.assign(n, 0);
   }
   cursor_.assign(device_offset_.begin(), device_offset_.end() - 1);
-  device_free_.assign(P, 0.0);
+  device_free_ = device_start_;
+  b0_end_ = 0;
   live_.assign(P, 0.0);
   max_live_.assign(P, 0.0);
   first_start_.assign(P, 0.0);
@@ -384,6 +393,7 @@ absl::Status Evaluator::RunDag(const std::function<bool()>* should_stop) {
   int32_t* const cursor = cursor_.data();
   uint8_t* const queued = queued_.data();
   const int32_t* const vocab_pos = vocab_pos_.data();
+  const int32_t last_b0 = last_b0_pos_;
   int64_t poll_left = should_stop != nullptr ? kStopPollOps : std::numeric_limits<int64_t>::max();
   size_t head = 0;
   int64_t processed = 0;
@@ -428,6 +438,7 @@ absl::Status Evaluator::RunDag(const std::function<bool()>* should_stop) {
           start_[p] = start;
           end_[p] = end;
         }
+        if (p == last_b0) b0_end_ = end;
         device_free = end;
         const int32_t c0 = node.succ[0], c1 = node.succ[1];
         const int32_t e0 = node.edge[0], e1 = node.edge[1];
@@ -509,7 +520,7 @@ absl::Status Evaluator::RunEvents(const PipelineProblem& pb, bool track_pred, bo
     pred_.assign(n, -1);
     pred_transfer_.assign(n, 0);
   }
-  device_free_.assign(P, 0.0);
+  device_free_ = device_start_;
   first_start_.assign(P, 0.0);
   live_.assign(P, 0.0);
   max_live_.assign(P, 0.0);
@@ -526,9 +537,9 @@ absl::Status Evaluator::RunEvents(const PipelineProblem& pb, bool track_pred, bo
   for (int d = 0; d < P; ++d) {
     for (int32_t f = device_offset_[d]; f < device_offset_[d + 1]; ++f) {
       Node& node = nodes_[f];
-      node.ready = 0;
+      node.ready = f == device_offset_[d] ? device_start_[d] : 0;
       node.pending = kind_stage_[node.ks].predecessors + (f > device_offset_[d] ? 1 : 0);
-      if (node.pending == 0) push(Event{0.0, seq++, -1, f, 0});
+      if (node.pending == 0) push(Event{node.ready, seq++, -1, f, 0});
     }
   }
   auto resolve = [&](int32_t c, double t, int32_t p, bool transfer) {
@@ -595,6 +606,7 @@ absl::Status Evaluator::RunEvents(const PipelineProblem& pb, bool track_pred, bo
     first_start_[d] = start_[lo];
     device_free_[d] = end_[hi - 1];
   }
+  b0_end_ = last_b0_pos_ >= 0 ? end_[last_b0_pos_] : 0;
   ComputeMemory();
   return absl::OkStatus();
 }
@@ -667,10 +679,14 @@ Evaluator::Summary Evaluator::Summarize(const PipelineProblem& pb) {
   for (int d = 0; d < pb.num_devices; ++d) {
     const int32_t lo = device_offset_[d], hi = device_offset_[d + 1];
     if (lo == hi) continue;
-    first = std::min(first, first_start_[d]);
-    last = std::max(last, device_free_[d]);
+    // With the split embedding the iteration begins before the first op (DeviceEarliestStart:
+    // the lookups and the first reduce) and a device's part ends after its last op (DeviceEnd:
+    // the scatter-adds); its steady-state period is DevicePeriod.
+    first = std::min(first, first_start_[d] - device_start_[d]);
+    last = std::max(last, DeviceEnd(pb, d, device_free_[d], b0_end_));
     out.steady_state_iteration_time_s =
-        std::max(out.steady_state_iteration_time_s, device_free_[d] - first_start_[d]);
+        std::max(out.steady_state_iteration_time_s,
+                 DevicePeriod(pb, d, first_start_[d], device_free_[d], b0_end_));
   }
   out.iteration_time_s = ops_.empty() ? 0 : last - first;
   peak_.resize(pb.num_devices);
@@ -721,6 +737,7 @@ absl::StatusOr<SimResult> Evaluator::Evaluate(const PipelineProblem& pb, const S
     DeviceResult& dr = r.devices[d];
     const int32_t lo = device_offset_[d], hi = device_offset_[d + 1];
     for (int32_t f = lo; f < hi; ++f) dr.busy_s += end_[f] - start_[f];
+    if (pb.embed_split) dr.busy_s += pb.embed_prologue_s[d] + pb.embed_epilogue_s[d];
     if (lo < hi) {
       dr.first_start_s = start_[lo];
       dr.last_end_s = end_[hi - 1];

@@ -11,7 +11,12 @@
 // Under vocabulary parallelism (PipelineProblem::vocab_parallel) every device also runs S and
 // T passes of its vocabulary shard; the broadcast of the last hidden state is a transfer per
 // device and the all-reduce a barrier of vocab_allreduce_s after the last S of the micro-batch
-// (pipeline_rules.h), so the pass costs O(ops + devices^2 x micro-batches).
+// (pipeline_rules.h), so the pass costs O(ops + devices^2 x micro-batches). With the input
+// embedding split too (embed_split), a device's part of the iteration starts
+// DeviceEarliestStart before its first op may and ends at DeviceEnd, and its steady-state
+// period is DevicePeriod (pipeline_rules.h): the iteration times, and the busy times (its
+// lookups and scatter-adds), include them; op times, transfers and the critical path are the
+// ops'.
 //
 // A schedule whose device orders contradict the data dependencies is a deadlock; Evaluate
 // returns kInvalidArgument naming the ops on the cycle. Missing, duplicate or misplaced ops are
@@ -189,10 +194,12 @@ class Evaluator {
   std::vector<int32_t> device_;
   std::vector<int32_t> device_offset_;
   std::vector<int32_t> vocab_pos_;  // (micro-batch * P + device) * 2 + {0: S, 1: T}
+  int32_t last_b0_pos_ = -1;        // stage 0's last B or BW in its device's order
   std::vector<Node> nodes_;  // one per op, then a sentinel
   bool dirty_ = true;  // nodes_ not in their initial state (a run stopped, failed or used events)
 
   // Per call.
+  std::vector<double> device_start_;  // DeviceEarliestStart per device
   std::vector<KindStage> kind_stage_;
   std::vector<Edge> edges_;
   int32_t fanout_s_edges_ = 0, fanout_t_edges_ = 0;  // first edges_ entry of each fan-out
@@ -206,6 +213,7 @@ class Evaluator {
   std::vector<double> device_free_;
   std::vector<double> live_, max_live_;
   std::vector<double> first_start_;
+  double b0_end_ = 0;  // end of stage 0's last backward (DeviceEnd)
   std::vector<int32_t> worklist_;  // devices that may advance
   std::vector<uint8_t> queued_;
   // Under contention: the event heap and each directed link's next free time.

@@ -18,7 +18,8 @@
 // sees the drain from the end, where the list scheduler cannot.
 //
 // Timing is the evaluator's without link contention (pipeline_rules.h: durations, data edges,
-// EdgeDelay); memory is not considered — the caller evaluates the result (it may hold more
+// EdgeDelay) but for a split embedding's per-device start and end (DeviceEarliestStart,
+// DeviceEnd), which it leaves out; memory is not considered — the caller evaluates the result (it may hold more
 // activations than the input). Under recompute R stays immediately before its backward: the
 // two are placed as one block, R first (R needs only its F, the backward its upstream
 // gradient R seconds into the block).

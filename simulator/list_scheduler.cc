@@ -99,6 +99,7 @@ class ListScheduleRun {
   // early micro-batches before the first one comes back), one op is let through.
   bool relax_inflight_ = false;
   std::vector<int> touched_;  // devices whose ready set grew during this step
+  double stage0_backward_end_ = 0;  // the last B/BW of stage 0 (DeviceEnd)
   // Ready W ops queue per stage with only the oldest in the ready list: ZeroBubble-style orders
   // defer W, and scanning a long tail of interchangeable W ops at every step would make the
   // scheduler O(ops x M).
@@ -127,7 +128,8 @@ ListScheduleRun::ListScheduleRun(const PipelineProblem& pb, const SchedulePolicy
   pending_.assign(num_ids, 0);
   ready_.assign(num_ids, 0.0);
   available_.resize(P_);
-  free_at_.assign(P_, 0.0);
+  free_at_.resize(P_);
+  for (int d = 0; d < P_; ++d) free_at_[d] = DeviceEarliestStart(pb, d);
   live_.assign(P_, 0.0);
   inflight_.assign(P_, 0);
   w_waiting_.resize(S_);
@@ -293,6 +295,7 @@ double ListScheduleRun::Emit(int d, double t, int32_t id) {
   }
   const double finish = start + OpDuration(pb_, kind, s);
   free_at_[d] = finish;
+  if (s == 0 && IsBackward(kind)) stage0_backward_end_ = std::max(stage0_backward_end_, finish);
   return finish;
 }
 
@@ -357,7 +360,12 @@ absl::StatusOr<ListScheduleResult> ListScheduleRun::Run() {
     ReleaseSuccessors(id, finish);
     RefreshAfterStep(d);
   }
-  result_.iteration_time_s = makespan;  // F of stage 0, micro-batch 0 starts at time 0
+  // The iteration begins at 0: stage 0's first F then (or after DeviceEarliestStart, and each
+  // device's part of it ends at DeviceEnd, when the embedding is split).
+  for (int d = 0; d < P_; ++d) {
+    makespan = std::max(makespan, DeviceEnd(pb_, d, free_at_[d], stage0_backward_end_));
+  }
+  result_.iteration_time_s = makespan;
   return std::move(result_);
 }
 

@@ -22,6 +22,10 @@
 //
 // S allocates its shard's activations and T frees them.
 //
+// When vocab_parallel also splits the input embedding (PipelineProblem::embed_split) no edge and
+// no op changes: the embedding's work off stage 0's device sits before and after each device's
+// own ops (DeviceEarliestStart, DeviceEnd, DevicePeriod; simulator/vocab_parallel.h says why).
+//
 // Everything here is inline and allocation-free: it sits in the evaluator's hot loop.
 // Stateless; safe from any thread.
 #ifndef OCTOPIPE_SIMULATOR_PIPELINE_RULES_H_
@@ -88,6 +92,48 @@ inline double ActivationDelta(const PipelineProblem& pb, OpKind kind, int stage)
     case OpKind::kT: return -pb.vocab_activation_bytes[stage];
   }
   return 0;
+}
+
+// The earliest start of any op on `device`. 0 unless the embedding is split; then stage 0's
+// device r0 waits embed_ready_s for the first reduced embedding (so does its first op, always an
+// F of stage 0: every other op depends on one), and every other device first looks up its rows
+// for every micro-batch (embed_prologue_s).
+inline double DeviceEarliestStart(const PipelineProblem& pb, int device) {
+  if (!pb.embed_split) return 0;
+  return device == pb.stage_device[0] ? pb.embed_ready_s : pb.embed_prologue_s[device];
+}
+
+// Where the device's part of an iteration ends, given its last op's end and the end of stage
+// 0's last backward (B or BW; its gradient is the last the embedding shards need). Without the
+// split: its last op's end. With it: r0's last op's end (r0 scatter-adds its shard in stage 0's
+// W or BW); every other device scatter-adds all M gradients (embed_epilogue_s) once it is done
+// with its ops and the last gradient has arrived (embed_broadcast_s after that backward).
+inline double DeviceEnd(const PipelineProblem& pb, int device, double last_op_end,
+                        double stage0_backward_end) {
+  if (!pb.embed_split || device == pb.stage_device[0]) return last_op_end;
+  const double arrived = stage0_backward_end + pb.embed_broadcast_s;
+  return (last_op_end > arrived ? last_op_end : arrived) + pb.embed_epilogue_s[device];
+}
+
+// The device's period when iterations overlap (the steady state: each device steps its own
+// optimizer and starts its next iteration when it can), from its first op's start and last
+// op's end and the end of stage 0's last backward. Without the split: last - first. With it, a
+// device d other than r0 runs its next ops without waiting for the embedding: its lookups and
+// scatter-adds only add their time; but r0's next first F waits for every shard's update and
+// next lookup: the last gradient's broadcast, the slowest device's scatter-adds, then
+// embed_ready_s (lookup and reduce) — unless r0's own ops end later.
+inline double DevicePeriod(const PipelineProblem& pb, int device, double first_op_start,
+                           double last_op_end, double stage0_backward_end) {
+  if (!pb.embed_split) return last_op_end - first_op_start;
+  if (device != pb.stage_device[0]) {
+    return last_op_end - first_op_start + pb.embed_prologue_s[device] +
+           pb.embed_epilogue_s[device];
+  }
+  double scatter = 0;
+  for (double e : pb.embed_epilogue_s) scatter = e > scatter ? e : scatter;
+  const double next =
+      stage0_backward_end + pb.embed_broadcast_s + scatter + pb.embed_ready_s;
+  return (last_op_end > next ? last_op_end : next) - first_op_start;
 }
 
 // Number of data predecessors of the op (the edges above that end at it).

@@ -66,6 +66,21 @@ struct PipelineProblem {
   double vocab_input_bytes = 0;
   double vocab_allreduce_s = 0;
 
+  // The input embedding split by the same vocabulary columns (simulator/vocab_parallel.h; only
+  // with vocab_parallel, when layer 0 is an embedding over the head's vocabulary). Stage 0's
+  // ops hold the shard of its own device r0 = stage_device[0] (in its F, R and W); every other
+  // device d looks up its rows for every micro-batch before its first op (embed_prologue_s[d])
+  // and scatter-adds every micro-batch's gradient after its last op, once the last one has
+  // arrived (embed_epilogue_s[d]); both are 0 for r0. Stage 0's first F waits embed_ready_s
+  // (one lookup and the reduce of the partial embeddings); the gradient of B/BW(0, m) reaches
+  // every device embed_broadcast_s after it ends. Rules: DeviceEarliestStart, DeviceEnd and
+  // DevicePeriod (pipeline_rules.h).
+  bool embed_split = false;
+  std::vector<double> embed_prologue_s;  // per device (empty when off)
+  std::vector<double> embed_epilogue_s;  // per device (empty when off)
+  double embed_ready_s = 0;
+  double embed_broadcast_s = 0;
+
   // Op ids of vocabulary passes use the device as their stage, so id spaces span this many.
   int num_stage_ids() const {
     return vocab_parallel && num_devices > num_stages ? num_devices : num_stages;

@@ -46,6 +46,7 @@ absl::StatusOr<ProblemBuilder> ProblemBuilder::Create(
   if (vocab_parallel) RETURN_IF_ERROR(CheckVocabParallelModel(model, num_devices));
   ProblemBuilder pb;
   pb.vocab_parallel_ = vocab_parallel;
+  pb.split_embedding_ = vocab_parallel && SplitsEmbedding(model);
   if (vocab_parallel) pb.vocab_ = model.layers.back().dims.vocab;
   pb.num_layers_ = model.num_layers();
   pb.num_devices_ = num_devices;
@@ -80,8 +81,14 @@ absl::StatusOr<ProblemBuilder> ProblemBuilder::Create(
         v->assign(L + 1, 0.0);
       }
       for (int l = 0; l < L; ++l) {
-        // A split head runs as vocabulary shards on every device, not in its stage.
-        const LayerCost c = vocab_parallel && l == L - 1 ? LayerCost{} : hc.layers[l];
+        // A split head runs as vocabulary shards on every device, not in its stage. A split
+        // embedding keeps its activations (the token ids) in stage 0, whose ops get only their
+        // device's share of its time (BuildWith); its static bytes are the shards'.
+        LayerCost c = vocab_parallel && l == L - 1 ? LayerCost{} : hc.layers[l];
+        if (pb.split_embedding_ && l == 0) {
+          c.forward_s = c.backward_input_s = c.weight_grad_s = c.recompute_s = 0;
+          c.static_bytes = 0;
+        }
         hc.f[l + 1] = hc.f[l] + c.forward_s;
         hc.b[l + 1] = hc.b[l] + c.backward_input_s;
         hc.w[l + 1] = hc.w[l] + c.weight_grad_s;
@@ -126,6 +133,7 @@ void ProblemBuilder::InitVocabParallel() {
   vocab_allreduce_s_ =
       RingAllReduceSeconds(P, link_latency_s_, link_inv_bandwidth_,
                            VocabAllReduceBytes(vocab_input_bytes_, tokens_per_microbatch_));
+  if (split_embedding_) embed_bytes_ = layer_cost(0, 0).output_bytes;
 }
 
 ProblemBuilder::VocabShardCosts ProblemBuilder::VocabCostsOf(
@@ -133,6 +141,9 @@ ProblemBuilder::VocabShardCosts ProblemBuilder::VocabCostsOf(
   const int P = num_devices_, head = num_layers_ - 1;
   VocabShardCosts out;
   for (auto* v : {&out.s_s, &out.t_s, &out.activation_bytes, &out.static_bytes}) v->resize(P);
+  if (split_embedding_) {
+    for (auto* v : {&out.embed_f, &out.embed_b, &out.embed_w, &out.embed_r}) v->resize(P);
+  }
   for (int d = 0; d < P; ++d) {
     const HardwareClass& hc = classes_[device_class_[d]];
     const double fraction = static_cast<double>(columns[d]) / static_cast<double>(vocab_);
@@ -141,6 +152,15 @@ ProblemBuilder::VocabShardCosts ProblemBuilder::VocabCostsOf(
     out.t_s[d] = shard.t_s;
     out.activation_bytes[d] = shard.activation_bytes;
     out.static_bytes[d] = shard.static_bytes;
+    if (split_embedding_) {
+      const LayerCost& embedding = hc.layers[0];
+      const EmbeddingShard e = EmbeddingShardCost(embedding, fraction);
+      out.embed_f[d] = e.lookup_s;
+      out.embed_b[d] = embedding.backward_input_s * fraction;
+      out.embed_w[d] = e.scatter_s;
+      out.embed_r[d] = embedding.recompute_s * fraction;
+      out.static_bytes[d] += e.static_bytes;
+    }
   }
   return out;
 }
@@ -202,6 +222,16 @@ void ProblemBuilder::BuildWith(const std::vector<StageAssignment>& stages, int n
     p.input_bytes[s] = std::min(hc.layers[lo].input_bytes, p.activation_bytes[s]);
     p.output_bytes[s] = hc.layers[hi - 1].output_bytes;
     p.static_bytes[st.device] += hc.statics[hi] - hc.statics[lo];
+    if (split_embedding_ && lo == 0) {
+      // Stage 0 runs its device's shard of the embedding, whose input under recompute is the
+      // reduced embedding (the other shards' partials cannot be looked up again).
+      const int r0 = st.device;
+      p.forward_s[s] += vocab.embed_f[r0];
+      p.backward_input_s[s] += vocab.embed_b[r0];
+      p.weight_grad_s[s] += vocab.embed_w[r0];
+      p.recompute_s[s] += vocab.embed_r[r0];
+      p.input_bytes[s] = std::min(hc.layers[0].output_bytes, p.activation_bytes[s]);
+    }
   }
   p.link_latency_s = link_latency_s_;
   p.link_inv_bandwidth = link_inv_bandwidth_;
@@ -215,6 +245,29 @@ void ProblemBuilder::BuildWith(const std::vector<StageAssignment>& stages, int n
   for (int d = 0; d < static_cast<int>(vocab.static_bytes.size()); ++d) {
     p.static_bytes[d] += vocab.static_bytes[d];
   }
+  p.embed_split = split_embedding_;
+  if (!split_embedding_) {
+    p.embed_prologue_s.clear();
+    p.embed_epilogue_s.clear();
+    p.embed_ready_s = p.embed_broadcast_s = 0;
+    return;
+  }
+  // Every device but stage 0's looks up its rows for every micro-batch before its first op and
+  // scatter-adds every gradient after its last (simulator/vocab_parallel.h).
+  const int r0 = stages.front().device;
+  p.embed_prologue_s.assign(P, 0.0);
+  p.embed_epilogue_s.assign(P, 0.0);
+  double lookup = 0;  // the slowest first partial
+  for (int d = 0; d < P; ++d) {
+    if (d == r0) continue;
+    p.embed_prologue_s[d] = num_microbatches * vocab.embed_f[d];
+    p.embed_epilogue_s[d] = num_microbatches * vocab.embed_w[d];
+    lookup = std::max(lookup, vocab.embed_f[d]);
+  }
+  p.embed_ready_s = lookup + ChainSeconds(P, link_latency_s_, link_inv_bandwidth_, embed_bytes_,
+                                          r0, /*toward_root=*/true);
+  p.embed_broadcast_s = ChainSeconds(P, link_latency_s_, link_inv_bandwidth_, embed_bytes_, r0,
+                                     /*toward_root=*/false);
 }
 
 absl::StatusOr<PipelineProblem> ProblemBuilder::Build(const Plan& plan) const {

@@ -35,7 +35,9 @@ class ProblemBuilder {
   // in the stage sums (Work, StaticBytes, ActivationBytes and the stages built), and every
   // problem built carries the shards' S/T passes, static bytes and the all-reduce. The shards
   // are vocab_shard_columns(): the devices' speed on the head rounded to whole columns
-  // (VocabShardColumnsForSpeeds); each is costed by its exact share columns / vocabulary.
+  // (VocabShardColumnsForSpeeds); each is costed by its exact share columns / vocabulary. A
+  // first layer that is an embedding over the head's vocabulary is split by the same columns
+  // (split_embedding()).
   static absl::StatusOr<ProblemBuilder> Create(const ModelGraph& model, const Cluster& cluster,
                                                const CostModel& cost_model, int num_devices,
                                                const std::vector<double>& layer_time_factors = {},
@@ -64,6 +66,12 @@ class ProblemBuilder {
   }
   double memory_capacity(int device) const { return capacity_[device]; }
   bool vocab_parallel() const { return vocab_parallel_; }
+  // Whether vocab_parallel also splits the model's input embedding (SplitsEmbedding): then the
+  // embedding costs nothing in Work and StaticBytes either, stage 0 is costed with its
+  // device's shard, and every problem built carries the embedding's PipelineProblem fields.
+  bool split_embedding() const { return split_embedding_; }
+  // With vocab_parallel: the head's vocabulary (0 otherwise).
+  int64_t vocab() const { return vocab_; }
   // With vocab_parallel: the vocabulary columns of each device's shard (sum: the head's
   // vocabulary), what a plan built by this builder carries (Plan::vocab_shard_columns).
   // Empty otherwise.
@@ -96,8 +104,13 @@ class ProblemBuilder {
   // every shard and the all-reduce per micro-batch.
   struct VocabShardCosts {
     std::vector<double> s_s, t_s, activation_bytes, static_bytes;  // per device
+    // With the embedding split: the device's share of the embedding's F, B, W and R seconds
+    // (its shard's lookup, ..., scatter-add), per device; static_bytes holds its rows too.
+    std::vector<double> embed_f, embed_b, embed_w, embed_r;
   };
   bool vocab_parallel_ = false;
+  bool split_embedding_ = false;  // vocab_parallel_ and SplitsEmbedding(model)
+  double embed_bytes_ = 0;        // the embedding's output per micro-batch: reduced, broadcast
   int64_t vocab_ = 0;  // the head's vocabulary
   std::vector<int64_t> vocab_shard_columns_;
   VocabShardCosts vocab_costs_;  // of vocab_shard_columns_

@@ -589,7 +589,9 @@ absl::StatusOr<TuneResult> Tune(const ModelGraph& model, const Cluster& cluster,
   // First, so its cost counts against the budget; the search also stops at it.
   // Searched with the head split, a plan may split it: the bound must allow that.
   std::vector<LayerCost> fastest = FastestLayerCosts(builder);
-  if (builder.vocab_parallel()) fastest = WithHeadSplit(std::move(fastest), P);
+  if (builder.vocab_parallel()) {
+    fastest = WithHeadSplit(std::move(fastest), P, builder.split_embedding());
+  }
   result.lower_bound = PipelineLowerBound(fastest, P, M, steady);
 
   result.baselines = RunBaselines(model, plain, M, options.link_contention,

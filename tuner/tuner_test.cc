@@ -574,9 +574,18 @@ TEST(TunerTest, SteadyStateObjectiveGivesAPeriodNoLongerThanTheSynchronousPlans)
     const double period = steady->predicted.steady_state_iteration_time_s;
     const double sync_period = sync->predicted.steady_state_iteration_time_s;
     EXPECT_LE(period, sync_period * (1 + 1e-9)) << what;
-    // llama3-8b: 0.818 s against 0.847 s (3.5%) when pinned.
+    // llama3-8b: both split the vocabulary layers, and the synchronous plan already overlaps
+    // well (0.771 s against 0.773 s when pinned). With them whole on their stages the
+    // overlap pays clearly: 0.814 s against 0.834 s (2.4%) when pinned.
     if (c.model == "llama3-8b") {
-      EXPECT_LT(period, 0.98 * sync_period) << what;
+      o.vocab_parallel = VocabParallelMode::kOff;
+      absl::StatusOr<TuneResult> whole_steady = Tune(Zoo(c.model), cluster, cost, o);
+      o.objective = Objective::kSynchronous;
+      absl::StatusOr<TuneResult> whole_sync = Tune(Zoo(c.model), cluster, cost, o);
+      ASSERT_TRUE(whole_sync.ok() && whole_steady.ok()) << what;
+      EXPECT_LT(whole_steady->predicted.steady_state_iteration_time_s,
+                0.98 * whole_sync->predicted.steady_state_iteration_time_s)
+          << what;
     }
   }
 }
@@ -665,8 +674,10 @@ TEST(TunerTest, EveryInfeasibleAnswerSaysWhyAndHowMuchMemoryEachDeviceNeeds) {
   for (const Case& c : cases) {
     const std::string what = absl::StrCat(c.model, " on ", c.devices, " devices of ",
                                           c.cluster.hardware[0].memory_bytes / 1e9, " GB");
-    absl::StatusOr<TuneResult> r =
-        Tune(Zoo(c.model), c.cluster, cost, Options(c.devices, 16, FrozenClock()));
+    // With the vocabulary layers split llama3-8b fits 4 x 42 GB (the next test but one).
+    TunerOptions o = Options(c.devices, 16, FrozenClock());
+    o.vocab_parallel = VocabParallelMode::kOff;
+    absl::StatusOr<TuneResult> r = Tune(Zoo(c.model), c.cluster, cost, o);
     ASSERT_TRUE(r.ok()) << what << ": " << r.status();
     ASSERT_FALSE(r->feasible) << what;
     EXPECT_NE(r->infeasible_reason.find("does not fit"), std::string::npos)
@@ -682,8 +693,9 @@ TEST(TunerTest, ReportedMemoryNeedDoesNotGrowWhenDevicesShrink) {
   const ModelGraph model = Zoo("llama3-8b");
   const CostModel cost;
   auto worst_need = [&](double gb) {
-    absl::StatusOr<TuneResult> r =
-        Tune(model, H100sWithMemory(gb * 1e9), cost, Options(4, 16, FrozenClock()));
+    TunerOptions o = Options(4, 16, FrozenClock());
+    o.vocab_parallel = VocabParallelMode::kOff;  // split, 42 GB fits (the next test)
+    absl::StatusOr<TuneResult> r = Tune(model, H100sWithMemory(gb * 1e9), cost, o);
     EXPECT_TRUE(r.ok()) << r.status();
     if (!r.ok()) return kInf;
     EXPECT_FALSE(r->feasible) << gb << " GB";
@@ -696,6 +708,25 @@ TEST(TunerTest, ReportedMemoryNeedDoesNotGrowWhenDevicesShrink) {
   const double at40 = worst_need(40);
   EXPECT_LE(at40, at42 * (1 + 1e-9)) << "42 GB devices: " << at42 / 1e9
                                      << " GB needed; 40 GB devices: " << at40 / 1e9 << " GB";
+}
+
+// llama3-8b's embedding and head (128256 x 4096 each, 8.4 GB of weights, gradients and Adam
+// state apiece) are lumps no partition of 4 x 42 GB devices spreads: whole, nothing fits; split
+// by vocabulary over the four devices (both of them, the tuner's automatic choice), it fits.
+TEST(TunerTest, SplitVocabularyLayersFitWhereTheWholeTablesDoNot) {
+  const ModelGraph model = Zoo("llama3-8b");
+  const Cluster cluster = H100sWithMemory(42e9);
+  const CostModel cost;
+  TunerOptions o = Options(4, 16, FrozenClock());
+  o.vocab_parallel = VocabParallelMode::kOff;
+  absl::StatusOr<TuneResult> whole = Tune(model, cluster, cost, o);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_FALSE(whole->feasible);
+  absl::StatusOr<TuneResult> r = Tune(model, cluster, cost, Options(4, 16, FrozenClock()));
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->feasible) << r->infeasible_reason;
+  EXPECT_TRUE(r->plan.vocab_parallel);
+  ExpectWithinMemory(*r, cluster, "llama3-8b split on 4 x 42 GB");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <limits>
 #include <utility>
 
@@ -43,6 +44,19 @@ double HeadShareOfDevice(const ProblemBuilder& plain) {
   return best;
 }
 
+double VocabMemoryShareOfDevice(const ProblemBuilder& plain, bool with_embedding) {
+  const int L = plain.num_layers(), P = plain.num_devices();
+  double best = 0;
+  for (int d = 0; d < P; ++d) {
+    const double capacity = plain.memory_capacity(d);
+    if (!(capacity > 0) || std::isinf(capacity)) continue;
+    const double bytes =
+        plain.StaticBytes(L - 1, L - 1, d) + (with_embedding ? plain.StaticBytes(0, 0, d) : 0);
+    best = std::max(best, bytes / capacity);
+  }
+  return best;
+}
+
 absl::StatusOr<TuneResult> TuneWithAndWithoutVocabParallel(const ModelGraph& model,
                                                            const Cluster& cluster,
                                                            const CostModel& cost_model,
@@ -56,30 +70,39 @@ absl::StatusOr<TuneResult> TuneWithAndWithoutVocabParallel(const ModelGraph& mod
   off.clock = clock;
 
   std::string skip;
+  bool can_split = false;
   if (options.num_devices < 2) {
     skip = "not tried: one device";
   } else if (absl::Status fit = CheckVocabParallelModel(model, options.num_devices); !fit.ok()) {
     skip = absl::StrCat("not tried: ", fit.message());
   } else {
+    can_split = true;
     ASSIGN_OR_RETURN(ProblemBuilder plain,
                      ProblemBuilder::Create(model, cluster, cost_model, options.num_devices,
                                             options.layer_time_factors));
     const double share = HeadShareOfDevice(plain);
-    if (share < kMinHeadShare) {
-      skip = absl::StrFormat("not tried: the head is %.0f%% of a device's share of the work",
-                             100 * share);
+    const double memory = VocabMemoryShareOfDevice(plain, SplitsEmbedding(model));
+    if (share < kMinHeadShare && memory < kMinVocabMemoryShare) {
+      skip = absl::StrFormat(
+          "not tried: the head is %.0f%% of a device's share of the work and the vocabulary "
+          "layers %.0f%% of its memory",
+          100 * share, 100 * memory);
     }
   }
+  TuneResult without;
   if (!skip.empty()) {
-    ASSIGN_OR_RETURN(TuneResult r, Tune(model, cluster, cost_model, off));
-    const double obj = TunedObjective(r, steady);
-    r.log.push_back(VocabEntry(obj, obj, now() - start, skip));
-    if (options.progress) options.progress(r.log.back());
-    return r;
+    ASSIGN_OR_RETURN(without, Tune(model, cluster, cost_model, off));
+    if (!can_split || without.feasible) {
+      const double obj = TunedObjective(without, steady);
+      without.log.push_back(VocabEntry(obj, obj, now() - start, skip));
+      if (options.progress) options.progress(without.log.back());
+      return without;
+    }
+    // Nothing fits with the vocabulary layers whole: the split may spread what does not.
+  } else {
+    off.time_budget_s = options.time_budget_s / 2;
+    ASSIGN_OR_RETURN(without, Tune(model, cluster, cost_model, off));
   }
-
-  off.time_budget_s = options.time_budget_s / 2;
-  ASSIGN_OR_RETURN(TuneResult without, Tune(model, cluster, cost_model, off));
   const double second_start = now() - start;
   TunerOptions on = options;
   on.vocab_parallel = VocabParallelMode::kOn;
@@ -108,9 +131,11 @@ absl::StatusOr<TuneResult> TuneWithAndWithoutVocabParallel(const ModelGraph& mod
   }
   log.push_back(VocabEntry(
       t_without, std::min(t_with, t_without), now() - start,
-      absl::StrFormat("output layer split over %d devices: %.4g s, on its stage: %.4g s; %s",
-                      options.num_devices, t_with, t_without,
-                      use ? "split" : "not split")));
+      absl::StrFormat("%s split over %d devices: %.4g s, on %s stage: %.4g s; %s%s",
+                      SplitsEmbedding(model) ? "output layer and embedding" : "output layer",
+                      options.num_devices, t_with, SplitsEmbedding(model) ? "their" : "its",
+                      t_without, use ? "split" : "not split",
+                      skip.empty() ? "" : " (tried because nothing fits unsplit)")));
   if (options.progress) options.progress(log.back());
   pick.log = std::move(log);
   // Any plan of either kind is at least the smaller of the two bounds.

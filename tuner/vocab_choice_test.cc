@@ -182,6 +182,87 @@ TEST(VocabChoiceTest, LightHeadIsNotTried) {
   EXPECT_TRUE(LoggedVocab(*r, "not tried: the head is"));
 }
 
+// An embedding whose table (24000 static bytes: 6000 parameter bytes in fp32, with gradients
+// and Adam's moments) alone exceeds a device's 20000 bytes, four MLP layers of 4000 static
+// bytes, and a light head (2000 static bytes, a tenth of a layer's work) over the same
+// vocabulary, on four devices. Whole, the table fits no device; split by vocabulary, every
+// device holds a quarter of it and of the head (6500) besides its layer.
+ModelGraph EmbeddingBound(int64_t embedding_vocab) {
+  ModelGraph g;
+  g.name = "embedding-bound";
+  g.training.num_microbatches = 8;
+  g.training.seq_len = 16;
+  g.training.precision = Precision::kFp32;
+  for (int l = 0; l < 6; ++l) {
+    Layer layer;
+    layer.name = "L" + std::to_string(l);
+    layer.kind = l == 0 ? LayerKind::kEmbedding : l == 5 ? LayerKind::kHead : LayerKind::kMlp;
+    if (l == 0) layer.dims.vocab = embedding_vocab;
+    if (l == 5) layer.dims.vocab = 64;
+    const double k = l == 0 || l == 5 ? 0.1 : 1.0;
+    MeasuredCosts& m = layer.measured;
+    m.forward_s = 0.001 * k;
+    m.backward_input_s = l == 0 ? 0.0 : 0.0015 * k;
+    m.weight_grad_s = 0.0005 * k;
+    m.recompute_s = 0.001 * k;
+    m.activation_bytes = 100;
+    m.activation_bytes_w = 40;
+    m.input_bytes = 10;
+    m.output_bytes = l == 5 ? 0 : 10;
+    m.param_bytes = l == 0 ? 6000 : l == 5 ? 500 : 1000;
+    g.layers.push_back(layer);
+  }
+  return g;
+}
+
+Cluster FourSmallDevices() {
+  Cluster c = FourDevices();
+  c.hardware.front().memory_bytes = 20000;
+  return c;
+}
+
+TEST(VocabChoiceTest, EmbeddingTooLargeForOneDeviceFitsSplit) {
+  const ModelGraph model = EmbeddingBound(64);
+  const Cluster cluster = FourSmallDevices();
+  absl::StatusOr<ProblemBuilder> plain = ProblemBuilder::Create(model, cluster, CostModel(), 4);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  ASSERT_LT(HeadShareOfDevice(*plain), kMinHeadShare);  // the head's work alone would not try
+  EXPECT_NEAR(plain->StaticBytes(0, 0, 0), 24000, 1e-9);
+  EXPECT_NEAR(VocabMemoryShareOfDevice(*plain, true), 26000.0 / 20000, 1e-12);
+  EXPECT_NEAR(VocabMemoryShareOfDevice(*plain, false), 2000.0 / 20000, 1e-12);
+
+  TunerOptions o = Options();
+  o.vocab_parallel = VocabParallelMode::kOff;
+  absl::StatusOr<TuneResult> whole = Tune(model, cluster, CostModel(), o);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_FALSE(whole->feasible);  // device 0 needs the whole table
+
+  absl::StatusOr<TuneResult> r = Tune(model, cluster, CostModel(), Options());
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->feasible) << r->infeasible_reason;
+  EXPECT_TRUE(r->vocab_parallel_tried);
+  EXPECT_TRUE(r->plan.vocab_parallel);
+  EXPECT_TRUE(LoggedVocab(*r, "output layer and embedding split over 4 devices"))
+      << r->log.back().detail;
+  // Re-simulated on its own, the plan fits every device, the first stage's included.
+  absl::StatusOr<PipelineProblem> pb = BuildProblem(model, cluster, CostModel(), r->plan);
+  ASSERT_TRUE(pb.ok()) << pb.status();
+  ASSERT_TRUE(pb->embed_split);
+  absl::StatusOr<SimResult> sim = Simulate(*pb, r->plan.schedule);
+  ASSERT_TRUE(sim.ok()) << sim.status();
+  EXPECT_TRUE(sim->fits_memory);
+  EXPECT_NEAR(sim->iteration_time_s, r->predicted.iteration_time_s, 1e-12);
+  for (int d = 0; d < 4; ++d) {
+    EXPECT_LE(sim->devices[d].peak_memory_bytes, 20000) << "device " << d;
+    EXPECT_GE(pb->static_bytes[d], 6000 + 500) << "device " << d;  // its shards
+  }
+
+  // Splitting only the head (an embedding over another vocabulary stays whole) does not fit.
+  absl::StatusOr<TuneResult> head_only = Tune(EmbeddingBound(65), cluster, CostModel(), Options());
+  ASSERT_TRUE(head_only.ok()) << head_only.status();
+  EXPECT_FALSE(head_only->feasible);
+}
+
 TEST(VocabChoiceTest, ForcedSplitNeedsAHead) {
   ModelGraph model = Model(7, 4.0);
   model.layers.back().kind = LayerKind::kMlp;
