@@ -263,6 +263,34 @@ TEST(VocabChoiceTest, EmbeddingTooLargeForOneDeviceFitsSplit) {
   EXPECT_FALSE(head_only->feasible);
 }
 
+// Below both thresholds the split is still tried when nothing fits without it: four MLP layers
+// of 18000 static bytes (250 bytes of activations per micro-batch) fill four devices of 20000,
+// and the embedding's 1800 (9% of a device, with the head's 160 under 10%) tips the device
+// that holds it over; split, a quarter of it fits beside every layer.
+TEST(VocabChoiceTest, NothingFitsUnsplitTriesTheSplit) {
+  ModelGraph model = EmbeddingBound(64);
+  for (Layer& layer : model.layers) {
+    MeasuredCosts& m = layer.measured;
+    m.param_bytes = layer.kind == LayerKind::kEmbedding ? 450 : layer.kind == LayerKind::kHead ? 40
+                                                                                             : 4500;
+    m.activation_bytes = 250;
+    m.activation_bytes_w = 100;
+  }
+  const Cluster cluster = FourSmallDevices();
+  absl::StatusOr<ProblemBuilder> plain = ProblemBuilder::Create(model, cluster, CostModel(), 4);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  ASSERT_NEAR(plain->StaticBytes(1, 1, 0), 18000, 1e-9);
+  ASSERT_LT(HeadShareOfDevice(*plain), kMinHeadShare);
+  ASSERT_LT(VocabMemoryShareOfDevice(*plain, true), kMinVocabMemoryShare);
+
+  absl::StatusOr<TuneResult> r = Tune(model, cluster, CostModel(), Options());
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->feasible) << r->infeasible_reason;
+  EXPECT_TRUE(r->vocab_parallel_tried);
+  EXPECT_TRUE(r->plan.vocab_parallel);
+  EXPECT_TRUE(LoggedVocab(*r, "(tried because nothing fits unsplit)")) << r->log.back().detail;
+}
+
 TEST(VocabChoiceTest, ForcedSplitNeedsAHead) {
   ModelGraph model = Model(7, 4.0);
   model.layers.back().kind = LayerKind::kMlp;
