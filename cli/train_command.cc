@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -233,13 +234,20 @@ absl::StatusOr<std::string> ReportToPlanner(TrainFlags& o, const TrainTarget& t,
                       resp.decision());
 }
 
+// --profile's files, loaded once before the run for the steps after it (calibration, host speed).
+struct ProfileFiles {
+  ModelGraph model;
+  Cluster cluster;
+};
+
 // Step 3b (--calibrated_model): fits one factor per layer of the profile's model to the run's
 // measured times (the planner's FitMeasuredTimes: per-layer times, and a split head's from its
 // vocabulary passes) and writes the calibrated model. Returns a line for the output.
-absl::StatusOr<std::string> WriteCalibratedModel(const TrainFlags& o, const Plan& plan,
+absl::StatusOr<std::string> WriteCalibratedModel(const TrainFlags& o, const ProfileFiles& profile,
+                                                 const Plan& plan,
                                                  const agent::RunMeasurement& m) {
-  ASSIGN_OR_RETURN(ModelGraph model, LoadModelArg(o.profile + ".model.json"));
-  ASSIGN_OR_RETURN(Cluster cluster, LoadClusterArg(o.profile + ".cluster.json"));
+  const ModelGraph& model = profile.model;
+  const Cluster& cluster = profile.cluster;
   if (model.num_layers() != static_cast<int>(plan.stages.back().last_layer) + 1) {
     return absl::InvalidArgumentError(absl::StrCat("--profile: ", model.num_layers(),
                                                    " layers, the plan has ",
@@ -335,13 +343,13 @@ struct HostSpeed {
   double predicted_from_profile_s = 0, predicted_at_host_speed_s = 0;
 };
 
-absl::StatusOr<HostSpeed> CompareHostSpeed(const TrainFlags& o, const Plan& plan,
+absl::StatusOr<HostSpeed> CompareHostSpeed(const ProfileFiles* profile, const Plan& plan,
                                            const agent::RunMeasurement& m) {
   HostSpeed h;
   h.probe_s = m.host_probe_s;
-  if (o.profile.empty()) return h;
-  ASSIGN_OR_RETURN(ModelGraph model, LoadModelArg(o.profile + ".model.json"));
-  ASSIGN_OR_RETURN(Cluster cluster, LoadClusterArg(o.profile + ".cluster.json"));
+  if (profile == nullptr) return h;
+  const ModelGraph& model = profile->model;
+  Cluster cluster = profile->cluster;
   h.profile_probe_s = model.host_probe_s;
   const double now = executor::MedianProbeSeconds(m.host_probe_s);
   if (!(h.profile_probe_s > 0) || !(now > 0)) return h;
@@ -510,9 +518,17 @@ int RunTrain(const std::vector<std::string>& args, std::ostream& out, std::ostre
     return Fail(err, absl::InvalidArgumentError(absl::StrCat(
                          "--host_probe must be >= 0 (0 = off), got ", o.host_probe)), 2);
   }
-  if (o.host_probe > 0 && !o.profile.empty()) {
-    absl::StatusOr<ModelGraph> profiled = LoadModelArg(o.profile + ".model.json");
-    if (profiled.ok() && !(profiled->host_probe_s > 0)) {
+  std::optional<ProfileFiles> profile;
+  if (!o.profile.empty() && (o.host_probe > 0 || !o.calibrated_model.empty())) {
+    absl::StatusOr<ModelGraph> model = LoadModelArg(o.profile + ".model.json");
+    absl::StatusOr<Cluster> cluster =
+        model.ok() ? LoadClusterArg(o.profile + ".cluster.json") : model.status();
+    if (!cluster.ok()) {
+      return Fail(err, absl::InvalidArgumentError(
+                           absl::StrCat("--profile: ", cluster.status().message())), 2);
+    }
+    profile = ProfileFiles{std::move(*model), std::move(*cluster)};
+    if (o.host_probe > 0 && !(profile->model.host_probe_s > 0)) {
       return Fail(err, absl::InvalidArgumentError(absl::StrCat(
                            "--host_probe: ", o.profile, ".model.json has no host_probe_s (it "
                            "was profiled before octopipe profile timed the probe); profile again")), 2);
@@ -556,7 +572,8 @@ int RunTrain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   absl::StatusOr<SimResult> predicted =
       PredictFromMeasured(target->plan, static_cast<int>(o.ranks), *m);
   if (!predicted.ok()) return Fail(err, predicted.status(), 1);
-  absl::StatusOr<HostSpeed> host = CompareHostSpeed(o, target->plan, *m);
+  absl::StatusOr<HostSpeed> host =
+      CompareHostSpeed(o.host_probe > 0 && profile ? &*profile : nullptr, target->plan, *m);
   if (!host.ok()) return Fail(err, host.status(), 1);
   std::string report_decision;
   if (target->stub) {
@@ -566,7 +583,7 @@ int RunTrain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   }
   std::string calibration;
   if (!o.calibrated_model.empty()) {
-    absl::StatusOr<std::string> line = WriteCalibratedModel(o, target->plan, *m);
+    absl::StatusOr<std::string> line = WriteCalibratedModel(o, *profile, target->plan, *m);
     if (!line.ok()) return Fail(err, line.status(), 1);
     calibration = *line;
   }
