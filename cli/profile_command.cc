@@ -1,37 +1,30 @@
 #include "cli/profile_command.h"
 
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <tuple>
-#include <sstream>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "cli/command_line.h"
 #include "cli/inputs.h"
+#include "cli/profile_ranks.h"
 #include "cli/table.h"
 #include "core/convert.h"
 #include "core/json_text.h"
 #include "core/status_macros.h"
 #include "executor/engine.h"
 #include "executor/host_probe.h"
-#include "executor/inproc_transport.h"
 #include "executor/model_spec.h"
 #include "executor/reference_trainer.h"
 #include "executor/trainer.h"
-#include "executor/transport_factory.h"
 #include "simulator/classic_pipeline.h"
 #include "simulator/evaluator.h"
 #include "simulator/problem_builder.h"
@@ -43,11 +36,6 @@ using executor::ModelSpec;
 using executor::Tensor;
 
 constexpr OpKind kLayerKinds[] = {OpKind::kF, OpKind::kB, OpKind::kW, OpKind::kR};
-// Tags for the link measurement, clear of the engine's (which are < 2 * stages * microbatches).
-// Host-speed probes (executor/host_probe.h) each rank times before each F/B/W launch.
-constexpr int kProbeRepeats = 3;
-constexpr uint32_t kPingTag = 1u << 30;
-constexpr int kPingRounds = 15;
 // Pairs of adjacent runs (heavy, light) whose median ratio the per-message CPU fit matches.
 constexpr int kMessageFitRounds = 3;
 // Attempts at the message-cost fit when it hits its bound (disturbed runs), each adding
@@ -59,20 +47,6 @@ constexpr double kMessageCpuCap = 4;
 int Fail(std::ostream& err, const absl::Status& s, int code) {
   err << "octopipe profile: error: " << s.message() << "\n";
   return code;
-}
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-double Spread(const std::vector<double>& v) {
-  if (v.size() < 2) return 0;
-  const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
-  const double m = Median(v);
-  return m > 0 ? (*hi - *lo) / m : 0;
 }
 
 double Seconds(std::chrono::steady_clock::time_point since) {
@@ -128,35 +102,6 @@ absl::StatusOr<Plan> ProfilePlan(int ranks, int microbatches, const ModelGraph& 
   return plan;
 }
 
-// Ping-pong between ranks 0 and 1: (bytes, one-way seconds), the median of kPingRounds rounds
-// per size. Other ranks return nothing.
-absl::StatusOr<std::vector<std::pair<double, double>>> PingPong(executor::Transport* t,
-                                                                size_t message_bytes) {
-  std::vector<std::pair<double, double>> out;
-  if (t->size() < 2 || t->rank() > 1) return out;
-  const int peer = 1 - t->rank();
-  std::vector<char> buf(4 * message_bytes + 64);
-  uint32_t tag = kPingTag;
-  for (size_t bytes : {message_bytes / 4, message_bytes / 2, message_bytes, 2 * message_bytes,
-                       4 * message_bytes}) {
-    bytes = std::max<size_t>(bytes, 64);
-    std::vector<double> one_way;
-    for (int i = 0; i < kPingRounds + 2; ++i, ++tag) {
-      const auto t0 = std::chrono::steady_clock::now();
-      if (t->rank() == 0) {
-        RETURN_IF_ERROR(t->Send(peer, tag, buf.data(), bytes));
-        RETURN_IF_ERROR(t->Recv(peer, tag, buf.data(), bytes));
-      } else {
-        RETURN_IF_ERROR(t->Recv(peer, tag, buf.data(), bytes));
-        RETURN_IF_ERROR(t->Send(peer, tag, buf.data(), bytes));
-      }
-      if (i >= 2) one_way.push_back(Seconds(t0) / 2);  // the first rounds warm up
-    }
-    out.push_back({static_cast<double>(bytes), Median(one_way)});
-  }
-  return out;
-}
-
 struct ProfileFlags {
   std::string model, prefix, transport = "gloo", check;
   int64_t ranks = 2, repeat = 5, microbatches = 0, max_launches = 4;
@@ -164,180 +109,8 @@ struct ProfileFlags {
   bool pool = true;
 };
 
-// One rank: 1 + repeat iterations of the profile plan, then (with `ping`) the ping-pong.
-// Returns JSON:
-//   {"layers": [[iteration, layer, kind, mean seconds over micro-batches], ...],
-//    "overhead": [mean per-op executor overhead of each measured iteration],
-//    "wall": [this rank's wall seconds of each measured iteration],
-//    "ops": [[iteration, stage, micro-batch, kind, start, end, previous op's end], ...] (times
-//            on the machine-wide steady clock, seconds),
-//    "comm_cpu": [CPU seconds of the rank's other threads (Gloo's event loop, ...) per message
-//                 sent or received, of each measured iteration that had messages; empty for
-//                 inproc, whose ranks share one process],
-//    "link": [[bytes, one-way seconds], ...],
-//    "probe": seconds of the host-speed probe timed before the iterations (0 without `probe`)}
-absl::StatusOr<std::string> ProfileRank(const ModelSpec& spec, const Plan& plan, int rank,
-                                        executor::Transport* transport, int repeat, bool ping,
-                                        bool probe, double rotate_cores_ms) {
-  executor::TrainOptions options;
-  options.iterations = repeat + 1;
-  options.core_rotation_s = rotate_cores_ms / 1e3;
-  if (probe) options.host_probe_repeats = kProbeRepeats;
-  ASSIGN_OR_RETURN(executor::RankResult result,
-                   executor::TrainRank(spec, plan, rank, transport, options));
-  Json layers = Json::array();
-  std::vector<double> overhead, wall, comm_cpu;
-  for (int it = 1; it <= repeat; ++it) {
-    const executor::IterationStats& st = result.iterations[it];
-    wall.push_back(st.wall_s);
-    // Ranks that are threads of one process (inproc) would count each other's compute.
-    if (st.messages > 0 && transport->name() != "inproc") {
-      comm_cpu.push_back(st.comm_cpu_s() / st.messages);
-    }
-  }
-  for (int it = 1; it <= repeat; ++it) {
-    const executor::IterationStats& st = result.iterations[it];
-    std::map<std::pair<int, int>, std::pair<double, int>> sum;  // (layer, kind) -> (s, n)
-    std::map<std::tuple<int, int, int>, double> per_op;  // (stage, mb, op kind) -> layer seconds
-    for (const executor::LayerOpTiming& t : st.layer_ops) {
-      auto& s = sum[{t.layer, static_cast<int>(t.kind)}];
-      s.first += t.seconds;
-      ++s.second;
-      per_op[{t.stage, t.microbatch, static_cast<int>(t.kind)}] += t.seconds;
-    }
-    for (const auto& [key, s] : sum) {
-      layers.push_back({it, key.first, key.second, s.first / s.second});
-    }
-    // Overhead of an op: its duration beyond its layers' compute, plus the engine's own time
-    // since the previous op ended that was not spent waiting for a message.
-    double total = 0;
-    for (size_t i = 0; i < st.ops.size(); ++i) {
-      const executor::OpTiming& op = st.ops[i];
-      double layers = 0;
-      for (OpKind k : {OpKind::kF, OpKind::kB, OpKind::kW, OpKind::kR}) {
-        const bool part = op.op.kind == k || (op.op.kind == OpKind::kBW &&
-                                              (k == OpKind::kB || k == OpKind::kW));
-        if (!part) continue;
-        auto f = per_op.find({op.op.stage, op.op.microbatch, static_cast<int>(k)});
-        if (f != per_op.end()) layers += f->second;
-      }
-      double gap = 0;
-      if (i > 0) gap = std::max(0.0, op.start_s - st.ops[i - 1].end_s - op.wait_s);
-      total += std::max(0.0, op.end_s - op.start_s - layers) + gap;
-    }
-    if (!st.ops.empty()) overhead.push_back(total / st.ops.size());
-  }
-  Json ops = Json::array();
-  for (int it = 1; it <= repeat; ++it) {
-    const executor::IterationStats& st = result.iterations[it];
-    double prev_end = st.start_steady_s;
-    for (const executor::OpTiming& op : st.ops) {
-      ops.push_back({it, op.op.stage, op.op.microbatch, static_cast<int>(op.op.kind),
-                     st.start_steady_s + op.start_s, st.start_steady_s + op.end_s, prev_end});
-      prev_end = st.start_steady_s + op.end_s;
-    }
-  }
-  const size_t message_bytes =
-      static_cast<size_t>(spec.dims.batch) * spec.dims.seq_len * spec.dims.hidden * sizeof(float);
-  std::vector<std::pair<double, double>> link;
-  if (ping) {
-    ASSIGN_OR_RETURN(link, PingPong(transport, message_bytes));
-  }
-  Json link_json = Json::array();
-  for (const auto& [bytes, s] : link) link_json.push_back({bytes, s});
-  return JsonText({{"layers", std::move(layers)},
-                   {"overhead", overhead},
-                   {"wall", wall},
-                   {"comm_cpu", comm_cpu},
-                   {"ops", std::move(ops)},
-                   {"link", std::move(link_json)},
-                   {"probe", result.host_probe.seconds}});
-}
-
-// Runs ProfileRank on every rank: threads over the in-process transport, or one process per
-// rank over a real one. Returns each rank's JSON, or the first rank's error.
-absl::StatusOr<std::vector<std::string>> RunRanks(const ModelSpec& spec, const Plan& plan,
-                                                  const ProfileFlags& f, int repeat, bool ping,
-                                                  bool probe = false) {
-  const int N = static_cast<int>(f.ranks);
-  const std::string& transport = f.transport;
-  const double timeout = f.timeout;
-  std::vector<std::string> reports(N), errors(N);
-  if (transport == "inproc") {
-    executor::InProcHub hub(N, executor::InProcOptions{.timeout_s = timeout});
-    std::vector<std::thread> threads;
-    for (int r = 0; r < N; ++r) {
-      threads.emplace_back([&, r] {
-        auto t = hub.Endpoint(r);
-        absl::StatusOr<std::string> res = ProfileRank(spec, plan, r, t.get(), repeat, ping, probe, f.rotate_cores_ms);
-        if (res.ok()) {
-          reports[r] = *res;
-        } else {
-          errors[r] = std::string(res.status().message());
-          hub.Abort(r);
-        }
-      });
-    }
-    for (auto& t : threads) t.join();
-  } else {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "octopipe-profile-XXXXXX").string();
-    if (mkdtemp(tmpl.data()) == nullptr) {
-      return absl::InternalError(absl::StrCat("cannot create a run directory: ", std::strerror(errno)));
-    }
-    const std::string dir = tmpl;
-    std::vector<pid_t> pids;
-    for (int r = 0; r < N; ++r) {
-      const pid_t pid = fork();
-      if (pid < 0) {
-        errors[r] = absl::StrCat("fork: ", std::strerror(errno));
-        break;
-      }
-      if (pid == 0) {
-        executor::TransportConfig tc;
-        tc.rank = r;
-        tc.size = N;
-        tc.store_dir = dir + "/store";
-        tc.prefix = "profile";
-        tc.timeout_s = timeout;
-        tc.cuda_device = r;
-        auto t = executor::MakeTransport(transport, tc);
-        absl::StatusOr<std::string> res =
-            t.ok() ? ProfileRank(spec, plan, r, t->get(), repeat, ping, probe, f.rotate_cores_ms)
-                   : absl::StatusOr<std::string>(t.status());
-        const std::string base = absl::StrCat(dir, "/rank-", r);
-        if (res.ok()) {
-          std::ofstream(base + ".json") << *res;
-          _exit(0);
-        }
-        std::ofstream(base + ".err") << res.status().message();
-        _exit(1);
-      }
-      pids.push_back(pid);
-    }
-    for (int r = 0; r < static_cast<int>(pids.size()); ++r) {
-      int status = 0;
-      while (waitpid(pids[r], &status, 0) < 0 && errno == EINTR) {
-      }
-      const std::string base = absl::StrCat(dir, "/rank-", r);
-      std::ifstream in(base + ".json"), e(base + ".err");
-      std::stringstream s;
-      if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && in) {
-        s << in.rdbuf();
-        reports[r] = s.str();
-      } else {
-        s << e.rdbuf();
-        errors[r] = s.str().empty() ? absl::StrCat("exited with status ", status) : s.str();
-      }
-    }
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
-  }
-  for (int r = 0; r < N; ++r) {
-    if (!errors[r].empty()) {
-      return absl::InternalError(absl::StrCat("rank ", r, " failed: ", errors[r]));
-    }
-  }
-  return reports;
+RankLaunch Launch(const ProfileFlags& f) {
+  return RankLaunch{static_cast<int>(f.ranks), f.transport, f.timeout, f.rotate_cores_ms};
 }
 
 // The device: a GEMM's FLOP rate and a large copy's bandwidth, medians of a few runs.
@@ -597,7 +370,7 @@ absl::StatusOr<Measurements> MeasureLayers(const ModelSpec& spec, const Plan& pl
   for (int launch = 0; launch < f.max_launches; ++launch) {
     const bool mirror = launch % 2 == 1 && f.ranks > 1;
     ASSIGN_OR_RETURN(std::vector<std::string> reports,
-                     RunRanks(spec, mirror ? mirrored : plan, f, static_cast<int>(f.repeat),
+                     RunProfileRanks(spec, mirror ? mirrored : plan, Launch(f), static_cast<int>(f.repeat),
                               /*ping=*/launch == 0, /*probe=*/true));
     ASSIGN_OR_RETURN(const std::vector<Json> parsed, ParseReports(reports));
     AddLayerSamples(parsed, /*recompute=*/false, &m.samples);
@@ -622,7 +395,7 @@ absl::StatusOr<Measurements> MeasureLayers(const ModelSpec& spec, const Plan& pl
     previous = total;
   }
   ASSIGN_OR_RETURN(std::vector<std::string> reports,
-                   RunRanks(spec, plan_r, f, static_cast<int>(f.repeat), /*ping=*/false));
+                   RunProfileRanks(spec, plan_r, Launch(f), static_cast<int>(f.repeat), /*ping=*/false));
   ASSIGN_OR_RETURN(const std::vector<Json> parsed, ParseReports(reports));
   AddLayerSamples(parsed, /*recompute=*/true, &m.samples);
   return m;
@@ -795,7 +568,7 @@ absl::StatusOr<std::string> FitMessageCost(const ModelSpec& spec, const ModelGra
       for (int k = 0; k < 2; ++k) {
         const bool run_heavy = (k == 0) == (round % 2 == 0);
         ASSIGN_OR_RETURN(std::vector<std::string> reports,
-                         RunRanks(spec, run_heavy ? *heavy : plan, f, iterations,
+                         RunProfileRanks(spec, run_heavy ? *heavy : plan, Launch(f), iterations,
                                   /*ping=*/false));
         ASSIGN_OR_RETURN(std::vector<Json> parsed, ParseReports(reports));
         pair[run_heavy ? 0 : 1] = MedianIteration(parsed);

@@ -24,6 +24,20 @@ absl::StatusOr<double> Predict(const ModelGraph& model, Cluster cluster, const P
 
 }  // namespace
 
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+double Spread(const std::vector<double>& v) {
+  if (v.size() < 2) return 0;
+  const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+  const double m = Median(v);
+  return m > 0 ? (*hi - *lo) / m : 0;
+}
+
 absl::StatusOr<double> FitMessageCpu(const ModelGraph& model, const Cluster& cluster,
                                      const Plan& light, double light_s, const Plan& heavy,
                                      double heavy_s, double max_c) {

@@ -1,4 +1,4 @@
-// The fits `octopipe profile` makes from its measurements: the link (latency + bytes /
+// The fits `octopipe profile` makes from its measurements (and the median and spread it reports): the link (latency + bytes /
 // bandwidth over ping-pong samples) and the per-message CPU cost (the simulator's ratio between a
 // message-heavy and a light plan matched to the measured one). Pure functions; thread-safe.
 #ifndef OCTOPIPE_CLI_PROFILE_FIT_H_
@@ -13,6 +13,11 @@
 #include "core/plan.h"
 
 namespace octopipe::cli {
+
+// The median of `v` (0 when empty) and its spread, (max - min) / median (0 for fewer than two
+// samples or a non-positive median).
+double Median(std::vector<double> v);
+double Spread(const std::vector<double>& v);
 
 struct LinkFit {
   double latency_s = 0;

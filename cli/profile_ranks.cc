@@ -1,0 +1,237 @@
+#include "cli/profile_ranks.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <thread>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+#include "cli/profile_fit.h"
+#include "core/json_text.h"
+#include "core/status_macros.h"
+#include "executor/engine.h"
+#include "executor/inproc_transport.h"
+#include "executor/trainer.h"
+#include "executor/transport_factory.h"
+
+namespace octopipe::cli {
+namespace {
+
+using executor::ModelSpec;
+
+// Tags for the link measurement, clear of the engine's (which are < 2 * stages * microbatches).
+constexpr uint32_t kPingTag = 1u << 30;
+constexpr int kPingRounds = 15;
+// Host-speed probes (executor/host_probe.h) each rank times before each F/B/W launch.
+constexpr int kProbeRepeats = 3;
+
+double Seconds(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+}
+
+// Ping-pong between ranks 0 and 1: (bytes, one-way seconds), the median of kPingRounds rounds
+// per size. Other ranks return nothing.
+absl::StatusOr<std::vector<std::pair<double, double>>> PingPong(executor::Transport* t,
+                                                                size_t message_bytes) {
+  std::vector<std::pair<double, double>> out;
+  if (t->size() < 2 || t->rank() > 1) return out;
+  const int peer = 1 - t->rank();
+  std::vector<char> buf(4 * message_bytes + 64);
+  uint32_t tag = kPingTag;
+  for (size_t bytes : {message_bytes / 4, message_bytes / 2, message_bytes, 2 * message_bytes,
+                       4 * message_bytes}) {
+    bytes = std::max<size_t>(bytes, 64);
+    std::vector<double> one_way;
+    for (int i = 0; i < kPingRounds + 2; ++i, ++tag) {
+      const auto t0 = std::chrono::steady_clock::now();
+      if (t->rank() == 0) {
+        RETURN_IF_ERROR(t->Send(peer, tag, buf.data(), bytes));
+        RETURN_IF_ERROR(t->Recv(peer, tag, buf.data(), bytes));
+      } else {
+        RETURN_IF_ERROR(t->Recv(peer, tag, buf.data(), bytes));
+        RETURN_IF_ERROR(t->Send(peer, tag, buf.data(), bytes));
+      }
+      if (i >= 2) one_way.push_back(Seconds(t0) / 2);  // the first rounds warm up
+    }
+    out.push_back({static_cast<double>(bytes), Median(one_way)});
+  }
+  return out;
+}
+
+
+// One rank: 1 + repeat iterations of the profile plan, then (with `ping`) the ping-pong.
+// Returns its JSON report (the format is RunProfileRanks').
+absl::StatusOr<std::string> ProfileRank(const ModelSpec& spec, const Plan& plan, int rank,
+                                        executor::Transport* transport, int repeat, bool ping,
+                                        bool probe, double rotate_cores_ms) {
+  executor::TrainOptions options;
+  options.iterations = repeat + 1;
+  options.core_rotation_s = rotate_cores_ms / 1e3;
+  if (probe) options.host_probe_repeats = kProbeRepeats;
+  ASSIGN_OR_RETURN(executor::RankResult result,
+                   executor::TrainRank(spec, plan, rank, transport, options));
+  Json layers = Json::array();
+  std::vector<double> overhead, wall, comm_cpu;
+  for (int it = 1; it <= repeat; ++it) {
+    const executor::IterationStats& st = result.iterations[it];
+    wall.push_back(st.wall_s);
+    // Ranks that are threads of one process (inproc) would count each other's compute.
+    if (st.messages > 0 && transport->name() != "inproc") {
+      comm_cpu.push_back(st.comm_cpu_s() / st.messages);
+    }
+  }
+  for (int it = 1; it <= repeat; ++it) {
+    const executor::IterationStats& st = result.iterations[it];
+    std::map<std::pair<int, int>, std::pair<double, int>> sum;  // (layer, kind) -> (s, n)
+    std::map<std::tuple<int, int, int>, double> per_op;  // (stage, mb, op kind) -> layer seconds
+    for (const executor::LayerOpTiming& t : st.layer_ops) {
+      auto& s = sum[{t.layer, static_cast<int>(t.kind)}];
+      s.first += t.seconds;
+      ++s.second;
+      per_op[{t.stage, t.microbatch, static_cast<int>(t.kind)}] += t.seconds;
+    }
+    for (const auto& [key, s] : sum) {
+      layers.push_back({it, key.first, key.second, s.first / s.second});
+    }
+    // Overhead of an op: its duration beyond its layers' compute, plus the engine's own time
+    // since the previous op ended that was not spent waiting for a message.
+    double total = 0;
+    for (size_t i = 0; i < st.ops.size(); ++i) {
+      const executor::OpTiming& op = st.ops[i];
+      double layers = 0;
+      for (OpKind k : {OpKind::kF, OpKind::kB, OpKind::kW, OpKind::kR}) {
+        const bool part = op.op.kind == k || (op.op.kind == OpKind::kBW &&
+                                              (k == OpKind::kB || k == OpKind::kW));
+        if (!part) continue;
+        auto f = per_op.find({op.op.stage, op.op.microbatch, static_cast<int>(k)});
+        if (f != per_op.end()) layers += f->second;
+      }
+      double gap = 0;
+      if (i > 0) gap = std::max(0.0, op.start_s - st.ops[i - 1].end_s - op.wait_s);
+      total += std::max(0.0, op.end_s - op.start_s - layers) + gap;
+    }
+    if (!st.ops.empty()) overhead.push_back(total / st.ops.size());
+  }
+  Json ops = Json::array();
+  for (int it = 1; it <= repeat; ++it) {
+    const executor::IterationStats& st = result.iterations[it];
+    double prev_end = st.start_steady_s;
+    for (const executor::OpTiming& op : st.ops) {
+      ops.push_back({it, op.op.stage, op.op.microbatch, static_cast<int>(op.op.kind),
+                     st.start_steady_s + op.start_s, st.start_steady_s + op.end_s, prev_end});
+      prev_end = st.start_steady_s + op.end_s;
+    }
+  }
+  const size_t message_bytes =
+      static_cast<size_t>(spec.dims.batch) * spec.dims.seq_len * spec.dims.hidden * sizeof(float);
+  std::vector<std::pair<double, double>> link;
+  if (ping) {
+    ASSIGN_OR_RETURN(link, PingPong(transport, message_bytes));
+  }
+  Json link_json = Json::array();
+  for (const auto& [bytes, s] : link) link_json.push_back({bytes, s});
+  return JsonText({{"layers", std::move(layers)},
+                   {"overhead", overhead},
+                   {"wall", wall},
+                   {"comm_cpu", comm_cpu},
+                   {"ops", std::move(ops)},
+                   {"link", std::move(link_json)},
+                   {"probe", result.host_probe.seconds}});
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::string>> RunProfileRanks(const ModelSpec& spec, const Plan& plan,
+                                                         const RankLaunch& f, int repeat,
+                                                         bool ping, bool probe) {
+  const int N = static_cast<int>(f.ranks);
+  const std::string& transport = f.transport;
+  const double timeout = f.timeout_s;
+  std::vector<std::string> reports(N), errors(N);
+  if (transport == "inproc") {
+    executor::InProcHub hub(N, executor::InProcOptions{.timeout_s = timeout});
+    std::vector<std::thread> threads;
+    for (int r = 0; r < N; ++r) {
+      threads.emplace_back([&, r] {
+        auto t = hub.Endpoint(r);
+        absl::StatusOr<std::string> res = ProfileRank(spec, plan, r, t.get(), repeat, ping, probe, f.rotate_cores_ms);
+        if (res.ok()) {
+          reports[r] = *res;
+        } else {
+          errors[r] = std::string(res.status().message());
+          hub.Abort(r);
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+  } else {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "octopipe-profile-XXXXXX").string();
+    if (mkdtemp(tmpl.data()) == nullptr) {
+      return absl::InternalError(absl::StrCat("cannot create a run directory: ", std::strerror(errno)));
+    }
+    const std::string dir = tmpl;
+    std::vector<pid_t> pids;
+    for (int r = 0; r < N; ++r) {
+      const pid_t pid = fork();
+      if (pid < 0) {
+        errors[r] = absl::StrCat("fork: ", std::strerror(errno));
+        break;
+      }
+      if (pid == 0) {
+        executor::TransportConfig tc;
+        tc.rank = r;
+        tc.size = N;
+        tc.store_dir = dir + "/store";
+        tc.prefix = "profile";
+        tc.timeout_s = timeout;
+        tc.cuda_device = r;
+        auto t = executor::MakeTransport(transport, tc);
+        absl::StatusOr<std::string> res =
+            t.ok() ? ProfileRank(spec, plan, r, t->get(), repeat, ping, probe, f.rotate_cores_ms)
+                   : absl::StatusOr<std::string>(t.status());
+        const std::string base = absl::StrCat(dir, "/rank-", r);
+        if (res.ok()) {
+          std::ofstream(base + ".json") << *res;
+          _exit(0);
+        }
+        std::ofstream(base + ".err") << res.status().message();
+        _exit(1);
+      }
+      pids.push_back(pid);
+    }
+    for (int r = 0; r < static_cast<int>(pids.size()); ++r) {
+      int status = 0;
+      while (waitpid(pids[r], &status, 0) < 0 && errno == EINTR) {
+      }
+      const std::string base = absl::StrCat(dir, "/rank-", r);
+      std::ifstream in(base + ".json"), e(base + ".err");
+      std::stringstream s;
+      if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && in) {
+        s << in.rdbuf();
+        reports[r] = s.str();
+      } else {
+        s << e.rdbuf();
+        errors[r] = s.str().empty() ? absl::StrCat("exited with status ", status) : s.str();
+      }
+    }
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+  for (int r = 0; r < N; ++r) {
+    if (!errors[r].empty()) {
+      return absl::InternalError(absl::StrCat("rank ", r, " failed: ", errors[r]));
+    }
+  }
+  return reports;
+}
+
+}  // namespace octopipe::cli

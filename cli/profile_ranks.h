@@ -1,0 +1,44 @@
+// The rank side of `octopipe profile`: every rank trains the profile's plan for 1 + repeat
+// iterations (TrainRank) and reports its layers' and ops' times as JSON; rank 0 and 1 also
+// ping-pong messages of the plans' size. Threads over the in-process transport, or one forked
+// process per rank over a real one.
+#ifndef OCTOPIPE_CLI_PROFILE_RANKS_H_
+#define OCTOPIPE_CLI_PROFILE_RANKS_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/plan.h"
+#include "executor/model_spec.h"
+
+namespace octopipe::cli {
+
+struct RankLaunch {
+  int ranks = 2;
+  std::string transport = "gloo";  // inproc: threads; else one process per rank
+  double timeout_s = 60;           // a rank waits this long on a peer
+  double rotate_cores_ms = 0;      // executor/core_rotation.h; 0 = off
+};
+
+// Runs `plan` on every rank for 1 + `repeat` iterations (the first is not reported); with
+// `ping` ranks 0 and 1 then measure the link; with `probe` every rank times the host-speed
+// probe first. Returns each rank's JSON report, by rank:
+//   {"layers": [[iteration, layer, kind, mean seconds over micro-batches], ...],
+//    "overhead": [mean per-op executor overhead of each measured iteration],
+//    "wall": [this rank's wall seconds of each measured iteration],
+//    "ops": [[iteration, stage, micro-batch, kind, start, end, previous op's end], ...] (times
+//            on the machine-wide steady clock, seconds),
+//    "comm_cpu": [CPU seconds of the rank's other threads (Gloo's event loop, ...) per message
+//                 sent or received, of each measured iteration that had messages; empty for
+//                 inproc, whose ranks share one process],
+//    "link": [[bytes, one-way seconds], ...],
+//    "probe": seconds of the host-speed probe timed before the iterations (0 without `probe`)}
+// or the first failing rank's error (kInternal, "rank R failed: ...").
+absl::StatusOr<std::vector<std::string>> RunProfileRanks(const executor::ModelSpec& spec,
+                                                         const Plan& plan, const RankLaunch& f,
+                                                         int repeat, bool ping, bool probe = false);
+
+}  // namespace octopipe::cli
+
+#endif  // OCTOPIPE_CLI_PROFILE_RANKS_H_
