@@ -12,8 +12,9 @@
 // still gain at most.
 //
 //   bazel run -c opt //bench:lower_bound_gap -- [--budget=2] [--only=SUBSTRING]
-//       [--devices=4,8] [--max_chunks=N] [--seed=1] [--log]
-// (--log: the tuner's phase log of each row on stderr)
+//       [--devices=4,8] [--max_chunks=N] [--seed=1] [--log] [--split_schedules=1]
+// (--log: the tuner's phase log of each row on stderr; --split_schedules=0|1:
+// TunerOptions::split_schedules, on by default here)
 //
 // Prints one JSON object per line, then a Markdown table and the mean gap. Timing-dependent:
 // the tuner stops at its wall-clock budget, so measure on a quiet machine.
@@ -46,6 +47,7 @@ struct Flags {
   int max_chunks = 0;  // 0: the tuner's default
   uint64_t seed = 1;
   bool log = false;  // the tuner's phase log on stderr
+  bool split_schedules = true;
 };
 
 bool ParseFlags(int argc, char** argv, Flags* f) {
@@ -59,6 +61,8 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
       if (!absl::SimpleAtoi(a.substr(13), &f->max_chunks) || f->max_chunks < 1) return false;
     } else if (a.rfind("--seed=", 0) == 0) {
       if (!absl::SimpleAtoi(a.substr(7), &f->seed)) return false;
+    } else if (a == "--split_schedules=0" || a == "--split_schedules=1") {
+      f->split_schedules = a.back() == '1';
     } else if (a == "--log") {
       f->log = true;
     } else if (a.rfind("--devices=", 0) == 0) {
@@ -146,6 +150,7 @@ int main(int argc, char** argv) {
         o.num_microbatches = M;
         o.time_budget_s = flags.budget;
         o.seed = flags.seed;
+        o.split_schedules = flags.split_schedules;
         if (flags.max_chunks > 0) o.max_chunks = flags.max_chunks;
         absl::StatusOr<TuneResult> r = Tune(*model, SyntheticCluster(P), CostModel(), o);
         if (!r.ok()) {
@@ -223,6 +228,7 @@ int main(int argc, char** argv) {
     sum += t.lower_bound_gap;
   }
   if (!rows.empty()) {
+    std::printf("\nsplit_schedules %s", flags.split_schedules ? "on" : "off");
     std::printf("\nmean gap %.2f%% over %zu configurations (budget %.1f s each)\n",
                 100 * sum / rows.size(), rows.size(), flags.budget);
   }

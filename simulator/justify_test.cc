@@ -10,6 +10,7 @@
 #include "simulator/evaluator.h"
 #include "simulator/list_scheduler.h"
 #include "simulator/problem.h"
+#include "simulator/random_test_problem.h"
 
 namespace octopipe {
 namespace {
@@ -18,45 +19,6 @@ Op F(int s, int m) { return Op{OpKind::kF, s, m}; }
 Op B(int s, int m) { return Op{OpKind::kB, s, m}; }
 Op W(int s, int m) { return Op{OpKind::kW, s, m}; }
 
-// S stages on P devices (every device holds one, the rest at random), costs in [0.2, 2],
-// transfers of 0.05 + bytes / 1000 s, some stages recomputing, vocabulary passes when `vocab`.
-PipelineProblem RandomProblem(std::mt19937_64& rng, bool vocab) {
-  std::uniform_int_distribution<int> devices(1, 4), extra(0, 6), micro(1, 6);
-  std::uniform_real_distribution<double> cost(0.2, 2.0), unit(0.0, 1.0);
-  const int P = devices(rng);
-  const int S = P + extra(rng);
-  std::vector<int> stage_device(S);
-  for (int s = 0; s < S; ++s) stage_device[s] = s < P ? s : static_cast<int>(unit(rng) * P) % P;
-  std::shuffle(stage_device.begin(), stage_device.end(), rng);
-  PipelineProblem pb = UniformProblem(stage_device, P, micro(rng), 1, 1, 1);
-  for (int s = 0; s < S; ++s) {
-    pb.forward_s[s] = cost(rng);
-    pb.backward_input_s[s] = cost(rng);
-    pb.weight_grad_s[s] = cost(rng);
-    pb.recompute_s[s] = pb.forward_s[s];
-    pb.recompute[s] = unit(rng) < 0.25 ? 1 : 0;
-    pb.output_bytes[s] = 100 * unit(rng);
-  }
-  for (int a = 0; a < P; ++a) {
-    for (int b = 0; b < P; ++b) {
-      pb.link_latency_s[a * P + b] = a == b ? 0 : 0.05;
-      pb.link_inv_bandwidth[a * P + b] = a == b ? 0 : 1e-3;
-    }
-  }
-  if (vocab) {
-    pb.vocab_parallel = true;
-    pb.vocab_s_s.resize(P);
-    pb.vocab_t_s.resize(P);
-    pb.vocab_activation_bytes.assign(P, 0.0);
-    for (int d = 0; d < P; ++d) {
-      pb.vocab_s_s[d] = cost(rng) / 2;
-      pb.vocab_t_s[d] = cost(rng) / 2;
-    }
-    pb.vocab_input_bytes = 50;
-    pb.vocab_allreduce_s = 0.1;
-  }
-  return pb;
-}
 
 WeightedPolicy RandomPolicy(std::mt19937_64& rng) {
   std::uniform_real_distribution<double> unit(0.0, 1.0);

@@ -375,8 +375,44 @@ double WeightedPolicy::Priority(const PipelineProblem& problem, const Op& op, do
                                 const DeviceState& state) const {
   (void)problem;
   (void)state;
+  double bonus = 0;
+  if (op.kind == OpKind::kF) {
+    if (static_cast<size_t>(op.stage) < forward_bonus.size()) bonus = forward_bonus[op.stage];
+  } else if (op.kind == OpKind::kB || op.kind == OpKind::kBW) {
+    if (static_cast<size_t>(op.stage) < backward_bonus.size()) bonus = backward_bonus[op.stage];
+  }
   return kind_weight[static_cast<int>(PolicyKind(op.kind))] - microbatch_weight * op.microbatch +
-         stage_weight * op.stage - age_weight * ready_s;
+         stage_weight * op.stage - age_weight * ready_s + bonus;
+}
+
+void FeedBonuses(const PipelineProblem& problem, double weight, std::vector<double>* forward,
+                 std::vector<double>* backward) {
+  const int S = problem.num_stages, P = problem.num_devices;
+  forward->assign(S, 0.0);
+  backward->assign(S, 0.0);
+  if (weight == 0 || S < 1 || P < 1) return;
+  std::vector<double> start(P, -1.0), load(P, 0.0);
+  double below = 0;
+  for (int s = 0; s < S; ++s) {
+    const int d = problem.stage_device[s];
+    if (start[d] < 0) start[d] = below;
+    load[d] += problem.forward_s[s] + problem.backward_input_s[s] + problem.weight_grad_s[s];
+    below += problem.forward_s[s];
+  }
+  std::vector<double> tight(P, 0.0);
+  double lo = std::numeric_limits<double>::infinity(), hi = -lo;
+  for (int d = 0; d < P; ++d) {
+    if (start[d] < 0) continue;
+    tight[d] = start[d] + problem.num_microbatches * load[d];
+    lo = std::min(lo, tight[d]);
+    hi = std::max(hi, tight[d]);
+  }
+  if (!(hi > lo)) return;
+  for (int d = 0; d < P; ++d) tight[d] = start[d] < 0 ? 0.0 : (tight[d] - lo) / (hi - lo);
+  for (int s = 0; s < S; ++s) {
+    (*forward)[s] = weight * tight[problem.stage_device[s + 1 < S ? s + 1 : s]];
+    if (s > 0) (*backward)[s] = weight * tight[problem.stage_device[s - 1]];
+  }
 }
 
 absl::StatusOr<ListScheduleResult> ListSchedule(const PipelineProblem& pb, const SchedulePolicy& policy,

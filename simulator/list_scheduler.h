@@ -47,16 +47,33 @@ inline constexpr OpKind PolicyKind(OpKind kind) {
 
 // A linear priority: kind weight (of PolicyKind), then earlier micro-batches, then stage order.
 // Priority = kind_weight[kind] - microbatch_weight * microbatch + stage_weight * stage
-//            - age_weight * ready_s.
+//            - age_weight * ready_s + feed_bonus[stage] (F and BW/B only, see below).
 struct WeightedPolicy : SchedulePolicy {
   std::array<double, kNumOpKinds> kind_weight = {2.0, 3.0, 1.0, 3.0, 3.0};  // F, B, W, BW, R
   double microbatch_weight = 1e-3;
   double stage_weight = 1e-6;  // > 0: later stages first (backward nearest the loss)
   double age_weight = 0.0;
+  // Per stage (empty: none), added to the priority of its forward (forward_bonus) and of its
+  // backward, B or BW (backward_bonus): FeedBonuses ranks first the ops whose output feeds the
+  // device that can least afford to wait.
+  std::vector<double> forward_bonus;
+  std::vector<double> backward_bonus;
 
   double Priority(const PipelineProblem& problem, const Op& op, double ready_s,
                   const DeviceState& state) const override;
 };
+
+// Feed bonuses for WeightedPolicy: a forward F(s) feeds stage s+1's device (the last stage's
+// its own, where its backward follows), a backward B(s) stage s-1's (none for stage 0). A
+// device's tightness is its staggered bound start_d + M x load_d (the work below its first
+// stage's forward, then M times its F + B + W; tuner/staggered_balance.h), scaled to [0, 1]
+// between the least and the most tight device; the bonus is `weight` x the fed device's
+// tightness. On an irregular split the list scheduler otherwise serves a device's stages by
+// kind and micro-batch alone and lets the busiest device wait for inputs during the fill (the
+// gap between a split's bound and its schedule in bench:lower_bound_gap). All zero when the
+// devices are equally tight or `weight` is 0.
+void FeedBonuses(const PipelineProblem& problem, double weight, std::vector<double>* forward,
+                 std::vector<double>* backward);
 
 struct ListSchedulerOptions {
   bool split_backward = true;  // B and W as separate ops; false emits BW

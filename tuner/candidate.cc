@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "simulator/critical_swap.h"
 #include "simulator/justify.h"
 #include "simulator/pipeline_rules.h"
 
@@ -15,10 +16,12 @@ std::string Policy::ToString() const {
     return absl::StrCat("fixed ", ScheduleKindName(static_cast<ScheduleKind>(classic)), " order");
   }
   return absl::StrFormat(
-      "%s, weights F=%g B=%g W=%g BW=%g, micro-batch %g, stage %g, in-flight scale %g%s",
+      "%s, weights F=%g B=%g W=%g BW=%g, micro-batch %g, stage %g, in-flight scale %g%s%s%s",
       split_backward ? "split B/W" : "unsplit BW", kind_weight[0], kind_weight[1],
       kind_weight[2], kind_weight[3], microbatch_weight, stage_weight, inflight_scale,
-      justify ? ", justified" : "");
+      feed_weight != 0 ? absl::StrCat(", feed ", feed_weight) : "",
+      justify ? ", justified" : "",
+      swap_steps > 0 ? absl::StrCat(", ", swap_steps, " critical-path swap steps") : "");
 }
 
 std::vector<Policy> SeedPolicies() {
@@ -187,6 +190,9 @@ Score CandidateEvaluator::Evaluate(const Candidate& c, Schedule* schedule,
   policy.kind_weight = c.policy.kind_weight;
   policy.microbatch_weight = c.policy.microbatch_weight;
   policy.stage_weight = c.policy.stage_weight;
+  if (c.policy.feed_weight != 0) {
+    FeedBonuses(problem_, c.policy.feed_weight, &policy.forward_bonus, &policy.backward_bonus);
+  }
   options_.should_stop = should_stop;  // a huge candidate's scheduling stops with the budget
   absl::StatusOr<ListScheduleResult> ls = ListSchedule(problem_, policy, options_);
   options_.should_stop = nullptr;
@@ -215,6 +221,22 @@ Score CandidateEvaluator::Evaluate(const Candidate& c, Schedule* schedule,
           js->steady_state_iteration_time_s <= sum->steady_state_iteration_time_s) {
         sum = js;
         ls->schedule = std::move(j->schedule);
+      }
+    }
+  }
+  if (c.policy.swap_steps > 0) {
+    CriticalSwapOptions so;
+    so.max_iterations = c.policy.swap_steps;
+    so.should_stop = should_stop;
+    absl::StatusOr<CriticalSwapResult> sw = CriticalSwapSearch(problem_, ls->schedule, so);
+    if (sw.ok() && sw->iteration_time_s < sw->input_time_s) {
+      absl::StatusOr<Evaluator::Summary> ss =
+          evaluator_.EvaluateSummary(problem_, sw->schedule, eval);
+      if (ss.ok() && (ss->fits_memory || !sum->fits_memory) &&
+          ss->iteration_time_s < sum->iteration_time_s &&
+          ss->steady_state_iteration_time_s <= sum->steady_state_iteration_time_s) {
+        sum = ss;
+        ls->schedule = std::move(sw->schedule);
       }
     }
   }

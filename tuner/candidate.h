@@ -39,6 +39,9 @@ struct Policy {
   // In-flight cap per device = max(1, round(scale * (stages from its first stage to the end))),
   // counted from F to B; 0 = no cap beyond memory. scale 1 on one stage per device is 1F1B's.
   double inflight_scale = 0;
+  // > 0: ops feeding the devices with the least slack first (FeedBonuses,
+  // simulator/list_scheduler.h) with this weight.
+  double feed_weight = 0;
   // >= 0: instead of list scheduling, use this classic schedule's order (a ScheduleKind) as
   // ScheduleForProblem gives it for the candidate's own problem: the ZB family built for the
   // candidate's costs (what a ZeroBubble user runs, and what the baselines are scored with),
@@ -48,6 +51,9 @@ struct Policy {
   // faster and fits in memory: for irregular splits (many stages per device), whose drain and
   // fill the greedy leaves to chance. Costs about three list schedules.
   bool justify = false;
+  // > 0: after the list schedule (and justification), this many steps of the tabu search by
+  // swaps on the critical path (simulator/critical_swap.h), kept when faster and fitting.
+  int swap_steps = 0;
 
   std::string ToString() const;
 };

@@ -216,10 +216,10 @@ bool RebalancePhase(Search& search, const ProblemBuilder& b) {
   return search.current_objective() < before;
 }
 
-Policy Perturb(const Policy& p, std::mt19937_64& rng) {
+Policy Perturb(const Policy& p, std::mt19937_64& rng, bool feed) {
   Policy q = p;
   q.classic = -1;  // perturbing a fixed classic order means list scheduling instead
-  std::uniform_int_distribution<int> which(0, 5);
+  std::uniform_int_distribution<int> which(0, feed ? 6 : 5);
   std::uniform_real_distribution<double> unit(0.0, 1.0);
   switch (which(rng)) {
     case 0:
@@ -243,6 +243,12 @@ Policy Perturb(const Policy& p, std::mt19937_64& rng) {
       q.inflight_scale = scales[static_cast<int>(unit(rng) * 8) % 8];
       break;
     }
+    case 6: {
+      const double feeds[] = {0, 0.01, 0.1, 0.3, 1, 3};
+      q.feed_weight = feeds[static_cast<int>(unit(rng) * 6) % 6];
+      break;
+    }
+    case 5:
     default:
       q.kind_weight = {2.0 + unit(rng), 2.0 + unit(rng), unit(rng) * 2.0, 0, 0};
       q.kind_weight[3] = q.kind_weight[1];
@@ -261,8 +267,8 @@ bool SchedulePhase(Search& search, int trials) {
   std::vector<Candidate> moves;
   for (int i = 0; i < trials; ++i) {
     Candidate c = base;
-    c.policy = Perturb(base.policy, search.rng());
-    if (i % 4 == 3) c.policy = Perturb(c.policy, search.rng());
+    c.policy = Perturb(base.policy, search.rng(), search.split_schedules());
+    if (i % 4 == 3) c.policy = Perturb(c.policy, search.rng(), search.split_schedules());
     moves.push_back(std::move(c));
   }
   // Recompute toggles: early stages hold the most micro-batches in flight, so try them first.

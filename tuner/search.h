@@ -43,10 +43,15 @@ class Search {
   // Stops searching at 90% of the budget so the final plan construction and full evaluation
   // still fit in it.
   bool out_of_time() const {
-    return elapsed() >= 0.9 * options_.time_budget_s ||
+    return elapsed() >= stop_fraction_ * options_.time_budget_s ||
            (options_.should_stop && options_.should_stop());
   }
+  // The fraction of the budget after which out_of_time() holds (0.9 unless a phase keeps some
+  // of the budget for a later one).
+  void set_stop_fraction(double f) { stop_fraction_ = f; }
   bool steady() const { return options_.objective == Objective::kSteadyState; }
+  uint64_t seed() const { return options_.seed; }
+  bool split_schedules() const { return options_.split_schedules; }
   int64_t evaluations() const { return evaluations_; }
   std::mt19937_64& rng() { return rng_; }
 
@@ -101,7 +106,12 @@ class Search {
       best_score_ = s;
     }
     if (obj < current_objective_) {
+      // The phases move around it without the polish (justification, critical-path swaps),
+      // which costs up to hundreds of evaluations per move; its objective stays the polished
+      // one, the bar a move must clear.
       current_ = c;
+      current_.policy.justify = false;
+      current_.policy.swap_steps = 0;
       current_objective_ = obj;
     }
     const double t = steady() ? s.steady_state_iteration_time_s : s.iteration_time_s;
@@ -124,6 +134,8 @@ class Search {
   double current_objective() const { return current_objective_; }
   void Restart(const Candidate& c, double objective) {
     current_ = c;
+    current_.policy.justify = false;  // as in Offer
+    current_.policy.swap_steps = 0;
     current_objective_ = objective;
   }
   const Candidate& best() const { return best_; }
@@ -154,6 +166,7 @@ class Search {
   const TunerOptions& options_;
   std::function<double()> now_;
   double start_;
+  double stop_fraction_ = 0.9;
   std::mt19937_64 rng_;
   const std::function<bool()> stop_;  // out_of_time(), polled inside long evaluations
   std::vector<std::unique_ptr<CandidateEvaluator>> workers_;
@@ -177,7 +190,8 @@ bool PlacementPhase(Search& search, const ProblemBuilder& b);
 bool RebalancePhase(Search& search, const ProblemBuilder& b);
 bool SchedulePhase(Search& search, int trials);
 // A random neighbour of a scheduling policy.
-Policy Perturb(const Policy& p, std::mt19937_64& rng);
+// `feed`: also draw feed-bonus weights (TunerOptions::split_schedules).
+Policy Perturb(const Policy& p, std::mt19937_64& rng, bool feed = false);
 
 }  // namespace octopipe::tuner_internal
 

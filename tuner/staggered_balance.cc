@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <random>
 
 namespace octopipe {
 namespace {
@@ -194,6 +195,144 @@ std::vector<StageAssignment> StaggeredRebalance(const ProblemBuilder& builder,
     }
   }
   // The input's own runs when no move helped (its stages merged where adjacent on one device).
+  return Runs(best, rec);
+}
+
+
+std::vector<StageAssignment> StaggeredAnneal(const ProblemBuilder& builder,
+                                             const std::vector<StageAssignment>& stages,
+                                             int num_microbatches, int max_chunks,
+                                             uint64_t seed, int64_t iterations,
+                                             const std::function<bool()>* should_stop) {
+  const int P = builder.num_devices();
+  const int L = builder.num_layers();
+  if (stages.empty() || P < 2 || L < 2 || num_microbatches < 1 || iterations < 1) return stages;
+  max_chunks = std::max(1, max_chunks);
+  std::vector<int> dev;
+  std::vector<char> rec;
+  ToLayers(stages, L, &dev, &rec);
+  LayerSplit split(builder, num_microbatches);
+  std::vector<double> t;
+  if (!split.Times(dev, rec, max_chunks, &t) || !std::isfinite(Smooth(t, 1.0))) return stages;
+  // The maximum decides; the mean breaks its plateaus (a move that relieves the second
+  // busiest device is progress towards lowering the maximum).
+  auto energy = [P](const std::vector<double>& x) {
+    double m = 0, s = 0;
+    for (double v : x) {
+      if (!std::isfinite(v)) return std::numeric_limits<double>::infinity();
+      m = std::max(m, v);
+      s += v;
+    }
+    return m + 1e-3 * s / P;
+  };
+  double e = energy(t);
+  std::vector<int> best = dev;
+  double best_max = MaxOf(t);
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  // Geometric cooling from 1% of the objective to 1e-6 of it.
+  const double t_hot = 1e-2 * best_max, t_cold = 1e-6 * best_max;
+  const double cool = std::pow(t_cold / t_hot, 1.0 / static_cast<double>(iterations));
+  double temp = t_hot;
+  std::vector<double> tt;
+  for (int64_t it = 0; it < iterations; ++it, temp *= cool) {
+    if ((it & 1023) == 0 && should_stop != nullptr && (*should_stop)()) break;
+    const int i = static_cast<int>(rng() % L);
+    int j = -1, old_i = dev[i];
+    if (rng() & 1) {
+      // One layer to another device.
+      const int d = static_cast<int>(rng() % (P - 1));
+      dev[i] = d >= old_i ? d + 1 : d;
+    } else {
+      // Two layers of two devices exchanged.
+      j = static_cast<int>(rng() % L);
+      if (dev[j] == old_i) continue;
+      std::swap(dev[i], dev[j]);
+    }
+    auto undo = [&] {
+      if (j >= 0) {
+        std::swap(dev[i], dev[j]);
+      } else {
+        dev[i] = old_i;
+      }
+    };
+    if (!split.Times(dev, rec, max_chunks, &tt)) {
+      undo();
+      continue;
+    }
+    const double ne = energy(tt);
+    if (!(ne <= e || unit(rng) < std::exp((e - ne) / temp))) {
+      undo();
+      continue;
+    }
+    e = ne;
+    const double m = MaxOf(tt);
+    if (m < best_max) {
+      best_max = m;
+      best = dev;
+    }
+  }
+  return Runs(best, rec);
+}
+
+
+std::vector<StageAssignment> AnnealSplit(
+    const ProblemBuilder& builder, const std::vector<StageAssignment>& stages, int max_chunks,
+    uint64_t seed, int64_t iterations,
+    const std::function<double(const std::vector<StageAssignment>&)>& energy,
+    const std::function<bool()>* should_stop) {
+  const int P = builder.num_devices();
+  const int L = builder.num_layers();
+  if (stages.empty() || P < 2 || L < 2 || iterations < 1) return stages;
+  max_chunks = std::max(1, max_chunks);
+  std::vector<int> dev;
+  std::vector<char> rec;
+  ToLayers(stages, L, &dev, &rec);
+  double e = energy(Runs(dev, rec));
+  if (!std::isfinite(e)) return stages;
+  std::vector<int> best = dev;
+  double best_e = e;
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  const double t_hot = 3e-3 * e, t_cold = 1e-6 * e;
+  const double cool = std::pow(t_cold / t_hot, 1.0 / static_cast<double>(iterations));
+  double temp = t_hot;
+  std::vector<int> chunks(P);
+  for (int64_t it = 0; it < iterations; ++it, temp *= cool) {
+    if ((it & 63) == 0 && should_stop != nullptr && (*should_stop)()) break;
+    const int i = static_cast<int>(rng() % L);
+    int j = -1;
+    const int old_i = dev[i];
+    if (rng() & 1) {
+      const int d = static_cast<int>(rng() % (P - 1));
+      dev[i] = d >= old_i ? d + 1 : d;
+    } else {
+      j = static_cast<int>(rng() % L);
+      if (dev[j] == old_i) continue;
+      std::swap(dev[i], dev[j]);
+    }
+    // Every device keeps a layer and at most max_chunks stages.
+    std::fill(chunks.begin(), chunks.end(), 0);
+    bool ok = true;
+    for (int l = 0; l < L && ok; ++l) {
+      if (l == 0 || dev[l - 1] != dev[l]) ok = ++chunks[dev[l]] <= max_chunks;
+    }
+    for (int d = 0; d < P && ok; ++d) ok = chunks[d] > 0;
+    const double ne = ok ? energy(Runs(dev, rec)) : std::numeric_limits<double>::infinity();
+    if (!(ne <= e || unit(rng) < std::exp((e - ne) / temp))) {
+      if (j >= 0) {
+        std::swap(dev[i], dev[j]);
+      } else {
+        dev[i] = old_i;
+      }
+      continue;
+    }
+    e = ne;
+    if (e < best_e) {
+      best_e = e;
+      best = dev;
+    }
+  }
   return Runs(best, rec);
 }
 

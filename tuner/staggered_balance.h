@@ -20,6 +20,7 @@
 #ifndef OCTOPIPE_TUNER_STAGGERED_BALANCE_H_
 #define OCTOPIPE_TUNER_STAGGERED_BALANCE_H_
 
+#include <cstdint>
 #include <functional>
 #include <vector>
 
@@ -38,6 +39,29 @@ double StaggeredObjective(const ProblemBuilder& builder, const std::vector<Stage
 std::vector<StageAssignment> StaggeredRebalance(
     const ProblemBuilder& builder, std::vector<StageAssignment> stages, int num_microbatches,
     int max_chunks, int max_moves = 500,
+    const std::function<bool()>* should_stop = nullptr);
+
+// The same objective by simulated annealing over the device of each layer (one layer moved, or
+// two exchanged; Metropolis acceptance, geometric cooling over `iterations` trials of O(L)
+// each), from `stages`: the local search above stops at the first split no single round of
+// moves improves, while the staggered objective has many such splits (staggered_balance_test:
+// random splits where it gains after the rounds). Deterministic for a `seed`; the best split
+// seen (never worse than `stages`), within `max_chunks` stages per device.
+std::vector<StageAssignment> StaggeredAnneal(const ProblemBuilder& builder,
+                                             const std::vector<StageAssignment>& stages,
+                                             int num_microbatches, int max_chunks,
+                                             uint64_t seed, int64_t iterations,
+                                             const std::function<bool()>* should_stop = nullptr);
+
+// Simulated annealing with the same moves for any `energy` of a split (lower is better; +inf
+// rules a split out), e.g. SplitScheduleLowerBound of the split's problem (tuner/lower_bound.h),
+// which also charges the fill rate but costs a problem build per trial: for a few thousand
+// trials from a split StaggeredAnneal already shaped. Deterministic for a `seed`; the best
+// split seen, never worse than `stages`.
+std::vector<StageAssignment> AnnealSplit(
+    const ProblemBuilder& builder, const std::vector<StageAssignment>& stages, int max_chunks,
+    uint64_t seed, int64_t iterations,
+    const std::function<double(const std::vector<StageAssignment>&)>& energy,
     const std::function<bool()>* should_stop = nullptr);
 
 }  // namespace octopipe

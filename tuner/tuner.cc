@@ -19,6 +19,7 @@
 #include "tuner/partition.h"
 #include "tuner/search.h"
 #include "tuner/staggered_balance.h"
+#include "tuner/lower_bound.h"
 #include "tuner/vocab_choice.h"
 #include "tuner/vshape_partition.h"
 
@@ -192,9 +193,9 @@ void AddBalancedVShapeSeeds(Search& search, const ProblemBuilder& builder,
 // the best few seeds (distinct splits, recompute cleared), each with every seed policy, with and
 // without recompute, scored. Not for the steady-state objective, whose bound has no start times
 // (BalanceDeviceLoads already shapes for it).
-void TryStaggeredSplits(Search& search, const ProblemBuilder& builder, int num_microbatches,
-                        int max_chunks, const std::vector<Policy>& policies,
-                        const ScoredSeeds& seeds) {
+std::vector<std::pair<Candidate, double>> TryStaggeredSplits(
+    Search& search, const ProblemBuilder& builder, int num_microbatches, int max_chunks,
+    uint64_t seed, const std::vector<Policy>& policies, const ScoredSeeds& seeds) {
   std::vector<std::pair<double, size_t>> ranked;
   for (size_t i = 0; i < seeds.candidates.size(); ++i) {
     const double obj = seeds.scores[i].objective(false);
@@ -212,13 +213,133 @@ void TryStaggeredSplits(Search& search, const ProblemBuilder& builder, int num_m
     from.push_back(st);
     std::vector<StageAssignment> r =
         StaggeredRebalance(builder, st, num_microbatches, max_chunks, 500, search.stop_check());
-    if (r != st && std::find(made.begin(), made.end(), r) == made.end()) made.push_back(std::move(r));
+    // Annealed from the local search's result: it leaves the local optimum the rounds stop at.
+    std::vector<StageAssignment> a =
+        search.split_schedules()
+            ? StaggeredAnneal(builder, r, num_microbatches, max_chunks, seed + from.size(),
+                              int64_t{2000} * builder.num_layers(), search.stop_check())
+            : r;
+    for (std::vector<StageAssignment>* split : {&r, &a}) {
+      if (*split != st && std::find(made.begin(), made.end(), *split) == made.end()) {
+        made.push_back(*split);
+      }
+    }
   }
   std::vector<Candidate> batch;
   for (const auto& st : made) {
     for (const Policy& p : policies) AppendWithAndWithoutRecompute(st, p, &batch);
   }
-  if (!batch.empty()) search.EvaluateAll(batch);
+  if (batch.empty()) return {};
+  const std::vector<Score> scores = search.EvaluateAll(batch);
+  // Per split, its best candidate.
+  std::vector<std::pair<Candidate, double>> best;
+  const size_t per = batch.size() / made.size();
+  for (size_t k = 0; k < made.size(); ++k) {
+    size_t arg = k * per;
+    for (size_t q = k * per; q < (k + 1) * per; ++q) {
+      if (scores[q].objective(false) < scores[arg].objective(false)) arg = q;
+    }
+    if (scores[arg].objective(false) < kInf) best.push_back({batch[arg], scores[arg].objective(false)});
+  }
+  return best;
+}
+
+// Tabu steps by critical-path swaps (Policy::swap_steps) for a schedule of `ops` ops: about a
+// million op evaluations in all, at most 300 steps.
+int SwapSteps(int64_t ops) {
+  return static_cast<int>(std::clamp<int64_t>(int64_t{1000000} / std::max<int64_t>(ops, 1), 0, 300));
+}
+
+int64_t OpsOf(const Candidate& c, int num_microbatches) {
+  return int64_t{3} * static_cast<int64_t>(c.stages.size()) * num_microbatches;
+}
+
+// The schedule of one split searched on its own: the policy climbed from `start` (rounds of
+// perturbations, Perturb; the feed bonuses included), then justified and polished by
+// critical-path swaps. For the splits a cheap bound says could beat the best plan but whose
+// seed policies' list schedules do not (the staggered splits: irregular, where the greedy
+// schedule leaves the busiest device waiting during the fill). Returns whether the best
+// improved.
+bool ScheduleSplit(Search& search, Candidate start, double objective, int num_microbatches) {
+  const double before = search.best_objective();
+  int stale = 0;
+  for (int round = 0; round < 20 && stale < 3 && !search.out_of_time(); ++round) {
+    std::vector<Candidate> trials;
+    for (int q = 0; q < 16; ++q) {
+      Candidate c = start;
+      c.policy = Perturb(start.policy, search.rng(), true);
+      if (q % 4 == 3) c.policy = Perturb(c.policy, search.rng(), true);
+      trials.push_back(std::move(c));
+    }
+    const std::vector<Score> scores = search.EvaluateAll(trials);
+    ++stale;
+    for (size_t q = 0; q < trials.size(); ++q) {
+      if (scores[q].objective(false) < objective) {
+        objective = scores[q].objective(false);
+        start = trials[q];
+        stale = 0;
+      }
+    }
+  }
+  if (start.policy.classic < 0 && !search.out_of_time()) {
+    start.policy.justify = true;
+    start.policy.swap_steps = SwapSteps(OpsOf(start, num_microbatches));
+    search.EvaluateAll({start});
+  }
+  return search.best_objective() < before;
+}
+
+// ScheduleSplit for the splits whose bound on every schedule (SplitScheduleLowerBound) is below
+// the best plan's time, most promising first, at most three: the staggered splits, and the best
+// plan's and theirs annealed on that bound itself (AnnealSplit; it charges the fill rate the
+// staggered objective leaves out).
+void ScheduleStaggeredSplits(Search& search, const ProblemBuilder& builder, int num_microbatches,
+                             int max_chunks, std::vector<std::pair<Candidate, double>> splits,
+                             TuneResult* result) {
+  if (!search.has_best() || search.out_of_time()) return;
+  const double before = search.best_objective();
+  const int64_t evals = search.evaluations();
+  PipelineProblem problem;
+  auto bound = [&](const std::vector<StageAssignment>& st) {
+    builder.BuildInto(st, num_microbatches, &problem);
+    return SplitScheduleLowerBound(problem);
+  };
+  // Annealed on the split bound: from the best plan's split and the two best staggered ones.
+  std::vector<std::vector<StageAssignment>> from = {search.best().stages};
+  for (size_t k = 0; k < splits.size() && from.size() < 3; ++k) from.push_back(splits[k].first.stages);
+  std::vector<Candidate> annealed;
+  for (size_t k = 0; k < from.size() && !search.out_of_time(); ++k) {
+    std::vector<StageAssignment> st = from[k];
+    for (StageAssignment& a : st) a.recompute = false;
+    std::vector<StageAssignment> a = AnnealSplit(builder, st, max_chunks, search.seed() + 17 + k,
+                                                 3000, bound, search.stop_check());
+    if (a != st) annealed.push_back(Candidate{std::move(a), search.best().policy});
+  }
+  for (Candidate& c : annealed) {
+    c.policy.justify = false;
+    c.policy.swap_steps = 0;
+    c.policy.classic = -1;
+  }
+  const std::vector<Score> scores = search.EvaluateAll(annealed);
+  for (size_t k = 0; k < annealed.size(); ++k) {
+    if (scores[k].objective(false) < kInf) splits.push_back({annealed[k], scores[k].objective(false)});
+  }
+  std::vector<std::pair<double, size_t>> ranked;
+  for (size_t k = 0; k < splits.size(); ++k) {
+    const double b = bound(splits[k].first.stages);
+    if (b < search.best_objective() * (1 - 1e-6)) ranked.push_back({b, k});
+  }
+  std::stable_sort(ranked.begin(), ranked.end());
+  int searched = 0;
+  for (const auto& [b, k] : ranked) {
+    if (searched >= 3 || search.out_of_time()) break;
+    ++searched;
+    ScheduleSplit(search, splits[k].first, splits[k].second, num_microbatches);
+  }
+  search.Log(result, "split schedules", before, evals,
+             absl::StrCat(searched, " splits whose bound is below the best plan (staggered, or "
+                                    "annealed on the bound): policy climbed, justified, "
+                                    "critical-path swaps"));
 }
 
 // Start points after the best candidate so far: the best seed of each other stage count
@@ -282,16 +403,18 @@ void LocalSearch(Search& search, const ProblemBuilder& builder, TuneResult* resu
 // policy, a swap of two stages' devices, shifted boundaries, or a stage split onto another
 // device or merged into its neighbour. Placement changes rebalance the device loads.
 Candidate Kick(const Candidate& base, const ProblemBuilder& b, int max_chunks,
-               std::mt19937_64& rng) {
+               std::mt19937_64& rng, bool feed) {
   Candidate c = base;
+  c.policy.justify = false;  // the polish is for the final plan, too slow for every move
+  c.policy.swap_steps = 0;
   const int S = static_cast<int>(c.stages.size());
   const int P = b.num_devices();
   auto uniform = [&rng](int n) { return std::uniform_int_distribution<int>(0, n - 1)(rng); };
-  c.policy = Perturb(c.policy, rng);
+  c.policy = Perturb(c.policy, rng, feed);
   bool placement_changed = false;
   switch (uniform(4)) {
     case 0:  // the policy alone, twice perturbed
-      c.policy = Perturb(c.policy, rng);
+      c.policy = Perturb(c.policy, rng, feed);
       break;
     case 1: {  // swap the devices of two stages
       const int s = uniform(S), t = uniform(S);
@@ -354,7 +477,8 @@ void KickSearch(Search& search, const ProblemBuilder& builder, int max_chunks,
                       search.evaluations() < until && search.best_objective() > target;
        ++kicks) {
     const double best = search.best_objective();
-    const Candidate kicked = Kick(search.best(), builder, max_chunks, search.rng());
+    const Candidate kicked = Kick(search.best(), builder, max_chunks, search.rng(),
+                                   search.split_schedules());
     const std::vector<Score> score = search.EvaluateAll({kicked});
     const double obj = score[0].objective(search.steady());
     if (obj < kInf) {
@@ -375,17 +499,33 @@ void KickSearch(Search& search, const ProblemBuilder& builder, int max_chunks,
 
 // The best plan's list schedule improved by forward-backward passes (Policy::justify,
 // simulator/justify.h), kept when faster on both objectives and fitting: one evaluation.
-void JustifyBest(Search& search, TuneResult* result) {
+void JustifyBest(Search& search, int num_microbatches, TuneResult* result) {
   if (!search.has_best() || search.out_of_time()) return;
-  const Candidate& best = search.best();
-  if (best.policy.classic >= 0 || best.policy.justify) return;
-  const double before = search.best_objective();
-  const int64_t evals = search.evaluations();
-  Candidate c = best;
-  c.policy.justify = true;
-  search.EvaluateAll({c});
-  search.Log(result, "justify", before, evals,
-             "the best plan's schedule, backward and forward passes");
+  if (search.best().policy.classic >= 0) return;
+  if (!search.best().policy.justify) {
+    const double before = search.best_objective();
+    const int64_t evals = search.evaluations();
+    Candidate c = search.best();
+    c.policy.justify = true;
+    search.EvaluateAll({c});
+    search.Log(result, "justify", before, evals,
+               "the best plan's schedule, backward and forward passes");
+  }
+  // Then critical-path swaps (synchronous objective: the swaps shorten the critical path).
+  if (!search.split_schedules() || search.steady() || search.out_of_time() ||
+      search.best().policy.swap_steps > 0) {
+    return;
+  }
+  const double justified = search.best_objective();
+  const int64_t evals2 = search.evaluations();
+  Candidate w = search.best();
+  w.policy.justify = true;
+  w.policy.swap_steps = SwapSteps(OpsOf(w, num_microbatches));
+  if (w.policy.swap_steps == 0) return;
+  search.EvaluateAll({w});
+  search.Log(result, "swaps", justified, evals2,
+             absl::StrCat("the best plan's schedule, ", w.policy.swap_steps,
+                          " tabu steps of critical-path swaps"));
 }
 
 // Large instances: seeds, then a local search from the best one and from each restart point,
@@ -415,19 +555,32 @@ void IterativeSearch(Search& search, const ProblemBuilder& builder,
   // After the restarts (so that they start where they did without it): the best plan's split
   // and the best seeds' splits rebalanced for their staggered starts; a local search from the
   // result when one of them is the new best.
+  std::vector<std::pair<Candidate, double>> splits;
   if (!search.steady() && !search.out_of_time() && search.has_best()) {
     const double before = search.best_objective();
     const int64_t evals = search.evaluations();
-    TryStaggeredSplits(search, builder, num_microbatches, max_chunks, policies, seeds);
+    splits = TryStaggeredSplits(search, builder, num_microbatches, max_chunks, search.seed(),
+                                policies, seeds);
     search.Log(result, "staggered", before, evals,
-               "the best splits rebalanced for their staggered starts (the bound's assignment term)");
+               "the best splits rebalanced (local search and annealing) for their staggered "
+               "starts (the bound's assignment term)");
     if (search.best_objective() < before) {
       search.Restart(search.best(), search.best_objective());
       LocalSearch(search, builder, result);
     }
   }
+  // With split_schedules, under the synchronous objective, the kicks stop at 60% of the budget:
+  // the schedules of the promising splits and the best plan's critical-path swaps
+  // (JustifyBest) use the rest.
+  const bool split_schedules = search.split_schedules() && !search.steady();
+  if (split_schedules) search.set_stop_fraction(0.6);
   KickSearch(search, builder, max_chunks, result);
-  JustifyBest(search, result);
+  if (split_schedules) {
+    search.set_stop_fraction(0.85);
+    ScheduleStaggeredSplits(search, builder, num_microbatches, max_chunks, splits, result);
+  }
+  search.set_stop_fraction(0.9);
+  JustifyBest(search, num_microbatches, result);
 }
 
 // When the budget ran out before the search scheduled any candidate and no baseline fits (a
