@@ -20,15 +20,6 @@ Op B(int s, int m) { return Op{OpKind::kB, s, m}; }
 Op W(int s, int m) { return Op{OpKind::kW, s, m}; }
 
 
-WeightedPolicy RandomPolicy(std::mt19937_64& rng) {
-  std::uniform_real_distribution<double> unit(0.0, 1.0);
-  WeightedPolicy p;
-  for (double& w : p.kind_weight) w = 3 * unit(rng);
-  p.microbatch_weight = unit(rng) < 0.8 ? 1e-3 : -1e-3;
-  p.stage_weight = unit(rng) < 0.5 ? 1e-6 : -1e-6;
-  return p;
-}
-
 TEST(JustifyTest, RandomSchedulesStayValidTimedAsTheEvaluatorAndNeverSlower) {
   std::mt19937_64 rng(11);
   Evaluator evaluator;

@@ -1,5 +1,6 @@
 // A random pipeline problem for the property tests of the schedule improvers
-// (simulator/justify.h, simulator/critical_swap.h): test-only.
+// (simulator/justify.h, simulator/critical_swap.h) and a random policy to list-schedule it:
+// test-only.
 #ifndef OCTOPIPE_SIMULATOR_RANDOM_TEST_PROBLEM_H_
 #define OCTOPIPE_SIMULATOR_RANDOM_TEST_PROBLEM_H_
 
@@ -7,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "simulator/list_scheduler.h"
 #include "simulator/problem.h"
 
 namespace octopipe {
@@ -49,6 +51,17 @@ inline PipelineProblem RandomProblem(std::mt19937_64& rng, bool vocab) {
     pb.vocab_allreduce_s = 0.1;
   }
   return pb;
+}
+
+// A random linear list-scheduling policy: kind weights in [0, 3), either micro-batch order,
+// either stage order.
+inline WeightedPolicy RandomPolicy(std::mt19937_64& rng) {
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  WeightedPolicy p;
+  for (double& w : p.kind_weight) w = 3 * unit(rng);
+  p.microbatch_weight = unit(rng) < 0.8 ? 1e-3 : -1e-3;
+  p.stage_weight = unit(rng) < 0.5 ? 1e-6 : -1e-6;
+  return p;
 }
 
 }  // namespace octopipe
