@@ -25,11 +25,16 @@ Op W(int s, int m) { return Op{OpKind::kW, s, m}; }
 // 7 is optimal (device 0 cannot start a backward before 3 and has 4 units of backward work).
 // Swapping F1.1 with B1.0 alone still gives 8 (B1.1 waits behind W1.0), so the search must take
 // a move that does not improve and then W1.0 with B1.1: 7.
-TEST(CriticalSwapTest, TwoSwapsReachTheOptimum) {
-  const PipelineProblem pb = UniformProblem({0, 1}, 2, 2, 1, 1, 1);
+Schedule PoorTwoDeviceOrder() {
   Schedule poor;
   poor.ops = {{F(0, 0), F(0, 1), B(0, 0), W(0, 0), B(0, 1), W(0, 1)},
               {F(1, 0), F(1, 1), B(1, 0), W(1, 0), B(1, 1), W(1, 1)}};
+  return poor;
+}
+
+TEST(CriticalSwapTest, TwoSwapsReachTheOptimum) {
+  const PipelineProblem pb = UniformProblem({0, 1}, 2, 2, 1, 1, 1);
+  const Schedule poor = PoorTwoDeviceOrder();
   absl::StatusOr<CriticalSwapResult> r = CriticalSwapSearch(pb, poor);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_DOUBLE_EQ(r->input_time_s, 8);
@@ -47,9 +52,7 @@ TEST(CriticalSwapTest, TwoSwapsReachTheOptimum) {
 
 TEST(CriticalSwapTest, ZeroIterationsReturnTheInput) {
   const PipelineProblem pb = UniformProblem({0, 1}, 2, 2, 1, 1, 1);
-  Schedule poor;
-  poor.ops = {{F(0, 0), F(0, 1), B(0, 0), W(0, 0), B(0, 1), W(0, 1)},
-              {F(1, 0), F(1, 1), B(1, 0), W(1, 0), B(1, 1), W(1, 1)}};
+  const Schedule poor = PoorTwoDeviceOrder();
   CriticalSwapOptions o;
   o.max_iterations = 0;
   absl::StatusOr<CriticalSwapResult> r = CriticalSwapSearch(pb, poor, o);

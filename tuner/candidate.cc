@@ -207,38 +207,29 @@ Score CandidateEvaluator::Evaluate(const Candidate& c, Schedule* schedule,
     score.why_not = std::string(sum.status().message());
     return score;
   }
+  // An improved order replaces the list schedule when it is faster, no slower in the steady
+  // state, and fits (its memory is not controlled: it may hold more activations).
+  auto adopt = [&](Schedule* better) {
+    absl::StatusOr<Evaluator::Summary> bs = evaluator_.EvaluateSummary(problem_, *better, eval);
+    if (bs.ok() && (bs->fits_memory || !sum->fits_memory) &&
+        bs->iteration_time_s < sum->iteration_time_s &&
+        bs->steady_state_iteration_time_s <= sum->steady_state_iteration_time_s) {
+      sum = bs;
+      ls->schedule = std::move(*better);
+    }
+  };
   if (c.policy.justify) {
-    // The justified order when it is faster on the objective's clock and fits (its memory is
-    // not controlled: it may hold more activations than the list schedule's).
     JustifyOptions jo;
     jo.should_stop = should_stop;
     absl::StatusOr<JustifyResult> j = JustifySchedule(problem_, ls->schedule, jo);
-    if (j.ok() && j->iteration_time_s < j->input_time_s) {
-      absl::StatusOr<Evaluator::Summary> js =
-          evaluator_.EvaluateSummary(problem_, j->schedule, eval);
-      if (js.ok() && (js->fits_memory || !sum->fits_memory) &&
-          js->iteration_time_s < sum->iteration_time_s &&
-          js->steady_state_iteration_time_s <= sum->steady_state_iteration_time_s) {
-        sum = js;
-        ls->schedule = std::move(j->schedule);
-      }
-    }
+    if (j.ok() && j->iteration_time_s < j->input_time_s) adopt(&j->schedule);
   }
   if (c.policy.swap_steps > 0) {
     CriticalSwapOptions so;
     so.max_iterations = c.policy.swap_steps;
     so.should_stop = should_stop;
     absl::StatusOr<CriticalSwapResult> sw = CriticalSwapSearch(problem_, ls->schedule, so);
-    if (sw.ok() && sw->iteration_time_s < sw->input_time_s) {
-      absl::StatusOr<Evaluator::Summary> ss =
-          evaluator_.EvaluateSummary(problem_, sw->schedule, eval);
-      if (ss.ok() && (ss->fits_memory || !sum->fits_memory) &&
-          ss->iteration_time_s < sum->iteration_time_s &&
-          ss->steady_state_iteration_time_s <= sum->steady_state_iteration_time_s) {
-        sum = ss;
-        ls->schedule = std::move(sw->schedule);
-      }
-    }
+    if (sw.ok() && sw->iteration_time_s < sw->input_time_s) adopt(&sw->schedule);
   }
   score.scheduled = true;
   score.fits = sum->fits_memory;

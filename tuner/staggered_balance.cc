@@ -105,6 +105,59 @@ double Smooth(const std::vector<double>& t, double ref) {
   return s;
 }
 
+// Simulated annealing over a device per layer: each trial moves one layer to another device or
+// exchanges two layers of different devices, accepted by Metropolis at a temperature cooling
+// geometrically from `hot` x the input's score to 1e-6 of it over `iterations` trials;
+// `should_stop` is polled every `poll` trials. `judge(dev, &score)` returns the energy (+inf:
+// the split is ruled out, never accepted) and sets the score the best split is kept by (the
+// energy may add a tie-break to it). Returns the best device per layer seen, the input when
+// nothing beat it or its own energy is not finite.
+template <typename Judge>
+std::vector<int> AnnealDevices(std::vector<int> dev, int P, uint64_t seed, int64_t iterations,
+                               double hot, int64_t poll, Judge& judge,
+                               const std::function<bool()>* should_stop) {
+  double score = 0;
+  double e = judge(dev, &score);
+  if (!std::isfinite(e)) return dev;
+  std::vector<int> best = dev;
+  double best_score = score;
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  const int L = static_cast<int>(dev.size());
+  const double t_hot = hot * score, t_cold = 1e-6 * score;
+  const double cool = std::pow(t_cold / t_hot, 1.0 / static_cast<double>(iterations));
+  double temp = t_hot;
+  for (int64_t it = 0; it < iterations; ++it, temp *= cool) {
+    if (it % poll == 0 && should_stop != nullptr && (*should_stop)()) break;
+    const int i = static_cast<int>(rng() % L);
+    const int old_i = dev[i];
+    int j = -1;
+    if (rng() & 1) {
+      const int d = static_cast<int>(rng() % (P - 1));
+      dev[i] = d >= old_i ? d + 1 : d;
+    } else {
+      j = static_cast<int>(rng() % L);
+      if (dev[j] == old_i) continue;
+      std::swap(dev[i], dev[j]);
+    }
+    const double ne = judge(dev, &score);
+    if (!(ne <= e || (std::isfinite(ne) && unit(rng) < std::exp((e - ne) / temp)))) {
+      if (j >= 0) {
+        std::swap(dev[i], dev[j]);
+      } else {
+        dev[i] = old_i;
+      }
+      continue;
+    }
+    e = ne;
+    if (score < best_score) {
+      best_score = score;
+      best = dev;
+    }
+  }
+  return best;
+}
+
 }  // namespace
 
 double StaggeredObjective(const ProblemBuilder& builder, const std::vector<StageAssignment>& stages,
@@ -213,68 +266,23 @@ std::vector<StageAssignment> StaggeredAnneal(const ProblemBuilder& builder,
   ToLayers(stages, L, &dev, &rec);
   LayerSplit split(builder, num_microbatches);
   std::vector<double> t;
-  if (!split.Times(dev, rec, max_chunks, &t) || !std::isfinite(Smooth(t, 1.0))) return stages;
-  // The maximum decides; the mean breaks its plateaus (a move that relieves the second
-  // busiest device is progress towards lowering the maximum).
-  auto energy = [P](const std::vector<double>& x) {
-    double m = 0, s = 0;
-    for (double v : x) {
+  // The maximum decides (the score); the mean breaks its plateaus (a move that relieves the
+  // second busiest device is progress towards lowering the maximum). A device without layers
+  // (-inf) or too many stages rules the split out.
+  auto judge = [&](const std::vector<int>& d, double* score) {
+    if (!split.Times(d, rec, max_chunks, &t)) return std::numeric_limits<double>::infinity();
+    double m = 0, sum = 0;
+    for (double v : t) {
       if (!std::isfinite(v)) return std::numeric_limits<double>::infinity();
       m = std::max(m, v);
-      s += v;
+      sum += v;
     }
-    return m + 1e-3 * s / P;
+    *score = m;
+    return m + 1e-3 * sum / P;
   };
-  double e = energy(t);
-  std::vector<int> best = dev;
-  double best_max = MaxOf(t);
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> unit(0.0, 1.0);
-  // Geometric cooling from 1% of the objective to 1e-6 of it.
-  const double t_hot = 1e-2 * best_max, t_cold = 1e-6 * best_max;
-  const double cool = std::pow(t_cold / t_hot, 1.0 / static_cast<double>(iterations));
-  double temp = t_hot;
-  std::vector<double> tt;
-  for (int64_t it = 0; it < iterations; ++it, temp *= cool) {
-    if ((it & 1023) == 0 && should_stop != nullptr && (*should_stop)()) break;
-    const int i = static_cast<int>(rng() % L);
-    int j = -1, old_i = dev[i];
-    if (rng() & 1) {
-      // One layer to another device.
-      const int d = static_cast<int>(rng() % (P - 1));
-      dev[i] = d >= old_i ? d + 1 : d;
-    } else {
-      // Two layers of two devices exchanged.
-      j = static_cast<int>(rng() % L);
-      if (dev[j] == old_i) continue;
-      std::swap(dev[i], dev[j]);
-    }
-    auto undo = [&] {
-      if (j >= 0) {
-        std::swap(dev[i], dev[j]);
-      } else {
-        dev[i] = old_i;
-      }
-    };
-    if (!split.Times(dev, rec, max_chunks, &tt)) {
-      undo();
-      continue;
-    }
-    const double ne = energy(tt);
-    if (!(ne <= e || unit(rng) < std::exp((e - ne) / temp))) {
-      undo();
-      continue;
-    }
-    e = ne;
-    const double m = MaxOf(tt);
-    if (m < best_max) {
-      best_max = m;
-      best = dev;
-    }
-  }
-  return Runs(best, rec);
+  return Runs(AnnealDevices(std::move(dev), P, seed, iterations, 1e-2, 1024, judge, should_stop),
+              rec);
 }
-
 
 std::vector<StageAssignment> AnnealSplit(
     const ProblemBuilder& builder, const std::vector<StageAssignment>& stages, int max_chunks,
@@ -288,52 +296,20 @@ std::vector<StageAssignment> AnnealSplit(
   std::vector<int> dev;
   std::vector<char> rec;
   ToLayers(stages, L, &dev, &rec);
-  double e = energy(Runs(dev, rec));
-  if (!std::isfinite(e)) return stages;
-  std::vector<int> best = dev;
-  double best_e = e;
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> unit(0.0, 1.0);
-  const double t_hot = 3e-3 * e, t_cold = 1e-6 * e;
-  const double cool = std::pow(t_cold / t_hot, 1.0 / static_cast<double>(iterations));
-  double temp = t_hot;
   std::vector<int> chunks(P);
-  for (int64_t it = 0; it < iterations; ++it, temp *= cool) {
-    if ((it & 63) == 0 && should_stop != nullptr && (*should_stop)()) break;
-    const int i = static_cast<int>(rng() % L);
-    int j = -1;
-    const int old_i = dev[i];
-    if (rng() & 1) {
-      const int d = static_cast<int>(rng() % (P - 1));
-      dev[i] = d >= old_i ? d + 1 : d;
-    } else {
-      j = static_cast<int>(rng() % L);
-      if (dev[j] == old_i) continue;
-      std::swap(dev[i], dev[j]);
-    }
-    // Every device keeps a layer and at most max_chunks stages.
+  // Every device keeps a layer and at most max_chunks stages.
+  auto judge = [&](const std::vector<int>& d, double* score) {
     std::fill(chunks.begin(), chunks.end(), 0);
     bool ok = true;
     for (int l = 0; l < L && ok; ++l) {
-      if (l == 0 || dev[l - 1] != dev[l]) ok = ++chunks[dev[l]] <= max_chunks;
+      if (l == 0 || d[l - 1] != d[l]) ok = ++chunks[d[l]] <= max_chunks;
     }
-    for (int d = 0; d < P && ok; ++d) ok = chunks[d] > 0;
-    const double ne = ok ? energy(Runs(dev, rec)) : std::numeric_limits<double>::infinity();
-    if (!(ne <= e || unit(rng) < std::exp((e - ne) / temp))) {
-      if (j >= 0) {
-        std::swap(dev[i], dev[j]);
-      } else {
-        dev[i] = old_i;
-      }
-      continue;
-    }
-    e = ne;
-    if (e < best_e) {
-      best_e = e;
-      best = dev;
-    }
-  }
-  return Runs(best, rec);
+    for (int k = 0; k < P && ok; ++k) ok = chunks[k] > 0;
+    *score = ok ? energy(Runs(d, rec)) : std::numeric_limits<double>::infinity();
+    return *score;
+  };
+  return Runs(AnnealDevices(std::move(dev), P, seed, iterations, 3e-3, 64, judge, should_stop),
+              rec);
 }
 
 }  // namespace octopipe

@@ -89,24 +89,39 @@ TEST(StaggeredBalanceTest, RecomputeStagesCarryTheirReplay) {
   EXPECT_DOUBLE_EQ(StaggeredObjective(b, {{0, 1, 0, false}, {2, 3, 1, true}}, 2), 18.0);
 }
 
+// Trial `trial` of the random tests: 2-6 devices, a few more layers with F and B = W drawn from
+// [0.1, 3), M = P x (1 + trial % 4), 1-4 stages per device, and the even split over P stages in
+// device order.
+struct RandomCase {
+  int P = 0, L = 0, M = 0, max_chunks = 0;
+  ModelGraph model;
+  std::vector<StageAssignment> even;
+};
+
+RandomCase MakeRandomCase(std::mt19937& rng, int trial) {
+  std::uniform_real_distribution<double> t(0.1, 3.0);
+  RandomCase c;
+  c.P = 2 + trial % 5;
+  c.L = c.P + 3 + static_cast<int>(rng() % 20);
+  c.M = c.P * (1 + trial % 4);
+  c.max_chunks = 1 + trial % 4;
+  std::vector<double> f(c.L), bw(c.L);
+  for (int l = 0; l < c.L; ++l) {
+    f[l] = t(rng);
+    bw[l] = t(rng);
+  }
+  c.model = Measured(f, bw);
+  for (int s = 0; s < c.P; ++s) c.even.push_back({s * c.L / c.P, (s + 1) * c.L / c.P - 1, s, false});
+  return c;
+}
+
 TEST(StaggeredBalanceTest, RandomSplitsOnlyImproveAndStayAboveTheCertifiedBound) {
   std::mt19937 rng(7);
-  std::uniform_real_distribution<double> t(0.1, 3.0);
   for (int trial = 0; trial < 40; ++trial) {
-    const int P = 2 + trial % 5;
-    const int L = P + 3 + static_cast<int>(rng() % 20);
-    const int M = P * (1 + trial % 4);
-    const int max_chunks = 1 + trial % 4;
-    std::vector<double> f(L), bw(L);
-    for (int l = 0; l < L; ++l) {
-      f[l] = t(rng);
-      bw[l] = t(rng);
-    }
-    const ModelGraph m = Measured(f, bw);
-    const ProblemBuilder b = Builder(m, P);
-    // An even split over P stages in device order.
-    std::vector<StageAssignment> start;
-    for (int s = 0; s < P; ++s) start.push_back({s * L / P, (s + 1) * L / P - 1, s, false});
+    const RandomCase c = MakeRandomCase(rng, trial);
+    const int P = c.P, L = c.L, M = c.M, max_chunks = c.max_chunks;
+    const ProblemBuilder b = Builder(c.model, P);
+    const std::vector<StageAssignment>& start = c.even;
     const std::vector<StageAssignment> r = StaggeredRebalance(b, start, M, max_chunks);
     SCOPED_TRACE(absl::StrCat("trial ", trial, " P=", P, " L=", L, " M=", M));
     ExpectValid(r, L, P, max_chunks);
@@ -120,22 +135,12 @@ TEST(StaggeredBalanceTest, RandomSplitsOnlyImproveAndStayAboveTheCertifiedBound)
 
 TEST(StaggeredBalanceTest, AnnealingOnlyImprovesIsDeterministicAndStaysAboveTheBound) {
   std::mt19937 rng(11);
-  std::uniform_real_distribution<double> t(0.1, 3.0);
   int better_than_rounds = 0;
   for (int trial = 0; trial < 20; ++trial) {
-    const int P = 2 + trial % 5;
-    const int L = P + 3 + static_cast<int>(rng() % 20);
-    const int M = P * (1 + trial % 4);
-    const int max_chunks = 1 + trial % 4;
-    std::vector<double> f(L), bw(L);
-    for (int l = 0; l < L; ++l) {
-      f[l] = t(rng);
-      bw[l] = t(rng);
-    }
-    const ModelGraph m = Measured(f, bw);
-    const ProblemBuilder b = Builder(m, P);
-    std::vector<StageAssignment> start;
-    for (int s = 0; s < P; ++s) start.push_back({s * L / P, (s + 1) * L / P - 1, s, false});
+    const RandomCase c = MakeRandomCase(rng, trial);
+    const int P = c.P, L = c.L, M = c.M, max_chunks = c.max_chunks;
+    const ProblemBuilder b = Builder(c.model, P);
+    const std::vector<StageAssignment>& start = c.even;
     SCOPED_TRACE(absl::StrCat("trial ", trial, " P=", P, " L=", L, " M=", M));
     const std::vector<StageAssignment> rounds = StaggeredRebalance(b, start, M, max_chunks);
     const std::vector<StageAssignment> a = StaggeredAnneal(b, rounds, M, max_chunks, 5, 20000);

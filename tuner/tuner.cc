@@ -189,13 +189,14 @@ void AddBalancedVShapeSeeds(Search& search, const ProblemBuilder& builder,
   seeds->scores.insert(seeds->scores.end(), scores.begin(), scores.end());
 }
 
-// The synchronous objective's bound-shaped splits (StaggeredRebalance) of the best plan and of
-// the best few seeds (distinct splits, recompute cleared), each with every seed policy, with and
-// without recompute, scored. Not for the steady-state objective, whose bound has no start times
-// (BalanceDeviceLoads already shapes for it).
+// The synchronous objective's bound-shaped splits (StaggeredRebalance, then StaggeredAnneal with
+// split_schedules) of the best plan and of the best few seeds (distinct splits, recompute
+// cleared), each with every seed policy, with and without recompute, scored. Returns each
+// split's best scored candidate and its time. Not for the steady-state objective, whose bound
+// has no start times (BalanceDeviceLoads already shapes for it).
 std::vector<std::pair<Candidate, double>> TryStaggeredSplits(
     Search& search, const ProblemBuilder& builder, int num_microbatches, int max_chunks,
-    uint64_t seed, const std::vector<Policy>& policies, const ScoredSeeds& seeds) {
+    const std::vector<Policy>& policies, const ScoredSeeds& seeds) {
   std::vector<std::pair<double, size_t>> ranked;
   for (size_t i = 0; i < seeds.candidates.size(); ++i) {
     const double obj = seeds.scores[i].objective(false);
@@ -216,7 +217,7 @@ std::vector<std::pair<Candidate, double>> TryStaggeredSplits(
     // Annealed from the local search's result: it leaves the local optimum the rounds stop at.
     std::vector<StageAssignment> a =
         search.split_schedules()
-            ? StaggeredAnneal(builder, r, num_microbatches, max_chunks, seed + from.size(),
+            ? StaggeredAnneal(builder, r, num_microbatches, max_chunks, search.seed() + from.size(),
                               int64_t{2000} * builder.num_layers(), search.stop_check())
             : r;
     for (std::vector<StageAssignment>* split : {&r, &a}) {
@@ -231,9 +232,9 @@ std::vector<std::pair<Candidate, double>> TryStaggeredSplits(
   }
   if (batch.empty()) return {};
   const std::vector<Score> scores = search.EvaluateAll(batch);
-  // Per split, its best candidate.
+  // Per split, its best candidate (each split has 2 candidates per policy).
   std::vector<std::pair<Candidate, double>> best;
-  const size_t per = batch.size() / made.size();
+  const size_t per = 2 * policies.size();
   for (size_t k = 0; k < made.size(); ++k) {
     size_t arg = k * per;
     for (size_t q = k * per; q < (k + 1) * per; ++q) {
@@ -258,10 +259,9 @@ int64_t OpsOf(const Candidate& c, int num_microbatches) {
 // perturbations, Perturb; the feed bonuses included), then justified and polished by
 // critical-path swaps. For the splits a cheap bound says could beat the best plan but whose
 // seed policies' list schedules do not (the staggered splits: irregular, where the greedy
-// schedule leaves the busiest device waiting during the fill). Returns whether the best
-// improved.
-bool ScheduleSplit(Search& search, Candidate start, double objective, int num_microbatches) {
-  const double before = search.best_objective();
+// schedule leaves the busiest device waiting during the fill). The search keeps whatever beats
+// its best.
+void ScheduleSplit(Search& search, Candidate start, double objective, int num_microbatches) {
   int stale = 0;
   for (int round = 0; round < 20 && stale < 3 && !search.out_of_time(); ++round) {
     std::vector<Candidate> trials;
@@ -286,7 +286,6 @@ bool ScheduleSplit(Search& search, Candidate start, double objective, int num_mi
     start.policy.swap_steps = SwapSteps(OpsOf(start, num_microbatches));
     search.EvaluateAll({start});
   }
-  return search.best_objective() < before;
 }
 
 // ScheduleSplit for the splits whose bound on every schedule (SplitScheduleLowerBound) is below
@@ -304,21 +303,22 @@ void ScheduleStaggeredSplits(Search& search, const ProblemBuilder& builder, int 
     builder.BuildInto(st, num_microbatches, &problem);
     return SplitScheduleLowerBound(problem);
   };
-  // Annealed on the split bound: from the best plan's split and the two best staggered ones.
+  // Annealed on the split bound: from the best plan's split and the first two staggered ones,
+  // list-scheduled with the best plan's policy (unpolished; a classic order fits only its own
+  // placement).
   std::vector<std::vector<StageAssignment>> from = {search.best().stages};
   for (size_t k = 0; k < splits.size() && from.size() < 3; ++k) from.push_back(splits[k].first.stages);
+  Policy policy = search.best().policy;
+  policy.justify = false;
+  policy.swap_steps = 0;
+  policy.classic = -1;
   std::vector<Candidate> annealed;
   for (size_t k = 0; k < from.size() && !search.out_of_time(); ++k) {
     std::vector<StageAssignment> st = from[k];
     for (StageAssignment& a : st) a.recompute = false;
     std::vector<StageAssignment> a = AnnealSplit(builder, st, max_chunks, search.seed() + 17 + k,
                                                  3000, bound, search.stop_check());
-    if (a != st) annealed.push_back(Candidate{std::move(a), search.best().policy});
-  }
-  for (Candidate& c : annealed) {
-    c.policy.justify = false;
-    c.policy.swap_steps = 0;
-    c.policy.classic = -1;
+    if (a != st) annealed.push_back(Candidate{std::move(a), policy});
   }
   const std::vector<Score> scores = search.EvaluateAll(annealed);
   for (size_t k = 0; k < annealed.size(); ++k) {
@@ -559,8 +559,7 @@ void IterativeSearch(Search& search, const ProblemBuilder& builder,
   if (!search.steady() && !search.out_of_time() && search.has_best()) {
     const double before = search.best_objective();
     const int64_t evals = search.evaluations();
-    splits = TryStaggeredSplits(search, builder, num_microbatches, max_chunks, search.seed(),
-                                policies, seeds);
+    splits = TryStaggeredSplits(search, builder, num_microbatches, max_chunks, policies, seeds);
     search.Log(result, "staggered", before, evals,
                "the best splits rebalanced (local search and annealing) for their staggered "
                "starts (the bound's assignment term)");
