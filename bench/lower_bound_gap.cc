@@ -13,8 +13,8 @@
 //
 //   bazel run -c opt //bench:lower_bound_gap -- [--budget=2] [--only=SUBSTRING]
 //       [--devices=4,8] [--max_chunks=N] [--seed=1] [--log] [--split_schedules=1]
-// (--log: the tuner's phase log of each row on stderr; --split_schedules=0|1:
-// TunerOptions::split_schedules, on by default here)
+// (--log: the tuner's phase log of each row and its plan's per-device pauses on stderr;
+// --split_schedules=0|1: TunerOptions::split_schedules, on by default here)
 //
 // Prints one JSON object per line, then a Markdown table and the mean gap. Timing-dependent:
 // the tuner stops at its wall-clock budget, so measure on a quiet machine.
@@ -27,11 +27,13 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "core/cluster.h"
 #include "core/convert.h"
 #include "core/cost_model.h"
 #include "core/json_text.h"
+#include "simulator/evaluator.h"
 #include "simulator/problem_builder.h"
 #include "tuner/lower_bound.h"
 #include "tuner/staggered_balance.h"
@@ -110,6 +112,30 @@ std::string BindingText(const LowerBound& lb) {
              : lb.binding;
 }
 
+// Per device of the plan (stderr, with --log): first op start, busy time, last op end, the
+// idle time between them and each pause over 2 ms as "length@start": where the schedule
+// leaves the device waiting.
+void LogDevices(const ProblemBuilder& builder, const Plan& plan, int M) {
+  PipelineProblem problem;
+  builder.BuildInto(plan.stages, M, &problem);
+  Evaluator evaluator;
+  EvalOptions options;
+  options.timeline = true;
+  absl::StatusOr<SimResult> sim = evaluator.Evaluate(problem, plan.schedule, options);
+  if (!sim.ok()) return;
+  for (size_t d = 0; d < sim->devices.size(); ++d) {
+    const DeviceResult& r = sim->devices[d];
+    std::string pauses;
+    for (size_t i = 1; i < sim->op_start_s[d].size(); ++i) {
+      const double gap = sim->op_start_s[d][i] - sim->op_end_s[d][i - 1];
+      if (gap > 0.002) absl::StrAppend(&pauses, absl::StrFormat(" %.3f@%.3f", gap, sim->op_start_s[d][i]));
+    }
+    std::fprintf(stderr, "  device %zu: first %.4f busy %.4f end %.4f idle %.4f; pauses%s\n", d,
+                 r.first_start_s, r.busy_s, r.last_end_s,
+                 r.last_end_s - r.first_start_s - r.busy_s, pauses.c_str());
+  }
+}
+
 struct Row {
   std::string model;
   int devices = 0, microbatches = 0;
@@ -179,6 +205,7 @@ int main(int argc, char** argv) {
                          row.model.c_str(), P, M, e.wall_s, e.phase.c_str(), e.before_s,
                          e.after_s, static_cast<long long>(e.evaluations), e.detail.c_str());
           }
+          if (builder.ok()) LogDevices(*builder, t.plan, M);
         }
         double baseline_s = 0;
         for (const BaselineResult& b : t.baselines) {

@@ -229,7 +229,11 @@ absl::StatusOr<bool> Prepare(const ModelGraph& model, const Cluster& cluster,
     }
     c->static_ratio = std::max({c->static_ratio, total / capacity, heaviest / largest_capacity});
     const std::vector<LayerCost> fastest = FastestLayerCosts(b);
-    const LowerBound lb = PipelineLowerBound(fastest, P, c->microbatches, steady);
+    // The cheap relaxation (< 1 ms) for ranking and pruning the candidates; the plan chosen
+    // reports the tuner's own bound, which also places the first layers exactly.
+    LowerBoundOptions bound_options;
+    bound_options.prefix_layers = 0;
+    const LowerBound lb = PipelineLowerBound(fastest, P, c->microbatches, steady, bound_options);
     double work = 0;  // one micro-batch through every layer, F + B + W
     for (const LayerCost& lc : fastest) work += lc.forward_s + lc.backward_input_s + lc.weight_grad_s;
     const double sync = DpSyncBound(*c, pipe);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <utility>
 
@@ -107,6 +108,101 @@ double LptMakespan(const ItemClasses& c, int num_bins) {
   return *std::max_element(load.begin(), load.end());
 }
 
+// Residual packings (Packs calls) one probe of PrefixPacker may try; more leave the probe
+// undecided, counted as feasible (the bound stays certified, only less tight). The set
+// partitions of 6 layers number 203.
+constexpr int64_t kMaxPacksPerProbe = 256;
+
+// Decides, for a T, whether the first q layers can be placed on the devices (every set
+// partition of them, devices numbered in order of their first layer) so that the other
+// layers, rounded down to `rest`, fit what is left (see PipelineAssignmentBound).
+// `forward_prefix[l]` = S(l), the forward work below layer l. Residual capacity vectors
+// already shown not to fit, or dominated bin by bin by one, are not packed again.
+class PrefixPacker {
+ public:
+  PrefixPacker(const std::vector<double>& work, const std::vector<double>& forward_prefix,
+               int bins, double multiplier, int q, ItemClasses rest)
+      : work_(work), s_(forward_prefix), bins_(bins), mult_(multiplier), q_(q),
+        rest_(std::move(rest)) {
+    for (size_t k = 0; k < rest_.size.size(); ++k) rest_total_ += rest_.size[k] * rest_.count[k];
+  }
+
+  bool Feasible(double t) {
+    t_ = t;
+    preload_.assign(bins_, 0.0);
+    first_.assign(bins_, -1);
+    tried_.clear();
+    packs_ = 0;
+    return Place(0, 0);
+  }
+
+ private:
+  double Capacity(int lowest_layer) const { return (t_ - s_[lowest_layer]) / mult_; }
+
+  bool Place(int j, int used) {
+    if (j == q_) return PackRest(used);
+    const double w = work_[j];
+    for (int r = 0; r < used; ++r) {
+      if (preload_[r] + w <= Capacity(first_[r])) {
+        preload_[r] += w;
+        const bool ok = Place(j + 1, used);
+        preload_[r] -= w;
+        if (ok) return true;
+      }
+    }
+    if (used < bins_ && w <= Capacity(j)) {  // layer j opens a device
+      first_[used] = j;
+      preload_[used] = w;
+      const bool ok = Place(j + 1, used + 1);
+      preload_[used] = 0;
+      first_[used] = -1;
+      if (ok) return true;
+    }
+    return false;
+  }
+
+  // The devices holding one of the first q layers have what their lowest layer's start leaves
+  // after those layers; the i-th of the others has its lowest layer at q + i or above.
+  bool PackRest(int used) {
+    std::vector<double> residual;
+    const int L = static_cast<int>(work_.size());
+    for (int r = 0; r < used; ++r) residual.push_back(Capacity(first_[r]) - preload_[r]);
+    for (int i = 0; used + i < bins_ && q_ + i < L; ++i) {
+      residual.push_back(std::max(0.0, Capacity(q_ + i)));
+    }
+    std::sort(residual.begin(), residual.end(), std::greater<double>());
+    if (rest_total_ == 0) return true;
+    double room = 0;
+    for (double x : residual) room += x;
+    if (room < rest_total_) return false;
+    // Every residual tried so far failed: one no larger, bin by bin, fails too.
+    for (const std::vector<double>& f : tried_) {
+      bool dominated = true;
+      for (size_t i = 0; i < residual.size() && dominated; ++i) {
+        dominated = residual[i] <= (i < f.size() ? f[i] : 0.0);
+      }
+      if (dominated) return false;
+    }
+    if (packs_ >= kMaxPacksPerProbe) return true;  // undecided: no T is wrongly ruled out
+    tried_.push_back(residual);
+    ++packs_;
+    return Packs(rest_, residual);
+  }
+
+  const std::vector<double>& work_;
+  const std::vector<double>& s_;
+  const int bins_;
+  const double mult_;
+  const int q_;
+  const ItemClasses rest_;
+  double rest_total_ = 0;
+  double t_ = 0;
+  std::vector<double> preload_;
+  std::vector<int> first_;
+  std::vector<std::vector<double>> tried_;
+  int64_t packs_ = 0;
+};
+
 }  // namespace
 
 double StaggeredAssignmentBound(const std::vector<double>& items,
@@ -149,8 +245,42 @@ double MinMaxAssignmentBound(const std::vector<double>& items, int bins, int64_t
   return StaggeredAssignmentBound(items, std::vector<double>(bins, 0.0), 1.0, max_states);
 }
 
+double PipelineAssignmentBound(const std::vector<double>& work,
+                               const std::vector<double>& forward, int bins, double multiplier,
+                               int prefix, int64_t max_states) {
+  const int L = static_cast<int>(work.size());
+  if (L == 0 || bins < 1 || !(multiplier > 0) || forward.size() != work.size()) return 0;
+  std::vector<double> s(L + 1, 0.0);
+  for (int l = 0; l < L; ++l) s[l + 1] = s[l] + std::max(0.0, forward[l]);
+  const int q = std::clamp(prefix, 0, L);
+  const std::vector<double> rest_items(work.begin() + q, work.end());
+  PrefixPacker packer(work, s, bins, multiplier, q,
+                      rest_items.empty() ? ItemClasses{}
+                                         : RoundDownToClasses(rest_items, std::max<int64_t>(max_states, 2)));
+  // Closed forms (as in StaggeredAssignmentBound): the largest layer on a device starting at
+  // 0; the total over the time after each device's earliest possible start S(k).
+  double total = 0, start_sum = 0;
+  for (double x : work) total += x;
+  for (int k = 0; k < bins; ++k) start_sum += s[std::min(k, L - 1)];
+  const double staggered = (start_sum + multiplier * total) / bins;
+  double lo = std::max(multiplier * *std::max_element(work.begin(), work.end()),
+                       staggered >= s[std::min(bins, L) - 1] ? staggered : multiplier * total / bins);
+  // Feasible: every layer on the device of layer 0.
+  double hi = std::max(lo, multiplier * total);
+  for (int probe = 0; probe < 60 && hi - lo > 1e-5 * hi; ++probe) {
+    const double mid = 0.5 * (lo + hi);
+    if (packer.Feasible(mid)) {
+      hi = mid;
+    } else {
+      lo = mid;  // no placement of the layers finishes by mid
+    }
+  }
+  return lo;
+}
+
 LowerBound PipelineLowerBound(const std::vector<LayerCost>& layers, int num_devices,
-                              int num_microbatches, bool steady_state) {
+                              int num_microbatches, bool steady_state,
+                              const LowerBoundOptions& options) {
   LowerBound lb;
   if (layers.empty() || num_devices < 1 || num_microbatches < 1) return lb;
   const double m = num_microbatches;
@@ -186,7 +316,18 @@ LowerBound PipelineLowerBound(const std::vector<LayerCost>& layers, int num_devi
       start[k] = start[k - 1] + (below == k - 1 ? layers[below].forward_s : 0.0);
     }
   }
-  lb.assignment_s = StaggeredAssignmentBound(layer_work, start, m);
+  if (steady_state) {
+    lb.assignment_s = StaggeredAssignmentBound(layer_work, start, m);
+  } else {
+    std::vector<double> forward;
+    for (const LayerCost& c : layers) forward.push_back(c.forward_s);
+    lb.assignment_s = StaggeredAssignmentBound(layer_work, start, m);
+    if (options.prefix_layers > 0) {
+      lb.assignment_s = std::max(
+          lb.assignment_s, PipelineAssignmentBound(layer_work, forward, num_devices, m,
+                                                   options.prefix_layers, options.prefix_states));
+    }
+  }
   if (!steady_state) lb.chain_s = sum_f + sum_b + layers.front().weight_grad_s;
   lb.seconds = lb.work_s;
   lb.binding = "work";

@@ -161,6 +161,104 @@ TEST(LowerBoundTest, AssignmentBoundNeverExceedsTheOptimumAndIsExactOnFewValues)
   }
 }
 
+// min over all bins^n assignments of max over non-empty bins of S(lowest layer) + mult x load,
+// S(l) = sum_{j<l} forward[j]: the pipeline assignment problem itself.
+double BruteForcePipelineAssignment(const std::vector<double>& work,
+                                    const std::vector<double>& forward, int bins, double mult) {
+  const int n = static_cast<int>(work.size());
+  std::vector<double> s(n + 1, 0.0);
+  for (int l = 0; l < n; ++l) s[l + 1] = s[l] + forward[l];
+  int64_t total = 1;
+  for (int i = 0; i < n; ++i) total *= bins;
+  double best = 1e300;
+  for (int64_t code = 0; code < total; ++code) {
+    std::vector<double> load(bins, 0.0);
+    std::vector<int> lowest(bins, -1);
+    int64_t c = code;
+    for (int i = 0; i < n; ++i, c /= bins) {
+      const int b = static_cast<int>(c % bins);
+      load[b] += work[i];
+      if (lowest[b] < 0) lowest[b] = i;
+    }
+    double t = 0;
+    for (int b = 0; b < bins; ++b) {
+      if (lowest[b] >= 0) t = std::max(t, s[lowest[b]] + mult * load[b]);
+    }
+    best = std::min(best, t);
+  }
+  return best;
+}
+
+TEST(LowerBoundTest, PipelineAssignmentBoundPlacesTheFirstLayers) {
+  // Layers 0, 1, 2 of work 1, 1, 10 and forward 0.1, 5, 1 on 2 devices, M = 1. The relaxation
+  // lets the second device start at S(1) = 0.1 holding only layer 2 (0.1 + 10); but a device
+  // without layer 1 starts at S(2) = 5.1. So either layer 2 shares layer 0's device (11), or
+  // its device also holds layer 1 (0.1 + 11 = 11.1), or it starts at 5.1 (15.1): 11.
+  const std::vector<double> work = {1, 1, 10}, forward = {0.1, 5, 1};
+  EXPECT_NEAR(StaggeredAssignmentBound(work, {0, 0.1}, 1.0), 10, 1e-3);
+  EXPECT_NEAR(BruteForcePipelineAssignment(work, forward, 2, 1.0), 11, 1e-12);
+  EXPECT_NEAR(PipelineAssignmentBound(work, forward, 2, 1.0, 3), 11, 1e-3);
+  // Placing layer 0 alone sees part of it: layer 2 beside it (11), or on the other device,
+  // whose lowest layer is 1 or above (0.1 + 10). With no layer placed: the relaxation.
+  EXPECT_NEAR(PipelineAssignmentBound(work, forward, 2, 1.0, 1), 10.1, 1e-3);
+  EXPECT_NEAR(PipelineAssignmentBound(work, forward, 2, 1.0, 0), 10, 1e-3);
+  // Degenerate inputs.
+  EXPECT_DOUBLE_EQ(PipelineAssignmentBound({}, {}, 2, 1.0, 3), 0);
+  EXPECT_DOUBLE_EQ(PipelineAssignmentBound(work, forward, 0, 1.0, 3), 0);
+  EXPECT_DOUBLE_EQ(PipelineAssignmentBound(work, {1, 2}, 2, 1.0, 3), 0);
+}
+
+TEST(LowerBoundTest, PipelineAssignmentBoundNeverExceedsTheOptimumAndIsExactWithAllPlaced) {
+  std::mt19937_64 rng(13);
+  std::uniform_int_distribution<int> count(1, 7), bins(1, 3), mult(1, 8);
+  std::uniform_real_distribution<double> real(0.1, 3.0), fwd(0.0, 1.0);
+  for (int trial = 0; trial < 300; ++trial) {
+    SCOPED_TRACE(trial);
+    const int n = count(rng), P = bins(rng);
+    const double m = mult(rng);
+    std::vector<double> work(n), forward(n);
+    for (int i = 0; i < n; ++i) {
+      work[i] = real(rng);
+      forward[i] = fwd(rng) * work[i];
+    }
+    const double exact = BruteForcePipelineAssignment(work, forward, P, m);
+    // Any prefix and any rounding stay below the optimum.
+    for (int prefix : {0, 1, 2, 4, 7}) {
+      for (int64_t states : {2, 16, 1 << 11}) {
+        EXPECT_LE(PipelineAssignmentBound(work, forward, P, m, prefix, states),
+                  exact * (1 + 1e-12))
+            << prefix << " " << states;
+      }
+    }
+    // Every layer placed exactly: the optimum, up to the search's tolerance.
+    EXPECT_GE(PipelineAssignmentBound(work, forward, P, m, n), exact * (1 - 2e-5));
+    // Never below the relaxation's closed forms.
+    EXPECT_GE(PipelineAssignmentBound(work, forward, P, m, n),
+              m * *std::max_element(work.begin(), work.end()) * (1 - 1e-12));
+  }
+}
+
+// On the measured gpt-oss-20B profile's shape (24 layers, the first and the last heavy) the
+// prefix placement tightens the pipeline bound, and PipelineLowerBound takes it by default.
+TEST(LowerBoundTest, PrefixTightensTheBoundOnHeavyLayers) {
+  std::vector<LayerCost> layers;
+  for (int l = 0; l < 24; ++l) {
+    LayerCost c;
+    c.forward_s = (l == 0 || l == 23) ? 0.03 : (l % 2 == 0 ? 0.027 : 0.022);
+    c.backward_input_s = c.weight_grad_s = (l % 2 == 0 ? 0.02 : 0.017);
+    layers.push_back(c);
+  }
+  LowerBoundOptions relaxed;
+  relaxed.prefix_layers = 0;
+  const LowerBound plain = PipelineLowerBound(layers, 8, 32, false, relaxed);
+  const LowerBound placed = PipelineLowerBound(layers, 8, 32, false);
+  EXPECT_GT(placed.assignment_s, plain.assignment_s * 1.001);
+  EXPECT_GE(placed.seconds, plain.seconds);
+  // The steady state has no starts: both the same.
+  EXPECT_DOUBLE_EQ(PipelineLowerBound(layers, 8, 32, true).seconds,
+                   PipelineLowerBound(layers, 8, 32, true, relaxed).seconds);
+}
+
 TEST(LowerBoundTest, DegenerateInputsGiveZero) {
   EXPECT_DOUBLE_EQ(PipelineLowerBound({}, 4, 8, false).seconds, 0);
   EXPECT_DOUBLE_EQ(PipelineLowerBound(Chain({1}), 0, 8, false).seconds, 0);
