@@ -55,8 +55,9 @@ proto::ReportStageTimesRequest Report(const std::string& job_id, int64_t version
   r.set_job_id(job_id);
   r.set_plan_version(version);
   r.set_node_id("node0");
+  const int slow_device = slow_stage >= 0 ? p.stage_device[slow_stage] : -1;
   for (int s = 0; s < p.num_stages; ++s) {
-    const double f = s == slow_stage ? slow : others;
+    const double f = p.stage_device[s] == slow_device ? slow : others;
     for (auto [kind, secs] : {std::pair{"F", p.forward_s[s]}, std::pair{"B", p.backward_input_s[s]},
                               std::pair{"W", p.weight_grad_s[s]}}) {
       if (secs <= 0) continue;

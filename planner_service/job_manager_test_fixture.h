@@ -58,9 +58,11 @@ absl::StatusOr<PipelineProblem> Predicted(const proto::CreateJobRequest& job,
                                           const proto::PlanVersion& v,
                                           const std::vector<double>& factors);
 
-// A report of F, B and W per stage: the predicted seconds times `slow` on `slow_stage` and
-// times `others` on every other stage; with the head split, every device's S and T pass
-// (stage = device) times `vocab` (< 0: `others`).
+// A report of F, B and W per stage: the predicted seconds times `slow` on every stage of
+// `slow_stage`'s device (a slow GPU; the tuner's plans often hold several stages per device,
+// and one of them slow alone may not be worth a new plan) and times `others` on every other
+// stage (-1: none slow); with the head split, every device's S and T pass (stage = device)
+// times `vocab` (< 0: `others`).
 proto::ReportStageTimesRequest Report(const std::string& job_id, int64_t version,
                                       const PipelineProblem& p, int slow_stage, double slow,
                                       double others, double vocab = -1);
