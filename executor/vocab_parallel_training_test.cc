@@ -5,8 +5,8 @@
 // several AdamW steps, every weight agree to fp32 rounding (relative error <= 1e-5; the shards'
 // softmax sums add in another order, so not bit for bit). Plans from the real tuner with
 // --vocab_parallel=on and random list-scheduled orders on 2 and 3 ranks in-process, with equal
-// and unequal shards (Plan::vocab_shard_columns), and 2 ranks with unequal shards as processes
-// over Gloo.
+// and unequal shards (Plan::vocab_shard_columns), and 2 and 3 ranks with unequal shards as
+// processes over Gloo.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -375,7 +375,7 @@ TEST(VocabParallelTrainingTest, CheckpointsResumeAcrossVocabularySplits) {
   }
 }
 
-// --- two ranks as processes over Gloo/TCP ---
+// --- ranks as processes over Gloo/TCP ---
 
 void WriteTensors(const std::string& path, const RankTensors& tensors) {
   std::ofstream out(path, std::ios::binary);
@@ -425,35 +425,43 @@ int GlooChild(const ModelSpec& spec, const Plan& plan, int rank, const std::stri
   return 0;
 }
 
-TEST(VocabParallelTrainingTest, TwoGlooProcessesMatchSingleProcessTraining) {
+// 2 and 3 ranks as processes over Gloo, unequal shards (as for devices of different speeds):
+// the shards' partial sums and the embedding rows cross real sockets.
+TEST(VocabParallelTrainingTest, GlooProcessesMatchSingleProcessTraining) {
   const ModelSpec spec = Spec(4);
   const int L = static_cast<int>(spec.kinds.size()), iterations = 3;
   std::mt19937 rng(331);
-  Plan plan = testing::RandomPlan(rng, L, 2, 3, spec.microbatches,
-                                  /*split_backward=*/true, /*vocab_parallel=*/true);
-  plan.vocab_shard_columns = {9, 22};  // unequal, as for devices of different speeds
-  const std::string dir = TmpDir("gloo");
-  std::vector<pid_t> pids;
-  for (int r = 0; r < 2; ++r) {
-    const pid_t pid = fork();
-    if (pid == 0) _exit(GlooChild(spec, plan, r, dir, iterations));
-    pids.push_back(pid);
+  for (const std::vector<int64_t>& columns : {std::vector<int64_t>{9, 22},
+                                              std::vector<int64_t>{7, 15, 9}}) {
+    const int P = static_cast<int>(columns.size());
+    const std::string what = std::to_string(P) + " gloo ranks";
+    Plan plan = testing::RandomPlan(rng, L, P, P + 1, spec.microbatches,
+                                    /*split_backward=*/true, /*vocab_parallel=*/true);
+    plan.vocab_shard_columns = columns;
+    const std::string dir = TmpDir("gloo-" + std::to_string(P));
+    std::vector<pid_t> pids;
+    for (int r = 0; r < P; ++r) {
+      const pid_t pid = fork();
+      if (pid == 0) _exit(GlooChild(spec, plan, r, dir, iterations));
+      pids.push_back(pid);
+    }
+    for (int r = 0; r < P; ++r) {
+      int status = 0;
+      waitpid(pids[r], &status, 0);
+      std::ifstream err(dir + "/err-" + std::to_string(r));
+      std::string message((std::istreambuf_iterator<char>(err)), std::istreambuf_iterator<char>());
+      ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+          << what << ", rank " << r << ": " << message;
+    }
+    std::vector<RankTensors> grads, params;
+    for (int r = 0; r < P; ++r) {
+      grads.push_back(ReadTensors(dir + "/grads-" + std::to_string(r), L));
+      params.push_back(ReadTensors(dir + "/params-" + std::to_string(r), L));
+    }
+    const Reference ref = TrainReference(spec, plan.num_microbatches, iterations);
+    ExpectClose(WholeModel(grads), ref.grads, what + " gradients");
+    ExpectClose(WholeModel(params), ref.params, what + " weights");
   }
-  for (int r = 0; r < 2; ++r) {
-    int status = 0;
-    waitpid(pids[r], &status, 0);
-    std::ifstream err(dir + "/err-" + std::to_string(r));
-    std::string message((std::istreambuf_iterator<char>(err)), std::istreambuf_iterator<char>());
-    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "rank " << r << ": " << message;
-  }
-  std::vector<RankTensors> grads, params;
-  for (int r = 0; r < 2; ++r) {
-    grads.push_back(ReadTensors(dir + "/grads-" + std::to_string(r), L));
-    params.push_back(ReadTensors(dir + "/params-" + std::to_string(r), L));
-  }
-  const Reference ref = TrainReference(spec, plan.num_microbatches, iterations);
-  ExpectClose(WholeModel(grads), ref.grads, "gloo gradients");
-  ExpectClose(WholeModel(params), ref.params, "gloo weights");
 }
 
 }  // namespace
