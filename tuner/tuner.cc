@@ -255,6 +255,13 @@ int64_t OpsOf(const Candidate& c, int num_microbatches) {
   return int64_t{3} * static_cast<int64_t>(c.stages.size()) * num_microbatches;
 }
 
+// Trials of AnnealSplit on the split bound (O(ops log ops) each) for a split of `ops` ops:
+// 3,000 up to ~3,300 ops (every row of bench:lower_bound_gap), fewer on deep pipelines with
+// many micro-batches (32 devices x 128 micro-batches: ~400, not seconds of the budget).
+int64_t AnnealTrials(int64_t ops) {
+  return std::clamp<int64_t>(int64_t{10000000} / std::max<int64_t>(ops, 1), 200, 3000);
+}
+
 // The schedule of one split searched on its own: the policy climbed from `start` (rounds of
 // perturbations, Perturb; the feed bonuses included), then justified and polished by
 // critical-path swaps. For the splits a cheap bound says could beat the best plan but whose
@@ -316,8 +323,10 @@ void ScheduleStaggeredSplits(Search& search, const ProblemBuilder& builder, int 
   for (size_t k = 0; k < from.size() && !search.out_of_time(); ++k) {
     std::vector<StageAssignment> st = from[k];
     for (StageAssignment& a : st) a.recompute = false;
-    std::vector<StageAssignment> a = AnnealSplit(builder, st, max_chunks, search.seed() + 17 + k,
-                                                 3000, bound, search.stop_check());
+    std::vector<StageAssignment> a =
+        AnnealSplit(builder, st, max_chunks, search.seed() + 17 + k,
+                    AnnealTrials(OpsOf(Candidate{st, policy}, num_microbatches)), bound,
+                    search.stop_check());
     if (a != st) annealed.push_back(Candidate{std::move(a), policy});
   }
   const std::vector<Score> scores = search.EvaluateAll(annealed);
