@@ -17,7 +17,9 @@
 //   bazel run -c opt //bench:plan_quality -- [--budget=10] [--only=SUBSTRING] [--gpus=8,32]
 //       [--sizing=layout|deep]
 //
-// Prints one JSON object per line, then a Markdown table.
+// Prints one JSON object per line, then a Markdown table. Per row also whether the plan splits
+// the vocabulary (VP; EP is in the layout), and the certified lower bound on the slowest
+// pipeline (tuner/lower_bound.h: its binding term) with the plan's gap above it.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -118,6 +120,9 @@ void PrintJsonLine(const Row& row) {
                      {"steady_state_bubble_ratio", t.predicted.steady_state_bubble_ratio},
                      {"speedup_vs_best_baseline", t.speedup_vs_best_baseline},
                      {"vocab_parallel", t.vocab_parallel},
+                     {"lower_bound_s", t.lower_bound.seconds},
+                     {"lower_bound_binding", t.lower_bound.binding},
+                     {"lower_bound_gap", t.lower_bound_gap},
                      {"dp_sync_s", r.dp_sync_s},
                      {"iteration_time_s", r.iteration_time_s},
                      {"tokens_per_s", r.tokens_per_s},
@@ -233,9 +238,9 @@ int main(int argc, char** argv) {
     }
   }
   std::printf("\n| model | GPUs | layout PP x TP x EP x DP | M | best baseline | its iteration | "
-              "its bubble | OctoPipe | bubble | speed-up | DP sync | tokens/s | peak mem | "
-              "tuning |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+              "its bubble | OctoPipe | bubble | speed-up | VP | lower bound | gap | DP sync | "
+              "tokens/s | peak mem | tuning |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   double het_sum = 0;
   int het_n = 0;
   double min_speedup = 1e9;
@@ -255,7 +260,7 @@ int main(int argc, char** argv) {
     }
     for (const DeviceResult& d : t.predicted.devices) peak = std::max(peak, d.peak_memory_bytes);
     if (!row.r.feasible) {
-      std::printf("| %s | %d | %s | %d | infeasible: %s | | | | | | | | | %.2f s |\n",
+      std::printf("| %s | %d | %s | %d | infeasible: %s | | | | | | | | | | | | %.2f s |\n",
                   name.c_str(), row.gpus, layout.c_str(), row.r.microbatches,
                   t.infeasible_reason.c_str(), row.r.tuning_wall_s);
       continue;
@@ -264,11 +269,13 @@ int main(int argc, char** argv) {
     const std::string speedup = t.best_baseline.empty()
                                     ? "fits where no baseline does"
                                     : absl::StrFormat("%.3fx", t.speedup_vs_best_baseline);
-    std::printf("| %s | %d | %s | %d | %s | %.3f s | %.1f%% | %.3f s | %.1f%% | %s | %.3f s | "
-                "%.0f | %.1f GB | %.2f s |\n",
+    std::printf("| %s | %d | %s | %d | %s | %.3f s | %.1f%% | %.3f s | %.1f%% | %s | %s | "
+                "%.3f s (%s) | %.1f%% | %.3f s | %.0f | %.1f GB | %.2f s |\n",
                 name.c_str(), row.gpus, layout.c_str(), row.r.microbatches, base.c_str(),
                 base_time, base_bubble * 100, t.predicted.iteration_time_s,
-                t.predicted.bubble_ratio * 100, speedup.c_str(), row.r.dp_sync_s,
+                t.predicted.bubble_ratio * 100, speedup.c_str(), t.vocab_parallel ? "yes" : "no",
+                t.lower_bound.seconds, t.lower_bound.binding.c_str(), t.lower_bound_gap * 100,
+                row.r.dp_sync_s,
                 row.r.tokens_per_s, peak / 1e9, row.r.tuning_wall_s);
     if (!t.best_baseline.empty() && row.label.empty()) {
       min_speedup = std::min(min_speedup, t.speedup_vs_best_baseline);
