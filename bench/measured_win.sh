@@ -39,13 +39,14 @@
 # run's own measured op times (no transfer or per-op engine cost) against the measurement.
 # prediction_error - replay_error is what op times that differ from the profile's cost;
 # replay_error is what the executor pays beyond its ops' compute (messages, gaps between ops).
-# Host speed: every run (and the calibration run) times PROBE (5) host-speed probes on every
+# Host speed: every run (and the calibration run) times PROBE (9) host-speed probes on every
 # rank before its first iteration (`train --host_probe`, executor/host_probe.h), against the
-# probe `profile` recorded: `host_time_vs_profile` (1.2 = the host runs the model's layers 20%
+# profile's host-speed reference (the probe's workload by the profile's per-layer medians):
+# `host_time_vs_profile` (1.2 = the host runs the model's layers 20%
 # slower now than during the profile) and `predicted_at_host_speed_s` / `prediction_error_at_host_speed`:
 # the same prediction with the profile's op times scaled by that ratio — still made before the
-# plan's iterations run (the calibration keeps the calibrated model at the profile's host speed:
-# its factors are divided by the calibration run's probe ratio). PROBE=0 turns it off.
+# plan's iterations run (the calibrated plan's runs compare with the calibrated model's own
+# reference: it is at the calibration run's host speed). PROBE=0 turns it off.
 # --quick: one small model, 1 repeat, 2 iterations (checks that the bench runs).
 set -euo pipefail
 
@@ -63,7 +64,7 @@ WARMUP=${WARMUP:-2}
 BUDGET=${BUDGET:-5}
 PROFILE_REPEAT=${PROFILE_REPEAT:-8}
 ROTATE_MS=${ROTATE_MS:-20}
-PROBE=${PROBE:-5}
+PROBE=${PROBE:-9}
 OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/measured-win-XXXXXX")}
 mkdir -p "$OUT"
 
@@ -105,13 +106,15 @@ for entry in "${MODELS[@]}"; do
     --time-budget="$BUDGET" --seed=1 --vocab_parallel=off --objective=steady-state --out="$p.calibrated.plan.json" --json > "$p.calibrated.plan.out.json"
   "$OCTOPIPE" simulate --model="$p.calibrated.model.json" --cluster="$p.cluster.json" \
     --plan="$p.calibrated.plan.json" --json > "$p.pred.calibrated.json"
+  cp "$p.cluster.json" "$p.calibrated.cluster.json"  # PREFIX.calibrated for `train --profile`
   candidates=(tuned calibrated "${SCHEDULES[@]}")
   n=${#candidates[@]}
   for ((rep = 0; rep < REPEATS; ++rep)); do
     for ((i = 0; i < n; ++i)); do
       c=${candidates[$(((i + rep) % n))]}
       case $c in
-        tuned | calibrated) what=(--plan="$p.$c.plan.json" --profile="$p") ;;
+        tuned) what=(--plan="$p.$c.plan.json" --profile="$p") ;;
+        calibrated) what=(--plan="$p.$c.plan.json" --profile="$p.calibrated") ;;
         *) what=(--schedule="$c" --profile="$p") ;;
       esac
       "$OCTOPIPE" train --model="$spec" "${what[@]}" --ranks=2 --transport=gloo \
@@ -192,13 +195,9 @@ for name in names:
             peaks.append(run.get('peak_activation_bytes', []))
             shares.extend(run.get('compute_cpu_share', []))
             comm.extend(run.get('comm_cpu_per_message_s', []))
-            if 'host_time_vs_profile' in run:
+            if 'host_time_vs_profile' in run:  # (the calibrated plan's: vs the calibrated model)
                 speeds.append(run['host_time_vs_profile'])
-                if c == 'calibrated':  # calibrated at the profile's host speed: scale by the probe
-                    if pred:
-                        at_speed.append(pred[0] * run['host_time_vs_profile'])
-                else:
-                    at_speed.append(run['predicted_at_host_speed_s'])
+                at_speed.append(run['predicted_at_host_speed_s'])
             if 'predicted_iteration_time_s' in run:
                 replays.append(run['predicted_iteration_time_s'] / run['measured_iteration_time_s'] - 1)
         row = {'model': name, 'schedule': c, 'profile_s': profile_s, 'runs': len(iters)}

@@ -449,7 +449,6 @@ MeasuredModel MeasuredModelFile(const ModelGraph& graph, const ModelSpec& spec,
                                  f.ranks, " ranks, median of ", m.launches, " launches x ",
                                  f.repeat, " iterations",
                                  f.pool ? ", identical layers pooled" : "");
-  measured.host_probe_s = executor::MedianProbeSeconds(m.probe);
   for (int l = 0; l < measured.num_layers(); ++l) {
     Layer& layer = measured.layers[l];
     const LayerBytes& b = bytes[l];
@@ -482,6 +481,9 @@ MeasuredModel MeasuredModelFile(const ModelGraph& graph, const ModelSpec& spec,
     for (double v : {b.after_f, b.after_b, b.params}) row.push_back(absl::StrFormat("%.0f", v));
     out.table.AddRow(row);
   }
+  // The host-speed reference a run's probe is compared with: the probe's workload by the
+  // medians just written (executor/host_probe.h says why not the probe's own few samples).
+  measured.host_probe_s = executor::ProbeWorkloadSeconds(measured);
   return out;
 }
 
@@ -594,12 +596,20 @@ absl::StatusOr<std::string> FitMessageCost(const ModelSpec& spec, const ModelGra
                       " vs ", FormatSeconds(m->light_s), ")");
 }
 
+// Beyond this relative difference between the probe as timed and its workload by the medians,
+// the summary says the host changed speed during the profile (in one process the two agree
+// within ~4%: measured_win run 21).
+constexpr double kProbeDrift = 0.05;
+
 void PrintSummary(std::ostream& out, const ProfileFlags& f, const ModelSpec& spec,
                   const MeasuredModel& model, const MeasuredCluster& mc, const Measurements& m,
                   const std::string& message_fit, const std::string& model_path,
                   const std::string& cluster_path, double elapsed_s) {
   const HardwareSpec& hw = mc.cluster.hardware[0];
   const LinkSpec& link_spec = mc.cluster.inter_node_link;
+  const double probe = executor::MedianProbeSeconds(m.probe);
+  const double probe_vs_medians =
+      model.model.host_probe_s > 0 ? probe / model.model.host_probe_s : 0;
   out << "profiled " << f.model << " on " << f.ranks << " ranks over " << f.transport << ": "
       << m.launches << " launches (every other one with the ranks mirrored) x " << f.repeat
       << " measured iterations of " << spec.microbatches << " micro-batches (median; summed "
@@ -621,10 +631,17 @@ void PrintSummary(std::ostream& out, const ProfileFlags& f, const ModelSpec& spe
       << "device: " << absl::StrFormat("%.3g", mc.flops) << " FLOP/s (GEMM), "
       << absl::StrFormat("%.3g", mc.copy_bandwidth) << " B/s copy, "
       << absl::StrFormat("%.3g", hw.memory_bytes) << " bytes\n"
-      << "host-speed probe (one micro-batch through every layer, single process): "
-      << FormatSeconds(model.model.host_probe_s) << " (median over " << m.probe.size()
-      << " rank-launches, spread " << FormatPercent(Spread(m.probe)) << "); `octopipe train "
-      << "--profile=PREFIX --host_probe=N` compares the host's speed with it\n"
+      << "host-speed reference " << FormatSeconds(model.model.host_probe_s)
+      << " (the probe's workload, one micro-batch through every layer, by the medians above); "
+      << "the probe timed " << FormatSeconds(probe) << " (median over " << m.probe.size()
+      << " rank-launches, spread " << FormatPercent(Spread(m.probe)) << ", "
+      << absl::StrFormat("%.3fx", probe_vs_medians) << " the medians)"
+      << (std::abs(probe_vs_medians - 1) > kProbeDrift
+              ? ": the host ran at another speed while the probe was timed than while the "
+                "layers were"
+              : "")
+      << "; `octopipe train --profile=PREFIX --host_probe=N` compares the host's speed with "
+         "the reference\n"
       << "wrote " << model_path << " and " << cluster_path << " in "
       << absl::StrFormat("%.1f", elapsed_s) << " s\n";
 }

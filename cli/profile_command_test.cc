@@ -9,8 +9,10 @@
 #include <string>
 
 #include "cli/plan_command.h"
+#include "cli/table.h"
 #include "cli/train_command.h"
 #include "core/convert.h"
+#include "executor/host_probe.h"
 #include "gtest/gtest.h"
 #include "simulator/classic_pipeline.h"
 #include "simulator/evaluator.h"
@@ -64,11 +66,15 @@ TEST(ProfileCommandTest, ProfileThenPlanThenTrain) {
             std::string::npos)
       << out.str();
 
-  // Every rank of every F/B/W launch timed the host-speed probe; the file keeps the median.
+  // Every rank of every F/B/W launch timed the host-speed probe; the file's reference is the
+  // probe's workload by its own medians, and the summary gives both.
   EXPECT_GT(model->host_probe_s, 0);
-  EXPECT_NE(out.str().find("host-speed probe (one micro-batch through every layer"),
+  EXPECT_DOUBLE_EQ(model->host_probe_s, executor::ProbeWorkloadSeconds(*model));
+  EXPECT_NE(out.str().find("host-speed reference " + FormatSeconds(model->host_probe_s) +
+                           " (the probe's workload, one micro-batch through every layer"),
             std::string::npos)
       << out.str();
+  EXPECT_NE(out.str().find("the probe timed "), std::string::npos) << out.str();
 
   std::ostringstream cout_, cerr_;
   EXPECT_EQ(RunProfile({"--check=" + prefix + ".model.json"}, cout_, cerr_), 0) << cerr_.str();

@@ -66,12 +66,14 @@ void DeclareFlags(CommandLine& flags, TrainFlags& o) {
                "the ZB schedules use their unit-cost orders)");
   flags.String("calibrated_model", &o.calibrated_model,
                "with --profile: after the run, write PREFIX.model.json calibrated to this run's\n"
-               "measured per-layer times (one factor per layer) to this file; re-plan with\n"
-               "--model=FILE --cluster=PREFIX.cluster.json");
+               "measured per-layer times (one factor per layer) to this file, at this run's host\n"
+               "speed, its host-speed reference the probe's workload by those times; re-plan\n"
+               "with --model=FILE --cluster=PREFIX.cluster.json");
   flags.Int("host_probe", &o.host_probe,
             "time this many host-speed probes on every rank before the first iteration (one\n"
             "micro-batch through every layer in one process, executor/host_probe.h; ~1 ms-1 s\n"
-            "each); with --profile: compare with the profile's probe and predict the plan at\n"
+            "each); with --profile: compare with the profile's host-speed reference (the probe's\n"
+            "workload by its per-layer medians) and predict the plan at\n"
             "the host's current speed, before its iterations run; 0 = off");
   flags.Int("ranks", &o.ranks, "pipeline ranks (processes or threads)");
   flags.Int("iterations", &o.iterations, "training iterations");
@@ -266,16 +268,11 @@ absl::StatusOr<std::string> WriteCalibratedModel(const TrainFlags& o, const Prof
   }
   ASSIGN_OR_RETURN(planner::CalibrationUpdate fit,
                    planner::FitMeasuredTimes(builder, plan, stage_times, times, {}));
-  // The run's host speed is not the model's: with probes on both sides, the factors are divided
-  // by the run's probe over the profile's, so the calibrated model stays at the profile's host
-  // speed (and keeps its probe as the reference); what is left is what the profile got wrong.
-  // Without a probe the factors are the run's as measured and the model has no reference.
-  const double run_probe = executor::MedianProbeSeconds(m.host_probe_s);
-  const double host_ratio =
-      model.host_probe_s > 0 && run_probe > 0 ? run_probe / model.host_probe_s : 0;
-  if (host_ratio > 0) {
-    for (double& f : fit.factors) f /= host_ratio;
-  }
+  // The calibrated model is at this run's host speed, and its host-speed reference is its own
+  // probe workload (ProbeWorkloadSeconds), as a profile's is: a later run's probe against it
+  // gives that run's speed. The run's own probe is not used here: 0.3-0.5 s of probing caught a
+  // transient phase 15% slower than the run's iterations (measured_win run 22, scan-vocab), where
+  // the run's summed layer times, hundreds of samples, carry the same information.
   // The layer that deviates most (FitMeasuredTimes reports the stages'): from the factors.
   int worst = -1;
   double worst_dev = 0;
@@ -286,15 +283,15 @@ absl::StatusOr<std::string> WriteCalibratedModel(const TrainFlags& o, const Prof
     }
   }
   ASSIGN_OR_RETURN(ModelGraph calibrated, planner::ApplyLayerFactors(model, fit.factors));
-  if (host_ratio == 0) calibrated.host_probe_s = 0;
+  calibrated.host_probe_s = executor::ProbeWorkloadSeconds(calibrated);
   calibrated.source = absl::StrCat(model.source, "; calibrated to a run of ", plan.schedule_name);
   RETURN_IF_ERROR(WriteModelFile(ResolvePath(o.calibrated_model), calibrated));
   return absl::StrFormat(
       "calibrated %s: largest layer deviation %+.1f%% (layer %d)%s; wrote %s",
       o.profile + ".model.json", worst >= 0 ? 100 * (fit.factors[worst] - 1) : 0.0, worst,
-      host_ratio > 0
-          ? absl::StrFormat(", at the profile's host speed (this run's probe %.3fx the profile's)",
-                            host_ratio)
+      calibrated.host_probe_s > 0
+          ? absl::StrFormat(", at this run's host speed (host-speed reference %s, the profile's %s)",
+                            FormatSeconds(calibrated.host_probe_s), FormatSeconds(model.host_probe_s))
           : "",
       o.calibrated_model);
 }
@@ -446,7 +443,7 @@ void PrintResult(const TrainFlags& o, const ModelGraph& graph, const Plan& plan,
     out << "host-speed probe " << FormatSeconds(executor::MedianProbeSeconds(host.probe_s))
         << " (median over " << host.probe_s.size() << " ranks, before the first iteration)";
     if (host.ratio > 0) {
-      out << "; the profile's " << FormatSeconds(host.profile_probe_s) << ": ops take "
+      out << "; the profile's reference " << FormatSeconds(host.profile_probe_s) << ": ops take "
           << absl::StrFormat("%.3fx", host.ratio) << " their profiled time now\n"
           << "prediction from the profile " << FormatSeconds(host.predicted_from_profile_s)
           << " (" << absl::StrFormat("%+.1f%%", (host.predicted_from_profile_s / measured - 1) * 100)

@@ -113,7 +113,8 @@ struct ModelGraph {
   std::string source;
   std::vector<Layer> layers;
   TrainingOptions training;
-  // `octopipe profile`'s host-speed probe seconds (proto/model.proto Model.host_probe_s); 0:
+  // `octopipe profile`'s host-speed reference: the probe's seconds at the host speed the layers
+  // were measured at (proto/model.proto Model.host_probe_s); 0:
   // none. Must be finite and >= 0.
   double host_probe_s = 0;
 

@@ -41,4 +41,14 @@ double MedianProbeSeconds(std::vector<double> seconds) {
   return n % 2 ? seconds[n / 2] : (seconds[n / 2 - 1] + seconds[n / 2]) / 2;
 }
 
+double ProbeWorkloadSeconds(const octopipe::ModelGraph& model) {
+  double total = 0;
+  for (const octopipe::Layer& layer : model.layers) {
+    const MeasuredCosts& m = layer.measured;
+    if (!m.forward_s || !m.backward_input_s || !m.weight_grad_s) return 0;
+    total += *m.forward_s + *m.backward_input_s + *m.weight_grad_s;
+  }
+  return total;
+}
+
 }  // namespace octopipe::executor

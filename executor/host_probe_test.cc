@@ -47,5 +47,21 @@ TEST(HostProbeTest, MedianIgnoresMissingProbes) {
   EXPECT_DOUBLE_EQ(MedianProbeSeconds({0.4, 0.1, 0.2, 0.3}), 0.25);
 }
 
+TEST(HostProbeTest, WorkloadIsEveryLayersMeasuredForwardBackwardAndWeightGradient) {
+  ModelGraph model;
+  model.layers.resize(2);
+  model.layers[0].measured.forward_s = 1e-3;
+  model.layers[0].measured.backward_input_s = 2e-3;
+  model.layers[0].measured.weight_grad_s = 0.5e-3;
+  model.layers[0].measured.recompute_s = 9.0;  // the probe recomputes nothing
+  model.layers[1].measured.forward_s = 4e-3;
+  model.layers[1].measured.backward_input_s = 5e-3;
+  model.layers[1].measured.weight_grad_s = 6e-3;
+  EXPECT_DOUBLE_EQ(ProbeWorkloadSeconds(model), 18.5e-3);
+  model.layers[1].measured.weight_grad_s.reset();  // analytic costs: no reference
+  EXPECT_EQ(ProbeWorkloadSeconds(model), 0);
+  EXPECT_EQ(ProbeWorkloadSeconds(ModelGraph{}), 0);
+}
+
 }  // namespace
 }  // namespace octopipe::executor
