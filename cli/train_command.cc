@@ -37,6 +37,11 @@ int Fail(std::ostream& err, const absl::Status& s, int code) {
   return code;
 }
 
+// --host_probe's default: probe when --profile has a host-speed reference to compare with, this
+// many times (~0.3-0.5 s on measured_win's models; 5 let one transient phase move the median).
+constexpr int64_t kAutoHostProbe = -1;
+constexpr int64_t kAutoHostProbeRepeats = 9;
+
 // The flags of `octopipe train`, with their defaults.
 struct TrainFlags {
   // Big enough that compute, not loopback messaging, dominates an op (~10 ms).
@@ -44,7 +49,7 @@ struct TrainFlags {
                       "moe_ffn=128,state=8,expand=2,seq=128,vocab=256";
   std::string plan_file, schedule = "1f1b", transport = "gloo", job, profile, calibrated_model,
       trace;
-  int64_t ranks = 2, iterations = 3, microbatches = 0, chunks = 0, host_probe = 0;
+  int64_t ranks = 2, iterations = 3, microbatches = 0, chunks = 0, host_probe = -1;
   double lr = 1e-3, timeout = 60, rotate_cores_ms = 0;
   bool json = false;
   PlannerConnection planner;
@@ -74,7 +79,8 @@ void DeclareFlags(CommandLine& flags, TrainFlags& o) {
             "micro-batch through every layer in one process, executor/host_probe.h; ~1 ms-1 s\n"
             "each); with --profile: compare with the profile's host-speed reference (the probe's\n"
             "workload by its per-layer medians) and predict the plan at\n"
-            "the host's current speed, before its iterations run; 0 = off");
+            "the host's current speed, before its iterations run; 0 = off; -1 (the default) =\n"
+            "9 with a --profile that has a host-speed reference, else off");
   flags.Int("ranks", &o.ranks, "pipeline ranks (processes or threads)");
   flags.Int("iterations", &o.iterations, "training iterations");
   flags.Int("microbatches", &o.microbatches, "micro-batches per iteration; 0 = the model spec's");
@@ -144,7 +150,11 @@ absl::StatusOr<TrainTarget> ResolvePlan(TrainFlags& o, const ModelGraph& graph, 
     }
     if (t.plan.num_devices != o.ranks) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "--ranks: the plan uses ", t.plan.num_devices, " devices, got ", o.ranks));
+          "--ranks: the plan uses ", t.plan.num_devices, " devices, got ", o.ranks,
+          " (the executor runs one pipeline over its ranks: run it with --ranks=",
+          t.plan.num_devices, ", or plan one over ", o.ranks, " devices with `octopipe plan "
+          "--devices=", o.ranks, "`; without --devices, plan chooses a PP x TP x EP x DP "
+          "layout and --out holds one pipeline of it)"));
     }
     return t;
   }
@@ -511,12 +521,12 @@ int RunTrain(const std::vector<std::string>& args, std::ostream& out, std::ostre
     return Fail(err, absl::InvalidArgumentError(
                          "--calibrated_model needs --profile=PREFIX (the model to calibrate)"), 2);
   }
-  if (o.host_probe < 0) {
+  if (o.host_probe < kAutoHostProbe) {
     return Fail(err, absl::InvalidArgumentError(absl::StrCat(
-                         "--host_probe must be >= 0 (0 = off), got ", o.host_probe)), 2);
+                         "--host_probe must be >= 0 (0 = off) or -1 (auto), got ", o.host_probe)), 2);
   }
   std::optional<ProfileFiles> profile;
-  if (!o.profile.empty() && (o.host_probe > 0 || !o.calibrated_model.empty())) {
+  if (!o.profile.empty() && (o.host_probe != 0 || !o.calibrated_model.empty())) {
     absl::StatusOr<ModelGraph> model = LoadModelArg(o.profile + ".model.json");
     absl::StatusOr<Cluster> cluster =
         model.ok() ? LoadClusterArg(o.profile + ".cluster.json") : model.status();
@@ -525,12 +535,16 @@ int RunTrain(const std::vector<std::string>& args, std::ostream& out, std::ostre
                            absl::StrCat("--profile: ", cluster.status().message())), 2);
     }
     profile = ProfileFiles{std::move(*model), std::move(*cluster)};
+    if (o.host_probe == kAutoHostProbe) {
+      o.host_probe = profile->model.host_probe_s > 0 ? kAutoHostProbeRepeats : 0;
+    }
     if (o.host_probe > 0 && !(profile->model.host_probe_s > 0)) {
       return Fail(err, absl::InvalidArgumentError(absl::StrCat(
                            "--host_probe: ", o.profile, ".model.json has no host_probe_s (it "
                            "was profiled before octopipe profile timed the probe); profile again")), 2);
     }
   }
+  if (o.host_probe == kAutoHostProbe) o.host_probe = 0;  // no --profile to compare with
   if (o.iterations < 1) {
     return Fail(err, absl::InvalidArgumentError(
                          absl::StrCat("--iterations must be >= 1, got ", o.iterations)), 2);

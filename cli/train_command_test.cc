@@ -474,6 +474,38 @@ TEST(TrainCommandTest, CalibrationIsAtTheRunsHostSpeedWithItsOwnReference) {
   }
 }
 
+// By default (--host_probe=-1) a run with a --profile that has a host-speed reference probes the
+// host 9 times and predicts at its speed; one without a reference (or without --profile) does not.
+TEST(TrainCommandTest, HostProbeIsOnByDefaultWithAProfileThatHasAReference) {
+  absl::StatusOr<executor::ModelSpec> spec = executor::ParseModelSpec(kSpec);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const ModelGraph graph = executor::ToModelGraph(*spec);
+  const std::string with = TmpPrefix("auto-probe"), without = TmpPrefix("auto-no-probe");
+  ModelGraph profile = SkewedProfile(graph);
+  ASSERT_TRUE(WriteModelFile(without + ".model.json", profile).ok());
+  ASSERT_TRUE(WriteClusterFile(without + ".cluster.json", MeasuredCluster()).ok());
+  profile.host_probe_s = 0.02;
+  ASSERT_TRUE(WriteModelFile(with + ".model.json", profile).ok());
+  ASSERT_TRUE(WriteClusterFile(with + ".cluster.json", MeasuredCluster()).ok());
+  for (const std::string& prefix : {with, without}) {
+    SCOPED_TRACE(prefix);
+    std::ostringstream out, err;
+    ASSERT_EQ(RunTrain({std::string("--model=") + kSpec, "--schedule=1f1b", "--profile=" + prefix,
+                        "--ranks=2", "--transport=inproc", "--iterations=1", "--json"},
+                       out, err),
+              0)
+        << err.str();
+    const nlohmann::json j = nlohmann::json::parse(out.str());
+    if (prefix == with) {
+      ASSERT_TRUE(j.contains("host_probe_s")) << out.str();
+      EXPECT_EQ(j.at("host_probe_s").size(), 2u);
+      EXPECT_GT(j.at("predicted_at_host_speed_s").get<double>(), 0);
+    } else {
+      EXPECT_FALSE(j.contains("host_probe_s")) << out.str();
+    }
+  }
+}
+
 TEST(TrainCommandTest, HostProbeNeedsAProbedProfileAndACount) {
   absl::StatusOr<executor::ModelSpec> spec = executor::ParseModelSpec(kSpec);
   ASSERT_TRUE(spec.ok()) << spec.status();
@@ -490,8 +522,9 @@ TEST(TrainCommandTest, HostProbeNeedsAProbedProfileAndACount) {
             std::string::npos)
       << err.str();
   std::ostringstream out2, err2;
-  EXPECT_EQ(RunTrain({std::string("--model=") + kSpec, "--host_probe=-1"}, out2, err2), 2);
-  EXPECT_NE(err2.str().find("--host_probe must be >= 0 (0 = off), got -1"), std::string::npos)
+  EXPECT_EQ(RunTrain({std::string("--model=") + kSpec, "--host_probe=-2"}, out2, err2), 2);
+  EXPECT_NE(err2.str().find("--host_probe must be >= 0 (0 = off) or -1 (auto), got -2"),
+            std::string::npos)
       << err2.str();
 }
 
