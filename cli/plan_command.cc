@@ -350,6 +350,18 @@ void WriteRemoteTables(std::ostream& out, const ModelGraph& model,
   out << "tuned in " << absl::StrFormat("%.2f s", r.tuning_wall_s()) << " on the planner\n";
 }
 
+// One pipeline: over the first --devices, or over every device of a cluster of one executor's
+// ranks (`octopipe profile`'s; the executor runs no data-parallel replicas) unless a layout flag
+// asks for a layout. Otherwise the layout search chooses PP x TP x EP x DP over the cluster.
+bool OnePipeline(const CommandLine& flags, const Cluster& cluster) {
+  if (flags.was_set("devices")) return true;
+  if (!cluster.executor_ranks) return false;
+  for (const char* layout_flag : {"pp", "tp", "ep", "dp"}) {
+    if (flags.was_set(layout_flag)) return false;
+  }
+  return true;
+}
+
 // The request's layout and executor-constraint fields (proto/planner.proto 260-270).
 void SetLayoutAndConstraints(const TunerOptions& t, const LayoutRequest& layout,
                              bool choose_layout, proto::PlanOptions* o) {
@@ -408,7 +420,7 @@ int RunRemotePlan(PlannerConnection& remote, const ModelGraph& model, const Clus
   req.mutable_options()->set_objective(std::string(ObjectiveName(t.objective)));  // older planners
   req.mutable_options()->set_link_contention(o.contention);
   req.mutable_options()->set_vocab_parallel(o.vocab_parallel);
-  SetLayoutAndConstraints(t, layout, !flags.was_set("devices"), req.mutable_options());
+  SetLayoutAndConstraints(t, layout, !OnePipeline(flags, cluster), req.mutable_options());
   proto::PlanResponse resp;
   auto ctx = remote.Context();
   grpc::Status s = (*stub)->Plan(ctx.get(), req, &resp);
@@ -431,7 +443,10 @@ int RunRemotePlan(PlannerConnection& remote, const ModelGraph& model, const Clus
 
 void DeclareFlags(CommandLine& flags, PlanOptions& o, PlannerConnection& remote) {
   AddModelClusterFlags(flags, &o.model, &o.cluster);
-  flags.Int("devices", &o.devices, "pipeline devices P (the cluster's first P); 0 = all");
+  flags.Int("devices", &o.devices,
+            "pipeline devices P (the cluster's first P); 0 = all. Without it plan chooses a\n"
+            "PP x TP x EP x DP layout, except on a cluster of one executor's ranks (`octopipe\n"
+            "profile`'s, executor_ranks): one pipeline over all of them unless --pp/--tp/--ep/--dp");
   flags.Int("microbatches", &o.microbatches,
             "micro-batches M; 0 = the model's training.num_microbatches");
   flags.Double("time_budget", &o.time_budget,
@@ -474,16 +489,17 @@ absl::StatusOr<TunerOptions> ResolveTunerOptions(const PlanOptions& o, const Com
                                                  const ModelGraph& model,
                                                  const Cluster& cluster) {
   TunerOptions t;
-  // Without --devices the layout search's pipelines are at most as deep as the model.
+  const int64_t devices = flags.was_set("devices") ? o.devices : cluster.num_devices();
+  // Without one pipeline the layout search's pipelines are at most as deep as the model.
   RETURN_IF_ERROR(CheckRunFlags(
       model,
-      flags.was_set("devices")
-          ? o.devices
+      OnePipeline(flags, cluster)
+          ? devices
           : std::min<int64_t>(cluster.num_devices(), std::max(1, model.num_layers())),
       t.max_chunks,
       flags.was_set("microbatches") ? o.microbatches : model.training.num_microbatches,
       o.threads));
-  t.num_devices = static_cast<int>(flags.was_set("devices") ? o.devices : cluster.num_devices());
+  t.num_devices = static_cast<int>(devices);
   t.num_microbatches = static_cast<int>(flags.was_set("microbatches")
                                             ? o.microbatches
                                             : model.training.num_microbatches);
@@ -689,7 +705,7 @@ int RunPlan(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   if (!remote.address.empty()) {
     return RunRemotePlan(remote, *model, *cluster, *t, *layout, o, flags, out, err);
   }
-  if (!flags.was_set("devices")) {
+  if (!OnePipeline(flags, *cluster)) {
     return RunLocalLayoutPlan(*model, *cluster, *t, *layout, o, flags, out, err);
   }
   return RunLocalPlan(*model, *cluster, *t, o, out, err);

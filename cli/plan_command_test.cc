@@ -14,6 +14,8 @@
 
 #include "absl/strings/str_split.h"
 #include "cli/simulate_command.h"
+#include "core/cluster.h"
+#include "core/convert.h"
 #include "core/json_text.h"
 #include "core/schedule.h"
 #include "gtest/gtest.h"
@@ -255,6 +257,32 @@ TEST(PlanCommandTest, WithoutDevicesThePlannerChoosesAndReportsTheLayout) {
   EXPECT_EQ(static_cast<size_t>(pp), Get(Get(layout, "pipelines")[0], "device_gpus").size());
   EXPECT_EQ(pp, Get(j, "plan").value("num_devices", 0));
   EXPECT_FALSE(Get(layout, "considered").empty());
+}
+
+// A cluster of one executor's ranks (`octopipe profile` writes executor_ranks): the executor runs
+// one pipeline over its ranks, so without --devices the plan is one pipeline over all of them; a
+// layout flag still asks for the layout search.
+TEST(PlanCommandTest, ExecutorRanksGetOnePipelineOverEveryDeviceUnlessALayoutIsAskedFor) {
+  Cluster ranks = SyntheticCluster(4);
+  ranks.executor_ranks = true;
+  const std::string file = TmpPath("executor-ranks.cluster.json");
+  ASSERT_TRUE(WriteClusterFile(file, ranks).ok());
+  const std::vector<std::string> base = {"--model=synthetic:layers=8,f=1,b=1,w=1",
+                                         "--cluster=" + file, "--microbatches=8",
+                                         "--time_budget=0.5", "--json", "--quiet"};
+  CliRun one = PlanCli(base);
+  ASSERT_EQ(one.code, 0) << one.err;
+  const Json j = JsonOf(one);
+  EXPECT_FALSE(j.contains("layout")) << one.out;
+  EXPECT_EQ(4, Get(j, "plan").value("num_devices", 0));
+
+  std::vector<std::string> with_dp = base;
+  with_dp.push_back("--dp=2");
+  CliRun layout = PlanCli(with_dp);
+  ASSERT_EQ(layout.code, 0) << layout.err;
+  const Json l = JsonOf(layout);
+  EXPECT_EQ(2, Get(l, "layout").value("dp", 0));
+  EXPECT_EQ(2, Get(l, "plan").value("num_devices", 0));
 }
 
 TEST(PlanCommandTest, ConstraintFlagsReachTheTuner) {

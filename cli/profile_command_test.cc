@@ -90,7 +90,7 @@ TEST(ProfileCommandTest, ProfileThenPlanThenTrain) {
   std::ostringstream pout, perr;
   const std::string plan = prefix + ".plan.json";
   ASSERT_EQ(RunPlan({"--model=" + prefix + ".model.json", "--cluster=" + prefix + ".cluster.json",
-                     "--devices=2", "--out=" + plan, "--time-budget=1", "--seed=1"},
+                     "--out=" + plan, "--time-budget=1", "--seed=1"},
                     pout, perr),
             0)
       << perr.str();

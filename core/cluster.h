@@ -42,6 +42,9 @@ struct Cluster {
   std::vector<Node> nodes;
   LinkSpec inter_node_link;
   double memory_reserve_bytes = 0;
+  // The devices are one executor's ranks (proto/cluster.proto Cluster.executor_ranks): plan one
+  // pipeline over all of them unless a layout is asked for.
+  bool executor_ranks = false;
 
   int num_devices() const;
   int node_of_device(int device) const;

@@ -348,6 +348,7 @@ proto::Cluster ClusterToProto(const Cluster& cluster) {
   p.mutable_inter_node_link()->set_bandwidth(cluster.inter_node_link.bandwidth);
   p.mutable_inter_node_link()->set_latency_s(cluster.inter_node_link.latency_s);
   p.set_memory_reserve_bytes(cluster.memory_reserve_bytes);
+  p.set_executor_ranks(cluster.executor_ranks);
   return p;
 }
 
@@ -370,6 +371,7 @@ absl::StatusOr<Cluster> ClusterFromProto(const proto::Cluster& p) {
   }
   c.inter_node_link = LinkSpec{p.inter_node_link().bandwidth(), p.inter_node_link().latency_s()};
   c.memory_reserve_bytes = p.memory_reserve_bytes();
+  c.executor_ranks = p.executor_ranks();
   RETURN_IF_ERROR(Validate(c));
   return c;
 }
