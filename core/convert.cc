@@ -5,6 +5,7 @@
 #include <system_error>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/file_io.h"
 #include "core/limits.h"
@@ -455,6 +456,118 @@ void PlanFileForm(proto::Plan* plan) {
   }
 }
 
+proto::LayoutPlan LayoutPlanToProto(const LayoutPlan& plan) {
+  proto::LayoutPlan out;
+  proto::ParallelLayoutSpec* l = out.mutable_layout();
+  l->set_pp(plan.layout.pp);
+  l->set_tp(plan.layout.tp);
+  l->set_ep(plan.layout.ep);
+  l->set_dp(plan.layout.dp);
+  l->set_rank_order(plan.layout.RankOrder());
+  out.set_num_ranks(plan.num_ranks);
+  out.set_global_microbatches(plan.global_microbatches);
+  for (const LayoutPipelinePlan& pipe : plan.pipelines) {
+    proto::LayoutPipelinePlan* p = out.add_pipelines();
+    *p->mutable_plan() = PlanToProto(pipe.plan);
+    for (const PipelineReplica& r : pipe.replicas) {
+      proto::PipelineReplica* pr = p->add_replicas();
+      pr->set_dp_rank(r.dp_rank);
+      pr->set_first_microbatch(r.first_microbatch);
+      for (int rank : r.device_ranks) pr->add_device_ranks(rank);
+    }
+  }
+  if (ValidateLayoutPlan(plan, plan.pipelines.empty()
+                                   ? 0
+                                   : plan.pipelines[0].plan.stages.empty()
+                                         ? 0
+                                         : plan.pipelines[0].plan.stages.back().last_layer + 1)
+          .ok()) {
+    const std::vector<RankRole> roles = RankRoles(plan);
+    for (size_t i = 0; i < roles.size(); ++i) {
+      proto::RankRole* r = out.add_ranks();
+      r->set_rank(static_cast<int32_t>(i));
+      r->set_pipeline(roles[i].pipeline);
+      r->set_replica(roles[i].replica);
+      r->set_dp_rank(roles[i].dp_rank);
+      r->set_device(roles[i].device);
+      r->set_tp_rank(roles[i].tp_rank);
+      r->set_ep_rank(roles[i].ep_rank);
+    }
+  }
+  out.set_version(plan.pipelines.empty() ? 0 : plan.pipelines[0].plan.version);
+  return out;
+}
+
+absl::StatusOr<LayoutPlan> LayoutPlanFromProto(const proto::LayoutPlan& p) {
+  LayoutPlan plan;
+  const proto::ParallelLayoutSpec& l = p.layout();
+  plan.layout.pp = l.pp();
+  plan.layout.tp = l.tp() == 0 ? 1 : l.tp();
+  plan.layout.ep = l.ep() == 0 ? 1 : l.ep();
+  plan.layout.dp = l.dp();
+  if (l.rank_order().empty() || l.rank_order() == "tp-dp-pp") {
+    plan.layout.pp_outer = true;
+  } else if (l.rank_order() == "tp-pp-dp") {
+    plan.layout.pp_outer = false;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "layout.rank_order: '", l.rank_order(), "' (valid: tp-dp-pp, tp-pp-dp)"));
+  }
+  plan.num_ranks = p.num_ranks();
+  plan.global_microbatches = p.global_microbatches();
+  int num_layers = -1;
+  for (int i = 0; i < p.pipelines_size(); ++i) {
+    const proto::LayoutPipelinePlan& pp = p.pipelines(i);
+    absl::StatusOr<Plan> core = PlanFromProto(pp.plan());
+    if (!core.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("pipelines[", i, "].plan.", core.status().message()));
+    }
+    const int layers = core->stages.empty() ? 0 : core->stages.back().last_layer + 1;
+    if (num_layers >= 0 && layers != num_layers) {
+      return absl::InvalidArgumentError(absl::StrCat("pipelines[", i, "].plan.stages: end at layer ",
+                                                     layers - 1, ", pipeline 0's at ",
+                                                     num_layers - 1));
+    }
+    num_layers = layers;
+    LayoutPipelinePlan pipe;
+    pipe.plan = std::move(*core);
+    for (const proto::PipelineReplica& r : pp.replicas()) {
+      PipelineReplica rep;
+      rep.dp_rank = r.dp_rank();
+      rep.first_microbatch = r.first_microbatch();
+      rep.device_ranks.assign(r.device_ranks().begin(), r.device_ranks().end());
+      pipe.replicas.push_back(std::move(rep));
+    }
+    plan.pipelines.push_back(std::move(pipe));
+  }
+  RETURN_IF_ERROR(ValidateLayoutPlan(plan, std::max(0, num_layers)));
+  if (p.ranks_size() > 0) {
+    const std::vector<RankRole> roles = RankRoles(plan);
+    if (p.ranks_size() != static_cast<int>(roles.size())) {
+      return absl::InvalidArgumentError(absl::StrCat("ranks: ", p.ranks_size(),
+                                                     " entries for ", roles.size(), " ranks"));
+    }
+    for (int i = 0; i < p.ranks_size(); ++i) {
+      const proto::RankRole& r = p.ranks(i);
+      const RankRole& d = roles[i];
+      if (r.rank() != i || r.pipeline() != d.pipeline || r.replica() != d.replica ||
+          r.dp_rank() != d.dp_rank || r.device() != d.device || r.tp_rank() != d.tp_rank ||
+          r.ep_rank() != d.ep_rank) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "ranks[", i, "]: disagrees with the replicas' device_ranks (rank ", i,
+            " is pipeline ", d.pipeline, " replica ", d.replica, " device ", d.device,
+            " tp_rank ", d.tp_rank, " ep_rank ", d.ep_rank, ")"));
+      }
+    }
+  }
+  return plan;
+}
+
+void LayoutPlanFileForm(proto::LayoutPlan* plan) {
+  for (proto::LayoutPipelinePlan& p : *plan->mutable_pipelines()) PlanFileForm(p.mutable_plan());
+}
+
 proto::OpKind OpKindToProto(OpKind kind) { return ToProtoEnum(kOpKinds, kind); }
 
 absl::StatusOr<OpKind> OpKindFromProto(proto::OpKind kind, absl::string_view op_kind) {
@@ -516,10 +629,9 @@ absl::Status ProtoFromJson(absl::string_view json, google::protobuf::Message* me
 
 namespace {
 
-template <typename ProtoT, typename CoreT>
-absl::StatusOr<CoreT> LoadFile(const std::string& path,
-                               absl::StatusOr<CoreT> (*from_proto)(const ProtoT&)) {
-  // Only regular files of bounded size: /dev/zero or a FIFO would be read forever.
+// A file's text, refusing what is not a regular file of bounded size (/dev/zero or a FIFO
+// would be read forever). Errors name the path.
+absl::StatusOr<std::string> ReadBoundedFile(const std::string& path) {
   std::error_code ec;
   const std::filesystem::file_status st = std::filesystem::status(path, ec);
   if (!ec && std::filesystem::exists(st) && !std::filesystem::is_regular_file(st) &&
@@ -534,10 +646,19 @@ absl::StatusOr<CoreT> LoadFile(const std::string& path,
                                               SizeLimits().max_file_bytes, "max_file_bytes")));
     }
   }
-  absl::StatusOr<std::string> text = ReadFileToString(path);
-  if (!text.ok()) return text.status();  // already names the path
+  return ReadFileToString(path);  // already names the path
+}
+
+absl::StatusOr<std::string> ReadPlanFileText(const std::string& path) {
+  return ReadBoundedFile(path);
+}
+
+template <typename ProtoT, typename CoreT>
+absl::StatusOr<CoreT> LoadFile(const std::string& path,
+                               absl::StatusOr<CoreT> (*from_proto)(const ProtoT&)) {
+  ASSIGN_OR_RETURN(std::string text, ReadBoundedFile(path));
   ProtoT p;
-  absl::Status s = ProtoFromJson(*text, &p);
+  absl::Status s = ProtoFromJson(text, &p);
   if (!s.ok()) return InFile(path, s);
   absl::StatusOr<CoreT> value = from_proto(p);
   if (!value.ok()) return InFile(path, value.status());
@@ -558,8 +679,35 @@ absl::StatusOr<Cluster> LoadClusterFile(const std::string& path) {
   return LoadFile<proto::Cluster, Cluster>(path, &ClusterFromProto);
 }
 
+absl::StatusOr<LayoutPlan> LoadLayoutPlanFile(const std::string& path) {
+  ASSIGN_OR_RETURN(std::string text, ReadPlanFileText(path));
+  proto::LayoutPlan layout;
+  absl::Status as_layout = ProtoFromJson(text, &layout);
+  if (as_layout.ok() && layout.pipelines_size() > 0) {
+    absl::StatusOr<LayoutPlan> plan = LayoutPlanFromProto(layout);
+    if (!plan.ok()) return InFile(path, plan.status());
+    return plan;
+  }
+  proto::Plan single;
+  absl::Status as_plan = ProtoFromJson(text, &single);
+  if (!as_plan.ok()) {
+    // Report the form the file was meant to be in.
+    return InFile(path, absl::StrContains(text, "\"pipelines\"") ? as_layout : as_plan);
+  }
+  absl::StatusOr<Plan> plan = PlanFromProto(single);
+  if (!plan.ok()) return InFile(path, plan.status());
+  return SinglePipelineLayout(*plan);
+}
+
 absl::StatusOr<Plan> LoadPlanFile(const std::string& path) {
-  return LoadFile<proto::Plan, Plan>(path, &PlanFromProto);
+  ASSIGN_OR_RETURN(LayoutPlan layout, LoadLayoutPlanFile(path));
+  if (!layout.single_pipeline()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "file '", path, "': holds a layout (", layout.layout.ToString(), ", ",
+        layout.pipelines.size(), " distinct pipelines, ", layout.num_ranks,
+        " ranks), not one pipeline"));
+  }
+  return std::move(layout.pipelines[0].plan);
 }
 
 absl::Status WriteModelFile(const std::string& path, const ModelGraph& model) {
@@ -573,6 +721,14 @@ absl::Status WriteClusterFile(const std::string& path, const Cluster& cluster) {
 absl::Status WritePlanFile(const std::string& path, const Plan& plan) {
   proto::Plan p = PlanToProto(plan);
   PlanFileForm(&p);
+  return WriteJson(path, p);
+}
+
+absl::Status WriteLayoutPlanFile(const std::string& path, const LayoutPlan& plan,
+                                 const proto::LayoutPrediction* predicted) {
+  proto::LayoutPlan p = LayoutPlanToProto(plan);
+  if (predicted != nullptr) *p.mutable_predicted() = *predicted;
+  LayoutPlanFileForm(&p);
   return WriteJson(path, p);
 }
 

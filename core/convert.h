@@ -41,6 +41,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "core/cluster.h"
+#include "core/layout_plan.h"
 #include "core/model_graph.h"
 #include "core/objective.h"
 #include "core/plan.h"
@@ -67,6 +68,16 @@ absl::StatusOr<Plan> PlanFromProto(const proto::Plan& plan);
 // in binaries that predate the typed ops.
 void PlanFileForm(proto::Plan* plan);
 
+// Layouts (core/layout_plan.h). LayoutPlanToProto writes every field and the derived rank map
+// (`ranks`); its `predicted` is left for the caller. LayoutPlanFromProto converts each
+// pipeline's plan (PlanFromProto, errors prefixed "pipelines[i].plan."), checks the layout with
+// ValidateLayoutPlan (the pipelines must end at the same layer: the model is not known here)
+// and a given `ranks` map against the derived one. rank_order "" means "tp-dp-pp".
+proto::LayoutPlan LayoutPlanToProto(const LayoutPlan& plan);
+absl::StatusOr<LayoutPlan> LayoutPlanFromProto(const proto::LayoutPlan& plan);
+// The file form: each pipeline's plan as PlanFileForm.
+void LayoutPlanFileForm(proto::LayoutPlan* plan);
+
 proto::OpKind OpKindToProto(OpKind kind);
 // kInvalidArgument naming `kind` / `op_kind` and the values: neither set, an unknown value,
 // or the two disagree.
@@ -92,12 +103,19 @@ absl::Status ProtoFromJson(absl::string_view json, google::protobuf::Message* me
 
 absl::StatusOr<ModelGraph> LoadModelFile(const std::string& path);
 absl::StatusOr<Cluster> LoadClusterFile(const std::string& path);
+// A plan file holds a LayoutPlan; a file holding a bare Plan (written before layouts) loads as
+// SinglePipelineLayout of it. LoadPlanFile is for callers that run one pipeline: it returns the
+// plan of a single-pipeline layout and kInvalidArgument naming the layout otherwise.
+absl::StatusOr<LayoutPlan> LoadLayoutPlanFile(const std::string& path);
 absl::StatusOr<Plan> LoadPlanFile(const std::string& path);
 
 // Write the JSON file (replacing it). kFailedPrecondition if it cannot be written.
 absl::Status WriteModelFile(const std::string& path, const ModelGraph& model);
 absl::Status WriteClusterFile(const std::string& path, const Cluster& cluster);
 absl::Status WritePlanFile(const std::string& path, const Plan& plan);
+// The LayoutPlan form (LayoutPlanFileForm), with `predicted` when given.
+absl::Status WriteLayoutPlanFile(const std::string& path, const LayoutPlan& plan,
+                                 const proto::LayoutPrediction* predicted = nullptr);
 
 }  // namespace octopipe
 

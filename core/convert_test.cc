@@ -317,6 +317,64 @@ TEST(ConvertTest, PlanFileOfTheOldFormLoads) {
   EXPECT_EQ(device1, plan->schedule.ops[1]);
 }
 
+// SmallPlan (2 devices, 2 micro-batches) twice over 4 ranks: PP2 x DP2, pp outer.
+LayoutPlan SmallLayout() {
+  LayoutPlan lp;
+  lp.layout = {2, 1, 1, 2, true};
+  lp.num_ranks = 4;
+  lp.global_microbatches = 4;
+  LayoutPipelinePlan pipe;
+  pipe.plan = SmallPlan();
+  pipe.replicas = {{0, 0, {0, 2}}, {1, 2, {1, 3}}};
+  lp.pipelines.push_back(pipe);
+  return lp;
+}
+
+TEST(ConvertTest, LayoutPlanFileRoundTripsWithItsRankMap) {
+  const std::string path = TempPath("layout-plan.json");
+  proto::LayoutPrediction predicted;
+  predicted.set_iteration_time_s(1.5);
+  ASSERT_TRUE(WriteLayoutPlanFile(path, SmallLayout(), &predicted).ok());
+  absl::StatusOr<std::string> text = ReadFileToString(path);
+  ASSERT_TRUE(text.ok());
+  EXPECT_THAT(*text, HasSubstr("\"rank_order\": \"tp-dp-pp\""));
+  EXPECT_THAT(*text, HasSubstr("\"BW0.1\""));
+  absl::StatusOr<LayoutPlan> back = LoadLayoutPlanFile(path);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->num_ranks, 4);
+  EXPECT_EQ(back->pipelines[0].replicas[1].device_ranks, (std::vector<int>{1, 3}));
+  EXPECT_EQ(back->pipelines[0].plan.schedule.ops, SmallPlan().schedule.ops);
+  // One pipeline's caller is told the file holds a layout.
+  absl::StatusOr<Plan> single = LoadPlanFile(path);
+  EXPECT_EQ(single.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(single.status().message(), HasSubstr("PP2 x TP1 x EP1 x DP2"));
+}
+
+TEST(ConvertTest, LayoutPlanErrorsNameTheField) {
+  proto::LayoutPlan p = LayoutPlanToProto(SmallLayout());
+  p.mutable_ranks(3)->set_device(0);
+  absl::StatusOr<LayoutPlan> r = LayoutPlanFromProto(p);
+  EXPECT_THAT(r.status().message(), HasSubstr("ranks[3]")) << r.status();
+  p = LayoutPlanToProto(SmallLayout());
+  p.mutable_pipelines(0)->mutable_replicas(1)->set_first_microbatch(1);
+  r = LayoutPlanFromProto(p);
+  EXPECT_THAT(r.status().message(), HasSubstr("first_microbatch")) << r.status();
+  p = LayoutPlanToProto(SmallLayout());
+  p.mutable_layout()->set_rank_order("pp-first");
+  r = LayoutPlanFromProto(p);
+  EXPECT_THAT(r.status().message(), HasSubstr("layout.rank_order")) << r.status();
+}
+
+TEST(ConvertTest, AnOldSinglePlanFileLoadsAsALayoutOfOnePipeline) {
+  const std::string path = TempPath("single-as-layout.json");
+  ASSERT_TRUE(WritePlanFile(path, SmallPlan()).ok());
+  absl::StatusOr<LayoutPlan> lp = LoadLayoutPlanFile(path);
+  ASSERT_TRUE(lp.ok()) << lp.status();
+  EXPECT_TRUE(lp->single_pipeline());
+  EXPECT_EQ(lp->num_ranks, 2);
+  EXPECT_EQ(lp->pipelines[0].plan.schedule.ops, SmallPlan().schedule.ops);
+}
+
 // SmallPlan with its head split by vocabulary: S and T of each device's shard per micro-batch,
 // and the columns it was costed with (unequal).
 Plan VocabPlan() {

@@ -353,9 +353,28 @@ absl::StatusOr<LayoutResult> TuneCandidate(LayoutCandidate& c, const CostModel& 
 
 }  // namespace
 
-std::string ParallelLayout::ToString() const {
-  return absl::StrCat("PP", pp, " x TP", tp, " x EP", ep, " x DP", dp,
-                      pp_outer ? " (pp outer)" : " (pp inner)");
+LayoutPlan ToLayoutPlan(const LayoutResult& result) {
+  const ParallelLayout& l = result.layout;
+  LayoutPlan out;
+  out.layout = l;
+  out.num_ranks = l.gpus();
+  out.global_microbatches = result.global_microbatches;
+  for (const LayoutPipeline& pipe : result.pipelines) {
+    LayoutPipelinePlan p;
+    p.plan = pipe.tune.plan;
+    for (int r : pipe.replicas) {
+      PipelineReplica rep;
+      rep.dp_rank = r;
+      rep.first_microbatch = r * result.microbatches;
+      for (int j = 0; j < p.plan.num_devices; ++j) {
+        const int group = l.pp_outer ? r + l.dp * j : j + l.pp * r;  // as RankMap::Group
+        rep.device_ranks.push_back(group * l.tp);
+      }
+      p.replicas.push_back(std::move(rep));
+    }
+    out.pipelines.push_back(std::move(p));
+  }
+  return out;
 }
 
 absl::StatusOr<LayoutResult> TuneLayout(const ModelGraph& model, const Cluster& cluster,

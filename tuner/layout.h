@@ -38,19 +38,11 @@
 #include "absl/status/statusor.h"
 #include "core/cluster.h"
 #include "core/cost_model.h"
+#include "core/layout_plan.h"
 #include "core/model_graph.h"
 #include "tuner/tuner.h"
 
 namespace octopipe {
-
-struct ParallelLayout {
-  int pp = 1, tp = 1, ep = 1, dp = 1;
-  bool pp_outer = true;  // rank order TP, DP, PP (else TP, PP, DP)
-
-  int gpus() const { return pp * tp * dp; }
-  // "PP16 x TP1 x EP64 x DP128 (pp outer)".
-  std::string ToString() const;
-};
 
 // What the request fixes; 0 (or false) leaves it to the search.
 struct LayoutRequest {
@@ -97,6 +89,11 @@ struct LayoutResult {
   std::vector<LayoutConsidered> considered;
   double tuning_wall_s = 0;
 };
+
+// The chosen layout as a plan the executor runs (core/layout_plan.h): every distinct
+// pipeline's tuned plan with its replicas, replica r taking micro-batches [r·M, (r+1)·M) of the
+// global batch and its pipeline device j the TP group of GPUs (= ranks) the rank order gives.
+LayoutPlan ToLayoutPlan(const LayoutResult& result);
 
 // kInvalidArgument naming the field when the request cannot be met ("layout.pp: 7 does not
 // divide 32 GPUs"); a layout that does not fit in memory is a result with feasible == false.
