@@ -444,7 +444,7 @@ void PipelineEngine::RunShardWeight(int m, Iteration* it) {
   const int M = static_cast<int>(it->microbatches.size());
   std::vector<const Tensor*> stats;
   for (const Tensor& t : it->vocab[m].stats) stats.push_back(&t);
-  ShardHead()->ShardBackwardWeight(CombineNormaliser(stats), 1.0f / static_cast<float>(M),
+  ShardHead()->ShardBackwardWeight(CombineNormaliser(stats), 1.0f / static_cast<float>(LossScale(M)),
                                    it->microbatches[m], &it->vocab_ctx[m]);
   it->vocab_ctx.erase(m);
   it->ReleaseVocab(m);
@@ -457,7 +457,7 @@ Tensor PipelineEngine::CombineHeadGradient(int m, Iteration* it) {
   for (const Tensor& t : v.stats) stats.push_back(&t);
   for (const Tensor& t : v.grads) grads.push_back(&t);
   float loss = 0;
-  Tensor dn = CombineInputGradient(stats, grads, 1.0f / static_cast<float>(M), &loss);
+  Tensor dn = CombineInputGradient(stats, grads, 1.0f / static_cast<float>(LossScale(M)), &loss);
   it->loss_sum += loss;
   for (Tensor& g : v.grads) g = Tensor();
   it->ReleaseVocab(m);
@@ -513,7 +513,7 @@ void PipelineEngine::RunOp(const Op& op, Tensor input, Tensor grad, Iteration* i
     case OpKind::kBW: {
       Tensor dy = s < S - 1               ? std::move(grad)
                   : plan_.vocab_parallel ? CombineHeadGradient(m, it)
-                                         : Tensor::Constant(1, 1, 1.0f / M);
+                                         : Tensor::Constant(1, 1, 1.0f / LossScale(M));
       std::vector<LayerContext>& c = it->ctx[key];
       const bool embed = s == 0 && ShardEmbedding() != nullptr;
       for (int l = hi; l >= lo; --l) {
@@ -613,6 +613,19 @@ void PipelineEngine::Account(const std::pair<int, int>& key, Iteration* it) {
   it->stats.peak_activation_bytes = std::max(it->stats.peak_activation_bytes, it->held_total);
 }
 
+absl::Status PipelineEngine::StageCommStatus(const Op& op) const {
+  const StageAssignment& st = plan_.stages[op.stage];
+  for (int l = st.first_layer; l <= st.last_layer; ++l) {
+    const Layer* layer = (*layers_)[l].get();
+    if (layer == nullptr) continue;
+    if (absl::Status s = layer->comm_status(); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("rank ", rank_, ": ", OpToString(op),
+                                                 ", layer ", l, ": ", s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<IterationStats> PipelineEngine::RunIteration(
     const std::vector<MicroBatch>& microbatches) {
   RETURN_IF_ERROR(Validate());
@@ -642,6 +655,11 @@ absl::StatusOr<IterationStats> PipelineEngine::RunIteration(
     it.stats.ops.push_back(timing);
     Account({IsVocabPass(op.kind) ? kVocabKey : op.stage, op.microbatch}, &it);
     if (!it.comm_error.ok()) break;  // a send failed to start
+    if (!IsVocabPass(op.kind)) {  // a sharded layer's collective inside the op
+      failure = StageCommStatus(op);
+      if (!failure.ok()) break;
+    }
+    if (on_op_done_) on_op_done_(it.stats.ops.size() - 1);
   }
   if (failure.ok() && it.comm_error.ok()) failure = EmbeddingEpilogue(&it);
   FinishCommunication(&it);

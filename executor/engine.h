@@ -3,7 +3,7 @@
 //
 // Communication is derived, never stored: F(s, m) sends its output to the rank of stage s+1
 // and B/BW(s, m) its input gradient to the rank of stage s-1 whenever that rank is another one.
-// Deadlock freedom does not depend on the order (DESIGN.md): at the start of an iteration the
+// Deadlock freedom does not depend on the order (see docs/architecture.md, Executor): at the start of an iteration the
 // engine posts every receive the iteration expects (computed from the peers' op lists, in each
 // peer's send order) into buffers of their own, and a send never blocks the computing thread
 // (it is started, and waited for at the end of the iteration); a compute op waits only for its
@@ -53,6 +53,7 @@
 #define OCTOPIPE_EXECUTOR_ENGINE_H_
 
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -122,6 +123,11 @@ struct IterationStats {
   double process_cpu_s = 0;
   double compute_thread_cpu_s = 0;
   int messages = 0;
+  // Data parallelism (executor/layout_trainer.h): seconds the rank waited after its last op for
+  // its gradient all-reduces to finish (what the overlap did not hide), and the seconds the
+  // all-reduces themselves took on the communication thread.
+  double grad_sync_wait_s = 0;
+  double grad_sync_s = 0;
   // What the rank's other threads used: process - computing thread, never negative. Only
   // meaningful when the rank is a process of its own (not an inproc thread).
   double comm_cpu_s() const { return std::max(0.0, process_cpu_s - compute_thread_cpu_s); }
@@ -136,6 +142,19 @@ class PipelineEngine {
   // others may be null). The engine does not own them.
   PipelineEngine(const Plan& plan, int rank, std::vector<std::unique_ptr<Layer>>* layers,
                  Transport* transport, int tokens_per_microbatch, int hidden);
+
+  // Data parallelism (executor/layout_trainer.h): the loss of each micro-batch is scaled by
+  // 1 / `global_microbatches` (the layout's global batch) instead of 1 / the plan's micro-batches,
+  // so summing the replicas' gradients gives the global batch's. Called before any iteration.
+  void set_loss_scale_microbatches(int global_microbatches) {
+    loss_scale_microbatches_ = global_microbatches;
+  }
+  // Called on the computing thread after each op of this rank's list completes (with its index
+  // in plan.schedule.ops[rank]), e.g. to start a layer's gradient all-reduce as soon as its last
+  // weight-gradient op is done.
+  void set_on_op_done(std::function<void(size_t op_index)> on_op_done) {
+    on_op_done_ = std::move(on_op_done);
+  }
 
   // Checks that the plan is runnable here: every stage's layers exist on this rank, the
   // transport has the plan's number of ranks. kInvalidArgument / kFailedPrecondition.
@@ -211,6 +230,12 @@ class PipelineEngine {
                       Iteration* it);
   // Computes the op and hands its output to the next stage (local, or started as a message).
   void RunOp(const Op& op, Tensor input, Tensor grad, Iteration* it);
+  // The first communication failure of a sharded layer of the op's stage (Layer::comm_status),
+  // naming the op and the layer.
+  absl::Status StageCommStatus(const Op& op) const;
+  int LossScale(int microbatches) const {
+    return loss_scale_microbatches_ > 0 ? loss_scale_microbatches_ : microbatches;
+  }
   // Re-measures the activation bytes held for (stage, micro-batch) after an op.
   void Account(const std::pair<int, int>& key, Iteration* it);
 
@@ -221,6 +246,8 @@ class PipelineEngine {
   std::unique_ptr<AsyncMessages> messages_;
   const int tokens_;
   const int hidden_;
+  int loss_scale_microbatches_ = 0;  // 0: the plan's micro-batches
+  std::function<void(size_t)> on_op_done_;
 };
 
 }  // namespace octopipe::executor

@@ -15,7 +15,11 @@
 #include "core/status_macros.h"
 #include "executor/tcp_store.h"
 #include "executor/thread_priority.h"
+#include "executor/inproc_collective.h"
+#include "gloo/allreduce.h"
+#include "gloo/alltoallv.h"
 #include "gloo/common/error.h"
+#include "gloo/math.h"
 #include "gloo/rendezvous/context.h"
 #include "gloo/rendezvous/file_store.h"
 #include "gloo/rendezvous/prefix_store.h"
@@ -155,7 +159,114 @@ absl::StatusOr<std::unique_ptr<Transport>> GlooTransport::Create(const GlooOptio
       t->peers_[peer] = std::move(link);
     }
   }
+  t->store_ = std::move(store);
+  t->prefix_ = options.prefix;
+  t->store_name_ = options.store_address.empty() ? options.store_dir : options.store_address;
   return std::unique_ptr<Transport>(std::move(t));
+}
+
+namespace {
+
+// A collective group on a Gloo context of its own.
+class GlooCollective final : public Collective {
+ public:
+  GlooCollective(std::shared_ptr<gloo::rendezvous::Context> context, std::string name,
+                 std::chrono::milliseconds timeout)
+      : context_(std::move(context)), name_(std::move(name)), timeout_(timeout) {}
+
+  int rank() const override { return context_->rank; }
+  int size() const override { return context_->size; }
+  const std::string& name() const override { return name_; }
+
+  absl::Status AllReduceSum(float* data, size_t count) override {
+    if (count == 0) return absl::OkStatus();
+    return Run("all-reduce", [&] {
+      gloo::AllreduceOptions opts(context_);
+      opts.setOutput(data, count);
+      opts.setReduceFunction(
+          static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
+      opts.setTag(next_tag_++);
+      opts.setTimeout(timeout_);
+      gloo::allreduce(opts);
+    });
+  }
+
+  absl::Status AllToAllV(const float* send, const std::vector<size_t>& send_counts, float* recv,
+                         const std::vector<size_t>& recv_counts) override {
+    if (send_counts.size() != static_cast<size_t>(size()) ||
+        recv_counts.size() != static_cast<size_t>(size())) {
+      return absl::InvalidArgumentError(absl::StrCat("gloo collective ", name_,
+                                                     ": all-to-all counts for ",
+                                                     send_counts.size(), " / ", recv_counts.size(),
+                                                     " members, the group has ", size()));
+    }
+    // Gloo refuses null buffers: give empty sides a float to point at.
+    float dummy_in = 0, dummy_out = 0;
+    return Run("all-to-all", [&] {
+      gloo::AlltoallvOptions opts(context_);
+      opts.setInput(const_cast<float*>(send != nullptr ? send : &dummy_in),
+                    std::vector<int64_t>(send_counts.begin(), send_counts.end()));
+      opts.setOutput(recv != nullptr ? recv : &dummy_out,
+                     std::vector<int64_t>(recv_counts.begin(), recv_counts.end()));
+      opts.setTag(next_tag_++);
+      opts.setTimeout(timeout_);
+      gloo::alltoallv(opts);
+    });
+  }
+
+ private:
+  template <typename Fn>
+  absl::Status Run(const char* what, Fn fn) {
+    if (!failed_.ok()) return failed_;
+    try {
+      fn();
+      return absl::OkStatus();
+    } catch (const std::exception& e) {
+      failed_ = absl::Status(CodeForGlooError(e), absl::StrCat("gloo collective ", name_,
+                                                                " (member ", rank(), " of ",
+                                                                size(), "): ", what, ": ",
+                                                                e.what()));
+      return failed_;
+    }
+  }
+
+  std::shared_ptr<gloo::rendezvous::Context> context_;
+  const std::string name_;
+  const std::chrono::milliseconds timeout_;
+  uint32_t next_tag_ = 1;
+  absl::Status failed_;  // Gloo's context is unusable after an error
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Collective>> GlooTransport::NewCollective(
+    const std::vector<int>& ranks, const std::string& name) {
+  int index = -1;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (ranks[i] < 0 || ranks[i] >= size_) {
+      return absl::InvalidArgumentError(absl::StrCat("gloo collective ", name, ": rank ",
+                                                     ranks[i], " is outside [0, ", size_, ")"));
+    }
+    if (ranks[i] == rank_) index = static_cast<int>(i);
+  }
+  if (index < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gloo collective ", name, ": this rank ", rank_, " is not a member"));
+  }
+  if (ranks.size() == 1) return SoloCollective(name);
+  auto context = std::make_shared<gloo::rendezvous::Context>(index, static_cast<int>(ranks.size()));
+  context->setTimeout(timeout_);
+  try {
+    gloo::rendezvous::PrefixStore group_store(absl::StrCat(prefix_, "/group/", name), *store_);
+    context->connectFullMesh(group_store, device_);
+  } catch (const std::exception& e) {
+    return absl::Status(CodeForGlooError(e),
+                        absl::StrCat("gloo rank ", rank_, ": creating collective group ", name,
+                                     " (prefix '", prefix_, "' in '", store_name_,
+                                     "') failed: ", e.what()));
+  }
+  return std::unique_ptr<Collective>(
+      std::make_unique<GlooCollective>(std::move(context), name, timeout_));
 }
 
 // A started message: its unbound buffer, and how to report a failure.

@@ -45,6 +45,9 @@
 namespace gloo::transport {
 class Device;
 }  // namespace gloo::transport
+namespace gloo::rendezvous {
+class Store;
+}  // namespace gloo::rendezvous
 
 namespace octopipe::executor {
 
@@ -92,6 +95,11 @@ class GlooTransport final : public Transport {
                                                             size_t bytes) override;
   absl::StatusOr<std::unique_ptr<PendingMessage>> StartRecv(int src, uint32_t tag, void* data,
                                                             size_t bytes) override;
+  // A Gloo context of its own over the group's ranks (rendezvous under PREFIX/group/NAME in the
+  // transport's store, on the same TCP device): gloo::allreduce (ring) and gloo::alltoallv.
+  // A collective's failure closes only its own context.
+  absl::StatusOr<std::unique_ptr<Collective>> NewCollective(const std::vector<int>& ranks,
+                                                            const std::string& name) override;
 
  private:
   GlooTransport(int rank, int size, std::chrono::milliseconds timeout);
@@ -111,6 +119,10 @@ class GlooTransport final : public Transport {
   const int size_;
   const std::chrono::milliseconds timeout_;
   std::shared_ptr<gloo::transport::Device> device_;
+  // The rendezvous store and prefix (collective groups meet there too); null with size 1.
+  std::unique_ptr<gloo::rendezvous::Store> store_;
+  std::string prefix_;
+  std::string store_name_;  // for errors
   // peers_[p]: the link to rank p; null at this rank's own index. Filled only in Create.
   std::vector<std::unique_ptr<Peer>> peers_;
 };

@@ -396,3 +396,85 @@ TEST(GlooTransportTest, BadOptionsAreInvalidArgument) {
 
 }  // namespace
 }  // namespace octopipe::executor
+
+namespace octopipe::executor {
+namespace {
+
+// Three ranks as processes: two overlapping groups ({0, 1, 2} and {1, 2}) made in one order,
+// used from a thread while the point-to-point links carry messages; every member gets the same
+// sums, and an all-to-all moves each piece to its member.
+absl::Status GroupsOnProcesses(int rank, const std::string& dir) {
+  GlooOptions options;
+  options.rank = rank;
+  options.size = 3;
+  options.store_dir = dir;
+  options.prefix = "groups";
+  options.timeout_s = 30;
+  absl::StatusOr<std::unique_ptr<Transport>> created = GlooTransport::Create(options);
+  if (!created.ok()) return created.status();
+  Transport& t = **created;
+  absl::StatusOr<std::unique_ptr<Collective>> all = t.NewCollective({0, 1, 2}, "all");
+  if (!all.ok()) return all.status();
+  std::unique_ptr<Collective> pair;
+  if (rank > 0) {
+    absl::StatusOr<std::unique_ptr<Collective>> p = t.NewCollective({1, 2}, "pair");
+    if (!p.ok()) return p.status();
+    pair = std::move(*p);
+  }
+  absl::Status collective_status;
+  std::thread collectives([&] {
+    for (int round = 0; round < 20 && collective_status.ok(); ++round) {
+      std::vector<float> v(1000 + round, static_cast<float>(rank + 1));
+      collective_status = (*all)->AllReduceSum(v.data(), v.size());
+      if (collective_status.ok() && (v.front() != 6.0f || v.back() != 6.0f)) {
+        collective_status = absl::InternalError(absl::StrCat("sum ", v.front(), " != 6"));
+      }
+      if (pair != nullptr && collective_status.ok()) {
+        std::vector<float> w(7, static_cast<float>(rank));
+        collective_status = pair->AllReduceSum(w.data(), w.size());
+        if (collective_status.ok() && w[3] != 3.0f) {
+          collective_status = absl::InternalError("pair sum != 3");
+        }
+      }
+    }
+    if (!collective_status.ok()) return;
+    // Member i sends (j + 1) floats of value 10 i + j to member j.
+    std::vector<float> send;
+    std::vector<size_t> send_counts, recv_counts;
+    for (int j = 0; j < 3; ++j) {
+      send_counts.push_back(j + 1);
+      for (int k = 0; k <= j; ++k) send.push_back(10.0f * rank + j);
+      recv_counts.push_back(rank + 1);
+    }
+    std::vector<float> recv(3 * (rank + 1));
+    collective_status = (*all)->AllToAllV(send.data(), send_counts, recv.data(), recv_counts);
+    for (int i = 0; i < 3 && collective_status.ok(); ++i) {
+      if (recv[i * (rank + 1)] != 10.0f * i + rank) {
+        collective_status = absl::InternalError("all-to-all piece in the wrong place");
+      }
+    }
+  });
+  // Point-to-point meanwhile: a ring of messages.
+  absl::Status p2p;
+  for (int round = 0; round < 20 && p2p.ok(); ++round) {
+    int32_t out = rank * 100 + round, in = -1;
+    std::thread send([&] { p2p.Update(t.Send((rank + 1) % 3, 5, &out, sizeof(out))); });
+    absl::Status r = t.Recv((rank + 2) % 3, 5, &in, sizeof(in));
+    send.join();
+    p2p.Update(r);
+    if (p2p.ok() && in != ((rank + 2) % 3) * 100 + round) p2p = absl::InternalError("ring");
+  }
+  collectives.join();
+  if (!p2p.ok()) return p2p;
+  return collective_status;
+}
+
+TEST(GlooTransportTest, CollectiveGroupsBesideThePointToPointLinks) {
+  const std::string dir = FreshStoreDir();
+  for (const std::string& r : RunRanks(3, [&](int rank) { return GroupsOnProcesses(rank, dir); })) {
+    EXPECT_EQ(r, "");
+  }
+}
+
+}  // namespace
+}  // namespace octopipe::executor

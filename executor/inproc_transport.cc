@@ -14,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "executor/inproc_collective.h"
 
 namespace octopipe::executor {
 
@@ -46,6 +47,9 @@ struct InProcHub::State {
   // send_cv[r]: a message sent by r was taken, or some rank was aborted.
   std::vector<absl::CondVar> recv_cv;
   std::vector<absl::CondVar> send_cv;
+  // Collective groups by name (NewCollective): made by the first member to ask.
+  std::map<std::string, std::pair<std::vector<int>, std::shared_ptr<InProcGroup>>> groups
+      ABSL_GUARDED_BY(mu);
 };
 
 namespace {
@@ -137,6 +141,35 @@ class InProcTransport final : public Transport {
     ++q.popped;
     s.send_cv[src].SignalAll();
     return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::unique_ptr<Collective>> NewCollective(const std::vector<int>& ranks,
+                                                            const std::string& name) override {
+    State& s = *state_;
+    int index = -1;
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      if (ranks[i] < 0 || ranks[i] >= s.size) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "inproc collective ", name, ": rank ", ranks[i], " is outside [0, ", s.size, ")"));
+      }
+      if (ranks[i] == rank_) index = static_cast<int>(i);
+    }
+    if (index < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("inproc collective ", name, ": this rank ", rank_, " is not a member"));
+    }
+    absl::MutexLock lock(&s.mu);
+    auto& entry = s.groups[name];
+    if (entry.second == nullptr) {
+      entry.first = ranks;
+      entry.second = std::make_shared<InProcGroup>(static_cast<int>(ranks.size()), name,
+                                                   absl::ToDoubleSeconds(s.timeout));
+    } else if (entry.first != ranks) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "inproc collective ", name, ": rank ", rank_, " names other members than the rank "
+          "that made the group"));
+    }
+    return entry.second->Member(index);
   }
 
  private:

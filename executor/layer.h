@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "executor/tensor.h"
@@ -68,6 +69,12 @@ class Layer {
   void ZeroGrads() {
     for (Tensor* g : grads()) g->setZero();
   }
+
+  // A layer sharded over a collective group (tensor or expert parallelism) communicates inside
+  // Forward / BackwardInput / BackwardWeight, which return no status: it records its first
+  // communication failure here instead (and computes on with whatever it has), and the engine
+  // checks after every op. Other layers are always OK.
+  virtual absl::Status comm_status() const { return absl::OkStatus(); }
 };
 
 // Layer kinds by pattern letter (Nemotron-H style): 'M' selective scan (Mamba-like), '*'

@@ -56,8 +56,6 @@ absl::StatusOr<std::vector<std::unique_ptr<Layer>>> BuildRankLayers(const ModelS
   return layers;
 }
 
-namespace {
-
 // Rank 0 decides and tells every other rank whether to stop before the next iteration.
 absl::StatusOr<bool> AgreeOnStop(int rank, Transport* transport, const TrainOptions& options) {
   int32_t stop = 0;
@@ -71,6 +69,8 @@ absl::StatusOr<bool> AgreeOnStop(int rank, Transport* transport, const TrainOpti
   }
   return stop != 0;
 }
+
+namespace {
 
 // The tags of a vocabulary shard's checkpoint part sent to the rank that writes the whole
 // layer: its tensors (parameters, then first and second moments once the optimizer has

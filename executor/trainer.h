@@ -90,6 +90,10 @@ struct RankResult {
   std::vector<std::unique_ptr<Layer>> layers;
 };
 
+// Rank 0 evaluates options.stop_requested and tells every other rank (kStopControlTag) whether
+// to stop before the next iteration; true means stop.
+absl::StatusOr<bool> AgreeOnStop(int rank, Transport* transport, const TrainOptions& options);
+
 // The micro-batches of one iteration (identical on every rank).
 std::vector<MicroBatch> IterationData(const ModelSpec& spec, uint64_t data_seed, int iteration,
                                       int num_microbatches);

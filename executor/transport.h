@@ -20,9 +20,11 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "executor/collective.h"
 
 namespace octopipe::executor {
 
@@ -61,6 +63,16 @@ class Transport {
                                                                     void* /*data*/,
                                                                     size_t /*bytes*/) {
     return absl::UnimplementedError(name() + " has no asynchronous receive");
+  }
+
+  // A collective group over `ranks` (distinct, in [0, size()), this rank among them; the group's
+  // members are in this order), called by every member with the same ranks and `name` (see
+  // executor/collective.h for the order in which several groups must be made). The group lives
+  // independently of this transport's point-to-point messages: both may be used at once from
+  // different threads.
+  virtual absl::StatusOr<std::unique_ptr<Collective>> NewCollective(
+      const std::vector<int>& /*ranks*/, const std::string& /*name*/) {
+    return absl::UnimplementedError(name() + " has no collectives");
   }
 };
 

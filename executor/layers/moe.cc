@@ -39,23 +39,80 @@ Tensor GatherTokens(const Tensor& src, const std::vector<int32_t>& positions, in
 }
 }  // namespace
 
+void MoeRoute(const Tensor& logits, int top_k, std::vector<int32_t>* choice, Tensor* gates) {
+  const Eigen::Index tokens = logits.rows();
+  const int experts = static_cast<int>(logits.cols());
+  const int k = top_k;
+  choice->resize(static_cast<size_t>(tokens) * k);
+  gates->resize(tokens, k);
+  // Top-k by repeated arg-max over the logits not yet taken; strict '>' keeps the lower index
+  // on ties. Gate weights: softmax over the chosen logits (the first chosen is the maximum).
+  std::vector<char> taken(experts);
+  for (Eigen::Index t = 0; t < tokens; ++t) {
+    std::fill(taken.begin(), taken.end(), 0);
+    for (int slot = 0; slot < k; ++slot) {
+      int best = -1;
+      for (int e = 0; e < experts; ++e) {
+        if (!taken[e] && (best < 0 || logits(t, e) > logits(t, best))) best = e;
+      }
+      taken[best] = 1;
+      (*choice)[t * k + slot] = best;
+    }
+    const float max_logit = logits(t, (*choice)[t * k]);
+    float sum = 0;
+    for (int slot = 0; slot < k; ++slot) {
+      (*gates)(t, slot) = std::exp(logits(t, (*choice)[t * k + slot]) - max_logit);
+      sum += (*gates)(t, slot);
+    }
+    gates->row(t) /= sum;
+  }
+}
+
+Tensor MoeLogitGradient(const Tensor& gates, const Tensor& dgates,
+                        const std::vector<int32_t>& choice, int experts) {
+  const Eigen::Index tokens = gates.rows();
+  const int k = static_cast<int>(gates.cols());
+  Tensor dlogits = Tensor::Zero(tokens, experts);
+  for (Eigen::Index t = 0; t < tokens; ++t) {
+    const float dot = gates.row(t).dot(dgates.row(t));
+    for (int slot = 0; slot < k; ++slot) {
+      dlogits(t, choice[t * k + slot]) = gates(t, slot) * (dgates(t, slot) - dot);
+    }
+  }
+  return dlogits;
+}
+
+Tensor InitialMoeRouter(const ModelDims& dims, int layer_index) {
+  Tensor router(dims.hidden, dims.experts);
+  const float a_in = 1.0f / std::sqrt(static_cast<float>(dims.hidden));
+  InitUniform(dims.seed, layer_index, /*param_index=*/1, a_in, &router);
+  return router;
+}
+
+void InitMoeExpert(const ModelDims& dims, int layer_index, int expert, Tensor* w1, Tensor* w3,
+                   Tensor* w2) {
+  const float a_in = 1.0f / std::sqrt(static_cast<float>(dims.hidden));
+  const float a_out = 1.0f / std::sqrt(static_cast<float>(dims.moe_ffn));
+  w1->resize(dims.hidden, dims.moe_ffn);
+  w3->resize(dims.hidden, dims.moe_ffn);
+  w2->resize(dims.moe_ffn, dims.hidden);
+  InitUniform(dims.seed, layer_index, 2 + 3 * expert, a_in, w1);
+  InitUniform(dims.seed, layer_index, 3 + 3 * expert, a_in, w3);
+  InitUniform(dims.seed, layer_index, 4 + 3 * expert, a_out, w2);
+}
+
 MoeLayer::MoeLayer(const ModelDims& dims, int layer_index)
     : experts_(dims.experts),
       top_k_(dims.top_k),
       gain_(Tensor::Ones(1, dims.hidden)),
-      router_(dims.hidden, dims.experts),
+      router_(InitialMoeRouter(dims, layer_index)),
       dgain_(Tensor::Zero(1, dims.hidden)),
       drouter_(Tensor::Zero(dims.hidden, dims.experts)) {
-  const float a_in = 1.0f / std::sqrt(static_cast<float>(dims.hidden));
-  const float a_out = 1.0f / std::sqrt(static_cast<float>(dims.moe_ffn));
-  InitUniform(dims.seed, layer_index, /*param_index=*/1, a_in, &router_);
+  w1_.resize(experts_);
+  w3_.resize(experts_);
+  w2_.resize(experts_);
   for (int e = 0; e < experts_; ++e) {
-    w1_.emplace_back(dims.hidden, dims.moe_ffn);
-    w3_.emplace_back(dims.hidden, dims.moe_ffn);
-    w2_.emplace_back(dims.moe_ffn, dims.hidden);
-    InitUniform(dims.seed, layer_index, 2 + 3 * e, a_in, &w1_.back());
-    InitUniform(dims.seed, layer_index, 3 + 3 * e, a_in, &w3_.back());
-    InitUniform(dims.seed, layer_index, 4 + 3 * e, a_out, &w2_.back());
+    InitMoeExpert(dims, layer_index, e, &w1_[e], &w3_[e], &w2_[e]);
     dw1_.push_back(Tensor::Zero(dims.hidden, dims.moe_ffn));
     dw3_.push_back(Tensor::Zero(dims.hidden, dims.moe_ffn));
     dw2_.push_back(Tensor::Zero(dims.moe_ffn, dims.hidden));
@@ -79,7 +136,6 @@ std::vector<Tensor*> MoeLayer::grads() {
 }
 
 Tensor MoeLayer::Forward(const Tensor& x, const MicroBatch& /*mb*/, LayerContext* ctx) const {
-  const Eigen::Index tokens = x.rows();
   const int k = top_k_;
   ctx->Clear();
   ctx->saved.resize(ForwardSlots(experts_));
@@ -88,32 +144,10 @@ Tensor MoeLayer::Forward(const Tensor& x, const MicroBatch& /*mb*/, LayerContext
   const Tensor& n = sv[kNorm];
   const Tensor logits = n * router_;
 
-  // Top-k by repeated arg-max over the logits not yet taken; strict '>' keeps the lower index
-  // on ties. Gate weights: softmax over the chosen logits (the first chosen is the maximum).
   ctx->saved_index.assign(1 + experts_, {});
   std::vector<int32_t>& choice = ctx->saved_index[0];
-  choice.resize(static_cast<size_t>(tokens) * k);
-  Tensor& gates = sv[kGates];
-  gates.resize(tokens, k);
-  std::vector<char> taken(experts_);
-  for (Eigen::Index t = 0; t < tokens; ++t) {
-    std::fill(taken.begin(), taken.end(), 0);
-    for (int slot = 0; slot < k; ++slot) {
-      int best = -1;
-      for (int e = 0; e < experts_; ++e) {
-        if (!taken[e] && (best < 0 || logits(t, e) > logits(t, best))) best = e;
-      }
-      taken[best] = 1;
-      choice[t * k + slot] = best;
-    }
-    const float max_logit = logits(t, choice[t * k]);
-    float sum = 0;
-    for (int slot = 0; slot < k; ++slot) {
-      gates(t, slot) = std::exp(logits(t, choice[t * k + slot]) - max_logit);
-      sum += gates(t, slot);
-    }
-    gates.row(t) /= sum;
-  }
+  MoeRoute(logits, k, &choice, &sv[kGates]);
+  const Tensor& gates = sv[kGates];
   for (size_t p = 0; p < choice.size(); ++p) {
     ctx->saved_index[1 + choice[p]].push_back(static_cast<int32_t>(p));
   }
@@ -162,16 +196,8 @@ Tensor MoeLayer::BackwardInput(const Tensor& dy, const MicroBatch& /*mb*/,
       dn.row(positions[i] / k) += dn_e.row(static_cast<Eigen::Index>(i));
     }
   }
-  // Softmax over the chosen logits: dl_j = g_j (dg_j - sum_i g_i dg_i); others get nothing.
   Tensor& dlogits = sv[DlogitsSlot(experts_)];
-  dlogits = Tensor::Zero(tokens, experts_);
-  const std::vector<int32_t>& choice = ctx->saved_index[0];
-  for (Eigen::Index t = 0; t < tokens; ++t) {
-    const float dot = gates.row(t).dot(dgates.row(t));
-    for (int slot = 0; slot < k; ++slot) {
-      dlogits(t, choice[t * k + slot]) = gates(t, slot) * (dgates(t, slot) - dot);
-    }
-  }
+  dlogits = MoeLogitGradient(gates, dgates, ctx->saved_index[0], experts_);
   dn.noalias() += dlogits * router_.transpose();
   Tensor dx = dy + RmsNormBackwardInput(dn, gain_, sv[kXhat], sv[kInvRms]);
   sv[kInvRms] = Tensor();

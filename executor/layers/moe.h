@@ -7,9 +7,12 @@
 // to the tokens routed to it (gathered, in token order). Deterministic.
 // Context: saved_index[0] holds the chosen experts, token-major [T * k]; saved_index[1 + e]
 // the positions t * k + slot routed to expert e.
+// The routing, the gate gradient and the initial weights are free functions too, so that the
+// expert-parallel shards (expert_parallel.h) route and start exactly like this layer.
 #ifndef OCTOPIPE_EXECUTOR_LAYERS_MOE_H_
 #define OCTOPIPE_EXECUTOR_LAYERS_MOE_H_
 
+#include <cstdint>
 #include <vector>
 
 #include "absl/strings/string_view.h"
@@ -17,6 +20,22 @@
 #include "executor/tensor.h"
 
 namespace octopipe::executor {
+
+// Top-k routing of T tokens by their router logits [T, experts]: choice [T * k] token-major, the
+// k largest logits of each token in decreasing order (ties to the lower expert index), and
+// gates [T, k] the softmax over the chosen logits.
+void MoeRoute(const Tensor& logits, int top_k, std::vector<int32_t>* choice, Tensor* gates);
+
+// The router logits' gradient [T, experts] from the gates' gradient dgates [T, k]: for the
+// chosen, dl_j = g_j (dg_j - sum_i g_i dg_i); 0 for the others (the choice is a constant).
+Tensor MoeLogitGradient(const Tensor& gates, const Tensor& dgates,
+                        const std::vector<int32_t>& choice, int experts);
+
+// The deterministic initial router [hidden, experts] and expert `expert`'s W1, W3
+// [hidden, moe_ffn] and W2 [moe_ffn, hidden] of MoE layer `layer_index`; the gain starts at 1.
+Tensor InitialMoeRouter(const ModelDims& dims, int layer_index);
+void InitMoeExpert(const ModelDims& dims, int layer_index, int expert, Tensor* w1, Tensor* w3,
+                   Tensor* w2);
 
 class MoeLayer final : public Layer {
  public:

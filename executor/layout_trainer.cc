@@ -1,0 +1,551 @@
+#include "executor/layout_trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/status_macros.h"
+#include "executor/checkpoint.h"
+#include "executor/core_rotation.h"
+#include "executor/engine.h"
+#include "executor/layers/expert_parallel.h"
+#include "executor/layers/tensor_parallel.h"
+#include "executor/layers/vocab_embedding.h"
+#include "executor/layers/vocab_head.h"
+#include "executor/optimizer.h"
+#include "executor/reference_trainer.h"
+#include "executor/sub_transport.h"
+
+namespace octopipe::executor {
+namespace {
+
+// A slice of one layer's parameters whose gradients are summed over one DP group.
+struct Bucket {
+  int layer = 0;
+  int first_param = 0;
+  int end_param = -1;  // -1: to the last parameter
+  std::string part;    // orders the buckets of one layer
+  std::string group;   // the collective's name
+};
+
+// Everything every rank derives identically from the plan.
+struct Setup {
+  std::vector<RankRole> roles;
+  std::map<std::string, std::vector<int>> groups;  // name -> member ranks, in member order
+  std::vector<std::string> tp_group, ep_group;     // per rank ("" none)
+  std::vector<std::vector<Bucket>> buckets;        // per rank, in the global order
+  std::string loss_group;                          // "" when one replica
+};
+
+bool IsVocabSplit(const ModelSpec& spec, const Plan& plan, int layer) {
+  if (!plan.vocab_parallel) return false;
+  const int L = static_cast<int>(spec.kinds.size());
+  return layer == L - 1 || (layer == 0 && spec.kinds.front() == "embedding");
+}
+
+// The layers rank `role` holds (sorted), vocabulary shards included.
+std::vector<int> HeldLayers(const ModelSpec& spec, const LayoutPlan& plan, const RankRole& role) {
+  const Plan& p = plan.pipelines[role.pipeline].plan;
+  std::set<int> held;
+  for (const StageAssignment& st : p.stages) {
+    if (st.device != role.device) continue;
+    for (int l = st.first_layer; l <= st.last_layer; ++l) held.insert(l);
+  }
+  for (int l : {0, static_cast<int>(spec.kinds.size()) - 1}) {
+    if (IsVocabSplit(spec, p, l)) held.insert(l);
+  }
+  return {held.begin(), held.end()};
+}
+
+std::string GroupName(const std::string& kind, const std::vector<int>& ranks) {
+  return absl::StrCat(kind, "/", absl::StrJoin(ranks, "-"));
+}
+
+Setup MakeSetup(const ModelSpec& spec, const LayoutPlan& plan) {
+  Setup s;
+  s.roles = RankRoles(plan);
+  const int R = plan.num_ranks, tp = plan.layout.tp, ep = plan.layout.ep;
+  s.tp_group.assign(R, "");
+  s.ep_group.assign(R, "");
+  s.buckets.assign(R, {});
+  // Replica of each dp rank: (pipeline, index).
+  std::vector<std::pair<int, int>> replica_of(plan.layout.dp);
+  for (size_t p = 0; p < plan.pipelines.size(); ++p) {
+    for (size_t r = 0; r < plan.pipelines[p].replicas.size(); ++r) {
+      replica_of[plan.pipelines[p].replicas[r].dp_rank] = {static_cast<int>(p),
+                                                           static_cast<int>(r)};
+    }
+  }
+  std::map<std::string, std::vector<int>> dp_keys;  // shard key -> ranks holding it
+  std::vector<std::vector<std::pair<Bucket, std::string>>> keyed(R);  // bucket, its key
+  std::vector<int> loss_ranks;
+  for (int rank = 0; rank < R; ++rank) {
+    const RankRole& role = s.roles[rank];
+    const LayoutPipelinePlan& pipe = plan.pipelines[role.pipeline];
+    const PipelineReplica& rep = pipe.replicas[role.replica];
+    if (tp > 1) {
+      std::vector<int> members;
+      for (int t = 0; t < tp; ++t) members.push_back(rep.device_ranks[role.device] + t);
+      s.tp_group[rank] = GroupName("tp", members);
+      s.groups[s.tp_group[rank]] = members;
+    }
+    const std::vector<int> held = HeldLayers(spec, plan, role);
+    const bool has_moe = std::any_of(held.begin(), held.end(),
+                                     [&](int l) { return spec.kinds[l] == "moe"; });
+    if (ep > 1 && has_moe) {
+      std::vector<int> members;
+      const int first = role.dp_rank - role.dp_rank % ep;
+      for (int d = first; d < first + ep; ++d) {
+        const auto [p, r] = replica_of[d];
+        members.push_back(plan.pipelines[p].replicas[r].device_ranks[role.device] +
+                          role.tp_rank);
+      }
+      s.ep_group[rank] = GroupName("ep", members);
+      s.groups[s.ep_group[rank]] = members;
+    }
+    for (int l : held) {
+      auto add = [&](int first, int end, const std::string& part, const std::string& key) {
+        Bucket b;
+        b.layer = l;
+        b.first_param = first;
+        b.end_param = end;
+        b.part = part;
+        keyed[rank].push_back({b, key});
+        dp_keys[key].push_back(rank);
+      };
+      if (spec.kinds[l] == "moe" && ep > 1) {
+        const int dense = ParallelMoeReplicatedParams();
+        add(0, dense, "a", absl::StrCat("l", l, "/t", role.tp_rank, "/dense"));
+        add(dense, -1, "b", absl::StrCat("l", l, "/t", role.tp_rank, "/e", role.ep_rank));
+      } else if (IsVocabSplit(spec, pipe.plan, l)) {
+        add(0, -1, "a", absl::StrCat("l", l, "/shard", role.device));
+      } else {
+        add(0, -1, "a", absl::StrCat("l", l, "/t", role.tp_rank));
+      }
+    }
+    if (role.device == pipe.plan.stages.back().device && role.tp_rank == 0) {
+      loss_ranks.push_back(rank);
+    }
+  }
+  for (int rank = 0; rank < R; ++rank) {
+    for (auto& [bucket, key] : keyed[rank]) {
+      const std::vector<int>& members = dp_keys[key];
+      if (members.size() < 2) continue;
+      bucket.group = GroupName("dp", members);
+      s.groups[bucket.group] = members;
+      s.buckets[rank].push_back(bucket);
+    }
+    // The global order: layers descending (the backward's order), then the part.
+    std::sort(s.buckets[rank].begin(), s.buckets[rank].end(),
+              [](const Bucket& a, const Bucket& b) {
+                return std::tie(b.layer, a.part) < std::tie(a.layer, b.part);
+              });
+  }
+  if (loss_ranks.size() > 1) {
+    s.loss_group = GroupName("loss", loss_ranks);
+    s.groups[s.loss_group] = loss_ranks;
+  }
+  return s;
+}
+
+// The communication thread: runs this rank's buckets' all-reduces in order, each once its layer
+// is ready, every iteration.
+class GradientSync {
+ public:
+  GradientSync(std::vector<Bucket> buckets, std::map<std::string, Collective*> collectives,
+               std::vector<std::unique_ptr<Layer>>* layers)
+      : buckets_(std::move(buckets)), collectives_(std::move(collectives)), layers_(layers) {
+    if (!buckets_.empty()) thread_ = std::thread([this] { Loop(); });
+  }
+  ~GradientSync() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      quit_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+  void Begin() {
+    std::lock_guard<std::mutex> lock(mu_);
+    ready_.clear();
+    all_ready_ = false;
+    done_ = 0;
+    status_ = absl::OkStatus();
+    sync_s_ = 0;
+    ++iteration_;
+    cv_.notify_all();
+  }
+  void MarkReady(int layer) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ready_.insert(layer);
+    }
+    cv_.notify_all();
+  }
+  // Waits for every all-reduce of the iteration; the seconds waited go to *wait_s.
+  absl::Status Finish(double* wait_s, double* sync_s) {
+    const auto start = std::chrono::steady_clock::now();
+    std::unique_lock<std::mutex> lock(mu_);
+    all_ready_ = true;
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return done_ == buckets_.size(); });
+    *wait_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    *sync_s = sync_s_;
+    return status_;
+  }
+
+ private:
+  void Loop() {
+    uint64_t seen = 0;
+    std::vector<float> buffer;
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return quit_ || iteration_ != seen; });
+        if (quit_) return;
+        seen = iteration_;
+      }
+      for (const Bucket& b : buckets_) {
+        {
+          std::unique_lock<std::mutex> lock(mu_);
+          cv_.wait(lock, [&] { return quit_ || all_ready_ || ready_.count(b.layer) > 0; });
+          if (quit_) return;
+        }
+        absl::Status s;
+        double seconds = 0;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          s = status_;
+        }
+        if (s.ok()) {
+          const auto start = std::chrono::steady_clock::now();
+          s = Reduce(b, &buffer);
+          seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        }
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          if (status_.ok() && !s.ok()) status_ = s;
+          sync_s_ += seconds;
+          ++done_;
+        }
+        cv_.notify_all();
+      }
+    }
+  }
+
+  absl::Status Reduce(const Bucket& b, std::vector<float>* buffer) {
+    std::vector<Tensor*> grads = (*layers_)[b.layer]->grads();
+    const int end = b.end_param < 0 ? static_cast<int>(grads.size()) : b.end_param;
+    size_t n = 0;
+    for (int i = b.first_param; i < end; ++i) n += grads[i]->size();
+    buffer->resize(n);
+    size_t at = 0;
+    for (int i = b.first_param; i < end; ++i) {
+      std::memcpy(buffer->data() + at, grads[i]->data(), grads[i]->size() * sizeof(float));
+      at += grads[i]->size();
+    }
+    absl::Status s = collectives_.at(b.group)->AllReduceSum(buffer->data(), n);
+    if (!s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("gradient all-reduce of layer ", b.layer, ": ",
+                                                 s.message()));
+    }
+    at = 0;
+    for (int i = b.first_param; i < end; ++i) {
+      std::memcpy(grads[i]->data(), buffer->data() + at, grads[i]->size() * sizeof(float));
+      at += grads[i]->size();
+    }
+    return absl::OkStatus();
+  }
+
+  const std::vector<Bucket> buckets_;
+  const std::map<std::string, Collective*> collectives_;
+  std::vector<std::unique_ptr<Layer>>* const layers_;
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::set<int> ready_;
+  bool all_ready_ = false;
+  bool quit_ = false;
+  size_t done_ = 0;
+  uint64_t iteration_ = 0;
+  absl::Status status_;
+  double sync_s_ = 0;
+};
+
+// The rank's layers: whole, or shards over its TP / EP groups.
+absl::StatusOr<std::vector<std::unique_ptr<Layer>>> BuildLayoutLayers(
+    const ModelSpec& spec, const LayoutPlan& plan, const RankRole& role, Collective* tp,
+    Collective* ep) {
+  const Plan& p = plan.pipelines[role.pipeline].plan;
+  if (tp == nullptr && ep == nullptr) return BuildRankLayers(spec, p, role.device);
+  const int L = static_cast<int>(spec.kinds.size());
+  std::vector<std::unique_ptr<Layer>> layers(L);
+  for (int l : HeldLayers(spec, plan, role)) {
+    const std::string& kind = spec.kinds[l];
+    if (kind == "moe") {
+      ASSIGN_OR_RETURN(layers[l], MakeParallelMoe(spec.dims, l, ep, tp));
+    } else if (tp != nullptr) {
+      ASSIGN_OR_RETURN(layers[l], MakeTensorParallelLayer(kind, spec.dims, l, tp));
+    } else {
+      ASSIGN_OR_RETURN(layers[l], MakeLayer(kind, spec.dims, l));
+    }
+  }
+  return layers;
+}
+
+// For each op of this rank's list: the layers whose gradients are final once it is done (a
+// stage's layers after its last W / BW op).
+std::vector<std::vector<int>> ReadyAfterOp(const ModelSpec& spec, const Plan& plan, int device) {
+  const std::vector<Op>& ops = plan.schedule.ops[device];
+  std::vector<std::vector<int>> ready(ops.size());
+  std::map<int, size_t> last;  // stage -> index of its last gradient op
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (ops[i].kind == OpKind::kW || ops[i].kind == OpKind::kBW) last[ops[i].stage] = i;
+  }
+  for (const auto& [stage, index] : last) {
+    const StageAssignment& st = plan.stages[stage];
+    for (int l = st.first_layer; l <= st.last_layer; ++l) {
+      if (!IsVocabSplit(spec, plan, l)) ready[index].push_back(l);
+    }
+  }
+  return ready;
+}
+
+}  // namespace
+
+absl::Status CheckLayoutRunnable(const ModelSpec& spec, const LayoutPlan& plan) {
+  const int L = static_cast<int>(spec.kinds.size());
+  RETURN_IF_ERROR(ValidateLayoutPlan(plan, L));
+  const int tp = plan.layout.tp, ep = plan.layout.ep;
+  for (int l = 0; l < L; ++l) {
+    const std::string& kind = spec.kinds[l];
+    if (kind == "moe") {
+      if (tp > 1 || ep > 1) RETURN_IF_ERROR(CheckParallelMoe(spec.dims, l, ep, tp));
+    } else if (tp > 1) {
+      RETURN_IF_ERROR(CheckTensorParallel(kind, spec.dims, l, tp));
+    }
+  }
+  for (const LayoutPipelinePlan& p : plan.pipelines) {
+    if (p.plan.vocab_parallel && spec.dims.vocab < p.plan.num_devices) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "vocab_parallel: vocab ", spec.dims.vocab, " has fewer entries than the ",
+          p.plan.num_devices, " devices"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RankResult> TrainLayoutRank(const ModelSpec& spec, const LayoutPlan& plan,
+                                           int rank, Transport* transport,
+                                           const TrainOptions& options) {
+  RETURN_IF_ERROR(CheckLayoutRunnable(spec, plan));
+  if (transport->size() != plan.num_ranks) {
+    return absl::InvalidArgumentError(absl::StrCat("the layout runs on ", plan.num_ranks,
+                                                   " ranks, the transport has ",
+                                                   transport->size()));
+  }
+  if (plan.single_pipeline()) {
+    return TrainRank(spec, plan.pipelines[0].plan, rank, transport, options);
+  }
+  const bool sharded = plan.layout.tp > 1 || plan.layout.ep > 1;
+  if (sharded && !options.checkpoint_dir.empty()) {
+    return absl::UnimplementedError(absl::StrCat(
+        "checkpoints of layouts with tensor or expert parallelism (", plan.layout.ToString(),
+        ") are not supported yet: run without a checkpoint directory"));
+  }
+  const Setup setup = MakeSetup(spec, plan);
+  const RankRole& role = setup.roles[rank];
+  const LayoutPipelinePlan& pipe = plan.pipelines[role.pipeline];
+  const PipelineReplica& replica = pipe.replicas[role.replica];
+
+  // Collectives, made in the global order (members, then name).
+  std::vector<std::pair<std::vector<int>, std::string>> order;
+  for (const auto& [name, members] : setup.groups) order.push_back({members, name});
+  std::sort(order.begin(), order.end());
+  std::map<std::string, std::unique_ptr<Collective>> owned;
+  for (const auto& [members, name] : order) {
+    if (std::find(members.begin(), members.end(), rank) == members.end()) continue;
+    absl::StatusOr<std::unique_ptr<Collective>> c = transport->NewCollective(members, name);
+    if (!c.ok()) {
+      return absl::Status(c.status().code(), absl::StrCat("rank ", rank, ": making group ", name,
+                                                          ": ", c.status().message()));
+    }
+    owned[name] = std::move(*c);
+  }
+  auto group = [&](const std::string& name) -> Collective* {
+    return name.empty() ? nullptr : owned.at(name).get();
+  };
+
+  RankResult result;
+  result.rank = rank;
+  ASSIGN_OR_RETURN(result.layers, BuildLayoutLayers(spec, plan, role, group(setup.tp_group[rank]),
+                                                    group(setup.ep_group[rank])));
+  std::vector<int> pipeline_ranks;
+  for (int first : replica.device_ranks) pipeline_ranks.push_back(first + role.tp_rank);
+  SubTransport pipeline_transport(transport, pipeline_ranks, role.device);
+  PipelineEngine engine(pipe.plan, role.device, &result.layers, &pipeline_transport,
+                        spec.dims.batch * spec.dims.seq_len, spec.dims.hidden);
+  RETURN_IF_ERROR(engine.Validate());
+  engine.set_loss_scale_microbatches(plan.global_microbatches);
+
+  std::map<std::string, Collective*> dp_collectives;
+  for (const Bucket& b : setup.buckets[rank]) dp_collectives[b.group] = group(b.group);
+  GradientSync sync(setup.buckets[rank], dp_collectives, &result.layers);
+  const std::vector<std::vector<int>> ready = ReadyAfterOp(spec, pipe.plan, role.device);
+  engine.set_on_op_done([&](size_t i) {
+    if (i < ready.size()) {
+      for (int l : ready[i]) sync.MarkReady(l);
+    }
+  });
+
+  AdamWOptions adam;
+  adam.lr = static_cast<float>(options.lr);
+  AdamW optimizer(adam);
+  const bool checkpoints = !options.checkpoint_dir.empty();
+  if (checkpoints && options.resume) {
+    absl::StatusOr<int64_t> latest =
+        options.resume_iteration >= 0
+            ? absl::StatusOr<int64_t>(options.resume_iteration)
+            : LatestCompleteCheckpoint(options.checkpoint_dir, spec);
+    if (!latest.ok() && !absl::IsNotFound(latest.status())) return latest.status();
+    if (latest.ok() && *latest > 0) {
+      RETURN_IF_ERROR(
+          LoadRankCheckpoint(options.checkpoint_dir, *latest, result.layers, &optimizer));
+      result.first_iteration = static_cast<int>(*latest);
+    }
+  }
+  std::optional<CoreRotation> rotation;
+  if (options.core_rotation_s > 0) {
+    const int slot = options.local_slot >= 0 ? options.local_slot : rank;
+    rotation.emplace(slot, options.local_slots > 0 ? options.local_slots : transport->size(),
+                     options.core_rotation_s);
+  }
+  if (options.host_probe_repeats > 0) {
+    ASSIGN_OR_RETURN(result.host_probe, RunHostProbe(spec, options.host_probe_repeats));
+  }
+  if (options.step_optimizer) ReserveAdamW(result.layers, &optimizer);
+
+  // Checkpoints: each layer by the lowest rank holding it (whole layers: TP 1, no EP).
+  std::set<int> writes;
+  {
+    std::map<int, int> writer;
+    for (int r = 0; r < plan.num_ranks; ++r) {
+      for (int l : HeldLayers(spec, plan, setup.roles[r])) {
+        if (!writer.count(l)) writer[l] = r;
+      }
+    }
+    for (const auto& [l, r] : writer) {
+      if (r == rank) writes.insert(l);
+    }
+  }
+  auto save = [&](int completed) -> absl::Status {
+    const auto start = std::chrono::steady_clock::now();
+    if (pipe.plan.vocab_parallel) {
+      return absl::UnimplementedError(
+          "checkpoints of data-parallel layouts with a vocabulary-split head are not supported "
+          "yet");
+    }
+    ASSIGN_OR_RETURN(std::vector<LayerCheckpoint> mine,
+                     RankLayerCheckpoints(completed, result.layers, optimizer));
+    for (const LayerCheckpoint& c : mine) {
+      if (writes.count(c.layer) > 0) {
+        RETURN_IF_ERROR(WriteLayerCheckpoint(options.checkpoint_dir, c));
+      }
+    }
+    if (rank == 0) {
+      absl::StatusOr<int> pruned = PruneCheckpoints(options.checkpoint_dir, spec,
+                                                    std::max(1, options.keep_checkpoints));
+      if (!pruned.ok()) return pruned.status();
+    }
+    if (options.on_checkpoint) {
+      options.on_checkpoint(completed, std::chrono::duration<double>(
+                                           std::chrono::steady_clock::now() - start)
+                                           .count());
+    }
+    return absl::OkStatus();
+  };
+
+  const int M = pipe.plan.num_microbatches;
+  int last_saved = result.first_iteration;
+  result.completed_iterations = result.first_iteration;
+  for (int it = result.first_iteration; it < options.iterations; ++it) {
+    if (options.stoppable) {
+      absl::StatusOr<bool> stop = AgreeOnStop(rank, transport, options);
+      if (!stop.ok()) {
+        return absl::Status(stop.status().code(), absl::StrCat("before iteration ", it, ": ",
+                                                               stop.status().message()));
+      }
+      if (*stop) {
+        result.stopped = true;
+        break;
+      }
+    }
+    for (auto& layer : result.layers) {
+      if (layer) layer->ZeroGrads();
+    }
+    const std::vector<MicroBatch> all =
+        IterationData(spec, options.data_seed, it, plan.global_microbatches);
+    const std::vector<MicroBatch> mine(all.begin() + replica.first_microbatch,
+                                       all.begin() + replica.first_microbatch + M);
+    sync.Begin();
+    absl::StatusOr<IterationStats> stats = engine.RunIteration(mine);
+    double wait_s = 0, sync_s = 0;
+    absl::Status synced = sync.Finish(&wait_s, &sync_s);
+    if (!stats.ok()) {
+      return absl::Status(stats.status().code(),
+                          absl::StrCat("iteration ", it, ": ", stats.status().message()));
+    }
+    if (!synced.ok()) {
+      return absl::Status(synced.code(), absl::StrCat("iteration ", it, ": rank ", rank, ": ",
+                                                      synced.message()));
+    }
+    stats->grad_sync_wait_s = wait_s;
+    stats->grad_sync_s = sync_s;
+    stats->wall_s += wait_s;
+    // The global batch's loss on every replica's last device (TP rank 0: the others hold
+    // the same number and report none).
+    if (stats->has_loss && role.tp_rank > 0) stats->has_loss = false;
+    if (stats->has_loss) {
+      double share = stats->loss * M / plan.global_microbatches;
+      if (!setup.loss_group.empty()) {
+        float f = static_cast<float>(share);
+        if (absl::Status s = group(setup.loss_group)->AllReduceSum(&f, 1); !s.ok()) {
+          return absl::Status(s.code(), absl::StrCat("iteration ", it, ": loss: ", s.message()));
+        }
+        share = f;
+      }
+      stats->loss = share;
+    }
+    if (options.step_optimizer) RETURN_IF_ERROR(ApplyAdamW(result.layers, &optimizer));
+    result.completed_iterations = it + 1;
+    if (checkpoints && options.checkpoint_interval > 0 &&
+        (it + 1) % options.checkpoint_interval == 0) {
+      RETURN_IF_ERROR(save(it + 1));
+      last_saved = it + 1;
+    }
+    if (options.on_iteration) options.on_iteration(it, *stats);
+    result.iterations.push_back(std::move(*stats));
+  }
+  const bool save_now =
+      result.stopped || (options.checkpoint_at_end && result.completed_iterations > 0);
+  if (checkpoints && save_now && last_saved != result.completed_iterations) {
+    RETURN_IF_ERROR(save(result.completed_iterations));
+  }
+  return result;
+}
+
+}  // namespace octopipe::executor
