@@ -7,11 +7,8 @@
 //
 //   bazel run -c opt //bench:evaluator_bench -- --benchmark_format=json
 //
-// Targets: issue 2, >= 20 M ops/s on one core; issue 10, >= 60 M at 64 devices and >= 30 M at
-// 512. Measured on the 2-core VM (3 runs, min-max, M ops/s; before the node layout of issue 10
-// in brackets, same runs): same schedule 181-183 [58-60] at 8 devices, 179-181 [52-53] at 64,
-// 107-110 [23] at 512 (4.2 M ops); new schedule every call 84-86 [55-58], 86-87 [51-53],
-// 62-64 [21-24]; contention 15.7-15.8 [11-15] at 8, 8.5-9.1 [6-8] at 64.
+// Targets: >= 20 M ops/s on one core, >= 60 M at 64 devices and >= 30 M at 512. Current
+// figures: docs/benchmarks.md.
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>

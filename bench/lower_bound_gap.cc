@@ -1,4 +1,4 @@
-// The lower-bound gap table (issue 10, item 5): the four measured profiles
+// The lower-bound gap table: the four measured profiles
 // (examples/models/profile-*.json) on a synthetic cluster of P identical devices with free links
 // and no memory cap, P = 4 and 8, M = 2P and 4P, tuned for the synchronous iteration time.
 // Per row: the tuned plan, the certified lower bound on any plan (tuner/lower_bound.h), the term

@@ -1,4 +1,4 @@
-// The plan-quality table (issue 3): every model file in examples/models (the zoo at sequence
+// The plan-quality table: every model file in examples/models (the zoo at sequence
 // length 4096 and the measured profiles at their own) on 8, 32 and 128 H100s (1, 4, 16 nodes;
 // --gpus=256,2048 for the largest), tuned by OctoPipe and compared with every baseline in the
 // same simulator.

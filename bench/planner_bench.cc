@@ -1,4 +1,4 @@
-// Plan RPC latency under load with DISTINCT requests (issue 10 item 6): the real planner
+// Plan RPC latency under load with DISTINCT requests: the real planner
 // service (in-process server on loopback, real gRPC clients, --workers tuning threads), 64
 // concurrent clients by default, every call a different request — model, micro-batch count and
 // seed vary — so the cache of identical requests cannot help. Two classes of jobs:
@@ -15,8 +15,8 @@
 //   bazel run -c opt //bench:planner_bench -- [--clients=64] [--calls=128] [--workers=2]
 //       [--budget_8=2.5] [--budget_128=10] [--only=8-gpu|128-gpu]
 //
-// Targets (issue 10): p99 <= 3 s (8-gpu) and <= 12 s (128-gpu) at 64 clients. Prints one JSON
-// object per class.
+// Targets: p99 <= 3 s (8-gpu) and <= 12 s (128-gpu) at 64 clients. Prints one JSON object per
+// class. Current figures: docs/benchmarks.md.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Measured iteration time of real pipeline training (2 ranks = 2 processes over Gloo/TCP on
 # loopback, reference model on CPU) against the simulator's prediction for the same plan fed
-# with the measured op times. Target (issue 5): within 5% on 2 ranks on a 2-core machine.
+# with the measured op times. Target: within 5% on 2 ranks on a 2-core machine (current figures:
+# docs/benchmarks.md).
 #
 #   bazel run -c opt //bench:train_vs_sim -- [ITERATIONS]
 #

@@ -1,5 +1,6 @@
-// Time, behind one small interface (STYLE.md 7), so every deadline, interval and budget that
-// drives a decision can be tested on a fake clock (core/fake_clock.h, testonly) without sleeps.
+// Time, behind one small interface (docs/contributing.md, "Tests"), so every deadline, interval
+// and budget that drives a decision can be tested on a fake clock (core/fake_clock.h, testonly)
+// without sleeps.
 //
 // Clock::NowSeconds is monotonic time in seconds from an arbitrary origin: use it for
 // intervals, budgets and deadlines only, never as a timestamp. Timestamps stored in records

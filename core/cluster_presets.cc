@@ -6,14 +6,15 @@
 namespace octopipe {
 namespace {
 
-// ../shared/data/hardware-and-formulas.md: dense BF16 peak, HBM capacity and bandwidth.
+// Public spec sheets: dense BF16 peak (as Megatron-LM's gpu_peak_flops.py lists it), HBM
+// capacity and bandwidth (docs/architecture.md, "Cost model").
 const HardwareSpec kH100{"H100-SXM", 989e12, 80e9, 3.35e12};
 const HardwareSpec kH200{"H200-SXM", 989e12, 141e9, 4.8e12};
 const HardwareSpec kA100{"A100-SXM-80GB", 312e12, 80e9, 2.04e12};
 
-// NVLink figures in the data are bidirectional (900 GB/s H100/H200, 600 GB/s A100); a pipeline
+// Published NVLink figures are bidirectional (900 GB/s H100/H200, 600 GB/s A100); a pipeline
 // transfer uses one direction. InfiniBand NDR: 400 Gb/s per port = 50 GB/s per direction.
-// Latencies are not in the data: assumed 3 us for an NVLink hop and 5 us for an IB hop, typical
+// Latencies are not published: assumed 3 us for an NVLink hop and 5 us for an IB hop, typical
 // NCCL point-to-point small-message figures; both are calibratable cluster-file fields.
 constexpr double kNvlinkH100 = 450e9;
 constexpr double kNvlinkA100 = 300e9;

@@ -1,6 +1,6 @@
-// Built-in clusters: the hardware of ../shared/data/hardware-and-formulas.md arranged as the
-// clusters of examples/clusters/ (which are written from these builders), so the CLI has an
-// embedded default and the examples cannot drift from the code.
+// Built-in clusters: public H100, H200 and A100 figures (docs/architecture.md, "Cost model")
+// arranged as the clusters of examples/clusters/ (which are written from these builders), so the
+// CLI has an embedded default and the examples cannot drift from the code.
 //
 //   h100-1node, h100-4nodes, h100-16nodes   8 x H100-SXM per node, NVLink + IB NDR
 //   h200-1node                              8 x H200-SXM

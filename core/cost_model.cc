@@ -6,8 +6,8 @@
 // Notation: b = micro-batch size, s = tokens per sample the layer sees (dims.tokens, else the
 // sequence length), h = hidden, e = bytes per activation element (2 for bf16/fp16, 4 for fp32).
 //
-// FLOPs follow Megatron-LM's `num_floating_point_operations` as quoted in
-// shared/data/hardware-and-formulas.md. Each kind's forward FLOPs are split into
+// FLOPs follow Megatron-LM's `num_floating_point_operations` (docs/architecture.md, "Cost
+// model"). Each kind's forward FLOPs are split into
 //   linear    - FLOPs of GEMMs with weights: cost the same again in B (input gradient) and in W
 //               (weight gradient);
 //   nonlinear - FLOPs without weights (attention core, SSM scans, softmax): cost twice in B,
@@ -47,9 +47,9 @@
 namespace octopipe {
 namespace {
 
-// Depthwise causal conv1d kernel width of Mamba / Mamba-2 mixers. Every model in
-// shared/data/architectures.json uses 4 (jamba_v0_1.mamba_d_conv, nemotron_h_8b.conv_kernel,
-// mamba2_2_7b.d_conv); LayerDims has no field for it.
+// Depthwise causal conv1d kernel width of Mamba / Mamba-2 mixers. Every model of the zoo uses 4
+// (its published configurations: Jamba v0.1's mamba_d_conv, Nemotron-H 8B's conv_kernel,
+// Mamba2-2.7B's d_conv); LayerDims has no field for it.
 constexpr double kConvKernel = 4;
 
 // Element-wise op counts for the head (not from the formula sheet; they are small next to the

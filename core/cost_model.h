@@ -2,7 +2,7 @@
 // micro-batch.
 //
 // Sources, in order of trust: measured costs in the layer (each present field overrides), then
-// analytic formulas from ../shared/data/hardware-and-formulas.md: FLOPs / (peak * efficiency),
+// analytic formulas (docs/architecture.md, "Cost model"): FLOPs / (peak * efficiency),
 // with one efficiency factor per layer kind (calibration later fits them per device). Linear
 // (weight GEMM) FLOPs cost the same again for the input gradient (B) and for the weight
 // gradient (W); FLOPs without weights (attention core, scans) cost twice in B and nothing in W.

@@ -1,4 +1,4 @@
-// Pins the cost model to the formulas of shared/data/hardware-and-formulas.md with numbers
+// Pins the cost model to its formulas (docs/architecture.md, "Cost model") with numbers
 // computed by hand (the literal constants), and pins the B/W split, tensor-parallel division,
 // measured overrides and recompute rules documented in cost_model.h / cost_model.cc.
 #include "core/cost_model.h"

@@ -1,6 +1,7 @@
-// Zoo builders. Every number below is read from shared/data/architectures.json; the comment
-// next to it names the entry and field ("llama3_8b.hidden_size"). Where the file has null or no
-// field, the comment says "assumption" and why.
+// Zoo builders. Every number below is read from the model's published configuration (its
+// `source` below names it: a config.json, a provider, a paper); the comment next to it names the
+// model and field ("llama3_8b.hidden_size"). Where the configuration has null or no field, the
+// comment says "assumption" and why.
 #include "core/model_zoo.h"
 
 #include <functional>

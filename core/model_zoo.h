@@ -1,13 +1,13 @@
 // Model zoo: ModelGraphs of published heterogeneous and reference LLMs, built from the
-// architecture numbers in shared/data/architectures.json (hard-coded in model_zoo.cc, each with
+// architecture numbers of their published configurations (hard-coded in model_zoo.cc, each with
 // a comment naming the source field).
 //
 // Contract: every zoo model passes Validate(); its first layer is an `embedding` and its last a
 // `head`; each transformer block is split into its mixer layer and its FFN layer where the model
 // has both ("L7.attention" then "L7.mlp"); layer names say what the layer is. Multimodal models
 // put the text embedding first, then the vision tower ("V3.vision_block"), the projector and
-// the LLM (see model_zoo.cc for why). Where the data file leaves a field null, the builder
-// documents the assumption it makes in a comment and in the model's `source`.
+// the LLM (see model_zoo.cc for why). Where the published configuration leaves a field null,
+// the builder documents the assumption it makes in a comment and in the model's `source`.
 //
 // Pure functions of their arguments; thread-safe.
 #ifndef OCTOPIPE_CORE_MODEL_ZOO_H_

@@ -1,5 +1,5 @@
-// Pins the zoo's layer layouts to the published layer rules in shared/data/architectures.json
-// and its parameter totals to the published model sizes.
+// Pins the zoo's layer layouts to the layer rules of the models' published configurations and
+// its parameter totals to the published model sizes.
 #include "core/model_zoo.h"
 
 #include <set>

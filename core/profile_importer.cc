@@ -24,8 +24,8 @@ struct Letter {
   std::vector<LayerKind> parts;  // in compute order; a single part equals `kind`
 };
 
-// Published shape of a profiled model. None of these four models is in
-// shared/data/architectures.json; `source` says where each number comes from.
+// Published shape of a profiled model. None of these four models is in the zoo
+// (core/model_zoo.h); `source` says where each number comes from.
 struct ProfileArch {
   const char* model;  // the profile's "model" field
   const char* source;

@@ -97,7 +97,8 @@ constexpr char kBumpCounter[] =
 constexpr char kLoadAgents[] =
     "SELECT node_id, num_devices, address, registered_unix_ms FROM agents ORDER BY node_id";
 
-// What the caller should do about a SQLite result code (STYLE.md 3).
+// What the caller should do about a SQLite result code (the status codes of
+// docs/contributing.md, "Error handling").
 absl::StatusCode CodeFor(int rc) {
   switch (rc & 0xff) {
     case SQLITE_BUSY:

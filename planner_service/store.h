@@ -19,7 +19,8 @@
 // migrations (kMigrations in store.cc) in one transaction and refuses (kFailedPrecondition) a
 // file written by a newer binary.
 //
-// Error codes (STYLE.md 3), every message naming the file and SQLite's own message:
+// Error codes (by what the caller should do, docs/contributing.md), every message naming the
+// file and SQLite's own message:
 //   kInvalidArgument     a malformed argument (empty id, version < 1, non-finite factor);
 //   kNotFound            deleting a job or an agent that is not stored;
 //   kAlreadyExists       a plan version that is already stored for the job;

@@ -1,12 +1,12 @@
 // Evaluator: runs a fixed schedule against a PipelineProblem and reports timing and memory.
 //
-// Semantics (DESIGN.md "Simulator semantics"): F(s,m) <- F(s-1,m); B(s,m) <- B(s+1,m), and the
-// last stage's B(s,m) <- F(s,m); W(s,m) <- B(s,m); R(s,m) <- F(s,m) and B(s,m) <- R(s,m) when
-// stage s recomputes; plus each device's order. An edge between stages on different devices is a
-// transfer of `latency + bytes / bandwidth` that overlaps compute. Without link contention the
-// evaluation is one longest-path pass over the DAG in topological order, O(ops), over flat
-// arrays; with contention it is an event-driven pass (O(ops log ops)) in which the transfers on
-// one directed link are served one at a time in order of readiness.
+// Semantics (docs/architecture.md, "Simulator semantics"): F(s,m) <- F(s-1,m);
+// B(s,m) <- B(s+1,m), and the last stage's B(s,m) <- F(s,m); W(s,m) <- B(s,m); R(s,m) <- F(s,m)
+// and B(s,m) <- R(s,m) when stage s recomputes; plus each device's order. An edge between stages
+// on different devices is a transfer of `latency + bytes / bandwidth` that overlaps compute.
+// Without link contention the evaluation is one longest-path pass over the DAG in topological
+// order, O(ops), over flat arrays; with contention it is an event-driven pass (O(ops log ops))
+// in which the transfers on one directed link are served one at a time in order of readiness.
 //
 // Under vocabulary parallelism (PipelineProblem::vocab_parallel) every device also runs S and
 // T passes of its vocabulary shard; the broadcast of the last hidden state is a transfer per

@@ -1,9 +1,9 @@
 // The optimised Evaluator must give bit-identical results to (1) a frozen copy of the evaluator
 // before its optimisation (evaluator_reference.h): every field of SimResult and Summary, the
 // timelines, transfers, critical paths (ties included) and the exact error of an invalid
-// schedule; and (2) a straightforward longest-path written here from DESIGN.md's semantics
-// (memoised recursion over explicit predecessors, no rules library), for the timing and memory
-// without link contention.
+// schedule; and (2) a straightforward longest-path written here from the documented semantics
+// (docs/architecture.md, "Simulator semantics": memoised recursion over explicit predecessors,
+// no rules library), for the timing and memory without link contention.
 //
 // Seeded random problems: random placements (several stages per device, idle devices), costs
 // (continuous, and on a coarse grid so ties are common), recompute, per-(stage, micro-batch)

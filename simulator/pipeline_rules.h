@@ -2,8 +2,9 @@
 // which, and how an op changes the live activation memory of its device. The evaluator, the
 // list scheduler and the planner's calibration all call these, so a rule changes in one place.
 //
-// The data dependencies of micro-batch m (DESIGN.md "Simulator semantics"), with back(s) the
-// backward of stage s for m — B when the backward is split into B and W, BW when it is not:
+// The data dependencies of micro-batch m (docs/architecture.md, "Simulator semantics"), with
+// back(s) the backward of stage s for m — B when the backward is split into B and W, BW when it
+// is not:
 //   F(s)   -> F(s+1)      crosses stages: carries output_bytes[s]
 //   F(S-1) -> back(S-1)   the loss turns the last forward into the first backward
 //   F(s)   -> R(s)        when stage s recomputes

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 11 item 6: the `octopipe` CLI on inputs that used to abort or hang. Each must end with
+# The `octopipe` CLI on inputs that used to abort or hang. Each must end with
 # a one-line error naming the flag and the limit and a non-zero exit, within a timeout (the
 # same limits as the planner service: core/limits.h).
 set -uo pipefail

@@ -1,4 +1,4 @@
-// Fuzz-style robustness test (issue 11): a fixed number of random and mutated requests, from a
+// Fuzz-style robustness test: a fixed number of random and mutated requests, from a
 // seeded generator, sent over loopback to the REAL octopipe-planner process. Asserts for every
 // call: an answer within its deadline + 1 s, and only a documented status code; and at the end
 // that the process never crashed (it still serves, then exits cleanly on SIGTERM).

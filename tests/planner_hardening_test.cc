@@ -1,5 +1,5 @@
-// Hardening regressions (issue 11), each sending the same input as the report did, through
-// the real octopipe-planner process on loopback: size limits answered before any allocation,
+// Hardening regressions, each sending the input that once broke the planner, through the real
+// octopipe-planner process on loopback: size limits answered before any allocation,
 // stored bad data marked FAILED instead of a crash loop, finite numbers and physical ranges,
 // unknown and conflicting nodes, durable re-plan intent across kill -9, job ids that never
 // repeat, pages of job summaries under gRPC's default 4 MB, and an empty database refused.
@@ -576,7 +576,7 @@ double SecondsSince(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
-// Issue 10.6: identical requests are answered from the cache; any other field is a new plan.
+// Identical requests are answered from the cache; any other field is a new plan.
 TEST(PlannerLoadTest, IdenticalRequestsAreServedFromTheCache) {
   PlannerProcess planner(kPlanner);
   ASSERT_TRUE(planner.Start({"--state_dir=" + TmpDir("cache")}).ok()) << planner.log();
@@ -598,7 +598,7 @@ TEST(PlannerLoadTest, IdenticalRequestsAreServedFromTheCache) {
   EXPECT_FALSE(other.from_cache());
 }
 
-// Issue 10.6: the client's gRPC deadline bounds the tuning (the best plan by then is the
+// The client's gRPC deadline bounds the tuning (the best plan by then is the
 // answer), not only the time budget.
 TEST(PlannerLoadTest, ClientDeadlineNearerThanTheBudgetIsHonoured) {
   PlannerProcess planner(kPlanner);
@@ -618,7 +618,7 @@ TEST(PlannerLoadTest, ClientDeadlineNearerThanTheBudgetIsHonoured) {
   EXPECT_LT(resp.result().tuning_wall_s(), 15);
 }
 
-// Issue 10.6: queue wait counts against the budget; a call that cannot get even its minimum
+// Queue wait counts against the budget; a call that cannot get even its minimum
 // budget before its deadline is refused at once (RESOURCE_EXHAUSTED), one whose deadline leaves
 // room gets what is left of it (a degraded budget) instead of waiting past it.
 TEST(PlannerLoadTest, QueueWaitCountsAndAdmissionRefusesOnlyWhatCannotBeMet) {
@@ -674,7 +674,7 @@ TEST(PlannerLoadTest, QueueWaitCountsAndAdmissionRefusesOnlyWhatCannotBeMet) {
   EXPECT_LT(queued_latency, 8 * 1.1 + 2);
 }
 
-// Issue 11: a call admitted on a wrong wait estimate (nothing measured yet) and still queued at
+// A call admitted on a wrong wait estimate (nothing measured yet) and still queued at
 // its deadline is answered DEADLINE_EXCEEDED at that deadline, not when a worker frees up.
 TEST(PlannerLoadTest, QueuedCallIsAnsweredAtItsDeadline) {
   PlannerProcess planner(kPlanner);

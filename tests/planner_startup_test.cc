@@ -1,5 +1,5 @@
-// The real octopipe-planner binary at start-up (issue 11.5): a token file is trimmed (CRLF
-// too) and an empty one refused; TLS files that are not PEM, a key that does not match the
+// The real octopipe-planner binary at start-up: a token file is trimmed (CRLF too) and an empty
+// one refused; TLS files that are not PEM, a key that does not match the
 // certificate, or a directory are reported naming the file and the fault, not as a port that
 // cannot be listened on. Also: bad flag values exit 2 naming the flag, --help explains every
 // flag, and --log_json writes one JSON line per RPC. A planner.db that cannot be written is

@@ -51,7 +51,7 @@ http_get "http://127.0.0.1:$metrics_port/metrics" |
   grep -q '^octopipe_rpcs_total{code="OK",method="ListJobs"} 1$' ||
   fail "the planner does not serve octopipe_rpcs_total{ListJobs,OK} 1 on port $metrics_port"
 
-# --- half-open connections do not block a scrape (issue 11.5) ------------------------------
+# --- half-open connections do not block a scrape -----------------------------------------
 # Four clients connect and send nothing; each holds one of the exposer's worker threads.
 python3 - "$metrics_port" "$tmp/halfopen.ready" <<'PY' &
 import socket, sys, time

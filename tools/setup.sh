@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Idempotent set-up for a fresh Debian 12 machine: installs the Debian packages OctoPipe builds
-# against (see ../shared/BUILD-NOTES.md). Fast when everything is already there.
+# against (docs/contributing.md, "Building" says why each is needed and how the offline Bazel
+# build uses them). Fast when everything is already there.
 set -euo pipefail
 
 PACKAGES=(

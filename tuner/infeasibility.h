@@ -1,5 +1,6 @@
 // The tuner's answer for a model that fits nowhere: "infeasible" with a reason and the memory
-// each device would need, not an error (STYLE.md: say infeasible apart from failed).
+// each device would need, not an error: a caller must tell "this model does not fit here" (fix
+// the model or the cluster) apart from "the planner failed" (docs/contributing.md).
 //
 // What is measured: the least-memory plan among the given candidates (the search's fastest and
 // closest-to-fitting ones) and every seed placement's exact min-max partition, each with full

@@ -1,19 +1,24 @@
 // The iterative bubble-aware tuner: co-optimises partition, placement and schedule under each
 // device's memory capacity, judged by the simulator, and compares against every baseline.
 //
-// Search (DESIGN.md "Tuner"): seeds from every placement family (one stage per device; two or
-// more per device in loop and V shapes) with an exact min-max partition (for the V shape also
-// the split with exactly balanced device loads) and a set of list-scheduling policies, plus
-// recompute where memory is short. Then it iterates three phases until none improves or the
-// time budget runs out:
+// Search (docs/architecture.md, "Tuner"): seeds from every placement family (one stage per
+// device; two or more per device in loop and V shapes) with an exact min-max partition (for the
+// V shape also the split with exactly balanced device loads) and a set of list-scheduling
+// policies, plus recompute where memory is short. Then it iterates four phases until a round
+// gains less than 0.01% or the time budget runs out:
 //   partition  boundary moves around the stages of the busiest and the most idle devices,
-//   placement  stage swaps and moves between devices guided by per-device bubble,
+//   rebalance  exact re-partitions with device weights from their busy share, so layers flow
+//              to the devices that idle,
+//   placement  stage swaps and moves between devices guided by per-device bubble (each
+//              followed by a re-partition),
 //   schedule   a seeded local search over the list-scheduling policy,
-// from the best seed and a few restart points; then it kicks the best plan (random larger moves)
+// from the best seed and a few restart points; then (synchronous objective) the best splits are
+// rebalanced for their staggered starts; then it kicks the best plan (random larger moves)
 // and searches locally again while that helps, the kicks' evaluations stay below those before
-// them and the plan is more than 0.2% above the lower bound (computed first); last, the best
-// plan's list schedule is improved by forward-backward passes (simulator/justify.h) when that
-// is faster.
+// them and the plan is more than 0.2% above the lower bound (computed first); with
+// split_schedules the promising splits get a schedule search of their own; last, the best
+// plan's list schedule is improved by forward-backward passes (simulator/justify.h) and
+// critical-path swaps (simulator/critical_swap.h) when that is faster.
 // Small instances (few layers and devices) are searched exhaustively instead. The result is
 // never slower than the best fitting baseline: a baseline that wins is returned as the plan.
 //

@@ -4,9 +4,9 @@
 // the steady-state objective, answers "infeasible" with a reason and per-device memory instead
 // of failing, and rejects bad options with kInvalidArgument naming the field.
 //
-// Clocks are injected (STYLE.md 7): a clock that never advances lets the search run to
-// convergence, and a clock that advances a fixed step per reading bounds it deterministically,
-// so no test depends on the machine's speed.
+// Clocks are injected (docs/contributing.md, "Tests"): a clock that never advances lets the
+// search run to convergence, and a clock that advances a fixed step per reading bounds it
+// deterministically, so no test depends on the machine's speed.
 #include "tuner/tuner.h"
 
 #include <algorithm>

@@ -1,7 +1,8 @@
-// PlannerMetrics: every metric the planner service exports, declared in one place (STYLE.md
-// item 11) on a prometheus-cpp Registry. `main` builds the Registry and passes it to the
-// PlannerServer, which calls Create once and hands the struct (by reference) to the code that
-// updates it; an Exposer (metrics/exposer.h) serves the same Registry on /metrics.
+// PlannerMetrics: every metric the planner service exports, declared in one place (name, help,
+// unit, labels, buckets; docs/contributing.md) on a prometheus-cpp Registry. `main` builds the
+// Registry and passes it to the PlannerServer, which calls Create once and hands the struct (by
+// reference) to the code that updates it; an Exposer (metrics/exposer.h) serves the same
+// Registry on /metrics.
 //
 //   name                                   type       labels         unit     notes
 //   octopipe_plans_computed_total          counter    kind           -        oneshot | job
