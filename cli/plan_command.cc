@@ -426,9 +426,23 @@ int RunRemotePlan(PlannerConnection& remote, const ModelGraph& model, const Clus
   grpc::Status s = (*stub)->Plan(ctx.get(), req, &resp);
   if (!s.ok()) return Fail(err, FromGrpc(s), 1);
   if (!o.out.empty()) {
-    proto::Plan plan = resp.result().plan();
-    PlanFileForm(&plan);
-    if (absl::Status w = WriteStringToFile(ResolvePath(o.out), ProtoToJson(plan)); !w.ok()) {
+    // The whole layout when the planner chose one, else its one pipeline as a layout.
+    proto::LayoutPlan plan;
+    if (resp.result().layout_plan().pipelines_size() > 0) {
+      plan = resp.result().layout_plan();
+    } else {
+      absl::StatusOr<Plan> single = PlanFromProto(resp.result().plan());
+      if (!single.ok()) return Fail(err, single.status(), 1);
+      plan = LayoutPlanToProto(SinglePipelineLayout(*single));
+      *plan.mutable_pipelines(0)->mutable_plan()->mutable_predicted() =
+          resp.result().plan().predicted();
+      plan.mutable_predicted()->set_iteration_time_s(
+          resp.result().plan().predicted().iteration_time_s());
+      plan.mutable_predicted()->set_tokens_per_s(resp.result().plan().predicted().tokens_per_s());
+    }
+    LayoutPlanFileForm(&plan);
+    if (absl::Status w = WriteStringToFile(ResolvePath(o.out), ProtoToJson(plan) + "\n");
+        !w.ok()) {
       return Fail(err, absl::Status(w.code(), absl::StrCat("--out: ", w.message())), 1);
     }
   }
@@ -586,22 +600,57 @@ absl::Status NameTheFlag(const absl::Status& s) {
   return absl::Status(s.code(), msg);
 }
 
-// Step 3a: --out, the plan file with its prediction (what `simulate --plan` re-evaluates).
-absl::Status WritePlanFile(const std::string& path, const TuneResult& r) {
-  proto::Plan p = PlanToProto(r.plan);
-  proto::Prediction* pred = p.mutable_predicted();
-  pred->set_iteration_time_s(r.predicted.iteration_time_s);
-  pred->set_steady_state_iteration_time_s(r.predicted.steady_state_iteration_time_s);
-  pred->set_bubble_ratio(r.predicted.bubble_ratio);
-  pred->set_steady_state_bubble_ratio(r.predicted.steady_state_bubble_ratio);
-  pred->set_tokens_per_s(r.predicted.tokens_per_s);
+// Step 3a: --out, the plan file with its prediction (what `simulate --plan` re-evaluates and
+// `train --plan` runs): a LayoutPlan (core/layout_plan.h), each pipeline's plan with its own
+// prediction.
+proto::Prediction PredictionOf(const TuneResult& r) {
+  proto::Prediction pred;
+  pred.set_iteration_time_s(r.predicted.iteration_time_s);
+  pred.set_steady_state_iteration_time_s(r.predicted.steady_state_iteration_time_s);
+  pred.set_bubble_ratio(r.predicted.bubble_ratio);
+  pred.set_steady_state_bubble_ratio(r.predicted.steady_state_bubble_ratio);
+  pred.set_tokens_per_s(r.predicted.tokens_per_s);
   for (const DeviceResult& d : r.predicted.devices) {
-    pred->add_peak_memory_bytes(d.peak_memory_bytes);
+    pred.add_peak_memory_bytes(d.peak_memory_bytes);
   }
-  PlanFileForm(&p);
-  absl::Status s = WriteStringToFile(ResolvePath(path), ProtoToJson(p));
+  return pred;
+}
+
+absl::Status WriteLayoutFile(const std::string& path, const LayoutPlan& layout,
+                             const std::vector<const TuneResult*>& tuned,
+                             const proto::LayoutPrediction& predicted) {
+  proto::LayoutPlan p = LayoutPlanToProto(layout);
+  for (size_t i = 0; i < tuned.size() && i < static_cast<size_t>(p.pipelines_size()); ++i) {
+    *p.mutable_pipelines(static_cast<int>(i))->mutable_plan()->mutable_predicted() =
+        PredictionOf(*tuned[i]);
+  }
+  *p.mutable_predicted() = predicted;
+  LayoutPlanFileForm(&p);
+  absl::Status s = WriteStringToFile(ResolvePath(path), ProtoToJson(p) + "\n");
   if (!s.ok()) return absl::Status(s.code(), absl::StrCat("--out: ", s.message()));
   return absl::OkStatus();
+}
+
+absl::Status WritePlanFile(const std::string& path, const TuneResult& r) {
+  proto::LayoutPrediction predicted;
+  predicted.set_iteration_time_s(r.predicted.iteration_time_s);
+  predicted.set_pipeline_time_s(r.predicted.iteration_time_s);
+  predicted.set_tokens_per_s(r.predicted.tokens_per_s);
+  for (const DeviceResult& d : r.predicted.devices) {
+    predicted.add_peak_memory_bytes(d.peak_memory_bytes);
+  }
+  return WriteLayoutFile(path, SinglePipelineLayout(r.plan), {&r}, predicted);
+}
+
+absl::Status WritePlanFile(const std::string& path, const LayoutResult& r) {
+  proto::LayoutPrediction predicted;
+  predicted.set_iteration_time_s(r.iteration_time_s);
+  predicted.set_pipeline_time_s(r.pipeline_time_s);
+  predicted.set_dp_sync_s(r.dp_sync_s);
+  predicted.set_tokens_per_s(r.tokens_per_s);
+  std::vector<const TuneResult*> tuned;
+  for (const LayoutPipeline& p : r.pipelines) tuned.push_back(&p.tune);
+  return WriteLayoutFile(path, ToLayoutPlan(r), tuned, predicted);
 }
 
 // Step 3b: --trace, the plan's timeline re-simulated with timeline recording on.
@@ -648,7 +697,7 @@ int RunLocalLayoutPlan(const ModelGraph& model, const Cluster& cluster, const Tu
   if (!r.ok()) return Fail(err, NameTheFlag(r.status()), 2);
   const LayoutPipeline& slowest = r->pipelines.front();
   if (!o.out.empty()) {
-    if (absl::Status s = WritePlanFile(o.out, slowest.tune); !s.ok()) return Fail(err, s, 1);
+    if (absl::Status s = WritePlanFile(o.out, *r); !s.ok()) return Fail(err, s, 1);
   }
   if (!o.trace.empty()) {
     absl::Status s =
@@ -665,8 +714,10 @@ int RunLocalLayoutPlan(const ModelGraph& model, const Cluster& cluster, const Tu
     WriteTables(out, r->model, slowest.cluster, slowest.tune,
                 t.objective == Objective::kSteadyState);
     if (!o.out.empty()) {
-      out << "\nplan of pipeline 0 written to " << o.out
-          << " (its devices are the pipeline's, numbered from 0)\n";
+      out << "\nlayout plan written to " << o.out << " (" << r->pipelines.size()
+          << " distinct pipelines, " << r->layout.dp << " replicas, " << r->layout.gpus()
+          << " ranks; run it with `octopipe train --plan=" << o.out << " --ranks="
+          << r->layout.gpus() << "` where the model allows)\n";
     }
   }
   (void)flags;

@@ -17,7 +17,9 @@
 #include "executor/transport_factory.h"
 #include "executor/host_probe.h"
 #include "executor/model_spec.h"
+#include "executor/layout_trainer.h"
 #include "executor/trainer.h"
+#include "core/file_io.h"
 #include "worker_agent/local_run.h"
 #include "simulator/classic_pipeline.h"
 #include "simulator/evaluator.h"
@@ -468,6 +470,84 @@ void PrintResult(const TrainFlags& o, const ModelGraph& graph, const Plan& plan,
   if (!calibration.empty()) out << calibration << "\n";
 }
 
+// A --plan file holding a whole layout (several pipelines or replicas, or TP): run every rank
+// of it (executor::TrainLayoutRank through agent::RunLayoutLocally) and report loss, time and
+// tokens/s against the prediction the file carries.
+int RunLayoutTrain(const TrainFlags& o, const ModelSpec& spec, const ModelGraph& graph,
+                   const LayoutPlan& layout, const proto::LayoutPrediction& predicted,
+                   std::ostream& out, std::ostream& err) {
+  if (!o.calibrated_model.empty() || !o.trace.empty() || !o.job.empty()) {
+    return Fail(err, absl::InvalidArgumentError(
+                         "--calibrated_model, --trace and --job run single-pipeline plans; this "
+                         "--plan is a layout (" + layout.layout.ToString() + ")"), 2);
+  }
+  if (o.ranks != layout.num_ranks) {
+    return Fail(err, absl::InvalidArgumentError(absl::StrCat(
+                         "--ranks: the layout ", layout.layout.ToString(), " in ", o.plan_file,
+                         " runs on ", layout.num_ranks, " ranks (", layout.pipelines.size(),
+                         " distinct pipelines, ", layout.num_replicas(), " replicas), got ",
+                         o.ranks, ": run it with --ranks=", layout.num_ranks)), 2);
+  }
+  if (absl::Status s = executor::CheckLayoutRunnable(spec, layout); !s.ok()) {
+    return Fail(err, absl::InvalidArgumentError(absl::StrCat("--plan: ", s.message())), 2);
+  }
+  agent::LocalRunOptions run;
+  run.transport = o.transport;
+  run.timeout_s = o.timeout;
+  run.train.iterations = static_cast<int>(o.iterations);
+  run.train.lr = o.lr;
+  run.train.core_rotation_s = o.rotate_cores_ms / 1e3;
+  absl::StatusOr<agent::RunMeasurement> m = agent::RunLayoutLocally(spec, layout, run);
+  if (!m.ok()) {
+    if (absl::IsAborted(m.status())) {
+      err << absl::StrReplaceAll(m.status().message(), {{"rank ", "octopipe train: rank "}})
+          << "\n";
+      return 1;
+    }
+    return Fail(err, m.status(), 1);
+  }
+  const double tokens = layout.global_microbatches * graph.tokens_per_microbatch();
+  const double measured = m->mean_iteration_s;
+  const double want = predicted.iteration_time_s();
+  const double error = want > 0 && measured > 0 ? want / measured - 1 : 0;
+  if (o.json) {
+    Json j = {{"ranks", layout.num_ranks},
+              {"transport", o.transport},
+              {"layout", layout.layout.ToString()},
+              {"pipelines", layout.pipelines.size()},
+              {"global_microbatches", layout.global_microbatches},
+              {"loss", m->loss},
+              {"iteration_time_s", m->iteration_s},
+              {"measured_iteration_time_s", measured},
+              {"measured_tokens_per_s", measured > 0 ? tokens / measured : 0.0},
+              {"peak_activation_bytes", m->peak_activation_bytes}};
+    if (want > 0) {
+      j["predicted_iteration_time_s"] = want;
+      j["prediction_error"] = error;
+    }
+    out << JsonText(j) << "\n";
+    return 0;
+  }
+  out << "model " << graph.name << " (" << graph.num_layers() << " layers), layout "
+      << layout.layout.ToString() << ": " << layout.num_ranks << " ranks over " << o.transport
+      << ", " << layout.pipelines.size() << " distinct pipelines, " << layout.num_replicas()
+      << " replicas, " << layout.global_microbatches << " micro-batches per iteration\n\n";
+  TextTable t({"iteration", "loss", "time"});
+  for (size_t it = 0; it < m->loss.size(); ++it) {
+    t.AddRow({absl::StrCat(it), absl::StrFormat("%.5f", m->loss[it]),
+              FormatSeconds(m->iteration_s[it])});
+  }
+  out << t.Render();
+  out << "\nmeasured iteration " << FormatSeconds(measured)
+      << (m->loss.size() > 1 ? " (after the first iteration)" : "") << ", "
+      << absl::StrFormat("%.0f", measured > 0 ? tokens / measured : 0.0) << " tokens/s\n";
+  if (want > 0) {
+    out << "the plan's prediction " << FormatSeconds(want) << " ("
+        << absl::StrFormat("%+.1f%%", error * 100) << " vs measured)\n";
+  }
+  return 0;
+}
+
 }  // namespace
 
 absl::StatusOr<Plan> TrainClassicPlan(ScheduleKind kind, int ranks, int chunks, int microbatches,
@@ -559,6 +639,21 @@ int RunTrain(const std::vector<std::string>& args, std::ostream& out, std::ostre
                 2);
   }
   const ModelGraph graph = executor::ToModelGraph(*spec);
+  if (!o.plan_file.empty() && o.job.empty()) {
+    // A layout file runs as a layout; a single pipeline takes the path below.
+    absl::StatusOr<std::string> text = ReadFileToString(ResolvePath(o.plan_file));
+    proto::LayoutPlan wire;
+    if (text.ok() && ProtoFromJson(*text, &wire).ok() && wire.pipelines_size() > 0) {
+      absl::StatusOr<LayoutPlan> layout = LoadLayoutPlanFile(ResolvePath(o.plan_file));
+      if (!layout.ok()) {
+        return Fail(err, absl::InvalidArgumentError(
+                             absl::StrCat("--plan: ", layout.status().message())), 2);
+      }
+      if (!layout->single_pipeline()) {
+        return RunLayoutTrain(o, *spec, graph, *layout, wire.predicted(), out, err);
+      }
+    }
+  }
   int code = 2;
   absl::StatusOr<TrainTarget> target = ResolvePlan(o, graph, &*spec, &code);
   if (!target.ok()) return Fail(err, target.status(), code);

@@ -530,3 +530,44 @@ TEST(TrainCommandTest, HostProbeNeedsAProbedProfileAndACount) {
 
 }  // namespace
 }  // namespace octopipe::cli
+
+namespace octopipe::cli {
+namespace {
+
+// `octopipe plan` chooses a layout over 2 devices (DP2 here: the model is small) and writes the
+// whole layout; `train --plan` runs it on as many ranks and refuses another count, naming it.
+TEST(TrainCommandTest, RunsALayoutPlanFromThePlanCommand) {
+  const std::string file = testing::TempDir() + "/layout.plan.json";
+  const std::string model = "--model=ref:pattern=M*-E,hidden=16,heads=2,ffn=24,experts=4,top_k=2,"
+                            "moe_ffn=12,state=4,seq=8,vocab=32,microbatches=4";
+  std::ostringstream plan_out, plan_err;
+  ASSERT_EQ(RunPlan({model, "--cluster=synthetic:devices=2", "--dp=2", "--time_budget=2",
+                     "--quiet", "--out=" + file},
+                    plan_out, plan_err),
+            0)
+      << plan_err.str();
+  absl::StatusOr<LayoutPlan> layout = LoadLayoutPlanFile(file);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  EXPECT_EQ(layout->layout.dp, 2);
+  EXPECT_EQ(layout->num_ranks, 2);
+  EXPECT_EQ(layout->global_microbatches, 4);
+  std::ostringstream out, err;
+  ASSERT_EQ(RunTrain({model, "--plan=" + file, "--ranks=2", "--transport=inproc",
+                      "--iterations=2", "--json"},
+                     out, err),
+            0)
+      << err.str();
+  const nlohmann::json j = nlohmann::json::parse(out.str());
+  EXPECT_EQ(j.at("layout"), layout->layout.ToString());
+  EXPECT_EQ(j.at("loss").size(), 2u);
+  EXPECT_GT(j.at("measured_tokens_per_s").get<double>(), 0);
+  EXPECT_GT(j.at("predicted_iteration_time_s").get<double>(), 0);
+
+  std::ostringstream out1, err1;
+  EXPECT_EQ(RunTrain({model, "--plan=" + file, "--ranks=1", "--transport=inproc"}, out1, err1),
+            2);
+  EXPECT_NE(err1.str().find("--ranks=2"), std::string::npos) << err1.str();
+}
+
+}  // namespace
+}  // namespace octopipe::cli

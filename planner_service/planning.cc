@@ -302,6 +302,16 @@ absl::StatusOr<proto::PlanResult> RunPlanning(const PlanningInput& input,
   if (layout) {
     *out.mutable_layout() = LayoutToProto(*layout);
     out.set_feasible(layout->feasible);
+    proto::LayoutPlan* lp = out.mutable_layout_plan();
+    *lp = LayoutPlanToProto(ToLayoutPlan(*layout));
+    for (size_t i = 0; i < layout->pipelines.size(); ++i) {
+      *lp->mutable_pipelines(static_cast<int>(i))->mutable_plan() =
+          ToProto(layout->pipelines[i].tune).plan();
+    }
+    lp->mutable_predicted()->set_iteration_time_s(layout->iteration_time_s);
+    lp->mutable_predicted()->set_pipeline_time_s(layout->pipeline_time_s);
+    lp->mutable_predicted()->set_dp_sync_s(layout->dp_sync_s);
+    lp->mutable_predicted()->set_tokens_per_s(layout->tokens_per_s);
   }
   const size_t bytes = out.ByteSizeLong();
   if (static_cast<int64_t>(bytes) > input.max_plan_bytes) {

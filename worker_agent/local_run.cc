@@ -19,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "core/status_macros.h"
 #include "executor/inproc_transport.h"
+#include "executor/layout_trainer.h"
 #include "executor/transport_factory.h"
 #include "nlohmann/json.hpp"
 
@@ -125,15 +126,15 @@ absl::StatusOr<RankReport> ParseReportJson(const std::string& text) {
 }
 
 // Threads over the in-process transport.
-void RunThreads(const executor::ModelSpec& spec, const Plan& plan, const LocalRunOptions& o,
+void RunThreads(const executor::ModelSpec& spec, const LayoutPlan& plan, const LocalRunOptions& o,
                 std::vector<RankReport>* reports, std::vector<std::string>* errors) {
-  const int n = plan.num_devices;
+  const int n = plan.num_ranks;
   executor::InProcHub hub(n, executor::InProcOptions{.timeout_s = o.timeout_s});
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
       auto t = hub.Endpoint(r);
-      absl::StatusOr<executor::RankResult> res = executor::TrainRank(spec, plan, r, t.get(), o.train);
+      absl::StatusOr<executor::RankResult> res = executor::TrainLayoutRank(spec, plan, r, t.get(), o.train);
       if (res.ok()) {
         (*reports)[r] = ReportOf(*res);
       } else {
@@ -146,18 +147,18 @@ void RunThreads(const executor::ModelSpec& spec, const Plan& plan, const LocalRu
 }
 
 // Child process body: train rank r, write DIR/rank-r.json or DIR/rank-r.err, exit.
-[[noreturn]] void RankChild(const executor::ModelSpec& spec, const Plan& plan,
+[[noreturn]] void RankChild(const executor::ModelSpec& spec, const LayoutPlan& plan,
                             const LocalRunOptions& o, const std::string& dir, int r) {
   executor::TransportConfig tc;
   tc.rank = r;
-  tc.size = plan.num_devices;
+  tc.size = plan.num_ranks;
   tc.store_dir = dir + "/store";
   tc.prefix = "run";
   tc.timeout_s = o.timeout_s;
   tc.cuda_device = r;
   absl::StatusOr<std::unique_ptr<executor::Transport>> t = executor::MakeTransport(o.transport, tc);
   absl::StatusOr<executor::RankResult> res =
-      t.ok() ? executor::TrainRank(spec, plan, r, t->get(), o.train)
+      t.ok() ? executor::TrainLayoutRank(spec, plan, r, t->get(), o.train)
              : absl::StatusOr<executor::RankResult>(t.status());
   const std::string base = absl::StrCat(dir, "/rank-", r);
   if (res.ok()) {
@@ -175,10 +176,10 @@ std::string ReadFile(const std::string& path) {
   return s.str();
 }
 
-absl::Status RunProcesses(const executor::ModelSpec& spec, const Plan& plan,
+absl::Status RunProcesses(const executor::ModelSpec& spec, const LayoutPlan& plan,
                           const LocalRunOptions& o, std::vector<RankReport>* reports,
                           std::vector<std::string>* errors) {
-  const int n = plan.num_devices;
+  const int n = plan.num_ranks;
   const std::string tmpl = (std::filesystem::temp_directory_path() / "octopipe-run-XXXXXX").string();
   std::vector<char> buf(tmpl.begin(), tmpl.end());
   buf.push_back('\0');
@@ -315,7 +316,14 @@ RunMeasurement Measure(const std::vector<RankReport>& rr, int iterations) {
 
 absl::StatusOr<RunMeasurement> RunPlanLocally(const executor::ModelSpec& spec, const Plan& plan,
                                               const LocalRunOptions& options) {
-  const int n = plan.num_devices;
+  return RunLayoutLocally(spec, SinglePipelineLayout(plan), options);
+}
+
+absl::StatusOr<RunMeasurement> RunLayoutLocally(const executor::ModelSpec& spec,
+                                                const LayoutPlan& plan,
+                                                const LocalRunOptions& options) {
+  RETURN_IF_ERROR(executor::CheckLayoutRunnable(spec, plan));
+  const int n = plan.num_ranks;
   std::vector<RankReport> reports(n);
   std::vector<std::string> errors(n);
   if (options.transport == "inproc") {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/layout_plan.h"
 #include "core/plan.h"
 #include "core/schedule.h"
 #include "executor/model_spec.h"
@@ -66,6 +67,13 @@ struct RunMeasurement {
 // failed rank ("rank R failed: ...", the rank's own error, which names a lost peer).
 absl::StatusOr<RunMeasurement> RunPlanLocally(const executor::ModelSpec& spec, const Plan& plan,
                                               const LocalRunOptions& options);
+// The same for a whole layout (core/layout_plan.h): plan.num_ranks ranks, each running
+// executor::TrainLayoutRank. Figures are per rank as above; stage_op_s mixes the replicas of
+// one stage number (different pipelines of a heterogeneous layout share stage numbers).
+// kInvalidArgument (executor::CheckLayoutRunnable) when the layout cannot run the model.
+absl::StatusOr<RunMeasurement> RunLayoutLocally(const executor::ModelSpec& spec,
+                                                const LayoutPlan& plan,
+                                                const LocalRunOptions& options);
 
 }  // namespace octopipe::agent
 
