@@ -643,11 +643,17 @@ absl::Status WritePlanFile(const std::string& path, const TuneResult& r) {
 }
 
 absl::Status WritePlanFile(const std::string& path, const LayoutResult& r) {
+  // The layout as the executor runs it (tuner/layout_simulation.h: gradient all-reduces
+  // overlapped with the backward), or the search's estimate when it could not be simulated.
   proto::LayoutPrediction predicted;
-  predicted.set_iteration_time_s(r.iteration_time_s);
-  predicted.set_pipeline_time_s(r.pipeline_time_s);
-  predicted.set_dp_sync_s(r.dp_sync_s);
-  predicted.set_tokens_per_s(r.tokens_per_s);
+  const bool simulated = r.simulation_error.empty() && r.simulated.iteration_time_s > 0;
+  predicted.set_iteration_time_s(simulated ? r.simulated.iteration_time_s : r.iteration_time_s);
+  predicted.set_pipeline_time_s(simulated ? r.simulated.pipeline_time_s : r.pipeline_time_s);
+  predicted.set_dp_sync_s(simulated ? r.simulated.dp_sync_exposed_s : r.dp_sync_s);
+  predicted.set_tokens_per_s(simulated ? r.simulated.tokens_per_s : r.tokens_per_s);
+  if (simulated) {
+    for (double b : r.simulated.peak_memory_bytes) predicted.add_peak_memory_bytes(b);
+  }
   std::vector<const TuneResult*> tuned;
   for (const LayoutPipeline& p : r.pipelines) tuned.push_back(&p.tune);
   return WriteLayoutFile(path, ToLayoutPlan(r), tuned, predicted);

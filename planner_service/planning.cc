@@ -308,10 +308,18 @@ absl::StatusOr<proto::PlanResult> RunPlanning(const PlanningInput& input,
       *lp->mutable_pipelines(static_cast<int>(i))->mutable_plan() =
           ToProto(layout->pipelines[i].tune).plan();
     }
-    lp->mutable_predicted()->set_iteration_time_s(layout->iteration_time_s);
-    lp->mutable_predicted()->set_pipeline_time_s(layout->pipeline_time_s);
-    lp->mutable_predicted()->set_dp_sync_s(layout->dp_sync_s);
-    lp->mutable_predicted()->set_tokens_per_s(layout->tokens_per_s);
+    // As the executor runs it (gradient all-reduces overlapped), when it could be simulated.
+    const bool simulated =
+        layout->simulation_error.empty() && layout->simulated.iteration_time_s > 0;
+    const LayoutSimulation& sim = layout->simulated;
+    lp->mutable_predicted()->set_iteration_time_s(simulated ? sim.iteration_time_s
+                                                            : layout->iteration_time_s);
+    lp->mutable_predicted()->set_pipeline_time_s(simulated ? sim.pipeline_time_s
+                                                           : layout->pipeline_time_s);
+    lp->mutable_predicted()->set_dp_sync_s(simulated ? sim.dp_sync_exposed_s
+                                                     : layout->dp_sync_s);
+    lp->mutable_predicted()->set_tokens_per_s(simulated ? sim.tokens_per_s
+                                                        : layout->tokens_per_s);
   }
   const size_t bytes = out.ByteSizeLong();
   if (static_cast<int64_t>(bytes) > input.max_plan_bytes) {

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "simulator/problem_builder.h"
+#include "tuner/layout_simulation.h"
 #include "tuner/lower_bound.h"
 
 namespace octopipe {
@@ -43,28 +44,17 @@ class RankMap {
   // Replica r's pipeline: one device per TP group, grouped into nodes as the GPUs are (stage
   // positions increase with the GPU index, so each node's devices are consecutive).
   Cluster PipelineCluster(int r, std::vector<std::vector<int>>* device_gpus) const {
-    Cluster c;
-    c.name = absl::StrCat(cluster_.name, " / ", l_.ToString(), " replica ", r);
-    c.hardware = cluster_.hardware;
-    c.inter_node_link = cluster_.inter_node_link;
-    c.memory_reserve_bytes = cluster_.memory_reserve_bytes;
-    int last_node = -1;
+    std::vector<int> first_gpus;
     for (int j = 0; j < l_.pp; ++j) {
-      const int node = NodeOf(r, j);
-      if (node != last_node) {
-        Node n = cluster_.nodes[node];
-        n.num_devices = 0;
-        c.nodes.push_back(n);
-        last_node = node;
-      }
-      ++c.nodes.back().num_devices;
+      first_gpus.push_back(FirstGpu(r, j));
       if (device_gpus != nullptr) {
         std::vector<int> gpus;
         for (int k = 0; k < l_.tp; ++k) gpus.push_back(FirstGpu(r, j) + k);
         device_gpus->push_back(std::move(gpus));
       }
     }
-    return c;
+    return octopipe::PipelineCluster(
+        cluster_, first_gpus, absl::StrCat(cluster_.name, " / ", l_.ToString(), " replica ", r));
   }
 
   // What makes two replicas' pipelines different: hardware and node boundaries per device.
@@ -184,11 +174,7 @@ absl::StatusOr<bool> Prepare(const ModelGraph& model, const Cluster& cluster,
   const ParallelLayout& l = c->layout;
   RankMap map(cluster, l);
   if (!map.TpGroupsInsideNodes()) return false;
-  c->model = model;
-  c->model.training.tp_degree = l.tp;
-  c->model.training.ep_degree = l.ep;
-  c->model.training.ep_ranks_per_node = l.ep > 1 ? map.EpRanksPerNode() : 0;
-  c->model.training.zero_degree = std::max<int64_t>(model.training.zero_degree, l.dp);
+  c->model = ModelForLayout(model, l, l.ep > 1 ? map.EpRanksPerNode() : 0);
   std::map<std::string, int> by_signature;
   for (int r = 0; r < l.dp; ++r) {
     const std::string sig = map.Signature(r);
@@ -485,6 +471,16 @@ absl::StatusOr<LayoutResult> TuneLayout(const ModelGraph& model, const Cluster& 
     }
   }
   best->considered = std::move(considered);
+  // What the executor will see: the chosen layout with its DP all-reduces overlapped (reported
+  // only; the choice above stands).
+  absl::StatusOr<LayoutSimulation> simulated =
+      SimulateLayout(model, cluster, cost_model, ToLayoutPlan(*best), tuner.link_contention,
+                     tuner.layer_time_factors);
+  if (simulated.ok()) {
+    best->simulated = std::move(*simulated);
+  } else {
+    best->simulation_error = std::string(simulated.status().message());
+  }
   best->tuning_wall_s = now() - start;
   return std::move(*best);
 }

@@ -40,6 +40,7 @@
 #include "core/cost_model.h"
 #include "core/layout_plan.h"
 #include "core/model_graph.h"
+#include "tuner/layout_simulation.h"
 #include "tuner/tuner.h"
 
 namespace octopipe {
@@ -88,6 +89,14 @@ struct LayoutResult {
   double tokens_per_s = 0;      // over all replicas
   std::vector<LayoutConsidered> considered;
   double tuning_wall_s = 0;
+  // The chosen layout as the executor runs it (tuner/layout_simulation.h): the DP all-reduces
+  // overlapped with the backward, layer by layer, instead of after it. Reported only: the
+  // layouts are ranked and chosen by iteration_time_s above. SimulateLayout(ToLayoutPlan) with
+  // the tuner's link_contention and layer_time_factors; when it fails (a plan the executor
+  // cannot run, e.g. TP not dividing the heads), `simulated` is empty and simulation_error
+  // says why.
+  LayoutSimulation simulated;
+  std::string simulation_error;  // "" when `simulated` holds the prediction
 };
 
 // The chosen layout as a plan the executor runs (core/layout_plan.h): every distinct
