@@ -14,6 +14,9 @@
 #include "simulator/classic_pipeline.h"
 #include "simulator/problem_builder.h"
 #include "simulator/trace.h"
+#include "core/convert.h"
+#include "tuner/layout_simulation.h"
+#include "absl/strings/str_format.h"
 
 namespace octopipe::cli {
 namespace {
@@ -217,6 +220,53 @@ int RunComparison(const SimulateOptions& o, const SimulateInputs& in, std::ostre
   return 0;
 }
 
+// --plan of a whole layout (core/layout_plan.h): SimulateLayout, as the executor runs it —
+// every distinct pipeline, and the gradient all-reduces overlapped with the backward.
+int RunLayoutSimulate(const SimulateOptions& o, const SimulateInputs& in, const LayoutPlan& plan,
+                      std::ostream& out, std::ostream& err) {
+  absl::StatusOr<LayoutSimulation> sim =
+      SimulateLayout(in.model, in.cluster, in.cost, plan, o.contention);
+  if (!sim.ok()) {
+    return Fail(err, absl::InvalidArgumentError(absl::StrCat("--plan: ", sim.status().message())),
+                2);
+  }
+  if (o.json) {
+    Json j = {{"layout", plan.layout.ToString()},
+              {"ranks", plan.num_ranks},
+              {"pipelines", plan.pipelines.size()},
+              {"global_microbatches", plan.global_microbatches},
+              {"iteration_time_s", sim->iteration_time_s},
+              {"pipeline_time_s", sim->pipeline_time_s},
+              {"pipeline_iteration_s", sim->pipeline_iteration_s},
+              {"dp_sync_exposed_s", sim->dp_sync_exposed_s},
+              {"dp_sync_total_s", sim->dp_sync_total_s},
+              {"bubble_ratio", sim->bubble_ratio},
+              {"tokens_per_s", sim->tokens_per_s},
+              {"fits", sim->fits},
+              {"peak_memory_bytes", sim->peak_memory_bytes}};
+    out << JsonText(j) << "\n";
+    return 0;
+  }
+  out << "layout " << plan.layout.ToString() << ": " << plan.num_ranks << " ranks, "
+      << plan.pipelines.size() << " distinct pipelines, " << plan.num_replicas() << " replicas, "
+      << plan.global_microbatches << " micro-batches per iteration\n";
+  TextTable t({"pipeline", "replicas", "devices", "micro-batches", "iteration"});
+  for (size_t p = 0; p < plan.pipelines.size(); ++p) {
+    t.AddRow({absl::StrCat(p), absl::StrCat(plan.pipelines[p].replicas.size()),
+              absl::StrCat(plan.pipelines[p].plan.num_devices),
+              absl::StrCat(plan.pipelines[p].plan.num_microbatches),
+              FormatSeconds(sim->pipeline_iteration_s[p])});
+  }
+  out << t.Render();
+  out << "iteration " << FormatSeconds(sim->iteration_time_s) << " (slowest pipeline "
+      << FormatSeconds(sim->pipeline_time_s) << ", gradient all-reduces "
+      << FormatSeconds(sim->dp_sync_total_s) << " of which " << FormatSeconds(sim->dp_sync_exposed_s)
+      << " not hidden by the backward), bubble " << FormatPercent(sim->bubble_ratio) << ", "
+      << absl::StrFormat("%.0f", sim->tokens_per_s) << " tokens/s"
+      << (sim->fits ? "" : "; DOES NOT FIT in memory") << "\n";
+  return sim->fits ? 0 : 3;
+}
+
 }  // namespace
 
 int RunSimulate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
@@ -234,6 +284,12 @@ int RunSimulate(const std::vector<std::string>& args, std::ostream& out, std::os
   }
   absl::StatusOr<SimulateInputs> in = ResolveInputs(o, flags);
   if (!in.ok()) return Fail(err, in.status(), 2);
+  if (!o.plan.empty()) {
+    absl::StatusOr<LayoutPlan> layout = LoadLayoutPlanFile(ResolvePath(o.plan));
+    if (layout.ok() && !layout->single_pipeline()) {
+      return RunLayoutSimulate(o, *in, *layout, out, err);
+    }
+  }
   return in->kinds.size() <= 1 ? RunSingle(o, *in, out, err) : RunComparison(o, *in, out, err);
 }
 

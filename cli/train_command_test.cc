@@ -12,6 +12,7 @@
 #include "cli/inputs.h"
 #include "cli/jobs_command.h"
 #include "cli/plan_command.h"
+#include "cli/simulate_command.h"
 #include "core/convert.h"
 #include "core/cost_model.h"
 #include "core/file_io.h"
@@ -562,6 +563,19 @@ TEST(TrainCommandTest, RunsALayoutPlanFromThePlanCommand) {
   EXPECT_EQ(j.at("loss").size(), 2u);
   EXPECT_GT(j.at("measured_tokens_per_s").get<double>(), 0);
   EXPECT_GT(j.at("predicted_iteration_time_s").get<double>(), 0);
+
+  // simulate --plan predicts the layout as the plan command did.
+  std::ostringstream sim_out, sim_err;
+  ASSERT_EQ(RunSimulate({model, "--cluster=synthetic:devices=2", "--plan=" + file, "--json"},
+                        sim_out, sim_err),
+            0)
+      << sim_err.str();
+  const nlohmann::json sim = nlohmann::json::parse(sim_out.str());
+  EXPECT_NEAR(sim.at("iteration_time_s").get<double>(),
+              j.at("predicted_iteration_time_s").get<double>(),
+              1e-9 * j.at("predicted_iteration_time_s").get<double>())
+      << sim_out.str();
+  EXPECT_EQ(sim.at("pipelines"), 1);
 
   std::ostringstream out1, err1;
   EXPECT_EQ(RunTrain({model, "--plan=" + file, "--ranks=1", "--transport=inproc"}, out1, err1),
