@@ -1,5 +1,7 @@
 #include "executor/layers/tensor_parallel.h"
 
+#include "executor/layers/expert_parallel.h"
+
 #include <cstring>
 #include <string>
 #include <utility>
@@ -139,11 +141,6 @@ bool SplitDimension(absl::string_view kind, const ModelDims& dims, const char** 
 // CheckTensorParallel's checks; `where` ends the messages ("layer 2, attention").
 absl::Status CheckSplit(absl::string_view kind, const ModelDims& dims, int tp,
                         absl::string_view where) {
-  if (kind == "moe") {
-    return absl::UnimplementedError(
-        absl::StrCat("tensor parallelism of moe layers is not implemented (", where,
-                     "): split experts by expert parallelism instead"));
-  }
   const char* field = nullptr;
   int value = 0;
   if (!SplitDimension(kind, dims, &field, &value)) {
@@ -172,6 +169,7 @@ std::string ShapeOf(Eigen::Index rows, Eigen::Index cols) { return absl::StrCat(
 
 absl::Status CheckTensorParallel(absl::string_view kind, const ModelDims& dims, int layer_index,
                                  int tp) {
+  if (kind == "moe") return CheckParallelMoe(dims, layer_index, /*ep=*/1, tp);
   return CheckSplit(kind, dims, tp, absl::StrCat("layer ", layer_index, ", ", kind));
 }
 
@@ -182,6 +180,7 @@ absl::StatusOr<std::unique_ptr<Layer>> MakeTensorParallelLayer(absl::string_view
     return absl::InvalidArgumentError(
         absl::StrCat("tensor parallelism: no group for layer ", layer_index, " (", kind, ")"));
   }
+  if (kind == "moe") return MakeParallelMoe(dims, layer_index, /*ep=*/nullptr, tp);
   RETURN_IF_ERROR(CheckTensorParallel(kind, dims, layer_index, tp->size()));
   if (tp->rank() < 0 || tp->rank() >= tp->size()) {
     return absl::InvalidArgumentError(absl::StrCat("tensor parallelism: group ", tp->name(),
@@ -211,6 +210,7 @@ absl::StatusOr<std::vector<Tensor>> MergeTensorParallelShards(
     return absl::InvalidArgumentError(
         absl::StrCat("tensor parallelism: no shards to merge (", kind, ")"));
   }
+  if (kind == "moe") return MergeParallelMoeShards(dims, {shards});
   RETURN_IF_ERROR(CheckSplit(kind, dims, size, kind));
   const std::vector<ParamLayout> layout = LayoutOf(kind, dims);
   std::vector<Tensor> whole;
@@ -247,6 +247,7 @@ absl::StatusOr<std::vector<Tensor>> TensorParallelShard(absl::string_view kind,
                                                         const ModelDims& dims,
                                                         const std::vector<Tensor>& whole, int rank,
                                                         int size) {
+  if (kind == "moe") return ParallelMoeShard(dims, whole, /*ep_rank=*/0, /*ep=*/1, rank, size);
   RETURN_IF_ERROR(CheckSplit(kind, dims, size, kind));
   if (rank < 0 || rank >= size) {
     return absl::InvalidArgumentError(
@@ -295,6 +296,16 @@ TensorParallelComm TensorParallelCommOf(absl::string_view kind, const ModelDims&
   } else if (kind == "head") {
     add(TpPass::kForward, Op::kAllGather, tokens * 3);  // [max, sum, target logit] per token
     add(TpPass::kBackwardInput, Op::kAllReduceSum, activations);
+  } else if (kind == "moe") {  // experts split by their FFN width (executor/layers/expert_parallel.h)
+    const ParallelMoeCollectives moe = ParallelMoeCollectivesPerMicroBatch(dims, /*ep=*/1, tp);
+    for (int i = 0; i < moe.forward.tp_all_reduces; ++i) {
+      add(TpPass::kForward, Op::kAllReduceSum,
+          moe.forward.tp_all_reduce_floats / moe.forward.tp_all_reduces);
+    }
+    for (int i = 0; i < moe.backward_input.tp_all_reduces; ++i) {
+      add(TpPass::kBackwardInput, Op::kAllReduceSum,
+          moe.backward_input.tp_all_reduce_floats / moe.backward_input.tp_all_reduces);
+    }
   }
   for (const TensorParallelCall& c : comm.calls) {
     const bool forward = c.pass == TpPass::kForward;

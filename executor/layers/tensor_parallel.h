@@ -24,7 +24,9 @@
 //    member's logits and per-token softmax statistics [T, 3] (max, sum, target logit), one
 //    all-gather of the statistics, combined in member order, so the loss is bit-identical on
 //    every member. B: one all-reduce of dn [T, h].
-//  - moe: not split here (expert parallelism is elsewhere): kUnimplemented.
+//  - moe: every expert's SwiGLU by its FFN width (moe_ffn), router and gain replicated: the MoE
+//    layer of executor/layers/expert_parallel.h with a group of one for expert parallelism
+//    (these functions delegate to it).
 // W never communicates. RMSNorm gains are replicated: every member computes the same norm of the
 // same input, and dn is all-reduced before the norm's backward (Megatron's "f" operator), so the
 // gain's gradient, dx and every replicated output are bit-identical on all members.
@@ -54,13 +56,12 @@ namespace octopipe::executor {
 
 // OK when `tp` members can split layer `kind` (tp divides what it splits; tp = 1 always can).
 // kInvalidArgument naming the field and the values otherwise, e.g. "tensor parallelism: 3 does
-// not divide heads = 4 (layer 2, attention)", and for an unknown kind or tp < 1;
-// kUnimplemented for "moe".
+// not divide heads = 4 (layer 2, attention)", and for an unknown kind or tp < 1.
 absl::Status CheckTensorParallel(absl::string_view kind, const ModelDims& dims, int layer_index,
                                  int tp);
 
 // Member tp->rank() of tp->size()'s shard of layer `kind` (embedding, attention, mlp, mamba,
-// head). `tp` must outlive the layer. Errors: those of CheckTensorParallel and MakeLayer.
+// moe, head). `tp` must outlive the layer. Errors: those of CheckTensorParallel and MakeLayer.
 absl::StatusOr<std::unique_ptr<Layer>> MakeTensorParallelLayer(absl::string_view kind,
                                                                const ModelDims& dims,
                                                                int layer_index, Collective* tp);

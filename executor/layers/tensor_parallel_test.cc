@@ -382,15 +382,18 @@ TEST(CheckTensorParallelTest, NamesTheFieldAndValuesThatDoNotDivide) {
             "tensor parallelism: ffn = 0 must be > 0 (layer 4, mlp)");
 }
 
-TEST(CheckTensorParallelTest, MoeIsUnimplementedAndAnIndivisibleGroupIsRefused) {
+TEST(CheckTensorParallelTest, MoeSplitsItsExpertsAndAnIndivisibleGroupIsRefused) {
   const ModelDims dims = SmallDims();
   InProcGroup group(4, "tp");
   std::unique_ptr<Collective> member = group.Member(0);
-  EXPECT_EQ(CheckTensorParallel("moe", dims, 1, 2).code(), absl::StatusCode::kUnimplemented);
-  EXPECT_EQ(MakeTensorParallelLayer("moe", dims, 1, member.get()).status().code(),
-            absl::StatusCode::kUnimplemented);
-  EXPECT_EQ(TensorParallelShard("moe", dims, {}, 0, 2).status().code(),
-            absl::StatusCode::kUnimplemented);
+  // MoE: the expert-parallel layer with EP 1, its experts split by moe_ffn.
+  EXPECT_TRUE(CheckTensorParallel("moe", dims, 1, 2).ok());
+  absl::StatusOr<std::unique_ptr<Layer>> moe = MakeTensorParallelLayer("moe", dims, 1, member.get());
+  ASSERT_TRUE(moe.ok()) << moe.status();
+  EXPECT_EQ((*moe)->kind(), "moe");
+  ModelDims odd = dims;
+  odd.moe_ffn = 6;
+  EXPECT_EQ(CheckTensorParallel("moe", odd, 1, 4).code(), absl::StatusCode::kInvalidArgument);
   absl::Status s = MakeTensorParallelLayer("attention", dims, 6, member.get()).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(s.message(), "tensor parallelism: 4 does not divide heads = 2 (layer 6, attention)");
@@ -500,7 +503,11 @@ TEST(TensorParallelCommTest, CountsAndSizesInClosedForm) {
   EXPECT_EQ(c.backward_allreduces, 1);
   EXPECT_EQ(c.backward_floats, activations);
   EXPECT_TRUE(TensorParallelCommOf("mlp", dims, 1).calls.empty());
-  EXPECT_TRUE(TensorParallelCommOf("moe", dims, 4).calls.empty());
+  c = TensorParallelCommOf("moe", dims, 4);  // the experts' outputs; dx and the gate gradients
+  EXPECT_EQ(c.forward_allreduces, 1);
+  EXPECT_EQ(c.forward_floats, activations);
+  EXPECT_EQ(c.backward_allreduces, 1);
+  EXPECT_EQ(c.backward_floats, 12 * (dims.hidden + dims.top_k));
 }
 
 TEST(TensorParallelCommTest, AMemberOfAnAbortedGroupReportsTheFailure) {
