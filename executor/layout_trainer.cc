@@ -7,7 +7,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -19,13 +18,11 @@
 #include "absl/strings/str_join.h"
 #include "core/status_macros.h"
 #include "executor/checkpoint.h"
-#include "executor/core_rotation.h"
 #include "executor/engine.h"
 #include "executor/layers/expert_parallel.h"
 #include "executor/layers/tensor_parallel.h"
 #include "executor/layers/vocab_embedding.h"
 #include "executor/layers/vocab_head.h"
-#include "executor/optimizer.h"
 #include "executor/reference_trainer.h"
 #include "executor/sub_transport.h"
 
@@ -412,48 +409,19 @@ absl::StatusOr<RankResult> TrainLayoutRank(const ModelSpec& spec, const LayoutPl
     }
   });
 
-  AdamWOptions adam;
-  adam.lr = static_cast<float>(options.lr);
-  AdamW optimizer(adam);
-  const bool checkpoints = !options.checkpoint_dir.empty();
-  if (checkpoints && options.resume) {
-    absl::StatusOr<int64_t> latest =
-        options.resume_iteration >= 0
-            ? absl::StatusOr<int64_t>(options.resume_iteration)
-            : LatestCompleteCheckpoint(options.checkpoint_dir, spec);
-    if (!latest.ok() && !absl::IsNotFound(latest.status())) return latest.status();
-    if (latest.ok() && *latest > 0) {
-      RETURN_IF_ERROR(
-          LoadRankCheckpoint(options.checkpoint_dir, *latest, result.layers, &optimizer));
-      result.first_iteration = static_cast<int>(*latest);
-    }
-  }
-  std::optional<CoreRotation> rotation;
-  if (options.core_rotation_s > 0) {
-    const int slot = options.local_slot >= 0 ? options.local_slot : rank;
-    rotation.emplace(slot, options.local_slots > 0 ? options.local_slots : transport->size(),
-                     options.core_rotation_s);
-  }
-  if (options.host_probe_repeats > 0) {
-    ASSIGN_OR_RETURN(result.host_probe, RunHostProbe(spec, options.host_probe_repeats));
-  }
-  if (options.step_optimizer) ReserveAdamW(result.layers, &optimizer);
-
   // Checkpoints: each layer by the lowest rank holding it (whole layers: TP 1, no EP).
   std::set<int> writes;
   {
     std::map<int, int> writer;
     for (int r = 0; r < plan.num_ranks; ++r) {
-      for (int l : HeldLayers(spec, plan, setup.roles[r])) {
-        if (!writer.count(l)) writer[l] = r;
-      }
+      for (int l : HeldLayers(spec, plan, setup.roles[r])) writer.try_emplace(l, r);
     }
     for (const auto& [l, r] : writer) {
       if (r == rank) writes.insert(l);
     }
   }
-  auto save = [&](int completed) -> absl::Status {
-    const auto start = std::chrono::steady_clock::now();
+  TrainingHooks hooks;
+  hooks.write_checkpoint = [&](int completed, const AdamW& optimizer) -> absl::Status {
     if (pipe.plan.vocab_parallel) {
       return absl::UnimplementedError(
           "checkpoints of data-parallel layouts with a vocabulary-split head are not supported "
@@ -466,37 +434,10 @@ absl::StatusOr<RankResult> TrainLayoutRank(const ModelSpec& spec, const LayoutPl
         RETURN_IF_ERROR(WriteLayerCheckpoint(options.checkpoint_dir, c));
       }
     }
-    if (rank == 0) {
-      absl::StatusOr<int> pruned = PruneCheckpoints(options.checkpoint_dir, spec,
-                                                    std::max(1, options.keep_checkpoints));
-      if (!pruned.ok()) return pruned.status();
-    }
-    if (options.on_checkpoint) {
-      options.on_checkpoint(completed, std::chrono::duration<double>(
-                                           std::chrono::steady_clock::now() - start)
-                                           .count());
-    }
     return absl::OkStatus();
   };
-
   const int M = pipe.plan.num_microbatches;
-  int last_saved = result.first_iteration;
-  result.completed_iterations = result.first_iteration;
-  for (int it = result.first_iteration; it < options.iterations; ++it) {
-    if (options.stoppable) {
-      absl::StatusOr<bool> stop = AgreeOnStop(rank, transport, options);
-      if (!stop.ok()) {
-        return absl::Status(stop.status().code(), absl::StrCat("before iteration ", it, ": ",
-                                                               stop.status().message()));
-      }
-      if (*stop) {
-        result.stopped = true;
-        break;
-      }
-    }
-    for (auto& layer : result.layers) {
-      if (layer) layer->ZeroGrads();
-    }
+  hooks.iterate = [&](int it) -> absl::StatusOr<IterationStats> {
     const std::vector<MicroBatch> all =
         IterationData(spec, options.data_seed, it, plan.global_microbatches);
     const std::vector<MicroBatch> mine(all.begin() + replica.first_microbatch,
@@ -505,13 +446,9 @@ absl::StatusOr<RankResult> TrainLayoutRank(const ModelSpec& spec, const LayoutPl
     absl::StatusOr<IterationStats> stats = engine.RunIteration(mine);
     double wait_s = 0, sync_s = 0;
     absl::Status synced = sync.Finish(&wait_s, &sync_s);
-    if (!stats.ok()) {
-      return absl::Status(stats.status().code(),
-                          absl::StrCat("iteration ", it, ": ", stats.status().message()));
-    }
+    if (!stats.ok()) return stats.status();
     if (!synced.ok()) {
-      return absl::Status(synced.code(), absl::StrCat("iteration ", it, ": rank ", rank, ": ",
-                                                      synced.message()));
+      return absl::Status(synced.code(), absl::StrCat("rank ", rank, ": ", synced.message()));
     }
     stats->grad_sync_wait_s = wait_s;
     stats->grad_sync_s = sync_s;
@@ -524,27 +461,15 @@ absl::StatusOr<RankResult> TrainLayoutRank(const ModelSpec& spec, const LayoutPl
       if (!setup.loss_group.empty()) {
         float f = static_cast<float>(share);
         if (absl::Status s = group(setup.loss_group)->AllReduceSum(&f, 1); !s.ok()) {
-          return absl::Status(s.code(), absl::StrCat("iteration ", it, ": loss: ", s.message()));
+          return absl::Status(s.code(), absl::StrCat("loss: ", s.message()));
         }
         share = f;
       }
       stats->loss = share;
     }
-    if (options.step_optimizer) RETURN_IF_ERROR(ApplyAdamW(result.layers, &optimizer));
-    result.completed_iterations = it + 1;
-    if (checkpoints && options.checkpoint_interval > 0 &&
-        (it + 1) % options.checkpoint_interval == 0) {
-      RETURN_IF_ERROR(save(it + 1));
-      last_saved = it + 1;
-    }
-    if (options.on_iteration) options.on_iteration(it, *stats);
-    result.iterations.push_back(std::move(*stats));
-  }
-  const bool save_now =
-      result.stopped || (options.checkpoint_at_end && result.completed_iterations > 0);
-  if (checkpoints && save_now && last_saved != result.completed_iterations) {
-    RETURN_IF_ERROR(save(result.completed_iterations));
-  }
+    return stats;
+  };
+  RETURN_IF_ERROR(RunTrainingLoop(spec, rank, transport, options, hooks, &result));
   return result;
 }
 

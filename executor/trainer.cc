@@ -173,42 +173,22 @@ absl::Status SaveVocabParallelCheckpoint(const ModelSpec& spec, const Plan& plan
   return absl::OkStatus();
 }
 
-absl::Status SaveCheckpoint(const ModelSpec& spec, const Plan& plan, int rank,
-                            Transport* transport, int completed, RankResult* result,
-                            const AdamW& optimizer, const TrainOptions& options) {
-  const auto start = std::chrono::steady_clock::now();
+// The layer files of one checkpoint of `plan`'s rank (pruning and timing are the loop's).
+absl::Status WriteCheckpoint(const ModelSpec& spec, const Plan& plan, int rank,
+                             Transport* transport, int completed, RankResult* result,
+                             const AdamW& optimizer, const std::string& root) {
   if (plan.vocab_parallel) {
-    RETURN_IF_ERROR(SaveVocabParallelCheckpoint(spec, plan, rank, transport, completed, result,
-                                                optimizer, options.checkpoint_dir));
-  } else {
-    RETURN_IF_ERROR(
-        SaveRankCheckpoint(options.checkpoint_dir, completed, result->layers, optimizer));
+    return SaveVocabParallelCheckpoint(spec, plan, rank, transport, completed, result, optimizer,
+                                       root);
   }
-  if (rank == 0) {
-    // Only checkpoints older than the `keep` newest complete ones go; the one being written
-    // by the other ranks now is newer than all of those.
-    absl::StatusOr<int> pruned =
-        PruneCheckpoints(options.checkpoint_dir, spec, std::max(1, options.keep_checkpoints));
-    if (!pruned.ok()) return pruned.status();
-  }
-  if (options.on_checkpoint) {
-    options.on_checkpoint(completed, std::chrono::duration<double>(
-                                         std::chrono::steady_clock::now() - start)
-                                         .count());
-  }
-  return absl::OkStatus();
+  return SaveRankCheckpoint(root, completed, result->layers, optimizer);
 }
 
 }  // namespace
 
-absl::StatusOr<RankResult> TrainRank(const ModelSpec& spec, const Plan& plan, int rank,
-                                     Transport* transport, const TrainOptions& options) {
-  RankResult result;
-  result.rank = rank;
-  ASSIGN_OR_RETURN(result.layers, BuildRankLayers(spec, plan, rank));
-  PipelineEngine engine(plan, rank, &result.layers, transport,
-                        spec.dims.batch * spec.dims.seq_len, spec.dims.hidden);
-  RETURN_IF_ERROR(engine.Validate());
+absl::Status RunTrainingLoop(const ModelSpec& spec, int rank, Transport* transport,
+                             const TrainOptions& options, const TrainingHooks& hooks,
+                             RankResult* result) {
   AdamWOptions adam;
   adam.lr = static_cast<float>(options.lr);
   AdamW optimizer(adam);
@@ -221,8 +201,8 @@ absl::StatusOr<RankResult> TrainRank(const ModelSpec& spec, const Plan& plan, in
     if (!latest.ok() && !absl::IsNotFound(latest.status())) return latest.status();
     if (latest.ok() && *latest > 0) {
       RETURN_IF_ERROR(
-          LoadRankCheckpoint(options.checkpoint_dir, *latest, result.layers, &optimizer));
-      result.first_iteration = static_cast<int>(*latest);
+          LoadRankCheckpoint(options.checkpoint_dir, *latest, result->layers, &optimizer));
+      result->first_iteration = static_cast<int>(*latest);
     }
   }
   std::optional<CoreRotation> rotation;
@@ -235,13 +215,30 @@ absl::StatusOr<RankResult> TrainRank(const ModelSpec& spec, const Plan& plan, in
     }
   }
   if (options.host_probe_repeats > 0) {
-    ASSIGN_OR_RETURN(result.host_probe, RunHostProbe(spec, options.host_probe_repeats));
+    ASSIGN_OR_RETURN(result->host_probe, RunHostProbe(spec, options.host_probe_repeats));
   }
   // The moments now, not at the first step (see AdamW::Reserve).
-  if (options.step_optimizer) ReserveAdamW(result.layers, &optimizer);
-  int last_saved = result.first_iteration;
-  result.completed_iterations = result.first_iteration;
-  for (int it = result.first_iteration; it < options.iterations; ++it) {
+  if (options.step_optimizer) ReserveAdamW(result->layers, &optimizer);
+  auto save = [&](int completed) -> absl::Status {
+    const auto start = std::chrono::steady_clock::now();
+    RETURN_IF_ERROR(hooks.write_checkpoint(completed, optimizer));
+    if (rank == 0) {
+      // Only checkpoints older than the `keep` newest complete ones go; the one being written
+      // by the other ranks now is newer than all of those.
+      absl::StatusOr<int> pruned =
+          PruneCheckpoints(options.checkpoint_dir, spec, std::max(1, options.keep_checkpoints));
+      if (!pruned.ok()) return pruned.status();
+    }
+    if (options.on_checkpoint) {
+      options.on_checkpoint(completed, std::chrono::duration<double>(
+                                           std::chrono::steady_clock::now() - start)
+                                           .count());
+    }
+    return absl::OkStatus();
+  };
+  int last_saved = result->first_iteration;
+  result->completed_iterations = result->first_iteration;
+  for (int it = result->first_iteration; it < options.iterations; ++it) {
     if (options.stoppable) {
       absl::StatusOr<bool> stop = AgreeOnStop(rank, transport, options);
       if (!stop.ok()) {
@@ -249,37 +246,53 @@ absl::StatusOr<RankResult> TrainRank(const ModelSpec& spec, const Plan& plan, in
                                                                stop.status().message()));
       }
       if (*stop) {
-        result.stopped = true;
+        result->stopped = true;
         break;
       }
     }
-    for (auto& layer : result.layers) {
+    for (auto& layer : result->layers) {
       if (layer) layer->ZeroGrads();
     }
-    const std::vector<MicroBatch> data =
-        IterationData(spec, options.data_seed, it, plan.num_microbatches);
-    absl::StatusOr<IterationStats> stats = engine.RunIteration(data);
+    absl::StatusOr<IterationStats> stats = hooks.iterate(it);
     if (!stats.ok()) {
       return absl::Status(stats.status().code(),
                           absl::StrCat("iteration ", it, ": ", stats.status().message()));
     }
-    if (options.step_optimizer) RETURN_IF_ERROR(ApplyAdamW(result.layers, &optimizer));
-    result.completed_iterations = it + 1;
+    if (options.step_optimizer) RETURN_IF_ERROR(ApplyAdamW(result->layers, &optimizer));
+    result->completed_iterations = it + 1;
     if (checkpoints && options.checkpoint_interval > 0 &&
         (it + 1) % options.checkpoint_interval == 0) {
-      RETURN_IF_ERROR(
-          SaveCheckpoint(spec, plan, rank, transport, it + 1, &result, optimizer, options));
+      RETURN_IF_ERROR(save(it + 1));
       last_saved = it + 1;
     }
     if (options.on_iteration) options.on_iteration(it, *stats);
-    result.iterations.push_back(std::move(*stats));
+    result->iterations.push_back(std::move(*stats));
   }
   const bool save_now =
-      result.stopped || (options.checkpoint_at_end && result.completed_iterations > 0);
-  if (checkpoints && save_now && last_saved != result.completed_iterations) {
-    RETURN_IF_ERROR(SaveCheckpoint(spec, plan, rank, transport, result.completed_iterations,
-                                   &result, optimizer, options));
+      result->stopped || (options.checkpoint_at_end && result->completed_iterations > 0);
+  if (checkpoints && save_now && last_saved != result->completed_iterations) {
+    RETURN_IF_ERROR(save(result->completed_iterations));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RankResult> TrainRank(const ModelSpec& spec, const Plan& plan, int rank,
+                                     Transport* transport, const TrainOptions& options) {
+  RankResult result;
+  result.rank = rank;
+  ASSIGN_OR_RETURN(result.layers, BuildRankLayers(spec, plan, rank));
+  PipelineEngine engine(plan, rank, &result.layers, transport,
+                        spec.dims.batch * spec.dims.seq_len, spec.dims.hidden);
+  RETURN_IF_ERROR(engine.Validate());
+  TrainingHooks hooks;
+  hooks.iterate = [&](int it) {
+    return engine.RunIteration(IterationData(spec, options.data_seed, it, plan.num_microbatches));
+  };
+  hooks.write_checkpoint = [&](int completed, const AdamW& optimizer) {
+    return WriteCheckpoint(spec, plan, rank, transport, completed, &result, optimizer,
+                           options.checkpoint_dir);
+  };
+  RETURN_IF_ERROR(RunTrainingLoop(spec, rank, transport, options, hooks, &result));
   return result;
 }
 

@@ -17,6 +17,7 @@
 #include "executor/host_probe.h"
 #include "executor/layer.h"
 #include "executor/model_spec.h"
+#include "executor/optimizer.h"
 #include "executor/transport.h"
 
 namespace octopipe::executor {
@@ -97,6 +98,20 @@ absl::StatusOr<bool> AgreeOnStop(int rank, Transport* transport, const TrainOpti
 // The micro-batches of one iteration (identical on every rank).
 std::vector<MicroBatch> IterationData(const ModelSpec& spec, uint64_t data_seed, int iteration,
                                       int num_microbatches);
+
+// The training loop every trainer shares: resume from a checkpoint (into result->layers and
+// the optimizer), core rotation, host probe, then per iteration the stop agreement, zeroed
+// gradients, `iterate`, the AdamW step and the checkpoint cadence (`write_checkpoint` writes the
+// rank's layer files; the loop prunes on rank 0 and reports on_checkpoint), and the final
+// checkpoint when stopping early. Errors of `iterate` are prefixed "iteration I: ".
+struct TrainingHooks {
+  // One iteration: gradients of result->layers final when it returns (before the step).
+  std::function<absl::StatusOr<IterationStats>(int iteration)> iterate;
+  std::function<absl::Status(int completed, const AdamW& optimizer)> write_checkpoint;
+};
+absl::Status RunTrainingLoop(const ModelSpec& spec, int rank, Transport* transport,
+                             const TrainOptions& options, const TrainingHooks& hooks,
+                             RankResult* result);
 
 // Builds every layer a rank's stages need (others null).
 absl::StatusOr<std::vector<std::unique_ptr<Layer>>> BuildRankLayers(const ModelSpec& spec,
