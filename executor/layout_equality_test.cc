@@ -14,9 +14,8 @@
 #include "executor/layers/tensor_parallel.h"
 #include "executor/layout_trainer.h"
 #include "executor/model_spec.h"
-#include "executor/optimizer.h"
-#include "executor/reference_trainer.h"
 #include "executor/testing/random_plan.h"
+#include "executor/testing/reference_training.h"
 #include "gtest/gtest.h"
 
 namespace octopipe::executor {
@@ -31,31 +30,6 @@ ModelSpec Spec(int microbatches) {
       std::to_string(microbatches));
   EXPECT_TRUE(spec.ok()) << spec.status();
   return *spec;
-}
-
-struct Reference {
-  std::vector<double> losses;
-  std::vector<std::vector<Tensor>> params;  // after the last step
-};
-
-Reference TrainReference(const ModelSpec& spec, int microbatches, int iterations) {
-  auto layers = BuildModel(spec.pattern, spec.dims);
-  EXPECT_TRUE(layers.ok());
-  AdamWOptions adam;
-  adam.lr = static_cast<float>(TrainOptions{}.lr);
-  AdamW optimizer(adam);
-  Reference ref;
-  for (int it = 0; it < iterations; ++it) {
-    ReferenceResult r = RunReferenceIteration(*layers, IterationData(spec, 7, it, microbatches));
-    ref.losses.push_back(r.loss);
-    EXPECT_TRUE(ApplyAdamW(*layers, &optimizer).ok());
-  }
-  for (auto& layer : *layers) {
-    std::vector<Tensor> copies;
-    for (Tensor* p : layer->params()) copies.push_back(*p);
-    ref.params.push_back(std::move(copies));
-  }
-  return ref;
 }
 
 std::vector<absl::StatusOr<RankResult>> TrainThreads(const ModelSpec& spec,
@@ -152,7 +126,7 @@ void ExpectTrainsLikeOneProcess(const ModelSpec& spec, const LayoutPlan& plan,
   for (int r = 0; r < plan.num_ranks; ++r) {
     ASSERT_TRUE(results[r].ok()) << what << " rank " << r << ": " << results[r].status();
   }
-  const Reference ref = TrainReference(spec, plan.global_microbatches, kIterations);
+  const testing::Reference ref = testing::TrainReference(spec, plan.global_microbatches, kIterations);
   int loss_ranks = 0;
   for (int r = 0; r < plan.num_ranks; ++r) {
     const RankResult& rr = *results[r];
@@ -178,30 +152,6 @@ void ExpectTrainsLikeOneProcess(const ModelSpec& spec, const LayoutPlan& plan,
   ExpectReplicasIdentical(spec, plan, results, what);
 }
 
-// Replica r of a PP x TP x DP layout with pp outer (the layout search's default order): its
-// device j is the TP group of ranks (r + dp j) tp ...
-PipelineReplica ReplicaOf(int r, int pp, int tp, int dp, int microbatches) {
-  PipelineReplica rep;
-  rep.dp_rank = r;
-  rep.first_microbatch = r * microbatches;
-  for (int j = 0; j < pp; ++j) rep.device_ranks.push_back((r + dp * j) * tp);
-  return rep;
-}
-
-LayoutPlan Homogeneous(const Plan& plan, int tp, int ep, int dp) {
-  LayoutPlan lp;
-  lp.layout = {plan.num_devices, tp, ep, dp, true};
-  lp.num_ranks = plan.num_devices * tp * dp;
-  lp.global_microbatches = plan.num_microbatches * dp;
-  LayoutPipelinePlan pipe;
-  pipe.plan = plan;
-  for (int r = 0; r < dp; ++r) {
-    pipe.replicas.push_back(ReplicaOf(r, plan.num_devices, tp, dp, plan.num_microbatches));
-  }
-  lp.pipelines.push_back(std::move(pipe));
-  return lp;
-}
-
 Plan Random(std::mt19937& rng, const ModelSpec& spec, int devices, int microbatches) {
   const int L = static_cast<int>(spec.kinds.size());
   const int stages = devices + static_cast<int>(rng() % 3);
@@ -213,7 +163,7 @@ TEST(LayoutEqualityTest, Pp2Dp2) {
   std::mt19937 rng(251);
   const ModelSpec spec = Spec(3);
   for (int trial = 0; trial < 3; ++trial) {
-    ExpectTrainsLikeOneProcess(spec, Homogeneous(Random(rng, spec, 2, 3), 1, 1, 2),
+    ExpectTrainsLikeOneProcess(spec, testing::HomogeneousLayout(Random(rng, spec, 2, 3), 1, 1, 2),
                                "PP2xDP2 trial " + std::to_string(trial));
   }
 }
@@ -222,7 +172,7 @@ TEST(LayoutEqualityTest, Pp2Tp2) {
   std::mt19937 rng(252);
   const ModelSpec spec = Spec(4);
   for (int trial = 0; trial < 2; ++trial) {
-    ExpectTrainsLikeOneProcess(spec, Homogeneous(Random(rng, spec, 2, 4), 2, 1, 1),
+    ExpectTrainsLikeOneProcess(spec, testing::HomogeneousLayout(Random(rng, spec, 2, 4), 2, 1, 1),
                                "PP2xTP2 trial " + std::to_string(trial));
   }
 }
@@ -230,17 +180,17 @@ TEST(LayoutEqualityTest, Pp2Tp2) {
 TEST(LayoutEqualityTest, Dp2Ep2) {
   std::mt19937 rng(253);
   const ModelSpec spec = Spec(3);
-  ExpectTrainsLikeOneProcess(spec, Homogeneous(Random(rng, spec, 1, 3), 1, 2, 2), "DP2xEP2");
+  ExpectTrainsLikeOneProcess(spec, testing::HomogeneousLayout(Random(rng, spec, 1, 3), 1, 2, 2), "DP2xEP2");
   // With two pipeline stages too: PP2 x DP2 x EP2.
-  ExpectTrainsLikeOneProcess(spec, Homogeneous(Random(rng, spec, 2, 3), 1, 2, 2),
+  ExpectTrainsLikeOneProcess(spec, testing::HomogeneousLayout(Random(rng, spec, 2, 3), 1, 2, 2),
                              "PP2xDP2xEP2");
 }
 
 TEST(LayoutEqualityTest, Pp1Tp2Dp2) {
   std::mt19937 rng(254);
   const ModelSpec spec = Spec(2);
-  ExpectTrainsLikeOneProcess(spec, Homogeneous(Random(rng, spec, 1, 2), 2, 1, 2), "PP1xTP2xDP2");
-  ExpectTrainsLikeOneProcess(spec, Homogeneous(Random(rng, spec, 1, 2), 2, 2, 2),
+  ExpectTrainsLikeOneProcess(spec, testing::HomogeneousLayout(Random(rng, spec, 1, 2), 2, 1, 2), "PP1xTP2xDP2");
+  ExpectTrainsLikeOneProcess(spec, testing::HomogeneousLayout(Random(rng, spec, 1, 2), 2, 2, 2),
                              "PP1xTP2xDP2xEP2");
 }
 
@@ -268,13 +218,13 @@ TEST(LayoutEqualityTest, LayoutsTheModelCannotSplitAreRefusedNamingTheField) {
   std::mt19937 rng(256);
   ModelSpec spec = Spec(2);
   spec.dims.heads = 1;  // TP 2 cannot split one head
-  absl::Status s = CheckLayoutRunnable(spec, Homogeneous(Random(rng, spec, 1, 2), 2, 1, 1));
+  absl::Status s = CheckLayoutRunnable(spec, testing::HomogeneousLayout(Random(rng, spec, 1, 2), 2, 1, 1));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("heads"), std::string::npos) << s;
   spec = Spec(2);
   spec.dims.experts = 3;
   spec.dims.top_k = 1;
-  s = CheckLayoutRunnable(spec, Homogeneous(Random(rng, spec, 1, 2), 1, 2, 2));
+  s = CheckLayoutRunnable(spec, testing::HomogeneousLayout(Random(rng, spec, 1, 2), 1, 2, 2));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("experts"), std::string::npos) << s;
 }

@@ -17,9 +17,8 @@
 #include "executor/layers/tensor_parallel.h"
 #include "executor/layout_trainer.h"
 #include "executor/model_spec.h"
-#include "executor/optimizer.h"
-#include "executor/reference_trainer.h"
 #include "executor/testing/random_plan.h"
+#include "executor/testing/reference_training.h"
 #include "gtest/gtest.h"
 
 namespace octopipe::executor {
@@ -43,19 +42,14 @@ std::string TmpDir(const std::string& name) {
 // The rank's own check, in the child: "" when it matches single-process training.
 std::string CheckRank(const ModelSpec& spec, const LayoutPlan& plan, int rank,
                       const RankResult& result) {
-  auto layers = BuildModel(spec.pattern, spec.dims);
-  if (!layers.ok()) return layers.status().ToString();
-  AdamWOptions adam;
-  adam.lr = static_cast<float>(TrainOptions{}.lr);
-  AdamW optimizer(adam);
+  const testing::Reference ref =
+      testing::TrainReference(spec, plan.global_microbatches, kIterations);
   std::ostringstream err;
   for (int it = 0; it < kIterations; ++it) {
-    ReferenceResult r =
-        RunReferenceIteration(*layers, IterationData(spec, 7, it, plan.global_microbatches));
-    if (!ApplyAdamW(*layers, &optimizer).ok()) return "reference step failed";
     const IterationStats& s = result.iterations[it];
-    if (s.has_loss && std::abs(s.loss - r.loss) > 1e-6 * std::abs(r.loss)) {
-      err << "iteration " << it << " loss " << s.loss << " != " << r.loss << "; ";
+    const double want = ref.losses[it];
+    if (s.has_loss && std::abs(s.loss - want) > 1e-6 * std::abs(want)) {
+      err << "iteration " << it << " loss " << s.loss << " != " << want << "; ";
     }
   }
   const RankRole role = RankRoles(plan)[rank];
@@ -63,8 +57,7 @@ std::string CheckRank(const ModelSpec& spec, const LayoutPlan& plan, int rank,
   for (size_t l = 0; l < result.layers.size(); ++l) {
     Layer* mine = result.layers[l].get();
     if (mine == nullptr) continue;
-    std::vector<Tensor> whole;
-    for (Tensor* p : (*layers)[l]->params()) whole.push_back(*p);
+    const std::vector<Tensor>& whole = ref.params[l];
     absl::StatusOr<std::vector<Tensor>> want = whole;
     if (spec.kinds[l] == "moe" && (tp > 1 || ep > 1)) {
       want = ParallelMoeShard(spec.dims, whole, role.ep_rank, ep, role.tp_rank, tp);
@@ -126,30 +119,12 @@ void ExpectProcessesMatch(const ModelSpec& spec, const LayoutPlan& plan, const s
   }
 }
 
-LayoutPlan Homogeneous(const Plan& plan, int tp, int ep, int dp) {
-  LayoutPlan lp;
-  lp.layout = {plan.num_devices, tp, ep, dp, true};
-  lp.num_ranks = plan.num_devices * tp * dp;
-  lp.global_microbatches = plan.num_microbatches * dp;
-  LayoutPipelinePlan pipe;
-  pipe.plan = plan;
-  for (int r = 0; r < dp; ++r) {
-    PipelineReplica rep;
-    rep.dp_rank = r;
-    rep.first_microbatch = r * plan.num_microbatches;
-    for (int j = 0; j < plan.num_devices; ++j) rep.device_ranks.push_back((r + dp * j) * tp);
-    pipe.replicas.push_back(rep);
-  }
-  lp.pipelines.push_back(std::move(pipe));
-  return lp;
-}
-
 TEST(LayoutGlooTest, Pp2Dp2OnFourProcesses) {
   std::mt19937 rng(91);
   const ModelSpec spec = Spec();
   const int L = static_cast<int>(spec.kinds.size());
   ExpectProcessesMatch(
-      spec, Homogeneous(testing::RandomPlan(rng, L, 2, 3, 2, /*split_backward=*/true), 1, 1, 2),
+      spec, testing::HomogeneousLayout(testing::RandomPlan(rng, L, 2, 3, 2, /*split_backward=*/true), 1, 1, 2),
       "pp2dp2");
 }
 
@@ -158,7 +133,7 @@ TEST(LayoutGlooTest, Tp2Dp2Ep2OnFourProcesses) {
   const ModelSpec spec = Spec();
   const int L = static_cast<int>(spec.kinds.size());
   ExpectProcessesMatch(
-      spec, Homogeneous(testing::RandomPlan(rng, L, 1, 1, 2, /*split_backward=*/true), 2, 2, 2),
+      spec, testing::HomogeneousLayout(testing::RandomPlan(rng, L, 1, 1, 2, /*split_backward=*/true), 2, 2, 2),
       "tp2dp2ep2");
 }
 

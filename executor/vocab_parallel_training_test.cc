@@ -26,6 +26,7 @@
 #include "executor/model_spec.h"
 #include "executor/reference_trainer.h"
 #include "executor/testing/random_plan.h"
+#include "executor/testing/reference_training.h"
 #include "executor/trainer.h"
 #include "gtest/gtest.h"
 #include "simulator/list_scheduler.h"
@@ -90,32 +91,8 @@ std::vector<std::vector<Tensor>> WholeModel(const std::vector<RankTensors>& rank
   return out;
 }
 
-// Single-process training: `iterations` iterations, each followed by an AdamW step.
-struct Reference {
-  double loss = 0;  // of the last iteration
-  std::vector<std::vector<Tensor>> grads;   // of the last iteration
-  std::vector<std::vector<Tensor>> params;  // after the last step
-};
-Reference TrainReference(const ModelSpec& spec, int microbatches, int iterations) {
-  auto layers = BuildModel(spec.pattern, spec.dims);
-  EXPECT_TRUE(layers.ok());
-  AdamWOptions adam;
-  adam.lr = static_cast<float>(TrainOptions{}.lr);
-  AdamW optimizer(adam);
-  Reference ref;
-  for (int it = 0; it < iterations; ++it) {
-    ReferenceResult r = RunReferenceIteration(*layers, IterationData(spec, 7, it, microbatches));
-    ref.loss = r.loss;
-    ref.grads = std::move(r.grads_per_layer);
-    EXPECT_TRUE(ApplyAdamW(*layers, &optimizer).ok());
-  }
-  for (auto& layer : *layers) {
-    std::vector<Tensor> copies;
-    for (Tensor* p : layer->params()) copies.push_back(*p);
-    ref.params.push_back(std::move(copies));
-  }
-  return ref;
-}
+using testing::Reference;
+using testing::TrainReference;
 
 void ExpectClose(const std::vector<std::vector<Tensor>>& got,
                  const std::vector<std::vector<Tensor>>& want, const std::string& what) {
