@@ -414,7 +414,8 @@ absl::Status CutToShard(const VocabShardEmbedding& shard, const std::string& pat
 }  // namespace
 
 absl::Status LoadRankCheckpoint(const std::string& root, int64_t iteration,
-                                std::vector<std::unique_ptr<Layer>>& layers, AdamW* optimizer) {
+                                std::vector<std::unique_ptr<Layer>>& layers, AdamW* optimizer,
+                                const ShardCutter& cut) {
   std::vector<Tensor> m, v;
   int64_t step = -1;
   for (size_t l = 0; l < layers.size(); ++l) {
@@ -428,6 +429,17 @@ absl::Status LoadRankCheckpoint(const std::string& root, int64_t iteration,
     if (const auto* shard = dynamic_cast<const VocabShardEmbedding*>(layers[l].get());
         shard != nullptr && c.kind == shard->kind()) {
       RETURN_IF_ERROR(CutToShard(*shard, path, &c));
+    }
+    if (cut && c.kind == layers[l]->kind()) {
+      for (std::vector<Tensor>* part : {&c.params, &c.first_moments, &c.second_moments}) {
+        if (part->empty()) continue;
+        absl::StatusOr<std::vector<Tensor>> shard = cut(static_cast<int>(l), *part);
+        if (!shard.ok()) {
+          return absl::FailedPreconditionError(
+              absl::StrCat("checkpoint ", path, ": ", shard.status().message()));
+        }
+        *part = std::move(*shard);
+      }
     }
     std::vector<Tensor*> params = layers[l]->params();
     if (c.kind != layers[l]->kind() || c.params.size() != params.size()) {

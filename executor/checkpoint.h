@@ -23,6 +23,7 @@
 #define OCTOPIPE_EXECUTOR_CHECKPOINT_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -101,8 +102,13 @@ absl::Status SaveRankCheckpoint(const std::string& root, int64_t iteration,
 // either. Errors: those of ReadLayerCheckpoint; kFailedPrecondition naming the layer when a
 // kind, parameter count or shape differs from the layer built here, or the saved optimizer
 // steps differ.
+// With `cut` (tensor- and expert-parallel shards, executor/layout_trainer.h), each layer's whole
+// parameters and moments go through cut(layer, whole) first — the rank's shard of them.
+using ShardCutter = std::function<absl::StatusOr<std::vector<Tensor>>(
+    int layer, const std::vector<Tensor>& whole)>;
 absl::Status LoadRankCheckpoint(const std::string& root, int64_t iteration,
-                                std::vector<std::unique_ptr<Layer>>& layers, AdamW* optimizer);
+                                std::vector<std::unique_ptr<Layer>>& layers, AdamW* optimizer,
+                                const ShardCutter& cut = nullptr);
 
 // Deletes every checkpoint directory older than the `keep` newest complete ones (keep >= 1),
 // complete or not. Returns how many were removed; a directory a replicated file lands in while

@@ -231,3 +231,64 @@ TEST(LayoutEqualityTest, LayoutsTheModelCannotSplitAreRefusedNamingTheField) {
 
 }  // namespace
 }  // namespace octopipe::executor
+
+namespace octopipe::executor {
+namespace {
+
+// Checkpoints hold whole layers: a run under one layout resumes under another with the same
+// global batch, each rank cutting its shards — PP2 x DP2 -> one 3-stage pipeline -> PP1 x TP2 x
+// DP2 x EP2 -> PP2 x TP2 — and every iteration's loss and the final weights are single-process
+// training's.
+TEST(LayoutEqualityTest, CheckpointsResumeAcrossLayouts) {
+  std::mt19937 rng(257);
+  const ModelSpec spec = Spec(4);
+  const int global = 4;
+  const std::string dir = ::testing::TempDir() + "/layout-resume";
+  struct Step {
+    std::string name;
+    LayoutPlan plan;
+    int iterations;  // train until this many are complete
+  };
+  const std::vector<Step> steps = {
+      {"PP2xDP2", testing::HomogeneousLayout(Random(rng, spec, 2, 2), 1, 1, 2), 2},
+      {"PP3", SinglePipelineLayout(Random(rng, spec, 3, 4)), 3},
+      {"PP1xTP2xDP2xEP2", testing::HomogeneousLayout(Random(rng, spec, 1, 2), 2, 2, 2), 5},
+      {"PP2xTP2", testing::HomogeneousLayout(Random(rng, spec, 2, 4), 2, 1, 1), 6},
+  };
+  const testing::Reference ref = testing::TrainReference(spec, global, 6);
+  std::vector<absl::StatusOr<RankResult>> results;
+  int done = 0;
+  for (const Step& step : steps) {
+    ASSERT_EQ(step.plan.global_microbatches, global) << step.name;
+    TrainOptions options;
+    options.iterations = step.iterations;
+    options.checkpoint_dir = dir;
+    options.resume = true;
+    options.checkpoint_at_end = true;
+    results = TrainThreads(spec, step.plan, options);
+    for (int r = 0; r < step.plan.num_ranks; ++r) {
+      ASSERT_TRUE(results[r].ok()) << step.name << " rank " << r << ": " << results[r].status();
+      const RankResult& rr = *results[r];
+      EXPECT_EQ(rr.first_iteration, done) << step.name << " rank " << r;
+      for (size_t i = 0; i < rr.iterations.size(); ++i) {
+        if (!rr.iterations[i].has_loss) continue;
+        const int it = rr.first_iteration + static_cast<int>(i);
+        EXPECT_NEAR(rr.iterations[i].loss, ref.losses[it], 1e-6 * std::abs(ref.losses[it]))
+            << step.name << ": rank " << r << " iteration " << it;
+      }
+    }
+    done = step.iterations;
+  }
+  const std::vector<std::vector<Tensor>> got = WholeParams(spec, steps.back().plan, results);
+  for (size_t l = 0; l < ref.params.size(); ++l) {
+    ASSERT_EQ(got[l].size(), ref.params[l].size()) << "layer " << l;
+    for (size_t i = 0; i < got[l].size(); ++i) {
+      const double err = (got[l][i] - ref.params[l][i]).norm() /
+                         std::max(1e-12, static_cast<double>(ref.params[l][i].norm()));
+      EXPECT_LE(err, 1e-5) << "layer " << l << " (" << spec.kinds[l] << ") param " << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace octopipe::executor

@@ -322,6 +322,142 @@ std::vector<std::vector<int>> ReadyAfterOp(const ModelSpec& spec, const Plan& pl
   return ready;
 }
 
+// A MoE layer under EP or TP is an expert-parallel shard; any other layer under TP a
+// tensor-parallel one; the rest whole.
+bool MoeShard(const ModelSpec& spec, const LayoutPlan& plan, int layer) {
+  return spec.kinds[layer] == "moe" && (plan.layout.ep > 1 || plan.layout.tp > 1);
+}
+
+// Member (ep_rank, tp_rank)'s part of layer `layer`'s whole tensors (parameters or moments).
+absl::StatusOr<std::vector<Tensor>> CutShard(const ModelSpec& spec, const LayoutPlan& plan,
+                                             int layer, int ep_rank, int tp_rank,
+                                             const std::vector<Tensor>& whole) {
+  const ParallelLayout& l = plan.layout;
+  if (MoeShard(spec, plan, layer)) {
+    return ParallelMoeShard(spec.dims, whole, ep_rank, l.ep, tp_rank, l.tp);
+  }
+  if (l.tp > 1) return TensorParallelShard(spec.kinds[layer], spec.dims, whole, tp_rank, l.tp);
+  return whole;
+}
+
+// The inverse: the whole layer from the parts of one whole copy, indexed [ep rank][tp rank].
+absl::StatusOr<std::vector<Tensor>> MergeShards(
+    const ModelSpec& spec, const LayoutPlan& plan, int layer,
+    const std::vector<std::vector<std::vector<Tensor>>>& parts) {
+  if (MoeShard(spec, plan, layer)) return MergeParallelMoeShards(spec.dims, parts);
+  if (plan.layout.tp > 1) {
+    return MergeTensorParallelShards(spec.kinds[layer], spec.dims, parts[0]);
+  }
+  return parts[0][0];
+}
+
+// The tag base of a shard's part sent to the rank that writes its layer (below the vocabulary
+// parts' and the stop word's tags).
+constexpr uint32_t kShardPartTag = 0xFFFFFC00u;
+
+// Checkpoint files of whole layers from shards. For each layer, its whole copy is the ranks of
+// one replica (dp rank 0; for a MoE layer under EP, of EP group 0's replicas) holding it, every
+// TP rank; its first rank gathers the others' parts (parameters, then moments, point to point)
+// and writes the merged layer. Every rank handles its layers in ascending order, so the
+// blocking sends meet their receives in one global order.
+class ShardedCheckpoint {
+ public:
+  ShardedCheckpoint(const ModelSpec& spec, const LayoutPlan& plan, const Setup& setup, int rank)
+      : spec_(spec), plan_(plan) {
+    std::vector<std::pair<int, int>> replica_of(plan.layout.dp);  // dp rank -> (pipeline, index)
+    for (size_t p = 0; p < plan.pipelines.size(); ++p) {
+      for (size_t r = 0; r < plan.pipelines[p].replicas.size(); ++r) {
+        replica_of[plan.pipelines[p].replicas[r].dp_rank] = {static_cast<int>(p),
+                                                             static_cast<int>(r)};
+      }
+    }
+    const RankRole& me = setup.roles[rank];
+    for (int l : HeldLayers(spec, plan, me)) {
+      const int copies = spec.kinds[l] == "moe" ? plan.layout.ep : 1;
+      std::vector<std::vector<int>> copy(copies);
+      for (int e = 0; e < copies; ++e) {
+        const auto [p, r] = replica_of[e];
+        const Plan& pp = plan.pipelines[p].plan;
+        int device = 0;
+        for (const StageAssignment& st : pp.stages) {
+          if (st.first_layer <= l && l <= st.last_layer) device = st.device;
+        }
+        for (int t = 0; t < plan.layout.tp; ++t) {
+          copy[e].push_back(plan.pipelines[p].replicas[r].device_ranks[device] + t);
+        }
+      }
+      copies_[l] = std::move(copy);
+    }
+    rank_ = rank;
+  }
+
+  // This rank's part `own` of its layer: sent to the layer's writer, or (on the writer) merged
+  // with the others' parts and written under `root`; nothing when this rank is not in the copy.
+  absl::Status Save(LayerCheckpoint own, Transport* transport, const std::string& root) {
+    const std::vector<std::vector<int>>& copy = copies_.at(own.layer);
+    const int writer = copy[0][0];
+    bool member = false;
+    for (const std::vector<int>& e : copy) {
+      member = member || std::find(e.begin(), e.end(), rank_) != e.end();
+    }
+    if (!member) return absl::OkStatus();
+    if (rank_ != writer) {
+      uint32_t tag = kShardPartTag;
+      for (const std::vector<Tensor>* part :
+           {&own.params, &own.first_moments, &own.second_moments}) {
+        for (const Tensor& t : *part) {
+          RETURN_IF_ERROR(transport->Send(writer, tag++, t.data(), t.size() * sizeof(float)));
+        }
+      }
+      return absl::OkStatus();
+    }
+    // The writer: every member's parts, shaped as the whole layer cut for that member.
+    ASSIGN_OR_RETURN(std::unique_ptr<Layer> whole_layer,
+                     MakeLayer(spec_.kinds[own.layer], spec_.dims, own.layer));
+    std::vector<Tensor> whole_shapes;
+    for (Tensor* p : whole_layer->params()) whole_shapes.push_back(*p);
+    const bool moments = !own.first_moments.empty();
+    using Parts = std::vector<std::vector<std::vector<Tensor>>>;
+    Parts params(copy.size()), first(copy.size()), second(copy.size());
+    for (size_t e = 0; e < copy.size(); ++e) {
+      for (size_t t = 0; t < copy[e].size(); ++t) {
+        if (copy[e][t] == rank_) {
+          params[e].push_back(own.params);
+          first[e].push_back(own.first_moments);
+          second[e].push_back(own.second_moments);
+          continue;
+        }
+        ASSIGN_OR_RETURN(std::vector<Tensor> shape,
+                         CutShard(spec_, plan_, own.layer, static_cast<int>(e),
+                                  static_cast<int>(t), whole_shapes));
+        std::vector<Tensor> p = shape, m = moments ? shape : std::vector<Tensor>{},
+                            v = moments ? shape : std::vector<Tensor>{};
+        uint32_t tag = kShardPartTag;
+        for (std::vector<Tensor>* part : {&p, &m, &v}) {
+          for (Tensor& x : *part) {
+            RETURN_IF_ERROR(transport->Recv(copy[e][t], tag++, x.data(), x.size() * sizeof(float)));
+          }
+        }
+        params[e].push_back(std::move(p));
+        first[e].push_back(std::move(m));
+        second[e].push_back(std::move(v));
+      }
+    }
+    ASSIGN_OR_RETURN(own.params, MergeShards(spec_, plan_, own.layer, params));
+    if (moments) {
+      ASSIGN_OR_RETURN(own.first_moments, MergeShards(spec_, plan_, own.layer, first));
+      ASSIGN_OR_RETURN(own.second_moments, MergeShards(spec_, plan_, own.layer, second));
+    }
+    return WriteLayerCheckpoint(root, own);
+  }
+
+ private:
+  const ModelSpec& spec_;
+  const LayoutPlan& plan_;
+  int rank_ = 0;
+  std::map<int, std::vector<std::vector<int>>> copies_;  // layer -> [ep rank][tp rank] -> rank
+};
+
 }  // namespace
 
 absl::Status CheckLayoutRunnable(const ModelSpec& spec, const LayoutPlan& plan) {
@@ -357,12 +493,6 @@ absl::StatusOr<RankResult> TrainLayoutRank(const ModelSpec& spec, const LayoutPl
   }
   if (plan.single_pipeline()) {
     return TrainRank(spec, plan.pipelines[0].plan, rank, transport, options);
-  }
-  const bool sharded = plan.layout.tp > 1 || plan.layout.ep > 1;
-  if (sharded && !options.checkpoint_dir.empty()) {
-    return absl::UnimplementedError(absl::StrCat(
-        "checkpoints of layouts with tensor or expert parallelism (", plan.layout.ToString(),
-        ") are not supported yet: run without a checkpoint directory"));
   }
   const Setup setup = MakeSetup(spec, plan);
   const RankRole& role = setup.roles[rank];
@@ -409,32 +539,26 @@ absl::StatusOr<RankResult> TrainLayoutRank(const ModelSpec& spec, const LayoutPl
     }
   });
 
-  // Checkpoints: each layer by the lowest rank holding it (whole layers: TP 1, no EP).
-  std::set<int> writes;
-  {
-    std::map<int, int> writer;
-    for (int r = 0; r < plan.num_ranks; ++r) {
-      for (int l : HeldLayers(spec, plan, setup.roles[r])) writer.try_emplace(l, r);
-    }
-    for (const auto& [l, r] : writer) {
-      if (r == rank) writes.insert(l);
-    }
-  }
+  // Checkpoints hold whole layers. A split head (TP 1, one pipeline) is written by replica 0 as a
+  // single pipeline writes it; every other layer by the first rank of its whole copy, which
+  // gathers the copy's shards (ShardedCheckpoint).
   TrainingHooks hooks;
+  ShardedCheckpoint sharded(spec, plan, setup, rank);
   hooks.write_checkpoint = [&](int completed, const AdamW& optimizer) -> absl::Status {
     if (pipe.plan.vocab_parallel) {
-      return absl::UnimplementedError(
-          "checkpoints of data-parallel layouts with a vocabulary-split head are not supported "
-          "yet");
+      if (role.dp_rank != 0) return absl::OkStatus();
+      return WritePipelineCheckpoint(spec, pipe.plan, role.device, &pipeline_transport, completed,
+                                     &result, optimizer, options.checkpoint_dir);
     }
     ASSIGN_OR_RETURN(std::vector<LayerCheckpoint> mine,
                      RankLayerCheckpoints(completed, result.layers, optimizer));
-    for (const LayerCheckpoint& c : mine) {
-      if (writes.count(c.layer) > 0) {
-        RETURN_IF_ERROR(WriteLayerCheckpoint(options.checkpoint_dir, c));
-      }
+    for (LayerCheckpoint& c : mine) {
+      RETURN_IF_ERROR(sharded.Save(std::move(c), transport, options.checkpoint_dir));
     }
     return absl::OkStatus();
+  };
+  hooks.cut = [&](int layer, const std::vector<Tensor>& whole) {
+    return CutShard(spec, plan, layer, role.ep_rank, role.tp_rank, whole);
   };
   const int M = pipe.plan.num_microbatches;
   hooks.iterate = [&](int it) -> absl::StatusOr<IterationStats> {

@@ -22,9 +22,12 @@
 //    list, layers descending), so no two ranks can wait on each other in opposite orders.
 //  * The iteration's loss (IterationStats::loss, on every rank of a replica's last device) is
 //    the global batch's mean, summed over the replicas.
-//  * Checkpoints (TP 1, no EP): each layer is written by the lowest rank that holds it, as a
-//    whole layer, so any layout (or a single pipeline) resumes from them. With TP or EP,
-//    checkpoints are refused (kUnimplemented) for now.
+//  * Checkpoints hold whole layers, so any layout (or a single pipeline) resumes from any other's:
+//    each layer is written by the first rank of one whole copy of it (replica 0's ranks holding
+//    it, every TP rank; a MoE layer under EP: EP group 0's), which gathers the copy's shards
+//    (parameters and AdamW moments) point to point and merges them; a split head is written by
+//    replica 0 as a single pipeline writes it. On resume each rank cuts its shard of every
+//    whole layer (LoadRankCheckpoint's cutter).
 // A single-pipeline layout runs TrainRank unchanged.
 #ifndef OCTOPIPE_EXECUTOR_LAYOUT_TRAINER_H_
 #define OCTOPIPE_EXECUTOR_LAYOUT_TRAINER_H_

@@ -173,18 +173,17 @@ absl::Status SaveVocabParallelCheckpoint(const ModelSpec& spec, const Plan& plan
   return absl::OkStatus();
 }
 
-// The layer files of one checkpoint of `plan`'s rank (pruning and timing are the loop's).
-absl::Status WriteCheckpoint(const ModelSpec& spec, const Plan& plan, int rank,
-                             Transport* transport, int completed, RankResult* result,
-                             const AdamW& optimizer, const std::string& root) {
+}  // namespace
+
+absl::Status WritePipelineCheckpoint(const ModelSpec& spec, const Plan& plan, int rank,
+                                     Transport* transport, int completed, RankResult* result,
+                                     const AdamW& optimizer, const std::string& root) {
   if (plan.vocab_parallel) {
     return SaveVocabParallelCheckpoint(spec, plan, rank, transport, completed, result, optimizer,
                                        root);
   }
   return SaveRankCheckpoint(root, completed, result->layers, optimizer);
 }
-
-}  // namespace
 
 absl::Status RunTrainingLoop(const ModelSpec& spec, int rank, Transport* transport,
                              const TrainOptions& options, const TrainingHooks& hooks,
@@ -201,7 +200,8 @@ absl::Status RunTrainingLoop(const ModelSpec& spec, int rank, Transport* transpo
     if (!latest.ok() && !absl::IsNotFound(latest.status())) return latest.status();
     if (latest.ok() && *latest > 0) {
       RETURN_IF_ERROR(
-          LoadRankCheckpoint(options.checkpoint_dir, *latest, result->layers, &optimizer));
+          LoadRankCheckpoint(options.checkpoint_dir, *latest, result->layers, &optimizer,
+                             hooks.cut));
       result->first_iteration = static_cast<int>(*latest);
     }
   }
@@ -289,8 +289,8 @@ absl::StatusOr<RankResult> TrainRank(const ModelSpec& spec, const Plan& plan, in
     return engine.RunIteration(IterationData(spec, options.data_seed, it, plan.num_microbatches));
   };
   hooks.write_checkpoint = [&](int completed, const AdamW& optimizer) {
-    return WriteCheckpoint(spec, plan, rank, transport, completed, &result, optimizer,
-                           options.checkpoint_dir);
+    return WritePipelineCheckpoint(spec, plan, rank, transport, completed, &result, optimizer,
+                                   options.checkpoint_dir);
   };
   RETURN_IF_ERROR(RunTrainingLoop(spec, rank, transport, options, hooks, &result));
   return result;

@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/plan.h"
+#include "executor/checkpoint.h"
 #include "executor/engine.h"
 #include "executor/host_probe.h"
 #include "executor/layer.h"
@@ -108,10 +109,20 @@ struct TrainingHooks {
   // One iteration: gradients of result->layers final when it returns (before the step).
   std::function<absl::StatusOr<IterationStats>(int iteration)> iterate;
   std::function<absl::Status(int completed, const AdamW& optimizer)> write_checkpoint;
+  // Tensor- or expert-parallel shards: how a checkpoint's whole layer becomes this rank's part
+  // (LoadRankCheckpoint); null for whole layers.
+  ShardCutter cut;
 };
 absl::Status RunTrainingLoop(const ModelSpec& spec, int rank, Transport* transport,
                              const TrainOptions& options, const TrainingHooks& hooks,
                              RankResult* result);
+
+// The layer files of one checkpoint written by pipeline device `rank` of `plan` (`transport`
+// the pipeline's): its layers, whole; under vocab_parallel the shards of the head (and of a split
+// embedding) gathered on the rank that writes the whole layer.
+absl::Status WritePipelineCheckpoint(const ModelSpec& spec, const Plan& plan, int rank,
+                                     Transport* transport, int completed, RankResult* result,
+                                     const AdamW& optimizer, const std::string& root);
 
 // Builds every layer a rank's stages need (others null).
 absl::StatusOr<std::vector<std::unique_ptr<Layer>>> BuildRankLayers(const ModelSpec& spec,
