@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "core/layout_plan.h"
+#include "executor/checkpoint.h"
 #include "executor/inproc_transport.h"
 #include "executor/layers/expert_parallel.h"
 #include "executor/layers/tensor_parallel.h"
@@ -286,6 +287,68 @@ TEST(LayoutEqualityTest, CheckpointsResumeAcrossLayouts) {
       const double err = (got[l][i] - ref.params[l][i]).norm() /
                          std::max(1e-12, static_cast<double>(ref.params[l][i].norm()));
       EXPECT_LE(err, 1e-5) << "layer " << l << " (" << spec.kinds[l] << ") param " << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace octopipe::executor
+
+namespace octopipe::executor {
+namespace {
+
+// Data-parallel replicas of a plan whose head (and embedding) is split by vocabulary train as
+// one process does — their checkpoint (replica 0 gathers the shards into whole layers) holds
+// single-process training's weights — and the checkpoint resumes a plain pipeline.
+TEST(LayoutEqualityTest, VocabularySplitReplicasAndTheirCheckpoint) {
+  std::mt19937 rng(258);
+  const ModelSpec spec = Spec(2);
+  const int L = static_cast<int>(spec.kinds.size());
+  const Plan split = testing::RandomPlan(rng, L, 2, 3, 2, /*split_backward=*/true,
+                                         /*vocab_parallel=*/true);
+  const std::string dir = ::testing::TempDir() + "/vocab-layout-resume";
+  TrainOptions options;
+  options.iterations = 2;
+  options.checkpoint_dir = dir;
+  options.checkpoint_at_end = true;
+  const testing::Reference two = testing::TrainReference(spec, 4, 2);
+  int loss_ranks = 0;
+  for (auto& r : TrainThreads(spec, testing::HomogeneousLayout(split, 1, 1, 2), options)) {
+    ASSERT_TRUE(r.ok()) << r.status();
+    for (int it = 0; it < 2; ++it) {
+      if (!r->iterations[it].has_loss) continue;
+      ++loss_ranks;
+      EXPECT_NEAR(r->iterations[it].loss, two.losses[it], 1e-6 * std::abs(two.losses[it]));
+    }
+  }
+  EXPECT_EQ(loss_ranks, 4);  // both replicas' last devices, both iterations
+  for (int l = 0; l < L; ++l) {
+    absl::StatusOr<LayerCheckpoint> c = ReadLayerCheckpoint(LayerCheckpointPath(dir, 2, l));
+    ASSERT_TRUE(c.ok()) << c.status();
+    ASSERT_EQ(c->params.size(), two.params[l].size()) << "layer " << l;
+    for (size_t i = 0; i < c->params.size(); ++i) {
+      EXPECT_LE((c->params[i] - two.params[l][i]).norm() /
+                    std::max(1e-12, static_cast<double>(two.params[l][i].norm())),
+                1e-5)
+          << "checkpointed layer " << l << " param " << i;
+    }
+  }
+  options.iterations = 3;
+  options.resume = true;
+  const LayoutPlan single = SinglePipelineLayout(Random(rng, spec, 2, 4));
+  std::vector<absl::StatusOr<RankResult>> results = TrainThreads(spec, single, options);
+  const testing::Reference ref = testing::TrainReference(spec, 4, 3);
+  for (auto& r : results) {
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->first_iteration, 2);
+  }
+  const std::vector<std::vector<Tensor>> got = WholeParams(spec, single, results);
+  for (size_t l = 0; l < ref.params.size(); ++l) {
+    for (size_t i = 0; i < got[l].size(); ++i) {
+      EXPECT_LE((got[l][i] - ref.params[l][i]).norm() /
+                    std::max(1e-12, static_cast<double>(ref.params[l][i].norm())),
+                1e-5)
+          << "layer " << l << " param " << i;
     }
   }
 }
