@@ -39,6 +39,57 @@ int SeqLen(const MicroBatch& mb, Eigen::Index rows) {
 }
 }  // namespace
 
+void CausalAttentionForward(const Tensor& q, const Tensor& k, const Tensor& v, int heads, int batch,
+                            int s, Tensor* probs, Tensor* out) {
+  const int dh = static_cast<int>(q.cols()) / heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
+  probs->resize(Eigen::Index{batch} * heads * s, s);
+  out->resize(q.rows(), q.cols());
+  for (int b = 0; b < batch; ++b) {
+    for (int hd = 0; hd < heads; ++hd) {
+      const Eigen::Index r0 = Eigen::Index{b} * s, c0 = Eigen::Index{hd} * dh;
+      auto p = probs->middleRows((Eigen::Index{b} * heads + hd) * s, s);
+      p.noalias() = q.block(r0, c0, s, dh) * k.block(r0, c0, s, dh).transpose();
+      for (int i = 0; i < s; ++i) {
+        const float max_score = p.row(i).head(i + 1).maxCoeff();
+        float sum = 0;
+        for (int j = 0; j <= i; ++j) {
+          p(i, j) = std::exp((p(i, j) - max_score) * scale);
+          sum += p(i, j);
+        }
+        p.row(i).head(i + 1) /= sum;
+        p.row(i).tail(s - i - 1).setZero();  // causal mask
+      }
+      out->block(r0, c0, s, dh).noalias() = p * v.block(r0, c0, s, dh);
+    }
+  }
+}
+
+void CausalAttentionBackward(const Tensor& d_out, const Tensor& q, const Tensor& k, const Tensor& v,
+                             const Tensor& probs, int heads, int batch, int s, Tensor* dq,
+                             Tensor* dk, Tensor* dv) {
+  const int dh = static_cast<int>(q.cols()) / heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
+  for (Tensor* t : {dq, dk, dv}) t->resize(q.rows(), q.cols());
+  Tensor dp(s, s);
+  for (int b = 0; b < batch; ++b) {
+    for (int hd = 0; hd < heads; ++hd) {
+      const Eigen::Index r0 = Eigen::Index{b} * s, c0 = Eigen::Index{hd} * dh;
+      const auto p = probs.middleRows((Eigen::Index{b} * heads + hd) * s, s);
+      const auto d_out_h = d_out.block(r0, c0, s, dh);
+      dv->block(r0, c0, s, dh).noalias() = p.transpose() * d_out_h;
+      dp.noalias() = d_out_h * v.block(r0, c0, s, dh).transpose();
+      // Softmax backward, row by row: dS = P * (dP - sum_j P dP), then the score scale.
+      for (int i = 0; i < s; ++i) {
+        const float dot = p.row(i).dot(dp.row(i));
+        dp.row(i) = (p.row(i).array() * (dp.row(i).array() - dot) * scale).matrix();
+      }
+      dq->block(r0, c0, s, dh).noalias() = dp * k.block(r0, c0, s, dh);
+      dk->block(r0, c0, s, dh).noalias() = dp.transpose() * q.block(r0, c0, s, dh);
+    }
+  }
+}
+
 AttentionLayer::AttentionLayer(const ModelDims& dims, int layer_index) : heads_(dims.heads) {
   const int h = dims.hidden;
   const float a = 1.0f / std::sqrt(static_cast<float>(h));
@@ -53,8 +104,6 @@ AttentionLayer::AttentionLayer(const ModelDims& dims, int layer_index) : heads_(
 
 Tensor AttentionLayer::Forward(const Tensor& x, const MicroBatch& mb, LayerContext* ctx) const {
   const int s = SeqLen(mb, x.rows());
-  const int dh = static_cast<int>(x.cols()) / heads_;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
   ctx->Clear();
   ctx->saved.resize(kForwardSlots);
   std::vector<Tensor>& sv = ctx->saved;
@@ -62,30 +111,9 @@ Tensor AttentionLayer::Forward(const Tensor& x, const MicroBatch& mb, LayerConte
   sv[kQ].noalias() = n * wq_;
   sv[kK].noalias() = n * wk_;
   sv[kV].noalias() = n * wv_;
-  Tensor& probs = sv[kProbs];
-  probs.resize(Eigen::Index{mb.batch} * heads_ * s, s);
-  Tensor& out = sv[kAttnOut];
-  out.resize(x.rows(), x.cols());
-  for (int b = 0; b < mb.batch; ++b) {
-    for (int hd = 0; hd < heads_; ++hd) {
-      const Eigen::Index r0 = Eigen::Index{b} * s, c0 = Eigen::Index{hd} * dh;
-      auto p = probs.middleRows((Eigen::Index{b} * heads_ + hd) * s, s);
-      p.noalias() = sv[kQ].block(r0, c0, s, dh) * sv[kK].block(r0, c0, s, dh).transpose();
-      for (int i = 0; i < s; ++i) {
-        const float max_score = p.row(i).head(i + 1).maxCoeff();
-        float sum = 0;
-        for (int j = 0; j <= i; ++j) {
-          p(i, j) = std::exp((p(i, j) - max_score) * scale);
-          sum += p(i, j);
-        }
-        p.row(i).head(i + 1) /= sum;
-        p.row(i).tail(s - i - 1).setZero();  // causal mask
-      }
-      out.block(r0, c0, s, dh).noalias() = p * sv[kV].block(r0, c0, s, dh);
-    }
-  }
+  CausalAttentionForward(sv[kQ], sv[kK], sv[kV], heads_, mb.batch, s, &sv[kProbs], &sv[kAttnOut]);
   Tensor y = x;
-  y.noalias() += out * wo_;
+  y.noalias() += sv[kAttnOut] * wo_;
   return y;
 }
 
@@ -93,31 +121,13 @@ Tensor AttentionLayer::BackwardInput(const Tensor& dy, const MicroBatch& mb,
                                      LayerContext* ctx) const {
   CheckContext(*ctx, kForwardSlots, kind(), "BackwardInput");
   const int s = SeqLen(mb, dy.rows());
-  const int dh = static_cast<int>(dy.cols()) / heads_;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
   ctx->saved.resize(kSlots);
   std::vector<Tensor>& sv = ctx->saved;
   sv[kDy] = dy;
   Tensor d_out;
   d_out.noalias() = dy * wo_.transpose();
-  for (int slot : {kDq, kDk, kDv}) sv[slot].resize(dy.rows(), dy.cols());
-  Tensor dp(s, s);
-  for (int b = 0; b < mb.batch; ++b) {
-    for (int hd = 0; hd < heads_; ++hd) {
-      const Eigen::Index r0 = Eigen::Index{b} * s, c0 = Eigen::Index{hd} * dh;
-      const auto p = sv[kProbs].middleRows((Eigen::Index{b} * heads_ + hd) * s, s);
-      const auto d_out_h = d_out.block(r0, c0, s, dh);
-      sv[kDv].block(r0, c0, s, dh).noalias() = p.transpose() * d_out_h;
-      dp.noalias() = d_out_h * sv[kV].block(r0, c0, s, dh).transpose();
-      // Softmax backward, row by row: dS = P * (dP - sum_j P dP), then the score scale.
-      for (int i = 0; i < s; ++i) {
-        const float dot = p.row(i).dot(dp.row(i));
-        dp.row(i) = (p.row(i).array() * (dp.row(i).array() - dot) * scale).matrix();
-      }
-      sv[kDq].block(r0, c0, s, dh).noalias() = dp * sv[kK].block(r0, c0, s, dh);
-      sv[kDk].block(r0, c0, s, dh).noalias() = dp.transpose() * sv[kQ].block(r0, c0, s, dh);
-    }
-  }
+  CausalAttentionBackward(d_out, sv[kQ], sv[kK], sv[kV], sv[kProbs], heads_, mb.batch, s, &sv[kDq],
+                          &sv[kDk], &sv[kDv]);
   Tensor& dn = sv[kDn];
   dn.noalias() = sv[kDq] * wq_.transpose();
   dn.noalias() += sv[kDk] * wk_.transpose();

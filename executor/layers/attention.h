@@ -15,6 +15,17 @@
 
 namespace octopipe::executor {
 
+// The attention core over the heads in q, k, v ([rows, heads * dh], rows = batch sequences of
+// s): out [rows, heads * dh]; probs gets each (sequence, head)'s [s, s] causal softmax at rows
+// (sequence * heads + head) * s. Shared by AttentionLayer and its tensor-parallel shard (which
+// holds heads / tp of the heads).
+void CausalAttentionForward(const Tensor& q, const Tensor& k, const Tensor& v, int heads, int batch,
+                            int s, Tensor* probs, Tensor* out);
+// d_out [rows, heads * dh] -> dq, dk, dv of the same shape.
+void CausalAttentionBackward(const Tensor& d_out, const Tensor& q, const Tensor& k, const Tensor& v,
+                             const Tensor& probs, int heads, int batch, int s, Tensor* dq,
+                             Tensor* dk, Tensor* dv);
+
 class AttentionLayer final : public Layer {
  public:
   // dims must be valid (MakeLayer checks them: hidden % heads == 0).

@@ -45,6 +45,69 @@ void CheckSequences(const MicroBatch& mb, Eigen::Index rows) {
 }
 }  // namespace
 
+void ScanForward(const ScanInputs& in, int batch, int s, Tensor* states, Tensor* y) {
+  const int c = static_cast<int>(in.u.cols()), n = static_cast<int>(in.bm.cols());
+  states->resize(in.u.rows(), Eigen::Index{c} * n);
+  y->resize(in.u.rows(), c);
+  for (int b = 0; b < batch; ++b) {
+    for (int t = b * s; t < (b + 1) * s; ++t) {
+      const float* h_prev = t == b * s ? nullptr : &(*states)(t - 1, 0);
+      float* h = &(*states)(t, 0);
+      for (int i = 0; i < c; ++i) {
+        const float dl = in.delta(t, i), du = dl * in.u(t, i);
+        float acc = 0;
+        for (int j = 0; j < n; ++j) {
+          const int ij = i * n + j;
+          const float decay = std::exp(dl * in.a(i, j));
+          h[ij] = (h_prev ? decay * h_prev[ij] : 0.0f) + du * in.bm(t, j);
+          acc += h[ij] * in.cm(t, j);
+        }
+        (*y)(t, i) = acc + in.d_skip(0, i) * in.u(t, i);
+      }
+    }
+  }
+}
+
+void ScanBackward(const ScanInputs& in, const Tensor& states, const Tensor& dys, int batch, int s,
+                  Tensor* du, Tensor* ddelta, Tensor* dbm, Tensor* dcm, Tensor* dalog) {
+  const int c = static_cast<int>(in.u.cols()), n = static_cast<int>(in.bm.cols());
+  const Eigen::Index rows = in.u.rows();
+  du->resize(rows, c);
+  ddelta->resize(rows, c);
+  *dbm = Tensor::Zero(rows, n);
+  *dcm = Tensor::Zero(rows, n);
+  *dalog = Tensor::Zero(c, n);
+  std::vector<float> dh(static_cast<size_t>(c) * n);  // dL/dh_t, carried backward in time
+  for (int b = 0; b < batch; ++b) {
+    std::fill(dh.begin(), dh.end(), 0.0f);
+    for (int t = (b + 1) * s - 1; t >= b * s; --t) {
+      const float* h = &states(t, 0);
+      const float* h_prev = t == b * s ? nullptr : &states(t - 1, 0);
+      for (int i = 0; i < c; ++i) {
+        const float dyi = dys(t, i), dl = in.delta(t, i), ui = in.u(t, i);
+        float ddelta_i = 0, du_i = dyi * in.d_skip(0, i);
+        for (int j = 0; j < n; ++j) {
+          const int ij = i * n + j;
+          // y_t = sum_j h_t C_t: into dh_t and dC_t.
+          dh[ij] += dyi * in.cm(t, j);
+          (*dcm)(t, j) += dyi * h[ij];
+          // h_t = exp(delta A) h_{t-1} + delta u B_t.
+          const float decay = std::exp(dl * in.a(i, j));
+          const float hp = h_prev ? h_prev[ij] : 0.0f;
+          const float g = dh[ij];
+          ddelta_i += g * (hp * decay * in.a(i, j) + ui * in.bm(t, j));
+          du_i += g * dl * in.bm(t, j);
+          (*dbm)(t, j) += g * dl * ui;
+          (*dalog)(i, j) += g * hp * decay * dl * in.a(i, j);  // dA/dA_log = A
+          dh[ij] = g * decay;                                  // on to dh_{t-1}
+        }
+        (*ddelta)(t, i) = ddelta_i;
+        (*du)(t, i) = du_i;
+      }
+    }
+  }
+}
+
 MambaLayer::MambaLayer(const ModelDims& dims, int layer_index)
     : inner_(dims.expand * dims.hidden), state_(dims.state) {
   const int h = dims.hidden, d = inner_, n = state_;
@@ -80,7 +143,7 @@ MambaLayer::MambaLayer(const ModelDims& dims, int layer_index)
 
 Tensor MambaLayer::Forward(const Tensor& x, const MicroBatch& mb, LayerContext* ctx) const {
   CheckSequences(mb, x.rows());
-  const int d = inner_, n = state_, s = mb.seq_len;
+  const int d = inner_, s = mb.seq_len;
   ctx->Clear();
   ctx->saved.resize(kForwardSlots);
   std::vector<Tensor>& sv = ctx->saved;
@@ -95,28 +158,8 @@ Tensor MambaLayer::Forward(const Tensor& x, const MicroBatch& mb, LayerContext* 
   const Tensor& bm = sv[kBm] = u * w_b_;
   const Tensor& cm = sv[kCm] = u * w_c_;
   const Tensor a = -a_log_.array().exp().matrix();
-  Tensor& states = sv[kStates];
-  states.resize(x.rows(), Eigen::Index{d} * n);
-  Tensor& y = sv[kY];
-  y.resize(x.rows(), d);
-
-  for (int b = 0; b < mb.batch; ++b) {
-    for (int t = b * s; t < (b + 1) * s; ++t) {
-      const float* h_prev = t == b * s ? nullptr : &states(t - 1, 0);
-      float* h = &states(t, 0);
-      for (int i = 0; i < d; ++i) {
-        const float dl = delta(t, i), du = dl * u(t, i);
-        float acc = 0;
-        for (int j = 0; j < n; ++j) {
-          const int ij = i * n + j;
-          const float decay = std::exp(dl * a(i, j));
-          h[ij] = (h_prev ? decay * h_prev[ij] : 0.0f) + du * bm(t, j);
-          acc += h[ij] * cm(t, j);
-        }
-        y(t, i) = acc + d_skip_(0, i) * u(t, i);
-      }
-    }
-  }
+  ScanForward({u, delta, bm, cm, a, d_skip_}, mb.batch, s, &sv[kStates], &sv[kY]);
+  const Tensor& y = sv[kY];
   sv[kG] = y.array() * sv[kZ].unaryExpr([](float v) { return Silu(v); }).array();
   Tensor out = x;
   out.noalias() += sv[kG] * w_out_;
@@ -126,7 +169,7 @@ Tensor MambaLayer::Forward(const Tensor& x, const MicroBatch& mb, LayerContext* 
 Tensor MambaLayer::BackwardInput(const Tensor& dy, const MicroBatch& mb, LayerContext* ctx) const {
   CheckContext(*ctx, kForwardSlots, kind(), "BackwardInput");
   CheckSequences(mb, dy.rows());
-  const int d = inner_, n = state_, s = mb.seq_len;
+  const int d = inner_, s = mb.seq_len;
   const Eigen::Index rows = dy.rows();
   ctx->saved.resize(kSlots);
   std::vector<Tensor>& sv = ctx->saved;
@@ -140,39 +183,10 @@ Tensor MambaLayer::BackwardInput(const Tensor& dy, const MicroBatch& mb, LayerCo
       dg.array() * sv[kY].array() * z.unaryExpr([](float v) { return SiluGrad(v); }).array();
 
   const Tensor a = -a_log_.array().exp().matrix();
-  Tensor du(rows, d), ddelta(rows, d);
-  Tensor& dbm = sv[kDbm] = Tensor::Zero(rows, n);
-  Tensor& dcm = sv[kDcm] = Tensor::Zero(rows, n);
-  Tensor& dalog = sv[kDalog] = Tensor::Zero(d, n);
-  std::vector<float> dh(static_cast<size_t>(d) * n);  // dL/dh_t, carried backward in time
-  for (int b = 0; b < mb.batch; ++b) {
-    std::fill(dh.begin(), dh.end(), 0.0f);
-    for (int t = (b + 1) * s - 1; t >= b * s; --t) {
-      const float* h = &states(t, 0);
-      const float* h_prev = t == b * s ? nullptr : &states(t - 1, 0);
-      for (int i = 0; i < d; ++i) {
-        const float dyi = dys(t, i), dl = delta(t, i), ui = u(t, i);
-        float ddelta_i = 0, du_i = dyi * d_skip_(0, i);
-        for (int j = 0; j < n; ++j) {
-          const int ij = i * n + j;
-          // y_t = sum_j h_t C_t: into dh_t and dC_t.
-          dh[ij] += dyi * cm(t, j);
-          dcm(t, j) += dyi * h[ij];
-          // h_t = exp(delta A) h_{t-1} + delta u B_t.
-          const float decay = std::exp(dl * a(i, j));
-          const float hp = h_prev ? h_prev[ij] : 0.0f;
-          const float g = dh[ij];
-          ddelta_i += g * (hp * decay * a(i, j) + ui * bm(t, j));
-          du_i += g * dl * bm(t, j);
-          dbm(t, j) += g * dl * ui;
-          dalog(i, j) += g * hp * decay * dl * a(i, j);  // dA/dA_log = A
-          dh[ij] = g * decay;                            // on to dh_{t-1}
-        }
-        ddelta(t, i) = ddelta_i;
-        du(t, i) = du_i;
-      }
-    }
-  }
+  Tensor du, ddelta;
+  Tensor &dbm = sv[kDbm], &dcm = sv[kDcm];
+  ScanBackward({u, delta, bm, cm, a, d_skip_}, states, dys, mb.batch, s, &du, &ddelta, &dbm, &dcm,
+               &sv[kDalog]);
   Tensor& dpre = sv[kDpre] =
       ddelta.array() * sv[kPre].unaryExpr([](float v) { return Sigmoid(v); }).array();
   du.noalias() += dpre * w_dt_.transpose();

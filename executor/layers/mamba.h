@@ -22,6 +22,26 @@
 
 namespace octopipe::executor {
 
+// The selective scan over the channels of u (all d of them in MambaLayer, inner / tp of them in
+// its tensor-parallel shard), per sequence of s rows of the micro-batch's batch.
+struct ScanInputs {
+  const Tensor& u;       // [rows, c]
+  const Tensor& delta;   // [rows, c]
+  const Tensor& bm;      // [rows, N]
+  const Tensor& cm;      // [rows, N]
+  const Tensor& a;       // [c, N], A = -exp(A_log)
+  const Tensor& d_skip;  // [1, c]
+};
+
+// h_t = exp(delta_t A) h_{t-1} + (delta_t u_t) outer B_t per sequence; y_t = h_t C_t + D u_t.
+// states [rows, c * N] (row t = h_t row-major), y [rows, c].
+void ScanForward(const ScanInputs& in, int batch, int s, Tensor* states, Tensor* y);
+// The scan backward in time from dys = dL/dy [rows, c]: du (through the scan and the D skip;
+// not yet through the projections that made delta, B and C), ddelta, dbm and dcm summed over
+// the channels in u, and dalog summed over the micro-batch.
+void ScanBackward(const ScanInputs& in, const Tensor& states, const Tensor& dys, int batch, int s,
+                  Tensor* du, Tensor* ddelta, Tensor* dbm, Tensor* dcm, Tensor* dalog);
+
 class MambaLayer final : public Layer {
  public:
   MambaLayer(const ModelDims& dims, int layer_index);

@@ -6,7 +6,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "executor/layers/attention.h"
 #include "executor/layers/common.h"
+#include "executor/layers/mamba.h"
 #include "executor/layers/rmsnorm.h"
 #include "executor/layers/swiglu.h"
 
@@ -32,141 +34,6 @@ void Assign(std::vector<Tensor> shard, const std::vector<Tensor*>& params, absl:
              absl::StrCat(kind, " layer shard: built from ", shard.size(), " tensors, expected ",
                           params.size()));
   for (size_t i = 0; i < params.size(); ++i) *params[i] = std::move(shard[i]);
-}
-
-// --- causal multi-head attention over the heads in q, k, v (AttentionLayer's maths) ---
-
-// q, k, v [rows, heads * dh] -> out [rows, heads * dh]; probs gets each (sequence, head)'s
-// [s, s] causal softmax at rows (sequence * heads + head) * s.
-void CausalAttentionForward(const Tensor& q, const Tensor& k, const Tensor& v, int heads, int batch,
-                            int s, Tensor* probs, Tensor* out) {
-  const int dh = static_cast<int>(q.cols()) / heads;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
-  probs->resize(Eigen::Index{batch} * heads * s, s);
-  out->resize(q.rows(), q.cols());
-  for (int b = 0; b < batch; ++b) {
-    for (int hd = 0; hd < heads; ++hd) {
-      const Eigen::Index r0 = Eigen::Index{b} * s, c0 = Eigen::Index{hd} * dh;
-      auto p = probs->middleRows((Eigen::Index{b} * heads + hd) * s, s);
-      p.noalias() = q.block(r0, c0, s, dh) * k.block(r0, c0, s, dh).transpose();
-      for (int i = 0; i < s; ++i) {
-        const float max_score = p.row(i).head(i + 1).maxCoeff();
-        float sum = 0;
-        for (int j = 0; j <= i; ++j) {
-          p(i, j) = std::exp((p(i, j) - max_score) * scale);
-          sum += p(i, j);
-        }
-        p.row(i).head(i + 1) /= sum;
-        p.row(i).tail(s - i - 1).setZero();  // causal mask
-      }
-      out->block(r0, c0, s, dh).noalias() = p * v.block(r0, c0, s, dh);
-    }
-  }
-}
-
-// d_out [rows, heads * dh] -> dq, dk, dv of the same shape.
-void CausalAttentionBackward(const Tensor& d_out, const Tensor& q, const Tensor& k, const Tensor& v,
-                             const Tensor& probs, int heads, int batch, int s, Tensor* dq,
-                             Tensor* dk, Tensor* dv) {
-  const int dh = static_cast<int>(q.cols()) / heads;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
-  for (Tensor* t : {dq, dk, dv}) t->resize(q.rows(), q.cols());
-  Tensor dp(s, s);
-  for (int b = 0; b < batch; ++b) {
-    for (int hd = 0; hd < heads; ++hd) {
-      const Eigen::Index r0 = Eigen::Index{b} * s, c0 = Eigen::Index{hd} * dh;
-      const auto p = probs.middleRows((Eigen::Index{b} * heads + hd) * s, s);
-      const auto d_out_h = d_out.block(r0, c0, s, dh);
-      dv->block(r0, c0, s, dh).noalias() = p.transpose() * d_out_h;
-      dp.noalias() = d_out_h * v.block(r0, c0, s, dh).transpose();
-      // Softmax backward, row by row: dS = P * (dP - sum_j P dP), then the score scale.
-      for (int i = 0; i < s; ++i) {
-        const float dot = p.row(i).dot(dp.row(i));
-        dp.row(i) = (p.row(i).array() * (dp.row(i).array() - dot) * scale).matrix();
-      }
-      dq->block(r0, c0, s, dh).noalias() = dp * k.block(r0, c0, s, dh);
-      dk->block(r0, c0, s, dh).noalias() = dp.transpose() * q.block(r0, c0, s, dh);
-    }
-  }
-}
-
-// --- the selective scan over the channels of u (MambaLayer's maths) ---
-
-struct ScanInputs {
-  const Tensor& u;       // [rows, c]
-  const Tensor& delta;   // [rows, c]
-  const Tensor& bm;      // [rows, N]
-  const Tensor& cm;      // [rows, N]
-  const Tensor& a;       // [c, N], A = -exp(A_log)
-  const Tensor& d_skip;  // [1, c]
-};
-
-// h_t = exp(delta_t A) h_{t-1} + (delta_t u_t) outer B_t per sequence; y_t = h_t C_t + D u_t.
-// states [rows, c * N] (row t = h_t row-major), y [rows, c].
-void ScanForward(const ScanInputs& in, int batch, int s, Tensor* states, Tensor* y) {
-  const int c = static_cast<int>(in.u.cols()), n = static_cast<int>(in.bm.cols());
-  states->resize(in.u.rows(), Eigen::Index{c} * n);
-  y->resize(in.u.rows(), c);
-  for (int b = 0; b < batch; ++b) {
-    for (int t = b * s; t < (b + 1) * s; ++t) {
-      const float* h_prev = t == b * s ? nullptr : &(*states)(t - 1, 0);
-      float* h = &(*states)(t, 0);
-      for (int i = 0; i < c; ++i) {
-        const float dl = in.delta(t, i), du = dl * in.u(t, i);
-        float acc = 0;
-        for (int j = 0; j < n; ++j) {
-          const int ij = i * n + j;
-          const float decay = std::exp(dl * in.a(i, j));
-          h[ij] = (h_prev ? decay * h_prev[ij] : 0.0f) + du * in.bm(t, j);
-          acc += h[ij] * in.cm(t, j);
-        }
-        (*y)(t, i) = acc + in.d_skip(0, i) * in.u(t, i);
-      }
-    }
-  }
-}
-
-// The scan backward in time from dys = dL/dy [rows, c]: du (through the scan and the D skip;
-// not yet through the projections that made delta, B and C), ddelta, this member's partial
-// sums dbm and dcm over its channels, and dalog summed over the micro-batch.
-void ScanBackward(const ScanInputs& in, const Tensor& states, const Tensor& dys, int batch, int s,
-                  Tensor* du, Tensor* ddelta, Tensor* dbm, Tensor* dcm, Tensor* dalog) {
-  const int c = static_cast<int>(in.u.cols()), n = static_cast<int>(in.bm.cols());
-  const Eigen::Index rows = in.u.rows();
-  du->resize(rows, c);
-  ddelta->resize(rows, c);
-  *dbm = Tensor::Zero(rows, n);
-  *dcm = Tensor::Zero(rows, n);
-  *dalog = Tensor::Zero(c, n);
-  std::vector<float> dh(static_cast<size_t>(c) * n);  // dL/dh_t, carried backward in time
-  for (int b = 0; b < batch; ++b) {
-    std::fill(dh.begin(), dh.end(), 0.0f);
-    for (int t = (b + 1) * s - 1; t >= b * s; --t) {
-      const float* h = &states(t, 0);
-      const float* h_prev = t == b * s ? nullptr : &states(t - 1, 0);
-      for (int i = 0; i < c; ++i) {
-        const float dyi = dys(t, i), dl = in.delta(t, i), ui = in.u(t, i);
-        float ddelta_i = 0, du_i = dyi * in.d_skip(0, i);
-        for (int j = 0; j < n; ++j) {
-          const int ij = i * n + j;
-          // y_t = sum_j h_t C_t: into dh_t and dC_t.
-          dh[ij] += dyi * in.cm(t, j);
-          (*dcm)(t, j) += dyi * h[ij];
-          // h_t = exp(delta A) h_{t-1} + delta u B_t.
-          const float decay = std::exp(dl * in.a(i, j));
-          const float hp = h_prev ? h_prev[ij] : 0.0f;
-          const float g = dh[ij];
-          ddelta_i += g * (hp * decay * in.a(i, j) + ui * in.bm(t, j));
-          du_i += g * dl * in.bm(t, j);
-          (*dbm)(t, j) += g * dl * ui;
-          (*dalog)(i, j) += g * hp * decay * dl * in.a(i, j);  // dA/dA_log = A
-          dh[ij] = g * decay;                                  // on to dh_{t-1}
-        }
-        (*ddelta)(t, i) = ddelta_i;
-        (*du)(t, i) = du_i;
-      }
-    }
-  }
 }
 
 }  // namespace
