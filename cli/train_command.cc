@@ -19,7 +19,6 @@
 #include "executor/model_spec.h"
 #include "executor/layout_trainer.h"
 #include "executor/trainer.h"
-#include "core/file_io.h"
 #include "worker_agent/local_run.h"
 #include "simulator/classic_pipeline.h"
 #include "simulator/evaluator.h"
@@ -640,18 +639,12 @@ int RunTrain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   }
   const ModelGraph graph = executor::ToModelGraph(*spec);
   if (!o.plan_file.empty() && o.job.empty()) {
-    // A layout file runs as a layout; a single pipeline takes the path below.
-    absl::StatusOr<std::string> text = ReadFileToString(ResolvePath(o.plan_file));
-    proto::LayoutPlan wire;
-    if (text.ok() && ProtoFromJson(*text, &wire).ok() && wire.pipelines_size() > 0) {
-      absl::StatusOr<LayoutPlan> layout = LoadLayoutPlanFile(ResolvePath(o.plan_file));
-      if (!layout.ok()) {
-        return Fail(err, absl::InvalidArgumentError(
-                             absl::StrCat("--plan: ", layout.status().message())), 2);
-      }
-      if (!layout->single_pipeline()) {
-        return RunLayoutTrain(o, *spec, graph, *layout, wire.predicted(), out, err);
-      }
+    // A layout file runs as a layout; a single pipeline (and a bad file, whose error names the
+    // flag) takes the path below.
+    proto::LayoutPrediction predicted;
+    absl::StatusOr<LayoutPlan> layout = LoadLayoutPlanFile(ResolvePath(o.plan_file), &predicted);
+    if (layout.ok() && !layout->single_pipeline()) {
+      return RunLayoutTrain(o, *spec, graph, *layout, predicted, out, err);
     }
   }
   int code = 2;

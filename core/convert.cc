@@ -476,12 +476,11 @@ proto::LayoutPlan LayoutPlanToProto(const LayoutPlan& plan) {
       for (int rank : r.device_ranks) pr->add_device_ranks(rank);
     }
   }
-  if (ValidateLayoutPlan(plan, plan.pipelines.empty()
-                                   ? 0
-                                   : plan.pipelines[0].plan.stages.empty()
-                                         ? 0
-                                         : plan.pipelines[0].plan.stages.back().last_layer + 1)
-          .ok()) {
+  // The rank map of a valid layout (the model's layer count is pipeline 0's).
+  const int layers = plan.pipelines.empty() || plan.pipelines[0].plan.stages.empty()
+                         ? 0
+                         : plan.pipelines[0].plan.stages.back().last_layer + 1;
+  if (ValidateLayoutPlan(plan, layers).ok()) {
     const std::vector<RankRole> roles = RankRoles(plan);
     for (size_t i = 0; i < roles.size(); ++i) {
       proto::RankRole* r = out.add_ranks();
@@ -649,10 +648,6 @@ absl::StatusOr<std::string> ReadBoundedFile(const std::string& path) {
   return ReadFileToString(path);  // already names the path
 }
 
-absl::StatusOr<std::string> ReadPlanFileText(const std::string& path) {
-  return ReadBoundedFile(path);
-}
-
 template <typename ProtoT, typename CoreT>
 absl::StatusOr<CoreT> LoadFile(const std::string& path,
                                absl::StatusOr<CoreT> (*from_proto)(const ProtoT&)) {
@@ -679,11 +674,14 @@ absl::StatusOr<Cluster> LoadClusterFile(const std::string& path) {
   return LoadFile<proto::Cluster, Cluster>(path, &ClusterFromProto);
 }
 
-absl::StatusOr<LayoutPlan> LoadLayoutPlanFile(const std::string& path) {
-  ASSIGN_OR_RETURN(std::string text, ReadPlanFileText(path));
+absl::StatusOr<LayoutPlan> LoadLayoutPlanFile(const std::string& path,
+                                              proto::LayoutPrediction* predicted) {
+  ASSIGN_OR_RETURN(std::string text, ReadBoundedFile(path));
   proto::LayoutPlan layout;
   absl::Status as_layout = ProtoFromJson(text, &layout);
+  if (predicted != nullptr) predicted->Clear();
   if (as_layout.ok() && layout.pipelines_size() > 0) {
+    if (predicted != nullptr) *predicted = layout.predicted();
     absl::StatusOr<LayoutPlan> plan = LayoutPlanFromProto(layout);
     if (!plan.ok()) return InFile(path, plan.status());
     return plan;

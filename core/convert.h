@@ -106,7 +106,9 @@ absl::StatusOr<Cluster> LoadClusterFile(const std::string& path);
 // A plan file holds a LayoutPlan; a file holding a bare Plan (written before layouts) loads as
 // SinglePipelineLayout of it. LoadPlanFile is for callers that run one pipeline: it returns the
 // plan of a single-pipeline layout and kInvalidArgument naming the layout otherwise.
-absl::StatusOr<LayoutPlan> LoadLayoutPlanFile(const std::string& path);
+// `predicted`, when given, gets the file's prediction block (empty for a bare Plan file).
+absl::StatusOr<LayoutPlan> LoadLayoutPlanFile(const std::string& path,
+                                              proto::LayoutPrediction* predicted = nullptr);
 absl::StatusOr<Plan> LoadPlanFile(const std::string& path);
 
 // Write the JSON file (replacing it). kFailedPrecondition if it cannot be written.

@@ -45,6 +45,7 @@ struct Setup {
   std::vector<std::string> tp_group, ep_group;     // per rank ("" none)
   std::vector<std::vector<Bucket>> buckets;        // per rank, in the global order
   std::string loss_group;                          // "" when one replica
+  std::vector<std::pair<int, int>> replica_of;     // dp rank -> (pipeline, replica index)
 };
 
 bool IsVocabSplit(const ModelSpec& spec, const Plan& plan, int layer) {
@@ -78,12 +79,11 @@ Setup MakeSetup(const ModelSpec& spec, const LayoutPlan& plan) {
   s.tp_group.assign(R, "");
   s.ep_group.assign(R, "");
   s.buckets.assign(R, {});
-  // Replica of each dp rank: (pipeline, index).
-  std::vector<std::pair<int, int>> replica_of(plan.layout.dp);
+  s.replica_of.resize(plan.layout.dp);
   for (size_t p = 0; p < plan.pipelines.size(); ++p) {
     for (size_t r = 0; r < plan.pipelines[p].replicas.size(); ++r) {
-      replica_of[plan.pipelines[p].replicas[r].dp_rank] = {static_cast<int>(p),
-                                                           static_cast<int>(r)};
+      s.replica_of[plan.pipelines[p].replicas[r].dp_rank] = {static_cast<int>(p),
+                                                             static_cast<int>(r)};
     }
   }
   std::map<std::string, std::vector<int>> dp_keys;  // shard key -> ranks holding it
@@ -106,7 +106,7 @@ Setup MakeSetup(const ModelSpec& spec, const LayoutPlan& plan) {
       std::vector<int> members;
       const int first = role.dp_rank - role.dp_rank % ep;
       for (int d = first; d < first + ep; ++d) {
-        const auto [p, r] = replica_of[d];
+        const auto [p, r] = s.replica_of[d];
         members.push_back(plan.pipelines[p].replicas[r].device_ranks[role.device] +
                           role.tp_rank);
       }
@@ -363,20 +363,13 @@ constexpr uint32_t kShardPartTag = 0xFFFFFC00u;
 class ShardedCheckpoint {
  public:
   ShardedCheckpoint(const ModelSpec& spec, const LayoutPlan& plan, const Setup& setup, int rank)
-      : spec_(spec), plan_(plan) {
-    std::vector<std::pair<int, int>> replica_of(plan.layout.dp);  // dp rank -> (pipeline, index)
-    for (size_t p = 0; p < plan.pipelines.size(); ++p) {
-      for (size_t r = 0; r < plan.pipelines[p].replicas.size(); ++r) {
-        replica_of[plan.pipelines[p].replicas[r].dp_rank] = {static_cast<int>(p),
-                                                             static_cast<int>(r)};
-      }
-    }
+      : spec_(spec), plan_(plan), rank_(rank) {
     const RankRole& me = setup.roles[rank];
     for (int l : HeldLayers(spec, plan, me)) {
       const int copies = spec.kinds[l] == "moe" ? plan.layout.ep : 1;
       std::vector<std::vector<int>> copy(copies);
       for (int e = 0; e < copies; ++e) {
-        const auto [p, r] = replica_of[e];
+        const auto [p, r] = setup.replica_of[e];
         const Plan& pp = plan.pipelines[p].plan;
         int device = 0;
         for (const StageAssignment& st : pp.stages) {
@@ -388,7 +381,6 @@ class ShardedCheckpoint {
       }
       copies_[l] = std::move(copy);
     }
-    rank_ = rank;
   }
 
   // This rank's part `own` of its layer: sent to the layer's writer, or (on the writer) merged
@@ -454,7 +446,7 @@ class ShardedCheckpoint {
  private:
   const ModelSpec& spec_;
   const LayoutPlan& plan_;
-  int rank_ = 0;
+  const int rank_;
   std::map<int, std::vector<std::vector<int>>> copies_;  // layer -> [ep rank][tp rank] -> rank
 };
 
