@@ -261,6 +261,19 @@ absl::StatusOr<std::vector<ParallelLayout>> Enumerate(const ModelGraph& model,
         "layout.ep: ", req.ep, " must divide the expert count of every MoE layer (the model has ",
         ExpertCount(model), " experts)"));
   }
+  // A degree the model's dimensions cannot take (TP not dividing the heads or FFN, EP the
+  // experts) is an error when asked for, and never proposed: nothing could run it.
+  if (req.tp > 0 || req.ep > 0) {
+    ParallelLayout asked;
+    asked.tp = std::max(1, req.tp);
+    asked.ep = std::max(1, req.ep);
+    RETURN_IF_ERROR(CheckLayoutAgainstModel(asked, model));
+  }
+  auto runnable_tp = [&](int tp) {
+    ParallelLayout l;
+    l.tp = tp;
+    return CheckLayoutAgainstModel(l, model).ok();
+  };
   const int model_tp = static_cast<int>(model.training.tp_degree);
   const int model_ep = static_cast<int>(model.training.ep_degree);
   std::vector<ParallelLayout> out;
@@ -268,7 +281,7 @@ absl::StatusOr<std::vector<ParallelLayout>> Enumerate(const ModelGraph& model,
     if (req.tp > 0 ? tp != req.tp : (model_tp > 1 ? tp != model_tp : node_size % tp != 0)) {
       continue;
     }
-    if (gpus % tp != 0) continue;
+    if (gpus % tp != 0 || !runnable_tp(tp)) continue;
     for (int pp : Divisors(gpus / tp)) {
       if (pp > model.num_layers() || (req.pp > 0 && pp != req.pp)) continue;
       const int dp = gpus / tp / pp;

@@ -125,6 +125,34 @@ TEST(LayoutTest, RequestErrorsNameTheField) {
   EXPECT_NE(std::string(r.status().message()).find("layout.ep: 2"), std::string::npos);
 }
 
+// Attention with 12 heads: TP 8 cannot split it. Asked for, it is an error naming the field;
+// left free, the search never proposes it.
+TEST(LayoutTest, TensorParallelismTheHeadsDoNotAllowIsRefusedAndNeverProposed) {
+  TrainingOptions t;
+  t.seq_len = 2048;
+  t.micro_batch_size = 1;
+  t.num_microbatches = 8;
+  absl::StatusOr<ModelGraph> model = ZooModel("llama3-8b", t);
+  ASSERT_TRUE(model.ok()) << model.status();
+  for (Layer& l : model->layers) {
+    if (l.kind == LayerKind::kAttention) l.dims.heads = l.dims.kv_heads = 12;
+  }
+  const Cluster cluster = *ClusterPreset("h100-1node");
+  LayoutRequest req;
+  req.tp = 8;
+  absl::StatusOr<LayoutResult> r = TuneLayout(*model, cluster, CostModel(), Options(), req);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(r.status().message()).find("layout.tp"), std::string::npos) << r.status();
+  EXPECT_NE(std::string(r.status().message()).find("heads = 12"), std::string::npos)
+      << r.status();
+  r = TuneLayout(*model, cluster, CostModel(), Options(), LayoutRequest{});
+  ASSERT_TRUE(r.ok()) << r.status();
+  for (const LayoutConsidered& c : r->considered) {
+    EXPECT_NE(c.layout.tp, 8) << c.layout.ToString();
+  }
+}
+
 Cluster H100Nodes(int nodes) {
   Cluster c = *ClusterPreset("h100-1node");
   const Node node = c.nodes[0];
