@@ -467,64 +467,60 @@ const std::vector<ZooEntry>& Entries() {
       {{"jamba-v0.1",
         "AI21 Jamba v0.1 (52B): 32 blocks, Mamba-1 mixers with attention every 8th block "
         "(i % 8 == 4), MoE FFN (16 experts, top-2) on odd blocks, dense SwiGLU MLP on even",
-        "huggingface.co/ai21labs/Jamba-v0.1 config.json (shared/data/architectures.json)"},
+        "huggingface.co/ai21labs/Jamba-v0.1 config.json"},
        JambaV0_1},
       {{"jamba-1.5-large",
         "AI21 Jamba-1.5-Large (398B total, 94B active): 72 blocks, 1 attention : 7 Mamba-1, "
         "MoE (16 experts, top-2) every other block",
-        "arXiv 2408.12570 section 2 (shared/data/architectures.json); assumptions: "
+        "arXiv 2408.12570 section 2; assumptions: "
         "intermediate_size 24576 (reproduces 398B total and 94B active), vocab 65536, attention "
         "offset 4, expert offset 1 and Mamba d_state 16 / expand 2 as Jamba v0.1, dt_rank h/16"},
        Jamba1_5Large},
       {{"nemotron-h-8b",
         "NVIDIA Nemotron-H 8B: 52 layers from the hybrid pattern (24 Mamba-2, 4 attention, "
         "24 relu² MLP)",
-        "NVIDIA-NeMo/Megatron-Bridge nemotronh provider and its HF-config test "
-        "(shared/data/architectures.json)"},
+        "NVIDIA-NeMo/Megatron-Bridge nemotronh provider and its HF-config test"},
        NemotronH8b},
       {{"nemotron-h-47b",
         "NVIDIA Nemotron-H 47B: 98 layers from the hybrid pattern (Mamba-2, attention, relu² "
         "MLP)",
-        "NVIDIA-NeMo/Megatron-Bridge nemotronh provider (shared/data/architectures.json); "
+        "NVIDIA-NeMo/Megatron-Bridge nemotronh provider; "
         "assumption: vocab 131072 as Nemotron-H 8B"},
        NemotronH47b},
       {{"nemotron-h-56b",
         "NVIDIA Nemotron-H 56B: 118 layers from the hybrid pattern (Mamba-2, attention, relu² "
         "MLP)",
-        "NVIDIA-NeMo/Megatron-Bridge nemotronh provider (shared/data/architectures.json); "
+        "NVIDIA-NeMo/Megatron-Bridge nemotronh provider; "
         "assumption: vocab 131072 as Nemotron-H 8B"},
        NemotronH56b},
       {{"deepseek-v3",
         "DeepSeek-V3 (671B): 61 MLA attention layers, dense SwiGLU MLP after layers 0-2, MoE "
         "(256 routed + 1 shared, top-8) after layers 3-60; the MTP module is left out",
-        "vLLM DeepseekV3Config defaults; official inference/configs/config_671B.json "
-        "(shared/data/architectures.json)"},
+        "vLLM DeepseekV3Config defaults; official inference/configs/config_671B.json"},
        DeepSeekV3},
       {{"mixtral-8x7b",
         "Mistral Mixtral 8x7B (46.7B): 32 blocks of GQA attention + MoE (8 experts, top-2)",
-        "huggingface.co/mistralai/Mixtral-8x7B-Instruct-v0.1 config.json "
-        "(shared/data/architectures.json)"},
+        "huggingface.co/mistralai/Mixtral-8x7B-Instruct-v0.1 config.json"},
        Mixtral8x7b},
       {{"llama3-8b", "Meta Llama-3 8B: 32 blocks of GQA attention + SwiGLU MLP",
-        "copies of meta-llama/Meta-Llama-3-8B config.json (shared/data/architectures.json)"},
+        "copies of meta-llama/Meta-Llama-3-8B config.json"},
        Llama3_8b},
       {{"llama3-70b", "Meta Llama-3 70B: 80 blocks of GQA attention + SwiGLU MLP",
-        "copies of meta-llama/Meta-Llama-3-70B config.json (shared/data/architectures.json)"},
+        "copies of meta-llama/Meta-Llama-3-70B config.json"},
        Llama3_70b},
       {{"llava-1.5-7b",
         "LLaVA-1.5 7B: CLIP ViT-L/14-336 (24 blocks over 576 image tokens), 2-layer GeLU "
         "projector, Vicuna-7B LLM (32 blocks); text embedding first",
-        "llava-hf/llava-1.5-7b-hf config.json (shared/data/architectures.json)"},
+        "llava-hf/llava-1.5-7b-hf config.json"},
        Llava1_5_7b},
       {{"qwen2-vl-7b",
         "Qwen2-VL 7B: ViT (32 blocks, width 1280) over 576 patches, 2x2 patch merger to 144 "
         "tokens, Qwen2-7B LLM (28 blocks); text embedding first",
-        "Qwen/Qwen2-VL-7B-Instruct config.json snapshots (shared/data/architectures.json); "
+        "Qwen/Qwen2-VL-7B-Instruct config.json snapshots; "
         "assumption: one 336x336 image per sample (LLaVA-1.5's image size)"},
        Qwen2Vl7b},
       {{"mamba2-2.7b", "state-spaces Mamba2 2.7B: 64 Mamba-2 mixers, no FFN",
-        "state-spaces/mamba2-2.7b config.json + Mamba2 module defaults "
-        "(shared/data/architectures.json)"},
+        "state-spaces/mamba2-2.7b config.json + Mamba2 module defaults"},
        Mamba2_2_7b},
   };
   return *entries;
