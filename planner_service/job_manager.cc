@@ -516,11 +516,31 @@ absl::StatusOr<proto::ReportStageTimesResponse> JobManager::ApplyReport(
     absl::Status s = store_->PutJob(it->second.job);
     (void)s;  // the calibration is stored; a lost intent only delays this re-plan
   }
-  logging::Event(*logging::Logger("replan"), spdlog::level::info, "measured deviation",
+  // One line per report at debug (agents report up to once a second per node); a re-plan, and
+  // a summary of the reports at most once a minute, at info.
+  logging::Event(*logging::Logger("replan"), replan ? spdlog::level::info : spdlog::level::debug,
+                 "measured deviation",
                  {{"job", request.job_id()}, {"deviation", update.max_deviation},
                   {"worst_stage", update.worst_stage},
                   {"vocab_deviation", update.vocab_reported ? update.vocab_deviation : 0.0},
                   {"replan", replan}});
+  ReportSummary& sum = report_summary_;
+  ++sum.reports;
+  sum.replans += replan ? 1 : 0;
+  if (update.max_deviation >= sum.max_deviation) {
+    sum.max_deviation = update.max_deviation;
+    sum.worst_job = request.job_id();
+  }
+  constexpr double kReportSummaryInterval = 60;
+  const double now = clock_->NowSeconds();
+  if (sum.since_s < 0) sum.since_s = now;
+  if (now - sum.since_s >= kReportSummaryInterval) {
+    logging::Event(*logging::Logger("replan"), spdlog::level::info, "stage-time reports",
+                   {{"reports", sum.reports}, {"seconds", now - sum.since_s},
+                    {"replans", sum.replans}, {"largest_deviation", sum.max_deviation},
+                    {"job_of_largest", sum.worst_job}});
+    sum = ReportSummary{now};
+  }
   if (observer_ && !device_busy.empty()) {
     observer_->OnDeviceBusy(request.job_id(), version, num_devices, device_busy);
   }

@@ -196,6 +196,16 @@ class JobManager {
   std::map<std::string, Entry> jobs_ ABSL_GUARDED_BY(mu_);
   std::map<int64_t, Subscription> subscriptions_ ABSL_GUARDED_BY(mu_);
   int64_t next_subscription_ ABSL_GUARDED_BY(mu_) = 1;
+  // Stage-time reports since the last info summary (each report logs at debug level; a summary
+  // at info at most once per kReportSummaryInterval of clock_).
+  struct ReportSummary {
+    double since_s = -1;  // clock_ seconds of the last summary; < 0: none yet
+    int reports = 0;
+    int replans = 0;
+    double max_deviation = 0;
+    std::string worst_job;
+  };
+  ReportSummary report_summary_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace octopipe::planner

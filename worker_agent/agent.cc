@@ -56,6 +56,7 @@ Agent::Agent(AgentOptions options, PlannerLink* link, RankLauncher* launcher,
              AgentObserver* observer)
     : options_(std::move(options)),
       clock_(ClockOrReal(options_.clock)),
+      report_pacer_(options_.report_every_iterations, options_.report_min_interval_s),
       link_(link),
       launcher_(launcher),
       observer_(observer) {}
@@ -252,6 +253,7 @@ absl::StatusOr<std::string> Agent::WriteRunDir(const AgentJob& job, const RunCon
 void Agent::BeginRun(const AgentJob& job, const RunnableJob& runnable, int restart_no,
                      const std::string& dir, int64_t resume_from, const std::string& store) {
   run_ = ActiveRun();
+  report_pacer_.Restart();
   run_.job_id = job.job_id;
   run_.version = job.version;
   run_.restart = restart_no;
@@ -423,10 +425,7 @@ void Agent::ReadProgress() {
         d.iteration_s += r.wall_s;
         ++d.iterations;
       }
-      if (options_.report_every_iterations > 0 &&
-          (run_.iterations_seen - 1) % options_.report_every_iterations == 0) {
-        ReportTimes();
-      }
+      if (report_pacer_.Due(run_.iterations_seen - 1, clock_.NowSeconds())) ReportTimes();
     }
   }
 }
@@ -510,6 +509,7 @@ void Agent::FinishRun(const std::vector<RankOutcome>& outcomes) {
   std::error_code ec;
   fs::remove_all(run_.dir, ec);  // its outcome is reported; rank logs went to the agent's stderr
   run_ = ActiveRun();
+  report_pacer_.Restart();
   SetState(registered_ ? AgentState::kWatching : AgentState::kRegistering);
 }
 

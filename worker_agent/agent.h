@@ -51,6 +51,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/clock.h"
+#include "worker_agent/report_pacer.h"
 #include "executor/model_spec.h"
 #include "executor/tcp_store.h"
 #include "worker_agent/checkpoint_replicator.h"
@@ -73,7 +74,8 @@ struct AgentOptions {
   std::string checkpoint_root;          // per job subdirectory (shared between nodes)
   double transport_timeout_s = 10;      // a lost peer fails the ranks within this
   double max_backoff_s = 5;             // planner retries back off up to this
-  int report_every_iterations = 5;      // stage times reported to the planner this often
+  int report_every_iterations = 5;      // stage times reported to the planner this often,
+  double report_min_interval_s = 1;     // and at most once per this many seconds (ReportPacer)
   int max_rank_restarts = 3;            // restarts of one version after its ranks failed
   // Peers each layer file written here is copied to (ReplicaNodes); < 0: every other node of
   // the plan. Any `checkpoint_replicas` nodes may be lost without losing a checkpoint.
@@ -231,6 +233,7 @@ class Agent {
 
   const AgentOptions options_;
   const Clock& clock_;
+  ReportPacer report_pacer_;
   PlannerLink* const link_;
   RankLauncher* const launcher_;
   AgentObserver* const observer_;

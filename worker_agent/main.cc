@@ -47,6 +47,9 @@ ABSL_FLAG(int, checkpoint_replicas, -1,
           "other nodes of a job each checkpoint layer file written here is copied to (the next "
           "ones in the sorted ring of the plan's nodes); -1: all. Any K nodes may be lost");
 ABSL_FLAG(int, report_every, 5, "report measured stage times every N iterations");
+ABSL_FLAG(double, report_min_interval_s, 1.0,
+          "...and at most once per this many seconds (times measured meanwhile go into the next "
+          "report; 0: by iterations only)");
 ABSL_FLAG(int, metrics_port, -1, "Prometheus /metrics port; 0 picks one; -1 off");
 ABSL_FLAG(std::string, metrics_host, "127.0.0.1", "address for /metrics");
 ABSL_FLAG(std::string, port_file, "",
@@ -108,6 +111,11 @@ int main(int argc, char** argv) {
   o.store_port = absl::GetFlag(FLAGS_store_port);
   o.transport_timeout_s = absl::GetFlag(FLAGS_transport_timeout_s);
   o.report_every_iterations = absl::GetFlag(FLAGS_report_every);
+  o.report_min_interval_s = absl::GetFlag(FLAGS_report_min_interval_s);
+  if (!(o.report_min_interval_s >= 0)) {
+    return Fail(absl::StrCat("--report_min_interval_s must be >= 0, got ",
+                             o.report_min_interval_s));
+  }
   o.max_backoff_s = absl::GetFlag(FLAGS_max_backoff_s);
   o.max_rank_restarts = absl::GetFlag(FLAGS_max_rank_restarts);
   o.checkpoint_replicas = absl::GetFlag(FLAGS_checkpoint_replicas);
