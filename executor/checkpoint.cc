@@ -373,6 +373,26 @@ absl::Status SaveRankCheckpoint(const std::string& root, int64_t iteration,
   return absl::OkStatus();
 }
 
+absl::StatusOr<int> SaveWholeRankLayers(const std::string& root, int64_t iteration,
+                                        std::vector<std::unique_ptr<Layer>>& layers,
+                                        const AdamW& optimizer,
+                                        const std::function<bool(int layer)>& whole) {
+  ASSIGN_OR_RETURN(std::vector<LayerCheckpoint> checkpoints,
+                   RankLayerCheckpoints(iteration, layers, optimizer));
+  int written = 0;
+  for (const LayerCheckpoint& c : checkpoints) {
+    const Layer* layer = layers[c.layer].get();
+    if (dynamic_cast<const VocabShardHead*>(layer) != nullptr ||
+        dynamic_cast<const VocabShardEmbedding*>(layer) != nullptr) {
+      continue;
+    }
+    if (whole && !whole(c.layer)) continue;
+    RETURN_IF_ERROR(WriteLayerCheckpoint(root, c));
+    ++written;
+  }
+  return written;
+}
+
 namespace {
 
 // A whole head's checkpoint cut to `shard`'s part (its params() order). kFailedPrecondition

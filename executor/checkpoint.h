@@ -94,6 +94,15 @@ absl::Status SaveRankCheckpoint(const std::string& root, int64_t iteration,
                                 std::vector<std::unique_ptr<Layer>>& layers,
                                 const AdamW& optimizer);
 
+// The layer files of RankLayerCheckpoints for the layers this rank holds whole: every non-null
+// entry of `layers` for which `whole(layer)` is true (null `whole`: all), skipping vocabulary
+// shards. What a rank can write alone, without its shard peers (a failure snapshot, see
+// TrainOptions::snapshot_on_failure). Returns how many layer files were written.
+absl::StatusOr<int> SaveWholeRankLayers(const std::string& root, int64_t iteration,
+                                        std::vector<std::unique_ptr<Layer>>& layers,
+                                        const AdamW& optimizer,
+                                        const std::function<bool(int layer)>& whole);
+
 // Loads the checkpoint of `iteration` into the non-null entries of `layers` and restores
 // `optimizer` (step and moments, in the ApplyAdamW order). A vocabulary shard of the head
 // takes its columns (and the gain, on the norm holder) of the whole head's file, one of the

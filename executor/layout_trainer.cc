@@ -549,6 +549,9 @@ absl::StatusOr<RankResult> TrainLayoutRank(const ModelSpec& spec, const LayoutPl
     }
     return absl::OkStatus();
   };
+  hooks.whole = [&](int layer) {
+    return plan.layout.tp == 1 && !(spec.kinds[layer] == "moe" && plan.layout.ep > 1);
+  };
   hooks.cut = [&](int layer, const std::vector<Tensor>& whole) {
     return CutShard(spec, plan, layer, role.ep_rank, role.tp_rank, whole);
   };

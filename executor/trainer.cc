@@ -185,6 +185,12 @@ absl::Status WritePipelineCheckpoint(const ModelSpec& spec, const Plan& plan, in
   return SaveRankCheckpoint(root, completed, result->layers, optimizer);
 }
 
+// The iterations of RunTrainingLoop from result->first_iteration on, and the final save.
+static absl::Status TrainIterations(const TrainOptions& options, const TrainingHooks& hooks,
+                                    int rank, Transport* transport, AdamW* optimizer,
+                                    const std::function<absl::Status(int)>& save,
+                                    int* last_saved, RankResult* result);
+
 absl::Status RunTrainingLoop(const ModelSpec& spec, int rank, Transport* transport,
                              const TrainOptions& options, const TrainingHooks& hooks,
                              RankResult* result) {
@@ -238,6 +244,30 @@ absl::Status RunTrainingLoop(const ModelSpec& spec, int rank, Transport* transpo
   };
   int last_saved = result->first_iteration;
   result->completed_iterations = result->first_iteration;
+  absl::Status trained = TrainIterations(options, hooks, rank, transport, &optimizer, save,
+                                         &last_saved, result);
+  if (trained.ok() || !options.snapshot_on_failure || !checkpoints ||
+      result->completed_iterations <= last_saved) {
+    return trained;
+  }
+  // See TrainOptions::snapshot_on_failure.
+  const int completed = result->completed_iterations;
+  absl::StatusOr<int> written = SaveWholeRankLayers(options.checkpoint_dir, completed,
+                                                    result->layers, optimizer, hooks.whole);
+  if (!written.ok()) {
+    return absl::Status(trained.code(),
+                        absl::StrCat(trained.message(), "; saving the state of iteration ",
+                                     completed, " failed too: ", written.status().message()));
+  }
+  if (options.on_snapshot) options.on_snapshot(completed, *written);
+  return trained;
+}
+
+static absl::Status TrainIterations(const TrainOptions& options, const TrainingHooks& hooks,
+                                    int rank, Transport* transport, AdamW* optimizer,
+                                    const std::function<absl::Status(int)>& save,
+                                    int* last_saved, RankResult* result) {
+  const bool checkpoints = !options.checkpoint_dir.empty();
   for (int it = result->first_iteration; it < options.iterations; ++it) {
     if (options.stoppable) {
       absl::StatusOr<bool> stop = AgreeOnStop(rank, transport, options);
@@ -258,20 +288,21 @@ absl::Status RunTrainingLoop(const ModelSpec& spec, int rank, Transport* transpo
       return absl::Status(stats.status().code(),
                           absl::StrCat("iteration ", it, ": ", stats.status().message()));
     }
-    if (options.step_optimizer) RETURN_IF_ERROR(ApplyAdamW(result->layers, &optimizer));
+    if (options.step_optimizer) RETURN_IF_ERROR(ApplyAdamW(result->layers, optimizer));
     result->completed_iterations = it + 1;
     if (checkpoints && options.checkpoint_interval > 0 &&
         (it + 1) % options.checkpoint_interval == 0) {
       RETURN_IF_ERROR(save(it + 1));
-      last_saved = it + 1;
+      *last_saved = it + 1;
     }
     if (options.on_iteration) options.on_iteration(it, *stats);
     result->iterations.push_back(std::move(*stats));
   }
   const bool save_now =
       result->stopped || (options.checkpoint_at_end && result->completed_iterations > 0);
-  if (checkpoints && save_now && last_saved != result->completed_iterations) {
+  if (checkpoints && save_now && *last_saved != result->completed_iterations) {
     RETURN_IF_ERROR(save(result->completed_iterations));
+    *last_saved = result->completed_iterations;
   }
   return absl::OkStatus();
 }

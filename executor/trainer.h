@@ -74,6 +74,20 @@ struct TrainOptions {
   std::function<void(int iteration, const IterationStats& stats)> on_iteration;
   // Called after each checkpoint this rank saved, with the iteration and seconds it took.
   std::function<void(int iteration, double seconds)> on_checkpoint;
+
+  // Recovery without rollback. When training fails after this run completed iterations past
+  // its last checkpoint (a peer was lost: an iteration's sends, receives or collectives, the
+  // stop agreement or a checkpoint's gathering failed), the rank writes the layers it holds
+  // whole (SaveWholeRankLayers: not TP/EP/vocabulary shards) from memory into checkpoint_dir
+  // as the checkpoint of the completed iterations, then returns the failure. That state is
+  // consistent: parameters and AdamW moments change only in the optimizer step, after an
+  // iteration's gradients are final, so a failed iteration has not touched them. Copies of a
+  // layer held by several ranks (data-parallel replicas) are identical and may all be written.
+  // Where the survivors hold every layer, the checkpoint of the completed iterations is then
+  // complete and a restart loses at most the interrupted iteration. on_snapshot is told the
+  // iteration and the number of layer files written.
+  bool snapshot_on_failure = false;
+  std::function<void(int iteration, int layers)> on_snapshot;
 };
 
 // The tag of rank 0's per-iteration stop/continue message (far above the engine's tags).
@@ -112,6 +126,9 @@ struct TrainingHooks {
   // Tensor- or expert-parallel shards: how a checkpoint's whole layer becomes this rank's part
   // (LoadRankCheckpoint); null for whole layers.
   ShardCutter cut;
+  // Whether this rank's copy of a layer is the whole layer (a failure snapshot writes only
+  // those); null: every layer it holds (vocabulary shards are skipped regardless).
+  std::function<bool(int layer)> whole;
 };
 absl::Status RunTrainingLoop(const ModelSpec& spec, int rank, Transport* transport,
                              const TrainOptions& options, const TrainingHooks& hooks,

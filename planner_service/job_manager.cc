@@ -13,6 +13,7 @@
 #include "planner_service/calibration.h"
 #include "simulator/evaluator.h"
 #include "simulator/problem_builder.h"
+#include "tuner/layout_simulation.h"
 
 namespace octopipe::planner {
 namespace {
@@ -22,6 +23,15 @@ absl::StatusOr<PlanningInput> InputOf(const JobRecord& job, const PlanningLimits
                       limits);
 }
 
+// The version's whole layout when it was planned as one (PlanResult.layout_plan); nullopt for
+// a single-pipeline version or one whose layout does not convert.
+std::optional<LayoutPlan> LayoutOfVersion(const proto::PlanVersion& version) {
+  if (!version.result().has_layout_plan()) return std::nullopt;
+  absl::StatusOr<LayoutPlan> layout = LayoutPlanFromProto(version.result().layout_plan());
+  if (!layout.ok()) return std::nullopt;
+  return std::move(*layout);
+}
+
 absl::Status NoJob(const std::string& job_id) {
   return absl::NotFoundError(absl::StrCat("job_id: no job '", job_id, "'"));
 }
@@ -29,7 +39,16 @@ absl::Status NoJob(const std::string& job_id) {
 // The current plan's objective under the given calibration, or an error when it no longer
 // applies (e.g. its devices are gone).
 absl::StatusOr<double> CurrentObjective(const PlanningInput& input, const Plan& p,
+                                        const std::optional<LayoutPlan>& layout,
                                         const std::vector<double>& factors) {
+  if (layout) {
+    // A layout is judged whole (every replica and the gradient all-reduces), as its
+    // replacement's prediction is (ObjectiveOf).
+    ASSIGN_OR_RETURN(LayoutSimulation sim,
+                     SimulateLayout(input.model, input.cluster, CostModel(), *layout,
+                                    input.tuner.link_contention, factors));
+    return sim.iteration_time_s;
+  }
   ASSIGN_OR_RETURN(ProblemBuilder builder,
                    ProblemBuilder::Create(input.model, input.cluster, CostModel(),
                                           p.num_devices, factors, p.vocab_parallel));
@@ -137,6 +156,7 @@ absl::Status JobManager::Recover() {
     if (!e.versions.empty()) {
       e.job.current_version = e.versions.back().version();
       e.current_plan = PlanFromProto(e.versions.back().result().plan());
+      e.current_layout = LayoutOfVersion(e.versions.back());
     }
     // Stored data that no longer passes validation (an older binary accepted it, or the
     // limits were lowered) makes the job FAILED with the reason; it is never planned, so it
@@ -172,6 +192,12 @@ bool JobManager::KnowsNode(const std::string& node_id) const {
 }
 
 absl::StatusOr<JobRecord> JobManager::Create(NewJob request) {
+  // Agents run whole layouts: a job they train is planned as one over every device of its
+  // cluster (PP x TP x EP x DP; layout_pp/tp/ep/dp fix degrees) unless num_devices asks for a
+  // single pipeline over that many. Stored so, so a re-plan chooses the same way.
+  if (request.training && request.spec.options.num_devices() == 0) {
+    request.spec.options.set_choose_layout(true);
+  }
   // Validate everything before anything is stored.
   ASSIGN_OR_RETURN(PlanningInput input,
                    PrepareInput(request.spec.model, request.spec.cluster, request.spec.options,
@@ -342,7 +368,7 @@ std::optional<JobManager::TaskInput> JobManager::TaskInputOf(const std::string& 
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return std::nullopt;
   const Entry& e = it->second;
-  TaskInput in{e.job, e.factors, 0, e.current_plan};
+  TaskInput in{e.job, e.factors, 0, e.current_plan, e.current_layout};
   if (!e.versions.empty()) in.current_version = e.versions.back().version();
   return in;
 }
@@ -365,7 +391,8 @@ bool JobManager::WorthAdopting(const std::string& job_id, ReplanReason reason,
                                const proto::PlanResult& result) {
   if (reason != ReplanReason::kMeasured || task.current_version == 0) return true;
   absl::StatusOr<double> now_s =
-      task.current_plan.ok() ? CurrentObjective(input, *task.current_plan, task.factors)
+      task.current_plan.ok()
+          ? CurrentObjective(input, *task.current_plan, task.current_layout, task.factors)
                              : absl::StatusOr<double>(task.current_plan.status());
   if (!now_s.ok()) return true;  // the current plan no longer applies
   const double new_s = ObjectiveOf(result, input.tuner);
@@ -442,13 +469,16 @@ void JobManager::AddVersion(const std::string& job_id, ReplanReason reason,
   version.set_reason_kind(ReplanReasonToProto(reason));
   version.set_reason(std::string(ReplanReasonName(reason)));
   version.set_created_unix_ms(UnixMillis());
-  FillDeviceSlots(cluster, result.plan().num_devices(), &version);
+  // One slot per rank: every rank of a layout, or the pipeline's devices.
+  const std::optional<LayoutPlan> layout = LayoutOfVersion(version);
+  FillDeviceSlots(cluster, layout ? layout->num_ranks : result.plan().num_devices(), &version);
   if (absl::Status stored = store_->PutPlanVersion(version); !stored.ok()) {
     e->job.last_error = std::string(stored.message());
     return;
   }
   e->versions.push_back(version);
   e->current_plan = PlanFromProto(version.result().plan());
+  e->current_layout = layout;
   e->job.current_version = version.version();
   if (version.version() == 1) policy_.OnFirstPlan(job_id, clock_->NowSeconds());
   e->job.state = result.feasible() ? JobState::kReady : JobState::kInfeasible;

@@ -30,6 +30,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "core/layout_plan.h"
 #include "core/clock.h"
 #include "core/plan.h"
 #include "core/replan_reason.h"
@@ -129,6 +130,9 @@ class JobManager {
     // The current version's plan in core form (converted once, when the version is adopted or
     // loaded); an error when there is no version yet or its plan does not convert.
     absl::StatusOr<Plan> current_plan = absl::FailedPreconditionError("no plan yet");
+    // The current version's whole layout when it was planned as one (every pipeline and
+    // replica); nullopt for a single-pipeline version.
+    std::optional<LayoutPlan> current_layout;
     std::vector<double> factors;  // calibration, one per layer (empty: none yet)
     bool planning = false;        // a task is queued or running
     // Another re-plan asked for while planning: runs once more after the task (not persisted;
@@ -148,6 +152,7 @@ class JobManager {
     std::vector<double> factors;
     int64_t current_version = 0;  // 0: no plan yet
     absl::StatusOr<Plan> current_plan;
+    std::optional<LayoutPlan> current_layout;
   };
 
   // Queues planning for the job (coalescing with a running task). `bounded` uses TrySubmit.

@@ -334,6 +334,10 @@ absl::StatusOr<proto::PlanResult> RunPlanning(const PlanningInput& input,
 }
 
 double ObjectiveOf(const proto::PlanResult& r, const TunerOptions& options) {
+  // A layout: its whole iteration (every replica, gradient all-reduces), as the executor runs it.
+  if (r.has_layout_plan() && r.layout_plan().predicted().iteration_time_s() > 0) {
+    return r.layout_plan().predicted().iteration_time_s();
+  }
   return options.objective == Objective::kSteadyState
              ? r.plan().predicted().steady_state_iteration_time_s()
              : r.plan().predicted().iteration_time_s();

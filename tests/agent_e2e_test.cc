@@ -366,6 +366,7 @@ TEST_F(AgentE2ETest, NodeLossResumeRejoinDrainAndFinalWeightsEqualAnUninterrupte
   EXPECT_NE(failed->message().find("rank 1"), std::string::npos)
       << "the error names the lost peer: " << failed->message();
   const double failed_after_s = failed->unix_ms() / 1e3 - killed_at;
+  const int64_t failed_iteration = failed->iteration();  // (WaitEvent reuses the pointer)
   EXPECT_LT(failed_after_s, 5 + 3) << "within the transport timeout";
 
   // 3. The planner drops node-b and re-plans on node-a alone, which resumes from a checkpoint.
@@ -385,12 +386,22 @@ TEST_F(AgentE2ETest, NodeLossResumeRejoinDrainAndFinalWeightsEqualAnUninterrupte
       failed_index, 60);
   ASSERT_NE(resumed, nullptr) << Events() << a.log();
   EXPECT_GT(resumed->iteration(), 0);
+  const int64_t resumed_iteration = resumed->iteration();
   const double kill_to_training_s = resumed->unix_ms() / 1e3 - killed_at;
+  // Recovered from the survivor's memory, not rolled back to the last checkpoint: node-a's
+  // rank saved the state of its last completed iteration as it failed, and that is where the
+  // survivor version resumed — at most the interrupted iteration is lost.
+  const proto::JobEvent* saved = WaitEvent(
+      [](const proto::JobEvent& e) { return e.kind() == "state_saved" && e.node_id() == "node-a"; },
+      events_before_kill, 1);
+  ASSERT_NE(saved, nullptr) << Events();
+  EXPECT_EQ(resumed_iteration, saved->iteration()) << Events();
+  EXPECT_LE(failed_iteration - resumed_iteration, 1) << Events();
   EXPECT_LT(kill_to_training_s, 2 /*heartbeat timeout*/ + 3 + 10 /*loaded machine*/);
   std::printf("kill -9 -> ranks failed: %.2f s; kill -9 -> training again on node-a: %.2f s "
               "(plan v%lld, resumed from iteration %lld)\n",
               failed_after_s, kill_to_training_s, static_cast<long long>(survivor_version),
-              static_cast<long long>(resumed->iteration()));
+              static_cast<long long>(resumed_iteration));
 
   // 4. node-b's agent comes back: the job is re-planned onto both nodes.
   const int events_before_join = Get().job().events_size();
@@ -648,7 +659,7 @@ class AgentVocabE2ETest : public AgentE2ETest {
 TEST_F(AgentVocabE2ETest, VocabParallelJobReportsItsPassesAndIsReplannedAndCompleted) {
   constexpr char kVocabModel[] =
       "ref:pattern=M*-E,hidden=32,heads=2,ffn=64,seq=32,vocab=16384,seed=5,microbatches=4";
-  constexpr int kVocabIterations = 60;
+  constexpr int kVocabIterations = 150;  // long enough to see the re-planned version run
   const std::string checkpoints = TmpDir("checkpoints-vocab");
   AgentProcess a("node-a", TmpDir("vocab-a"), checkpoints);
   AgentProcess b("node-b", TmpDir("vocab-b"), checkpoints);
@@ -664,6 +675,8 @@ TEST_F(AgentVocabE2ETest, VocabParallelJobReportsItsPassesAndIsReplannedAndCompl
   request.mutable_options()->set_time_budget_s(1);
   request.mutable_options()->set_seed(1);
   request.mutable_options()->set_vocab_parallel("on");
+  // One pipeline over both devices (a layout would be DP2, which splits no vocabulary).
+  request.mutable_options()->set_num_devices(2);
   proto::AgentTraining* t = request.mutable_training();
   t->set_reference_model(kVocabModel);
   t->set_iterations(kVocabIterations);

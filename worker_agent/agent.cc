@@ -8,6 +8,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "core/convert.h"
 #include "core/status_macros.h"
 #include "executor/checkpoint.h"
@@ -33,9 +34,12 @@ const char* AgentStateName(AgentState s) {
 
 absl::StatusOr<std::vector<LocalRank>> LocalRanksOf(const AgentJob& job, const std::string& node,
                                                     int num_devices) {
-  if (static_cast<int>(job.slots.size()) != job.plan.num_devices) {
+  // A link's single-pipeline version may come without its layout (AgentJob::layout).
+  const int num_ranks =
+      job.layout.pipelines.empty() ? job.plan.num_devices : job.layout.num_ranks;
+  if (static_cast<int>(job.slots.size()) != num_ranks) {
     return absl::FailedPreconditionError(
-        absl::StrCat("plan v", job.version, " has ", job.plan.num_devices, " devices but ",
+        absl::StrCat("plan v", job.version, " has ", num_ranks, " ranks but ",
                      job.slots.size(), " device slots"));
   }
   std::vector<LocalRank> out;
@@ -44,7 +48,7 @@ absl::StatusOr<std::vector<LocalRank>> LocalRanksOf(const AgentJob& job, const s
     if (slot.node != node) continue;
     if (slot.local_device < 0 || slot.local_device >= num_devices) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "plan v", job.version, " puts device ", d, " on device ", slot.local_device, " of node ",
+          "plan v", job.version, " puts rank ", d, " on device ", slot.local_device, " of node ",
           node, ", which has ", num_devices, " device(s)"));
     }
     out.push_back({d, slot.local_device});
@@ -227,7 +231,7 @@ RunConfig Agent::RunConfigOf(const AgentJob& job, const std::string& prefix,
   config.checkpoint_interval = job.checkpoint_interval;
   config.lr = job.lr;
   config.data_seed = job.data_seed;
-  config.num_ranks = job.plan.num_devices;
+  config.num_ranks = job.layout.num_ranks;
   config.transport = options_.transport;
   config.store_address = store;
   config.hostname = options_.advertise_host;
@@ -243,7 +247,7 @@ absl::StatusOr<std::string> Agent::WriteRunDir(const AgentJob& job, const RunCon
   fs::remove_all(dir, ec);
   fs::create_directories(dir, ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
-  if (absl::Status s = WritePlanFile(dir + "/plan.json", job.plan); !s.ok()) return s;
+  if (absl::Status s = WriteLayoutPlanFile(dir + "/plan.json", job.layout); !s.ok()) return s;
   if (absl::Status s = WriteFileAtomically(dir + "/run.json", RunConfigJson(config)); !s.ok()) {
     return s;
   }
@@ -260,15 +264,25 @@ void Agent::BeginRun(const AgentJob& job, const RunnableJob& runnable, int resta
   run_.dir = dir;
   run_.job = job;
   run_.holds_rank0 = job.slots[0].node == options_.node;
-  run_.tokens_per_iteration = static_cast<double>(job.plan.num_microbatches) *
+  run_.tokens_per_iteration = static_cast<double>(job.layout.global_microbatches) *
                               runnable.spec.dims.batch * runnable.spec.dims.seq_len;
   for (const LocalRank& r : runnable.ranks) run_.offsets[r.rank] = 0;
+  // Stage times are reported for pipeline 0 (the plan the version's result holds, whose stage
+  // and device numbers the planner calibrates against): by its replica 0's ranks, TP rank 0.
+  const std::vector<RankRole> roles = RankRoles(job.layout);
+  for (const LocalRank& r : runnable.ranks) {
+    const RankRole& role = roles[r.rank];
+    if (role.pipeline == 0 && role.replica == 0 && role.tp_rank == 0) {
+      run_.report_device[r.rank] = role.device;
+    }
+  }
   SetState(AgentState::kRunning);
   if (observer_) observer_->OnPlanVersion(job.job_id, job.version);
   if (restart_no > 0 && observer_) observer_->OnRankRestart(job.job_id);
   if (run_.holds_rank0) {
     Event(job.job_id, {resume_from > 0 ? "resumed" : "started", "", job.version, resume_from,
-                       absl::StrCat(job.plan.num_devices, " ranks, store ", store,
+                       absl::StrCat(job.layout.num_ranks, " ranks (", job.layout.layout.ToString(),
+                                    "), store ", store,
                                     restart_no > 0 ? absl::StrCat(", restart ", restart_no)
                                                    : std::string(),
                                     resume_from > 0
@@ -383,10 +397,12 @@ void Agent::ReadProgress() {
         n.has_loss = true;
         n.loss = r.loss;
       }
+      auto reported = run_.report_device.find(rank);
+      if (reported == run_.report_device.end()) continue;  // not pipeline 0's replica 0
       for (const auto& [key, sum] : r.ops) {
         n.ops[key].seconds += sum.seconds;
         n.ops[key].samples += sum.samples;
-        if (key.second != "S" && key.second != "T") n.stage_device[key.first] = rank;
+        if (key.second != "S" && key.second != "T") n.stage_device[key.first] = reported->second;
       }
       for (const auto& [key, sum] : r.layer_ops) {
         n.layer_ops[key].seconds += sum.seconds;
@@ -420,7 +436,9 @@ void Agent::ReadProgress() {
         run_.unreported_layers[key].samples += sum.samples;
       }
       for (const auto& [rank, r] : records) {
-        DeviceBusyReport& d = run_.unreported_devices[rank];
+        auto reported = run_.report_device.find(rank);
+        if (reported == run_.report_device.end()) continue;
+        DeviceBusyReport& d = run_.unreported_devices[reported->second];
         d.busy_s += r.busy_s;
         d.iteration_s += r.wall_s;
         ++d.iterations;
@@ -470,10 +488,11 @@ void Agent::FinishRun(const std::vector<RankOutcome>& outcomes) {
     reached = std::max(reached, o.completed_iterations);
   }
   ran_[run_.job_id] = run_.version;  // unless restarted below
+  ReportSnapshots(outcomes);
   if (!run_.lost.empty()) {
     Event(run_.job_id, {"rank_failed", "", run_.version, reached,
                         absl::StrCat(run_.lost, " lost with its node (a newer plan version "
-                                                "leaves it out): ranks stopped at once")});
+                                                "leaves it out)")});
   } else if (run_.abandoned) {
     if (run_.holds_rank0) {
       Event(run_.job_id, {"stopped", "", run_.version, reached,
@@ -513,6 +532,23 @@ void Agent::FinishRun(const std::vector<RankOutcome>& outcomes) {
   SetState(registered_ ? AgentState::kWatching : AgentState::kRegistering);
 }
 
+void Agent::ReportSnapshots(const std::vector<RankOutcome>& outcomes) {
+  std::map<int, std::vector<int>> ranks;  // iteration -> local ranks that saved it
+  int layers = 0;
+  for (const RankOutcome& o : outcomes) {
+    if (o.snapshot_iteration < 0) continue;
+    ranks[o.snapshot_iteration].push_back(o.rank);
+    layers += o.snapshot_layers;
+  }
+  for (const auto& [iteration, saved_by] : ranks) {
+    Event(run_.job_id,
+          {"state_saved", "", run_.version, iteration,
+           absl::StrCat("rank(s) ", absl::StrJoin(saved_by, ", "), " saved ", layers,
+                        " layer file(s) of iteration ", iteration,
+                        " from memory after the failure (the survivors resume from it)")});
+  }
+}
+
 bool Agent::RunProgressed() const {
   for (const auto& [rank, offset] : run_.offsets) {
     if (offset > 0) return true;
@@ -536,11 +572,22 @@ void Agent::LeaveSupersededRun(const AgentJob* newer) {
   if (newer != nullptr && newer->reason == "node_failure" && run_.lost.empty()) {
     run_.lost = LostRanks(run_.job.slots, *newer);
   }
-  const bool kill = !RunProgressed() || !run_.lost.empty();
+  // Peers lost after progress: the ranks fail on their own within the transport timeout,
+  // saving the state of the last completed iteration from memory as they go
+  // (TrainOptions::snapshot_on_failure); only those still running after it (and a grace for
+  // that write) are killed.
+  const bool progressed = RunProgressed();
+  const double now_s = clock_.NowSeconds();
+  if (!run_.lost.empty() && progressed && run_.kill_at_s < 0) {
+    constexpr double kSnapshotGraceS = 2;
+    run_.kill_at_s = now_s + options_.transport_timeout_s + kSnapshotGraceS;
+  }
+  const bool kill = !progressed || (!run_.lost.empty() && now_s >= run_.kill_at_s);
   if (!run_.superseded) {
     spdlog::info("agent {}: job {} moved on from v{}: {}", options_.node, run_.job_id,
                  run_.version,
-                 !run_.lost.empty()   ? "its peers were lost, stopping at once"
+                 !run_.lost.empty() && progressed
+                     ? "its peers were lost; its ranks save their state as they fail"
                  : kill ? "no iteration done yet, stopping at once"
                         : "stopping at the iteration boundary");
   }
@@ -553,9 +600,12 @@ void Agent::LeaveSupersededRun(const AgentJob* newer) {
   SetState(AgentState::kSwitching);
   if (kill) {
     // Still meeting its peers (or loading): nothing to save, and a peer may be waiting for
-    // this node's ranks of the newer version. Or a peer is gone: no clean stop is possible.
+    // this node's ranks of the newer version. Or a peer is gone and the ranks are still
+    // blocked past the transport timeout.
     run_.abandoned = run_.abandoned || run_.lost.empty();
     launcher_->KillAll();
+  } else if (!run_.lost.empty()) {
+    // Waiting for the ranks to fail (see above); no clean stop is possible.
   } else {
     launcher_->RequestStop();  // only acts where rank 0 runs; repeated until it stops
   }
@@ -569,7 +619,12 @@ void Agent::FollowJobs(double now_s) {
   if (backoff_s_ == 0 && now_s >= next_jobs_poll_s_) {
     next_jobs_poll_s_ = now_s + kJobPollS;
     jobs = link_->AgentJobs();
-    if (jobs.ok()) jobs_ = std::move(*jobs);
+    if (jobs.ok()) {
+      jobs_ = std::move(*jobs);
+      for (AgentJob& j : jobs_) {
+        if (j.layout.pipelines.empty()) j.layout = SinglePipelineLayout(j.plan);
+      }
+    }
   }
   if (state_ == AgentState::kRunning || state_ == AgentState::kSwitching) {
     ReadProgress();

@@ -14,16 +14,25 @@
 // completion, and only while it is the newest this agent has seen. When a newer version
 // appears, a run that has completed no iteration yet (its ranks are still meeting, e.g. waiting
 // for a peer that went straight to the newer version) is killed at once — nothing is lost, its
-// resume checkpoint is still the newest —, so is one whose peers the newer version says were
-// lost (a node_failure version leaving out a node of the run: its ranks cannot stop cleanly and
-// may be blocked on the dead peer until the transport timeout), and one that is training stops
-// at the next iteration boundary. A run whose ranks fail (a peer was lost: the transport names
-// it within its timeout) is reported as a "rank_failed" job event and, while its version is
-// still the newest, restarted from the newest complete checkpoint under a fresh rendezvous
-// prefix ("JOB/vV/rN", restart N) up to `max_rank_restarts` times (every node's ranks fail together, so their agents count the
-// same N); a node loss makes the planner publish a newer version within its heartbeat timeout,
-// which supersedes the restart. An unreachable planner changes nothing for running ranks; the
-// agent retries with exponential back-off (capped) and re-registers when the planner forgot it.
+// resume checkpoint is still the newest —; one whose peers the newer version says were lost (a
+// node_failure version leaving out a node of the run: its ranks cannot stop cleanly) is left to
+// fail on its own within the transport timeout and killed only if it is still running then
+// (plus a grace); one that is training stops at the next iteration boundary. A run whose ranks
+// fail (a peer was lost: the transport names it within its timeout) is reported as a
+// "rank_failed" job event and, while its version is still the newest, restarted from the newest
+// complete checkpoint under a fresh rendezvous prefix ("JOB/vV/rN", restart N) up to
+// `max_rank_restarts` times (every node's ranks fail together, so their agents count the same
+// N); a node loss makes the planner publish a newer version within its heartbeat timeout, which
+// supersedes the restart. An unreachable planner changes nothing for running ranks; the agent
+// retries with exponential back-off (capped) and re-registers when the planner forgot it.
+//
+// Recovery from the survivors' memory: a failing rank writes the layers it holds whole, as they
+// are after the last completed iteration, into this node's checkpoint directory
+// (TrainOptions::snapshot_on_failure; reported as a "state_saved" event). Those files are
+// replicated and gathered like any checkpoint's (below), so when the surviving replicas hold
+// every layer the newest complete checkpoint is that iteration: the next run loses at most the
+// interrupted iteration. Layers with no surviving whole copy (or TP/EP shards) come from the
+// last periodic checkpoint, and then the whole run resumes from that older iteration.
 //
 // Rendezvous without a shared file system: every agent serves a TCP store (executor/tcp_store.h)
 // and registers its address; the ranks of version v connect through the store of the agent
@@ -164,7 +173,8 @@ class Agent {
     bool holds_rank0 = false;
     bool superseded = false;  // a newer version (or none for this node) was seen
     bool abandoned = false;   // killed before its first iteration because superseded
-    std::string lost;         // killed because a newer version says its peers were lost
+    std::string lost;         // a newer version says its peers were lost
+    double kill_at_s = -1;    // then: killed if still running at this clock_ time
     std::map<int, size_t> offsets;  // jsonl read offsets per local rank
     std::map<int, std::map<int, IterationRecord>> partial;  // iteration -> rank -> record
     double tokens_per_iteration = 0;
@@ -172,6 +182,9 @@ class Agent {
     StageOpTimes unreported_layers;
     // Plan device -> busy and iteration seconds summed over the unreported iterations.
     std::map<int, DeviceBusyReport> unreported_devices;
+    // Local rank -> the pipeline-0 device whose times it reports (see BeginRun); ranks of
+    // other pipelines, replicas or TP ranks are not reported.
+    std::map<int, int> report_device;
     int iterations_seen = 0;
     int completed = 0;  // iterations complete on every local rank
   };
@@ -217,6 +230,9 @@ class Agent {
                                         const std::vector<std::string>& holders);
   void ReadProgress();
   void FinishRun(const std::vector<RankOutcome>& outcomes);
+  // A "state_saved" event per iteration some local rank saved from memory after a failure
+  // (RankOutcome::snapshot_iteration).
+  void ReportSnapshots(const std::vector<RankOutcome>& outcomes);
   // A newer version is out (`newer`, null when the job no longer lists this node or is gone):
   // kill a run that has not completed an iteration or whose peers the newer version says were
   // lost (node_failure), stop one that is training at the iteration boundary.

@@ -80,6 +80,12 @@ class GrpcPlannerLink final : public PlannerLink {
       a.created_unix_ms = got.current().created_unix_ms();
       a.reason = got.current().reason();
       a.plan = std::move(*plan);
+      if (got.current().result().has_layout_plan()) {
+        absl::StatusOr<LayoutPlan> layout =
+            LayoutPlanFromProto(got.current().result().layout_plan());
+        if (!layout.ok()) continue;  // not runnable; the planner validated what it wrote
+        a.layout = std::move(*layout);
+      }
       for (const proto::DeviceSlot& slot : got.current().device_slots()) {
         a.slots.push_back({slot.node_id(), slot.local_device()});
       }

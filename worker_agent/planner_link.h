@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/layout_plan.h"
 #include "core/plan.h"
 #include "worker_agent/run_files.h"
 
@@ -28,8 +29,12 @@ struct AgentJob {
   int64_t version = 0;  // 0: no plan yet
   int64_t created_unix_ms = 0;  // when the planner made the version
   std::string reason;           // why: initial, measured, node_failure, drain, node_join
-  Plan plan;
-  std::vector<DeviceSlot> slots;  // by plan device
+  Plan plan;  // pipeline 0's plan (the one stage-time reports refer to)
+  // The whole layout the ranks run: every pipeline, replica and TP/EP group. A link that gets
+  // a single-pipeline version may leave it empty: the agent then runs `plan` as one pipeline
+  // (SinglePipelineLayout).
+  LayoutPlan layout;
+  std::vector<DeviceSlot> slots;  // by rank (for a single pipeline: by plan device)
   std::string reference_model;
   int iterations = 1;
   int checkpoint_interval = 0;
@@ -68,7 +73,8 @@ struct DeviceBusyReport {
 };
 
 struct JobEventReport {
-  std::string kind;  // rank_failed, resumed, plan_refused, started, stopped, completed
+  // rank_failed, state_saved, resumed, plan_refused, started, stopped, completed
+  std::string kind;
   std::string node;
   int64_t plan_version = 0;
   int64_t iteration = 0;

@@ -12,6 +12,7 @@
 #include "core/convert.h"
 #include "core/schedule.h"
 #include "executor/model_spec.h"
+#include "executor/layout_trainer.h"
 #include "executor/trainer.h"
 #include "executor/transport_factory.h"
 #include "worker_agent/run_files.h"
@@ -43,13 +44,20 @@ StageOpTimes OpsOf(const executor::IterationStats& stats, double* busy) {
   return ops;
 }
 
-absl::StatusOr<RankOutcome> Train(const std::string& run_dir, int rank, int local_device) {
+// `saved`: the failure snapshot this rank wrote, also when training fails (see RankOutcome).
+absl::StatusOr<RankOutcome> Train(const std::string& run_dir, int rank, int local_device,
+                                  RankOutcome* saved) {
   absl::StatusOr<std::string> text = ReadWholeFile(run_dir + "/run.json");
   if (!text.ok()) return text.status();
   absl::StatusOr<RunConfig> config = ParseRunConfig(*text);
   if (!config.ok()) return config.status();
-  absl::StatusOr<Plan> plan = LoadPlanFile(run_dir + "/plan.json");
+  absl::StatusOr<LayoutPlan> plan = LoadLayoutPlanFile(run_dir + "/plan.json");
   if (!plan.ok()) return plan.status();
+  if (plan->num_ranks != config->num_ranks) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(run_dir, "/plan.json: the layout has ", plan->num_ranks,
+                     " ranks, run.json num_ranks is ", config->num_ranks));
+  }
   absl::StatusOr<executor::ModelSpec> spec = executor::ParseModelSpec(config->reference_model);
   if (!spec.ok()) return spec.status();
   executor::TransportConfig tc;
@@ -79,6 +87,13 @@ absl::StatusOr<RankOutcome> Train(const std::string& run_dir, int rank, int loca
   o.resume_iteration = config->resume_iteration;
   o.stoppable = true;
   o.stop_requested = [] { return g_stop_requested.load(); };
+  // A lost peer: the state of the last completed iteration is written as it is in memory, so
+  // the survivors resume from it rather than roll back to the last checkpoint.
+  o.snapshot_on_failure = true;
+  o.on_snapshot = [&](int iteration, int layers) {
+    saved->snapshot_iteration = iteration;
+    saved->snapshot_layers = layers;
+  };
   int counted = 0;
   double checkpoint_s = -1;
   o.on_checkpoint = [&](int, double seconds) { checkpoint_s = seconds; };
@@ -108,9 +123,11 @@ absl::StatusOr<RankOutcome> Train(const std::string& run_dir, int rank, int loca
     }
   };
   absl::StatusOr<executor::RankResult> result =
-      executor::TrainRank(*spec, *plan, rank, transport->get(), o);
+      executor::TrainLayoutRank(*spec, *plan, rank, transport->get(), o);
   if (!result.ok()) return result.status();
   outcome.ok = true;
+  outcome.snapshot_iteration = saved->snapshot_iteration;
+  outcome.snapshot_layers = saved->snapshot_layers;
   outcome.stopped = result->stopped;
   outcome.first_iteration = result->first_iteration;
   outcome.completed_iterations = result->completed_iterations;
@@ -121,11 +138,13 @@ absl::StatusOr<RankOutcome> Train(const std::string& run_dir, int rank, int loca
 
 int RunRankProcess(const std::string& run_dir, int rank, int local_device) {
   InstallStopHandler();
-  absl::StatusOr<RankOutcome> outcome = Train(run_dir, rank, local_device);
+  RankOutcome saved;
+  absl::StatusOr<RankOutcome> outcome = Train(run_dir, rank, local_device, &saved);
   RankOutcome out;
   if (outcome.ok()) {
     out = std::move(*outcome);
   } else {
+    out = saved;
     out.rank = rank;
     out.error = std::string(outcome.status().message());
     std::cerr << "octopipe-agent rank " << rank << ": " << out.error << "\n";

@@ -116,6 +116,8 @@ std::string RankOutcomeJson(const RankOutcome& o) {
               {"first_iteration", o.first_iteration},
               {"completed_iterations", o.completed_iterations},
               {"error", o.error},
+              {"snapshot_iteration", o.snapshot_iteration},
+              {"snapshot_layers", o.snapshot_layers},
               {"ops", OpsJson(o.ops)}}
       .dump();
 }
@@ -129,6 +131,8 @@ absl::StatusOr<RankOutcome> ParseRankOutcome(const std::string& text) {
     o.first_iteration = j.at("first_iteration").get<int>();
     o.completed_iterations = j.at("completed_iterations").get<int>();
     o.error = j.at("error").get<std::string>();
+    o.snapshot_iteration = j.value("snapshot_iteration", -1);
+    o.snapshot_layers = j.value("snapshot_layers", 0);
     o.ops = OpsFromJson(j.at("ops"));
     return o;
   });

@@ -67,6 +67,10 @@ struct RankOutcome {
   int completed_iterations = 0;
   std::string error;
   StageOpTimes ops;  // summed over the iterations this run made (after the first one)
+  // After a failure: the iteration whose state this rank saved from memory (its whole layers,
+  // TrainOptions::snapshot_on_failure) and how many layer files; -1 / 0: none.
+  int snapshot_iteration = -1;
+  int snapshot_layers = 0;
 };
 
 std::string RunConfigJson(const RunConfig& config);
