@@ -118,8 +118,15 @@ absl::Status ErrnoError(const std::string& what, const std::string& path) {
 
 // Writes `bytes` to `path` atomically: temporary file, fsync, rename, fsync of the directory.
 absl::Status WriteAtomically(const std::string& path, const std::string& bytes) {
+  // Unique across processes of different hosts or containers writing the same file on shared
+  // storage (replicas of a layer may all write it, e.g. a failure snapshot): pid, host and a
+  // per-process counter.
   static std::atomic<int> counter{0};
-  const std::string tmp = absl::StrCat(path, ".tmp.", getpid(), ".", counter++);
+  static const std::string host = [] {
+    char name[256] = {};
+    return ::gethostname(name, sizeof(name) - 1) == 0 ? std::string(name) : std::string("host");
+  }();
+  const std::string tmp = absl::StrCat(path, ".tmp.", host, ".", getpid(), ".", counter++);
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoError("cannot create", tmp);
   size_t done = 0;
