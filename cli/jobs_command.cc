@@ -7,6 +7,7 @@
 #include "cli/inputs.h"
 #include "cli/planner_client.h"
 #include "cli/table.h"
+#include "core/layout_plan.h"
 #include "core/convert.h"
 
 namespace octopipe::cli {
@@ -47,13 +48,33 @@ std::string ReasonText(const proto::PlanVersion& v) {
   return r.ok() ? std::string(ReplanReasonName(*r)) : v.reason();
 }
 
+// "JOB vN (REASON): S stages on D devices, iteration T, bubble B"; a layout version says its
+// layout, ranks and whole iteration first, then pipeline 0's stages:
+// "JOB vN (REASON): layout PP2 x TP1 x EP1 x DP2 (pp outer) on 4 ranks, iteration T;
+// pipeline 0: S stages on D devices, bubble B".
 std::string VersionLine(const proto::PlanVersion& v) {
   const proto::Prediction& p = v.result().plan().predicted();
+  const char* infeasible = v.result().feasible() ? "" : " [INFEASIBLE]";
+  if (v.result().has_layout_plan()) {
+    const proto::LayoutPlan& l = v.result().layout_plan();
+    const proto::ParallelLayoutSpec& d = l.layout();
+    ParallelLayout layout;
+    layout.pp = d.pp();
+    layout.tp = d.tp();
+    layout.ep = d.ep();
+    layout.dp = d.dp();
+    layout.pp_outer = d.rank_order() != "tp-pp-dp";
+    return absl::StrFormat(
+        "%s v%d (%s): layout %s on %d ranks, iteration %s; pipeline 0: %d stages on %d devices, "
+        "bubble %s%s",
+        v.job_id(), v.version(), ReasonText(v), layout.ToString(), l.num_ranks(),
+        FormatSeconds(l.predicted().iteration_time_s()), v.result().plan().stages_size(),
+        v.result().plan().num_devices(), FormatPercent(p.bubble_ratio()), infeasible);
+  }
   return absl::StrFormat("%s v%d (%s): %d stages on %d devices, iteration %s, bubble %s%s",
                          v.job_id(), v.version(), ReasonText(v), v.result().plan().stages_size(),
                          v.result().plan().num_devices(), FormatSeconds(p.iteration_time_s()),
-                         FormatPercent(p.bubble_ratio()),
-                         v.result().feasible() ? "" : " [INFEASIBLE]");
+                         FormatPercent(p.bubble_ratio()), infeasible);
 }
 
 // Flags of every jobs subcommand (each declares the ones it takes).
