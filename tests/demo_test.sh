@@ -51,6 +51,18 @@ if "node_failure" in reasons and "node_join" in reasons and \
     errors.append("node_join came before node_failure: %s" % reasons)
 if s["lost_node"] != "node-b":
     errors.append("lost_node %r, want node-b" % s["lost_node"])
+for v in s["plan_versions"]:
+    if not v.get("layout", "").startswith("PP"):
+        errors.append("version %s names no layout: %r" % (v["version"], v.get("layout")))
+if s.get("recovered_from") not in ("peers", "checkpoint"):
+    errors.append("recovered_from %r, want peers or checkpoint" % s.get("recovered_from"))
+lost = s.get("iterations_lost")
+if not isinstance(lost, int) or lost < 0:
+    errors.append("iterations_lost %r, want an integer >= 0" % lost)
+elif s.get("recovered_from") == "peers" and lost > 1:
+    errors.append("recovered from the peers' memory but lost %d iterations (want <= 1)" % lost)
+elif s.get("recovered_from") == "checkpoint" and lost > s["iterations"]:
+    errors.append("iterations_lost %d is more than the job's iterations" % lost)
 if not s["resumed_from_iteration"] > 0:
     errors.append("resumed_from_iteration %r, want > 0" % s["resumed_from_iteration"])
 final, ref = s["final_loss"], s["uninterrupted_final_loss"]
@@ -60,7 +72,7 @@ for e in errors:
     print("FAIL:", e)
 if errors:
     sys.exit(1)
-print("PASS: versions %s, resumed from iteration %d, final loss %.9g == %.9g" %
-      (", ".join("v%d %s" % (v["version"], v["reason"]) for v in s["plan_versions"]),
-       s["resumed_from_iteration"], final, ref))
+print("PASS: versions %s, resumed from iteration %d (%s, %d lost), final loss %.9g == %.9g" %
+      (", ".join("v%d %s %s" % (v["version"], v["reason"], v["layout"]) for v in s["plan_versions"]),
+       s["resumed_from_iteration"], s["recovered_from"], s["iterations_lost"], final, ref))
 PY

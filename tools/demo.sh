@@ -3,8 +3,10 @@
 #   planner + two worker agents (nodes node-a, node-b, one CPU device each) + Prometheus scraping
 #   all three; a training job on a small reference model; plan v1 -> training with the measured
 #   bubble -> calibrated re-plan -> `kill -9` of node-b's agent (its ranks die with it) -> re-plan
-#   on the devices left -> resume from the last checkpoint -> node-b's agent restarted -> re-plan
-#   onto it -> completed -> the final loss compared with an uninterrupted single-process run.
+#   on the devices left -> resume (from the state the survivors saved from memory when they hold
+#   every layer, as under data parallelism; else from the last checkpoint) -> node-b's agent
+#   restarted -> re-plan onto it -> completed -> the final loss compared with an uninterrupted
+#   single-process run. The planner chooses the layout (PP x TP x EP x DP) of every version.
 # Ends with a summary table and the Prometheus URL. See --help for the flags; the one-shot
 # planning example is tools/plan_demo.sh (or `tools/demo.sh --plan_only [octopipe plan flags]`).
 #
@@ -24,9 +26,10 @@ runs the system: planner, two agents (node-a, node-b), Prometheus; trains a job,
 agent mid-run, restarts it, and checks the final loss against an uninterrupted run.
 
   --keep                    leave the services running at the end (prints how to stop them)
-  --summary=FILE            write a JSON summary: plan_versions [{version, reason}], lost_node,
-                            resumed_from_iteration, final_loss, uninterrupted_final_loss,
-                            agent_overhead_ratio, last_plan_switch_s, ...
+  --summary=FILE            write a JSON summary: plan_versions [{version, reason, layout}],
+                            lost_node, resumed_from_iteration, recovered_from (peers: the
+                            survivors' memory; checkpoint), iterations_lost, final_loss,
+                            uninterrupted_final_loss, agent_overhead_ratio, last_plan_switch_s, ...
   --iterations=N            training iterations of the job (default 1000)
   --checkpoint_interval=K   checkpoint every K iterations (default 5)
   --timeout=SECONDS         give up (and tail the logs) after this long (default 170)
@@ -235,8 +238,11 @@ pid[uninterrupted]=$!
 # --- the job -------------------------------------------------------------------------------
 cat >"$work/two-nodes.json" <<'JSON'
 {"name": "two-nodes", "hardware": [{"name": "cpu", "peak_flops": 1e11, "memory_bytes": 8e9,
-  "memory_bandwidth": 1e10}], "nodes": [{"name": "node-a", "hardware": "cpu", "num_devices": 1},
-  {"name": "node-b", "hardware": "cpu", "num_devices": 1}],
+  "memory_bandwidth": 1e10}],
+ "nodes": [{"name": "node-a", "hardware": "cpu", "num_devices": 1,
+            "intra_node_link": {"bandwidth": 1e10, "latency_s": 1e-5}},
+           {"name": "node-b", "hardware": "cpu", "num_devices": 1,
+            "intra_node_link": {"bandwidth": 1e10, "latency_s": 1e-5}}],
  "inter_node_link": {"bandwidth": 1e9, "latency_s": 1e-4}}
 JSON
 "$cli_bin" jobs create --planner="$planner" --cluster="$work/two-nodes.json" --model="$model" \
@@ -249,7 +255,7 @@ say "job $job created: $model, $iterations iterations, checkpoint every $ckpt"
 pid[watch]=$!
 
 # job_state: one line per fact of `jobs get --json`:
-#   V <version> <reason> <stages> <predicted bubble> <nodes>   (the current plan)
+#   V <version> <reason> <stages> <predicted bubble> <nodes> <layout>   (every version seen)
 #   E <kind> <plan version> <iteration> <node>          (each event)
 #   H <node holding the model's head (the loss) in the current plan>
 #   P <max iteration recorded by any rank>              (from the run directories)
@@ -271,18 +277,28 @@ try:
     watched = open(sys.argv[1] + "/versions.log").read().splitlines()
 except OSError:
     watched = []
+# A layout version: "JOB vN (REASON): layout PP2 x TP1 x EP1 x DP2 (pp outer) on 4 ranks, ...;
+# pipeline 0: S stages on D devices, bubble B".
 for line in watched:
-    m = re.match(r"\S+ v(\d+) \(([^)]+)\): (\d+) stages on (\d+) devices.*bubble (\S+)", line)
+    m = re.match(r"\S+ v(\d+) \(([^)]+)\): (?:layout (.+?) \(\S+ outer\) on (\d+) ranks.*?; "
+                 r"pipeline 0: )?(\d+) stages on (\d+) devices.*bubble (\S+)", line)
     if m:
         v = int(m.group(1))
-        print("V", v, m.group(2), m.group(3), m.group(5),
-              current_nodes.get(v, m.group(4) + "_devices"))
+        layout = (m.group(3) or "PP%s" % m.group(6)).replace(" ", "")
+        print("V", v, m.group(2), m.group(5), m.group(7),
+              current_nodes.get(v, (m.group(4) or m.group(6)) + "_ranks"), layout)
 if c:
-    plan = c.get("result", {}).get("plan", {})
+    result = c.get("result", {})
+    plan = result.get("plan", {})
     stages = plan.get("stages", [])
     slots = c.get("device_slots", [])
     if stages and slots:
         head = max(stages, key=lambda st: st.get("last_layer", 0)).get("device", 0)
+        # Under a layout, device `head` of pipeline 0 (its replica 0) is a rank.
+        pipelines = result.get("layout_plan", {}).get("pipelines", [])
+        if pipelines and pipelines[0].get("replicas"):
+            ranks = pipelines[0]["replicas"][0].get("device_ranks", [])
+            head = ranks[head] if head < len(ranks) else head
         print("H", slots[head].get("node_id", "?") if head < len(slots) else "?")
 for e in r.get("job", {}).get("events", []):
     print("E", e.get("kind", "?"), e.get("plan_version", 0), e.get("iteration", 0),
@@ -305,6 +321,9 @@ phase=train_v1    # train_v1 -> calibrated -> killed -> resumed -> rejoined -> d
 head_node=""
 lost_node=node-b
 resumed_from=-1
+saved_iterations=""   # iterations some survivor saved from memory (state_saved events)
+failed_reached=0      # the most iterations a survivor had completed when its ranks failed
+lost_reached=0        # ... and the lost node's ranks, from their records
 replanned_without_lost=0
 failure_version=0
 kill_after=-1
@@ -313,13 +332,13 @@ while :; do
   check_time "the job to complete (phase: $phase)"
   state="$(job_state)"
   progress="$(awk '$1 == "P" {print $2}' <<<"$state")"
-  while read -r tag a b c d e; do
+  while read -r tag a b c d e f; do
     case "$tag" in
       V)
         [ -n "${seen[v$a]:-}" ] && continue
         seen[v$a]=1
-        versions+=("$a:$b")
-        say "plan v$a (reason $b): $c stages on $e, predicted bubble $d"
+        versions+=("$a:$b:$f")
+        say "plan v$a (reason $b): layout $f on $e, pipeline 0 in $c stages, predicted bubble $d"
         [ "$b" = node_join ] && [ "$phase" = resumed ] && phase=rejoined
         if [ "$b" = node_failure ] && [ "$phase" = killed ]; then
           replanned_without_lost=1
@@ -337,17 +356,39 @@ while :; do
         seen[$key]=1
         case "$a" in
           resumed)
-            say "event: $d resumed v$b from checkpoint iteration $c"
+            say "event: $d resumed v$b from iteration $c"
             # (A resume before the node_failure version is the survivor restarting its ranks on
             # the old plan while the planner has not yet noticed the loss: keep waiting.)
             if [ "$phase" = killed ] && [ "$c" -gt 0 ] && [ "$replanned_without_lost" = 1 ] &&
               [ "$b" -ge "$failure_version" ]; then
               resumed_from="$c"
               phase=resumed
+              # The iterations the lost node's ranks had completed (their records survive the
+              # kill -9), for iterations_lost.
+              lost_reached="$(python3 - "$work/$lost_node" <<'LOSTPY'
+import glob, json, sys
+top = 0
+for f in glob.glob(sys.argv[1] + "/runs/*/rank-*.jsonl"):
+    for line in open(f):
+        try:
+            top = max(top, json.loads(line)["iteration"] + 1)
+        except (ValueError, KeyError):
+            pass
+print(top)
+LOSTPY
+)"
               start_agent "$lost_node" "${agent_metrics[$lost_node]}"
               write_agent_targets
               say "agent $lost_node restarted (metrics :${agent_metrics[$lost_node]})"
             fi
+            ;;
+          state_saved)
+            say "event: $d saved its ranks' state of iteration $c from memory as they failed"
+            saved_iterations="$saved_iterations $c"
+            ;;
+          rank_failed)
+            say "event: rank_failed on $d (v$b, after iteration $c)"
+            [ "$phase" = killed ] && [ "$c" -gt "$failed_reached" ] && failed_reached="$c"
             ;;
           completed)
             say "event: job completed (v$b, iteration $c)"
@@ -402,12 +443,20 @@ overhead="$(awk -v j="job_id=\"$job\"" '$1 ~ /^octopipe_agent_overhead_ratio\{/ 
 switch_s="$(awk -v j="job_id=\"$job\"" '$1 ~ /^octopipe_agent_plan_switch_seconds\{/ && index($1, j) {print $2; exit}' <<<"$head_metrics")"
 python3 - "$work" "$iterations" "$summary" "$lost_node" "$resumed_from" "$prom_port" \
   "$((SECONDS - start))" "${final_loss:-nan}" "${overhead:-nan}" "${switch_s:-nan}" \
+  "$(( failed_reached > lost_reached ? failed_reached : lost_reached ))" "$saved_iterations" \
   "${versions[@]}" <<'PY' || fail "the final loss differs from the uninterrupted run's"
 import glob, json, sys
 import math
 work, iterations, summary, lost, resumed, prom, wall, final, overhead, switch_s = sys.argv[1:11]
+reached, saved = int(sys.argv[11]), [int(x) for x in sys.argv[12].split()]
 iterations = int(iterations)
-versions = [{"version": int(v.split(":")[0]), "reason": v.split(":", 1)[1]} for v in sys.argv[11:]]
+versions = []
+for v in sys.argv[13:]:
+    number, reason, layout = (v.split(":") + ["", ""])[:3]
+    versions.append({"version": int(number), "reason": reason, "layout": layout})
+# Recovered from the survivors' memory when they saved the iteration the job resumed from.
+recovered_from = "peers" if int(resumed) in saved else "checkpoint"
+iterations_lost = max(0, reached - int(resumed))
 overhead = None if math.isnan(float(overhead)) else float(overhead)
 switch_s = None if math.isnan(float(switch_s)) else float(switch_s)
 final = float(final)
@@ -416,9 +465,11 @@ if math.isnan(final):
 ref = json.load(open(work + "/uninterrupted.json"))["loss"][-1]
 ok = final is not None and abs(final - ref) <= 1e-6 * max(abs(ref), 1e-12)
 print()
-print("%-34s %s" % ("plan versions", ", ".join("v%d %s" % (v["version"], v["reason"]) for v in versions)))
+print("%-34s %s" % ("plan versions", ", ".join("v%d %s %s" % (v["version"], v["reason"], v["layout"]) for v in versions)))
 print("%-34s %s" % ("node lost (kill -9) and restarted", lost))
-print("%-34s %s" % ("resumed from checkpoint iteration", resumed))
+print("%-34s %s (state from %s; %d iteration(s) lost)" % (
+    "resumed from iteration", resumed,
+    "the survivors' memory" if recovered_from == "peers" else "a checkpoint", iterations_lost))
 print("%-34s %s" % ("final loss (agents)", "%.12g" % final if final is not None else "missing"))
 print("%-34s %.12g" % ("final loss (uninterrupted run)", ref))
 print("%-34s %s" % ("equal", "yes" if ok else "NO"))
@@ -430,7 +481,8 @@ print("%-34s http://127.0.0.1:%s" % ("Prometheus", prom))
 if summary:
     with open(summary, "w") as out:
         json.dump({"plan_versions": versions, "lost_node": lost,
-                   "resumed_from_iteration": int(resumed), "final_loss": final,
+                   "resumed_from_iteration": int(resumed), "recovered_from": recovered_from,
+                   "iterations_lost": iterations_lost, "final_loss": final,
                    "uninterrupted_final_loss": ref, "iterations": iterations,
                    "losses_equal": ok, "prometheus_url": "http://127.0.0.1:" + prom,
                    "agent_overhead_ratio": overhead, "last_plan_switch_s": switch_s,
