@@ -47,6 +47,9 @@ proto::CreateJobRequest TwoNodeJob() {
   *r.mutable_cluster() = ClusterToProto(c);
   r.mutable_options()->set_time_budget_s(1);
   r.mutable_options()->set_seed(1);
+  // One pipeline over the four devices (an agent job is otherwise planned as a layout, whose
+  // reports come from pipeline 0's replica 0 only).
+  r.mutable_options()->set_num_devices(4);
   proto::AgentTraining* t = r.mutable_training();
   t->set_reference_model("ref:pattern=M*-EM-,hidden=16,heads=2,ffn=24,experts=4,top_k=2,"
                          "moe_ffn=12,state=4,seq=8,vocab=32,seed=5,microbatches=8");
