@@ -69,6 +69,44 @@ TEST_F(JobManagerTest, CreateReturnsPlanningThenVersionOneArrivesThroughWatch) {
   EXPECT_EQ((*stored)[0].SerializeAsString(), v->SerializeAsString());
 }
 
+// A job the agents train is planned as a whole layout over every device unless num_devices asks
+// for one pipeline: the stored options say so, the version carries the LayoutPlan, and there is
+// one device slot per rank (the cluster's devices in order).
+TEST_F(JobManagerTest, AgentJobsArePlannedAsLayoutsWithASlotPerRank) {
+  proto::CreateJobRequest request = SmallJob("agents", TwoNodes(), /*devices=*/0);
+  proto::AgentTraining* t = request.mutable_training();
+  t->set_reference_model("ref:pattern=M*-E,hidden=32,heads=2,ffn=64,seq=32,vocab=64,microbatches=4");
+  t->set_iterations(10);
+  absl::StatusOr<proto::Job> job = Create(request);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_TRUE(job->options().choose_layout());
+  ASSERT_TRUE(Watch(job->id()).ok());
+  absl::StatusOr<proto::PlanVersion> v = recorder_.WaitForVersion(job->id(), 1);
+  ASSERT_TRUE(v.ok()) << v.status();
+  ASSERT_TRUE(v->result().has_layout_plan());
+  const proto::LayoutPlan& layout = v->result().layout_plan();
+  EXPECT_GT(layout.num_ranks(), 0);
+  EXPECT_EQ(v->device_slots_size(), layout.num_ranks());
+  EXPECT_GT(layout.predicted().iteration_time_s(), 0);
+  for (int r = 0; r < v->device_slots_size(); ++r) {  // node0, node1: two devices each
+    EXPECT_EQ(v->device_slots(r).node_id(), r < 2 ? "node0" : "node1") << r;
+    EXPECT_EQ(v->device_slots(r).local_device(), r % 2) << r;
+  }
+
+  // num_devices fixes a single pipeline: no layout search.
+  proto::CreateJobRequest one = request;
+  one.set_name("one-pipeline");
+  one.mutable_options()->set_num_devices(2);
+  absl::StatusOr<proto::Job> fixed = Create(one);
+  ASSERT_TRUE(fixed.ok()) << fixed.status();
+  EXPECT_FALSE(fixed->options().choose_layout());
+  ASSERT_TRUE(Watch(fixed->id()).ok());
+  absl::StatusOr<proto::PlanVersion> f = recorder_.WaitForVersion(fixed->id(), 1);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_FALSE(f->result().has_layout_plan());
+  EXPECT_EQ(f->device_slots_size(), 2);
+}
+
 // ListJobsPage over List(): summaries (no layers, num_layers set), oldest first, pages joined by tokens that
 // survive a delete in between; malformed tokens and sizes are INVALID_ARGUMENT.
 TEST_F(JobManagerTest, ListPagesSummariesWithTokens) {
