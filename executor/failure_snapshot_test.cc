@@ -167,12 +167,7 @@ Outcome RunRanks(int num_ranks, const TrainFn& train, const TrainOptions& base,
 // --- the model and helpers ---
 
 ModelSpec Spec(int microbatches) {
-  auto spec = ParseModelSpec(
-      "ref:pattern=M*-EM-*E,hidden=16,heads=2,ffn=24,experts=4,top_k=2,moe_ffn=12,state=4,"
-      "expand=2,seq=8,batch=1,vocab=32,seed=3,microbatches=" +
-      std::to_string(microbatches));
-  EXPECT_TRUE(spec.ok()) << spec.status();
-  return *spec;
+  return ::octopipe::executor::testing::EqualityTestSpec(microbatches);
 }
 
 std::string FreshDir(const std::string& name) {

@@ -13,6 +13,7 @@
 #include "executor/model_spec.h"
 #include "executor/reference_trainer.h"
 #include "executor/testing/random_plan.h"
+#include "executor/testing/reference_training.h"
 #include "executor/trainer.h"
 #include "gtest/gtest.h"
 #include "simulator/classic_pipeline.h"
@@ -25,12 +26,7 @@ namespace octopipe::executor {
 namespace {
 
 ModelSpec Spec(int microbatches) {
-  auto spec = ParseModelSpec(
-      "ref:pattern=M*-EM-*E,hidden=16,heads=2,ffn=24,experts=4,top_k=2,moe_ffn=12,state=4,"
-      "expand=2,seq=8,batch=1,vocab=32,seed=3,microbatches=" +
-      std::to_string(microbatches));
-  EXPECT_TRUE(spec.ok()) << spec.status();
-  return *spec;
+  return ::octopipe::executor::testing::EqualityTestSpec(microbatches);
 }
 
 void ExpectMatchesSingleProcess(const ModelSpec& spec, const Plan& plan, const std::string& what) {

@@ -58,4 +58,16 @@ LayoutPlan HomogeneousLayout(const Plan& plan, int tp, int ep, int dp) {
   return lp;
 }
 
+ModelSpec EqualityTestSpec(int microbatches) {
+  absl::StatusOr<ModelSpec> spec = ParseModelSpec(
+      "ref:pattern=M*-EM-*E,hidden=16,heads=2,ffn=24,experts=4,top_k=2,moe_ffn=12,state=4,"
+      "expand=2,seq=8,batch=1,vocab=32,seed=3,microbatches=" +
+      std::to_string(microbatches));
+  if (!spec.ok()) {
+    std::fprintf(stderr, "EqualityTestSpec: %s\n", std::string(spec.status().message()).c_str());
+    std::abort();
+  }
+  return *spec;
+}
+
 }  // namespace octopipe::executor::testing

@@ -23,6 +23,10 @@ struct Reference {
 };
 Reference TrainReference(const ModelSpec& spec, int microbatches, int iterations);
 
+// The equality tests' reference model — every layer kind (selective scan, attention, MLP, MoE
+// with 4 experts top-2, head) at toy sizes — with `microbatches` micro-batches per iteration.
+ModelSpec EqualityTestSpec(int microbatches);
+
 // `plan` run by `dp` replicas, its devices TP groups of `tp` ranks, EP degree `ep`: replica r
 // takes micro-batches [r M, (r + 1) M) and its device j the ranks from (r + dp j) tp (the
 // layout search's order with PP outermost).
