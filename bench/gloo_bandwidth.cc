@@ -12,6 +12,9 @@
 //                 10^9 bytes per second
 //   latency_us    half the round-trip time of a ping-pong of this size
 //   iters         messages behind gbytes_per_s (about target_bytes in all, 4..2000)
+//   allreduce_us  one 2-member all-reduce (sum) of this many bytes of floats through the
+//                 transport's collective (NewCollective), mean of kAllReduces calls;
+//                 allreduce_median_us, allreduce_max_us: their median and slowest
 // The process forks: the parent is rank 0 and prints, the child is rank 1.
 #include <sys/wait.h>
 #include <unistd.h>
@@ -41,6 +44,7 @@ constexpr uint32_t kAckTag = 2;
 constexpr uint32_t kPingTag = 3;
 constexpr int kWarmup = 2;
 constexpr int kPingPongs = 20;
+constexpr int kAllReduces = 20;
 
 int Iterations(size_t bytes, size_t target_bytes) {
   return static_cast<int>(std::clamp<size_t>(target_bytes / bytes, 4, 2000));
@@ -75,6 +79,10 @@ int Run(int rank, const std::string& store_dir, size_t min_bytes, size_t max_byt
   std::vector<char> buf(max_bytes, static_cast<char>(rank + 1));
   char ack = 0;
 
+  absl::StatusOr<std::unique_ptr<octopipe::executor::Collective>> group =
+      t.NewCollective({0, 1}, "bench");
+  CHECK_OK(group.status());
+  std::vector<float> values(max_bytes / sizeof(float) + 1, 1.0f);
   for (size_t n = min_bytes; n <= max_bytes; n *= 2) {
     const int iters = Iterations(n, target_bytes);
     double stream_s = 0;
@@ -103,11 +111,25 @@ int Run(int rank, const std::string& store_dir, size_t min_bytes, size_t max_byt
       }
     }
     const double pingpong_s = Seconds(start);
+    const size_t floats = std::max<size_t>(1, n / sizeof(float));
+    CHECK_OK((*group)->AllReduceSum(values.data(), floats));  // warm-up
+    std::vector<double> reduce_s;
+    for (int i = 0; i < kAllReduces; ++i) {
+      const auto one = std::chrono::steady_clock::now();
+      CHECK_OK((*group)->AllReduceSum(values.data(), floats));
+      reduce_s.push_back(Seconds(one));
+    }
+    double allreduce_s = 0;
+    for (double x : reduce_s) allreduce_s += x;
+    std::sort(reduce_s.begin(), reduce_s.end());
     if (rank == 0) {
       const octopipe::Json line = {
           {"bytes", static_cast<int64_t>(n)},
           {"gbytes_per_s", static_cast<double>(n) * iters / stream_s / 1e9},
           {"latency_us", pingpong_s / kPingPongs / 2 * 1e6},
+          {"allreduce_us", allreduce_s / kAllReduces * 1e6},
+          {"allreduce_median_us", reduce_s[reduce_s.size() / 2] * 1e6},
+          {"allreduce_max_us", reduce_s.back() * 1e6},
           {"iters", iters}};
       std::printf("%s\n", octopipe::JsonText(line).c_str());
       std::fflush(stdout);
