@@ -380,6 +380,17 @@ absl::Status SaveRankCheckpoint(const std::string& root, int64_t iteration,
   return absl::OkStatus();
 }
 
+// A layer SaveWholeRankLayers writes: whole on this rank (not a vocabulary shard) and, with
+// `whole`, one it says this rank holds whole.
+static bool IsWholeRankLayer(const Layer* layer, int index,
+                             const std::function<bool(int layer)>& whole) {
+  if (dynamic_cast<const VocabShardHead*>(layer) != nullptr ||
+      dynamic_cast<const VocabShardEmbedding*>(layer) != nullptr) {
+    return false;
+  }
+  return !whole || whole(index);
+}
+
 absl::StatusOr<int> SaveWholeRankLayers(const std::string& root, int64_t iteration,
                                         std::vector<std::unique_ptr<Layer>>& layers,
                                         const AdamW& optimizer,
@@ -388,16 +399,20 @@ absl::StatusOr<int> SaveWholeRankLayers(const std::string& root, int64_t iterati
                    RankLayerCheckpoints(iteration, layers, optimizer));
   int written = 0;
   for (const LayerCheckpoint& c : checkpoints) {
-    const Layer* layer = layers[c.layer].get();
-    if (dynamic_cast<const VocabShardHead*>(layer) != nullptr ||
-        dynamic_cast<const VocabShardEmbedding*>(layer) != nullptr) {
-      continue;
-    }
-    if (whole && !whole(c.layer)) continue;
+    if (!IsWholeRankLayer(layers[c.layer].get(), c.layer, whole)) continue;
     RETURN_IF_ERROR(WriteLayerCheckpoint(root, c));
     ++written;
   }
   return written;
+}
+
+int WholeRankLayerCount(const std::vector<std::unique_ptr<Layer>>& layers,
+                        const std::function<bool(int layer)>& whole) {
+  int n = 0;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    if (layers[i] && IsWholeRankLayer(layers[i].get(), static_cast<int>(i), whole)) ++n;
+  }
+  return n;
 }
 
 namespace {

@@ -103,6 +103,10 @@ absl::StatusOr<int> SaveWholeRankLayers(const std::string& root, int64_t iterati
                                         const AdamW& optimizer,
                                         const std::function<bool(int layer)>& whole);
 
+// How many layer files SaveWholeRankLayers writes for `layers` (without writing them).
+int WholeRankLayerCount(const std::vector<std::unique_ptr<Layer>>& layers,
+                        const std::function<bool(int layer)>& whole);
+
 // Loads the checkpoint of `iteration` into the non-null entries of `layers` and restores
 // `optimizer` (step and moments, in the ApplyAdamW order). A vocabulary shard of the head
 // takes its columns (and the gain, on the norm holder) of the whole head's file, one of the

@@ -430,10 +430,23 @@ TEST(FailureSnapshotTest, FailureInTheFirstIterationWritesNothing) {
   EXPECT_TRUE(absl::IsNotFound(LatestCompleteCheckpoint(options.checkpoint_dir, spec).status()));
 }
 
+// Every rank reports, once, that the checkpoint of `k` holds its layers (on_snapshot with the
+// layer files it would have written: together, every layer of the 2-stage pipeline).
+void ExpectReportedHeldAt(const Outcome& o, int k, int num_layers, const std::string& what) {
+  int layers = 0;
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(o.snapshots[r].size(), 1u) << what << " rank " << r;
+    EXPECT_EQ(o.snapshots[r][0].first, k) << what << " rank " << r;
+    EXPECT_GT(o.snapshots[r][0].second, 0) << what << " rank " << r;
+    layers += o.snapshots[r][0].second;
+  }
+  EXPECT_EQ(layers, num_layers) << what;
+}
+
 // A run resumed from the checkpoint of 2 failing in iteration 2 (its first), and a run whose
 // periodic checkpoint of 2 was just written failing in iteration 2: the checkpoint of 2 stays
-// the only one, untouched.
-TEST(FailureSnapshotTest, FailureRightAfterTheLastCheckpointWritesNothing) {
+// the only one, untouched, and each rank reports that it holds its state of 2.
+TEST(FailureSnapshotTest, FailureRightAfterTheLastCheckpointWritesNothingAndReportsIt) {
   std::mt19937 rng(31);
   const ModelSpec spec = Spec(4);
   const int L = static_cast<int>(spec.kinds.size());
@@ -455,7 +468,7 @@ TEST(FailureSnapshotTest, FailureRightAfterTheLastCheckpointWritesNothing) {
     options.snapshot_on_failure = true;
     const Outcome o = RunRanks(2, Pipeline(spec, plan), options, Failure{true, -1});
     ExpectAllFailedAt(o, 2, "resumed");
-    for (int r = 0; r < 2; ++r) EXPECT_TRUE(o.snapshots[r].empty()) << "resumed rank " << r;
+    ExpectReportedHeldAt(o, 2, L, "resumed");
     EXPECT_EQ(ListLayerCheckpoints(options.checkpoint_dir), before);
     absl::StatusOr<int64_t> latest = LatestCompleteCheckpoint(options.checkpoint_dir, spec);
     ASSERT_TRUE(latest.ok()) << latest.status();
@@ -471,7 +484,7 @@ TEST(FailureSnapshotTest, FailureRightAfterTheLastCheckpointWritesNothing) {
     options.snapshot_on_failure = true;
     const Outcome o = RunRanks(2, Pipeline(spec, plan), options, Failure{false, 1});
     ExpectAllFailedAt(o, 2, "periodic");
-    for (int r = 0; r < 2; ++r) EXPECT_TRUE(o.snapshots[r].empty()) << "periodic rank " << r;
+    ExpectReportedHeldAt(o, 2, L, "periodic");
     EXPECT_EQ(CheckpointIterations(options.checkpoint_dir), (std::vector<int64_t>{2}));
     absl::StatusOr<int64_t> latest = LatestCompleteCheckpoint(options.checkpoint_dir, spec);
     ASSERT_TRUE(latest.ok()) << latest.status();

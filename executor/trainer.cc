@@ -247,11 +247,19 @@ absl::Status RunTrainingLoop(const ModelSpec& spec, int rank, Transport* transpo
   absl::Status trained = TrainIterations(options, hooks, rank, transport, &optimizer, save,
                                          &last_saved, result);
   if (trained.ok() || !options.snapshot_on_failure || !checkpoints ||
-      result->completed_iterations <= last_saved) {
+      result->completed_iterations < last_saved) {
     return trained;
   }
   // See TrainOptions::snapshot_on_failure.
   const int completed = result->completed_iterations;
+  if (completed == last_saved) {
+    // The failure came right after the checkpoint of `completed` (or the resume from it),
+    // which holds this rank's state already.
+    if (options.on_snapshot && completed > 0) {
+      options.on_snapshot(completed, WholeRankLayerCount(result->layers, hooks.whole));
+    }
+    return trained;
+  }
   absl::StatusOr<int> written = SaveWholeRankLayers(options.checkpoint_dir, completed,
                                                     result->layers, optimizer, hooks.whole);
   if (!written.ok()) {

@@ -85,7 +85,8 @@ struct TrainOptions {
   // layer held by several ranks (data-parallel replicas) are identical and may all be written.
   // Where the survivors hold every layer, the checkpoint of the completed iterations is then
   // complete and a restart loses at most the interrupted iteration. on_snapshot is told the
-  // iteration and the number of layer files written.
+  // iteration and the number of layer files that hold this rank's state of it: written now, or
+  // — when the failure came right after that iteration's checkpoint — already written by it.
   bool snapshot_on_failure = false;
   std::function<void(int iteration, int layers)> on_snapshot;
 };

@@ -543,9 +543,10 @@ void Agent::ReportSnapshots(const std::vector<RankOutcome>& outcomes) {
   for (const auto& [iteration, saved_by] : ranks) {
     Event(run_.job_id,
           {"state_saved", "", run_.version, iteration,
-           absl::StrCat("rank(s) ", absl::StrJoin(saved_by, ", "), " saved ", layers,
-                        " layer file(s) of iteration ", iteration,
-                        " from memory after the failure (the survivors resume from it)")});
+           absl::StrCat("rank(s) ", absl::StrJoin(saved_by, ", "), " hold their state of iteration ",
+                        iteration, " in ", layers,
+                        " layer file(s), saved from memory after the failure or already in that "
+                        "iteration's checkpoint (the survivors resume from it)")});
   }
 }
 
