@@ -1,5 +1,6 @@
 #include "cli/jobs_command.h"
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -17,8 +18,9 @@ constexpr char kUsage[] =
     "usage: octopipe jobs SUBCOMMAND --planner=HOST:PORT [flags]\n"
     "\n"
     "subcommands:\n"
-    "  create   --model=... --cluster=... [--name --devices --microbatches --time_budget\n"
-    "           --vocab_parallel]\n"
+    "  create   --model=... --cluster=... [--name --devices | --pp --tp --ep --dp]\n"
+    "           [--microbatches --time_budget --vocab_parallel --iterations\n"
+    "           --checkpoint_interval]\n"
     "  list\n"
     "  get      --job=ID\n"
     "  delete   --job=ID\n"
@@ -83,6 +85,7 @@ struct JobsOptions {
   std::string model, cluster, name, job, vocab_parallel;
   int64_t devices = 0, microbatches = 0, after = 0, count = 0;
   int64_t iterations = 0, checkpoint_interval = 0;
+  int64_t pp = 0, tp = 0, ep = 0, dp = 0;
   double time_budget = 0;
   bool json = false;
 };
@@ -93,7 +96,16 @@ void DeclareFlags(const std::string& sub, CommandLine& flags, JobsOptions& o) {
   if (sub == "create") {
     AddModelClusterFlags(flags, &o.model, &o.cluster);
     flags.String("name", &o.name, "job name (none: its id)");
-    flags.Int("devices", &o.devices, "pipeline devices; 0 = all");
+    flags.Int("devices", &o.devices,
+              "one pipeline over this many devices; 0 = every device, the planner choosing\n"
+              "the layout (PP x TP x EP x DP)");
+    for (auto [name, dest] : {std::pair{"pp", &o.pp}, std::pair{"tp", &o.tp},
+                              std::pair{"ep", &o.ep}, std::pair{"dp", &o.dp}}) {
+      flags.Int(name, dest,
+                absl::StrCat("fix the layout's ", absl::AsciiStrToUpper(name),
+                             " degree (0: chosen; not with --devices). After a node is lost\n"
+                             "the planner keeps it where the devices left allow, else chooses"));
+    }
     flags.Int("microbatches", &o.microbatches, "micro-batches; 0 = the model's");
     flags.Double("time_budget", &o.time_budget, "tuning seconds; 0 = the planner's default");
     flags.String("vocab_parallel", &o.vocab_parallel,
@@ -126,7 +138,28 @@ int Create(const JobsOptions& o, proto::Planner::Stub& stub, std::ostream& out,
   req.set_name(o.name);
   *req.mutable_model() = ModelToProto(*model);
   *req.mutable_cluster() = ClusterToProto(*cluster);
+  for (auto [name, value] : {std::pair{"pp", o.pp}, std::pair{"tp", o.tp},
+                             std::pair{"ep", o.ep}, std::pair{"dp", o.dp}}) {
+    if (value < 0 || value > 4096) {
+      return Fail(err, absl::InvalidArgumentError(absl::StrCat(
+                           "--", name, " must be in [0, 4096] (0: chosen), got ", value)), 2);
+    }
+    if (value > 0 && o.devices > 0) {
+      return Fail(err, absl::InvalidArgumentError(absl::StrCat(
+                           "--", name, "=", value, ": --devices=", o.devices,
+                           " asks for one pipeline; leave it out to fix the layout")), 2);
+    }
+  }
+  if (o.devices < 0) {
+    return Fail(err, absl::InvalidArgumentError(
+                         absl::StrCat("--devices must be >= 0, got ", o.devices)), 2);
+  }
   req.mutable_options()->set_num_devices(static_cast<int>(o.devices));
+  req.mutable_options()->set_layout_pp(static_cast<int>(o.pp));
+  req.mutable_options()->set_layout_tp(static_cast<int>(o.tp));
+  req.mutable_options()->set_layout_ep(static_cast<int>(o.ep));
+  req.mutable_options()->set_layout_dp(static_cast<int>(o.dp));
+  if (o.pp > 0 || o.tp > 0 || o.ep > 0 || o.dp > 0) req.mutable_options()->set_choose_layout(true);
   req.mutable_options()->set_num_microbatches(static_cast<int>(o.microbatches));
   req.mutable_options()->set_time_budget_s(o.time_budget);
   req.mutable_options()->set_vocab_parallel(o.vocab_parallel);

@@ -18,9 +18,16 @@
 namespace octopipe::planner {
 namespace {
 
+// Agents' layouts keep whole replicas within nodes where that costs at most this much
+// predicted time: a lost node then leaves a live copy of every layer (LayoutRequest).
+constexpr double kAgentNodeLocalTolerance = 0.05;
+
 absl::StatusOr<PlanningInput> InputOf(const JobRecord& job, const PlanningLimits& limits) {
-  return PrepareInput(job.spec.model, job.spec.cluster, job.spec.options, job.excluded_nodes,
-                      limits);
+  ASSIGN_OR_RETURN(PlanningInput input,
+                   PrepareInput(job.spec.model, job.spec.cluster, job.spec.options,
+                                job.excluded_nodes, limits));
+  if (job.training) input.layout.node_local_tolerance = kAgentNodeLocalTolerance;
+  return input;
 }
 
 // The version's whole layout when it was planned as one (PlanResult.layout_plan); nullopt for

@@ -4,6 +4,7 @@
 // The fixture and its helpers: job_manager_test_fixture.h.
 #include "planner_service/job_manager_test_fixture.h"
 
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -210,6 +211,50 @@ TEST_F(JobManagerTest, CooldownAllowsOneMeasuredReplanUntilTheClockMoves) {
   ASSERT_TRUE(v3.ok()) << v3.status();
   EXPECT_EQ(v3->version(), 3);
   EXPECT_EQ(v3->reason(), "measured");
+}
+
+// An agent job with PP2 x DP2 fixed on two nodes of two devices: its replicas are kept within
+// nodes (each replica's device slots on one node: a lost node leaves a whole replica); after
+// node1 is lost the two devices left cannot hold DP2 x PP2, so the fixed DP degree gives way
+// (PP2 on node0); when node1 returns, the fixed layout is back.
+TEST_F(JobManagerTest, AgentJobKeepsReplicasWithinNodesAndRelaxesFixedDegreesAfterLoss) {
+  Cluster cluster = TwoNodes();  // links between the nodes as fast as within them: both
+  cluster.inter_node_link = cluster.nodes[0].intra_node_link;  // rank orders predict alike
+  proto::CreateJobRequest request = SmallJob("dp2", cluster, /*devices=*/0);
+  request.mutable_options()->set_layout_pp(2);
+  request.mutable_options()->set_layout_dp(2);
+  proto::AgentTraining* t = request.mutable_training();
+  t->set_reference_model("ref:pattern=M*-E,hidden=32,heads=2,ffn=64,seq=32,vocab=64,microbatches=4");
+  t->set_iterations(10);
+  absl::StatusOr<WatchedJob> watched = CreateAndWatch(request);
+  ASSERT_TRUE(watched.ok()) << watched.status();
+  const std::string id = watched->id;
+  const proto::LayoutPlan& l1 = watched->v1.result().layout_plan();
+  EXPECT_EQ(l1.layout().pp(), 2);
+  EXPECT_EQ(l1.layout().dp(), 2);
+  EXPECT_EQ(l1.layout().rank_order(), "tp-pp-dp");  // replica r on ranks 2r, 2r + 1
+  for (const proto::LayoutPipelinePlan& p : l1.pipelines()) {
+    for (const proto::PipelineReplica& r : p.replicas()) {
+      std::set<std::string> nodes;
+      for (int rank : r.device_ranks()) nodes.insert(watched->v1.device_slots(rank).node_id());
+      EXPECT_EQ(nodes.size(), 1u) << "replica " << r.dp_rank();
+    }
+  }
+
+  EXPECT_THAT(manager_->NodeLost("node1", ReplanReason::kNodeFailure), ElementsAre(id));
+  absl::StatusOr<proto::PlanVersion> v2 = recorder_.WaitForVersion(id, 2);
+  ASSERT_TRUE(v2.ok()) << v2.status();
+  EXPECT_EQ(v2->reason(), "node_failure");
+  ASSERT_TRUE(v2->result().has_layout_plan());
+  EXPECT_EQ(v2->result().layout_plan().layout().pp(), 2);
+  EXPECT_EQ(v2->result().layout_plan().layout().dp(), 1);
+  EXPECT_EQ(v2->device_slots_size(), 2);
+
+  EXPECT_THAT(manager_->NodeJoined("node1"), ElementsAre(id));
+  absl::StatusOr<proto::PlanVersion> v3 = recorder_.WaitForVersion(id, 3);
+  ASSERT_TRUE(v3.ok()) << v3.status();
+  EXPECT_EQ(v3->result().layout_plan().layout().dp(), 2);
+  EXPECT_EQ(v3->device_slots_size(), 4);
 }
 
 TEST_F(JobManagerTest, LostNodeReplansOnTheRestAndItsReturnRestores) {

@@ -59,6 +59,21 @@ absl::Status ReadLayoutAndConstraints(const proto::PlanOptions& o, PlanningInput
   return absl::OkStatus();
 }
 
+// After node loss a job's fixed layout degrees stand where the devices left can hold them:
+// the fixed DP degree is dropped first (the replicas are what a lost node takes away), then
+// every degree, and the layout search chooses.
+void RelaxLayoutForDevicesLeft(int available, LayoutRequest* req) {
+  auto fits = [&] {
+    const int64_t product = int64_t{std::max(req->pp, 1)} * std::max(req->tp, 1) *
+                            std::max(req->dp, 1);
+    return product <= available && available % product == 0;
+  };
+  if (fits()) return;
+  req->dp = 0;
+  if (fits()) return;
+  req->pp = req->tp = req->ep = 0;
+}
+
 proto::PlanLayout LayoutToProto(const LayoutResult& r) {
   proto::PlanLayout out;
   out.set_pp(r.layout.pp);
@@ -207,6 +222,7 @@ absl::StatusOr<PlanningInput> PrepareInput(const proto::Model& model_proto,
   t.vocab_parallel = *vocab;
   t.threads = limits.tuner_threads;
   RETURN_IF_ERROR(ReadLayoutAndConstraints(options, &in));
+  if (!excluded.empty() && in.choose_layout) RelaxLayoutForDevicesLeft(available, &in.layout);
   RunSizeNames names;
   names.devices = "options.num_devices";
   names.microbatches = "options.num_microbatches";

@@ -7,8 +7,10 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "core/status_macros.h"
 #include "simulator/problem_builder.h"
 #include "tuner/layout_simulation.h"
@@ -376,6 +378,21 @@ LayoutPlan ToLayoutPlan(const LayoutResult& result) {
   return out;
 }
 
+bool ReplicasWithinNodes(const Cluster& cluster, const ParallelLayout& layout) {
+  if (layout.dp < 2 || layout.gpus() > cluster.num_devices()) return false;
+  const RankMap map(cluster, layout);
+  for (int r = 0; r < layout.dp; ++r) {
+    const int node = map.NodeOf(r, 0);
+    for (int j = 0; j < layout.pp; ++j) {
+      const int first = map.FirstGpu(r, j);
+      if (map.NodeOf(r, j) != node || cluster.node_of_device(first + layout.tp - 1) != node) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
 absl::StatusOr<LayoutResult> TuneLayout(const ModelGraph& model, const Cluster& cluster,
                                         const CostModel& cost_model, const TunerOptions& tuner,
                                         const LayoutRequest& request) {
@@ -411,12 +428,18 @@ absl::StatusOr<LayoutResult> TuneLayout(const ModelGraph& model, const Cluster& 
         "group on identical pipelines)"));
   }
   // Order: layouts that can fit by their estimate; then the rest by how close they come.
+  // With a node-local preference, such layouts rank as if that much faster (so they are tuned).
+  const auto ranked = [&](size_t i) {
+    return ReplicasWithinNodes(cluster, cands[i].layout)
+               ? cands[i].estimate_s / (1 + request.node_local_tolerance)
+               : cands[i].estimate_s;
+  };
   std::vector<size_t> order(cands.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     const bool fa = cands[a].static_ratio <= 1, fb = cands[b].static_ratio <= 1;
     if (fa != fb) return fa;
-    if (fa) return cands[a].estimate_s < cands[b].estimate_s;
+    if (fa) return ranked(a) < ranked(b);
     return cands[a].static_ratio < cands[b].static_ratio;
   });
   const bool any_fits = cands[order[0]].static_ratio <= 1;
@@ -427,6 +450,7 @@ absl::StatusOr<LayoutResult> TuneLayout(const ModelGraph& model, const Cluster& 
 
   std::vector<LayoutConsidered> considered(cands.size());
   std::optional<LayoutResult> best;
+  std::optional<LayoutResult> node_local;  // the fastest tuned with node-local replicas
   absl::Status last_error = absl::InternalError("layout: no layout was tuned");
   int tuned = 0, failures = 0;
   constexpr int kMaxFailures = 3;  // then the budget is spent: give what was found
@@ -442,7 +466,8 @@ absl::StatusOr<LayoutResult> TuneLayout(const ModelGraph& model, const Cluster& 
       info.outcome = "pruned: memory";
       continue;
     }
-    if (best && best->feasible && c.bound_s >= best->iteration_time_s) {
+    const double slack = ReplicasWithinNodes(cluster, c.layout) ? request.node_local_tolerance : 0;
+    if (best && best->feasible && c.bound_s >= best->iteration_time_s * (1 + slack)) {
       info.outcome = "pruned: bound";
       --feasible_left;
       continue;
@@ -475,12 +500,25 @@ absl::StatusOr<LayoutResult> TuneLayout(const ModelGraph& model, const Cluster& 
     info.iteration_s = r.feasible ? r.iteration_time_s : kInf;
     const bool better = !best || (r.feasible && (!best->feasible ||
                                                  r.iteration_time_s < best->iteration_time_s));
+    if (request.node_local_tolerance > 0 && r.feasible && ReplicasWithinNodes(cluster, r.layout) &&
+        (!node_local || r.iteration_time_s < node_local->iteration_time_s)) {
+      node_local = r;
+    }
     if (better) best = std::move(r);
   }
   if (!best) return last_error;
+  std::string chosen_note;
+  if (node_local && best->feasible &&
+      node_local->iteration_time_s <= best->iteration_time_s * (1 + request.node_local_tolerance) &&
+      !ReplicasWithinNodes(cluster, best->layout)) {
+    chosen_note = absl::StrFormat(
+        " (replicas within nodes; %.1f%% slower than %s)",
+        100 * (node_local->iteration_time_s / best->iteration_time_s - 1), best->layout.ToString());
+    best = std::move(node_local);
+  }
   for (LayoutConsidered& info : considered) {
     if (info.outcome == "tuned" && info.layout.ToString() == best->layout.ToString()) {
-      info.outcome = "chosen";
+      info.outcome = "chosen" + chosen_note;
     }
   }
   best->considered = std::move(considered);

@@ -54,7 +54,18 @@ struct LayoutRequest {
   // At most this many layouts are tuned in full (the rest only bounded); more finds better
   // layouts on big clusters at the cost of a smaller budget share each.
   int max_tuned = 3;
+  // Failure domains: > 0 prefers, among the layouts tuned, one whose every DP replica lies
+  // within one node when it is predicted at most this fraction slower than the fastest (0.05:
+  // 5%). Losing a node then leaves whole replicas, so every layer keeps a live copy and the
+  // survivors recover from each other's memory instead of a checkpoint (as Oobleck's
+  // node-sized pipeline templates). Agent jobs ask for it; 0: the fastest, always.
+  double node_local_tolerance = 0;
 };
+
+// Whether every DP replica of `layout` runs on GPUs of one node of `cluster` (the rank order
+// of the layout, GPUs in cluster order) — and there are at least two replicas, so that a lost
+// node leaves one.
+bool ReplicasWithinNodes(const Cluster& cluster, const ParallelLayout& layout);
 
 // One layout the search looked at.
 struct LayoutConsidered {

@@ -215,5 +215,54 @@ TEST(LayoutTest, MixedClusterIsNotOneDeepPipelineAndEveryReplicaIsAccountedFor) 
   EXPECT_NEAR(r->iteration_time_s, r->pipeline_time_s + r->dp_sync_s, 1e-12);
 }
 
+// Two nodes of two GPUs each (the synthetic cluster's device, split over nodes).
+Cluster TwoNodesOfTwo() {
+  Cluster c = SyntheticCluster(4);
+  Node node = c.nodes[0];
+  node.num_devices = 2;
+  c.nodes = {node, node};
+  c.nodes[0].name = "a";
+  c.nodes[1].name = "b";
+  return c;
+}
+
+TEST(LayoutTest, ReplicasWithinNodesFollowsTheRankOrder) {
+  const Cluster c = TwoNodesOfTwo();
+  // PP2 x DP2: pp inner puts replica r on GPUs {2r, 2r + 1} (one node); pp outer puts stage j
+  // of every replica on one node, so each replica spans both.
+  EXPECT_TRUE(ReplicasWithinNodes(c, ParallelLayout{2, 1, 1, 2, /*pp_outer=*/false}));
+  EXPECT_FALSE(ReplicasWithinNodes(c, ParallelLayout{2, 1, 1, 2, /*pp_outer=*/true}));
+  EXPECT_TRUE(ReplicasWithinNodes(c, ParallelLayout{1, 1, 1, 4, true}));   // a GPU each
+  EXPECT_TRUE(ReplicasWithinNodes(c, ParallelLayout{1, 2, 1, 2, true}));   // a TP pair each
+  EXPECT_FALSE(ReplicasWithinNodes(c, ParallelLayout{4, 1, 1, 1, true}));  // one replica: none left
+  EXPECT_FALSE(ReplicasWithinNodes(c, ParallelLayout{2, 2, 1, 1, true}));
+  EXPECT_FALSE(ReplicasWithinNodes(c, ParallelLayout{2, 1, 1, 4, false}));  // more GPUs than c has
+}
+
+TEST(LayoutTest, NodeLocalToleranceChoosesReplicasWithinNodesWhenNoSlower) {
+  // Without communication costs both rank orders of PP2 x DP2 predict the same; the fastest
+  // is then the first enumerated (pp outer: replicas across nodes). With a tolerance the
+  // node-local order is chosen.
+  absl::StatusOr<ModelGraph> model = ParseSyntheticModel("layers=8,f=1,b=1,w=1");
+  ASSERT_TRUE(model.ok()) << model.status();
+  LayoutRequest req;
+  req.pp = 2;
+  req.dp = 2;
+  req.global_microbatches = 4;
+  absl::StatusOr<LayoutResult> fastest =
+      TuneLayout(*model, TwoNodesOfTwo(), CostModel(), Options(1), req);
+  ASSERT_TRUE(fastest.ok()) << fastest.status();
+  EXPECT_TRUE(fastest->layout.pp_outer);
+  req.node_local_tolerance = 0.05;
+  absl::StatusOr<LayoutResult> local =
+      TuneLayout(*model, TwoNodesOfTwo(), CostModel(), Options(1), req);
+  ASSERT_TRUE(local.ok()) << local.status();
+  EXPECT_EQ("PP2 x TP1 x EP1 x DP2 (pp inner)", local->layout.ToString());
+  EXPECT_NEAR(local->iteration_time_s, fastest->iteration_time_s, 1e-9);
+  const LayoutConsidered* chosen = Find(*local, "PP2 x TP1 x EP1 x DP2 (pp inner)");
+  ASSERT_NE(chosen, nullptr);
+  EXPECT_EQ(0u, chosen->outcome.find("chosen")) << chosen->outcome;
+}
+
 }  // namespace
 }  // namespace octopipe
