@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # tools/demo.sh's system part against the Bazel-built binaries (OCTOPIPE_BIN_DIR: no set-up, no
 # build): planner, agents node-a/node-b, Prometheus; a job whose node-b agent is killed with
-# kill -9 mid-run and restarted. Checks the --summary JSON: the plan versions include initial,
-# node_failure and node_join; the survivor resumed from a checkpoint past iteration 0; the
-# final loss equals the uninterrupted single-process run's (1e-6 relative). Also: an unknown
+# kill -9 mid-run and restarted (two devices each: four ranks). Checks the --summary JSON: the
+# plan versions include initial, node_failure and node_join; v1 has DP >= 2; the survivor
+# resumed past iteration 0 from the peers' memory (no checkpoint rollback), at most one
+# iteration lost; the final loss equals the uninterrupted single-process run's (1e-6 relative). Also: an unknown
 # argument is a clear error (exit 2) and --help documents the flags.
 set -uo pipefail
 demo="$1"
@@ -54,8 +55,12 @@ if s["lost_node"] != "node-b":
 for v in s["plan_versions"]:
     if not v.get("layout", "").startswith("PP"):
         errors.append("version %s names no layout: %r" % (v["version"], v.get("layout")))
-if s.get("recovered_from") not in ("peers", "checkpoint"):
-    errors.append("recovered_from %r, want peers or checkpoint" % s.get("recovered_from"))
+import re
+v1 = re.search(r"DP(\d+)", s["plan_versions"][0].get("layout", "")) if s["plan_versions"] else None
+if not v1 or int(v1.group(1)) < 2:
+    errors.append("v1's layout %r has no DP >= 2" % (s["plan_versions"][0] if s["plan_versions"] else None))
+if s.get("recovered_from") != "peers":
+    errors.append("recovered_from %r, want peers (every layer has a live replica)" % s.get("recovered_from"))
 lost = s.get("iterations_lost")
 if not isinstance(lost, int) or lost < 0:
     errors.append("iterations_lost %r, want an integer >= 0" % lost)

@@ -146,14 +146,14 @@ wait_file() {
 }
 
 # --- planner -------------------------------------------------------------------------------
-# --replan_cooldown_s=5: calibrated (measured) re-plans from 5 s after the first plan, at most one
-# per 5 s (agents follow any sequence of versions to the newest, however close together; every
+# --replan_cooldown_s=2: calibrated (measured) re-plans from 2 s after the first plan, at most one
+# per 2 s (agents follow any sequence of versions to the newest, however close together; every
 # version is narrated, from `octopipe jobs watch`).
 # Re-plans on node loss and return are not subject to the cooldown. --replan_min_gain=0.01: a
 # calibrated plan is adopted when predicted at least 1% faster (if none is, the demo says so and
 # goes on).
 "$planner_bin" --port=0 --port_file="$work/planner.port" --metrics_port=0 \
-  --state_dir="$work/state" --heartbeat_timeout_s=2 --replan_cooldown_s=5 --replan_min_gain=0.01 \
+  --state_dir="$work/state" --heartbeat_timeout_s=2 --replan_cooldown_s=2 --replan_min_gain=0.01 \
   >"$work/planner.log" 2>&1 &
 pid[planner]=$!
 wait_file "$work/planner.port" "${pid[planner]}" octopipe-planner
@@ -168,7 +168,7 @@ start_agent() {  # start_agent NODE [METRICS_PORT]: a taken port falls back to a
   local port="${2:-0}"
   while :; do
     rm -f "$work/$1.port"
-    "$agent_bin" --node="$1" --planner="$planner" --devices=1 --work_dir="$work/$1" \
+    "$agent_bin" --node="$1" --planner="$planner" --devices=2 --work_dir="$work/$1" \
       --checkpoint_dir="$work/checkpoints" --metrics_port="$port" --port_file="$work/$1.port" \
       >>"$work/$1.log" 2>&1 &
     pid[$1]=$!
@@ -236,20 +236,24 @@ say "Prometheus scraping the planner and both agents: http://127.0.0.1:$prom_por
 pid[uninterrupted]=$!
 
 # --- the job -------------------------------------------------------------------------------
+# Both "nodes" run on this machine: every link between their devices is loopback, so the
+# inter-node link is described as fast as the intra-node one.
 cat >"$work/two-nodes.json" <<'JSON'
 {"name": "two-nodes", "hardware": [{"name": "cpu", "peak_flops": 1e11, "memory_bytes": 8e9,
   "memory_bandwidth": 1e10}],
- "nodes": [{"name": "node-a", "hardware": "cpu", "num_devices": 1,
+ "nodes": [{"name": "node-a", "hardware": "cpu", "num_devices": 2,
             "intra_node_link": {"bandwidth": 1e10, "latency_s": 1e-5}},
-           {"name": "node-b", "hardware": "cpu", "num_devices": 1,
+           {"name": "node-b", "hardware": "cpu", "num_devices": 2,
             "intra_node_link": {"bandwidth": 1e10, "latency_s": 1e-5}}],
- "inter_node_link": {"bandwidth": 1e9, "latency_s": 1e-4}}
+ "inter_node_link": {"bandwidth": 1e10, "latency_s": 1e-5}}
 JSON
+# Two data-parallel replicas (--dp=2; the planner chooses the rest of the layout, and keeps each
+# replica within a node when that costs <= 5%: then losing a node leaves a whole replica).
 "$cli_bin" jobs create --planner="$planner" --cluster="$work/two-nodes.json" --model="$model" \
-  --iterations="$iterations" --checkpoint_interval="$ckpt" >"$work/create.log" 2>&1 ||
+  --dp=2 --iterations="$iterations" --checkpoint_interval="$ckpt" >"$work/create.log" 2>&1 ||
   fail "octopipe jobs create failed: $(cat "$work/create.log")"
 job=job-1
-say "job $job created: $model, $iterations iterations, checkpoint every $ckpt"
+say "job $job created: $model, DP2, $iterations iterations, checkpoint every $ckpt"
 # Every plan version as the planner publishes it (a version replaced within a poll is still seen).
 "$cli_bin" jobs watch --planner="$planner" --job="$job" >"$work/versions.log" 2>"$work/watch.log" &
 pid[watch]=$!
@@ -277,10 +281,10 @@ try:
     watched = open(sys.argv[1] + "/versions.log").read().splitlines()
 except OSError:
     watched = []
-# A layout version: "JOB vN (REASON): layout PP2 x TP1 x EP1 x DP2 (pp outer) on 4 ranks, ...;
+# A layout version: "JOB vN (REASON): layout PP2 x TP1 x EP1 x DP2 (pp inner) on 4 ranks, ...;
 # pipeline 0: S stages on D devices, bubble B".
 for line in watched:
-    m = re.match(r"\S+ v(\d+) \(([^)]+)\): (?:layout (.+?) \(\S+ outer\) on (\d+) ranks.*?; "
+    m = re.match(r"\S+ v(\d+) \(([^)]+)\): (?:layout (.+?) \(pp \w+\) on (\d+) ranks.*?; "
                  r"pipeline 0: )?(\d+) stages on (\d+) devices.*bubble (\S+)", line)
     if m:
         v = int(m.group(1))
@@ -327,6 +331,7 @@ lost_reached=0        # ... and the lost node's ranks, from their records
 replanned_without_lost=0
 failure_version=0
 kill_after=-1
+v1_started=0 v1_started_s=$SECONDS
 bubble_said=0
 while :; do
   check_time "the job to complete (phase: $phase)"
@@ -355,6 +360,8 @@ while :; do
         [ -n "${seen[$key]:-}" ] && continue
         seen[$key]=1
         case "$a" in
+          started)
+            [ "$b" = 1 ] && [ "$v1_started" = 0 ] && { v1_started=1; v1_started_s=$SECONDS; } ;;&
           resumed)
             say "event: $d resumed v$b from iteration $c"
             # (A resume before the node_failure version is the survivor restarting its ranks on
@@ -412,7 +419,9 @@ LOSTPY
       bubble_said=1
     fi
   fi
-  if [ "$phase" = train_v1 ] && [ "$progress" -ge $((30 * ckpt)) ]; then
+  # No calibrated re-plan adopted within 4 s of training (2 cooldowns): go on with v1.
+  if [ "$phase" = train_v1 ] && [ "$v1_started" = 1 ] &&
+    [ "$progress" -ge $((3 * ckpt)) ] && [ "$SECONDS" -ge "$((v1_started_s + 4))" ]; then
     say "no calibrated re-plan adopted by iteration $progress (the plan from the measured times was not predicted >= 1% faster)"
     phase=calibrated
     kill_after="$progress"
