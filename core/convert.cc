@@ -95,6 +95,7 @@ proto::MeasuredCosts MeasuredToProto(const MeasuredCosts& m) {
   if (m.recompute_s) p.set_recompute_s(*m.recompute_s);
   if (m.activation_bytes_w) p.set_activation_bytes_w(*m.activation_bytes_w);
   if (m.input_bytes) p.set_input_bytes(*m.input_bytes);
+  if (m.tp_degree != 1) p.set_tp_degree(m.tp_degree);
   return p;
 }
 
@@ -109,6 +110,7 @@ MeasuredCosts MeasuredFromProto(const proto::MeasuredCosts& p) {
   if (p.has_recompute_s()) m.recompute_s = p.recompute_s();
   if (p.has_activation_bytes_w()) m.activation_bytes_w = p.activation_bytes_w();
   if (p.has_input_bytes()) m.input_bytes = p.input_bytes();
+  if (p.has_tp_degree()) m.tp_degree = p.tp_degree();
   return m;
 }
 

@@ -40,6 +40,7 @@ ModelGraph SmallModel() {
   a.dims.kv_heads = 2;
   a.measured.forward_s = 1.25e-3;  // partially measured
   a.measured.activation_bytes = 0;  // present even though zero
+  a.measured.tp_degree = 2;         // measured per rank of a TP pair
   Layer mlp;
   mlp.name = "L0.mlp";
   mlp.kind = LayerKind::kMlp;
@@ -79,6 +80,8 @@ TEST(ConvertTest, ModelRoundTripKeepsEveryField) {
   EXPECT_EQ(1.25e-3, *back->layers[1].measured.forward_s);
   EXPECT_EQ(0.0, *back->layers[1].measured.activation_bytes);
   EXPECT_FALSE(back->layers[1].measured.backward_input_s.has_value());
+  EXPECT_EQ(2, back->layers[1].measured.tp_degree);
+  EXPECT_EQ(1, back->layers[0].measured.tp_degree);  // absent: whole layers
   EXPECT_TRUE(back->layers[2].dims.gated);
   EXPECT_EQ(Precision::kFp16, back->training.precision);
   EXPECT_EQ(RecomputePolicy::kSelective, back->training.recompute);

@@ -355,24 +355,29 @@ LayerCost CostModel::Cost(const Layer& layer, const TrainingOptions& training,
   const double expert_count = p.expert_params / ep / tp;
   c.param_count = (p.params - p.expert_params) / tp + expert_count;
 
-  // Measured overrides. Measured values are per tensor-parallel rank and taken as measured
-  // under the model's own training options (so no recompute adjustment is applied to them).
+  // Measured overrides. Measured values are per tensor-parallel rank at m.tp_degree (whole
+  // layers: 1) and taken as measured under the model's own training options (so no recompute
+  // adjustment is applied to them). At another TP degree each rank does tp_degree / tp of the
+  // measured work and holds that share of its activations and weights, as the formulas above
+  // divide by tp (Megatron-style sharding of every kind, the executor's as well); the
+  // all-reduces TP adds are Comm's.
   const MeasuredCosts& m = layer.measured;
-  if (m.forward_s) c.forward_s = *m.forward_s;
-  if (m.backward_input_s) c.backward_input_s = *m.backward_input_s;
-  if (m.weight_grad_s) c.weight_grad_s = *m.weight_grad_s;
+  const double shard = static_cast<double>(std::max(1, m.tp_degree)) / tp;
+  if (m.forward_s) c.forward_s = *m.forward_s * shard;
+  if (m.backward_input_s) c.backward_input_s = *m.backward_input_s * shard;
+  if (m.weight_grad_s) c.weight_grad_s = *m.weight_grad_s * shard;
   if (m.activation_bytes) {
     // Keep the formula's split between B-freed and W-held bytes; half each without dims.
     const double w_fraction =
         c.activation_bytes > 0 ? c.activation_bytes_w / c.activation_bytes : 0.5;
-    c.activation_bytes = *m.activation_bytes;
-    c.activation_bytes_w = *m.activation_bytes * w_fraction;
+    c.activation_bytes = *m.activation_bytes * shard;
+    c.activation_bytes_w = *m.activation_bytes * shard * w_fraction;
   }
-  if (m.param_bytes) c.param_count = *m.param_bytes / e;
-  if (m.output_bytes) c.output_bytes = *m.output_bytes;
-  if (m.activation_bytes_w) c.activation_bytes_w = *m.activation_bytes_w;
-  if (m.input_bytes) c.input_bytes = *m.input_bytes;
-  c.recompute_s = m.recompute_s ? *m.recompute_s : c.forward_s;
+  if (m.param_bytes) c.param_count = *m.param_bytes * shard / e;
+  if (m.output_bytes) c.output_bytes = *m.output_bytes * shard;
+  if (m.activation_bytes_w) c.activation_bytes_w = *m.activation_bytes_w * shard;
+  if (m.input_bytes) c.input_bytes = *m.input_bytes * shard;
+  c.recompute_s = m.recompute_s ? *m.recompute_s * shard : c.forward_s;
 
   // Weights, gradients and Adam state (fp32 master weights, momentum, variance; 12 bytes in
   // mixed precision, 8 beyond the fp32 weights in fp32), the optimizer part sharded by ZeRO.

@@ -4,7 +4,9 @@
 #include "core/cost_model.h"
 
 #include <cmath>
+#include <tuple>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace octopipe {
@@ -427,6 +429,46 @@ TEST(CostTest, MeasuredFieldsOverride) {
   TrainingOptions t = Training();
   t.recompute = RecomputePolicy::kSelective;
   EXPECT_EQ(0.011, model.Cost(l, t, H100()).backward_input_s);
+}
+
+// Measured values are per TP rank at measured.tp_degree (whole layers: 1). Planned at TP 2 a
+// rank does half the measured work and holds half of the bytes; measured at 2, planned at 2,
+// they stand; measured at 2, planned at 4, they halve.
+TEST(CostTest, MeasuredValuesScaleFromTheirTensorParallelDegree) {
+  Layer l;
+  l.kind = LayerKind::kMlp;
+  l.measured.forward_s = 1;
+  l.measured.backward_input_s = 2;
+  l.measured.weight_grad_s = 3;
+  l.measured.recompute_s = 1.5;
+  l.measured.activation_bytes = 100;
+  l.measured.activation_bytes_w = 40;
+  l.measured.param_bytes = 400;
+  l.measured.output_bytes = 8;
+  l.measured.input_bytes = 6;
+  auto cost = [&](int measured_tp, int planned_tp) {
+    l.measured.tp_degree = measured_tp;
+    TrainingOptions t = Training();
+    t.tp_degree = planned_tp;
+    return CostModel().Cost(l, t, H100());
+  };
+  const LayerCost whole = cost(1, 1);
+  for (auto [measured_tp, planned_tp, factor] :
+       {std::tuple{1, 2, 0.5}, std::tuple{2, 2, 1.0}, std::tuple{2, 4, 0.5}, std::tuple{1, 8, 0.125}}) {
+    const LayerCost c = cost(measured_tp, planned_tp);
+    const std::string at = absl::StrCat("measured at TP", measured_tp, ", planned at TP", planned_tp);
+    EXPECT_DOUBLE_EQ(c.forward_s, whole.forward_s * factor) << at;
+    EXPECT_DOUBLE_EQ(c.backward_input_s, whole.backward_input_s * factor) << at;
+    EXPECT_DOUBLE_EQ(c.weight_grad_s, whole.weight_grad_s * factor) << at;
+    EXPECT_DOUBLE_EQ(c.recompute_s, whole.recompute_s * factor) << at;
+    EXPECT_DOUBLE_EQ(c.activation_bytes, whole.activation_bytes * factor) << at;
+    EXPECT_DOUBLE_EQ(c.activation_bytes_w, whole.activation_bytes_w * factor) << at;
+    EXPECT_DOUBLE_EQ(c.param_bytes, whole.param_bytes * factor) << at;
+    EXPECT_DOUBLE_EQ(c.output_bytes, whole.output_bytes * factor) << at;
+    EXPECT_DOUBLE_EQ(c.input_bytes, whole.input_bytes * factor) << at;
+  }
+  EXPECT_EQ(whole.forward_s, 1);
+  EXPECT_EQ(whole.param_bytes, 400);
 }
 
 TEST(CostTest, PartialMeasurementKeepsOtherFormulaFields) {

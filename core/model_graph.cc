@@ -229,6 +229,9 @@ absl::Status Validate(const ModelGraph& model) {
         {"activation_bytes_w", m.activation_bytes_w, false},
         {"input_bytes", m.input_bytes, false},
     };
+    if (m.tp_degree < 1 || m.tp_degree > 4096) {
+      return absl::InvalidArgumentError(absl::StrCat(p, ".measured.tp_degree must be in [1, 4096], got ", m.tp_degree));
+    }
     bool all_time_measured = m.forward_s && m.backward_input_s && m.weight_grad_s;
     for (const Field& f : measured) {
       if (f.value) {

@@ -74,6 +74,10 @@ struct MeasuredCosts {
   std::optional<double> recompute_s;         // R (default: forward_s)
   std::optional<double> activation_bytes_w;  // held from B until W
   std::optional<double> input_bytes;         // kept by full recompute
+  // The tensor-parallel degree the values above were measured at, per TP rank (`octopipe
+  // profile` measures whole layers: 1). Planned at another degree, times and per-rank bytes
+  // scale by tp_degree / the planned degree (CostModel::Cost).
+  int tp_degree = 1;
 };
 
 struct Layer {
