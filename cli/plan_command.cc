@@ -350,16 +350,10 @@ void WriteRemoteTables(std::ostream& out, const ModelGraph& model,
   out << "tuned in " << absl::StrFormat("%.2f s", r.tuning_wall_s()) << " on the planner\n";
 }
 
-// One pipeline: over the first --devices, or over every device of a cluster of one executor's
-// ranks (`octopipe profile`'s; the executor runs no data-parallel replicas) unless a layout flag
-// asks for a layout. Otherwise the layout search chooses PP x TP x EP x DP over the cluster.
-bool OnePipeline(const CommandLine& flags, const Cluster& cluster) {
-  if (flags.was_set("devices")) return true;
-  if (!cluster.executor_ranks) return false;
-  for (const char* layout_flag : {"pp", "tp", "ep", "dp"}) {
-    if (flags.was_set(layout_flag)) return false;
-  }
-  return true;
+// One pipeline over the first --devices; otherwise the layout search chooses PP x TP x EP x DP
+// over the cluster (also over `octopipe profile`'s executor ranks: the executor runs layouts).
+bool OnePipeline(const CommandLine& flags, const Cluster& /*cluster*/) {
+  return flags.was_set("devices");
 }
 
 // The request's layout and executor-constraint fields (proto/planner.proto 260-270).
@@ -458,9 +452,8 @@ int RunRemotePlan(PlannerConnection& remote, const ModelGraph& model, const Clus
 void DeclareFlags(CommandLine& flags, PlanOptions& o, PlannerConnection& remote) {
   AddModelClusterFlags(flags, &o.model, &o.cluster);
   flags.Int("devices", &o.devices,
-            "pipeline devices P (the cluster's first P); 0 = all. Without it plan chooses a\n"
-            "PP x TP x EP x DP layout, except on a cluster of one executor's ranks (`octopipe\n"
-            "profile`'s, executor_ranks): one pipeline over all of them unless --pp/--tp/--ep/--dp");
+            "one pipeline over the cluster's first P devices; 0 = all. Without it plan chooses\n"
+            "a PP x TP x EP x DP layout over every device (--pp/--tp/--ep/--dp fix degrees)");
   flags.Int("microbatches", &o.microbatches,
             "micro-batches M; 0 = the model's training.num_microbatches");
   flags.Double("time_budget", &o.time_budget,

@@ -259,10 +259,10 @@ TEST(PlanCommandTest, WithoutDevicesThePlannerChoosesAndReportsTheLayout) {
   EXPECT_FALSE(Get(layout, "considered").empty());
 }
 
-// A cluster of one executor's ranks (`octopipe profile` writes executor_ranks): the executor runs
-// one pipeline over its ranks, so without --devices the plan is one pipeline over all of them; a
-// layout flag still asks for the layout search.
-TEST(PlanCommandTest, ExecutorRanksGetOnePipelineOverEveryDeviceUnlessALayoutIsAskedFor) {
+// A cluster of one executor's ranks (`octopipe profile` writes executor_ranks) is planned like
+// any other: the executor runs layouts, so without --devices the layout search chooses; a layout
+// flag fixes a degree; --devices asks for one pipeline.
+TEST(PlanCommandTest, ExecutorRanksGetTheLayoutSearchUnlessDevicesAsksForOnePipeline) {
   Cluster ranks = SyntheticCluster(4);
   ranks.executor_ranks = true;
   const std::string file = TmpPath("executor-ranks.cluster.json");
@@ -270,7 +270,15 @@ TEST(PlanCommandTest, ExecutorRanksGetOnePipelineOverEveryDeviceUnlessALayoutIsA
   const std::vector<std::string> base = {"--model=synthetic:layers=8,f=1,b=1,w=1",
                                          "--cluster=" + file, "--microbatches=8",
                                          "--time_budget=0.5", "--json", "--quiet"};
-  CliRun one = PlanCli(base);
+  CliRun chosen = PlanCli(base);
+  ASSERT_EQ(chosen.code, 0) << chosen.err;
+  const Json c = JsonOf(chosen);
+  ASSERT_TRUE(c.contains("layout")) << chosen.out;
+  EXPECT_EQ(4, Get(c, "layout").value("gpus", 0));
+
+  std::vector<std::string> with_devices = base;
+  with_devices.push_back("--devices=4");
+  CliRun one = PlanCli(with_devices);
   ASSERT_EQ(one.code, 0) << one.err;
   const Json j = JsonOf(one);
   EXPECT_FALSE(j.contains("layout")) << one.out;
@@ -282,7 +290,8 @@ TEST(PlanCommandTest, ExecutorRanksGetOnePipelineOverEveryDeviceUnlessALayoutIsA
   ASSERT_EQ(layout.code, 0) << layout.err;
   const Json l = JsonOf(layout);
   EXPECT_EQ(2, Get(l, "layout").value("dp", 0));
-  EXPECT_EQ(2, Get(l, "plan").value("num_devices", 0));
+  EXPECT_EQ(2, Get(l, "layout").value("pp", 0) * Get(l, "layout").value("tp", 0));
+  EXPECT_EQ(Get(l, "layout").value("pp", 0), Get(l, "plan").value("num_devices", 0));
 }
 
 TEST(PlanCommandTest, ConstraintFlagsReachTheTuner) {

@@ -517,7 +517,7 @@ absl::StatusOr<MeasuredCluster> MeasuredClusterFile(const Measurements& m,
   gethostname(host, sizeof(host) - 1);
   Cluster& cluster = out.cluster;
   cluster.name = absl::StrCat("measured-", host, "-", f.transport);
-  cluster.executor_ranks = true;  // `octopipe plan` plans one pipeline over them by default
+  cluster.executor_ranks = true;  // the devices are this executor's ranks
   HardwareSpec hw;
   hw.name = "measured-executor";
   hw.peak_flops = out.flops;

@@ -89,8 +89,10 @@ TEST(ProfileCommandTest, ProfileThenPlanThenTrain) {
 
   std::ostringstream pout, perr;
   const std::string plan = prefix + ".plan.json";
+  // One pipeline over both ranks (--devices): the host-speed comparison is the single-pipeline
+  // train path's (a layout run reports measured against predicted without it).
   ASSERT_EQ(RunPlan({"--model=" + prefix + ".model.json", "--cluster=" + prefix + ".cluster.json",
-                     "--out=" + plan, "--time-budget=1", "--seed=1"},
+                     "--devices=2", "--out=" + plan, "--time-budget=1", "--seed=1"},
                     pout, perr),
             0)
       << perr.str();

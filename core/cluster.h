@@ -42,8 +42,8 @@ struct Cluster {
   std::vector<Node> nodes;
   LinkSpec inter_node_link;
   double memory_reserve_bytes = 0;
-  // The devices are one executor's ranks (proto/cluster.proto Cluster.executor_ranks): plan one
-  // pipeline over all of them unless a layout is asked for.
+  // The devices are one executor's ranks (proto/cluster.proto Cluster.executor_ranks), as
+  // `octopipe profile` measured them; informational (planned like any cluster).
   bool executor_ranks = false;
 
   int num_devices() const;
