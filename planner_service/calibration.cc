@@ -1,5 +1,7 @@
 #include "planner_service/calibration.h"
 
+#include <algorithm>
+
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -7,6 +9,34 @@
 #include "simulator/pipeline_rules.h"
 
 namespace octopipe::planner {
+
+absl::Status CheckReportedSeconds(const std::string& field, double seconds) {
+  if (std::isfinite(seconds) && seconds >= kMinReportedSeconds && seconds <= kMaxReportedSeconds) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(field, " must be in [", kMinReportedSeconds,
+                                                 ", ", kMaxReportedSeconds, "] s, got ",
+                                                 seconds));
+}
+
+absl::Status CheckReportedSamples(const std::string& field, int64_t samples) {
+  if (samples >= 1 && samples <= kMaxReportedSamples) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, " must be in [1, ", kMaxReportedSamples, "], got ", samples));
+}
+
+int ClampFactors(std::vector<double>* factors) {
+  int changed = 0;
+  for (double& f : *factors) {
+    const double clamped = std::isnan(f) ? 1.0 : std::clamp(f, kMinFactor, kMaxFactor);
+    if (clamped != f) {
+      f = clamped;
+      ++changed;
+    }
+  }
+  return changed;
+}
+
 
 absl::StatusOr<CalibrationUpdate> FitCalibration(const Plan& plan,
                                                  const PipelineProblem& predicted,

@@ -39,6 +39,24 @@
 
 namespace octopipe::planner {
 
+// Physical ranges of what agents report, checked before anything is fitted or stored: an op or
+// iteration time in [kMinReportedSeconds, kMaxReportedSeconds] (1 ns .. ~11.6 days), samples and
+// iterations in [1, kMaxReportedSamples]. Outside them a report is refused whole
+// (kInvalidArgument naming the field and value).
+inline constexpr double kMinReportedSeconds = 1e-9;
+inline constexpr double kMaxReportedSeconds = 1e6;
+inline constexpr int64_t kMaxReportedSamples = int64_t{1} << 40;
+absl::Status CheckReportedSeconds(const std::string& field, double seconds);
+absl::Status CheckReportedSamples(const std::string& field, int64_t samples);
+
+// Calibration factors stay in [kMinFactor, kMaxFactor]: no single report can move a layer's
+// cost more than 1000x from the cost model's, and a factor that would be non-finite is
+// impossible. ClampFactors clamps every factor (NaN becomes 1) and returns how many it changed;
+// FitReport's factors and factors loaded from the store both go through it.
+inline constexpr double kMinFactor = 1e-3;
+inline constexpr double kMaxFactor = 1e3;
+int ClampFactors(std::vector<double>* factors);
+
 struct MeasuredStageTime {
   int stage = 0;  // for kS and kT (vocabulary passes): the device
   OpKind kind = OpKind::kF;

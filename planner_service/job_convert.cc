@@ -86,6 +86,33 @@ std::optional<ReplanReason> PendingReasonFromProto(const proto::Job& job) {
 
 }  // namespace
 
+proto::JobPhase JobPhaseOf(const JobRecord& job) {
+  if (job.state == JobState::kFailed || job.state == JobState::kInfeasible) {
+    return proto::JOB_PHASE_FAILED;
+  }
+  if (job.current_version == 0) return proto::JOB_PHASE_PLANNING;
+  if (!job.training) return proto::JOB_PHASE_PENDING;
+  for (auto e = job.events.rbegin(); e != job.events.rend(); ++e) {
+    if (e->kind == "completed") return proto::JOB_PHASE_COMPLETED;
+    if (e->kind == "started" || e->kind == "resumed" || e->kind == "stopped" ||
+        e->kind == "rank_failed" || e->kind == "state_saved") {
+      return proto::JOB_PHASE_RUNNING;
+    }
+  }
+  return proto::JOB_PHASE_PENDING;
+}
+
+std::string JobPhaseName(proto::JobPhase phase) {
+  switch (phase) {
+    case proto::JOB_PHASE_PLANNING: return "planning";
+    case proto::JOB_PHASE_PENDING: return "pending";
+    case proto::JOB_PHASE_RUNNING: return "running";
+    case proto::JOB_PHASE_COMPLETED: return "completed";
+    case proto::JOB_PHASE_FAILED: return "failed";
+    default: return "unspecified";
+  }
+}
+
 proto::Job JobToProto(const JobRecord& job) {
   proto::Job out;
   out.set_id(job.id);
@@ -104,6 +131,16 @@ proto::Job JobToProto(const JobRecord& job) {
   }
   if (job.training) *out.mutable_training() = AgentTrainingToProto(*job.training);
   for (const JobEvent& e : job.events) *out.add_events() = JobEventToProto(e);
+  out.set_phase(JobPhaseOf(job));
+  if (job.training) {
+    proto::JobProgress* p = out.mutable_progress();
+    p->set_iteration(job.progress.iteration);
+    p->set_total_iterations(job.training->iterations);
+    p->set_has_loss(job.progress.has_loss);
+    p->set_loss(job.progress.loss);
+    p->set_tokens_per_s(job.progress.tokens_per_s);
+    p->set_updated_unix_ms(job.progress.updated_unix_ms);
+  }
   return out;
 }
 
@@ -122,6 +159,11 @@ JobRecord JobFromProto(const proto::Job& job) {
   out.pending_reason = PendingReasonFromProto(job);
   if (job.has_training()) out.training = AgentTrainingFromProto(job.training());
   for (const proto::JobEvent& e : job.events()) out.events.push_back(JobEventFromProto(e));
+  out.progress.iteration = job.progress().iteration();
+  out.progress.has_loss = job.progress().has_loss();
+  out.progress.loss = job.progress().loss();
+  out.progress.tokens_per_s = job.progress().tokens_per_s();
+  out.progress.updated_unix_ms = job.progress().updated_unix_ms();
   return out;
 }
 

@@ -38,6 +38,15 @@ JobEvent JobEventFromProto(const proto::JobEvent& event);
 proto::AgentTraining AgentTrainingToProto(const AgentTraining& training);
 AgentTraining AgentTrainingFromProto(const proto::AgentTraining& training);
 
+// Where the job is in its life: FAILED when planning failed or nothing fits; PLANNING before the
+// first version; a planning-only job then stays PENDING; a job agents train is PENDING until an
+// agent starts it, RUNNING from then (its newest started / resumed / stopped / rank_failed /
+// state_saved event), COMPLETED once an agent reports `completed`. Derived, never stored state:
+// Job.phase is filled by JobToProto and ignored by JobFromProto.
+proto::JobPhase JobPhaseOf(const JobRecord& job);
+// "planning", "pending", "running", "completed", "failed" ("unspecified" for 0).
+std::string JobPhaseName(proto::JobPhase phase);
+
 proto::Job JobToProto(const JobRecord& job);
 JobRecord JobFromProto(const proto::Job& job);
 

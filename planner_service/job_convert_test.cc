@@ -55,6 +55,14 @@ proto::Job FullJob() {
     e->set_iteration(7 + i);
     e->set_message(absl::StrCat("event ", i));
   }
+  job.set_phase(proto::JOB_PHASE_RUNNING);  // derived from the events
+  proto::JobProgress* p = job.mutable_progress();
+  p->set_iteration(8);
+  p->set_total_iterations(40);  // training.iterations
+  p->set_has_loss(true);
+  p->set_loss(2.5);
+  p->set_tokens_per_s(1234.5);
+  p->set_updated_unix_ms(1700000002000);
   return job;
 }
 
@@ -91,6 +99,34 @@ TEST(JobConvertTest, AStoredJobRoundTripsByteForByte) {
   const proto::Job back = JobToProto(r);
   EXPECT_TRUE(MessageDifferencer::Equals(back, stored)) << back.DebugString();
   EXPECT_EQ(back.SerializeAsString(), stored.SerializeAsString());
+}
+
+// The phase is derived: from the state, the first version and (jobs agents train) the newest
+// event that says; JobPhaseName names it.
+TEST(JobConvertTest, PhaseFollowsStateVersionsAndTheAgentsEvents) {
+  JobRecord r;
+  r.id = "job-3";
+  EXPECT_EQ(JobPhaseOf(r), proto::JOB_PHASE_PLANNING);
+  r.state = JobState::kReady;
+  r.current_version = 1;
+  EXPECT_EQ(JobPhaseOf(r), proto::JOB_PHASE_PENDING);  // planning only: nobody runs it
+  r.training = AgentTraining();
+  EXPECT_EQ(JobPhaseOf(r), proto::JOB_PHASE_PENDING);  // no agent started it yet
+  r.events.push_back({1, "plan_refused", "node0", 1, 0, "no such device"});
+  EXPECT_EQ(JobPhaseOf(r), proto::JOB_PHASE_PENDING);
+  for (const char* kind : {"started", "rank_failed", "state_saved", "resumed", "stopped"}) {
+    r.events.push_back({2, kind, "node0", 1, 5, ""});
+    EXPECT_EQ(JobPhaseOf(r), proto::JOB_PHASE_RUNNING) << kind;
+  }
+  r.events.push_back({3, "completed", "node0", 1, 40, ""});
+  EXPECT_EQ(JobPhaseOf(r), proto::JOB_PHASE_COMPLETED);
+  EXPECT_EQ(JobToProto(r).phase(), proto::JOB_PHASE_COMPLETED);
+  r.state = JobState::kInfeasible;
+  EXPECT_EQ(JobPhaseOf(r), proto::JOB_PHASE_FAILED);
+  r.state = JobState::kFailed;
+  EXPECT_EQ(JobPhaseOf(r), proto::JOB_PHASE_FAILED);
+  EXPECT_EQ(JobPhaseName(proto::JOB_PHASE_COMPLETED), "completed");
+  EXPECT_EQ(JobPhaseName(proto::JOB_PHASE_PENDING), "pending");
 }
 
 // The other way: a record with nothing optional set, and every state and intent.

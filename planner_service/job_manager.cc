@@ -1,6 +1,8 @@
 #include "planner_service/job_manager.h"
 
 #include <algorithm>
+#include <cmath>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -11,6 +13,7 @@
 #include "logging/logging.h"
 #include "planner_service/agent_jobs.h"
 #include "planner_service/calibration.h"
+#include "planner_service/job_convert.h"
 #include "simulator/evaluator.h"
 #include "simulator/problem_builder.h"
 #include "tuner/layout_simulation.h"
@@ -80,6 +83,9 @@ absl::StatusOr<MeasuredTimes> MeasuredTimesOf(const proto::ReportStageTimesReque
     if (!kind.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("times[", i, "].", kind.status().message()));
     }
+    const std::string field = absl::StrCat("times[", i, "]");
+    RETURN_IF_ERROR(CheckReportedSeconds(field + ".seconds", t.seconds()));
+    RETURN_IF_ERROR(CheckReportedSamples(field + ".samples", t.samples()));
     out.stages.push_back(MeasuredStageTime{t.stage(), *kind, t.seconds(), t.samples()});
   }
   for (int i = 0; i < request.layer_times_size(); ++i) {
@@ -89,9 +95,32 @@ absl::StatusOr<MeasuredTimes> MeasuredTimesOf(const proto::ReportStageTimesReque
       return absl::InvalidArgumentError(
           absl::StrCat("layer_times[", i, "].", kind.status().message()));
     }
+    const std::string field = absl::StrCat("layer_times[", i, "]");
+    RETURN_IF_ERROR(CheckReportedSeconds(field + ".seconds", t.seconds()));
+    RETURN_IF_ERROR(CheckReportedSamples(field + ".samples", t.samples()));
     out.layers.push_back(MeasuredLayerTime{t.layer(), *kind, t.seconds(), t.samples()});
   }
   return out;
+}
+
+// A report's progress: iterations within the job's, a finite loss, tokens/s finite and >= 0.
+absl::Status CheckProgress(const proto::ReportStageTimesRequest& request, const JobRecord& job) {
+  if (!request.has_progress()) return absl::OkStatus();
+  const proto::JobProgress& p = request.progress();
+  const int64_t total = job.training ? job.training->iterations : 0;
+  if (p.iteration() < 0 || p.iteration() > total) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "progress.iteration must be in [0, ", total, "] (the job's iterations), got ",
+        p.iteration()));
+  }
+  if (p.has_loss() && !std::isfinite(p.loss())) {
+    return absl::InvalidArgumentError(absl::StrCat("progress.loss must be finite, got ", p.loss()));
+  }
+  if (!(p.tokens_per_s() >= 0) || !std::isfinite(p.tokens_per_s())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("progress.tokens_per_s must be finite and >= 0, got ", p.tokens_per_s()));
+  }
+  return absl::OkStatus();
 }
 
 // New calibration factors from measured times against what `plan` predicts under `factors`:
@@ -159,6 +188,14 @@ absl::Status JobManager::Recover() {
     ASSIGN_OR_RETURN(e.versions, store_->LoadPlanVersions(job.id));
     ASSIGN_OR_RETURN(e.factors, store_->LoadCalibration(job.id));
     const std::string id = job.id;
+    // Factors an older binary stored outside the range (from a report it did not check) are
+    // clamped here, not left to refuse every later report.
+    if (const int repaired = ClampFactors(&e.factors); repaired > 0) {
+      logging::Event(*logging::Logger("jobs"), spdlog::level::warn, "calibration repaired",
+                     {{"job", id}, {"factors_clamped", repaired},
+                      {"range", absl::StrCat("[", kMinFactor, ", ", kMaxFactor, "]")}});
+      RETURN_IF_ERROR(store_->PutCalibration(id, e.factors));
+    }
     e.job = std::move(job);
     if (!e.versions.empty()) {
       e.job.current_version = e.versions.back().version();
@@ -186,7 +223,7 @@ absl::Status JobManager::Recover() {
     jobs_[id] = std::move(e);
     if (reason) SchedulePlanning(id, *reason, /*bounded=*/false);
   }
-  if (observer_) observer_->OnJobCount(static_cast<int>(jobs_.size()));
+  PublishJobCounts();
   return absl::OkStatus();
 }
 
@@ -247,7 +284,7 @@ absl::StatusOr<JobRecord> JobManager::Create(NewJob request) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "job planning queue is full (", pool_->max_queued(), " tasks waiting); retry later"));
   }
-  if (observer_) observer_->OnJobCount(static_cast<int>(jobs_.size()));
+  PublishJobCounts();
   return jobs_[id].job;
 }
 
@@ -287,7 +324,7 @@ absl::Status JobManager::Delete(const std::string& job_id) {
         ++it;
       }
     }
-    if (observer_) observer_->OnJobCount(static_cast<int>(jobs_.size()));
+    PublishJobCounts();
   }
   policy_.Forget(job_id);
   if (observer_) observer_->OnJobRemoved(job_id);
@@ -329,17 +366,36 @@ absl::Status JobManager::AddEvent(const std::string& job_id, JobEvent event) {
   if (it == jobs_.end()) return NoJob(job_id);
   JobRecord job = it->second.job;
   event.unix_ms = UnixMillis();
+  if (event.kind == "completed" && job.training) {
+    job.progress.iteration = std::min<int64_t>(
+        std::max(event.iteration, job.progress.iteration), job.training->iterations);
+    job.progress.updated_unix_ms = event.unix_ms;
+  }
   job.events.push_back(std::move(event));
   if (job.events.size() > kMaxEvents) {
     job.events.erase(job.events.begin(), job.events.end() - kMaxEvents);
   }
   RETURN_IF_ERROR(store_->PutJob(job));
   it->second.job = std::move(job);
+  PublishJobCounts();
   const JobEvent& added = it->second.job.events.back();
   for (const auto& [id, sub] : subscriptions_) {
     if (sub.job_id == job_id && sub.on_event) sub.on_event(added);
   }
   return absl::OkStatus();
+}
+
+void JobManager::PublishJobCounts() {
+  if (!observer_) return;
+  observer_->OnJobCount(static_cast<int>(jobs_.size()));
+  std::map<std::string, int> by_phase;
+  for (proto::JobPhase p : {proto::JOB_PHASE_PLANNING, proto::JOB_PHASE_PENDING,
+                            proto::JOB_PHASE_RUNNING, proto::JOB_PHASE_COMPLETED,
+                            proto::JOB_PHASE_FAILED}) {
+    by_phase[JobPhaseName(p)] = 0;
+  }
+  for (const auto& [id, e] : jobs_) ++by_phase[JobPhaseName(JobPhaseOf(e.job))];
+  observer_->OnJobPhases(by_phase);
 }
 
 int JobManager::num_jobs() const {
@@ -455,6 +511,7 @@ bool JobManager::FinishPlanning(const std::string& job_id, ReplanReason reason,
   } else if (adopt_on != nullptr) {
     AddVersion(job_id, reason, *adopt_on, *result, &e);
   }
+  PublishJobCounts();
   // Failed, adopted or not worth a switch: the intent is done.
   absl::Status s = store_->PutJob(e.job);
   (void)s;
@@ -524,11 +581,13 @@ absl::StatusOr<proto::ReportStageTimesResponse> JobManager::ReportStageTimes(
                              options_.limits.max_devices, "max_devices"));
   ASSIGN_OR_RETURN(TaskInput task, ReportTaskInput(request));
   ASSIGN_OR_RETURN(MeasuredTimes measured, MeasuredTimesOf(request));
+  RETURN_IF_ERROR(CheckProgress(request, task.job));
   ASSIGN_OR_RETURN(PlanningInput input, InputOf(task.job, options_.limits));
   ASSIGN_OR_RETURN(Plan plan, std::move(task.current_plan));
   ASSIGN_OR_RETURN(std::vector<DeviceBusy> device_busy,
                    DeviceBusyFromProto(request, plan.num_devices));
   ASSIGN_OR_RETURN(CalibrationUpdate update, FitReport(input, plan, task.factors, measured));
+  ClampFactors(&update.factors);  // within the stated range, whatever the report said
   return ApplyReport(request, task.current_version, plan.num_devices, update, device_busy);
 }
 
@@ -546,6 +605,17 @@ absl::StatusOr<proto::ReportStageTimesResponse> JobManager::ApplyReport(
   }
   RETURN_IF_ERROR(store_->PutCalibration(request.job_id(), update.factors));
   it->second.factors = update.factors;
+  if (request.has_progress()) {  // checked (CheckProgress); kept with the job's next write
+    const proto::JobProgress& p = request.progress();
+    JobProgress& progress = it->second.job.progress;
+    progress.iteration = std::max(progress.iteration, p.iteration());
+    if (p.has_loss()) {
+      progress.has_loss = true;
+      progress.loss = p.loss();
+    }
+    progress.tokens_per_s = p.tokens_per_s();
+    progress.updated_unix_ms = UnixMillis();
+  }
   const bool replan = policy_.OnReport(request.job_id(), update.max_deviation,
                                        clock_->NowSeconds());
   if (replan) {

@@ -53,6 +53,9 @@ class JobObserver {
   virtual void OnReplan(ReplanReason reason) {}
   virtual void OnJobRemoved(const std::string& job_id) {}
   virtual void OnJobCount(int jobs) {}
+  // Jobs by phase name (JobPhaseName: planning, pending, running, completed, failed; every one
+  // present), when a job is created, removed, planned or gets an event.
+  virtual void OnJobPhases(const std::map<std::string, int>& jobs_by_phase) {}
   // Tasks waiting in the pool's jobs lane (lane is "jobs"), when a job's planning is queued or
   // starts. Same signature as RpcObserver::OnQueueDepth, so one override serves both.
   virtual void OnQueueDepth(const std::string& lane, int depth) {}
@@ -189,6 +192,8 @@ class JobManager {
       const CalibrationUpdate& update, const std::vector<DeviceBusy>& device_busy)
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<std::string> NewJobId() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The observer's job count and jobs by phase, as they are now.
+  void PublishJobCounts() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Store* const store_;
   TuningPool* const pool_;

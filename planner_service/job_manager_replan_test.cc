@@ -4,6 +4,8 @@
 // The fixture and its helpers: job_manager_test_fixture.h.
 #include "planner_service/job_manager_test_fixture.h"
 
+#include <cmath>
+#include <functional>
 #include <set>
 #include <string>
 #include <utility>
@@ -15,6 +17,7 @@
 #include "core/cost_model.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "planner_service/calibration.h"
 #include "simulator/problem_builder.h"
 
 namespace octopipe::planner {
@@ -152,6 +155,155 @@ TEST_F(JobManagerTest, PerLayerReportsCalibrateEachLayerByItself) {
   report.add_layer_times()->set_op_kind("X");
   EXPECT_THAT(std::string(manager_->ReportStageTimes(report).status().message()),
               HasSubstr("layer_times["));
+}
+
+// Reports outside physical ranges are refused whole, naming the field, and change nothing; a
+// report within them but absurd moves no factor beyond [kMinFactor, kMaxFactor]; every valid
+// report after either is accepted (one bad report must not wedge a job). Factors an older
+// binary stored out of range are clamped when the job is loaded, and its reports accepted.
+TEST_F(JobManagerTest, ReportsOutsidePhysicalRangesAreRefusedAndCannotPoisonCalibration) {
+  const proto::CreateJobRequest req = SmallJob("hostile", TwoNodes());
+  absl::StatusOr<WatchedJob> watched = CreateAndWatch(req);
+  ASSERT_TRUE(watched.ok()) << watched.status();
+  const std::string id = watched->id;
+  absl::StatusOr<PipelineProblem> p = Predicted(req, watched->v1, Factors(id));
+  ASSERT_TRUE(p.ok()) << p.status();
+  const proto::ReportStageTimesRequest valid = Report(id, 1, *p, -1, 1.0, 1.0);
+  ASSERT_GT(valid.times_size(), 0);
+  const std::vector<double> before = Factors(id);
+
+  struct Bad {
+    const char* what;
+    std::function<void(proto::ReportStageTimesRequest*)> edit;
+    const char* field;
+  };
+  const Bad bad[] = {
+      {"denormal", [](auto* r) { r->mutable_times(0)->set_seconds(5e-324); }, "times[0].seconds"},
+      {"too long", [](auto* r) { r->mutable_times(0)->set_seconds(1e300); }, "times[0].seconds"},
+      {"negative", [](auto* r) { r->mutable_times(0)->set_seconds(-1); }, "times[0].seconds"},
+      {"nan", [](auto* r) { r->mutable_times(0)->set_seconds(std::nan("")); }, "times[0].seconds"},
+      {"samples", [](auto* r) { r->mutable_times(0)->set_samples(0); }, "times[0].samples"},
+      {"layer time",
+       [](auto* r) {
+         proto::LayerOpTime* t = r->add_layer_times();
+         t->set_layer(0);
+         t->set_op_kind("F");
+         t->set_seconds(1e-300);
+         t->set_samples(1);
+       },
+       "layer_times[0].seconds"},
+      {"busy > iteration",
+       [](auto* r) {
+         proto::DeviceBusyTime* d = r->add_device_times();
+         d->set_device(0);
+         d->set_busy_seconds(2);
+         d->set_iteration_seconds(1);
+         d->set_iterations(5);
+       },
+       "device_times[0].busy_seconds"},
+      {"iteration", [](auto* r) {
+         proto::DeviceBusyTime* d = r->add_device_times();
+         d->set_device(0);
+         d->set_busy_seconds(0);
+         d->set_iteration_seconds(1e-13);
+         d->set_iterations(5);
+       },
+       "device_times[0].iteration_seconds"},
+  };
+  for (const Bad& b : bad) {
+    proto::ReportStageTimesRequest r = valid;
+    b.edit(&r);
+    absl::StatusOr<proto::ReportStageTimesResponse> got = manager_->ReportStageTimes(r);
+    EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << b.what;
+    EXPECT_THAT(std::string(got.status().message()), HasSubstr(b.field)) << b.what;
+    EXPECT_EQ(Factors(id), before) << b.what << ": a refused report changed the calibration";
+  }
+
+  // In range but absurd: every op 1 ns. Factors stop at kMinFactor.
+  proto::ReportStageTimesRequest absurd = valid;
+  for (proto::StageTime& t : *absurd.mutable_times()) t.set_seconds(1e-9);
+  absl::StatusOr<proto::ReportStageTimesResponse> a = manager_->ReportStageTimes(absurd);
+  ASSERT_TRUE(a.ok()) << a.status();
+  for (double f : Factors(id)) {
+    EXPECT_GE(f, kMinFactor);
+    EXPECT_LE(f, kMaxFactor);
+  }
+  ASSERT_TRUE(manager_->ReportStageTimes(valid).ok()) << "a valid report after an absurd one";
+
+  // Stored out of range by an older binary: clamped at load, reports accepted.
+  std::vector<double> poisoned(Factors(id).size(), 1e-300);
+  ASSERT_TRUE(store_->PutCalibration(id, poisoned).ok());
+  Close();
+  Open();
+  ASSERT_TRUE(manager_->Recover().ok());
+  for (double f : Factors(id)) EXPECT_EQ(f, kMinFactor);
+  absl::StatusOr<PipelineProblem> q = Predicted(req, watched->v1, Factors(id));
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_TRUE(manager_->ReportStageTimes(Report(id, 1, *q, -1, 1.0, 1.0)).ok());
+}
+
+// A job agents train: its phase goes pending -> running -> completed with the agents' events,
+// and its progress follows their reports (checked: iterations within the job's, a finite loss).
+TEST_F(JobManagerTest, AgentJobPhaseAndProgressFollowEventsAndReports) {
+  proto::CreateJobRequest req = SmallJob("lifecycle", TwoNodes());
+  proto::AgentTraining* t = req.mutable_training();
+  t->set_reference_model("ref:pattern=M*-E,hidden=32,heads=2,ffn=64,seq=32,vocab=64,microbatches=4");
+  t->set_iterations(40);
+  req.mutable_options()->set_num_devices(4);  // one pipeline: the Report helper's problem
+  absl::StatusOr<WatchedJob> watched = CreateAndWatch(req);
+  ASSERT_TRUE(watched.ok()) << watched.status();
+  const std::string id = watched->id;
+  auto phase = [&] {
+    absl::StatusOr<proto::GetJobResponse> got = Get(id);
+    EXPECT_TRUE(got.ok()) << got.status();
+    return got.ok() ? got->job().phase() : proto::JOB_PHASE_UNSPECIFIED;
+  };
+  EXPECT_EQ(phase(), proto::JOB_PHASE_PENDING);
+  ASSERT_TRUE(manager_->AddEvent(id, {0, "started", "node0", 1, 0, ""}).ok());
+  EXPECT_EQ(phase(), proto::JOB_PHASE_RUNNING);
+
+  absl::StatusOr<PipelineProblem> p = Predicted(req, watched->v1, Factors(id));
+  ASSERT_TRUE(p.ok()) << p.status();
+  proto::ReportStageTimesRequest report = Report(id, 1, *p, -1, 1.0, 1.0);
+  proto::JobProgress* progress = report.mutable_progress();
+  progress->set_iteration(12);
+  progress->set_has_loss(true);
+  progress->set_loss(2.25);
+  progress->set_tokens_per_s(5000);
+  ASSERT_TRUE(manager_->ReportStageTimes(report).ok());
+  absl::StatusOr<proto::GetJobResponse> got = Get(id);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->job().progress().iteration(), 12);
+  EXPECT_EQ(got->job().progress().total_iterations(), 40);
+  EXPECT_TRUE(got->job().progress().has_loss());
+  EXPECT_EQ(got->job().progress().loss(), 2.25);
+  EXPECT_EQ(got->job().progress().tokens_per_s(), 5000);
+
+  for (auto [edit, field] :
+       {std::pair<std::function<void(proto::JobProgress*)>, const char*>{
+            [](proto::JobProgress* q) { q->set_iteration(41); }, "progress.iteration"},
+        {[](proto::JobProgress* q) { q->set_loss(std::nan("")); }, "progress.loss"},
+        {[](proto::JobProgress* q) { q->set_tokens_per_s(-1); }, "progress.tokens_per_s"}}) {
+    proto::ReportStageTimesRequest bad = report;
+    edit(bad.mutable_progress());
+    absl::StatusOr<proto::ReportStageTimesResponse> r = manager_->ReportStageTimes(bad);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << field;
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr(field));
+  }
+
+  ASSERT_TRUE(manager_->AddEvent(id, {0, "completed", "node0", 1, 40, ""}).ok());
+  got = Get(id);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->job().phase(), proto::JOB_PHASE_COMPLETED);
+  EXPECT_EQ(got->job().progress().iteration(), 40);
+  // Kept across a restart (stored with the job).
+  Close();
+  Open();
+  ASSERT_TRUE(manager_->Recover().ok());
+  got = Get(id);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->job().phase(), proto::JOB_PHASE_COMPLETED);
+  EXPECT_EQ(got->job().progress().loss(), 2.25);
 }
 
 TEST_F(JobManagerTest, CooldownAllowsOneMeasuredReplanUntilTheClockMoves) {

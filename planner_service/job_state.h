@@ -76,6 +76,15 @@ struct NewJob {
   std::optional<AgentTraining> training;
 };
 
+// JobProgress of proto/planner.proto.
+struct JobProgress {
+  int64_t iteration = 0;
+  bool has_loss = false;
+  double loss = 0;
+  double tokens_per_s = 0;
+  int64_t updated_unix_ms = 0;
+};
+
 struct JobRecord {
   std::string id;
   std::string name;
@@ -90,6 +99,7 @@ struct JobRecord {
   // planner resumes it. kInitial until the first plan exists.
   std::optional<ReplanReason> pending_reason;
   std::vector<JobEvent> events;  // oldest first (the manager keeps the newest 200)
+  JobProgress progress;          // jobs agents train: from their reports
 
   // Whether the job's cluster has this node / the job has excluded it.
   bool HasNode(const std::string& node) const;

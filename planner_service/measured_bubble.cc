@@ -4,6 +4,8 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "planner_service/calibration.h"
 
 namespace octopipe::planner {
 
@@ -22,14 +24,13 @@ absl::StatusOr<std::vector<DeviceBusy>> DeviceBusyFromProto(
       return absl::InvalidArgumentError(
           absl::StrCat(field, ".busy_seconds must be >= 0, got ", t.busy_seconds()));
     }
-    if (!(t.iteration_seconds() > 0) || !std::isfinite(t.iteration_seconds())) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ".iteration_seconds must be > 0, got ", t.iteration_seconds()));
+    RETURN_IF_ERROR(CheckReportedSeconds(field + ".iteration_seconds", t.iteration_seconds()));
+    if (t.busy_seconds() > t.iteration_seconds() * (1 + 1e-6)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ".busy_seconds (", t.busy_seconds(), ") exceeds iteration_seconds (",
+          t.iteration_seconds(), "): a device cannot be busy longer than the iteration"));
     }
-    if (t.iterations() < 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ".iterations must be >= 1, got ", t.iterations()));
-    }
+    RETURN_IF_ERROR(CheckReportedSamples(field + ".iterations", t.iterations()));
     out.push_back({t.device(), t.busy_seconds(), t.iteration_seconds(), t.iterations()});
   }
   return out;

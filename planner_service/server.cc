@@ -52,6 +52,9 @@ class MetricsObserver : public JobObserver, public RpcObserver {
     }
   }
   void OnJobCount(int jobs) override { m_->Jobs().Set(jobs); }
+  void OnJobPhases(const std::map<std::string, int>& jobs_by_phase) override {
+    for (const auto& [phase, jobs] : jobs_by_phase) m_->SetJobsInPhase(phase, jobs);
+  }
   void OnRpc(const std::string& method, grpc::StatusCode code) override {
     m_->Rpcs(method, static_cast<absl::StatusCode>(code)).Increment();
   }

@@ -72,7 +72,8 @@ class ScriptedPlanner {
     absl::Status ReportStageTimes(const std::string&, int64_t, const std::string& node,
                                   const std::vector<StageTimeReport>& times,
                                   const std::vector<LayerTimeReport>&,
-                                  const std::vector<DeviceBusyReport>& devices) override {
+                                  const std::vector<DeviceBusyReport>& devices,
+                                  const ProgressReport&) override {
       std::lock_guard<std::mutex> l(p_->mu_);
       std::vector<StageTimeReport>& all = p_->stage_times_[node];
       all.insert(all.end(), times.begin(), times.end());

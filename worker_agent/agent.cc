@@ -414,6 +414,12 @@ void Agent::ReadProgress() {
     }
     n.local_bubble = n.wall_s > 0 ? 1 - busy / (static_cast<double>(local) * n.wall_s) : 0;
     n.tokens_per_s = n.wall_s > 0 ? run_.tokens_per_iteration / n.wall_s : 0;
+    run_.progress.iteration = run_.completed;
+    run_.progress.tokens_per_s = n.tokens_per_s;
+    if (n.has_loss) {
+      run_.progress.has_loss = true;
+      run_.progress.loss = n.loss;
+    }
     std::pair<double, double>& o = overhead_[run_.job_id];
     o.first += n.overhead_s;
     o.second += n.wall_s;
@@ -471,7 +477,7 @@ void Agent::ReportTimes() {
   run_.unreported_layers.clear();
   run_.unreported_devices.clear();
   absl::Status s = link_->ReportStageTimes(run_.job_id, run_.version, options_.node, times,
-                                           layer_times, device_times);
+                                           layer_times, device_times, run_.progress);
   if (!s.ok()) spdlog::warn("agent {}: cannot report stage times: {}", options_.node, std::string(s.message()));
 }
 

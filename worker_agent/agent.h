@@ -187,6 +187,7 @@ class Agent {
     std::map<int, int> report_device;
     int iterations_seen = 0;
     int completed = 0;  // iterations complete on every local rank
+    ProgressReport progress;  // the newest iteration's, for ReportTimes
   };
 
   // What a version needs to run on this node.

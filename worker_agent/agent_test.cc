@@ -47,7 +47,8 @@ class FakeLink : public PlannerLink {
   absl::Status ReportStageTimes(const std::string&, int64_t, const std::string&,
                                 const std::vector<StageTimeReport>&,
                                 const std::vector<LayerTimeReport>&,
-                                const std::vector<DeviceBusyReport>&) override {
+                                const std::vector<DeviceBusyReport>&,
+                                const ProgressReport&) override {
     return absl::OkStatus();
   }
   absl::Status ReportEvent(const std::string& job_id, const JobEventReport& e) override {

@@ -117,7 +117,8 @@ class GrpcPlannerLink final : public PlannerLink {
                                 const std::string& node,
                                 const std::vector<StageTimeReport>& times,
                                 const std::vector<LayerTimeReport>& layer_times,
-                                const std::vector<DeviceBusyReport>& device_times) override {
+                                const std::vector<DeviceBusyReport>& device_times,
+                                const ProgressReport& progress) override {
     proto::ReportStageTimesRequest req;
     req.set_job_id(job_id);
     req.set_plan_version(version);
@@ -145,6 +146,11 @@ class GrpcPlannerLink final : public PlannerLink {
       p->set_iteration_seconds(t.iteration_s);
       p->set_iterations(t.iterations);
     }
+    proto::JobProgress* p = req.mutable_progress();
+    p->set_iteration(progress.iteration);
+    p->set_has_loss(progress.has_loss);
+    p->set_loss(progress.loss);
+    p->set_tokens_per_s(progress.tokens_per_s);
     proto::ReportStageTimesResponse resp;
     auto ctx = Context();
     return FromGrpc("ReportStageTimes", stub_->ReportStageTimes(ctx.get(), req, &resp));

@@ -72,6 +72,15 @@ struct DeviceBusyReport {
   int64_t iterations = 0;
 };
 
+// The node's view of the run with its stage times: iterations complete on every local rank, and
+// the newest iteration's loss (where a local rank computes it) and tokens/s.
+struct ProgressReport {
+  int64_t iteration = 0;
+  bool has_loss = false;
+  double loss = 0;
+  double tokens_per_s = 0;
+};
+
 struct JobEventReport {
   // rank_failed, state_saved, resumed, plan_refused, started, stopped, completed
   std::string kind;
@@ -96,7 +105,8 @@ class PlannerLink {
                                         const std::string& node,
                                         const std::vector<StageTimeReport>& times,
                                         const std::vector<LayerTimeReport>& layer_times,
-                                        const std::vector<DeviceBusyReport>& device_times) = 0;
+                                        const std::vector<DeviceBusyReport>& device_times,
+                                        const ProgressReport& progress) = 0;
   virtual absl::Status ReportEvent(const std::string& job_id, const JobEventReport& event) = 0;
 };
 

@@ -90,6 +90,14 @@ absl::StatusOr<std::unique_ptr<PlannerMetrics>> PlannerMetrics::Create(
     m->tuning_seconds_ = &tuning.Add({}, TuningSecondsBuckets());
     m->agents_alive_ = &agents.Add({});
     m->jobs_ = &jobs.Add({});
+    auto& phases = prometheus::BuildGauge()
+                       .Name("octopipe_jobs_by_phase")
+                       .Help("Jobs by phase: planning (no plan yet), pending (planned, not "
+                             "started by agents), running, completed, failed.")
+                       .Register(registry);
+    for (const char* phase : {"planning", "pending", "running", "completed", "failed"}) {
+      m->jobs_by_phase_[phase] = &phases.Add({{"phase", phase}});
+    }
     for (int i = 0; i < kNumPlanKinds; ++i) {
       m->plans_by_kind_[i] = &m->plans_computed_->Add(
           {{"kind", std::string(PlanKindLabel(static_cast<PlanKind>(i)))}});
@@ -130,6 +138,11 @@ void PlannerMetrics::RemoveJob(const std::string& job_id) {
        {predicted_iteration_, predicted_bubble_, measured_iteration_, measured_bubble_}) {
     if (family->Has({{"job_id", job_id}})) family->Remove(&family->Add({{"job_id", job_id}}));
   }
+}
+
+void PlannerMetrics::SetJobsInPhase(const std::string& phase, int jobs) const {
+  auto it = jobs_by_phase_.find(phase);
+  if (it != jobs_by_phase_.end()) it->second->Set(jobs);
 }
 
 }  // namespace octopipe::metrics

@@ -41,6 +41,7 @@
 
 #include <array>
 #include <memory>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -85,6 +86,8 @@ class PlannerMetrics {
   prometheus::Histogram& TuningSeconds() const { return *tuning_seconds_; }
   prometheus::Gauge& AgentsAlive() const { return *agents_alive_; }
   prometheus::Gauge& Jobs() const { return *jobs_; }
+  // Jobs in a phase (planning, pending, running, completed, failed; others are ignored).
+  void SetJobsInPhase(const std::string& phase, int jobs) const;
   // Tuning tasks waiting in a lane of the pool: "jobs" or "oneshot".
   prometheus::Gauge& TuningQueueDepth(absl::string_view lane) const;
   // One-shot Plan calls answered from the cache of identical requests (hit) or not (miss).
@@ -121,6 +124,7 @@ class PlannerMetrics {
   prometheus::Histogram* tuning_seconds_ = nullptr;
   prometheus::Gauge* agents_alive_ = nullptr;
   prometheus::Gauge* jobs_ = nullptr;
+  std::map<std::string, prometheus::Gauge*> jobs_by_phase_;
 };
 
 }  // namespace octopipe::metrics
