@@ -1,5 +1,7 @@
 #include "cli/jobs_command.h"
 
+#include <algorithm>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -24,7 +26,8 @@ constexpr char kUsage[] =
     "  list\n"
     "  get      --job=ID\n"
     "  delete   --job=ID\n"
-    "  watch    --job=ID [--after=VERSION] [--count=N]  print plan versions as they come\n"
+    "  watch    --job=ID [--after=VERSION] [--count=N] [--events]  print plan versions (and\n"
+    "           events) as they come\n"
     "\n"
     "Run `octopipe jobs SUBCOMMAND --help` for every flag.\n";
 
@@ -41,6 +44,27 @@ const char* StateName(proto::JobState s) {
     case proto::JOB_STATE_FAILED: return "failed";
     default: return "unknown";
   }
+}
+
+const char* PhaseName(proto::JobPhase p) {
+  switch (p) {
+    case proto::JOB_PHASE_PLANNING: return "planning";
+    case proto::JOB_PHASE_PENDING: return "pending";
+    case proto::JOB_PHASE_RUNNING: return "running";
+    case proto::JOB_PHASE_COMPLETED: return "completed";
+    case proto::JOB_PHASE_FAILED: return "failed";
+    default: return "-";
+  }
+}
+
+// "iteration 1000/1000, loss 0.6755, 12,345 tokens/s" for a job agents train; "-" otherwise.
+std::string ProgressText(const proto::Job& j) {
+  if (!j.has_training()) return "-";
+  const proto::JobProgress& p = j.progress();
+  std::string out = absl::StrCat("iteration ", p.iteration(), "/", p.total_iterations());
+  if (p.has_loss()) absl::StrAppend(&out, absl::StrFormat(", loss %.6g", p.loss()));
+  if (p.tokens_per_s() > 0) absl::StrAppend(&out, absl::StrFormat(", %.0f tokens/s", p.tokens_per_s()));
+  return out;
 }
 
 // The version's reason in its text form ("node_failure"); a reason this binary does not know
@@ -87,7 +111,7 @@ struct JobsOptions {
   int64_t iterations = 0, checkpoint_interval = 0;
   int64_t pp = 0, tp = 0, ep = 0, dp = 0;
   double time_budget = 0;
-  bool json = false;
+  bool json = false, events = false;
 };
 
 void DeclareFlags(const std::string& sub, CommandLine& flags, JobsOptions& o) {
@@ -122,6 +146,9 @@ void DeclareFlags(const std::string& sub, CommandLine& flags, JobsOptions& o) {
   if (sub == "watch") {
     flags.Int("after", &o.after, "print versions newer than this (0: the current one first)");
     flags.Int("count", &o.count, "exit after this many versions (0: until interrupted)");
+    flags.Bool("events", &o.events,
+               "also print the job's events as agents report them (started, rank_failed,\n"
+               "resumed, completed, ...), one line each: \"JOB event KIND (vN, iteration T, ...)\"");
   }
 }
 
@@ -210,10 +237,12 @@ int List(const JobsOptions& o, proto::Planner::Stub& stub, std::ostream& out,
     out << ProtoToJson(resp) << "\n";
     return 0;
   }
-  TextTable t({"job", "name", "state", "version", "model", "excluded nodes"});
+  TextTable t({"job", "name", "phase", "state", "version", "progress", "model",
+               "excluded nodes"});
   for (const proto::Job& j : resp.jobs()) {
-    t.AddRow({j.id(), j.name(), StateName(j.state()), absl::StrCat(j.current_version()),
-              j.model().name(), absl::StrJoin(j.excluded_nodes(), ",")});
+    t.AddRow({j.id(), j.name(), PhaseName(j.phase()), StateName(j.state()),
+              absl::StrCat(j.current_version()), ProgressText(j), j.model().name(),
+              absl::StrJoin(j.excluded_nodes(), ",")});
   }
   out << t.Render();
   return 0;
@@ -232,9 +261,20 @@ int Get(const JobsOptions& o, proto::Planner::Stub& stub, std::ostream& out,
     return 0;
   }
   const proto::Job& job = resp.job();
-  out << job.id() << " (" << job.name() << "): " << StateName(job.state())
+  out << job.id() << " (" << job.name() << "): " << PhaseName(job.phase()) << " (plan "
+      << StateName(job.state()) << ")"
       << (job.last_error().empty() ? "" : ", " + job.last_error()) << "\n";
+  if (job.has_training()) out << "progress: " << ProgressText(job) << "\n";
   if (resp.has_current()) out << VersionLine(resp.current()) << "\n";
+  // The newest events (the planner keeps 200), oldest of them first.
+  constexpr int kShownEvents = 5;
+  const int first = std::max(0, job.events_size() - kShownEvents);
+  for (int i = first; i < job.events_size(); ++i) {
+    const proto::JobEvent& e = job.events(i);
+    out << "event: " << e.kind() << " (v" << e.plan_version() << ", iteration " << e.iteration()
+        << (e.node_id().empty() ? "" : ", node " + e.node_id()) << ")"
+        << (e.message().empty() ? "" : ": " + e.message()) << "\n";
+  }
   return 0;
 }
 
@@ -253,6 +293,10 @@ int Delete(const JobsOptions& o, proto::Planner::Stub& stub, std::ostream& out,
 // Prints plan versions as the planner publishes them, until --count or the stream ends.
 int Watch(const JobsOptions& o, proto::Planner::Stub& stub, std::ostream& out,
           std::ostream& err) {
+  if (o.count < 0 || o.after < 0) {
+    return Fail(err, absl::InvalidArgumentError(absl::StrCat(
+                         "--count and --after must be >= 0, got ", o.count, " and ", o.after)), 2);
+  }
   grpc::ClientContext watch_ctx;  // no deadline: watches run until interrupted
   if (!o.remote.token.empty()) {
     watch_ctx.AddMetadata("authorization", "Bearer " + o.remote.token);
@@ -260,10 +304,21 @@ int Watch(const JobsOptions& o, proto::Planner::Stub& stub, std::ostream& out,
   proto::WatchPlanRequest req;
   req.set_job_id(o.job);
   req.set_after_version(o.after);
+  req.set_include_events(o.events);
   auto reader = stub.WatchPlan(&watch_ctx, req);
   proto::PlanVersion v;
   int64_t seen = 0;
   while (reader->Read(&v)) {
+    if (v.has_event()) {  // --events: "JOB event KIND (vN, iteration T, node N): MESSAGE"
+      const proto::JobEvent& e = v.event();
+      out << (o.json ? ProtoToJson(v)
+                     : absl::StrCat(v.job_id(), " event ", e.kind(), " (v", e.plan_version(),
+                                    ", iteration ", e.iteration(),
+                                    e.node_id().empty() ? "" : ", node " + e.node_id(), ")",
+                                    e.message().empty() ? "" : ": " + e.message()))
+          << std::endl;
+      continue;  // --count counts versions
+    }
     out << (o.json ? ProtoToJson(v) : VersionLine(v)) << std::endl;
     if (o.count > 0 && ++seen >= o.count) {
       watch_ctx.TryCancel();
@@ -280,8 +335,13 @@ std::string Summary(const std::string& sub) {
     return "Creates a job on the planner: it tunes a first plan in the background and re-plans "
            "from measured times and node changes (watch it with `octopipe jobs watch`).";
   }
-  if (sub == "list") return "Lists the planner's jobs with their state and current version.";
-  if (sub == "get") return "Shows one job: its state, last error and current plan version.";
+  if (sub == "list") {
+    return "Lists the planner's jobs with their phase, state, current version and progress.";
+  }
+  if (sub == "get") {
+    return "Shows one job: its phase (planning, pending, running, completed, failed), progress, "
+           "current plan version and newest events.";
+  }
   if (sub == "delete") return "Deletes a job with its plan versions and calibration.";
   return "Prints the job's plan versions as the planner publishes them.";
 }
