@@ -70,6 +70,15 @@ elif s.get("recovered_from") == "checkpoint" and lost > s["iterations"]:
     errors.append("iterations_lost %d is more than the job's iterations" % lost)
 if not s["resumed_from_iteration"] > 0:
     errors.append("resumed_from_iteration %r, want > 0" % s["resumed_from_iteration"])
+# The planner's view at the end, as a scheduler sees it.
+if s.get("job_phase") != "completed":
+    errors.append("job_phase %r at the end, want completed" % s.get("job_phase"))
+progress = s.get("job_progress", {})
+if int(progress.get("iteration", 0)) != s["iterations"]:
+    errors.append("job_progress.iteration %r, want %d" % (progress.get("iteration"), s["iterations"]))
+if not progress.get("has_loss") or not abs(progress.get("loss", 0) - s["uninterrupted_final_loss"]) <= \
+        1e-3 * abs(s["uninterrupted_final_loss"]):
+    errors.append("job_progress %r has no loss near the final one" % progress)
 final, ref = s["final_loss"], s["uninterrupted_final_loss"]
 if final is None or not abs(final - ref) <= 1e-6 * abs(ref):
     errors.append("final_loss %r != uninterrupted_final_loss %r" % (final, ref))

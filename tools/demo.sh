@@ -29,7 +29,8 @@ agent mid-run, restarts it, and checks the final loss against an uninterrupted r
   --summary=FILE            write a JSON summary: plan_versions [{version, reason, layout}],
                             lost_node, resumed_from_iteration, recovered_from (peers: the
                             survivors' memory; checkpoint), iterations_lost, final_loss,
-                            uninterrupted_final_loss, agent_overhead_ratio, last_plan_switch_s, ...
+                            uninterrupted_final_loss, agent_overhead_ratio, last_plan_switch_s,
+                            job_phase and job_progress (the planner's view at the end), ...
   --iterations=N            training iterations of the job (default 1000)
   --checkpoint_interval=K   checkpoint every K iterations (default 5)
   --timeout=SECONDS         give up (and tail the logs) after this long (default 170)
@@ -450,6 +451,11 @@ final_loss="$(http_get "http://127.0.0.1:${agent_metrics[$head_node]}/metrics" |
 head_metrics="$(http_get "http://127.0.0.1:${agent_metrics[$head_node]}/metrics")"
 overhead="$(awk -v j="job_id=\"$job\"" '$1 ~ /^octopipe_agent_overhead_ratio\{/ && index($1, j) {print $2; exit}' <<<"$head_metrics")"
 switch_s="$(awk -v j="job_id=\"$job\"" '$1 ~ /^octopipe_agent_plan_switch_seconds\{/ && index($1, j) {print $2; exit}' <<<"$head_metrics")"
+# What a scheduler sees at the end: the job's phase and progress, from the planner.
+echo
+"$cli_bin" jobs get --planner="$planner" --job="$job" | sed -n '1,2p'
+"$cli_bin" jobs get --planner="$planner" --job="$job" --json >"$work/job.json" 2>/dev/null ||
+  echo '{}' >"$work/job.json"
 python3 - "$work" "$iterations" "$summary" "$lost_node" "$resumed_from" "$prom_port" \
   "$((SECONDS - start))" "${final_loss:-nan}" "${overhead:-nan}" "${switch_s:-nan}" \
   "$(( failed_reached > lost_reached ? failed_reached : lost_reached ))" "$saved_iterations" \
@@ -463,6 +469,10 @@ versions = []
 for v in sys.argv[13:]:
     number, reason, layout = (v.split(":") + ["", ""])[:3]
     versions.append({"version": int(number), "reason": reason, "layout": layout})
+try:
+    job = json.load(open(work + "/job.json")).get("job", {})
+except ValueError:
+    job = {}
 # Recovered from the survivors' memory when they saved the iteration the job resumed from.
 recovered_from = "peers" if int(resumed) in saved else "checkpoint"
 iterations_lost = max(0, reached - int(resumed))
@@ -495,7 +505,9 @@ if summary:
                    "uninterrupted_final_loss": ref, "iterations": iterations,
                    "losses_equal": ok, "prometheus_url": "http://127.0.0.1:" + prom,
                    "agent_overhead_ratio": overhead, "last_plan_switch_s": switch_s,
-                   "wall_s": int(wall), "work_dir": work}, out, indent=2)
+                   "wall_s": int(wall), "work_dir": work,
+                   "job_phase": job.get("phase", "").replace("JOB_PHASE_", "").lower(),
+                   "job_progress": job.get("progress", {})}, out, indent=2)
         out.write("\n")
 sys.exit(0 if ok else 1)
 PY
