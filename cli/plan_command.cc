@@ -18,6 +18,7 @@
 #include "core/status_macros.h"
 #include "simulator/trace.h"
 #include "simulator/vocab_parallel.h"
+#include "tuner/constraints.h"
 #include "tuner/layout.h"
 #include "tuner/tuner.h"
 #include "tuner/vocab_choice.h"
@@ -368,6 +369,7 @@ void SetLayoutAndConstraints(const TunerOptions& t, const LayoutRequest& layout,
   o->set_max_layouts(layout.max_tuned);
   o->set_no_bw_split(!t.constraints.allow_bw_split);
   o->set_no_recompute(!t.constraints.allow_recompute);
+  if (t.constraints.require_recompute) o->set_recompute("full");
   o->set_max_stages_per_device(t.constraints.max_stages_per_device);
   for (const StageAssignment& st : t.constraints.fixed_stages) {
     proto::StageSpec* s = o->add_fixed_stages();
@@ -484,6 +486,11 @@ void DeclareFlags(CommandLine& flags, PlanOptions& o, PlannerConnection& remote)
   flags.Int("max_stages_per_device", &o.max_stages_per_device,
             "at most this many pipeline stages on a device; 0 = no limit");
   flags.Bool("no_recompute", &o.no_recompute, "the runtime cannot recompute activations");
+  flags.String("recompute", &o.recompute,
+               "activation recompute: auto (as the model's training.recompute asks: full =\n"
+               "every stage recomputes; selective = the attention core, and the tuner may add\n"
+               "full recompute per stage where memory needs it; none = the tuner may add it),\n"
+               "none (no recompute at all), selective (no full recompute), full (every stage)");
   flags.String("fixed_partition", &o.fixed_partition,
                "keep this partition: each stage's FIRST-LAST layers, e.g. 0-13,14-27,28-53");
   flags.String("fixed_placement", &o.fixed_placement,
@@ -744,6 +751,10 @@ int RunPlan(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   if (!cluster.ok()) return Fail(err, cluster.status(), 2);
   absl::StatusOr<TunerOptions> t = ResolveTunerOptions(o, flags, *model, *cluster);
   if (!t.ok()) return Fail(err, t.status(), 2);
+  if (absl::Status s = ApplyRecomputeChoice(o.recompute, "--recompute", &*model, &t->constraints);
+      !s.ok()) {
+    return Fail(err, s, 2);
+  }
   if (!o.quiet && !o.json) {
     t->progress = [&err](const TuneLogEntry& e) {
       err << absl::StrFormat("[%6.2f s] %-10s best %s (%d candidates)\n", e.wall_s, e.phase,

@@ -294,6 +294,49 @@ TEST(PlanCommandTest, ExecutorRanksGetTheLayoutSearchUnlessDevicesAsksForOnePipe
   EXPECT_EQ(Get(l, "layout").value("pp", 0), Get(l, "plan").value("num_devices", 0));
 }
 
+// --recompute=full: every stage recomputes (the free plan of this model recomputes nothing);
+// none/selective/auto are accepted; a contradiction or an unknown value exits 2 naming the flag.
+TEST(PlanCommandTest, RecomputeFullRecomputesEveryStage) {
+  const std::vector<std::string> base = {"--model=synthetic:layers=8,f=1,b=1,w=1",
+                                         "--cluster=synthetic:devices=4", "--devices=4",
+                                         "--microbatches=8", "--time_budget=0.5", "--json",
+                                         "--quiet"};
+  auto recomputing = [](const Json& j) {
+    int n = 0;
+    for (const Json& st : Get(Get(j, "plan"), "partition")) n += st.value("recompute", false) ? 1 : 0;
+    return n;
+  };
+  CliRun free = PlanCli(base);
+  ASSERT_EQ(free.code, 0) << free.err;
+  EXPECT_EQ(recomputing(JsonOf(free)), 0);
+  std::vector<std::string> full = base;
+  full.push_back("--recompute=full");
+  CliRun r = PlanCli(full);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const Json j = JsonOf(r);
+  EXPECT_GT(Get(Get(j, "plan"), "partition").size(), 0u);
+  EXPECT_EQ(recomputing(j), static_cast<int>(Get(Get(j, "plan"), "partition").size()));
+  for (const char* ok : {"--recompute=none", "--recompute=selective", "--recompute=auto"}) {
+    std::vector<std::string> args = base;
+    args.push_back(ok);
+    CliRun run = PlanCli(args);
+    EXPECT_EQ(run.code, 0) << ok << ": " << run.err;
+    if (run.code == 0) EXPECT_EQ(recomputing(JsonOf(run)), 0) << ok;
+  }
+  std::vector<std::string> both = full;
+  both.push_back("--no_recompute");
+  CliRun contradiction = PlanCli(both);
+  EXPECT_EQ(contradiction.code, 2);
+  EXPECT_NE(contradiction.err.find("--recompute: full contradicts no_recompute"), std::string::npos)
+      << contradiction.err;
+  std::vector<std::string> bad = base;
+  bad.push_back("--recompute=sometimes");
+  CliRun unknown = PlanCli(bad);
+  EXPECT_EQ(unknown.code, 2);
+  EXPECT_NE(unknown.err.find("--recompute must be auto, none, selective or full"), std::string::npos)
+      << unknown.err;
+}
+
 TEST(PlanCommandTest, ConstraintFlagsReachTheTuner) {
   const std::vector<std::string> base = {"--model=synthetic:layers=8,f=1,b=1,w=1",
                                          "--cluster=synthetic:devices=4", "--devices=4",

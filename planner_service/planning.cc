@@ -9,6 +9,7 @@
 #include "core/convert.h"
 #include "core/cost_model.h"
 #include "core/status_macros.h"
+#include "tuner/constraints.h"
 #include "tuner/vocab_choice.h"
 
 namespace octopipe::planner {
@@ -42,6 +43,7 @@ absl::Status ReadLayoutAndConstraints(const proto::PlanOptions& o, PlanningInput
   ExecutorConstraints& c = in->tuner.constraints;
   c.allow_bw_split = !o.no_bw_split();
   c.allow_recompute = !o.no_recompute();
+  RETURN_IF_ERROR(ApplyRecomputeChoice(o.recompute(), "options.recompute", &in->model, &c));
   c.max_stages_per_device = o.max_stages_per_device();
   for (const proto::StageSpec& st : o.fixed_stages()) {
     StageAssignment a;

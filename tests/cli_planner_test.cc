@@ -174,7 +174,9 @@ TEST(CliPlannerTest, JobsCreateListGetWatchDelete) {
 
   const CliResult list = RunCli({"jobs", "list", at});
   ASSERT_EQ(list.exit_code, 0) << list.Describe();
-  EXPECT_TRUE(std::regex_search(list.out, std::regex(id + R"( +cli-job +\w+ +\d+ +llama3-8b)")))
+  // job, name, phase, state, version, progress ("-": planning only), model.
+  EXPECT_TRUE(std::regex_search(list.out,
+                                std::regex(id + R"( +cli-job +\w+ +\w+ +\d+ +- +llama3-8b)")))
       << list.Describe();
 
   // Waits for the first plan: the watch prints it and exits after one version.
@@ -185,7 +187,8 @@ TEST(CliPlannerTest, JobsCreateListGetWatchDelete) {
 
   const CliResult get = RunCli({"jobs", "get", at, "--job=" + id});
   ASSERT_EQ(get.exit_code, 0) << get.Describe();
-  EXPECT_THAT(get.out, HasSubstr(id + " (cli-job): ready")) << get.Describe();
+  // A planning-only job: planned, nobody runs it.
+  EXPECT_THAT(get.out, HasSubstr(id + " (cli-job): pending (plan ready)")) << get.Describe();
   EXPECT_THAT(get.out, HasSubstr(id + " v1 (initial)"));
 
   const CliResult deleted = RunCli({"jobs", "delete", at, "--job=" + id});

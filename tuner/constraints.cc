@@ -18,7 +18,46 @@ bool WithinStageLimit(int limit, const std::vector<StageAssignment>& stages) {
 
 }  // namespace
 
+absl::Status ApplyRecomputeChoice(const std::string& choice, const std::string& field,
+                                  ModelGraph* model, ExecutorConstraints* c) {
+  RecomputePolicy& policy = model->training.recompute;
+  if (choice.empty() || choice == "auto") {
+    if (policy == RecomputePolicy::kFull) {
+      if (!c->allow_recompute) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            field, ": the model asks for full recompute (training.recompute = full) but "
+            "recompute is turned off (no_recompute); pass recompute = none to override the model"));
+      }
+      c->require_recompute = true;
+    }
+    return absl::OkStatus();
+  }
+  if (choice == "none") {
+    policy = RecomputePolicy::kNone;
+    c->allow_recompute = false;
+    c->require_recompute = false;
+  } else if (choice == "selective") {
+    policy = RecomputePolicy::kSelective;
+    c->allow_recompute = false;
+    c->require_recompute = false;
+  } else if (choice == "full") {
+    if (!c->allow_recompute) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": full contradicts no_recompute (no stage may recompute)"));
+    }
+    c->require_recompute = true;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, " must be auto, none, selective or full, got '", choice, "'"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateConstraints(const ExecutorConstraints& c, int num_layers, int num_devices) {
+  if (c.require_recompute && !c.allow_recompute) {
+    return absl::InvalidArgumentError(
+        "require_recompute contradicts allow_recompute = false (no_recompute)");
+  }
   if (c.max_stages_per_device < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "max_stages_per_device must be >= 0 (0: no limit), got ", c.max_stages_per_device));
@@ -76,6 +115,9 @@ bool ApplyConstraints(const ExecutorConstraints& c, Candidate* candidate) {
   if (!c.allow_recompute) {
     for (StageAssignment& st : stages) st.recompute = false;
   }
+  if (c.require_recompute) {
+    for (StageAssignment& st : stages) st.recompute = true;
+  }
   if (!c.allow_bw_split) {
     candidate->policy.split_backward = false;
     candidate->policy.classic = -1;  // the classic orders are checked as plans instead
@@ -96,6 +138,7 @@ bool PlanMeetsConstraints(const ExecutorConstraints& c, const Plan& plan) {
   }
   for (const StageAssignment& st : plan.stages) {
     if (!c.allow_recompute && st.recompute) return false;
+    if (c.require_recompute && !st.recompute) return false;
   }
   for (const auto& ops : plan.schedule.ops) {
     for (const Op& op : ops) {
@@ -130,7 +173,7 @@ std::vector<Candidate> ConstraintSeeds(const ExecutorConstraints& c, int num_dev
       for (StageAssignment& st : cand.stages) st.recompute = false;
       if (!ApplyConstraints(c, &cand)) continue;
       out.push_back(cand);
-      if (c.allow_recompute) {
+      if (c.allow_recompute && !c.require_recompute) {
         for (StageAssignment& st : cand.stages) st.recompute = true;
         out.push_back(cand);
       }

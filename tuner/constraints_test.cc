@@ -6,9 +6,12 @@
 // machine's speed.
 #include "tuner/tuner.h"
 
+#include "tuner/constraints.h"
+
 #include <algorithm>
 #include <map>
 #include <string>
+#include <tuple>
 
 #include "core/cluster.h"
 #include "core/cluster_presets.h"
@@ -137,6 +140,65 @@ TEST(ConstraintsTest, NoRecomputeWhenMemoryWouldAskForIt) {
   ASSERT_TRUE(r->feasible) << r->infeasible_reason;
   for (const StageAssignment& st : r->plan.stages) EXPECT_FALSE(st.recompute);
   EXPECT_EQ(0, CountOps(r->plan, OpKind::kR));
+}
+
+TEST(ConstraintsTest, RequiredRecomputeRecomputesEveryStageWhereMemoryDoesNotAskForIt) {
+  // Llama-3 8B on 4 H100s (80 GB): everything fits, so the free tuner recomputes nothing (the
+  // test fails if the requirement were ignored); required, every stage recomputes, each
+  // micro-batch's R op is in the schedule, and the iteration is slower by the extra forwards.
+  TrainingOptions t;
+  absl::StatusOr<ModelGraph> m = ZooModel("llama3-8b", t);
+  ASSERT_TRUE(m.ok());
+  const Cluster c = *ClusterPreset("h100-1node");
+  TunerOptions o = Options(4, 8);
+  o.clock = nullptr;
+  o.time_budget_s = 2;
+  absl::StatusOr<TuneResult> free = Tune(*m, c, CostModel(), o);
+  ASSERT_TRUE(free.ok()) << free.status();
+  for (const StageAssignment& st : free->plan.stages) ASSERT_FALSE(st.recompute);
+  ModelGraph model = *m;
+  ASSERT_TRUE(ApplyRecomputeChoice("full", "recompute", &model, &o.constraints).ok());
+  EXPECT_TRUE(o.constraints.require_recompute);
+  absl::StatusOr<TuneResult> r = Tune(model, c, CostModel(), o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->feasible) << r->infeasible_reason;
+  for (const StageAssignment& st : r->plan.stages) EXPECT_TRUE(st.recompute);
+  EXPECT_EQ(static_cast<int>(r->plan.stages.size()) * 8, CountOps(r->plan, OpKind::kR));
+  EXPECT_GT(r->predicted.iteration_time_s, free->predicted.iteration_time_s);
+  EXPECT_TRUE(PlanMeetsConstraints(o.constraints, r->plan));
+  EXPECT_FALSE(PlanMeetsConstraints(o.constraints, free->plan));
+}
+
+TEST(ConstraintsTest, RecomputeChoiceFollowsTheModelUnlessTheRequestSaysOtherwise) {
+  auto apply = [](const std::string& choice, RecomputePolicy model_policy, bool no_recompute) {
+    ModelGraph m;
+    m.training.recompute = model_policy;
+    ExecutorConstraints c;
+    c.allow_recompute = !no_recompute;
+    absl::Status s = ApplyRecomputeChoice(choice, "options.recompute", &m, &c);
+    return std::tuple{s, m.training.recompute, c.allow_recompute, c.require_recompute};
+  };
+  using R = RecomputePolicy;
+  // auto: the model's "full" is required; "selective" and "none" leave the tuner free.
+  EXPECT_EQ(apply("auto", R::kFull, false), std::tuple(absl::OkStatus(), R::kFull, true, true));
+  EXPECT_EQ(apply("", R::kSelective, false), std::tuple(absl::OkStatus(), R::kSelective, true, false));
+  EXPECT_EQ(apply("auto", R::kNone, false), std::tuple(absl::OkStatus(), R::kNone, true, false));
+  // Explicit choices override the model.
+  EXPECT_EQ(apply("none", R::kFull, false), std::tuple(absl::OkStatus(), R::kNone, false, false));
+  EXPECT_EQ(apply("selective", R::kFull, false),
+            std::tuple(absl::OkStatus(), R::kSelective, false, false));
+  EXPECT_EQ(apply("full", R::kNone, false), std::tuple(absl::OkStatus(), R::kNone, true, true));
+  // Contradictions and unknown values name the field.
+  for (auto [choice, policy] : {std::pair{"full", R::kNone}, std::pair{"auto", R::kFull}}) {
+    absl::Status s = std::get<0>(apply(choice, policy, /*no_recompute=*/true));
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << choice;
+    EXPECT_NE(s.message().find("options.recompute"), std::string::npos) << s.message();
+  }
+  absl::Status bad = std::get<0>(apply("sometimes", R::kNone, false));
+  EXPECT_NE(bad.message().find("options.recompute must be auto, none, selective or full, got "
+                               "'sometimes'"),
+            std::string::npos)
+      << bad.message();
 }
 
 TEST(ConstraintsTest, ErrorsNameTheField) {
