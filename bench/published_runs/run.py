@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""bench/published_runs/run.py: the planner held to published training runs.
+
+For every run of bench/published_runs/*.json whose model OctoPipe can express (a `model_file`
+and a layout with EP dividing DP), on the run's cluster (`octopipe_cluster`: its GPU's peak and
+memory, nodes of `devices_per_node`, the intra- and inter-node bandwidth per GPU):
+  1. `octopipe plan` with the published layout fixed (--pp/--tp/--dp/--ep), the published global
+     batch as micro-batches of `micro_batch` (1 where unpublished) and the published recompute
+     (`--recompute=full` where the run recomputed, else `none`): the predicted iteration;
+  2. the same with the layout free (`--recompute=auto`): the planner's own choice.
+Prints one JSON line per run, then a Markdown table: published vs predicted throughput (TFLOP/s
+per GPU by the run's own FLOP count per iteration, `derived.flops_per_iteration`; or tokens/s
+per GPU where the source gives that), the error, and the free layout's predicted gain over the
+published layout.
+
+Usage: bazel build -c opt //cli:octopipe && bench/published_runs/run.py [--only=SUBSTRING]
+Environment: OCTOPIPE (the binary; default bazel-bin/cli/octopipe), BUDGET (plan seconds per
+run, 5), OUT (a directory for the generated cluster files and outputs; default a temp dir).
+"""
+import glob
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+OCTOPIPE = os.environ.get("OCTOPIPE", os.path.join(ROOT, "bazel-bin", "cli", "octopipe"))
+BUDGET = os.environ.get("BUDGET", "5")
+OUT = os.environ.get("OUT") or tempfile.mkdtemp(prefix="published-runs-")
+os.makedirs(OUT, exist_ok=True)
+# Link latencies: not in the sources; NVLink/NVSwitch- and InfiniBand-class figures.
+INTRA_LATENCY_S, INTER_LATENCY_S = 3e-6, 5e-6
+
+
+def cluster_file(run):
+    c = run["cluster"]["octopipe_cluster"]
+    hw = dict(c["hardware"])
+    nodes = [{"name": "node%d" % i, "hardware": hw["name"], "num_devices": c["devices_per_node"],
+              "intra_node_link": {"bandwidth": c["intra_node_link_bandwidth"],
+                                  "latency_s": INTRA_LATENCY_S}}
+             for i in range(c["num_nodes"])]
+    cluster = {"name": run["name"] + "-cluster", "hardware": [hw], "nodes": nodes,
+               "inter_node_link": {"bandwidth": c["inter_node_link_bandwidth"],
+                                   "latency_s": INTER_LATENCY_S}}
+    path = os.path.join(OUT, run["name"] + ".cluster.json")
+    with open(path, "w") as f:
+        json.dump(cluster, f)
+    return path
+
+
+def plan(run, cluster, fixed):
+    layout = run["layout"]
+    micro = run.get("micro_batch") or 1
+    args = [OCTOPIPE, "plan", "--model=" + os.path.join(ROOT, run["model"]["model_file"]),
+            "--cluster=" + cluster, "--microbatches=%d" % (run["global_batch"] // micro),
+            "--time-budget=" + BUDGET, "--seed=1", "--vocab_parallel=off", "--json", "--quiet"]
+    if fixed:
+        args += ["--pp=%d" % layout["pp"], "--tp=%d" % layout["tp"], "--dp=%d" % layout["dp"],
+                 "--ep=%d" % (layout.get("ep") or 1)]
+        args.append("--recompute=" + ("full" if str(run.get("recompute", "")).startswith("full")
+                                      else "none"))
+    else:
+        args.append("--recompute=auto")
+    p = subprocess.run(args, capture_output=True, text=True)
+    if p.returncode not in (0, 3):
+        return {"error": (p.stderr or p.stdout).strip()[-400:]}
+    out = json.loads(p.stdout)
+    l = out.get("layout", {})
+    lp = out.get("layout_plan", {}).get("predicted", {})
+    return {"layout": "PP%s x TP%s x EP%s x DP%s" % (l.get("pp"), l.get("tp"), l.get("ep"),
+                                                     l.get("dp")),
+            "feasible": out.get("feasible", False),
+            "iteration_s": lp.get("iteration_time_s") or l.get("iteration_time_s"),
+            "recompute_stages": sum(1 for s in out.get("plan", {}).get("partition", [])
+                                    if s.get("recompute"))}
+
+
+def runs():
+    only = next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--only=")), "")
+    for path in sorted(glob.glob(os.path.join(HERE, "*.json"))):
+        table = json.load(open(path))
+        for run in table.get("runs", []):
+            if only and only not in run["name"]:
+                continue
+            yield os.path.basename(path), run
+
+
+def main():
+    if not os.access(OCTOPIPE, os.X_OK):
+        sys.exit("published_runs: set OCTOPIPE to the octopipe binary (bazel build -c opt //cli:octopipe)")
+    rows = []
+    for source, run in runs():
+        row = {"source": source, "run": run["name"], "gpus": run["cluster"].get("gpus")}
+        model_file = run.get("model", {}).get("model_file")
+        pub = run.get("published", {})
+        flops = run.get("derived", {}).get("flops_per_iteration")
+        if not model_file or not run.get("cluster", {}).get("octopipe_cluster"):
+            row["skipped"] = "no model file or cluster figures"
+        elif (run["layout"].get("ep") or 1) > 1 and run["layout"]["dp"] % run["layout"]["ep"]:
+            row["skipped"] = "EP does not divide DP (MoE parallel folding: not expressible)"
+        elif not (pub.get("tflops_per_gpu") and flops):
+            row["skipped"] = "no TFLOP/s figure with a FLOP count per iteration"
+        if "skipped" in row:
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+            continue
+        cluster = cluster_file(run)
+        fixed, free = plan(run, cluster, True), plan(run, cluster, False)
+        row.update({"published_tflops_per_gpu": pub["tflops_per_gpu"], "fixed": fixed,
+                    "free": free})
+        gpus = run["cluster"]["gpus"]
+        if fixed.get("iteration_s"):
+            row["predicted_tflops_per_gpu"] = flops / fixed["iteration_s"] / gpus / 1e12
+            row["error"] = row["predicted_tflops_per_gpu"] / pub["tflops_per_gpu"] - 1
+        if fixed.get("iteration_s") and free.get("iteration_s"):
+            row["free_gain"] = fixed["iteration_s"] / free["iteration_s"] - 1
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    print()
+    print("| run | GPUs | published layout | published TFLOP/s/GPU | predicted | error | free layout | its gain |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        if "skipped" in r:
+            print("| %s | %s | skipped: %s | | | | | |" % (r["run"], r["gpus"], r["skipped"]))
+            continue
+        pred = r.get("predicted_tflops_per_gpu")
+        print("| %s | %s | %s | %.0f | %s | %s | %s | %s |" % (
+            r["run"], r["gpus"], r["fixed"].get("layout", r["fixed"].get("error", "?")),
+            r["published_tflops_per_gpu"], "%.0f" % pred if pred else "-",
+            "%+.1f%%" % (100 * r["error"]) if "error" in r else "-",
+            r["free"].get("layout", "?"),
+            "%+.1f%%" % (100 * r["free_gain"]) if "free_gain" in r else "-"))
+    errors = [abs(r["error"]) for r in rows if "error" in r]
+    if errors:
+        print()
+        print("runs predicted: %d; within +-10%%: %d; mean |error| %.1f%%, max %.1f%%" % (
+            len(errors), sum(e <= 0.10 for e in errors), 100 * sum(errors) / len(errors),
+            100 * max(errors)))
+    print("published_runs: files in " + OUT, file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
