@@ -1,6 +1,7 @@
 #include "cli/command_line.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include <CLI/CLI.hpp>
 
@@ -30,9 +31,9 @@ bool IsInt(const std::string& s) {
   return absl::SimpleAtoi(s, &v);
 }
 
-bool IsDouble(const std::string& s) {
+bool IsDouble(const std::string& s) {  // finite: no flag takes nan or inf
   double v;
-  return absl::SimpleAtod(s, &v);
+  return absl::SimpleAtod(s, &v) && std::isfinite(v);
 }
 
 bool IsBool(const std::string& s) {
@@ -87,7 +88,7 @@ void CommandLine::Int(const std::string& name, int64_t* dest, const std::string&
 void CommandLine::Double(const std::string& name, double* dest, const std::string& help) {
   app_->add_option("--" + name, *dest, Describe(help, absl::StrCat(*dest)))
       ->type_name("NUMBER")
-      ->check(Expect("a number", IsDouble));
+      ->check(Expect("a finite number", IsDouble));
 }
 
 void CommandLine::Bool(const std::string& name, bool* dest, const std::string& help) {
@@ -130,6 +131,16 @@ std::vector<std::string> CommandLine::Normalize(const std::vector<std::string>& 
 }
 
 absl::Status CommandLine::Parse(const std::vector<std::string>& args) {
+  // "--name=" with nothing after it is a mistake (an unset shell variable, a typo), never a way
+  // to ask for the default: refused, rather than read as the flag's next argument or as "".
+  for (const std::string& arg : args) {
+    if (arg == "--") break;
+    if (absl::StartsWith(arg, "--") && absl::EndsWith(arg, "=") &&
+        arg.find('=') == arg.size() - 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          arg, ": empty value (leave the flag out for its default)"));
+    }
+  }
   const std::vector<std::string> normalized = Normalize(args);
   // CLI11 takes the arguments last first.
   std::vector<std::string> reversed(normalized.rbegin(), normalized.rend());

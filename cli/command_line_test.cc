@@ -83,7 +83,12 @@ TEST(CommandLineTest, ErrorsAreOneLineNamingTheFlagAndTheValue) {
       {{"--devcies=4"}, "unknown flag --devcies"},
       {{"--devices=x"}, "--devices: expected an integer, got 'x'"},
       {{"--devices", "1.5"}, "--devices: expected an integer, got '1.5'"},
-      {{"--time_budget=soon"}, "--time_budget: expected a number, got 'soon'"},
+      {{"--time_budget=soon"}, "--time_budget: expected a finite number, got 'soon'"},
+      {{"--time_budget=nan"}, "--time_budget: expected a finite number, got 'nan'"},
+      {{"--time_budget=inf"}, "--time_budget: expected a finite number, got 'inf'"},
+      // An empty value is refused, not read as the next argument or as "".
+      {{"--model=", "--json"}, "--model=: empty value (leave the flag out for its default)"},
+      {{"--devices="}, "--devices=: empty value"},
       {{"--json=maybe"}, "--json: expected true or false, got 'maybe'"},
       {{"stray"}, "unexpected argument 'stray'"},
   };

@@ -407,8 +407,8 @@ TEST(PlanCommandTest, BadFlagsAndValuesExitTwoNamingTheFlag) {
   const std::vector<Case> cases = {
       {{"--devcies=4"}, "unknown flag --devcies"},
       {{"--devices=x"}, "--devices: expected an integer, got 'x'"},
-      {{"--time_budget=soon"}, "--time_budget: expected a number, got 'soon'"},
-      {{"--time-budget=soon"}, "--time_budget: expected a number, got 'soon'"},  // old spelling
+      {{"--time_budget=soon"}, "--time_budget: expected a finite number, got 'soon'"},
+      {{"--time-budget=soon"}, "--time_budget: expected a finite number, got 'soon'"},  // old spelling
       {{"--json=maybe"}, "--json: expected true or false"},
       {{"stray"}, "unexpected argument 'stray'"},
       {{"--microbatches=0"}, "--microbatches must be >= 1, got 0"},

@@ -3,7 +3,10 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 
 namespace octopipe::cli {
 namespace {
@@ -27,8 +30,23 @@ void PlannerConnection::AddFlags(CommandLine& flags) {
   flags.String("tls_key", &tls_key, "client private key (PEM) for mutual TLS");
 }
 
-absl::StatusOr<std::unique_ptr<proto::Planner::Stub>> PlannerConnection::Connect() {
+absl::Status CheckPlannerAddress(const std::string& address) {
   if (address.empty()) return absl::InvalidArgumentError("--planner: HOST:PORT is required");
+  if (absl::StartsWith(address, "unix:")) return absl::OkStatus();
+  absl::string_view rest = address;
+  absl::ConsumePrefix(&rest, "dns:///");
+  const size_t colon = rest.rfind(':');
+  int port = 0;
+  if (colon == absl::string_view::npos || colon == 0 ||
+      !absl::SimpleAtoi(rest.substr(colon + 1), &port) || port < 1 || port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--planner: '", address, "' is not HOST:PORT with a port in [1, 65535] (or unix:PATH)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<proto::Planner::Stub>> PlannerConnection::Connect() {
+  if (absl::Status s = CheckPlannerAddress(address); !s.ok()) return s;
   if (!token_file.empty()) {
     auto t = ReadFile("token_file", token_file);
     if (!t.ok()) return t.status();
@@ -40,12 +58,24 @@ absl::StatusOr<std::unique_ptr<proto::Planner::Stub>> PlannerConnection::Connect
     grpc::SslCredentialsOptions ssl;
     auto ca = ReadFile("tls_ca", tls_ca);
     if (!ca.ok()) return ca.status();
+    if (!absl::StrContains(*ca, "-----BEGIN CERTIFICATE-----")) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--tls_ca: '", tls_ca, "' holds no PEM certificate (-----BEGIN CERTIFICATE-----)"));
+    }
     ssl.pem_root_certs = *ca;
     if (!tls_cert.empty() || !tls_key.empty()) {
       auto cert = ReadFile("tls_cert", tls_cert);
       if (!cert.ok()) return cert.status();
       auto key = ReadFile("tls_key", tls_key);
       if (!key.ok()) return key.status();
+      if (!absl::StrContains(*cert, "-----BEGIN CERTIFICATE-----")) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--tls_cert: '", tls_cert, "' holds no PEM certificate"));
+      }
+      if (!absl::StrContains(*key, "PRIVATE KEY-----")) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--tls_key: '", tls_key, "' holds no PEM private key"));
+      }
       ssl.pem_cert_chain = *cert;
       ssl.pem_private_key = *key;
     }

@@ -14,6 +14,10 @@
 
 namespace octopipe::cli {
 
+// kInvalidArgument naming --planner unless `address` is HOST:PORT with a port in [1, 65535]
+// (optionally dns:///HOST:PORT) or unix:PATH.
+absl::Status CheckPlannerAddress(const std::string& address);
+
 struct PlannerConnection {
   std::string address;     // HOST:PORT
   std::string token;       // bearer token (or read from token_file)

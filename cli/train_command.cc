@@ -628,6 +628,13 @@ int RunTrain(const std::vector<std::string>& args, std::ostream& out, std::ostre
     return Fail(err, absl::InvalidArgumentError(
                          absl::StrCat("--iterations must be >= 1, got ", o.iterations)), 2);
   }
+  if (!(o.lr > 0)) {
+    return Fail(err, absl::InvalidArgumentError(absl::StrCat("--lr must be > 0, got ", o.lr)), 2);
+  }
+  if (!(o.timeout > 0)) {
+    return Fail(err, absl::InvalidArgumentError(
+                         absl::StrCat("--timeout must be > 0 seconds, got ", o.timeout)), 2);
+  }
   if (!(o.rotate_cores_ms >= 0)) {
     return Fail(err, absl::InvalidArgumentError(absl::StrCat(
                          "--rotate_cores_ms must be >= 0 (0 = off), got ", o.rotate_cores_ms)), 2);

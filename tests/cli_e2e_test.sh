@@ -36,7 +36,7 @@ check old-spelling 0 "$bin" plan --model=synthetic:layers=4,f=1,b=1,w=1 \
   --cluster=synthetic:devices=2 --microbatches=4 --time-budget=1 --quiet --json
 contains old-spelling out '"feasible":true'
 check bad-value 2 "$bin" plan --time_budget=soon
-contains bad-value err "--time_budget: expected a number, got 'soon'"
+contains bad-value err "--time_budget: expected a finite number, got 'soon'"
 check bad-flag 2 "$bin" simulate --schedule=zb-h9
 contains bad-flag err "--schedule: unknown schedule 'zb-h9'"
 check too-many-devices 2 "$bin" simulate --model=synthetic:layers=2,f=1,b=1,w=1 \
