@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "logging/logging.h"
 
 namespace octopipe::planner {
@@ -32,19 +33,34 @@ std::string JobIdOf(const google::protobuf::Message& request) {
   return request.GetReflection()->GetString(request, field);
 }
 
+// Calls agents and watchers repeat every fraction of a second: summarised when OK.
+bool Repeated(absl::string_view method) {
+  for (absl::string_view m : {"Heartbeat", "ReportStageTimes", "ListJobs", "GetJob", "ListAgents"}) {
+    if (method == absl::StrCat(kPlannerPrefix, m)) return true;
+  }
+  return false;
+}
+
 spdlog::level::level_enum LevelOf(absl::string_view method, grpc::StatusCode code) {
   if (absl::StartsWith(method, "/grpc.health.")) return spdlog::level::debug;
   if (code == grpc::StatusCode::INTERNAL || code == grpc::StatusCode::UNKNOWN ||
       code == grpc::StatusCode::DATA_LOSS) {
     return spdlog::level::warn;
   }
+  if (code == grpc::StatusCode::OK && Repeated(method)) return spdlog::level::debug;
   return spdlog::level::info;
+}
+
+// Ids are the client's: a long one is cut (its length said) so one call cannot write a huge line.
+std::string Cut(const std::string& id) {
+  constexpr size_t kMax = 64;
+  return id.size() <= kMax ? id : absl::StrCat(id.substr(0, kMax), "...(", id.size(), " bytes)");
 }
 
 class RpcLogInterceptor final : public grpc::experimental::Interceptor {
  public:
-  explicit RpcLogInterceptor(absl::string_view method)
-      : method_(method), start_(std::chrono::steady_clock::now()) {}
+  RpcLogInterceptor(absl::string_view method, RpcSummary* summary)
+      : method_(method), start_(std::chrono::steady_clock::now()), summary_(summary) {}
 
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
     if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::POST_RECV_MESSAGE) &&
@@ -64,12 +80,16 @@ class RpcLogInterceptor final : public grpc::experimental::Interceptor {
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_)
             .count();
     std::vector<logging::Field> fields = {{"method", ShortName()}};
-    if (!job_id_.empty()) fields.emplace_back("job", job_id_);
+    if (!job_id_.empty()) fields.emplace_back("job", Cut(job_id_));
     fields.emplace_back(
         "code", absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code())));
     fields.emplace_back("latency_ms", static_cast<int64_t>(latency_ms * 1000) / 1000.0);
-    if (!status.ok()) fields.emplace_back("error", status.error_message());
-    logging::Event(*logging::Logger("rpc"), LevelOf(method_, status.error_code()), "rpc", fields);
+    if (!status.ok()) fields.emplace_back("error", Cut(status.error_message()));
+    const spdlog::level::level_enum level = LevelOf(method_, status.error_code());
+    logging::Event(*logging::Logger("rpc"), level, "rpc", fields);
+    if (level == spdlog::level::debug && Repeated(method_)) {
+      summary_->Count(ShortName(), std::chrono::steady_clock::now());
+    }
   }
 
   // "CreateJob" for "/octopipe.proto.Planner/CreateJob"; other services keep the full name.
@@ -81,14 +101,32 @@ class RpcLogInterceptor final : public grpc::experimental::Interceptor {
 
   const std::string method_;
   const std::chrono::steady_clock::time_point start_;
+  RpcSummary* const summary_;
   std::string job_id_;
 };
 
 }  // namespace
 
+void RpcSummary::Count(const std::string& method, std::chrono::steady_clock::time_point now) {
+  std::map<std::string, int64_t> flush;
+  double seconds = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (since_ == std::chrono::steady_clock::time_point{}) since_ = now;
+    ++counts_[method];
+    if (now - since_ < interval_) return;
+    seconds = std::chrono::duration<double>(now - since_).count();
+    flush.swap(counts_);
+    since_ = now;
+  }
+  std::vector<logging::Field> fields = {{"seconds", seconds}};
+  for (const auto& [m, n] : flush) fields.emplace_back(m, n);
+  logging::Event(*logging::Logger("rpc"), spdlog::level::info, "rpc summary", fields);
+}
+
 grpc::experimental::Interceptor* RpcLogInterceptorFactory::CreateServerInterceptor(
     grpc::experimental::ServerRpcInfo* info) {
-  return new RpcLogInterceptor(info->method() != nullptr ? info->method() : "");
+  return new RpcLogInterceptor(info->method() != nullptr ? info->method() : "", &summary_);
 }
 
 }  // namespace octopipe::planner

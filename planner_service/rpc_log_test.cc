@@ -36,6 +36,7 @@ TEST(RpcLogTest, OneJsonLinePerRpcWithMethodJobCodeAndLatency) {
   std::ostringstream out;
   logging::LogOptions log_options;
   log_options.json = true;
+  log_options.level = spdlog::level::debug;  // the repeated calls' OK lines are debug
   log_options.sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out);
   logging::Configure(log_options);
 
@@ -73,7 +74,55 @@ TEST(RpcLogTest, OneJsonLinePerRpcWithMethodJobCodeAndLatency) {
             std::string::npos);
   EXPECT_EQ(lines[1]["method"], "ListJobs");
   EXPECT_EQ(lines[1]["code"], "OK");
+  EXPECT_EQ(lines[1]["level"], "debug");  // agents and watchers repeat it: summarised instead
   EXPECT_FALSE(lines[1].contains("job"));  // ListJobs has no job id
+  logging::Configure(logging::LogOptions{});
+}
+
+// A 10 KB job id is logged cut to 64 bytes with its length, and the repeated calls' summary
+// line counts them by method once the interval has passed.
+TEST(RpcLogTest, LongIdsAreCutAndRepeatedCallsAreSummarised) {
+  std::ostringstream out;
+  logging::LogOptions log_options;
+  log_options.json = true;
+  log_options.sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out);
+  logging::Configure(log_options);
+  PlannerServerOptions options;
+  options.port = 0;
+  options.metrics_port = -1;
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  options.state_dir = absl::StrCat(tmp != nullptr ? tmp : ".", "/rpc_log_long_state");
+  PlannerServer server(options);
+  ASSERT_TRUE(server.Start().ok());
+  auto stub = proto::Planner::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", server.port()), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  proto::DeleteJobRequest request;
+  request.set_job_id(std::string(10000, 'x'));
+  proto::DeleteJobResponse response;
+  EXPECT_FALSE(stub->DeleteJob(&ctx, request, &response).ok());
+  server.Shutdown(1);
+  const std::vector<nlohmann::json> lines = RpcLines(out.str());
+  ASSERT_EQ(lines.size(), 1u) << out.str().substr(0, 2000);
+  EXPECT_EQ(lines[0]["job"], std::string(64, 'x') + "...(10000 bytes)");
+  EXPECT_LT(out.str().size(), 4000u);
+  logging::Configure(logging::LogOptions{});
+
+  std::ostringstream summary_out;
+  log_options.sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(summary_out);
+  logging::Configure(log_options);
+  RpcSummary summary(std::chrono::seconds(60));
+  const auto t0 = std::chrono::steady_clock::time_point{} + std::chrono::hours(1);
+  for (int i = 0; i < 5; ++i) summary.Count("Heartbeat", t0 + std::chrono::seconds(i));
+  summary.Count("GetJob", t0 + std::chrono::seconds(30));
+  EXPECT_TRUE(RpcLines(summary_out.str()).empty());  // within the minute: nothing yet
+  summary.Count("Heartbeat", t0 + std::chrono::seconds(61));
+  const std::vector<nlohmann::json> sum = RpcLines(summary_out.str());
+  ASSERT_EQ(sum.size(), 1u) << summary_out.str();
+  EXPECT_EQ(sum[0]["msg"], "rpc summary");
+  EXPECT_EQ(sum[0]["level"], "info");
+  EXPECT_EQ(sum[0]["Heartbeat"], 6);
+  EXPECT_EQ(sum[0]["GetJob"], 1);
   logging::Configure(logging::LogOptions{});
 }
 
