@@ -101,8 +101,10 @@ struct LayoutResult {
   std::vector<LayoutConsidered> considered;
   double tuning_wall_s = 0;
   // The chosen layout as the executor runs it (tuner/layout_simulation.h): the DP all-reduces
-  // overlapped with the backward, layer by layer, instead of after it. Reported only: the
-  // layouts are ranked and chosen by iteration_time_s above. SimulateLayout(ToLayoutPlan) with
+  // overlapped with the backward, layer by layer, instead of after it. For the synchronous
+  // objective the tuned layouts are chosen by this iteration (the candidates are ordered and
+  // pruned by the non-overlapped bound and estimate, which stay valid bounds); for the steady
+  // state, which the layout simulation does not model, by iteration_time_s. SimulateLayout(ToLayoutPlan) with
   // the tuner's link_contention and layer_time_factors; when it fails (a plan the executor
   // cannot run, e.g. TP not dividing the heads), `simulated` is empty and simulation_error
   // says why.
