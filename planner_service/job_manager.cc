@@ -42,9 +42,48 @@ std::optional<LayoutPlan> LayoutOfVersion(const proto::PlanVersion& version) {
   return std::move(*layout);
 }
 
-absl::Status NoJob(const std::string& job_id) {
-  return absl::NotFoundError(absl::StrCat("job_id: no job '", job_id, "'"));
+// A client's id in an error or log: whole up to 64 bytes, else cut with its length (a 10 KB id
+// must not come back as a 10 KB error, which gRPC's metadata limit turns into another code).
+std::string ShownId(const std::string& id) {
+  constexpr size_t kMax = 64;
+  return id.size() <= kMax ? id : absl::StrCat(id.substr(0, kMax), "...(", id.size(), " bytes)");
 }
+
+absl::Status NoJob(const std::string& job_id) {
+  return absl::NotFoundError(absl::StrCat("job_id: no job '", ShownId(job_id), "'"));
+}
+
+// Agents' events are bounded before they are stored: the kind a short lower-case word, the node
+// id a name, the message at most kMaxEventMessageBytes; a job keeps its newest kMaxEvents events
+// within kMaxEventBytes in all.
+constexpr size_t kMaxEvents = 200;
+constexpr size_t kMaxEventMessageBytes = 8 << 10;
+constexpr size_t kMaxEventBytes = 256 << 10;
+
+absl::Status CheckEvent(const JobEvent& e, int64_t max_name_bytes) {
+  if (e.kind.empty() || e.kind.size() > 64 ||
+      !std::all_of(e.kind.begin(), e.kind.end(), [](char c) { return (c >= 'a' && c <= 'z') || c == '_'; })) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "event.kind must be 1-64 characters of a-z and _, got '", ShownId(e.kind), "'"));
+  }
+  if (static_cast<int64_t>(e.node_id.size()) > max_name_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("event.node_id: ", e.node_id.size(),
+                                                   " bytes exceed the limit of ", max_name_bytes));
+  }
+  if (e.message.size() > kMaxEventMessageBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("event.message: ", e.message.size(),
+                                                   " bytes exceed the limit of ",
+                                                   kMaxEventMessageBytes));
+  }
+  if (e.iteration < 0 || e.plan_version < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "event.iteration and event.plan_version must be >= 0, got ", e.iteration, " and ",
+        e.plan_version));
+  }
+  return absl::OkStatus();
+}
+
+size_t EventBytes(const JobEvent& e) { return e.kind.size() + e.node_id.size() + e.message.size(); }
 
 // The current plan's objective under the given calibration, or an error when it no longer
 // applies (e.g. its devices are gone).
@@ -360,7 +399,7 @@ void JobManager::Unwatch(int64_t subscription) {
 }
 
 absl::Status JobManager::AddEvent(const std::string& job_id, JobEvent event) {
-  constexpr size_t kMaxEvents = 200;
+  RETURN_IF_ERROR(CheckEvent(event, options_.limits.max_name_bytes));
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return NoJob(job_id);
@@ -374,6 +413,12 @@ absl::Status JobManager::AddEvent(const std::string& job_id, JobEvent event) {
   job.events.push_back(std::move(event));
   if (job.events.size() > kMaxEvents) {
     job.events.erase(job.events.begin(), job.events.end() - kMaxEvents);
+  }
+  size_t bytes = 0;
+  for (const JobEvent& e : job.events) bytes += EventBytes(e);
+  while (bytes > kMaxEventBytes && job.events.size() > 1) {  // the oldest go first
+    bytes -= EventBytes(job.events.front());
+    job.events.erase(job.events.begin());
   }
   RETURN_IF_ERROR(store_->PutJob(job));
   it->second.job = std::move(job);

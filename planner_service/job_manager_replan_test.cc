@@ -306,6 +306,52 @@ TEST_F(JobManagerTest, AgentJobPhaseAndProgressFollowEventsAndReports) {
   EXPECT_EQ(got->job().progress().loss(), 2.25);
 }
 
+// Events are bounded before they are stored: kind, node id and message sizes are checked
+// (INVALID_ARGUMENT naming the field, nothing stored), and a job keeps at most 256 KB of events,
+// dropping the oldest; a 10 KB job id comes back cut in the NOT_FOUND error.
+TEST_F(JobManagerTest, EventsAreBoundedInSizeAndIdsAreNotEchoedInFull) {
+  absl::StatusOr<WatchedJob> watched = CreateAndWatch(SmallJob("events", TwoNodes()));
+  ASSERT_TRUE(watched.ok()) << watched.status();
+  const std::string id = watched->id;
+  const std::pair<JobEvent, const char*> bad[] = {
+      {{0, "", "node0", 1, 0, ""}, "event.kind"},
+      {{0, "Rank Failed", "node0", 1, 0, ""}, "event.kind"},
+      {{0, std::string(65, 'a'), "node0", 1, 0, ""}, "event.kind"},
+      {{0, "started", std::string(257, 'n'), 1, 0, ""}, "event.node_id"},
+      {{0, "started", "node0", 1, 0, std::string(9000, 'm')}, "event.message"},
+      {{0, "started", "node0", 1, -5, ""}, "event.iteration"},
+  };
+  for (const auto& [event, field] : bad) {
+    absl::Status s = manager_->AddEvent(id, event);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << field;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(field));
+    EXPECT_LT(s.message().size(), 300u);
+  }
+  absl::StatusOr<proto::GetJobResponse> got = Get(id);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->job().events_size(), 0);
+
+  // 100 events of 8 KB: only the newest ~32 fit in 256 KB; the newest is kept.
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_TRUE(manager_->AddEvent(id, {0, "stopped", "node0", 1, i, std::string(8000, 'x')}).ok());
+  }
+  got = Get(id);
+  ASSERT_TRUE(got.ok());
+  int64_t bytes = 0;
+  for (const proto::JobEvent& e : got->job().events()) {
+    bytes += e.kind().size() + e.node_id().size() + e.message().size();
+  }
+  EXPECT_LE(bytes, 256 << 10);
+  EXPECT_GE(got->job().events_size(), 30);
+  EXPECT_LT(got->job().events_size(), 40);
+  EXPECT_EQ(got->job().events(got->job().events_size() - 1).iteration(), 99);
+
+  const absl::Status missing = manager_->AddEvent(std::string(10000, 'j'), {0, "started", "n", 1, 0, ""});
+  EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound);
+  EXPECT_LT(missing.message().size(), 200u) << missing.message().size();
+  EXPECT_THAT(std::string(missing.message()), HasSubstr("(10000 bytes)"));
+}
+
 TEST_F(JobManagerTest, CooldownAllowsOneMeasuredReplanUntilTheClockMoves) {
   // Default policy: 30 s between measured-time re-plans of a job, counted from its first plan.
   const proto::CreateJobRequest req = SmallJob("cooldown", TwoNodes());

@@ -89,6 +89,12 @@ void Agent::SetState(AgentState s) {
 
 void Agent::Event(const std::string& job_id, JobEventReport event) {
   event.node = options_.node;
+  // The planner refuses messages over 8 KB; an error text that long is cut, its length kept.
+  constexpr size_t kMaxMessage = 4 << 10;
+  if (event.message.size() > kMaxMessage) {
+    event.message = absl::StrCat(event.message.substr(0, kMaxMessage), "... (",
+                                 event.message.size(), " bytes)");
+  }
   spdlog::info("agent {}: job {} event {} (v{}, iteration {}): {}", options_.node, job_id,
                event.kind, event.plan_version, event.iteration, event.message);
   if (observer_) observer_->OnEvent(job_id, event);
