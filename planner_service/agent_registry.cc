@@ -1,5 +1,7 @@
 #include "planner_service/agent_registry.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace octopipe {
@@ -95,6 +97,30 @@ absl::optional<AgentInfo> AgentRegistry::Get(const std::string& node_id) const {
   auto it = agents_.find(node_id);
   if (it == agents_.end()) return absl::nullopt;
   return it->second;
+}
+
+absl::StatusOr<AgentPage> PageOfAgents(const std::vector<AgentInfo>& agents, int page_size,
+                                       const std::string& page_token) {
+  constexpr int kDefault = 500, kMax = 5000;
+  if (page_size < 0 || page_size > kMax) {
+    return absl::InvalidArgumentError(absl::StrCat("page_size must be in [0, ", kMax, "] (0 = ",
+                                                   kDefault, "), got ", page_size));
+  }
+  if (page_size == 0) page_size = kDefault;
+  std::vector<const AgentInfo*> sorted;
+  for (const AgentInfo& a : agents) sorted.push_back(&a);
+  std::sort(sorted.begin(), sorted.end(),
+            [](const AgentInfo* a, const AgentInfo* b) { return a->node_id < b->node_id; });
+  AgentPage out;
+  for (const AgentInfo* a : sorted) {
+    if (!page_token.empty() && a->node_id <= page_token) continue;
+    if (static_cast<int>(out.agents.size()) == page_size) {
+      out.next_page_token = out.agents.back().node_id;
+      break;
+    }
+    out.agents.push_back(*a);
+  }
+  return out;
 }
 
 }  // namespace octopipe

@@ -28,6 +28,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/optional.h"
 #include "core/clock.h"
@@ -42,6 +43,16 @@ struct AgentInfo {
   bool alive = false;
   bool drained = false;  // declared dead by MarkDrained (until it registers again)
 };
+
+// One page of `agents` (sorted by node id) after `page_token` (the last node id of the previous
+// page, as next_page_token gives it; empty: the first page), at most `page_size` (0: 500;
+// kInvalidArgument naming page_size outside [0, 5000]). Sets next_page_token when more follow.
+struct AgentPage {
+  std::vector<AgentInfo> agents;
+  std::string next_page_token;
+};
+absl::StatusOr<AgentPage> PageOfAgents(const std::vector<AgentInfo>& agents, int page_size,
+                                       const std::string& page_token);
 
 class AgentRegistry {
  public:

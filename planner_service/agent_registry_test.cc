@@ -3,6 +3,8 @@
 // until it registers again (which reports a join), and concurrent callers are safe.
 #include "planner_service/agent_registry.h"
 
+#include <algorithm>
+
 #include <string>
 #include <thread>
 #include <vector>
@@ -224,6 +226,34 @@ TEST(AgentRegistryTest, RealClockIsMonotonicAndKeepsAFreshNodeAlive) {
   EXPECT_GE(registry.Get("node-a")->last_heartbeat_s, before);
   EXPECT_GE(clock.NowSeconds(), registry.Get("node-a")->last_heartbeat_s);
   EXPECT_GT(UnixMillis(), int64_t{1600000000000});  // after 2020: the wall clock, in ms
+}
+
+// Pages by node id: page_size at a time, the token the last node id, the last page without one;
+// a bad size names page_size.
+TEST(AgentRegistryTest, PagesOfAgentsCoverEveryNodeOnceInOrder) {
+  std::vector<AgentInfo> agents;
+  for (int i = 9; i >= 0; --i) agents.push_back({"node" + std::to_string(i), 1, "h:1", 0, true});
+  std::vector<std::string> seen;
+  std::string token;
+  int pages = 0;
+  do {
+    absl::StatusOr<AgentPage> page = PageOfAgents(agents, 4, token);
+    ASSERT_TRUE(page.ok()) << page.status();
+    ASSERT_LE(page->agents.size(), 4u);
+    for (const AgentInfo& a : page->agents) seen.push_back(a.node_id);
+    token = page->next_page_token;
+    ++pages;
+  } while (!token.empty() && pages < 10);
+  EXPECT_EQ(pages, 3);
+  ASSERT_EQ(seen.size(), 10u);
+  EXPECT_TRUE(std::is_sorted(seen.begin(), seen.end()));
+  EXPECT_EQ(PageOfAgents(agents, 0, "").value().agents.size(), 10u);  // default 500
+  EXPECT_TRUE(PageOfAgents(agents, 0, "").value().next_page_token.empty());
+  for (int bad : {-1, 5001}) {
+    absl::StatusOr<AgentPage> page = PageOfAgents(agents, bad, "");
+    EXPECT_EQ(page.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(page.status().message().find("page_size"), absl::string_view::npos);
+  }
 }
 
 }  // namespace

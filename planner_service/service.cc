@@ -551,13 +551,17 @@ grpc::ServerUnaryReactor* PlannerService::ReportJobEvent(
 grpc::ServerUnaryReactor* PlannerService::ListAgents(grpc::CallbackServerContext* ctx,
                                                      const proto::ListAgentsRequest* request,
                                                      proto::ListAgentsResponse* response) {
-  for (const AgentInfo& a : agents_->List()) {
+  absl::StatusOr<AgentPage> page =
+      PageOfAgents(agents_->List(), request->page_size(), request->page_token());
+  if (!page.ok()) return Done(ctx, "ListAgents", page.status());
+  for (const AgentInfo& a : page->agents) {
     proto::AgentStatus* s = response->add_agents();
     s->set_node_id(a.node_id);
     s->set_num_devices(a.num_devices);
     s->set_address(a.address);
     s->set_alive(a.alive);
   }
+  response->set_next_page_token(page->next_page_token);
   return Done(ctx, "ListAgents", absl::OkStatus());
 }
 

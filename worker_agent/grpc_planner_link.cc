@@ -101,15 +101,18 @@ class GrpcPlannerLink final : public PlannerLink {
   }
 
   absl::StatusOr<std::vector<AgentEndpoint>> Agents() override {
-    proto::ListAgentsResponse resp;
-    auto ctx = Context();
-    absl::Status s =
-        FromGrpc("ListAgents", stub_->ListAgents(ctx.get(), proto::ListAgentsRequest(), &resp));
-    if (!s.ok()) return s;
     std::vector<AgentEndpoint> out;
-    for (const proto::AgentStatus& a : resp.agents()) {
-      out.push_back({a.node_id(), a.address(), a.alive()});
-    }
+    proto::ListAgentsRequest req;
+    do {  // every page (the planner pages by node id)
+      proto::ListAgentsResponse resp;
+      auto ctx = Context();
+      absl::Status s = FromGrpc("ListAgents", stub_->ListAgents(ctx.get(), req, &resp));
+      if (!s.ok()) return s;
+      for (const proto::AgentStatus& a : resp.agents()) {
+        out.push_back({a.node_id(), a.address(), a.alive()});
+      }
+      req.set_page_token(resp.next_page_token());
+    } while (!req.page_token().empty());
     return out;
   }
 
