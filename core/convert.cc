@@ -1,5 +1,8 @@
 #include "core/convert.h"
 
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
 #include <filesystem>
 #include <optional>
 #include <system_error>
@@ -616,6 +619,25 @@ std::string ProtoToJson(const google::protobuf::Message& message) {
 
 absl::Status ProtoFromJson(absl::string_view json, google::protobuf::Message* message) {
   message->Clear();
+  // Strict JSON first (RFC 8259): protobuf's parser lets some mistakes through (a trailing
+  // comma) or reports them far from where they are; say where the text breaks.
+  try {
+    (void)nlohmann::json::parse(json.begin(), json.end());
+  } catch (const nlohmann::json::parse_error& e) {
+    const size_t at = std::min(e.byte > 0 ? e.byte - 1 : 0, json.size());
+    const absl::string_view before = json.substr(0, at);
+    const size_t line = 1 + std::count(before.begin(), before.end(), '\n');
+    const size_t last_newline = before.rfind('\n');
+    const size_t column = at - (last_newline == absl::string_view::npos ? 0 : last_newline + 1) + 1;
+    std::string what = e.what();
+    if (const size_t colon = what.find("syntax error"); colon != std::string::npos) {
+      what = what.substr(colon);
+    }
+    return absl::InvalidArgumentError(absl::StrCat("invalid JSON for ",
+                                                   message->GetDescriptor()->full_name(),
+                                                   " at line ", line, ", column ", column, ": ",
+                                                   what));
+  }
   google::protobuf::util::JsonParseOptions options;
   options.ignore_unknown_fields = false;
   const auto status = google::protobuf::util::JsonStringToMessage(

@@ -124,6 +124,24 @@ TEST(ConvertTest, FilesUseSnakeCaseNamesAndEndWithNewline) {
   EXPECT_EQ('\n', text->back());
 }
 
+// Malformed JSON is refused strictly (a trailing comma too, which protobuf's parser accepts),
+// saying where: line and column of the break.
+TEST(ConvertTest, MalformedJsonIsRefusedWithItsLineAndColumn) {
+  proto::Model m;
+  const absl::Status comma = ProtoFromJson("{\n \"name\": \"x\",\n}", &m);
+  EXPECT_EQ(comma.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(comma.message().find(
+                "invalid JSON for octopipe.proto.Model at line 3, column 1: syntax error"),
+            absl::string_view::npos)
+      << comma.message();
+  const absl::Status cut = ProtoFromJson("{\"name\": \"x\"", &m);
+  EXPECT_NE(cut.message().find("invalid JSON for octopipe.proto.Model at line 1"),
+            absl::string_view::npos)
+      << cut.message();
+  EXPECT_TRUE(ProtoFromJson("{\"name\": \"x\"}", &m).ok());
+  EXPECT_EQ(m.name(), "x");
+}
+
 TEST(ConvertTest, ClusterRoundTripIncludingInfinity) {
   for (const std::string& name : ClusterPresetNames()) {
     absl::StatusOr<Cluster> c = ClusterPreset(name);
