@@ -7,6 +7,8 @@
 // 2 for a flag value the planner refuses (a token file, a log level, a stray argument).
 #include <csignal>
 #include <cstdio>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -206,11 +208,19 @@ void SetUpUsage() {
   absl::SetFlagsUsageConfig(config);
 }
 
-void WritePortFile(const std::string& path, int port, int metrics_port) {
-  // Written atomically so a reader never sees a partial number.
+// Written atomically so a reader never sees a partial number; "" or what failed.
+std::string WritePortFile(const std::string& path, int port, int metrics_port) {
   const std::string tmp = path + ".tmp";
-  std::ofstream(tmp) << port << "\n" << metrics_port << "\n";
-  std::rename(tmp.c_str(), path.c_str());
+  {
+    std::ofstream out(tmp);
+    out << port << "\n" << metrics_port << "\n";
+    out.close();
+    if (!out) return absl::StrCat("cannot write '", tmp, "': ", std::strerror(errno));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return absl::StrCat("cannot rename '", tmp, "' to '", path, "': ", std::strerror(errno));
+  }
+  return "";
 }
 
 }  // namespace
@@ -223,6 +233,18 @@ int main(int argc, char** argv) {
     std::cerr << "octopipe-planner: error: unexpected argument '" << positional[1]
               << "' (flags are --name=value; see --help)\n";
     return 2;
+  }
+  // Checked before anything starts: a script waiting for the file would otherwise wait forever.
+  if (const std::string port_file = absl::GetFlag(FLAGS_port_file); !port_file.empty()) {
+    const std::string probe = port_file + ".tmp";
+    std::ofstream out(probe);
+    if (!out) {
+      std::cerr << "octopipe-planner: error: --port_file: cannot write '" << probe
+                << "': " << std::strerror(errno) << "\n";
+      return 2;
+    }
+    out.close();
+    std::remove(probe.c_str());
   }
   absl::StatusOr<octopipe::logging::LogOptions> log_options = LogOptionsFromFlags();
   absl::StatusOr<PlannerServerOptions> options = OptionsFromFlags();
@@ -264,7 +286,14 @@ int main(int argc, char** argv) {
                 : std::string(),
             o.state_dir);
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
-  if (!port_file.empty()) WritePortFile(port_file, server.port(), server.metrics_port());
+  if (!port_file.empty()) {
+    if (const std::string error = WritePortFile(port_file, server.port(), server.metrics_port());
+        !error.empty()) {
+      log->error("--port_file: {}; shutting down", error);
+      server.Shutdown(5);
+      return 1;
+    }
+  }
   int sig = 0;
   sigwait(&signals, &sig);
   log->info("signal {}, shutting down", sig);

@@ -91,6 +91,17 @@ class TlsFilesTest : public ::testing::Test {
   }
 };
 
+// A --port_file that cannot be written stops the planner before it serves (exit 2, naming the
+// path): a script waiting for the file would otherwise wait forever.
+TEST_F(TlsFilesTest, UnwritablePortFileIsRefusedBeforeServing) {
+  const RunResult r = RunPlanner({"--state_dir=" + Tmp("s0"),
+                                  "--port_file=" + Tmp("no-such-dir") + "/planner.port"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--port_file: cannot write '" + Tmp("no-such-dir") +
+                                  "/planner.port.tmp'"));
+  EXPECT_THAT(r.output, Not(HasSubstr("serving on")));
+}
+
 TEST_F(TlsFilesTest, CertificateThatIsNotPemNamesTheFile) {
   WriteFile(Tmp("garbage.pem"), "this is not a certificate\n");
   const RunResult r = RunPlanner({"--state_dir=" + Tmp("s1"), "--tls_cert=" + Tmp("garbage.pem"),
