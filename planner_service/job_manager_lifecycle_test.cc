@@ -210,7 +210,9 @@ TEST_F(JobManagerTest, EventsAreStampedPersistedCappedAndStreamed) {
   ASSERT_EQ(streamed.size(), 205u);
   EXPECT_EQ(streamed.back().iteration, 204);
   EXPECT_GT(streamed.back().unix_ms, 0);
-  EXPECT_EQ(manager_->AddEvent("job-404", JobEvent()).code(), absl::StatusCode::kNotFound);
+  JobEvent valid;
+  valid.kind = "started";
+  EXPECT_EQ(manager_->AddEvent("job-404", valid).code(), absl::StatusCode::kNotFound);
 
   absl::StatusOr<JobSnapshot> got = manager_->Get(id);
   ASSERT_TRUE(got.ok()) << got.status();
