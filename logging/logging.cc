@@ -141,4 +141,10 @@ void Event(spdlog::logger& logger, spdlog::level::level_enum level, absl::string
   logger.log(level, text);
 }
 
+std::string Abbreviated(const std::string& text) {
+  constexpr size_t kMax = 64;
+  return text.size() <= kMax ? text
+                             : absl::StrCat(text.substr(0, kMax), "...(", text.size(), " bytes)");
+}
+
 }  // namespace octopipe::logging

@@ -63,6 +63,11 @@ using Field = std::pair<std::string, nlohmann::json>;
 void Event(spdlog::logger& logger, spdlog::level::level_enum level, absl::string_view message,
            const std::vector<Field>& fields);
 
+// A client-supplied text (an id, an error echoing one) as it may appear in a log line or an
+// error: whole up to 64 bytes, else its first 64 bytes and its length ("abc...(10000 bytes)"),
+// so one call cannot write a huge line or an error over gRPC's metadata limit.
+std::string Abbreviated(const std::string& text);
+
 }  // namespace octopipe::logging
 
 #endif  // OCTOPIPE_LOGGING_LOGGING_H_

@@ -42,15 +42,8 @@ std::optional<LayoutPlan> LayoutOfVersion(const proto::PlanVersion& version) {
   return std::move(*layout);
 }
 
-// A client's id in an error or log: whole up to 64 bytes, else cut with its length (a 10 KB id
-// must not come back as a 10 KB error, which gRPC's metadata limit turns into another code).
-std::string ShownId(const std::string& id) {
-  constexpr size_t kMax = 64;
-  return id.size() <= kMax ? id : absl::StrCat(id.substr(0, kMax), "...(", id.size(), " bytes)");
-}
-
 absl::Status NoJob(const std::string& job_id) {
-  return absl::NotFoundError(absl::StrCat("job_id: no job '", ShownId(job_id), "'"));
+  return absl::NotFoundError(absl::StrCat("job_id: no job '", logging::Abbreviated(job_id), "'"));
 }
 
 // Agents' events are bounded before they are stored: the kind a short lower-case word, the node
@@ -64,7 +57,7 @@ absl::Status CheckEvent(const JobEvent& e, int64_t max_name_bytes) {
   if (e.kind.empty() || e.kind.size() > 64 ||
       !std::all_of(e.kind.begin(), e.kind.end(), [](char c) { return (c >= 'a' && c <= 'z') || c == '_'; })) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "event.kind must be 1-64 characters of a-z and _, got '", ShownId(e.kind), "'"));
+        "event.kind must be 1-64 characters of a-z and _, got '", logging::Abbreviated(e.kind), "'"));
   }
   if (static_cast<int64_t>(e.node_id.size()) > max_name_bytes) {
     return absl::InvalidArgumentError(absl::StrCat("event.node_id: ", e.node_id.size(),

@@ -51,11 +51,7 @@ spdlog::level::level_enum LevelOf(absl::string_view method, grpc::StatusCode cod
   return spdlog::level::info;
 }
 
-// Ids are the client's: a long one is cut (its length said) so one call cannot write a huge line.
-std::string Cut(const std::string& id) {
-  constexpr size_t kMax = 64;
-  return id.size() <= kMax ? id : absl::StrCat(id.substr(0, kMax), "...(", id.size(), " bytes)");
-}
+
 
 class RpcLogInterceptor final : public grpc::experimental::Interceptor {
  public:
@@ -80,11 +76,11 @@ class RpcLogInterceptor final : public grpc::experimental::Interceptor {
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_)
             .count();
     std::vector<logging::Field> fields = {{"method", ShortName()}};
-    if (!job_id_.empty()) fields.emplace_back("job", Cut(job_id_));
+    if (!job_id_.empty()) fields.emplace_back("job", logging::Abbreviated(job_id_));
     fields.emplace_back(
         "code", absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code())));
     fields.emplace_back("latency_ms", static_cast<int64_t>(latency_ms * 1000) / 1000.0);
-    if (!status.ok()) fields.emplace_back("error", Cut(status.error_message()));
+    if (!status.ok()) fields.emplace_back("error", logging::Abbreviated(status.error_message()));
     const spdlog::level::level_enum level = LevelOf(method_, status.error_code());
     logging::Event(*logging::Logger("rpc"), level, "rpc", fields);
     if (level == spdlog::level::debug && Repeated(method_)) {

@@ -3,6 +3,7 @@
 #include "planner_service/rpc_log.h"
 
 #include <cstdlib>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -32,6 +33,25 @@ std::vector<nlohmann::json> RpcLines(const std::string& text) {
   return out;
 }
 
+// A planner on a free port with its state under TEST_TMPDIR/`state`, and a client of it.
+struct Served {
+  std::unique_ptr<PlannerServer> server;
+  std::unique_ptr<proto::Planner::Stub> stub;
+};
+Served Serve(const std::string& state) {
+  PlannerServerOptions options;
+  options.port = 0;
+  options.metrics_port = -1;
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  options.state_dir = absl::StrCat(tmp != nullptr ? tmp : ".", "/", state);
+  Served s;
+  s.server = std::make_unique<PlannerServer>(options);
+  EXPECT_TRUE(s.server->Start().ok());
+  s.stub = proto::Planner::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", s.server->port()), grpc::InsecureChannelCredentials()));
+  return s;
+}
+
 TEST(RpcLogTest, OneJsonLinePerRpcWithMethodJobCodeAndLatency) {
   std::ostringstream out;
   logging::LogOptions log_options;
@@ -40,16 +60,9 @@ TEST(RpcLogTest, OneJsonLinePerRpcWithMethodJobCodeAndLatency) {
   log_options.sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out);
   logging::Configure(log_options);
 
-  PlannerServerOptions options;
-  options.port = 0;
-  options.metrics_port = -1;
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  options.state_dir = absl::StrCat(tmp != nullptr ? tmp : ".", "/rpc_log_state");
-  PlannerServer server(options);
-  ASSERT_TRUE(server.Start().ok());
-
-  auto stub = proto::Planner::NewStub(grpc::CreateChannel(
-      absl::StrCat("127.0.0.1:", server.port()), grpc::InsecureChannelCredentials()));
+  Served served = Serve("rpc_log_state");
+  PlannerServer& server = *served.server;
+  proto::Planner::Stub* stub = served.stub.get();
   grpc::ClientContext ctx;
   proto::GetJobRequest request;
   request.set_job_id("job-that-does-not-exist");
@@ -87,15 +100,9 @@ TEST(RpcLogTest, LongIdsAreCutAndRepeatedCallsAreSummarised) {
   log_options.json = true;
   log_options.sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out);
   logging::Configure(log_options);
-  PlannerServerOptions options;
-  options.port = 0;
-  options.metrics_port = -1;
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  options.state_dir = absl::StrCat(tmp != nullptr ? tmp : ".", "/rpc_log_long_state");
-  PlannerServer server(options);
-  ASSERT_TRUE(server.Start().ok());
-  auto stub = proto::Planner::NewStub(grpc::CreateChannel(
-      absl::StrCat("127.0.0.1:", server.port()), grpc::InsecureChannelCredentials()));
+  Served served = Serve("rpc_log_long_state");
+  PlannerServer& server = *served.server;
+  proto::Planner::Stub* stub = served.stub.get();
   grpc::ClientContext ctx;
   proto::DeleteJobRequest request;
   request.set_job_id(std::string(10000, 'x'));
