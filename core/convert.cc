@@ -623,6 +623,10 @@ absl::Status ProtoFromJson(absl::string_view json, google::protobuf::Message* me
   // comma) or reports them far from where they are; say where the text breaks.
   try {
     (void)nlohmann::json::parse(json.begin(), json.end());
+  } catch (const nlohmann::json::out_of_range& e) {  // e.g. 1e400: not a double
+    return absl::InvalidArgumentError(absl::StrCat("invalid JSON for ",
+                                                   message->GetDescriptor()->full_name(), ": ",
+                                                   e.what()));
   } catch (const nlohmann::json::parse_error& e) {
     const size_t at = std::min(e.byte > 0 ? e.byte - 1 : 0, json.size());
     const absl::string_view before = json.substr(0, at);

@@ -138,6 +138,8 @@ TEST(ConvertTest, MalformedJsonIsRefusedWithItsLineAndColumn) {
   EXPECT_NE(cut.message().find("invalid JSON for octopipe.proto.Model at line 1"),
             absl::string_view::npos)
       << cut.message();
+  const absl::Status huge = ProtoFromJson("{\"name\": \"x\", \"host_probe_s\": 1e400}", &m);
+  EXPECT_EQ(huge.code(), absl::StatusCode::kInvalidArgument) << huge.message();
   EXPECT_TRUE(ProtoFromJson("{\"name\": \"x\"}", &m).ok());
   EXPECT_EQ(m.name(), "x");
 }

@@ -62,7 +62,7 @@ absl::Status ReadLayoutAndConstraints(const proto::PlanOptions& o, PlanningInput
 }
 
 // After node loss a job's fixed layout degrees stand where the devices left can hold them:
-// the fixed DP degree is dropped first (the replicas are what a lost node takes away), then
+// the fixed DP and EP degrees are dropped first (the replicas are what a lost node takes away), then
 // every degree, and the layout search chooses.
 void RelaxLayoutForDevicesLeft(int available, LayoutRequest* req) {
   auto fits = [&] {
@@ -71,7 +71,7 @@ void RelaxLayoutForDevicesLeft(int available, LayoutRequest* req) {
     return product <= available && available % product == 0;
   };
   if (fits()) return;
-  req->dp = 0;
+  req->dp = req->ep = 0;  // EP groups are made of DP replicas: they go with them
   if (fits()) return;
   req->pp = req->tp = req->ep = 0;
 }

@@ -41,6 +41,7 @@ absl::Status ApplyRecomputeChoice(const std::string& choice, const std::string& 
     c->allow_recompute = false;
     c->require_recompute = false;
   } else if (choice == "full") {
+    policy = RecomputePolicy::kFull;  // not selective on top: every stage re-runs its forward
     if (!c->allow_recompute) {
       return absl::InvalidArgumentError(
           absl::StrCat(field, ": full contradicts no_recompute (no stage may recompute)"));

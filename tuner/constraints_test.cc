@@ -187,7 +187,8 @@ TEST(ConstraintsTest, RecomputeChoiceFollowsTheModelUnlessTheRequestSaysOtherwis
   EXPECT_EQ(apply("none", R::kFull, false), std::tuple(absl::OkStatus(), R::kNone, false, false));
   EXPECT_EQ(apply("selective", R::kFull, false),
             std::tuple(absl::OkStatus(), R::kSelective, false, false));
-  EXPECT_EQ(apply("full", R::kNone, false), std::tuple(absl::OkStatus(), R::kNone, true, true));
+  EXPECT_EQ(apply("full", R::kNone, false), std::tuple(absl::OkStatus(), R::kFull, true, true));
+  EXPECT_EQ(apply("full", R::kSelective, false), std::tuple(absl::OkStatus(), R::kFull, true, true));
   // Contradictions and unknown values name the field.
   for (auto [choice, policy] : {std::pair{"full", R::kNone}, std::pair{"auto", R::kFull}}) {
     absl::Status s = std::get<0>(apply(choice, policy, /*no_recompute=*/true));

@@ -379,9 +379,12 @@ LayoutPlan ToLayoutPlan(const LayoutResult& result) {
 }
 
 bool ReplicasWithinNodes(const Cluster& cluster, const ParallelLayout& layout) {
-  if (layout.dp < 2 || layout.gpus() > cluster.num_devices()) return false;
+  // EP shards are not copies: a lost node takes its experts with it whatever the replicas.
+  if (layout.dp < 2 || layout.ep > 1 || layout.gpus() > cluster.num_devices()) return false;
   const RankMap map(cluster, layout);
+  std::set<int> nodes;  // of the replicas: at least two, or losing a node leaves none
   for (int r = 0; r < layout.dp; ++r) {
+    nodes.insert(map.NodeOf(r, 0));
     const int node = map.NodeOf(r, 0);
     for (int j = 0; j < layout.pp; ++j) {
       const int first = map.FirstGpu(r, j);
@@ -390,7 +393,7 @@ bool ReplicasWithinNodes(const Cluster& cluster, const ParallelLayout& layout) {
       }
     }
   }
-  return true;
+  return nodes.size() >= 2;
 }
 
 absl::StatusOr<LayoutResult> TuneLayout(const ModelGraph& model, const Cluster& cluster,

@@ -63,8 +63,8 @@ struct LayoutRequest {
 };
 
 // Whether every DP replica of `layout` runs on GPUs of one node of `cluster` (the rank order
-// of the layout, GPUs in cluster order) — and there are at least two replicas, so that a lost
-// node leaves one.
+// of the layout, GPUs in cluster order), on at least two nodes, without expert parallelism
+// (EP shards are not copies) — so that a lost node leaves a whole replica.
 bool ReplicasWithinNodes(const Cluster& cluster, const ParallelLayout& layout);
 
 // One layout the search looked at.

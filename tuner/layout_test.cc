@@ -237,6 +237,8 @@ TEST(LayoutTest, ReplicasWithinNodesFollowsTheRankOrder) {
   EXPECT_FALSE(ReplicasWithinNodes(c, ParallelLayout{4, 1, 1, 1, true}));  // one replica: none left
   EXPECT_FALSE(ReplicasWithinNodes(c, ParallelLayout{2, 2, 1, 1, true}));
   EXPECT_FALSE(ReplicasWithinNodes(c, ParallelLayout{2, 1, 1, 4, false}));  // more GPUs than c has
+  EXPECT_FALSE(ReplicasWithinNodes(c, ParallelLayout{1, 1, 2, 4, true}));   // EP shards: no copies
+  EXPECT_FALSE(ReplicasWithinNodes(SyntheticCluster(4), ParallelLayout{1, 1, 1, 4, true}));  // one node
 }
 
 TEST(LayoutTest, NodeLocalToleranceChoosesReplicasWithinNodesWhenNoSlower) {
