@@ -12,6 +12,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libgloo-dev libeigen3-dev libsqlite3-dev libssl-dev
   prometheus
+  etcd-server etcd-client
   prometheus-cpp-dev nlohmann-json3-dev libcli11-dev python3-yaml
   python3-grpcio
 )
