@@ -10,10 +10,14 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "grpcpp/grpcpp.h"
 
 namespace octopipe::etcd {
 namespace {
+
+// The pause after every member was tried once without an answer.
+constexpr absl::Duration kRoundBackoff = absl::Milliseconds(100);
 
 std::chrono::system_clock::time_point DeadlineIn(absl::Duration d) {
   return std::chrono::system_clock::now() + absl::ToChronoMilliseconds(d);
@@ -95,44 +99,63 @@ Client::~Client() = default;
 
 template <typename Response, typename Call>
 absl::StatusOr<Response> Client::Invoke(const char* what, absl::Duration timeout, Call call) {
-  const size_t first = current_.load(std::memory_order_relaxed);
+  const absl::Time deadline = absl::Now() + timeout;
+  size_t index = current_.load(std::memory_order_relaxed);
   absl::Status last;
-  for (size_t i = 0; i < members_.size(); ++i) {
-    const size_t index = (first + i) % members_.size();
+  bool unanswered = false;  // a request reached a member that did not answer
+  for (size_t attempt = 0;; ++attempt, index = (index + 1) % members_.size()) {
+    if (attempt > 0 && attempt % members_.size() == 0) {
+      // Every member was tried: back off a little before the next round (a member that lost
+      // its leader answers again after the next election, about one election timeout).
+      absl::SleepFor(std::min(kRoundBackoff, deadline - absl::Now()));
+    }
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) break;
     Member& m = *members_[index];
     // Connect first, within connect_timeout: a synchronous call that fails fast does not drive
     // the channel's connection attempt (nothing polls it between calls), so a member that was
     // down would otherwise stay unused long after it is back.
+    const absl::Duration connect = std::min(left, options_.connect_timeout);
     if (m.channel->GetState(/*try_to_connect=*/true) != GRPC_CHANNEL_READY &&
-        !m.channel->WaitForConnected(DeadlineIn(std::min(timeout, options_.connect_timeout)))) {
+        !m.channel->WaitForConnected(DeadlineIn(connect))) {
       last = absl::UnavailableError(absl::StrCat("etcd ", m.endpoint, ": ", what,
                                                  ": not connected within ",
-                                                 absl::FormatDuration(std::min(
-                                                     timeout, options_.connect_timeout))));
+                                                 absl::FormatDuration(connect)));
       continue;
     }
     grpc::ClientContext context;
-    context.set_deadline(DeadlineIn(timeout));
+    const absl::Duration attempt_left = deadline - absl::Now();
+    context.set_deadline(DeadlineIn(std::min(attempt_left, options_.attempt_timeout)));
     Response response;
     const grpc::Status s = call(m, &context, &response);
     if (s.ok()) {
-      if (i > 0) current_.store(index, std::memory_order_relaxed);
+      current_.store(index, std::memory_order_relaxed);
       return response;
     }
-    const absl::StatusCode code = s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED
-                                      ? absl::StatusCode::kUnavailable
-                                      : static_cast<absl::StatusCode>(s.error_code());
-    last = absl::Status(code, absl::StrCat("etcd ", m.endpoint, ": ", what, ": ",
-                                           s.error_message().empty() ? "(no message)"
-                                                                     : s.error_message()));
+    const std::string message = s.error_message().empty() ? "(no message)" : s.error_message();
+    if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+      // No answer: the member may wait for a leader that is gone (its proposal sits in the log
+      // until an election) or have no quorum. Try another member while time is left; either
+      // way a write may be applied later, so callers keep their writes idempotent.
+      unanswered = true;
+      last = absl::UnavailableError(absl::StrCat(
+          "etcd ", m.endpoint, ": ", what, ": no answer within ",
+          absl::FormatDuration(std::min(attempt_left, options_.attempt_timeout)),
+          " (no quorum?)"));
+      continue;
+    }
+    last = absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                        absl::StrCat("etcd ", m.endpoint, ": ", what, ": ", message));
+    // UNAVAILABLE: the member is down or has no leader right now; try another.
     if (s.error_code() != grpc::StatusCode::UNAVAILABLE) return last;
   }
-  if (members_.size() > 1) {
-    return absl::UnavailableError(
-        absl::StrCat("no etcd member of ", absl::StrJoin(endpoints_, ","), " answered; last: ",
-                     last.message()));
-  }
-  return last;
+  return absl::UnavailableError(absl::StrCat("no etcd member of ", absl::StrJoin(endpoints_, ","),
+                                             " answered ", what, " within ",
+                                             absl::FormatDuration(timeout), "; last: ",
+                                             last.message(),
+                                             unanswered ? "; a write may still be applied when "
+                                                          "the cluster recovers"
+                                                        : ""));
 }
 
 absl::StatusOr<etcdserverpb::RangeResponse> Client::Range(

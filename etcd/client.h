@@ -2,11 +2,14 @@
 // election service, over one or more cluster members.
 //
 // Members: calls go to one member at a time (any member serves reads and forwards writes to
-// the raft leader). A call whose member is not connected within ClientOptions::connect_timeout,
-// or answers UNAVAILABLE (down, refusing connections), is retried once on each other member, starting from the next one, which then stays the current
-// member. A call that runs past its deadline is not retried (a write may have been applied):
-// it fails with kUnavailable, as does a call that no member answers. Every error names the
-// member and the operation, e.g. "etcd 127.0.0.1:2379: Txn: etcdserver: request timed out".
+// the raft leader). A member that is not connected within ClientOptions::connect_timeout, or
+// answers UNAVAILABLE (down, refusing connections, no leader during an election) or does not
+// answer within ClientOptions::attempt_timeout, is skipped for the next one, round after round
+// (100 ms apart) until the call's timeout; the member that answers becomes the current one.
+// A call that runs out of time fails with kUnavailable saying so. Since an unanswered write
+// may still be applied later (it can sit in the log of a member without quorum) and a retried
+// one may be applied twice, callers make writes idempotent or conditional. Every error names the member and the operation, e.g.
+// "etcd 127.0.0.1:2379: Txn: etcdserver: request timed out".
 //
 // Channels reconnect with a short back-off (100 ms initial, 1 s at most) so that a member
 // that comes back is used again within about a second.
@@ -38,8 +41,10 @@ absl::StatusOr<std::vector<std::string>> ParseEndpoints(absl::string_view list);
 std::string PrefixEnd(absl::string_view prefix);
 
 struct ClientOptions {
-  // Deadline of each key-value and lease call.
+  // Deadline of each key-value and lease call, across every member it tries.
   absl::Duration call_timeout = absl::Seconds(5);
+  // How long one member may take to answer before the call tries the next one.
+  absl::Duration attempt_timeout = absl::Seconds(2);
   // How long a call waits for a member it is not connected to before trying the next one.
   absl::Duration connect_timeout = absl::Seconds(1);
 };

@@ -28,7 +28,7 @@
 #include "gtest/gtest.h"
 #include "planner_service/job_convert.h"
 #include "planner_service/job_manager.h"
-#include "planner_service/store.h"
+#include "planner_service/sqlite_store.h"
 #include "planner_service/tuning_pool.h"
 #include "proto/planner.pb.h"
 #include "simulator/problem.h"
@@ -122,7 +122,7 @@ class JobManagerTest : public ::testing::Test {
 
   // One tuning thread, so a task submitted after others runs after them (see Drain).
   void Open(int max_queued = 16, JobManagerOptions options = {}) {
-    absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(path_);
+    absl::StatusOr<std::unique_ptr<Store>> store = SqliteStore::Open(path_);
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = std::move(*store);
     pool_ = std::make_unique<TuningPool>(/*threads=*/1, max_queued);

@@ -40,7 +40,14 @@ ABSL_FLAG(std::string, port_file, "",
           "atomically (for scripts and tests).");
 ABSL_FLAG(std::string, state_dir, kDefaults.state_dir,
           "Directory of the SQLite state (planner.db: jobs, plans, calibration); created if "
-          "missing.");
+          "missing. Used when --store is not given.");
+ABSL_FLAG(std::string, store, "",
+          "Where the state lives: sqlite:DIR (DIR/planner.db, one local file; the default is "
+          "sqlite:--state_dir) or etcd:HOST:PORT[,HOST:PORT...] (an etcd 3.4+ cluster, shared "
+          "by planner replicas; keys under --etcd_prefix).");
+ABSL_FLAG(std::string, etcd_prefix, kDefaults.etcd_prefix,
+          "Key prefix of the state in etcd (--store=etcd:...): starts with '/', no trailing "
+          "'/'. Planners sharing a prefix share jobs.");
 ABSL_FLAG(int, metrics_port, kDefaults.metrics_port,
           "Prometheus /metrics port; 0 picks a free one; -1 turns metrics off.");
 ABSL_FLAG(std::string, metrics_host, kDefaults.metrics_host, "Address to serve /metrics on.");
@@ -114,7 +121,8 @@ constexpr char kUsage[] =
     "The OctoPipe planner service: cluster schedulers create jobs and ask for plans over\n"
     "gRPC; worker agents register, heartbeat, watch their job's plan and report measured\n"
     "stage times, which re-plan the job when the gain is worth it. State lives in SQLite\n"
-    "under --state_dir; metrics are served for Prometheus on --metrics_port.\n\n"
+    "under --state_dir, or in etcd with --store=etcd:...; metrics are served for\n"
+    "Prometheus on --metrics_port.\n\n"
     "Usage: octopipe-planner [--flag=value ...]";
 
 // The token in `path`, without surrounding whitespace (a file written on Windows ends in
@@ -146,6 +154,8 @@ absl::StatusOr<PlannerServerOptions> OptionsFromFlags() {
   o.host = absl::GetFlag(FLAGS_host);
   o.port = absl::GetFlag(FLAGS_port);
   o.state_dir = absl::GetFlag(FLAGS_state_dir);
+  o.store = absl::GetFlag(FLAGS_store);
+  o.etcd_prefix = absl::GetFlag(FLAGS_etcd_prefix);
   o.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   o.metrics_host = absl::GetFlag(FLAGS_metrics_host);
   o.metrics_threads = absl::GetFlag(FLAGS_metrics_threads);
@@ -284,7 +294,7 @@ int main(int argc, char** argv) {
             server.metrics_port() >= 0
                 ? absl::StrCat(", metrics on ", o.metrics_host, ":", server.metrics_port())
                 : std::string(),
-            o.state_dir);
+            o.store.empty() ? o.state_dir : o.store);
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
   if (!port_file.empty()) {
     if (const std::string error = WritePortFile(port_file, server.port(), server.metrics_port());

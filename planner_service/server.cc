@@ -16,6 +16,7 @@
 #include "planner_service/metrics/planner_metrics.h"
 #include "planner_service/rpc_log.h"
 #include "planner_service/service.h"
+#include "planner_service/open_store.h"
 #include "planner_service/store.h"
 #include "planner_service/tls_files.h"
 #include "planner_service/tuning_pool.h"
@@ -112,13 +113,12 @@ absl::Status PlannerServer::Start() {
   m.metrics = metrics_.get();
   m.observer = std::make_unique<MetricsObserver>(m.metrics);
 
-  std::error_code ec;
-  std::filesystem::create_directories(options_.state_dir, ec);
-  if (ec) {
-    return absl::InvalidArgumentError(absl::StrCat("--state_dir: cannot create '",
-                                                   options_.state_dir, "': ", ec.message()));
-  }
-  auto store = Store::Open((std::filesystem::path(options_.state_dir) / "planner.db").string());
+  absl::StatusOr<StoreSpec> spec =
+      ParseStoreSpec(options_.store.empty() ? "sqlite:" + options_.state_dir : options_.store);
+  if (!spec.ok()) return spec.status();
+  EtcdStoreOptions etcd;
+  etcd.prefix = options_.etcd_prefix;
+  auto store = OpenStore(*spec, etcd);
   if (!store.ok()) return store.status();
   m.store = std::move(*store);
   m.pool = std::make_unique<TuningPool>(options_.workers, options_.max_queued);
@@ -130,7 +130,7 @@ absl::Status PlannerServer::Start() {
                                         m.observer.get());
   if (absl::Status s = m.jobs->Recover(); !s.ok()) return s;
   logging::Event(*logging::Logger("store"), spdlog::level::info, "state opened",
-                 {{"state_dir", options_.state_dir}, {"jobs", m.jobs->num_jobs()}});
+                 {{"store", m.store->Describe()}, {"jobs", m.jobs->num_jobs()}});
   // Agents registered before a restart are known but must register again: their next
   // heartbeat is refused (FAILED_PRECONDITION) and the registration that follows re-admits the
   // node to the jobs that excluded it. No job is re-planned for the restart itself.

@@ -26,6 +26,10 @@ struct PlannerServerOptions {
   std::string host = "127.0.0.1";  // gRPC address; "0.0.0.0" to serve other hosts
   int port = 50051;                // 0: pick a free port (see PlannerServer::port())
   std::string state_dir = "octopipe-state";  // holds planner.db (jobs, plans, calibration)
+  // Where the state lives (open_store.h): "sqlite:DIR" or "etcd:HOST:PORT[,...]"; empty:
+  // sqlite:state_dir.
+  std::string store;
+  std::string etcd_prefix = "/octopipe";  // keys of an etcd store (etcd_store.h)
   int metrics_port = 9464;         // Prometheus /metrics; 0: pick; -1: off
   std::string metrics_host = "127.0.0.1";
   // /metrics HTTP workers and the time a connection may take to send its request: slow or

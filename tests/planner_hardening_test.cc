@@ -25,7 +25,7 @@
 #include "core/synthetic_model.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "planner_service/store.h"
+#include "planner_service/sqlite_store.h"
 #include "proto/health.grpc.pb.h"
 #include "proto/planner.grpc.pb.h"
 #include "tests/planner_process.h"
@@ -164,7 +164,7 @@ TEST(PlannerHardeningTest, HugeMicrobatchesAreRefusedNamingTheLimitAndTheServerL
 TEST(PlannerHardeningTest, StoredJobThatNoLongerValidatesIsFailedNotACrashLoop) {
   const std::string dir = TmpDir("stored");
   {
-    absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(dir + "/planner.db");
+    absl::StatusOr<std::unique_ptr<Store>> store = SqliteStore::Open(dir + "/planner.db");
     ASSERT_TRUE(store.ok()) << store.status();
     proto::PlanRequest r = SmallPlan();
     proto::Job job;
