@@ -5,10 +5,12 @@
 // Exit codes: 0 after a signal; 1 when the server cannot start (the message names the flag or
 // file at fault), and, by Abseil's convention, after --help and for a flag it cannot parse;
 // 2 for a flag value the planner refuses (a token file, a log level, a stray argument).
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cerrno>
 #include <cstring>
+#include <unistd.h>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -48,6 +50,13 @@ ABSL_FLAG(std::string, store, "",
 ABSL_FLAG(std::string, etcd_prefix, kDefaults.etcd_prefix,
           "Key prefix of the state in etcd (--store=etcd:...): starts with '/', no trailing "
           "'/'. Planners sharing a prefix share jobs.");
+ABSL_FLAG(double, leader_ttl_s, kDefaults.leader_ttl_s,
+          "With --store=etcd: the lease of the leadership among replicas, in whole seconds "
+          ">= 1, kept alive every third of it. A leader that cannot renew it steps down; a "
+          "follower takes over about this long after the leader dies.");
+ABSL_FLAG(std::string, advertise_address, "",
+          "With --store=etcd: the HOST:PORT other replicas and clients reach this one at (a "
+          "follower names the leader's); default: --host:--port as bound.");
 ABSL_FLAG(int, metrics_port, kDefaults.metrics_port,
           "Prometheus /metrics port; 0 picks a free one; -1 turns metrics off.");
 ABSL_FLAG(std::string, metrics_host, kDefaults.metrics_host, "Address to serve /metrics on.");
@@ -156,6 +165,12 @@ absl::StatusOr<PlannerServerOptions> OptionsFromFlags() {
   o.state_dir = absl::GetFlag(FLAGS_state_dir);
   o.store = absl::GetFlag(FLAGS_store);
   o.etcd_prefix = absl::GetFlag(FLAGS_etcd_prefix);
+  o.leader_ttl_s = absl::GetFlag(FLAGS_leader_ttl_s);
+  o.advertise_address = absl::GetFlag(FLAGS_advertise_address);
+  if (!(o.leader_ttl_s >= 1) || o.leader_ttl_s != std::floor(o.leader_ttl_s)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--leader_ttl_s must be a whole number of seconds >= 1, got ", o.leader_ttl_s));
+  }
   o.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   o.metrics_host = absl::GetFlag(FLAGS_metrics_host);
   o.metrics_threads = absl::GetFlag(FLAGS_metrics_threads);
@@ -265,6 +280,21 @@ int main(int argc, char** argv) {
     }
   }
   octopipe::logging::Configure(*log_options);
+  // A replica that loses the leadership starts over as a follower: the same binary and flags,
+  // with nothing of the old term in memory.
+  const std::vector<std::string> args(argv, argv + argc);
+  options->on_deposed = [args](const std::string& why) {
+    auto log = octopipe::logging::Logger("leader");
+    log->error("restarting as a follower: {}", why);
+    log->flush();
+    std::vector<char*> exec_argv;
+    for (const std::string& a : args) exec_argv.push_back(const_cast<char*>(a.c_str()));
+    exec_argv.push_back(nullptr);
+    execv("/proc/self/exe", exec_argv.data());
+    std::cerr << "octopipe-planner: error: cannot restart as a follower: "
+              << std::strerror(errno) << "\n";
+    _exit(1);
+  };
   const PlannerServerOptions& o = *options;
 
   // Block the shutdown signals in every thread; the main thread waits for them.

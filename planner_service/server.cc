@@ -16,6 +16,8 @@
 #include "planner_service/metrics/planner_metrics.h"
 #include "planner_service/rpc_log.h"
 #include "planner_service/service.h"
+#include "planner_service/etcd_store.h"
+#include "planner_service/leadership.h"
 #include "planner_service/open_store.h"
 #include "planner_service/store.h"
 #include "planner_service/tls_files.h"
@@ -74,7 +76,45 @@ class MetricsObserver : public JobObserver, public RpcObserver {
   PipelineBubble bubble_;  // the measured series from the agents' per-device reports
 };
 
+// The service's view of this replica's role before the leadership exists (the gRPC server must
+// be serving, on its final port, before the replica can campaign with its address): a
+// follower with no known leader until then.
+class RoleSlot : public Role {
+ public:
+  void Set(const Role* role) {
+    absl::MutexLock lock(&mu_);
+    role_ = role;
+  }
+  bool leading() const override {
+    absl::MutexLock lock(&mu_);
+    return role_ != nullptr && role_->leading();
+  }
+  std::string leader_address() const override {
+    absl::MutexLock lock(&mu_);
+    return role_ != nullptr ? role_->leader_address() : std::string();
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  const Role* role_ ABSL_GUARDED_BY(mu_) = nullptr;
+};
+
 }  // namespace
+
+// Takes office for a replica that won the election, and reports losing it.
+class PlannerServer::Office : public Leadership::Listener {
+ public:
+  explicit Office(PlannerServer* server) : server_(server) {}
+  absl::Status OnElected(const v3electionpb::LeaderKey& key) override {
+    return server_->TakeOffice(key);
+  }
+  void OnDeposed(const std::string& why) override {
+    if (server_->options_.on_deposed) server_->options_.on_deposed(why);
+  }
+
+ private:
+  PlannerServer* const server_;
+};
 
 struct PlannerServer::Impl {
   RealClock clock;
@@ -82,6 +122,10 @@ struct PlannerServer::Impl {
   std::unique_ptr<MetricsObserver> observer;
   std::unique_ptr<metrics::MetricsEndpoint> exporter;
   std::unique_ptr<Store> store;
+  EtcdStore* etcd = nullptr;  // store, when it is etcd: replicas elect a leader
+  RoleSlot role;
+  std::unique_ptr<Office> office;
+  std::unique_ptr<Leadership> leadership;
   std::unique_ptr<TuningPool> pool;
   std::unique_ptr<AgentRegistry> agents;
   std::unique_ptr<JobManager> jobs;
@@ -128,25 +172,18 @@ absl::Status PlannerServer::Start() {
   jm.replan = options_.replan;
   m.jobs = std::make_unique<JobManager>(m.store.get(), m.pool.get(), &m.clock, jm,
                                         m.observer.get());
-  if (absl::Status s = m.jobs->Recover(); !s.ok()) return s;
-  logging::Event(*logging::Logger("store"), spdlog::level::info, "state opened",
-                 {{"store", m.store->Describe()}, {"jobs", m.jobs->num_jobs()}});
-  // Agents registered before a restart are known but must register again: their next
-  // heartbeat is refused (FAILED_PRECONDITION) and the registration that follows re-admits the
-  // node to the jobs that excluded it. No job is re-planned for the restart itself.
-  auto agents = m.store->LoadAgents();
-  if (!agents.ok()) return agents.status();
-  for (const AgentRecord& a : *agents) {
-    m.agents->Register(a.node_id, a.num_devices, a.address);
-    m.agents->MarkFailed(a.node_id);
+  m.etcd = dynamic_cast<EtcdStore*>(m.store.get());
+  if (m.etcd == nullptr) {
+    // A lone planner leads from the start.
+    if (absl::Status s = RecoverState(); !s.ok()) return s;
   }
-  m.metrics->AgentsAlive().Set(m.agents->AliveCount());
 
   ServiceOptions so;
   so.token = options_.token;
   so.limits = options_.limits;
   so.plan_cache_entries = options_.plan_cache_entries;
   so.clock = &m.clock;
+  if (m.etcd != nullptr) so.role = &m.role;
   so.heartbeat_interval_ms =
       std::max<int64_t>(50, static_cast<int64_t>(options_.heartbeat_timeout_s * 1000 / 4));
   m.service = std::make_unique<PlannerService>(m.jobs.get(), m.agents.get(), m.store.get(),
@@ -194,7 +231,53 @@ absl::Status PlannerServer::Start() {
     m.exporter = std::move(*exporter);
   }
   detector_ = std::thread([this] { DetectFailures(); });
+  if (m.etcd != nullptr) {
+    LeadershipOptions lo;
+    lo.election = options_.etcd_prefix + "/leader";
+    lo.address = options_.advertise_address.empty()
+                     ? absl::StrCat(options_.host, ":", port_)
+                     : options_.advertise_address;
+    lo.ttl = absl::Seconds(options_.leader_ttl_s);
+    m.office = std::make_unique<Office>(this);
+    m.leadership = std::make_unique<Leadership>(m.etcd->client(), lo, m.office.get());
+    if (absl::Status s = m.leadership->Start(); !s.ok()) return s;
+    m.role.Set(m.leadership.get());
+    logging::Event(*logging::Logger("leader"), spdlog::level::info, "campaigning",
+                   {{"election", lo.election}, {"address", lo.address},
+                    {"ttl_s", options_.leader_ttl_s}});
+  }
   return absl::OkStatus();
+}
+
+absl::Status PlannerServer::RecoverState() {
+  Impl& m = *impl_;
+  if (absl::Status s = m.jobs->Recover(); !s.ok()) return s;
+  logging::Event(*logging::Logger("store"), spdlog::level::info, "state opened",
+                 {{"store", m.store->Describe()}, {"jobs", m.jobs->num_jobs()}});
+  // Agents registered before a restart (or with the previous leader) come back alive with a
+  // full heartbeat timeout from now: their next heartbeat is accepted, and a node that died
+  // meanwhile is declared failed one timeout from now, like any silent node. No job is
+  // re-planned for the restart itself.
+  auto agents = m.store->LoadAgents();
+  if (!agents.ok()) return agents.status();
+  for (const AgentRecord& a : *agents) m.agents->Register(a.node_id, a.num_devices, a.address);
+  m.metrics->AgentsAlive().Set(m.agents->AliveCount());
+  return absl::OkStatus();
+}
+
+absl::Status PlannerServer::TakeOffice(const v3electionpb::LeaderKey& key) {
+  Impl& m = *impl_;
+  m.etcd->SetFence(EtcdFence{key.key(), key.rev()});
+  if (absl::Status s = RecoverState(); !s.ok()) return s;
+  logging::Event(*logging::Logger("leader"), spdlog::level::info, "took office",
+                 {{"jobs", m.jobs->num_jobs()},
+                  {"agents", m.agents->AliveCount()},
+                  {"failure_detector_grace_s", options_.heartbeat_timeout_s}});
+  return absl::OkStatus();
+}
+
+bool PlannerServer::leading() const {
+  return impl_ != nullptr && (impl_->etcd == nullptr || impl_->role.leading());
 }
 
 void PlannerServer::DetectFailures() {
@@ -203,6 +286,10 @@ void PlannerServer::DetectFailures() {
   absl::MutexLock lock(&mu_);
   while (!mu_.AwaitWithTimeout(absl::Condition(&stopping_), period)) {
     mu_.Unlock();
+    if (!leading()) {  // followers keep no agents; the leader detects failures
+      mu_.Lock();
+      continue;
+    }
     for (const std::string& node : impl_->agents->DetectFailures()) {
       const std::vector<std::string> jobs = impl_->jobs->NodeLost(node, ReplanReason::kNodeFailure);
       logging::Event(*logging::Logger("agents"), spdlog::level::warn, "heartbeats lost",
@@ -223,6 +310,7 @@ void PlannerServer::Shutdown(double grace_s) {
   }
   if (detector_.joinable()) detector_.join();
   if (!impl_) return;
+  if (impl_->leadership) impl_->leadership->Stop();  // a leader resigns: hand-over at once
   if (impl_->pool) impl_->pool->Cancel();  // running tuning ends now, not after its budget
   if (impl_->server) {
     impl_->server->Shutdown(std::chrono::system_clock::now() +

@@ -7,6 +7,7 @@
 #ifndef OCTOPIPE_PLANNER_SERVICE_SERVER_H_
 #define OCTOPIPE_PLANNER_SERVICE_SERVER_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -16,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "etcd/election.pb.h"
 #include "planner_service/metrics/planner_metrics.h"
 #include "planner_service/planning.h"
 #include "planner_service/replan_policy.h"
@@ -30,6 +32,14 @@ struct PlannerServerOptions {
   // sqlite:state_dir.
   std::string store;
   std::string etcd_prefix = "/octopipe";  // keys of an etcd store (etcd_store.h)
+  // Replicas on an etcd store (leadership.h): the lease of the leadership, and the address
+  // other replicas and clients reach this one at (empty: HOST:PORT as bound).
+  double leader_ttl_s = 3;
+  std::string advertise_address;
+  // Called once when this replica loses the leadership (or fails to take office); main
+  // restarts the process so that it rejoins as a follower with a clean memory. Null: it stays
+  // a follower.
+  std::function<void(const std::string& why)> on_deposed;
   int metrics_port = 9464;         // Prometheus /metrics; 0: pick; -1: off
   std::string metrics_host = "127.0.0.1";
   // /metrics HTTP workers and the time a connection may take to send its request: slow or
@@ -66,11 +76,18 @@ class PlannerServer {
   void Shutdown(double grace_s = 5);
 
   int port() const { return port_; }
+  // Whether this planner leads (always, on a SQLite store).
+  bool leading() const;
   int metrics_port() const;
 
  private:
   struct Impl;
+  class Office;
   void DetectFailures();
+  // Loads jobs and agents from the store (a lone planner at start, a replica on election).
+  absl::Status RecoverState();
+  // The election's winner fences its writes and loads the state.
+  absl::Status TakeOffice(const v3electionpb::LeaderKey& key);
 
   PlannerServerOptions options_;
   std::shared_ptr<prometheus::Registry> registry_;

@@ -119,6 +119,17 @@ absl::Status PlannerService::Authorize(grpc::CallbackServerContext* ctx) const {
   return absl::OkStatus();
 }
 
+absl::Status PlannerService::RequireLeader(grpc::CallbackServerContext* ctx,
+                                           const char* method) const {
+  if (options_.role == nullptr || options_.role->leading()) return absl::OkStatus();
+  const std::string leader = options_.role->leader_address();
+  ctx->AddTrailingMetadata("octopipe-leader", leader);
+  return absl::UnavailableError(absl::StrCat(
+      method, ": this planner replica is a follower; ",
+      leader.empty() ? std::string("no leader is elected yet; retry shortly")
+                     : absl::StrCat("the leader is at ", leader, "; retry there")));
+}
+
 void PlannerService::SetHealthService(grpc::HealthCheckServiceInterface* health) {
   health_.store(health);
   UpdateHealth();
@@ -311,6 +322,7 @@ grpc::ServerUnaryReactor* PlannerService::CreateJob(grpc::CallbackServerContext*
                                                     const proto::CreateJobRequest* request,
                                                     proto::Job* response) {
   if (absl::Status s = Authorize(ctx); !s.ok()) return Done(ctx, "CreateJob", s);
+  if (absl::Status s = RequireLeader(ctx, "CreateJob"); !s.ok()) return Done(ctx, "CreateJob", s);
   absl::StatusOr<proto::CreateJobRequest> resolved = ResolveAgentTraining(*request);
   if (!resolved.ok()) return Done(ctx, "CreateJob", resolved.status());
   absl::StatusOr<JobRecord> job = jobs_->Create(NewJobFromProto(*resolved));
@@ -322,6 +334,7 @@ grpc::ServerUnaryReactor* PlannerService::CreateJob(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* PlannerService::GetJob(grpc::CallbackServerContext* ctx,
                                                  const proto::GetJobRequest* request,
                                                  proto::GetJobResponse* response) {
+  if (absl::Status s = RequireLeader(ctx, "GetJob"); !s.ok()) return Done(ctx, "GetJob", s);
   absl::StatusOr<JobSnapshot> r = jobs_->Get(request->job_id());
   if (r.ok()) *response = GetJobResponseOf(r->job, r->current ? &*r->current : nullptr);
   return Done(ctx, "GetJob", r.status());
@@ -330,6 +343,7 @@ grpc::ServerUnaryReactor* PlannerService::GetJob(grpc::CallbackServerContext* ct
 grpc::ServerUnaryReactor* PlannerService::ListJobs(grpc::CallbackServerContext* ctx,
                                                    const proto::ListJobsRequest* request,
                                                    proto::ListJobsResponse* response) {
+  if (absl::Status s = RequireLeader(ctx, "ListJobs"); !s.ok()) return Done(ctx, "ListJobs", s);
   absl::StatusOr<proto::ListJobsResponse> page =
       ListJobsPage(jobs_->List(), request->page_size(), request->page_token());
   if (page.ok()) *response = std::move(*page);
@@ -340,6 +354,7 @@ grpc::ServerUnaryReactor* PlannerService::DeleteJob(grpc::CallbackServerContext*
                                                     const proto::DeleteJobRequest* request,
                                                     proto::DeleteJobResponse* response) {
   if (absl::Status s = Authorize(ctx); !s.ok()) return Done(ctx, "DeleteJob", s);
+  if (absl::Status s = RequireLeader(ctx, "DeleteJob"); !s.ok()) return Done(ctx, "DeleteJob", s);
   return Done(ctx, "DeleteJob", jobs_->Delete(request->job_id()));
 }
 
@@ -490,6 +505,10 @@ grpc::ServerWriteReactor<proto::PlanVersion>* PlannerService::WatchPlan(
     reactor->FinishWith(ToGrpc(s));
     return reactor;
   }
+  if (absl::Status s = RequireLeader(ctx, "WatchPlan"); !s.ok()) {
+    reactor->FinishWith(ToGrpc(s));
+    return reactor;
+  }
   reactor->Start(*request);
   return reactor;
 }
@@ -498,6 +517,7 @@ grpc::ServerUnaryReactor* PlannerService::RegisterAgent(
     grpc::CallbackServerContext* ctx, const proto::RegisterAgentRequest* request,
     proto::RegisterAgentResponse* response) {
   if (absl::Status s = Authorize(ctx); !s.ok()) return Done(ctx, "RegisterAgent", s);
+  if (absl::Status s = RequireLeader(ctx, "RegisterAgent"); !s.ok()) return Done(ctx, "RegisterAgent", s);
   if (absl::Status s = CheckRegistration(*request); !s.ok()) {
     return Done(ctx, "RegisterAgent", s);
   }
@@ -527,6 +547,7 @@ grpc::ServerUnaryReactor* PlannerService::Heartbeat(grpc::CallbackServerContext*
                                                     const proto::HeartbeatRequest* request,
                                                     proto::HeartbeatResponse* response) {
   if (absl::Status s = Authorize(ctx); !s.ok()) return Done(ctx, "Heartbeat", s);
+  if (absl::Status s = RequireLeader(ctx, "Heartbeat"); !s.ok()) return Done(ctx, "Heartbeat", s);
   if (request->node_id().empty()) {
     return Done(ctx, "Heartbeat", absl::InvalidArgumentError("node_id is empty"));
   }
@@ -541,6 +562,7 @@ grpc::ServerUnaryReactor* PlannerService::ReportJobEvent(
     grpc::CallbackServerContext* ctx, const proto::ReportJobEventRequest* request,
     proto::ReportJobEventResponse* response) {
   if (absl::Status s = Authorize(ctx); !s.ok()) return Done(ctx, "ReportJobEvent", s);
+  if (absl::Status s = RequireLeader(ctx, "ReportJobEvent"); !s.ok()) return Done(ctx, "ReportJobEvent", s);
   if (request->event().kind().empty()) {
     return Done(ctx, "ReportJobEvent", absl::InvalidArgumentError("event.kind is empty"));
   }
@@ -551,6 +573,7 @@ grpc::ServerUnaryReactor* PlannerService::ReportJobEvent(
 grpc::ServerUnaryReactor* PlannerService::ListAgents(grpc::CallbackServerContext* ctx,
                                                      const proto::ListAgentsRequest* request,
                                                      proto::ListAgentsResponse* response) {
+  if (absl::Status s = RequireLeader(ctx, "ListAgents"); !s.ok()) return Done(ctx, "ListAgents", s);
   absl::StatusOr<AgentPage> page =
       PageOfAgents(agents_->List(), request->page_size(), request->page_token());
   if (!page.ok()) return Done(ctx, "ListAgents", page.status());
@@ -569,6 +592,7 @@ grpc::ServerUnaryReactor* PlannerService::ReportStageTimes(
     grpc::CallbackServerContext* ctx, const proto::ReportStageTimesRequest* request,
     proto::ReportStageTimesResponse* response) {
   if (absl::Status s = Authorize(ctx); !s.ok()) return Done(ctx, "ReportStageTimes", s);
+  if (absl::Status s = RequireLeader(ctx, "ReportStageTimes"); !s.ok()) return Done(ctx, "ReportStageTimes", s);
   absl::StatusOr<proto::ReportStageTimesResponse> r = jobs_->ReportStageTimes(*request);
   if (r.ok()) *response = std::move(*r);
   return Done(ctx, "ReportStageTimes", r.status());
@@ -627,6 +651,7 @@ grpc::ServerUnaryReactor* PlannerService::ReportNodeFailure(grpc::CallbackServer
                                                             const proto::NodeRequest* request,
                                                             proto::NodeResponse* response) {
   if (absl::Status s = Authorize(ctx); !s.ok()) return Done(ctx, "ReportNodeFailure", s);
+  if (absl::Status s = RequireLeader(ctx, "ReportNodeFailure"); !s.ok()) return Done(ctx, "ReportNodeFailure", s);
   return Done(ctx, "ReportNodeFailure", LoseNode(*request, ReplanReason::kNodeFailure, response));
 }
 
@@ -634,6 +659,7 @@ grpc::ServerUnaryReactor* PlannerService::DrainNode(grpc::CallbackServerContext*
                                                     const proto::NodeRequest* request,
                                                     proto::NodeResponse* response) {
   if (absl::Status s = Authorize(ctx); !s.ok()) return Done(ctx, "DrainNode", s);
+  if (absl::Status s = RequireLeader(ctx, "DrainNode"); !s.ok()) return Done(ctx, "DrainNode", s);
   return Done(ctx, "DrainNode", LoseNode(*request, ReplanReason::kDrain, response));
 }
 

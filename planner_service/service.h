@@ -19,6 +19,7 @@
 #include "core/clock.h"
 #include "planner_service/queue_expiry.h"
 #include "planner_service/job_manager.h"
+#include "planner_service/leadership.h"
 #include "planner_service/plan_cache.h"
 #include "planner_service/planning.h"
 #include "planner_service/store.h"
@@ -53,6 +54,11 @@ struct ServiceOptions {
   int plan_cache_entries = 256;
   int64_t plan_cache_bytes = 64 << 20;
   const Clock* clock = nullptr;  // for deadlines; null: a RealClock
+  // This replica's role among replicas on one etcd store (leadership.h); null: a lone planner,
+  // always the leader. A follower answers one-shot Plan calls and health checks; every job
+  // and agent call gets UNAVAILABLE naming the leader (trailing metadata octopipe-leader too),
+  // for the client to retry there.
+  const Role* role = nullptr;
 };
 
 // One-shot Plan calls (documented contract): a call's deadline is its arrival plus its time
@@ -132,6 +138,8 @@ class PlannerService final : public proto::Planner::CallbackService {
                           grpc::ServerUnaryReactor* (PlannerService::*fn)(
                               grpc::CallbackServerContext*, const Req*, Resp*));
   absl::Status Authorize(grpc::CallbackServerContext* ctx) const;
+  // OK on the leader (or a lone planner); on a follower UNAVAILABLE naming the leader.
+  absl::Status RequireLeader(grpc::CallbackServerContext* ctx, const char* method) const;
   absl::Status LoseNode(const proto::NodeRequest& request, ReplanReason reason,
                         proto::NodeResponse* response);
   absl::Status CheckRegistration(const proto::RegisterAgentRequest& request) const;

@@ -168,6 +168,10 @@ int PlannerProcess::Kill(int sig) {
   return status;
 }
 
+void PlannerProcess::Signal(int sig) {
+  if (pid_ > 0) kill(pid_, sig);
+}
+
 std::string PlannerProcess::log() const {
   std::lock_guard<std::mutex> lock(log_mu_);
   return log_;

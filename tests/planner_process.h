@@ -29,6 +29,8 @@ class PlannerProcess {
   absl::Status Start(const std::vector<std::string>& args, double timeout_s = 60);
   // Sends `sig` and waits for the exit; returns the wait status.
   int Kill(int sig);
+  // Sends `sig` without waiting (SIGSTOP, SIGCONT).
+  void Signal(int sig);
   bool running() const { return pid_ > 0; }
 
   int port() const { return port_; }

@@ -1,0 +1,144 @@
+#include "planner_service/leadership.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "etcd/client.h"
+#include "etcd/etcd_cluster.h"
+#include "gtest/gtest.h"
+
+namespace octopipe::planner {
+namespace {
+
+// Records what the leadership reports; waits for it without polling.
+class Recorder : public Leadership::Listener {
+ public:
+  absl::Status OnElected(const v3electionpb::LeaderKey& key) override {
+    absl::MutexLock lock(&mu_);
+    elected_ = true;
+    key_ = key;
+    return elect_error_;
+  }
+  void OnDeposed(const std::string& why) override {
+    absl::MutexLock lock(&mu_);
+    ++deposed_;
+    why_ = why;
+  }
+  bool WaitElected(absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    return mu_.AwaitWithTimeout(absl::Condition(&elected_), timeout);
+  }
+  bool WaitDeposed(absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    auto deposed = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return deposed_ > 0; };
+    return mu_.AwaitWithTimeout(absl::Condition(&deposed), timeout);
+  }
+  bool elected() {
+    absl::MutexLock lock(&mu_);
+    return elected_;
+  }
+  int deposed() {
+    absl::MutexLock lock(&mu_);
+    return deposed_;
+  }
+  v3electionpb::LeaderKey key() {
+    absl::MutexLock lock(&mu_);
+    return key_;
+  }
+  void FailElection(absl::Status s) {
+    absl::MutexLock lock(&mu_);
+    elect_error_ = std::move(s);
+  }
+
+ private:
+  absl::Mutex mu_;
+  bool elected_ ABSL_GUARDED_BY(mu_) = false;
+  int deposed_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string why_ ABSL_GUARDED_BY(mu_);
+  v3electionpb::LeaderKey key_ ABSL_GUARDED_BY(mu_);
+  absl::Status elect_error_ ABSL_GUARDED_BY(mu_);
+};
+
+class LeadershipTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    absl::StatusOr<std::unique_ptr<etcd::EtcdCluster>> c = etcd::EtcdCluster::Start(1);
+    ASSERT_TRUE(c.ok()) << c.status();
+    cluster_ = c->release();
+  }
+  static void TearDownTestSuite() { delete cluster_; }
+  std::shared_ptr<etcd::Client> NewClient() {
+    auto c = etcd::Client::Connect({cluster_->endpoint(0)});
+    EXPECT_TRUE(c.ok());
+    return std::shared_ptr<etcd::Client>(std::move(*c));
+  }
+  LeadershipOptions Options(const std::string& election, const std::string& address) {
+    LeadershipOptions o;
+    o.election = election;
+    o.address = address;
+    o.ttl = absl::Seconds(1);
+    return o;
+  }
+  static etcd::EtcdCluster* cluster_;
+};
+etcd::EtcdCluster* LeadershipTest::cluster_ = nullptr;
+
+TEST_F(LeadershipTest, OneLeaderAndAQuickHandOverWhenItStops) {
+  Recorder ra, rb;
+  auto a = std::make_unique<Leadership>(NewClient(), Options("/t1/leader", "a:1"), &ra);
+  ASSERT_TRUE(a->Start().ok());
+  ASSERT_TRUE(ra.WaitElected(absl::Seconds(10)));
+  EXPECT_TRUE(a->leading());
+  Leadership b(NewClient(), Options("/t1/leader", "b:2"), &rb);
+  ASSERT_TRUE(b.Start().ok());
+  EXPECT_FALSE(rb.WaitElected(absl::Seconds(1))) << "b must not lead while a does";
+  EXPECT_FALSE(b.leading());
+  EXPECT_EQ(b.leader_address(), "a:1");
+
+  const absl::Time stopped = absl::Now();
+  a->Stop();  // resigns: b takes over without waiting for a's lease
+  ASSERT_TRUE(rb.WaitElected(absl::Seconds(10)));
+  EXPECT_LT(absl::Now() - stopped, absl::Seconds(2));
+  EXPECT_TRUE(b.leading());
+  EXPECT_GT(rb.key().rev(), ra.key().rev());
+  EXPECT_EQ(ra.deposed(), 0) << "a stopped; it was not deposed";
+}
+
+// A leader whose lease ends (here revoked, as if it expired while the process was paused)
+// steps down by itself and reports it once; the other replica then leads.
+TEST_F(LeadershipTest, ALeaderThatLosesItsLeaseStepsDown) {
+  Recorder ra, rb;
+  Leadership a(NewClient(), Options("/t2/leader", "a:1"), &ra);
+  ASSERT_TRUE(a.Start().ok());
+  ASSERT_TRUE(ra.WaitElected(absl::Seconds(10)));
+  Leadership b(NewClient(), Options("/t2/leader", "b:2"), &rb);
+  ASSERT_TRUE(b.Start().ok());
+
+  ASSERT_TRUE(NewClient()->LeaseRevoke(ra.key().lease()).ok());
+  ASSERT_TRUE(ra.WaitDeposed(absl::Seconds(5)));
+  EXPECT_FALSE(a.leading());
+  ASSERT_TRUE(rb.WaitElected(absl::Seconds(10)));
+  EXPECT_TRUE(b.leading());
+  EXPECT_EQ(ra.deposed(), 1);
+}
+
+TEST_F(LeadershipTest, FailingToTakeOfficeStepsDownAndBadOptionsAreRefused) {
+  Recorder r;
+  r.FailElection(absl::UnavailableError("store unreachable"));
+  Leadership a(NewClient(), Options("/t3/leader", "a:1"), &r);
+  ASSERT_TRUE(a.Start().ok());
+  ASSERT_TRUE(r.WaitDeposed(absl::Seconds(10)));
+  EXPECT_FALSE(a.leading());
+
+  LeadershipOptions short_ttl = Options("/t3/leader", "a:1");
+  short_ttl.ttl = absl::Milliseconds(500);
+  EXPECT_EQ(Leadership(NewClient(), short_ttl, &r).Start().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Leadership(NewClient(), Options("/t3/leader", ""), &r).Start().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace octopipe::planner

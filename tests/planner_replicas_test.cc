@@ -1,0 +1,198 @@
+// Planner replicas on a real etcd cluster (three members on loopback): one leader serves jobs,
+// followers point clients to it, a killed leader is replaced within the lease TTL + 1 s with
+// every acknowledged job present, and a leader paused past its lease cannot write afterwards
+// and comes back as a follower.
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "core/cluster_presets.h"
+#include "core/convert.h"
+#include "core/model_zoo.h"
+#include "etcd/etcd_cluster.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "proto/planner.grpc.pb.h"
+#include "tests/planner_process.h"
+
+namespace octopipe {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::PlannerProcess;
+
+constexpr char kPlanner[] = "planner_service/octopipe-planner";
+constexpr int kTtlS = 2;
+constexpr int kReplicas = 3;
+
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+proto::CreateJobRequest SmallJob(const std::string& name) {
+  TrainingOptions t;
+  t.num_microbatches = 8;
+  Cluster c = *ClusterPreset("h100-4nodes");
+  c.nodes.resize(2);
+  for (Node& n : c.nodes) n.num_devices = 2;
+  proto::CreateJobRequest r;
+  r.set_name(name);
+  *r.mutable_model() = ModelToProto(*ZooModel("llama3-8b", t));
+  *r.mutable_cluster() = ClusterToProto(c);
+  r.mutable_options()->set_num_devices(4);
+  r.mutable_options()->set_time_budget_s(1);
+  return r;
+}
+
+class Replicas {
+ public:
+  absl::Status Start(const std::string& etcd) {
+    for (int i = 0; i < kReplicas; ++i) {
+      ports_.push_back(FreePort());
+      processes_.push_back(std::make_unique<PlannerProcess>(kPlanner));
+      stubs_.push_back(proto::Planner::NewStub(
+          grpc::CreateChannel(address(i), grpc::InsecureChannelCredentials())));
+      args_.push_back({"--store=etcd:" + etcd, absl::StrCat("--port=", ports_[i]),
+                       absl::StrCat("--leader_ttl_s=", kTtlS), "--heartbeat_timeout_s=5"});
+      if (absl::Status s = processes_[i]->Start(args_[i]); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+  absl::Status Restart(int i) {
+    processes_[i] = std::make_unique<PlannerProcess>(kPlanner);
+    return processes_[i]->Start(args_[i]);
+  }
+  std::string address(int i) const { return absl::StrCat("127.0.0.1:", ports_[i]); }
+  PlannerProcess& process(int i) { return *processes_[i]; }
+  proto::Planner::Stub& stub(int i) { return *stubs_[i]; }
+
+  // ListJobs on replica i (1 s deadline).
+  grpc::Status List(int i, proto::ListJobsResponse* out) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
+    proto::ListJobsRequest request;
+    return stubs_[i]->ListJobs(&ctx, request, out);
+  }
+  // The replica (not `except`) that answers ListJobs, within `timeout`; nullopt when none.
+  std::optional<int> AwaitLeader(absl::Duration timeout, int except = -1) {
+    const absl::Time deadline = absl::Now() + timeout;
+    while (absl::Now() < deadline) {
+      for (int i = 0; i < kReplicas; ++i) {
+        proto::ListJobsResponse r;
+        if (i != except && processes_[i]->running() && List(i, &r).ok()) return i;
+      }
+      absl::SleepFor(absl::Milliseconds(20));  // bounded poll of a state change we cause
+    }
+    return std::nullopt;
+  }
+
+ private:
+  std::vector<int> ports_;
+  std::vector<std::vector<std::string>> args_;
+  std::vector<std::unique_ptr<PlannerProcess>> processes_;
+  std::vector<std::unique_ptr<proto::Planner::Stub>> stubs_;
+};
+
+std::set<std::string> JobIds(Replicas& r, int leader) {
+  proto::ListJobsResponse jobs;
+  EXPECT_TRUE(r.List(leader, &jobs).ok());
+  std::set<std::string> ids;
+  for (const proto::Job& j : jobs.jobs()) ids.insert(j.id());
+  return ids;
+}
+
+TEST(PlannerReplicasTest, LeaderFailOverFencingAndFollowers) {
+  absl::StatusOr<std::unique_ptr<etcd::EtcdCluster>> etcd = etcd::EtcdCluster::Start(3);
+  ASSERT_TRUE(etcd.ok()) << etcd.status();
+  Replicas r;
+  ASSERT_TRUE(r.Start((*etcd)->endpoints()).ok());
+  std::optional<int> leader = r.AwaitLeader(absl::Seconds(30));
+  ASSERT_TRUE(leader.has_value()) << r.process(0).log();
+  const int l1 = *leader;
+
+  // A follower refuses writes and names the leader.
+  const int follower = (l1 + 1) % kReplicas;
+  {
+    grpc::ClientContext ctx;
+    proto::Job job;
+    const grpc::Status s = r.stub(follower).CreateJob(&ctx, SmallJob("refused"), &job);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
+    EXPECT_THAT(s.error_message(), HasSubstr("the leader is at " + r.address(l1)));
+  }
+
+  std::set<std::string> acknowledged;
+  for (int i = 0; i < 5; ++i) {
+    grpc::ClientContext ctx;
+    proto::Job job;
+    const grpc::Status s = r.stub(l1).CreateJob(&ctx, SmallJob(absl::StrCat("job", i)), &job);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    acknowledged.insert(job.id());
+  }
+
+  // kill -9 of the leader: another replica serves within the TTL + 1 s.
+  const absl::Time killed = absl::Now();
+  r.process(l1).Kill(SIGKILL);
+  leader = r.AwaitLeader(absl::Seconds(kTtlS + 10), l1);
+  ASSERT_TRUE(leader.has_value());
+  const absl::Duration failover = absl::Now() - killed;
+  EXPECT_LE(failover, absl::Seconds(kTtlS + 1)) << "fail-over took " << failover;
+  ::testing::Test::RecordProperty("failover_ms",
+                                  static_cast<int>(absl::ToInt64Milliseconds(failover)));
+  const int l2 = *leader;
+  EXPECT_EQ(JobIds(r, l2), acknowledged);
+  for (int i = 0; i < 2; ++i) {
+    grpc::ClientContext ctx;
+    proto::Job job;
+    ASSERT_TRUE(r.stub(l2).CreateJob(&ctx, SmallJob(absl::StrCat("after", i)), &job).ok());
+    EXPECT_FALSE(acknowledged.count(job.id())) << "job number " << job.id() << " repeated";
+    acknowledged.insert(job.id());
+  }
+
+  // The killed replica comes back as a follower.
+  ASSERT_TRUE(r.Restart(l1).ok()) << r.process(l1).log();
+
+  // Pause the leader past its lease: another replica takes over; the paused one, resumed,
+  // finds its lease gone, steps down and restarts as a follower naming the new leader.
+  r.process(l2).Signal(SIGSTOP);
+  leader = r.AwaitLeader(absl::Seconds(kTtlS + 10), l2);
+  ASSERT_TRUE(leader.has_value());
+  const int l3 = *leader;
+  absl::SleepFor(absl::Seconds(kTtlS));  // paused for 2 x TTL in all
+  r.process(l2).Signal(SIGCONT);
+  const absl::Time resumed = absl::Now();
+  bool follower_again = false;
+  while (!follower_again && absl::Now() - resumed < absl::Seconds(20)) {
+    proto::ListJobsResponse out;
+    const grpc::Status s = r.List(l2, &out);
+    follower_again = s.error_code() == grpc::StatusCode::UNAVAILABLE &&
+                     s.error_message().find("the leader is at " + r.address(l3)) !=
+                         std::string::npos;
+    if (!follower_again) absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_TRUE(follower_again) << r.process(l2).log();
+  EXPECT_THAT(r.process(l2).log(), HasSubstr("restarting as a follower"));
+  EXPECT_EQ(JobIds(r, l3), acknowledged);
+}
+
+}  // namespace
+}  // namespace octopipe
