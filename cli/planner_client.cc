@@ -1,12 +1,19 @@
 #include "cli/planner_client.h"
 
+#include <optional>
+
+#include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "core/leader_hint.h"
 
 namespace octopipe::cli {
 namespace {
@@ -22,7 +29,9 @@ absl::StatusOr<std::string> ReadFile(const std::string& flag, const std::string&
 }  // namespace
 
 void PlannerConnection::AddFlags(CommandLine& flags) {
-  flags.String("planner", &address, "HOST:PORT of a running octopipe-planner");
+  flags.String("planner", &address,
+               "HOST:PORT of a running octopipe-planner, or A,B,C: planner replicas on one etcd "
+               "store (the one that leads is used)");
   flags.String("token", &token, "bearer token the planner requires (prefer --token_file)");
   flags.String("token_file", &token_file, "read the bearer token from this file");
   flags.String("tls_ca", &tls_ca, "CA certificate (PEM) of the planner: connect with TLS");
@@ -46,7 +55,10 @@ absl::Status CheckPlannerAddress(const std::string& address) {
 }
 
 absl::StatusOr<std::unique_ptr<proto::Planner::Stub>> PlannerConnection::Connect() {
-  if (absl::Status s = CheckPlannerAddress(address); !s.ok()) return s;
+  const std::vector<std::string> addresses = absl::StrSplit(address, ',');
+  for (const std::string& a : addresses) {
+    if (absl::Status s = CheckPlannerAddress(a); !s.ok()) return s;
+  }
   if (!token_file.empty()) {
     auto t = ReadFile("token_file", token_file);
     if (!t.ok()) return t.status();
@@ -83,7 +95,35 @@ absl::StatusOr<std::unique_ptr<proto::Planner::Stub>> PlannerConnection::Connect
   }
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(256 << 20);
-  return proto::Planner::NewStub(grpc::CreateCustomChannel(address, creds, args));
+  if (addresses.size() == 1) {
+    return proto::Planner::NewStub(grpc::CreateCustomChannel(address, creds, args));
+  }
+  // Replicas: use the leader. Ask each in turn (a follower names the leader, which is asked
+  // next); a replica that answers at all, even with an error of the caller's, is the leader.
+  std::string candidate = addresses.front();
+  grpc::Status last;
+  for (size_t probe = 0; probe <= addresses.size(); ++probe) {
+    auto stub = proto::Planner::NewStub(grpc::CreateCustomChannel(candidate, creds, args));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    if (!token.empty()) ctx.AddMetadata("authorization", "Bearer " + token);
+    proto::ListJobsRequest request;
+    request.set_page_size(1);
+    proto::ListJobsResponse response;
+    last = stub->ListJobs(&ctx, request, &response);
+    if (last.error_code() != grpc::StatusCode::UNAVAILABLE &&
+        last.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
+      return stub;
+    }
+    if (std::optional<std::string> leader = LeaderNamedIn(last.error_message())) {
+      candidate = *leader;
+    } else {
+      auto it = std::find(addresses.begin(), addresses.end(), candidate);
+      candidate = it == addresses.end() || it + 1 == addresses.end() ? addresses.front() : *(it + 1);
+    }
+  }
+  return absl::UnavailableError(absl::StrCat("--planner: no leader among ", address,
+                                             " answered (last: ", last.error_message(), ")"));
 }
 
 std::unique_ptr<grpc::ClientContext> PlannerConnection::Context() const {

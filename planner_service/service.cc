@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "core/leader_hint.h"
 #include "core/limits.h"
 #include "core/status_macros.h"
 #include "logging/logging.h"
@@ -127,7 +128,7 @@ absl::Status PlannerService::RequireLeader(grpc::CallbackServerContext* ctx,
   return absl::UnavailableError(absl::StrCat(
       method, ": this planner replica is a follower; ",
       leader.empty() ? std::string("no leader is elected yet; retry shortly")
-                     : absl::StrCat("the leader is at ", leader, "; retry there")));
+                     : LeaderHint(leader)));
 }
 
 void PlannerService::SetHealthService(grpc::HealthCheckServiceInterface* health) {

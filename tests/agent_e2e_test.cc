@@ -26,6 +26,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "core/cluster.h"
 #include "core/cluster_presets.h"
 #include "core/convert.h"
@@ -38,6 +39,7 @@
 #include "gtest/gtest.h"
 #include "proto/planner.grpc.pb.h"
 #include "simulator/classic_pipeline.h"
+#include "etcd/etcd_cluster.h"
 #include "tests/planner_process.h"
 
 namespace octopipe {
@@ -641,6 +643,88 @@ TEST_F(AgentE2ETest, TrainingContinuesWhileThePlannerRestarts) {
   for (const proto::JobEvent& e : final_job.job().events()) {
     EXPECT_NE(e.kind(), "rank_failed") << e.message();
   }
+}
+
+// Three planner replicas on a real etcd: the agents know them all (--planner=A,B,C). The
+// leader is killed mid-training: the ranks keep training, the agents find the new leader, no
+// node is declared failed (the new leader gives them a heartbeat timeout's grace), and the job
+// completes on plan version 1.
+TEST_F(AgentE2ETest, TrainingContinuesThroughALeaderFailOver) {
+  absl::StatusOr<std::unique_ptr<etcd::EtcdCluster>> etcd = etcd::EtcdCluster::Start(3);
+  ASSERT_TRUE(etcd.ok()) << etcd.status();
+  std::vector<std::unique_ptr<PlannerProcess>> replicas;
+  std::vector<std::string> addresses;
+  for (int i = 0; i < 3; ++i) {
+    replicas.push_back(std::make_unique<PlannerProcess>(kPlanner));
+    std::vector<std::string> args = PlannerArgs();
+    args.push_back("--store=etcd:" + (*etcd)->endpoints());
+    args.push_back("--leader_ttl_s=2");
+    ASSERT_TRUE(replicas[i]->Start(args).ok()) << replicas[i]->log();
+    addresses.push_back(replicas[i]->address());
+  }
+  std::vector<std::unique_ptr<proto::Planner::Stub>> stubs;
+  for (const std::string& a : addresses) {
+    stubs.push_back(proto::Planner::NewStub(grpc::CreateChannel(a, grpc::InsecureChannelCredentials())));
+  }
+  auto leader_among = [&](int except) {
+    int found = -1;
+    WaitUntil([&] {
+      for (int i = 0; i < 3; ++i) {
+        proto::ListJobsResponse r;
+        auto ctx = Ctx();
+        ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
+        if (i != except && replicas[i]->running() &&
+            stubs[i]->ListJobs(ctx.get(), proto::ListJobsRequest(), &r).ok()) {
+          found = i;
+          return true;
+        }
+      }
+      return false;
+    }, 30, /*poll_ms=*/20);
+    return found;
+  };
+  const int first = leader_among(-1);
+  ASSERT_GE(first, 0);
+  const std::string all = absl::StrJoin(addresses, ",");
+  const std::string checkpoints = TmpDir("checkpoints-failover");
+  AgentProcess a("node-a", TmpDir("failover-a"), checkpoints);
+  AgentProcess b("node-b", TmpDir("failover-b"), checkpoints);
+  ASSERT_TRUE(a.Start(all)) << a.log();
+  ASSERT_TRUE(b.Start(all)) << b.log();
+  constexpr int kFailoverIterations = 1500;
+  proto::Job job;
+  {
+    auto ctx = Ctx();
+    ASSERT_TRUE(stubs[first]->CreateJob(ctx.get(), AgentJob(kFailoverIterations), &job).ok());
+  }
+  job_id_ = job.id();
+  const executor::ModelSpec spec = *executor::ParseModelSpec(kModel);
+  const std::string job_checkpoints = checkpoints + "/" + job_id_;
+  auto latest = [&] {
+    auto l = executor::LatestCompleteCheckpoint(job_checkpoints, spec);
+    return l.ok() ? *l : 0;
+  };
+  auto wait_checkpoint = [&](int64_t at_least, double timeout_s) {
+    WaitUntil([&] { return latest() >= at_least; }, timeout_s, /*poll_ms=*/20);
+    return latest();
+  };
+  ASSERT_GE(wait_checkpoint(kCheckpointInterval, 60), kCheckpointInterval) << a.log() << b.log();
+
+  replicas[first]->Kill(SIGKILL);
+  EXPECT_LT(latest(), kFailoverIterations - 10 * kCheckpointInterval)
+      << "training ended before the fail-over; the test would prove nothing";
+  const int second = leader_among(first);
+  ASSERT_GE(second, 0);
+  stub_ = std::move(stubs[second]);  // Get() asks the new leader
+  EXPECT_EQ(wait_checkpoint(kFailoverIterations, 120), kFailoverIterations) << a.log() << b.log();
+  const proto::GetJobResponse final_job = Get();
+  EXPECT_EQ(final_job.job().current_version(), 1) << "re-planned during the fail-over";
+  for (const proto::JobEvent& e : final_job.job().events()) {
+    EXPECT_NE(e.kind(), "rank_failed") << e.message();
+    EXPECT_NE(e.kind(), "node_lost") << e.message();
+  }
+  EXPECT_TRUE(WaitUntil([&] { return Get().job().phase() == proto::JOB_PHASE_COMPLETED; }, 30))
+      << replicas[second]->log();
 }
 
 // Measured-time re-plans soon (every 4 s at most), adopted when predicted 2% faster.

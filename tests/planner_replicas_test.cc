@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <memory>
 #include <optional>
 #include <set>
@@ -166,6 +167,20 @@ TEST(PlannerReplicasTest, LeaderFailOverFencingAndFollowers) {
     ASSERT_TRUE(r.stub(l2).CreateJob(&ctx, SmallJob(absl::StrCat("after", i)), &job).ok());
     EXPECT_FALSE(acknowledged.count(job.id())) << "job number " << job.id() << " repeated";
     acknowledged.insert(job.id());
+  }
+
+  // The CLI given every replica finds the leader (the killed one refuses connections first).
+  {
+    const std::string command = absl::StrCat("cli/octopipe jobs list --planner=", r.address(l1),
+                                             ",", r.address((l1 + 1) % kReplicas), ",",
+                                             r.address((l1 + 2) % kReplicas), " 2>&1");
+    FILE* out = popen(command.c_str(), "r");
+    ASSERT_NE(out, nullptr);
+    std::string text;
+    char buffer[4096];
+    for (size_t n; (n = fread(buffer, 1, sizeof(buffer), out)) > 0;) text.append(buffer, n);
+    EXPECT_EQ(pclose(out), 0) << text;
+    for (const std::string& id : acknowledged) EXPECT_THAT(text, HasSubstr(id));
   }
 
   // The killed replica comes back as a follower.

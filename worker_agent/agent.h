@@ -82,7 +82,7 @@ struct AgentOptions {
   std::string work_dir;                 // run directories (local)
   std::string checkpoint_root;          // per job subdirectory (shared between nodes)
   double transport_timeout_s = 10;      // a lost peer fails the ranks within this
-  double max_backoff_s = 5;             // planner retries back off up to this
+  double max_backoff_s = 1;             // planner retries back off up to this
   int report_every_iterations = 5;      // stage times reported to the planner this often,
   double report_min_interval_s = 1;     // and at most once per this many seconds (ReportPacer)
   int max_rank_restarts = 3;            // restarts of one version after its ranks failed

@@ -3,9 +3,17 @@
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 #include "core/convert.h"
+#include "core/leader_hint.h"
 #include "proto/planner.grpc.pb.h"
 
 namespace octopipe::agent {
@@ -25,10 +33,79 @@ absl::StatusOr<std::string> ReadPem(const char* flag, const std::string& path) {
   return text;
 }
 
+// The planner replicas the agent knows (--planner=A,B,...): calls go to the current one; a
+// replica that is unreachable or a follower (UNAVAILABLE naming the leader: "the leader is at
+// HOST:PORT") is left for the leader it names, or else the next one, at most once per replica
+// per call. A replica whose channel is not connected gets up to a second to connect first: a
+// synchronous call that fails fast does not drive the reconnection, and a planner back after a
+// restart should be used again within a second.
+class PlannerReplicas {
+ public:
+  PlannerReplicas(std::vector<std::string> addresses,
+                  std::shared_ptr<grpc::ChannelCredentials> creds, grpc::ChannelArguments args)
+      : addresses_(std::move(addresses)), creds_(std::move(creds)), args_(std::move(args)) {}
+
+  grpc::Status Call(const std::function<grpc::Status(proto::Planner::Stub*)>& call) {
+    std::string address = Current();
+    grpc::Status last;
+    for (size_t attempt = 0; attempt <= addresses_.size(); ++attempt) {
+      Replica& r = ReplicaAt(address);
+      if (r.channel->GetState(/*try_to_connect=*/true) != GRPC_CHANNEL_READY) {
+        r.channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(1));
+      }
+      last = call(r.stub.get());
+      if (last.error_code() != grpc::StatusCode::UNAVAILABLE) {
+        SetCurrent(address);
+        return last;
+      }
+      const std::optional<std::string> leader = LeaderNamedIn(last.error_message());
+      address = leader.has_value() ? *leader : Next(address);
+    }
+    return last;
+  }
+
+ private:
+  struct Replica {
+    std::shared_ptr<grpc::Channel> channel;
+    std::unique_ptr<proto::Planner::Stub> stub;
+  };
+  std::string Current() {
+    absl::MutexLock lock(&mu_);
+    return current_.empty() ? addresses_.front() : current_;
+  }
+  void SetCurrent(const std::string& address) {
+    absl::MutexLock lock(&mu_);
+    current_ = address;
+  }
+  std::string Next(const std::string& address) const {
+    for (size_t i = 0; i < addresses_.size(); ++i) {
+      if (addresses_[i] == address) return addresses_[(i + 1) % addresses_.size()];
+    }
+    return addresses_.front();
+  }
+  Replica& ReplicaAt(const std::string& address) {
+    absl::MutexLock lock(&mu_);
+    std::unique_ptr<Replica>& r = replicas_[address];
+    if (r == nullptr) {
+      r = std::make_unique<Replica>();
+      r->channel = grpc::CreateCustomChannel(address, creds_, args_);
+      r->stub = proto::Planner::NewStub(r->channel);
+    }
+    return *r;
+  }
+
+  const std::vector<std::string> addresses_;
+  const std::shared_ptr<grpc::ChannelCredentials> creds_;
+  const grpc::ChannelArguments args_;
+  absl::Mutex mu_;
+  std::string current_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::unique_ptr<Replica>> replicas_ ABSL_GUARDED_BY(mu_);
+};
+
 class GrpcPlannerLink final : public PlannerLink {
  public:
-  GrpcPlannerLink(std::unique_ptr<proto::Planner::Stub> stub, PlannerConnectionOptions o)
-      : stub_(std::move(stub)), options_(std::move(o)) {}
+  GrpcPlannerLink(std::unique_ptr<PlannerReplicas> replicas, PlannerConnectionOptions o)
+      : replicas_(std::move(replicas)), options_(std::move(o)) {}
 
   absl::StatusOr<double> Register(const std::string& node, int num_devices,
                                   const std::string& address) override {
@@ -37,8 +114,7 @@ class GrpcPlannerLink final : public PlannerLink {
     req.set_num_devices(num_devices);
     req.set_address(address);
     proto::RegisterAgentResponse resp;
-    auto ctx = Context();
-    absl::Status s = FromGrpc("RegisterAgent", stub_->RegisterAgent(ctx.get(), req, &resp));
+    absl::Status s = Rpc("RegisterAgent", &proto::Planner::Stub::RegisterAgent, req, &resp);
     if (!s.ok()) return s;
     return resp.heartbeat_interval_ms() / 1000.0;
   }
@@ -47,8 +123,7 @@ class GrpcPlannerLink final : public PlannerLink {
     proto::HeartbeatRequest req;
     req.set_node_id(node);
     proto::HeartbeatResponse resp;
-    auto ctx = Context();
-    absl::Status s = FromGrpc("Heartbeat", stub_->Heartbeat(ctx.get(), req, &resp));
+    absl::Status s = Rpc("Heartbeat", &proto::Planner::Stub::Heartbeat, req, &resp);
     if (!s.ok()) return s;
     return resp.drained();
   }
@@ -56,9 +131,8 @@ class GrpcPlannerLink final : public PlannerLink {
   absl::StatusOr<std::vector<AgentJob>> AgentJobs() override {
     proto::ListJobsResponse list;
     {
-      auto ctx = Context();
       absl::Status s =
-          FromGrpc("ListJobs", stub_->ListJobs(ctx.get(), proto::ListJobsRequest(), &list));
+          Rpc("ListJobs", &proto::Planner::Stub::ListJobs, proto::ListJobsRequest(), &list);
       if (!s.ok()) return s;
     }
     std::vector<AgentJob> out;
@@ -67,8 +141,7 @@ class GrpcPlannerLink final : public PlannerLink {
       proto::GetJobRequest req;
       req.set_job_id(job.id());
       proto::GetJobResponse got;
-      auto ctx = Context();
-      absl::Status s = FromGrpc("GetJob", stub_->GetJob(ctx.get(), req, &got));
+      absl::Status s = Rpc("GetJob", &proto::Planner::Stub::GetJob, req, &got);
       if (absl::IsNotFound(s)) continue;  // deleted meanwhile
       if (!s.ok()) return s;
       if (!got.has_current() || !got.current().result().feasible()) continue;
@@ -105,8 +178,7 @@ class GrpcPlannerLink final : public PlannerLink {
     proto::ListAgentsRequest req;
     do {  // every page (the planner pages by node id)
       proto::ListAgentsResponse resp;
-      auto ctx = Context();
-      absl::Status s = FromGrpc("ListAgents", stub_->ListAgents(ctx.get(), req, &resp));
+      absl::Status s = Rpc("ListAgents", &proto::Planner::Stub::ListAgents, req, &resp);
       if (!s.ok()) return s;
       for (const proto::AgentStatus& a : resp.agents()) {
         out.push_back({a.node_id(), a.address(), a.alive()});
@@ -155,8 +227,7 @@ class GrpcPlannerLink final : public PlannerLink {
     p->set_loss(progress.loss);
     p->set_tokens_per_s(progress.tokens_per_s);
     proto::ReportStageTimesResponse resp;
-    auto ctx = Context();
-    return FromGrpc("ReportStageTimes", stub_->ReportStageTimes(ctx.get(), req, &resp));
+    return Rpc("ReportStageTimes", &proto::Planner::Stub::ReportStageTimes, req, &resp);
   }
 
   absl::Status ReportEvent(const std::string& job_id, const JobEventReport& e) override {
@@ -169,8 +240,7 @@ class GrpcPlannerLink final : public PlannerLink {
     ev->set_iteration(e.iteration);
     ev->set_message(e.message);
     proto::ReportJobEventResponse resp;
-    auto ctx = Context();
-    return FromGrpc("ReportJobEvent", stub_->ReportJobEvent(ctx.get(), req, &resp));
+    return Rpc("ReportJobEvent", &proto::Planner::Stub::ReportJobEvent, req, &resp);
   }
 
  private:
@@ -182,7 +252,18 @@ class GrpcPlannerLink final : public PlannerLink {
     return ctx;
   }
 
-  std::unique_ptr<proto::Planner::Stub> stub_;
+  template <typename Req, typename Resp>
+  absl::Status Rpc(const char* method,
+                   grpc::Status (proto::Planner::Stub::*fn)(grpc::ClientContext*, const Req&,
+                                                            Resp*),
+                   const Req& req, Resp* resp) {
+    return FromGrpc(method, replicas_->Call([&](proto::Planner::Stub* stub) {
+      auto ctx = Context();
+      return (stub->*fn)(ctx.get(), req, resp);
+    }));
+  }
+
+  std::unique_ptr<PlannerReplicas> replicas_;
   const PlannerConnectionOptions options_;
 };
 
@@ -190,6 +271,13 @@ class GrpcPlannerLink final : public PlannerLink {
 
 absl::StatusOr<std::unique_ptr<PlannerLink>> ConnectPlanner(const PlannerConnectionOptions& o) {
   if (o.address.empty()) return absl::InvalidArgumentError("--planner: HOST:PORT is required");
+  const std::vector<std::string> addresses = absl::StrSplit(o.address, ',');
+  for (const std::string& a : addresses) {
+    if (a.empty() || a.find(':') == std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--planner: '", a, "' in '", o.address, "' is not HOST:PORT (a list: A,B,C)"));
+    }
+  }
   std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
   if (!o.tls_ca.empty()) {
     grpc::SslCredentialsOptions ssl;
@@ -211,7 +299,7 @@ absl::StatusOr<std::unique_ptr<PlannerLink>> ConnectPlanner(const PlannerConnect
   // Reconnect quickly after a planner restart (the agent's own loop backs off between calls).
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   return std::unique_ptr<PlannerLink>(new GrpcPlannerLink(
-      proto::Planner::NewStub(grpc::CreateCustomChannel(o.address, creds, args)), o));
+      std::make_unique<PlannerReplicas>(addresses, creds, args), o));
 }
 
 }  // namespace octopipe::agent

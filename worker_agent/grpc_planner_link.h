@@ -12,7 +12,7 @@
 namespace octopipe::agent {
 
 struct PlannerConnectionOptions {
-  std::string address;  // HOST:PORT
+  std::string address;  // HOST:PORT, or a list of planner replicas A,B,C (calls go to the leader)
   std::string token;    // bearer token ("" = none)
   std::string tls_ca;   // PEM files; tls_ca enables TLS, tls_cert + tls_key mutual TLS
   std::string tls_cert;

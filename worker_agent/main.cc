@@ -23,7 +23,9 @@
 #include "worker_agent/run_files.h"
 
 ABSL_FLAG(std::string, node, "", "this node's name in the jobs' clusters (required)");
-ABSL_FLAG(std::string, planner, "", "HOST:PORT of the octopipe-planner (required)");
+ABSL_FLAG(std::string, planner, "",
+          "HOST:PORT of the octopipe-planner (required), or A,B,C: planner replicas on one etcd "
+          "store; calls go to the leader (a follower names it) and move on when one is down");
 ABSL_FLAG(int, devices, 1, "devices on this node (one rank process each)");
 ABSL_FLAG(std::string, transport, "gloo",
           "gloo (CPU, TCP), nccl (GPU; fails clearly without one) or auto (nccl when a GPU is "
@@ -37,9 +39,10 @@ ABSL_FLAG(std::string, advertise_host, "127.0.0.1",
 ABSL_FLAG(int, store_port, 0, "TCP rendezvous store port; 0 picks a free one");
 ABSL_FLAG(double, transport_timeout_s, 10,
           "seconds a rank waits on a peer before failing (a lost node is noticed within it)");
-ABSL_FLAG(double, max_backoff_s, 5,
+ABSL_FLAG(double, max_backoff_s, 1,
           "longest wait between retries while the planner is unreachable (exponential back-off "
-          "from 0.1 s; running ranks are not disturbed)");
+          "from 0.1 s; running ranks are not disturbed): a planner back after a restart or a "
+          "fail-over is used again within about this long");
 ABSL_FLAG(int, max_rank_restarts, 3,
           "restarts of a plan version from its last checkpoint after its ranks failed (a node "
           "loss is followed by a new version instead)");
