@@ -92,10 +92,12 @@ bool Leadership::KeepAlive() {
     lease = lease_;
     renewed = renewed_;
   }
+  // The lease runs for a TTL from when etcd renewed it, which is after this moment.
+  const absl::Time sent = absl::Now();
   absl::StatusOr<int64_t> ttl = client_->LeaseKeepAliveOnce(lease);
   if (ttl.ok()) {
     absl::MutexLock lock(&mu_);
-    renewed_ = absl::Now();
+    renewed_ = sent;
     return true;
   }
   if (ttl.status().code() == absl::StatusCode::kNotFound) return false;
@@ -149,7 +151,10 @@ void Leadership::Stop() {
 
 bool Leadership::leading() const {
   absl::MutexLock lock(&mu_);
-  return leading_;
+  // Not past the lease's end as this process can know it, even while a renewal is in flight:
+  // etcd may let the lease go a TTL after the last renewal was sent, and another replica may
+  // lead from then on.
+  return leading_ && absl::Now() - renewed_ < options_.ttl;
 }
 
 std::string Leadership::leader_address() const {

@@ -9,7 +9,9 @@
 //
 // The leader steps down by itself when its lease cannot be renewed: when a keep-alive says the
 // lease expired, or when no keep-alive succeeded for a whole ttl (the lease may have expired
-// without it hearing so). It then reports OnDeposed once and campaigns no more: the planner
+// without it hearing so). leading() is false from a ttl after the last successful renewal was
+// sent, even before the step-down, so a paused or cut-off leader stops serving as one no later
+// than etcd can hand the leadership to another replica. It then reports OnDeposed once and campaigns no more: the planner
 // restarts its process to rejoin as a follower with a clean memory (main.cc).
 //
 // Followers learn the current leader's address (leader_address()) at every keep-alive tick,
