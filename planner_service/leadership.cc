@@ -68,7 +68,6 @@ void Leadership::Run() {
     {
       absl::MutexLock lock(&mu_);
       if (stopping_ || deposed_) return;
-      leading_ = true;
       key_ = *key;
       leader_address_ = options_.address;
     }
@@ -77,9 +76,18 @@ void Leadership::Run() {
                     {"key", key->key()},
                     {"revision", key->rev()},
                     {"address", options_.address}});
+    // Office first (fence, state), then leading(): no call is served as the leader's before
+    // the state is loaded.
     if (absl::Status s = listener_->OnElected(*key); !s.ok()) {
       Depose(absl::StrCat("taking office failed: ", s.message()));
+      return;
     }
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_ || deposed_) return;
+      leading_ = true;
+    }
+    listener_->OnLeading();
     return;
   }
 }

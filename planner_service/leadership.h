@@ -56,8 +56,11 @@ class Leadership : public Role {
   class Listener {
    public:
     virtual ~Listener() = default;
-    // This replica leads from now on; `key` fences its writes. An error makes it step down.
+    // This replica won the election; `key` fences its writes. Take office (load the state)
+    // here: leading() turns true only when this returns OK. An error makes it step down.
     virtual absl::Status OnElected(const v3electionpb::LeaderKey& key) = 0;
+    // leading() has just turned true.
+    virtual void OnLeading() {}
     // It no longer leads (or could not take office); called at most once.
     virtual void OnDeposed(const std::string& why) = 0;
   };

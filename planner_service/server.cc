@@ -108,7 +108,9 @@ class PlannerServer::Office : public Leadership::Listener {
   absl::Status OnElected(const v3electionpb::LeaderKey& key) override {
     return server_->TakeOffice(key);
   }
+  void OnLeading() override { server_->PublishRole(); }
   void OnDeposed(const std::string& why) override {
+    server_->PublishRole();
     if (server_->options_.on_deposed) server_->options_.on_deposed(why);
   }
 
@@ -217,6 +219,7 @@ absl::Status PlannerServer::Start() {
                                                options_.port));
   }
   m.service->SetHealthService(m.server->GetHealthCheckService());
+  PublishRole();
   if (options_.metrics_port >= 0) {
     metrics::MetricsEndpointOptions eo;
     eo.host = options_.metrics_host;
@@ -276,6 +279,13 @@ absl::Status PlannerServer::TakeOffice(const v3electionpb::LeaderKey& key) {
   return absl::OkStatus();
 }
 
+void PlannerServer::PublishRole() {
+  if (impl_ == nullptr || impl_->server == nullptr) return;
+  if (grpc::HealthCheckServiceInterface* health = impl_->server->GetHealthCheckService()) {
+    health->SetServingStatus(kLeaderHealthService, leading());
+  }
+}
+
 bool PlannerServer::leading() const {
   return impl_ != nullptr && (impl_->etcd == nullptr || impl_->role.leading());
 }
@@ -286,6 +296,7 @@ void PlannerServer::DetectFailures() {
   absl::MutexLock lock(&mu_);
   while (!mu_.AwaitWithTimeout(absl::Condition(&stopping_), period)) {
     mu_.Unlock();
+    PublishRole();
     if (!leading()) {  // followers keep no agents; the leader detects failures
       mu_.Lock();
       continue;

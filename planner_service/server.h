@@ -60,6 +60,10 @@ struct PlannerServerOptions {
   ReplanPolicyOptions replan;
 };
 
+// The health-check service name that is SERVING on the leader only (NOT_SERVING on a follower
+// replica); the overall status ("") is SERVING on every replica that can take calls.
+inline constexpr char kLeaderHealthService[] = "octopipe.leader";
+
 class PlannerServer {
  public:
   // `metrics` must have been declared on `registry`, which /metrics serves. Without them (both
@@ -84,6 +88,8 @@ class PlannerServer {
   struct Impl;
   class Office;
   void DetectFailures();
+  // Sets kLeaderHealthService to leading().
+  void PublishRole();
   // Loads jobs and agents from the store (a lone planner at start, a replica on election).
   absl::Status RecoverState();
   // The election's winner fences its writes and loads the state.

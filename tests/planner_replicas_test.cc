@@ -25,6 +25,7 @@
 #include "etcd/etcd_cluster.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "proto/health.grpc.pb.h"
 #include "proto/planner.grpc.pb.h"
 #include "tests/planner_process.h"
 
@@ -140,6 +141,22 @@ TEST(PlannerReplicasTest, LeaderFailOverFencingAndFollowers) {
     EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
     EXPECT_THAT(s.error_message(), HasSubstr("the leader is at " + r.address(l1)));
   }
+
+  // Health: the leader serves "octopipe.leader", a follower does not (both serve "").
+  auto health = [&](int i, const std::string& service) {
+    auto stub = grpc::health::v1::Health::NewStub(
+        grpc::CreateChannel(r.address(i), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    grpc::health::v1::HealthCheckRequest request;
+    request.set_service(service);
+    grpc::health::v1::HealthCheckResponse response;
+    const grpc::Status s = stub->Check(&ctx, request, &response);
+    return s.ok() ? response.status() : grpc::health::v1::HealthCheckResponse::UNKNOWN;
+  };
+  EXPECT_EQ(health(l1, "octopipe.leader"), grpc::health::v1::HealthCheckResponse::SERVING);
+  EXPECT_EQ(health(follower, "octopipe.leader"),
+            grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+  EXPECT_EQ(health(follower, ""), grpc::health::v1::HealthCheckResponse::SERVING);
 
   std::set<std::string> acknowledged;
   for (int i = 0; i < 5; ++i) {
