@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -265,6 +266,62 @@ TEST(PlannerE2ETest, SilentNodeIsDroppedAndItsJobReplannedOnTheRest) {
   ASSERT_EQ(got.job().excluded_nodes_size(), 1);
   EXPECT_EQ(got.job().excluded_nodes(0), "node1");
   wctx->TryCancel();
+}
+
+// After a kill -9 and a restart, registered agents are known and alive again with a full
+// heartbeat timeout: a node that keeps heartbeating is never refused, and a node that died
+// while the planner was down is declared failed one timeout after the restart (not never).
+TEST(PlannerE2ETest, ANodeThatDiedWhileThePlannerWasDownIsDeclaredFailedAfterTheRestart) {
+  const std::string dir = TmpDir("restart-agents");
+  int port = 0;
+  {
+    PlannerProcess planner(kPlanner);
+    ASSERT_TRUE(planner.Start({"--state_dir=" + dir, "--heartbeat_timeout_s=2"}).ok())
+        << planner.log();
+    port = planner.port();
+    auto stub = Connect(planner.address());
+    for (const char* node : {"node-a", "node-b"}) {
+      proto::RegisterAgentRequest r;
+      r.set_node_id(node);
+      r.set_num_devices(1);
+      r.set_address("127.0.0.1:1");
+      proto::RegisterAgentResponse resp;
+      auto ctx = Ctx();
+      ASSERT_TRUE(stub->RegisterAgent(ctx.get(), r, &resp).ok());
+    }
+    planner.Kill(SIGKILL);
+  }
+  PlannerProcess again(kPlanner);
+  ASSERT_TRUE(again.Start({"--state_dir=" + dir, "--heartbeat_timeout_s=2",
+                           "--port=" + std::to_string(port)}).ok())
+      << again.log();
+  const absl::Time restarted = absl::Now();
+  auto stub = Connect(again.address());
+  auto alive = [&](const std::string& node) {
+    proto::ListAgentsResponse agents;
+    auto ctx = Ctx();
+    EXPECT_TRUE(stub->ListAgents(ctx.get(), proto::ListAgentsRequest(), &agents).ok());
+    for (const proto::AgentStatus& a : agents.agents()) {
+      if (a.node_id() == node) return a.alive();
+    }
+    return false;
+  };
+  // node-a heartbeats (accepted at once, no re-registration); node-b died meanwhile.
+  std::optional<absl::Duration> b_declared;
+  while (absl::Now() - restarted < absl::Seconds(8) && !b_declared) {
+    proto::HeartbeatRequest h;
+    h.set_node_id("node-a");
+    proto::HeartbeatResponse hr;
+    auto ctx = Ctx();
+    const grpc::Status s = stub->Heartbeat(ctx.get(), h, &hr);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    if (!alive("node-b")) b_declared = absl::Now() - restarted;
+    absl::SleepFor(absl::Milliseconds(200));  // the heartbeat interval of this fake agent
+  }
+  ASSERT_TRUE(b_declared.has_value()) << "node-b never declared failed\n" << again.log();
+  EXPECT_GE(*b_declared, absl::Seconds(1.5)) << "declared before its timeout ran";
+  EXPECT_LE(*b_declared, absl::Seconds(3.5)) << "timeout 2 s after the restart, + detector period";
+  EXPECT_TRUE(alive("node-a"));
 }
 
 TEST(PlannerE2ETest, KilledAndRestartedPlannerServesTheSameJobsAndVersions) {
