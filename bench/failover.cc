@@ -1,7 +1,8 @@
 // Planner fail-over on etcd, measured with real processes on this machine: a three-member etcd
 // cluster, three octopipe-planner replicas, a client creating jobs through the leader without
 // pause; the leader is killed (-9) --kills times and restarted as a follower each time.
-// Prints one JSON object: the fail-over times (kill to the next leader answering), the
+// Prints one JSON object: the fail-over times (from the kill to another replica's health
+// service octopipe.leader being SERVING, i.e. it has loaded the state), the
 // acknowledged CreateJob calls lost (must be 0) and repeated job ids (must be 0), and the
 // store's write latency on etcd and on SQLite.
 //
@@ -41,6 +42,7 @@
 #include "nlohmann/json.hpp"
 #include "planner_service/etcd_store.h"
 #include "planner_service/sqlite_store.h"
+#include "proto/health.grpc.pb.h"
 #include "proto/planner.grpc.pb.h"
 #include "tests/planner_process.h"
 
@@ -147,13 +149,17 @@ int Run() {
     stubs.push_back(proto::Planner::NewStub(
         grpc::CreateChannel(addresses[i], grpc::InsecureChannelCredentials())));
   }
+  // Whether replica i leads: its health service octopipe.leader is SERVING.
   auto answers = [&](int i) {
+    auto health = grpc::health::v1::Health::NewStub(
+        grpc::CreateChannel(addresses[i], grpc::InsecureChannelCredentials()));
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
-    proto::ListJobsRequest request;
-    request.set_page_size(1);
-    proto::ListJobsResponse response;
-    return stubs[i]->ListJobs(&ctx, request, &response).ok();
+    grpc::health::v1::HealthCheckRequest request;
+    request.set_service("octopipe.leader");
+    grpc::health::v1::HealthCheckResponse response;
+    return health->Check(&ctx, request, &response).ok() &&
+           response.status() == grpc::health::v1::HealthCheckResponse::SERVING;
   };
   auto await_leader = [&](int except) -> std::optional<int> {
     const absl::Time deadline = absl::Now() + absl::Seconds(ttl + 30);

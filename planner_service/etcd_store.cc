@@ -243,6 +243,20 @@ absl::StatusOr<std::vector<proto::Job>> EtcdStore::ReadJobs() {
   return jobs;
 }
 
+absl::StatusOr<std::optional<proto::Job>> EtcdStore::ReadJob(const std::string& id) {
+  etcdserverpb::RangeRequest range;
+  range.set_key(Key("jobs", id));
+  absl::StatusOr<etcdserverpb::RangeResponse> r = client_->Range(range);
+  if (!r.ok()) return Wrap(r.status(), absl::StrCat("load job '", id, "'"));
+  if (r->kvs_size() == 0) return std::optional<proto::Job>();
+  proto::Job job;
+  if (!job.ParseFromString(r->kvs(0).value())) {
+    return absl::DataLossError(absl::StrCat("store ", Describe(), ": ", r->kvs(0).key(),
+                                            " does not parse as octopipe.proto.Job"));
+  }
+  return std::optional<proto::Job>(std::move(job));
+}
+
 // ---- Plan versions. ----
 
 absl::Status EtcdStore::WritePlanVersion(const proto::PlanVersion& version,

@@ -89,6 +89,7 @@ class EtcdStore : public Store {
  protected:
   absl::Status WriteJob(const proto::Job& job, const std::string& bytes) override;
   absl::StatusOr<std::vector<proto::Job>> ReadJobs() override;
+  absl::StatusOr<std::optional<proto::Job>> ReadJob(const std::string& id) override;
   absl::Status WritePlanVersion(const proto::PlanVersion& version,
                                 const std::string& bytes) override;
   absl::Status WriteCalibration(const std::string& job_id,

@@ -120,9 +120,24 @@ absl::Status PlannerService::Authorize(grpc::CallbackServerContext* ctx) const {
   return absl::OkStatus();
 }
 
+bool PlannerService::Leading() const {
+  return options_.role == nullptr || options_.role->leading();
+}
+
+absl::StatusOr<JobSnapshot> PlannerService::SnapshotFromStore(const std::string& id) const {
+  JobSnapshot snapshot;
+  absl::StatusOr<JobRecord> job = store_->LoadJob(id);
+  if (!job.ok()) return job.status();
+  snapshot.job = std::move(*job);
+  absl::StatusOr<std::vector<proto::PlanVersion>> versions = store_->LoadPlanVersions(id);
+  if (!versions.ok()) return versions.status();
+  if (!versions->empty()) snapshot.current = std::move(versions->back());
+  return snapshot;
+}
+
 absl::Status PlannerService::RequireLeader(grpc::CallbackServerContext* ctx,
                                            const char* method) const {
-  if (options_.role == nullptr || options_.role->leading()) return absl::OkStatus();
+  if (Leading()) return absl::OkStatus();
   const std::string leader = options_.role->leader_address();
   ctx->AddTrailingMetadata("octopipe-leader", leader);
   return absl::UnavailableError(absl::StrCat(
@@ -335,8 +350,8 @@ grpc::ServerUnaryReactor* PlannerService::CreateJob(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* PlannerService::GetJob(grpc::CallbackServerContext* ctx,
                                                  const proto::GetJobRequest* request,
                                                  proto::GetJobResponse* response) {
-  if (absl::Status s = RequireLeader(ctx, "GetJob"); !s.ok()) return Done(ctx, "GetJob", s);
-  absl::StatusOr<JobSnapshot> r = jobs_->Get(request->job_id());
+  absl::StatusOr<JobSnapshot> r =
+      Leading() ? jobs_->Get(request->job_id()) : SnapshotFromStore(request->job_id());
   if (r.ok()) *response = GetJobResponseOf(r->job, r->current ? &*r->current : nullptr);
   return Done(ctx, "GetJob", r.status());
 }
@@ -344,9 +359,16 @@ grpc::ServerUnaryReactor* PlannerService::GetJob(grpc::CallbackServerContext* ct
 grpc::ServerUnaryReactor* PlannerService::ListJobs(grpc::CallbackServerContext* ctx,
                                                    const proto::ListJobsRequest* request,
                                                    proto::ListJobsResponse* response) {
-  if (absl::Status s = RequireLeader(ctx, "ListJobs"); !s.ok()) return Done(ctx, "ListJobs", s);
+  std::vector<JobRecord> jobs;
+  if (Leading()) {
+    jobs = jobs_->List();
+  } else {  // a follower reads the store (same order: created, then id)
+    absl::StatusOr<std::vector<JobRecord>> stored = store_->LoadJobs();
+    if (!stored.ok()) return Done(ctx, "ListJobs", stored.status());
+    jobs = std::move(*stored);
+  }
   absl::StatusOr<proto::ListJobsResponse> page =
-      ListJobsPage(jobs_->List(), request->page_size(), request->page_token());
+      ListJobsPage(jobs, request->page_size(), request->page_token());
   if (page.ok()) *response = std::move(*page);
   return Done(ctx, "ListJobs", page.status());
 }

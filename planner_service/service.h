@@ -55,9 +55,10 @@ struct ServiceOptions {
   int64_t plan_cache_bytes = 64 << 20;
   const Clock* clock = nullptr;  // for deadlines; null: a RealClock
   // This replica's role among replicas on one etcd store (leadership.h); null: a lone planner,
-  // always the leader. A follower answers one-shot Plan calls and health checks; every job
-  // and agent call gets UNAVAILABLE naming the leader (trailing metadata octopipe-leader too),
-  // for the client to retry there.
+  // always the leader. A follower answers one-shot Plan calls, health checks, and GetJob and
+  // ListJobs from the store; every other job and agent call (writes, WatchPlan, ListAgents,
+  // whose liveness only the leader knows) gets UNAVAILABLE naming the leader (trailing
+  // metadata octopipe-leader too), for the client to retry there.
   const Role* role = nullptr;
 };
 
@@ -138,6 +139,10 @@ class PlannerService final : public proto::Planner::CallbackService {
                           grpc::ServerUnaryReactor* (PlannerService::*fn)(
                               grpc::CallbackServerContext*, const Req*, Resp*));
   absl::Status Authorize(grpc::CallbackServerContext* ctx) const;
+  // Whether this replica leads (always, for a lone planner).
+  bool Leading() const;
+  // A follower's GetJob: the job and its newest plan version as stored.
+  absl::StatusOr<JobSnapshot> SnapshotFromStore(const std::string& id) const;
   // OK on the leader (or a lone planner); on a follower UNAVAILABLE naming the leader.
   absl::Status RequireLeader(grpc::CallbackServerContext* ctx, const char* method) const;
   absl::Status LoseNode(const proto::NodeRequest& request, ReplanReason reason,

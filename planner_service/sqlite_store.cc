@@ -75,6 +75,7 @@ constexpr char kPutJob[] =
     "ON CONFLICT (id) DO UPDATE SET name = excluded.name, "
     "created_unix_ms = excluded.created_unix_ms, proto = excluded.proto";
 constexpr char kDeleteJob[] = "DELETE FROM jobs WHERE id = ?1";
+constexpr char kLoadJob[] = "SELECT proto FROM jobs WHERE id = ?1";
 constexpr char kLoadJobs[] = "SELECT id, proto FROM jobs ORDER BY created_unix_ms, id";
 constexpr char kPutPlanVersion[] =
     "INSERT INTO plan_versions (job_id, version, created_unix_ms, proto) "
@@ -379,6 +380,22 @@ absl::StatusOr<std::vector<proto::Job>> SqliteStore::ReadJobs() {
   }
   if (rc != SQLITE_DONE) return Error(rc, "load jobs");
   return jobs;
+}
+
+absl::StatusOr<std::optional<proto::Job>> SqliteStore::ReadJob(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(sqlite3_stmt * stmt, Prepare(kLoadJob));
+  ResetOnExit reset(stmt);
+  BindText(stmt, 1, id);
+  const int rc = sqlite3_step(stmt);
+  if (rc == SQLITE_DONE) return std::optional<proto::Job>();
+  if (rc != SQLITE_ROW) return Error(rc, absl::StrCat("load job '", id, "'"));
+  proto::Job job;
+  if (!job.ParseFromString(ColumnBlob(stmt, 0))) {
+    return absl::DataLossError(absl::StrCat("store ", path_, ": job '", id,
+                                            "' does not parse as octopipe.proto.Job"));
+  }
+  return std::optional<proto::Job>(std::move(job));
 }
 
 // ---- Plan versions. ----

@@ -33,6 +33,15 @@ absl::StatusOr<std::vector<planner::JobRecord>> Store::LoadJobs() {
   return jobs;
 }
 
+absl::StatusOr<planner::JobRecord> Store::LoadJob(const std::string& id) {
+  absl::StatusOr<std::optional<proto::Job>> stored = ReadJob(id);
+  if (!stored.ok()) return stored.status();
+  if (!stored->has_value()) {
+    return absl::NotFoundError(absl::StrCat("store ", Describe(), ": no job '", id, "'"));
+  }
+  return planner::JobFromProto(**stored);
+}
+
 void Store::SortJobs(std::vector<proto::Job>& jobs) {
   std::sort(jobs.begin(), jobs.end(), [](const proto::Job& a, const proto::Job& b) {
     return std::forward_as_tuple(a.created_unix_ms(), a.id()) <

@@ -38,6 +38,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,8 @@ class Store {
   virtual absl::Status DeleteJob(const std::string& id) = 0;
   // Every job (JobFromProto of what is stored), ordered by created_unix_ms, then id.
   absl::StatusOr<std::vector<planner::JobRecord>> LoadJobs();
+  // One job; kNotFound when it is not stored.
+  absl::StatusOr<planner::JobRecord> LoadJob(const std::string& id);
 
   // ---- Plan versions (immutable once written). ----
   // Adds version.version() (>= 1) of job version.job_id(); kAlreadyExists if a different
@@ -113,6 +116,8 @@ class Store {
   // the serialized message.
   virtual absl::Status WriteJob(const proto::Job& job, const std::string& bytes) = 0;
   virtual absl::StatusOr<std::vector<proto::Job>> ReadJobs() = 0;
+  // nullopt when the job is not stored.
+  virtual absl::StatusOr<std::optional<proto::Job>> ReadJob(const std::string& id) = 0;
   virtual absl::Status WritePlanVersion(const proto::PlanVersion& version,
                                         const std::string& bytes) = 0;
   virtual absl::Status WriteCalibration(const std::string& job_id,

@@ -121,6 +121,12 @@ TEST_P(StoreContractTest, JobsRoundTripOrderedByCreatedThenId) {
   ASSERT_TRUE(jobs.ok()) << jobs.status();
   EXPECT_THAT(Ids(*jobs), ElementsAre("a", "b", "c"));
   EXPECT_TRUE(SameJob(MakeJob("c", 300), (*jobs)[2]));
+  absl::StatusOr<planner::JobRecord> one = store->LoadJob("b");
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_TRUE(SameJob(MakeJob("b", 200), *one));
+  const absl::Status missing = store->LoadJob("nobody").status();
+  EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(missing.message()), HasSubstr("'nobody'"));
 }
 
 TEST_P(StoreContractTest, PutJobUpsertsAndKeepsVersionsAndCalibration) {

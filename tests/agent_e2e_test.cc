@@ -37,6 +37,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "gtest/gtest.h"
+#include "proto/health.grpc.pb.h"
 #include "proto/planner.grpc.pb.h"
 #include "simulator/classic_pipeline.h"
 #include "etcd/etcd_cluster.h"
@@ -670,11 +671,16 @@ TEST_F(AgentE2ETest, TrainingContinuesThroughALeaderFailOver) {
     int found = -1;
     WaitUntil([&] {
       for (int i = 0; i < 3; ++i) {
-        proto::ListJobsResponse r;
-        auto ctx = Ctx();
-        ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
-        if (i != except && replicas[i]->running() &&
-            stubs[i]->ListJobs(ctx.get(), proto::ListJobsRequest(), &r).ok()) {
+        if (i == except || !replicas[i]->running()) continue;
+        auto health = grpc::health::v1::Health::NewStub(
+            grpc::CreateChannel(addresses[i], grpc::InsecureChannelCredentials()));
+        grpc::ClientContext ctx;
+        ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+        grpc::health::v1::HealthCheckRequest request;
+        request.set_service("octopipe.leader");
+        grpc::health::v1::HealthCheckResponse response;
+        if (health->Check(&ctx, request, &response).ok() &&
+            response.status() == grpc::health::v1::HealthCheckResponse::SERVING) {
           found = i;
           return true;
         }

@@ -1,5 +1,5 @@
 // Planner replicas on a real etcd cluster (three members on loopback): one leader serves jobs,
-// followers point clients to it, a killed leader is replaced within the lease TTL + 1 s with
+// followers answer reads from the store and point other calls to it, a killed leader is replaced within the lease TTL + 1 s with
 // every acknowledged job present, and a leader paused past its lease cannot write afterwards
 // and comes back as a follower.
 #include <netinet/in.h>
@@ -95,13 +95,24 @@ class Replicas {
     proto::ListJobsRequest request;
     return stubs_[i]->ListJobs(&ctx, request, out);
   }
-  // The replica (not `except`) that answers ListJobs, within `timeout`; nullopt when none.
+  // Whether replica i serves the health service octopipe.leader (500 ms deadline).
+  bool Leads(int i) {
+    auto stub = grpc::health::v1::Health::NewStub(
+        grpc::CreateChannel(address(i), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+    grpc::health::v1::HealthCheckRequest request;
+    request.set_service("octopipe.leader");
+    grpc::health::v1::HealthCheckResponse response;
+    return stub->Check(&ctx, request, &response).ok() &&
+           response.status() == grpc::health::v1::HealthCheckResponse::SERVING;
+  }
+  // The replica (not `except`) that leads, within `timeout`; nullopt when none.
   std::optional<int> AwaitLeader(absl::Duration timeout, int except = -1) {
     const absl::Time deadline = absl::Now() + timeout;
     while (absl::Now() < deadline) {
       for (int i = 0; i < kReplicas; ++i) {
-        proto::ListJobsResponse r;
-        if (i != except && processes_[i]->running() && List(i, &r).ok()) return i;
+        if (i != except && processes_[i]->running() && Leads(i)) return i;
       }
       absl::SleepFor(absl::Milliseconds(20));  // bounded poll of a state change we cause
     }
@@ -178,6 +189,8 @@ TEST(PlannerReplicasTest, LeaderFailOverFencingAndFollowers) {
                                   static_cast<int>(absl::ToInt64Milliseconds(failover)));
   const int l2 = *leader;
   EXPECT_EQ(JobIds(r, l2), acknowledged);
+  // Followers answer reads from the store.
+  EXPECT_EQ(JobIds(r, 3 - l1 - l2), acknowledged);
   for (int i = 0; i < 2; ++i) {
     grpc::ClientContext ctx;
     proto::Job job;
@@ -214,8 +227,10 @@ TEST(PlannerReplicasTest, LeaderFailOverFencingAndFollowers) {
   const absl::Time resumed = absl::Now();
   bool follower_again = false;
   while (!follower_again && absl::Now() - resumed < absl::Seconds(20)) {
-    proto::ListJobsResponse out;
-    const grpc::Status s = r.List(l2, &out);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
+    proto::ListAgentsResponse out;
+    const grpc::Status s = r.stub(l2).ListAgents(&ctx, proto::ListAgentsRequest(), &out);
     follower_again = s.error_code() == grpc::StatusCode::UNAVAILABLE &&
                      s.error_message().find("the leader is at " + r.address(l3)) !=
                          std::string::npos;
