@@ -53,21 +53,11 @@ ABSL_FLAG(int, writes, 500, "store writes per backend for the latency figures");
 namespace octopipe {
 namespace {
 
+using testing::FreePort;
+using testing::LeadsPlanners;
 using testing::PlannerProcess;
 constexpr char kPlanner[] = "planner_service/octopipe-planner";
 constexpr int kReplicas = 3;
-
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
 
 proto::CreateJobRequest SmallJob(int n) {
   TrainingOptions t;
@@ -149,23 +139,11 @@ int Run() {
     stubs.push_back(proto::Planner::NewStub(
         grpc::CreateChannel(addresses[i], grpc::InsecureChannelCredentials())));
   }
-  // Whether replica i leads: its health service octopipe.leader is SERVING.
-  auto answers = [&](int i) {
-    auto health = grpc::health::v1::Health::NewStub(
-        grpc::CreateChannel(addresses[i], grpc::InsecureChannelCredentials()));
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
-    grpc::health::v1::HealthCheckRequest request;
-    request.set_service("octopipe.leader");
-    grpc::health::v1::HealthCheckResponse response;
-    return health->Check(&ctx, request, &response).ok() &&
-           response.status() == grpc::health::v1::HealthCheckResponse::SERVING;
-  };
   auto await_leader = [&](int except) -> std::optional<int> {
     const absl::Time deadline = absl::Now() + absl::Seconds(ttl + 30);
     while (absl::Now() < deadline) {
       for (int i = 0; i < kReplicas; ++i) {
-        if (i != except && replicas[i]->running() && answers(i)) return i;
+        if (i != except && replicas[i]->running() && LeadsPlanners(addresses[i])) return i;
       }
       absl::SleepFor(absl::Milliseconds(10));
     }

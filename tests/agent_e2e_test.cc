@@ -672,15 +672,7 @@ TEST_F(AgentE2ETest, TrainingContinuesThroughALeaderFailOver) {
     WaitUntil([&] {
       for (int i = 0; i < 3; ++i) {
         if (i == except || !replicas[i]->running()) continue;
-        auto health = grpc::health::v1::Health::NewStub(
-            grpc::CreateChannel(addresses[i], grpc::InsecureChannelCredentials()));
-        grpc::ClientContext ctx;
-        ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
-        grpc::health::v1::HealthCheckRequest request;
-        request.set_service("octopipe.leader");
-        grpc::health::v1::HealthCheckResponse response;
-        if (health->Check(&ctx, request, &response).ok() &&
-            response.status() == grpc::health::v1::HealthCheckResponse::SERVING) {
+        if (testing::LeadsPlanners(addresses[i])) {
           found = i;
           return true;
         }

@@ -18,9 +18,36 @@
 #include <cstring>
 #include <fstream>
 
+#include <grpcpp/grpcpp.h>
+
 #include "absl/strings/str_cat.h"
+#include "proto/health.grpc.pb.h"
 
 namespace octopipe::testing {
+
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+bool LeadsPlanners(const std::string& address) {
+  auto stub = grpc::health::v1::Health::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service("octopipe.leader");
+  grpc::health::v1::HealthCheckResponse response;
+  return stub->Check(&ctx, request, &response).ok() &&
+         response.status() == grpc::health::v1::HealthCheckResponse::SERVING;
+}
 
 std::string ScrapeMetrics(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);

@@ -49,6 +49,13 @@ class PlannerProcess {
   std::thread drain_;
 };
 
+// A loopback port that was free a moment ago (the kernel's pick for port 0), for a process
+// that must keep its port across restarts.
+int FreePort();
+// Whether the planner at `address` leads: its health service octopipe.leader is SERVING
+// (500 ms deadline; false when it does not answer).
+bool LeadsPlanners(const std::string& address);
+
 // GET http://127.0.0.1:PORT/metrics (a planner's or an agent's), the body ("" on failure).
 std::string ScrapeMetrics(int port);
 // The value of `series` (exactly as the page writes it, e.g. `name{job_id="j"}`) on a metrics

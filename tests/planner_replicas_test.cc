@@ -33,23 +33,13 @@ namespace octopipe {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::FreePort;
+using testing::LeadsPlanners;
 using testing::PlannerProcess;
 
 constexpr char kPlanner[] = "planner_service/octopipe-planner";
 constexpr int kTtlS = 2;
 constexpr int kReplicas = 3;
-
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
 
 proto::CreateJobRequest SmallJob(const std::string& name) {
   TrainingOptions t;
@@ -95,24 +85,12 @@ class Replicas {
     proto::ListJobsRequest request;
     return stubs_[i]->ListJobs(&ctx, request, out);
   }
-  // Whether replica i serves the health service octopipe.leader (500 ms deadline).
-  bool Leads(int i) {
-    auto stub = grpc::health::v1::Health::NewStub(
-        grpc::CreateChannel(address(i), grpc::InsecureChannelCredentials()));
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
-    grpc::health::v1::HealthCheckRequest request;
-    request.set_service("octopipe.leader");
-    grpc::health::v1::HealthCheckResponse response;
-    return stub->Check(&ctx, request, &response).ok() &&
-           response.status() == grpc::health::v1::HealthCheckResponse::SERVING;
-  }
   // The replica (not `except`) that leads, within `timeout`; nullopt when none.
   std::optional<int> AwaitLeader(absl::Duration timeout, int except = -1) {
     const absl::Time deadline = absl::Now() + timeout;
     while (absl::Now() < deadline) {
       for (int i = 0; i < kReplicas; ++i) {
-        if (i != except && processes_[i]->running() && Leads(i)) return i;
+        if (i != except && processes_[i]->running() && LeadsPlanners(address(i))) return i;
       }
       absl::SleepFor(absl::Milliseconds(20));  // bounded poll of a state change we cause
     }
