@@ -37,6 +37,7 @@ absl::Status Leadership::Start() {
       mu_.Unlock();
       const bool alive = KeepAlive();
       RefreshLeader();
+      listener_->OnTick();
       if (!alive) Depose("the lease could not be renewed (paused or cut off from etcd?)");
       mu_.Lock();
     }

@@ -61,6 +61,9 @@ class Leadership : public Role {
     virtual absl::Status OnElected(const v3electionpb::LeaderKey& key) = 0;
     // leading() has just turned true.
     virtual void OnLeading() {}
+    // Every keep-alive tick (a third of the TTL), for publishing leading() as it changes with
+    // the lease's age.
+    virtual void OnTick() {}
     // It no longer leads (or could not take office); called at most once.
     virtual void OnDeposed(const std::string& why) = 0;
   };

@@ -109,6 +109,7 @@ class PlannerServer::Office : public Leadership::Listener {
     return server_->TakeOffice(key);
   }
   void OnLeading() override { server_->PublishRole(); }
+  void OnTick() override { server_->PublishRole(); }
   void OnDeposed(const std::string& why) override {
     server_->PublishRole();
     if (server_->options_.on_deposed) server_->options_.on_deposed(why);
