@@ -10,6 +10,7 @@
 // without reaching the in-process transport, so no rank waits on another.
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <functional>
@@ -23,6 +24,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 #include "core/layout_plan.h"
 #include "executor/checkpoint.h"
 #include "executor/inproc_transport.h"
@@ -489,6 +491,192 @@ TEST(FailureSnapshotTest, FailureRightAfterTheLastCheckpointWritesNothingAndRepo
     absl::StatusOr<int64_t> latest = LatestCompleteCheckpoint(options.checkpoint_dir, spec);
     ASSERT_TRUE(latest.ok()) << latest.status();
     EXPECT_EQ(*latest, 2);
+  }
+}
+
+// --- 4. a node lost in the middle of the gradient all-reduces ---
+
+// Counts a rank's finished all-reduces; before each call, runs `before` (which may fail it).
+class HookedCollective : public Collective {
+ public:
+  HookedCollective(std::unique_ptr<Collective> inner, std::function<absl::Status()> before,
+                   std::shared_ptr<std::atomic<int>> done)
+      : inner_(std::move(inner)), before_(std::move(before)), done_(std::move(done)) {}
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  const std::string& name() const override { return inner_->name(); }
+  absl::Status AllReduceSum(float* data, size_t count) override {
+    RETURN_IF_ERROR(before_());
+    absl::Status s = inner_->AllReduceSum(data, count);
+    if (s.ok()) ++*done_;
+    return s;
+  }
+  absl::Status AllToAllV(const float* send, const std::vector<size_t>& send_counts, float* recv,
+                         const std::vector<size_t>& recv_counts) override {
+    return inner_->AllToAllV(send, send_counts, recv, recv_counts);
+  }
+
+ private:
+  std::unique_ptr<Collective> inner_;
+  std::function<absl::Status()> before_;
+  std::shared_ptr<std::atomic<int>> done_;
+};
+
+// A transport whose collectives are HookedCollectives.
+class HookedTransport : public Transport {
+ public:
+  HookedTransport(std::unique_ptr<Transport> inner, std::function<absl::Status()> before)
+      : inner_(std::move(inner)), before_(std::move(before)) {}
+  int all_reduces_done() const { return done_->load(); }
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  std::string name() const override { return inner_->name(); }
+  absl::Status Send(int dst, uint32_t tag, const void* data, size_t bytes) override {
+    return inner_->Send(dst, tag, data, bytes);
+  }
+  absl::Status Recv(int src, uint32_t tag, void* data, size_t bytes) override {
+    return inner_->Recv(src, tag, data, bytes);
+  }
+  bool has_async() const override { return inner_->has_async(); }
+  absl::StatusOr<std::unique_ptr<PendingMessage>> StartSend(int dst, uint32_t tag,
+                                                            const void* data,
+                                                            size_t bytes) override {
+    return inner_->StartSend(dst, tag, data, bytes);
+  }
+  absl::StatusOr<std::unique_ptr<PendingMessage>> StartRecv(int src, uint32_t tag, void* data,
+                                                            size_t bytes) override {
+    return inner_->StartRecv(src, tag, data, bytes);
+  }
+  absl::StatusOr<std::unique_ptr<Collective>> NewCollective(const std::vector<int>& ranks,
+                                                            const std::string& name) override {
+    absl::StatusOr<std::unique_ptr<Collective>> c = inner_->NewCollective(ranks, name);
+    if (!c.ok()) return c.status();
+    return std::unique_ptr<Collective>(
+        std::make_unique<HookedCollective>(std::move(*c), before_, done_));
+  }
+
+ private:
+  std::unique_ptr<Transport> inner_;
+  std::function<absl::Status()> before_;
+  std::shared_ptr<std::atomic<int>> done_ = std::make_shared<std::atomic<int>>(0);
+};
+
+// PP2 x DP2 over two "nodes" (a checkpoint directory each): node A holds replica 0 (ranks 0 and
+// 2: its stages 0 and 1), node B replica 1 (ranks 1 and 3). In iteration k node B dies after
+// replica 0's last stage (rank 2) finished its gradient all-reduces with rank 3 but before
+// rank 0's with rank 1: rank 1 waits for that on its first all-reduce of k, then both of B's
+// ranks are aborted, as their process' exit fails every message and group of theirs; each
+// failed rank is aborted as it returns. Without the committed step, rank 2 would step to k + 1
+// while rank 0 stays at k, leaving node A no complete state of either iteration. With it,
+// node A's newest complete checkpoint is k, equal to single-process training's state after k
+// iterations; rank 2 also rolled forward to k + 1 (its gradients were the reduced ones): its
+// layers of k + 1 equal the reference after k + 1.
+TEST(FailureSnapshotTest, ANodeLostDuringTheGradientAllReducesLeavesTheSurvivorsOneIteration) {
+  std::mt19937 rng(33);
+  const ModelSpec spec = Spec(2);
+  const int L = static_cast<int>(spec.kinds.size());
+  const Plan pipeline = testing::RandomPlan(rng, L, 2, 2, 2, /*split_backward=*/true);
+  const LayoutPlan plan = testing::HomogeneousLayout(pipeline, 1, 1, 2);
+  ASSERT_TRUE(CheckLayoutRunnable(spec, plan).ok()) << CheckLayoutRunnable(spec, plan);
+  ASSERT_EQ(plan.num_ranks, 4);
+  constexpr int k = 2, n = 4;
+  const std::string dir_a = FreshDir("node-a"), dir_b = FreshDir("node-b");
+  auto node_of = [](int rank) { return rank % 2; };  // replica r's device j is rank r + 2 j
+
+  InProcOptions hub_options;
+  hub_options.timeout_s = 30;  // a safety net: every wait here ends by an abort
+  InProcHub hub(4, hub_options);
+  std::vector<std::unique_ptr<HookedTransport>> transports(4);
+  std::vector<std::atomic<int>> iterations_done(4);
+  std::atomic<int> per_iteration{-1};  // rank 2's all-reduces in one iteration
+  std::atomic<bool> node_b_lost{false};
+  for (int r = 0; r < 4; ++r) {
+    std::function<absl::Status()> before = [&, r]() -> absl::Status {
+      if (node_b_lost.load() && node_of(r) == 1) {
+        return absl::UnavailableError("node B is gone");
+      }
+      if (r != 1 || iterations_done[1].load() != k) return absl::OkStatus();
+      // Rank 1's first all-reduce of iteration k: wait for rank 2's all of k, then lose node B.
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (per_iteration.load() <= 0 ||
+             transports[2]->all_reduces_done() < (k + 1) * per_iteration.load()) {
+        if (std::chrono::steady_clock::now() > deadline) {
+          return absl::DeadlineExceededError("rank 2 never finished its all-reduces of k");
+        }
+        std::this_thread::yield();
+      }
+      node_b_lost.store(true);
+      hub.Abort(1);
+      hub.Abort(3);
+      return absl::UnavailableError("node B is gone");
+    };
+    transports[r] = std::make_unique<HookedTransport>(hub.Endpoint(r), before);
+  }
+  std::vector<absl::StatusOr<RankResult>> results(4);
+  std::vector<std::vector<std::pair<int, int>>> snapshots(4);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 4; ++r) {
+    threads.emplace_back([&, r] {
+      TrainOptions options;
+      options.iterations = n;
+      options.checkpoint_dir = node_of(r) == 0 ? dir_a : dir_b;
+      options.checkpoint_interval = 0;
+      options.stoppable = true;
+      options.snapshot_on_failure = true;
+      options.on_iteration = [&, r](int it, const IterationStats&) {
+        if (r == 2 && it == 0) per_iteration.store(transports[2]->all_reduces_done());
+        iterations_done[r].store(it + 1);
+      };
+      options.on_snapshot = [&, r](int iteration, int layers) {
+        snapshots[r].push_back({iteration, layers});
+      };
+      results[r] = TrainLayoutRank(spec, plan, r, transports[r].get(), options);
+      if (!results[r].ok()) hub.Abort(r);  // the failed rank's process exits
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_TRUE(node_b_lost.load()) << "the injection never ran";
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_FALSE(results[r].ok()) << "rank " << r << " did not fail";
+  }
+  EXPECT_GT(per_iteration.load(), 0);
+
+  // Rank 0 failed in k: it saved k. Rank 2's gradients of k were final: it saved k and k + 1.
+  const std::vector<int> layers = PipelineLayers(pipeline);
+  EXPECT_EQ(snapshots[0], (std::vector<std::pair<int, int>>{{k, layers[0]}}))
+      << results[0].status();
+  ASSERT_EQ(snapshots[2].size(), 2u) << results[2].status();
+  EXPECT_EQ(snapshots[2][0].first, k);
+  EXPECT_EQ(snapshots[2][1].first, k + 1);
+  absl::StatusOr<int64_t> latest = LatestCompleteCheckpoint(dir_a, spec);
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  EXPECT_EQ(*latest, k);
+
+  const testing::Reference after_k = testing::TrainReference(spec, plan.global_microbatches, k);
+  const testing::Reference after_k1 =
+      testing::TrainReference(spec, plan.global_microbatches, k + 1);
+  for (int l = 0; l < L; ++l) {
+    absl::StatusOr<LayerCheckpoint> c = ReadLayerCheckpoint(LayerCheckpointPath(dir_a, k, l));
+    ASSERT_TRUE(c.ok()) << c.status();
+    ASSERT_EQ(c->params.size(), after_k.params[l].size()) << "layer " << l;
+    for (size_t i = 0; i < c->params.size(); ++i) {
+      EXPECT_LE(RelErr(c->params[i], after_k.params[l][i]), 1e-5)
+          << "node A's state of " << k << ": layer " << l << " param " << i;
+    }
+  }
+  EXPECT_EQ(snapshots[2][1].second, layers[1]);
+  for (const StageAssignment& st : pipeline.stages) {
+    if (st.device != 1) continue;  // rank 2 is replica 0's device 1
+    for (int l = st.first_layer; l <= st.last_layer; ++l) {
+      absl::StatusOr<LayerCheckpoint> c =
+          ReadLayerCheckpoint(LayerCheckpointPath(dir_a, k + 1, l));
+      ASSERT_TRUE(c.ok()) << c.status();
+      EXPECT_EQ(c->optimizer_step, k + 1);
+      for (size_t i = 0; i < c->params.size(); ++i) {
+        EXPECT_LE(RelErr(c->params[i], after_k1.params[l][i]), 1e-5)
+            << "rank 2 rolled forward to " << k + 1 << ": layer " << l << " param " << i;
+      }
+    }
   }
 }
 

@@ -1,5 +1,6 @@
 #include "executor/inproc_transport.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -202,6 +203,12 @@ void InProcHub::Abort(int rank) {
   for (int r = 0; r < s.size; ++r) {
     s.recv_cv[r].SignalAll();
     s.send_cv[r].SignalAll();
+  }
+  // Its collective groups fail too, as a real group does when a member's process is gone.
+  for (auto& [name, group] : s.groups) {
+    if (std::find(group.first.begin(), group.first.end(), rank) != group.first.end()) {
+      group.second->Abort();
+    }
   }
 }
 

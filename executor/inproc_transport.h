@@ -9,7 +9,8 @@
 //
 // Abort(rank) simulates a rank dying: every pending and later Recv from that rank fails with
 // kUnavailable (messages it sent before dying are dropped), as does every Send to it and every
-// call the aborted rank itself makes. It cannot be undone.
+// call the aborted rank itself makes; so does every collective of the groups it is a member of
+// (NewCollective), for all members. It cannot be undone.
 //
 // Thread safety: the hub and all endpoints are safe to use from any number of threads.
 // Ownership: endpoints share the hub's state, so they may outlive the InProcHub object.

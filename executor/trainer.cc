@@ -70,6 +70,25 @@ absl::StatusOr<bool> AgreeOnStop(int rank, Transport* transport, const TrainOpti
   return stop != 0;
 }
 
+// After an iteration whose gradients are final on this rank: every other rank tells rank 0 so
+// (kCommitControlTag), and rank 0, having heard from all, sends its stop decision for the next
+// iteration, which is also the go-ahead for this iteration's step (TrainOptions::
+// snapshot_on_failure).
+static absl::StatusOr<bool> CommitStep(int rank, Transport* transport,
+                                       const TrainOptions& options) {
+  int32_t final = 1;
+  if (rank != 0) {
+    RETURN_IF_ERROR(transport->Send(0, kCommitControlTag, &final, sizeof(final)));
+    int32_t stop = 0;
+    RETURN_IF_ERROR(transport->Recv(0, kStopControlTag, &stop, sizeof(stop)));
+    return stop != 0;
+  }
+  for (int r = 1; r < transport->size(); ++r) {
+    RETURN_IF_ERROR(transport->Recv(r, kCommitControlTag, &final, sizeof(final)));
+  }
+  return AgreeOnStop(rank, transport, options);
+}
+
 namespace {
 
 // The tags of a vocabulary shard's checkpoint part sent to the rank that writes the whole
@@ -186,10 +205,12 @@ absl::Status WritePipelineCheckpoint(const ModelSpec& spec, const Plan& plan, in
 }
 
 // The iterations of RunTrainingLoop from result->first_iteration on, and the final save.
+// *uncommitted is set when it fails with this rank's gradients of the next iteration final but
+// not stepped (the commit of TrainOptions::snapshot_on_failure failed).
 static absl::Status TrainIterations(const TrainOptions& options, const TrainingHooks& hooks,
                                     int rank, Transport* transport, AdamW* optimizer,
                                     const std::function<absl::Status(int)>& save,
-                                    int* last_saved, RankResult* result);
+                                    int* last_saved, bool* uncommitted, RankResult* result);
 
 absl::Status RunTrainingLoop(const ModelSpec& spec, int rank, Transport* transport,
                              const TrainOptions& options, const TrainingHooks& hooks,
@@ -244,13 +265,19 @@ absl::Status RunTrainingLoop(const ModelSpec& spec, int rank, Transport* transpo
   };
   int last_saved = result->first_iteration;
   result->completed_iterations = result->first_iteration;
+  bool uncommitted = false;
   absl::Status trained = TrainIterations(options, hooks, rank, transport, &optimizer, save,
-                                         &last_saved, result);
+                                         &last_saved, &uncommitted, result);
   if (trained.ok() || !options.snapshot_on_failure || !checkpoints ||
       result->completed_iterations < last_saved) {
     return trained;
   }
   // See TrainOptions::snapshot_on_failure.
+  auto failed_too = [&trained](int iteration, const absl::Status& s) {
+    return absl::Status(trained.code(),
+                        absl::StrCat(trained.message(), "; saving the state of iteration ",
+                                     iteration, " failed too: ", s.message()));
+  };
   const int completed = result->completed_iterations;
   if (completed == last_saved) {
     // The failure came right after the checkpoint of `completed` (or the resume from it),
@@ -258,27 +285,34 @@ absl::Status RunTrainingLoop(const ModelSpec& spec, int rank, Transport* transpo
     if (options.on_snapshot && completed > 0) {
       options.on_snapshot(completed, WholeRankLayerCount(result->layers, hooks.whole));
     }
-    return trained;
+  } else {
+    absl::StatusOr<int> written = SaveWholeRankLayers(options.checkpoint_dir, completed,
+                                                      result->layers, optimizer, hooks.whole);
+    if (!written.ok()) return failed_too(completed, written.status());
+    if (options.on_snapshot) options.on_snapshot(completed, *written);
   }
-  absl::StatusOr<int> written = SaveWholeRankLayers(options.checkpoint_dir, completed,
-                                                    result->layers, optimizer, hooks.whole);
-  if (!written.ok()) {
-    return absl::Status(trained.code(),
-                        absl::StrCat(trained.message(), "; saving the state of iteration ",
-                                     completed, " failed too: ", written.status().message()));
+  if (uncommitted && options.step_optimizer) {
+    // Roll forward: this rank's gradients of the next iteration are the reduced ones.
+    RETURN_IF_ERROR(ApplyAdamW(result->layers, &optimizer));
+    absl::StatusOr<int> written = SaveWholeRankLayers(options.checkpoint_dir, completed + 1,
+                                                      result->layers, optimizer, hooks.whole);
+    if (!written.ok()) return failed_too(completed + 1, written.status());
+    if (options.on_snapshot) options.on_snapshot(completed + 1, *written);
   }
-  if (options.on_snapshot) options.on_snapshot(completed, *written);
   return trained;
 }
 
 static absl::Status TrainIterations(const TrainOptions& options, const TrainingHooks& hooks,
                                     int rank, Transport* transport, AdamW* optimizer,
                                     const std::function<absl::Status(int)>& save,
-                                    int* last_saved, RankResult* result) {
+                                    int* last_saved, bool* uncommitted, RankResult* result) {
   const bool checkpoints = !options.checkpoint_dir.empty();
+  const bool commit = options.stoppable && options.snapshot_on_failure;
+  std::optional<bool> decided;  // the stop decision that came with the last commit
   for (int it = result->first_iteration; it < options.iterations; ++it) {
     if (options.stoppable) {
-      absl::StatusOr<bool> stop = AgreeOnStop(rank, transport, options);
+      absl::StatusOr<bool> stop =
+          decided.has_value() ? *decided : AgreeOnStop(rank, transport, options);
       if (!stop.ok()) {
         return absl::Status(stop.status().code(), absl::StrCat("before iteration ", it, ": ",
                                                                stop.status().message()));
@@ -295,6 +329,16 @@ static absl::Status TrainIterations(const TrainOptions& options, const TrainingH
     if (!stats.ok()) {
       return absl::Status(stats.status().code(),
                           absl::StrCat("iteration ", it, ": ", stats.status().message()));
+    }
+    if (commit) {
+      absl::StatusOr<bool> stop = CommitStep(rank, transport, options);
+      if (!stop.ok()) {
+        *uncommitted = true;  // its gradients are final: see TrainOptions::snapshot_on_failure
+        return absl::Status(stop.status().code(),
+                            absl::StrCat("after iteration ", it, ", committing its step: ",
+                                         stop.status().message()));
+      }
+      decided = *stop;
     }
     if (options.step_optimizer) RETURN_IF_ERROR(ApplyAdamW(result->layers, optimizer));
     result->completed_iterations = it + 1;

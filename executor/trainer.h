@@ -87,12 +87,26 @@ struct TrainOptions {
   // complete and a restart loses at most the interrupted iteration. on_snapshot is told the
   // iteration and the number of layer files that hold this rank's state of it: written now, or
   // — when the failure came right after that iteration's checkpoint — already written by it.
+  //
+  // With stoppable as well, the optimizer step is committed: after an iteration every rank
+  // tells rank 0 that its gradients are final (kCommitControlTag), and rank 0's stop/continue
+  // message for the next iteration, sent once it heard from every rank, is the go-ahead for
+  // the step. No rank steps unless every rank's gradient all-reduces completed, so the
+  // survivors of a node lost in the middle of the all-reduces never end on different
+  // iterations (one replica's last stage stepped, its first stage not: no complete state of
+  // either iteration). A rank whose commit failed with its own gradients final also rolls
+  // forward: it writes the next iteration's state too (stepping from its reduced gradients is
+  // what the commit would have done), and on_snapshot is called for both iterations; the
+  // newest complete checkpoint over the survivors is then exact, whichever it is.
   bool snapshot_on_failure = false;
   std::function<void(int iteration, int layers)> on_snapshot;
 };
 
 // The tag of rank 0's per-iteration stop/continue message (far above the engine's tags).
 inline constexpr uint32_t kStopControlTag = 0xFFFFFF00u;
+// The tag of a rank's "gradients final" message to rank 0 when the step is committed (see
+// TrainOptions::snapshot_on_failure).
+inline constexpr uint32_t kCommitControlTag = 0xFFFFFF01u;
 
 struct RankResult {
   int rank = 0;
