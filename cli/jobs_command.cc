@@ -103,6 +103,21 @@ std::string VersionLine(const proto::PlanVersion& v) {
                          FormatPercent(p.bubble_ratio()), infeasible);
 }
 
+// After a node loss, the ways to go on the planner compared (PlanResult.node_loss_options), a
+// line each: "  option drop replicas (1 of 2 replicas go on, ...): iteration T, switch S,
+// done in D for the N iterations left [chosen]"; "" when there were none.
+std::string NodeLossLines(const proto::PlanVersion& v) {
+  std::string out;
+  for (const proto::NodeLossOption& o : v.result().node_loss_options()) {
+    absl::StrAppend(&out, "  option ", o.kind(), " (", o.summary(), "): iteration ",
+                    FormatSeconds(o.iteration_time_s()), ", switch ",
+                    FormatSeconds(o.switch_s()), ", done in ", FormatSeconds(o.total_s()),
+                    " for the ", o.remaining_iterations(), " iterations left",
+                    o.chosen() ? " [chosen]" : "", "\n");
+  }
+  return out;
+}
+
 // Flags of every jobs subcommand (each declares the ones it takes).
 struct JobsOptions {
   PlannerConnection remote;
@@ -265,7 +280,7 @@ int Get(const JobsOptions& o, proto::Planner::Stub& stub, std::ostream& out,
       << StateName(job.state()) << ")"
       << (job.last_error().empty() ? "" : ", " + job.last_error()) << "\n";
   if (job.has_training()) out << "progress: " << ProgressText(job) << "\n";
-  if (resp.has_current()) out << VersionLine(resp.current()) << "\n";
+  if (resp.has_current()) out << VersionLine(resp.current()) << "\n" << NodeLossLines(resp.current());
   // The newest events (the planner keeps 200), oldest of them first.
   constexpr int kShownEvents = 5;
   const int first = std::max(0, job.events_size() - kShownEvents);
@@ -319,7 +334,8 @@ int Watch(const JobsOptions& o, proto::Planner::Stub& stub, std::ostream& out,
           << std::endl;
       continue;  // --count counts versions
     }
-    out << (o.json ? ProtoToJson(v) : VersionLine(v)) << std::endl;
+    out << (o.json ? ProtoToJson(v) : VersionLine(v) + "\n" + NodeLossLines(v)) << std::flush;
+    if (o.json) out << std::endl;
     if (o.count > 0 && ++seen >= o.count) {
       watch_ctx.TryCancel();
       return 0;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 
 #include "absl/strings/str_cat.h"
@@ -99,6 +100,29 @@ absl::StatusOr<double> CurrentObjective(const PlanningInput& input, const Plan& 
   ASSIGN_OR_RETURN(SimResult r, Simulate(problem, p.schedule));
   return input.tuner.objective == Objective::kSteadyState ? r.steady_state_iteration_time_s
                                                           : r.iteration_time_s;
+}
+
+// The iterations a job has left, for weighing a switch against a faster layout after a node
+// loss: an agent job's from its progress; a planning-only job's are unknown, and a horizon of
+// kPlanningOnlyHorizon iterations stands in (a switch then matters only when it costs more
+// than that many iterations' difference).
+constexpr int kPlanningOnlyHorizon = 1000;
+int RemainingIterations(const JobRecord& job) {
+  if (!job.training) return kPlanningOnlyHorizon;
+  return static_cast<int>(std::clamp<int64_t>(job.training->iterations - job.progress.iteration,
+                                              0, std::numeric_limits<int>::max()));
+}
+
+// The node-loss options a re-plan compared, one log line each.
+void LogNodeLossOptions(const std::string& job_id, const proto::PlanResult& result) {
+  for (const proto::NodeLossOption& o : result.node_loss_options()) {
+    logging::Event(*logging::Logger("replan"), spdlog::level::info, "node-loss option",
+                   {{"job", job_id}, {"kind", o.kind()}, {"summary", o.summary()},
+                    {"iteration_s", o.iteration_time_s()}, {"switch_s", o.switch_s()},
+                    {"moved_bytes", o.moved_bytes()},
+                    {"remaining_iterations", o.remaining_iterations()},
+                    {"total_s", o.total_s()}, {"chosen", o.chosen()}});
+  }
 }
 
 // A report's stage and layer times, parsed (kInvalidArgument naming the entry).
@@ -469,8 +493,13 @@ std::optional<JobManager::TaskInput> JobManager::TaskInputOf(const std::string& 
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return std::nullopt;
   const Entry& e = it->second;
-  TaskInput in{e.job, e.factors, 0, e.current_plan, e.current_layout};
-  if (!e.versions.empty()) in.current_version = e.versions.back().version();
+  TaskInput in{e.job, e.factors, 0, e.current_plan, e.current_layout, {}};
+  if (!e.versions.empty()) {
+    in.current_version = e.versions.back().version();
+    for (const proto::DeviceSlot& slot : e.versions.back().device_slots()) {
+      in.current_slots.push_back({slot.node_id(), slot.local_device()});
+    }
+  }
   return in;
 }
 
@@ -510,10 +539,32 @@ void JobManager::RunPlanning(const std::string& job_id, ReplanReason reason) {
   const std::optional<TaskInput> task = TaskInputOf(job_id);
   if (!task) return;
   const absl::StatusOr<PlanningInput> input = PlanningInputOf(*task);
-  const absl::StatusOr<proto::PlanResult> result =
-      input.ok()
-          ? planner::RunPlanning(*input, task->factors, [this] { return pool_->stopping(); })
-          : absl::StatusOr<proto::PlanResult>(input.status());
+  const auto stopping = [this] { return pool_->stopping(); };
+  // After a node loss, a layout job also weighs keeping its surviving replicas against a new
+  // layout (RunNodeLossPlanning); the chosen option may run on fewer GPUs than are left.
+  std::optional<Cluster> runs_on;
+  absl::StatusOr<proto::PlanResult> result =
+      input.ok() ? absl::StatusOr<proto::PlanResult>(absl::UnknownError("not planned"))
+                 : absl::StatusOr<proto::PlanResult>(input.status());
+  if (input.ok() && input->choose_layout && task->current_layout &&
+      (reason == ReplanReason::kNodeFailure || reason == ReplanReason::kDrain)) {
+    NodeLossContext context;
+    context.current = *task->current_layout;
+    context.current_slots = task->current_slots;
+    context.remaining_iterations = RemainingIterations(task->job);
+    absl::StatusOr<PlannedOn> planned =
+        RunNodeLossPlanning(*input, task->factors, stopping, context);
+    if (planned.ok()) {
+      LogNodeLossOptions(job_id, planned->result);
+      runs_on = std::move(planned->cluster);
+      result = std::move(planned->result);
+    } else {
+      result = planned.status();
+    }
+  } else if (input.ok()) {
+    result = planner::RunPlanning(*input, task->factors, stopping);
+    runs_on = input->cluster;
+  }
   if (result.status().code() == absl::StatusCode::kCancelled) {
     // Shutting down: the intent stays stored, and the next start resumes it.
     absl::MutexLock lock(&mu_);
@@ -523,7 +574,7 @@ void JobManager::RunPlanning(const std::string& job_id, ReplanReason reason) {
   }
   const bool accept =
       result.ok() && WorthAdopting(job_id, reason, *task, *input, *result);
-  if (!FinishPlanning(job_id, reason, result, accept ? &input->cluster : nullptr)) return;
+  if (!FinishPlanning(job_id, reason, result, accept ? &*runs_on : nullptr)) return;
   if (accept && observer_) {
     observer_->OnPlanComputed(job_id, *result);
     if (reason != ReplanReason::kInitial) observer_->OnReplan(reason);

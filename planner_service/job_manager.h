@@ -156,6 +156,7 @@ class JobManager {
     int64_t current_version = 0;  // 0: no plan yet
     absl::StatusOr<Plan> current_plan;
     std::optional<LayoutPlan> current_layout;
+    std::vector<GpuSlot> current_slots;  // the current version's device slots
   };
 
   // Queues planning for the job (coalescing with a running task). `bounded` uses TrySubmit.

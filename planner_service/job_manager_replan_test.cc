@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <set>
 #include <string>
 #include <utility>
@@ -447,6 +448,31 @@ TEST_F(JobManagerTest, AgentJobKeepsReplicasWithinNodesAndRelaxesFixedDegreesAft
   EXPECT_EQ(v2->result().layout_plan().layout().pp(), 2);
   EXPECT_EQ(v2->result().layout_plan().layout().dp(), 1);
   EXPECT_EQ(v2->device_slots_size(), 2);
+  for (const proto::DeviceSlot& slot : v2->device_slots()) EXPECT_EQ(slot.node_id(), "node0");
+  // The options it weighed: a new layout over node0 and dropping the lost replica (replica 0
+  // whole on node0; none broken with a device left, so no re-partition), by the time to finish
+  // the job's 10 iterations with the switch; the published one is the quickest.
+  std::set<std::string> kinds;
+  const proto::NodeLossOption* chosen = nullptr;
+  double quickest = std::numeric_limits<double>::infinity();
+  for (const proto::NodeLossOption& o : v2->result().node_loss_options()) {
+    kinds.insert(o.kind());
+    EXPECT_EQ(o.remaining_iterations(), 10) << o.kind();
+    EXPECT_GT(o.iteration_time_s(), 0) << o.kind();
+    EXPECT_GE(o.switch_s(), 0) << o.kind();
+    EXPECT_NEAR(o.total_s(), o.switch_s() + 10 * o.iteration_time_s(), 1e-9 * o.total_s());
+    quickest = std::min(quickest, o.total_s());
+    if (o.chosen()) {
+      EXPECT_EQ(chosen, nullptr) << "two options chosen";
+      chosen = &o;
+    }
+  }
+  EXPECT_EQ(kinds, (std::set<std::string>{"new layout", "drop replicas"}));
+  ASSERT_NE(chosen, nullptr);
+  EXPECT_EQ(chosen->total_s(), quickest);
+  if (chosen->kind() != "new layout") {
+    EXPECT_EQ(v2->result().origin().rfind(chosen->kind(), 0), 0u) << v2->result().origin();
+  }
 
   EXPECT_THAT(manager_->NodeJoined("node1"), ElementsAre(id));
   absl::StatusOr<proto::PlanVersion> v3 = recorder_.WaitForVersion(id, 3);

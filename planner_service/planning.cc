@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <utility>
 #include <new>
 #include <optional>
 
@@ -347,6 +349,148 @@ absl::StatusOr<proto::PlanResult> RunPlanning(const PlanningInput& input,
         " bytes on the wire, over the limit of ", input.max_plan_bytes,
         " (max_plan_bytes; gRPC clients accept 4 MB responses by default). Use fewer "
         "micro-batches or devices"));
+  }
+  return out;
+}
+
+namespace {
+
+// The first `n` GPUs of `cluster` as (node, GPU on the node).
+std::vector<GpuSlot> FirstSlots(const Cluster& cluster, int n) {
+  std::vector<GpuSlot> out;
+  for (const Node& node : cluster.nodes) {
+    for (int d = 0; d < node.num_devices && static_cast<int>(out.size()) < n; ++d) {
+      out.push_back({node.name, d});
+    }
+  }
+  return out;
+}
+
+// A survivors' option as a plan result: its slowest pipeline first (its plan is `plan`), the
+// layout summary and the whole layout with the option's predictions.
+proto::PlanResult OptionResult(NodeLossOption o) {
+  size_t slowest = 0;
+  for (size_t p = 1; p < o.tunes.size(); ++p) {
+    if (o.predicted.pipeline_iteration_s[p] > o.predicted.pipeline_iteration_s[slowest]) {
+      slowest = p;
+    }
+  }
+  std::swap(o.plan.pipelines[0], o.plan.pipelines[slowest]);
+  std::swap(o.tunes[0], o.tunes[slowest]);
+  std::swap(o.predicted.pipeline_iteration_s[0], o.predicted.pipeline_iteration_s[slowest]);
+  proto::PlanResult out = ToProto(o.tunes[0]);
+  out.set_feasible(true);
+  out.set_origin(absl::StrCat(o.kind, " (", o.summary, "); ", out.origin()));
+  proto::PlanLayout* l = out.mutable_layout();
+  const ParallelLayout& pl = o.plan.layout;
+  l->set_pp(pl.pp);
+  l->set_tp(pl.tp);
+  l->set_ep(pl.ep);
+  l->set_dp(o.plan.num_replicas());
+  l->set_rank_order(pl.RankOrder());
+  l->set_microbatches_per_pipeline(o.plan.pipelines[0].plan.num_microbatches);
+  l->set_global_microbatches(o.plan.global_microbatches);
+  l->set_pipeline_time_s(o.predicted.pipeline_time_s);
+  l->set_dp_sync_s(o.predicted.dp_sync_exposed_s);
+  l->set_iteration_time_s(o.predicted.iteration_time_s);
+  l->set_tokens_per_s(o.predicted.tokens_per_s);
+  for (size_t p = 0; p < o.plan.pipelines.size(); ++p) {
+    const LayoutPipelinePlan& pipe = o.plan.pipelines[p];
+    proto::PlanLayoutPipeline* lp = l->add_pipelines();
+    for (const PipelineReplica& rep : pipe.replicas) lp->add_replicas(rep.dp_rank);
+    for (int first : pipe.replicas.front().device_ranks) {
+      proto::PlanLayoutDevice* d = lp->add_devices();
+      for (int t = 0; t < pl.tp; ++t) d->add_gpus(first + t);
+    }
+    lp->set_iteration_time_s(o.predicted.pipeline_iteration_s[p]);
+  }
+  proto::LayoutPlan* lplan = out.mutable_layout_plan();
+  *lplan = LayoutPlanToProto(o.plan);
+  for (size_t p = 0; p < o.tunes.size(); ++p) {
+    *lplan->mutable_pipelines(static_cast<int>(p))->mutable_plan() = ToProto(o.tunes[p]).plan();
+  }
+  lplan->mutable_predicted()->set_iteration_time_s(o.predicted.iteration_time_s);
+  lplan->mutable_predicted()->set_pipeline_time_s(o.predicted.pipeline_time_s);
+  lplan->mutable_predicted()->set_dp_sync_s(o.predicted.dp_sync_exposed_s);
+  lplan->mutable_predicted()->set_tokens_per_s(o.predicted.tokens_per_s);
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<PlannedOn> RunNodeLossPlanning(const PlanningInput& input,
+                                              const std::vector<double>& layer_time_factors,
+                                              std::function<bool()> should_stop,
+                                              const NodeLossContext& context) {
+  absl::StatusOr<proto::PlanResult> fresh = RunPlanning(input, layer_time_factors, should_stop);
+  if (absl::IsCancelled(fresh.status())) return fresh.status();
+  NodeLossRequest request;
+  request.current = context.current;
+  request.current_slots = context.current_slots;
+  request.remaining_iterations = context.remaining_iterations;
+  request.restart_s = context.restart_s;
+  const CostModel cost;
+  // The new layout, costed like the others.
+  std::vector<NodeLossOption> options;
+  std::vector<proto::PlanResult> results;
+  if (fresh.ok()) {
+    NodeLossOption o;
+    o.kind = "new layout";
+    absl::StatusOr<LayoutPlan> plan =
+        fresh->has_layout_plan() ? LayoutPlanFromProto(fresh->layout_plan())
+                                 : absl::StatusOr<LayoutPlan>(SinglePipelineLayout(
+                                       PlanFromProto(fresh->plan()).value_or(Plan{})));
+    if (plan.ok()) {
+      o.plan = std::move(*plan);
+      o.summary = absl::StrCat(o.plan.layout.ToString(), " over every device left");
+      o.slots = FirstSlots(input.cluster, o.plan.num_ranks);
+      o.predicted.iteration_time_s =
+          fresh->feasible() ? ObjectiveOf(*fresh, input.tuner)
+                            : std::numeric_limits<double>::infinity();
+      CostSwitch(ModelForLayout(input.model, o.plan.layout, 0), input.cluster, cost, request, &o);
+      options.push_back(std::move(o));
+      results.push_back(*fresh);
+    }
+  }
+  std::vector<Cluster> clusters(options.size(), input.cluster);
+  TunerOptions t = input.tuner;
+  t.layer_time_factors = layer_time_factors;
+  t.should_stop = should_stop;
+  t.time_budget_s = input.tuner.time_budget_s * context.survivor_budget_share;
+  absl::StatusOr<std::vector<NodeLossOption>> survivors =
+      request.current.num_ranks == static_cast<int>(request.current_slots.size())
+          ? SurvivorOptions(input.model, input.cluster, cost, t, request)
+          : absl::StatusOr<std::vector<NodeLossOption>>(std::vector<NodeLossOption>{});
+  if (should_stop && should_stop()) return absl::CancelledError("planning cancelled");
+  if (survivors.ok()) {
+    for (NodeLossOption& o : *survivors) {
+      proto::PlanResult r = OptionResult(o);
+      if (static_cast<int64_t>(r.ByteSizeLong()) > input.max_plan_bytes) continue;
+      results.push_back(std::move(r));
+      clusters.push_back(o.cluster);
+      options.push_back(std::move(o));
+    }
+  }
+  if (options.empty()) {
+    if (!fresh.ok()) return fresh.status();
+    return PlannedOn{*fresh, input.cluster};
+  }
+  size_t best = 0;
+  for (size_t i = 1; i < options.size(); ++i) {
+    if (options[i].total_s < options[best].total_s) best = i;
+  }
+  PlannedOn out{results[best], clusters[best]};
+  for (size_t i = 0; i < options.size(); ++i) {
+    const NodeLossOption& o = options[i];
+    proto::NodeLossOption* p = out.result.add_node_loss_options();
+    p->set_kind(o.kind);
+    p->set_summary(o.summary);
+    p->set_iteration_time_s(o.predicted.iteration_time_s);
+    p->set_switch_s(o.switch_s);
+    p->set_moved_bytes(o.moved_bytes);
+    p->set_total_s(o.total_s);
+    p->set_remaining_iterations(context.remaining_iterations);
+    p->set_chosen(i == best);
   }
   return out;
 }

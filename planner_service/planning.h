@@ -14,6 +14,7 @@
 #include "core/model_graph.h"
 #include "proto/planner.pb.h"
 #include "tuner/layout.h"
+#include "tuner/node_loss.h"
 #include "tuner/tuner.h"
 
 namespace octopipe::planner {
@@ -68,6 +69,34 @@ absl::StatusOr<proto::PlanResult> RunPlanning(const PlanningInput& input,
                                               std::function<bool()> should_stop = {});
 
 proto::PlanResult ToProto(const TuneResult& result);
+
+// A job's re-plan after a node loss: what it was running and how much is left.
+struct NodeLossContext {
+  LayoutPlan current;                  // the current version's layout
+  std::vector<GpuSlot> current_slots;  // per rank of it: its node and GPU (device slots)
+  int remaining_iterations = 0;
+  // Process start, rendezvous and loading of any switch (paid by every option alike).
+  double restart_s = 2;
+  // The share of input.tuner.time_budget_s given to the survivors' options, on top of the
+  // new layout's full budget.
+  double survivor_budget_share = 0.25;
+};
+
+// A result and the devices it runs on (its ranks are their GPUs in order).
+struct PlannedOn {
+  proto::PlanResult result;
+  Cluster cluster;
+};
+
+// RunPlanning's new layout over input.cluster against the options that keep the survivors'
+// replicas (tuner/node_loss.h), by the time to finish the remaining iterations with the switch
+// counted; the best is returned on the GPUs it uses, every option compared in
+// result.node_loss_options. The new layout wins ties. Errors are RunPlanning's when no option
+// is left (kCancelled at once).
+absl::StatusOr<PlannedOn> RunNodeLossPlanning(const PlanningInput& input,
+                                              const std::vector<double>& layer_time_factors,
+                                              std::function<bool()> should_stop,
+                                              const NodeLossContext& context);
 
 // The objective the job optimises, read from a result.
 double ObjectiveOf(const proto::PlanResult& result, const TunerOptions& options);

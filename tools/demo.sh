@@ -284,7 +284,12 @@ except OSError:
     watched = []
 # A layout version: "JOB vN (REASON): layout PP2 x TP1 x EP1 x DP2 (pp inner) on 4 ranks, ...;
 # pipeline 0: S stages on D devices, bubble B".
+v = None
 for line in watched:
+    if line.startswith("  option ") and v is not None:
+        # After a node loss: the ways to go on the planner compared (jobs watch prints them).
+        print("O", v, line.strip()[len("option "):])
+        continue
     m = re.match(r"\S+ v(\d+) \(([^)]+)\): (?:layout (.+?) \(pp \w+\) on (\d+) ranks.*?; "
                  r"pipeline 0: )?(\d+) stages on (\d+) devices.*bubble (\S+)", line)
     if m:
@@ -354,6 +359,11 @@ while :; do
           phase=calibrated
           kill_after=$(( (progress > 0 ? progress : 0) + 3 * ckpt ))
         fi
+        ;;
+      O)
+        [ -n "${seen[o$a$b$c$d$e$f]:-}" ] && continue
+        seen[o$a$b$c$d$e$f]=1
+        say "  v$a weighed: $b $c $d $e $f"
         ;;
       H) head_node="$a" ;;
       E)
