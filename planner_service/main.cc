@@ -1,6 +1,6 @@
 // octopipe-planner: the long-running gRPC planner service. Flags (Abseil) are read here only
 // and copied into PlannerServerOptions and logging::LogOptions; `main` builds the metrics
-// registry and passes it in. SIGTERM/SIGINT shut it down gracefully.
+// registry and passes it in. SIGTERM/SIGINT shut it down gracefully; SIGHUP re-reads --identities.
 //
 // Exit codes: 0 after a signal; 1 when the server cannot start (the message names the flag or
 // file at fault), and, by Abseil's convention, after --help and for a flag it cannot parse;
@@ -74,6 +74,16 @@ ABSL_FLAG(std::string, tls_client_ca, "",
 ABSL_FLAG(std::string, token, "",
           "Bearer token agents and mutating calls must present; empty: none. Visible in the "
           "process list: prefer --token_file.");
+ABSL_FLAG(std::string, identities, "",
+          "JSON file of principals, each with its own credential (token, token_file, or the "
+          "name its mTLS client certificate carries) and role: viewer (reads), scheduler "
+          "(+ Plan, jobs, drain, node failures), agent (its own node's registration, "
+          "heartbeats, reports and events; 'node' names it), admin (everything). Reads need a "
+          "credential too. Re-read on SIGHUP (a bad file keeps the previous principals). Not "
+          "with --token/--token_file. Format: docs/architecture.md, section Access control.");
+ABSL_FLAG(std::string, audit_log, "",
+          "Append one JSON line per mutating call (identity, role, method, target, result) to "
+          "this file; refused heartbeats too, accepted ones not. Empty: no audit log.");
 ABSL_FLAG(std::string, token_file, "",
           "Read the bearer token from this file; surrounding whitespace and line endings "
           "(CRLF too) are trimmed, and an empty token is refused.");
@@ -179,6 +189,8 @@ absl::StatusOr<PlannerServerOptions> OptionsFromFlags() {
   o.tls_key = absl::GetFlag(FLAGS_tls_key);
   o.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
   o.token = absl::GetFlag(FLAGS_token);
+  o.identities_file = absl::GetFlag(FLAGS_identities);
+  o.audit_log = absl::GetFlag(FLAGS_audit_log);
   o.max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
   o.limits.max_layers = absl::GetFlag(FLAGS_max_layers);
   o.limits.max_devices = absl::GetFlag(FLAGS_max_devices);
@@ -302,6 +314,7 @@ int main(int argc, char** argv) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);  // re-reads --identities
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   // Every metric of the process is declared here, on the registry /metrics serves.
@@ -335,7 +348,9 @@ int main(int argc, char** argv) {
     }
   }
   int sig = 0;
-  sigwait(&signals, &sig);
+  while (sigwait(&signals, &sig) == 0 && sig == SIGHUP) {
+    (void)server.ReloadIdentities();  // logged either way
+  }
   log->info("signal {}, shutting down", sig);
   server.Shutdown(5);
   log->info("stopped");

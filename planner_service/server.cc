@@ -132,6 +132,8 @@ struct PlannerServer::Impl {
   std::unique_ptr<TuningPool> pool;
   std::unique_ptr<AgentRegistry> agents;
   std::unique_ptr<JobManager> jobs;
+  std::unique_ptr<AccessControl> access;
+  std::unique_ptr<AuditLog> audit;
   std::unique_ptr<PlannerService> service;
   std::unique_ptr<grpc::Server> server;
 };
@@ -181,8 +183,29 @@ absl::Status PlannerServer::Start() {
     if (absl::Status s = RecoverState(); !s.ok()) return s;
   }
 
+  if (!options_.token.empty() && !options_.identities_file.empty()) {
+    return absl::InvalidArgumentError(
+        "--identities and --token/--token_file are mutually exclusive (give the shared token's "
+        "holder a principal with role admin in the identities file)");
+  }
+  if (!options_.identities_file.empty()) {
+    absl::StatusOr<std::unique_ptr<AccessControl>> access =
+        AccessControl::FromFile(options_.identities_file);
+    if (!access.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--identities: ", access.status().message()));
+    }
+    m.access = std::move(*access);
+  } else if (!options_.token.empty()) {
+    m.access = AccessControl::SharedToken(options_.token);
+  }
+  if (!options_.audit_log.empty()) {
+    absl::StatusOr<std::unique_ptr<AuditLog>> audit = AuditLog::Open(options_.audit_log);
+    if (!audit.ok()) return audit.status();
+    m.audit = std::move(*audit);
+  }
   ServiceOptions so;
-  so.token = options_.token;
+  so.access = m.access.get();
+  so.audit = m.audit.get();
   so.limits = options_.limits;
   so.plan_cache_entries = options_.plan_cache_entries;
   so.clock = &m.clock;
@@ -285,6 +308,20 @@ void PlannerServer::PublishRole() {
   if (grpc::HealthCheckServiceInterface* health = impl_->server->GetHealthCheckService()) {
     health->SetServingStatus(kLeaderHealthService, leading());
   }
+}
+
+absl::Status PlannerServer::ReloadIdentities() {
+  if (impl_ == nullptr || impl_->access == nullptr) return absl::OkStatus();
+  absl::Status s = impl_->access->Reload();
+  if (s.ok()) {
+    logging::Event(*logging::Logger("planner"), spdlog::level::info, "identities reloaded",
+                   {{"access", impl_->access->Describe()}});
+  } else {
+    logging::Event(*logging::Logger("planner"), spdlog::level::err,
+                   "identities not reloaded; the previous principals stay",
+                   {{"error", std::string(s.message())}});
+  }
+  return s;
 }
 
 bool PlannerServer::leading() const {

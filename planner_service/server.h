@@ -49,8 +49,14 @@ struct PlannerServerOptions {
   // TLS: server certificate and key (PEM files); with a client CA, clients must present a
   // certificate it signed (mutual TLS). Empty: plaintext.
   std::string tls_cert, tls_key, tls_client_ca;
-  // Bearer token agents and mutating calls must present; empty: none required.
+  // Who may call what (planner_service/access.h): one shared bearer token whose holder is an
+  // admin, or an identities file (principals with their own tokens or certificate names and
+  // roles; re-read by ReloadIdentities). At most one of them; neither: every caller is an
+  // anonymous admin.
   std::string token;
+  std::string identities_file;
+  // Mutating calls are appended here as JSON lines (planner_service/audit_log.h); "": none.
+  std::string audit_log;
   int max_request_bytes = 64 << 20;
   PlanningLimits limits;
   int workers = 2;        // tuning threads
@@ -80,6 +86,9 @@ class PlannerServer {
   void Shutdown(double grace_s = 5);
 
   int port() const { return port_; }
+  // Re-reads options.identities_file (on SIGHUP); on error the principals stay as they were
+  // and the error is returned (and logged). OK without an identities file.
+  absl::Status ReloadIdentities();
   // Whether this planner leads (always, on a SQLite store).
   bool leading() const;
   int metrics_port() const;

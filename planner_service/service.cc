@@ -105,19 +105,62 @@ grpc::ServerUnaryReactor* PlannerService::Done(grpc::CallbackServerContext* ctx,
   return reactor;
 }
 
-absl::Status PlannerService::Authorize(grpc::CallbackServerContext* ctx) const {
-  if (options_.token.empty()) return absl::OkStatus();
+namespace {
+
+// The verified client certificate's subject CN and SANs (none without mutual TLS).
+std::vector<std::string> CertificateNames(const grpc::CallbackServerContext& ctx) {
+  std::vector<std::string> out;
+  std::shared_ptr<const grpc::AuthContext> auth = ctx.auth_context();
+  if (auth == nullptr || !auth->IsPeerAuthenticated()) return out;
+  for (const char* property : {"x509_common_name", "x509_subject_alternative_name"}) {
+    for (const grpc::string_ref& v : auth->FindPropertyValues(property)) {
+      out.emplace_back(v.data(), v.size());
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::Status PlannerService::Authorize(grpc::CallbackServerContext* ctx, const char* method,
+                                       Need need, const std::string& node,
+                                       std::optional<Principal>* who) const {
+  if (options_.access == nullptr) {
+    *who = Principal{"anonymous", AccessRole::kAdmin, ""};
+    return absl::OkStatus();
+  }
+  std::string authorization;
   const auto& md = ctx->client_metadata();
-  auto it = md.find("authorization");
-  if (it == md.end()) {
-    return absl::UnauthenticatedError(
-        "authorization: missing bearer token (metadata 'authorization: Bearer <token>')");
+  if (auto it = md.find("authorization"); it != md.end()) {
+    authorization.assign(it->second.data(), it->second.size());
   }
-  const std::string value(it->second.data(), it->second.size());
-  if (value != absl::StrCat("Bearer ", options_.token)) {
-    return absl::UnauthenticatedError("authorization: bearer token not accepted");
+  absl::StatusOr<Principal> identified =
+      options_.access->Identify(authorization, CertificateNames(*ctx));
+  if (!identified.ok()) return identified.status();
+  *who = *identified;
+  return AccessControl::Permit(**who, method, need, node);
+}
+
+grpc::ServerUnaryReactor* PlannerService::Mutating(
+    grpc::CallbackServerContext* ctx, const char* method, Need need, std::string target,
+    const std::function<absl::Status(std::string* target)>& body, bool audit_ok) {
+  std::optional<Principal> who;
+  absl::Status s = Authorize(ctx, method, need, target, &who);
+  if (s.ok()) s = RequireLeader(ctx, method);
+  if (s.ok()) s = body(&target);
+  if (options_.audit != nullptr && (audit_ok || !s.ok())) {
+    options_.audit->Record(who ? &*who : nullptr, method, target, s);
   }
-  return absl::OkStatus();
+  return Done(ctx, method, s);
+}
+
+grpc::ServerUnaryReactor* PlannerService::Read(grpc::CallbackServerContext* ctx,
+                                               const char* method,
+                                               const std::function<absl::Status()>& body) {
+  std::optional<Principal> who;
+  absl::Status s = Authorize(ctx, method, Need::kRead, "", &who);
+  if (s.ok()) s = body();
+  return Done(ctx, method, s);
 }
 
 bool PlannerService::Leading() const {
@@ -188,6 +231,10 @@ grpc::ServerUnaryReactor* PlannerService::Plan(grpc::CallbackServerContext* ctx,
                                                const proto::PlanRequest* request,
                                                proto::PlanResponse* response) {
   const double arrival = clock_->NowSeconds();
+  std::optional<Principal> who;
+  if (absl::Status s = Authorize(ctx, "Plan", Need::kSchedule, "", &who); !s.ok()) {
+    return Done(ctx, "Plan", s);
+  }
   absl::StatusOr<PlanningInput> input =
       PrepareInput(request->model(), request->cluster(), request->options(), {},
                    options_.limits);
@@ -337,48 +384,54 @@ void PlannerService::RunOneShot(grpc::ServerUnaryReactor* reactor, const Plannin
 grpc::ServerUnaryReactor* PlannerService::CreateJob(grpc::CallbackServerContext* ctx,
                                                     const proto::CreateJobRequest* request,
                                                     proto::Job* response) {
-  if (absl::Status s = Authorize(ctx); !s.ok()) return Done(ctx, "CreateJob", s);
-  if (absl::Status s = RequireLeader(ctx, "CreateJob"); !s.ok()) return Done(ctx, "CreateJob", s);
-  absl::StatusOr<proto::CreateJobRequest> resolved = ResolveAgentTraining(*request);
-  if (!resolved.ok()) return Done(ctx, "CreateJob", resolved.status());
-  absl::StatusOr<JobRecord> job = jobs_->Create(NewJobFromProto(*resolved));
-  if (job.ok()) *response = JobToProto(*job);
-  UpdateHealth();
-  return Done(ctx, "CreateJob", job.status());
+  return Mutating(ctx, "CreateJob", Need::kSchedule, request->name(), [&](std::string* target) {
+    absl::StatusOr<proto::CreateJobRequest> resolved = ResolveAgentTraining(*request);
+    if (!resolved.ok()) return resolved.status();
+    absl::StatusOr<JobRecord> job = jobs_->Create(NewJobFromProto(*resolved));
+    if (job.ok()) {
+      *response = JobToProto(*job);
+      *target = job->id;
+    }
+    UpdateHealth();
+    return job.status();
+  });
 }
 
 grpc::ServerUnaryReactor* PlannerService::GetJob(grpc::CallbackServerContext* ctx,
                                                  const proto::GetJobRequest* request,
                                                  proto::GetJobResponse* response) {
-  absl::StatusOr<JobSnapshot> r =
-      Leading() ? jobs_->Get(request->job_id()) : SnapshotFromStore(request->job_id());
-  if (r.ok()) *response = GetJobResponseOf(r->job, r->current ? &*r->current : nullptr);
-  return Done(ctx, "GetJob", r.status());
+  return Read(ctx, "GetJob", [&]() -> absl::Status {
+    absl::StatusOr<JobSnapshot> r =
+        Leading() ? jobs_->Get(request->job_id()) : SnapshotFromStore(request->job_id());
+    if (r.ok()) *response = GetJobResponseOf(r->job, r->current ? &*r->current : nullptr);
+    return r.status();
+  });
 }
 
 grpc::ServerUnaryReactor* PlannerService::ListJobs(grpc::CallbackServerContext* ctx,
                                                    const proto::ListJobsRequest* request,
                                                    proto::ListJobsResponse* response) {
-  std::vector<JobRecord> jobs;
-  if (Leading()) {
-    jobs = jobs_->List();
-  } else {  // a follower reads the store (same order: created, then id)
-    absl::StatusOr<std::vector<JobRecord>> stored = store_->LoadJobs();
-    if (!stored.ok()) return Done(ctx, "ListJobs", stored.status());
-    jobs = std::move(*stored);
-  }
-  absl::StatusOr<proto::ListJobsResponse> page =
-      ListJobsPage(jobs, request->page_size(), request->page_token());
-  if (page.ok()) *response = std::move(*page);
-  return Done(ctx, "ListJobs", page.status());
+  return Read(ctx, "ListJobs", [&]() -> absl::Status {
+    std::vector<JobRecord> jobs;
+    if (Leading()) {
+      jobs = jobs_->List();
+    } else {  // a follower reads the store (same order: created, then id)
+      absl::StatusOr<std::vector<JobRecord>> stored = store_->LoadJobs();
+      if (!stored.ok()) return stored.status();
+      jobs = std::move(*stored);
+    }
+    absl::StatusOr<proto::ListJobsResponse> page =
+        ListJobsPage(jobs, request->page_size(), request->page_token());
+    if (page.ok()) *response = std::move(*page);
+    return page.status();
+  });
 }
 
 grpc::ServerUnaryReactor* PlannerService::DeleteJob(grpc::CallbackServerContext* ctx,
                                                     const proto::DeleteJobRequest* request,
                                                     proto::DeleteJobResponse* response) {
-  if (absl::Status s = Authorize(ctx); !s.ok()) return Done(ctx, "DeleteJob", s);
-  if (absl::Status s = RequireLeader(ctx, "DeleteJob"); !s.ok()) return Done(ctx, "DeleteJob", s);
-  return Done(ctx, "DeleteJob", jobs_->Delete(request->job_id()));
+  return Mutating(ctx, "DeleteJob", Need::kSchedule, request->job_id(),
+                  [&](std::string*) { return jobs_->Delete(request->job_id()); });
 }
 
 namespace {
@@ -524,7 +577,8 @@ class WatchReactor : public grpc::ServerWriteReactor<proto::PlanVersion> {
 grpc::ServerWriteReactor<proto::PlanVersion>* PlannerService::WatchPlan(
     grpc::CallbackServerContext* ctx, const proto::WatchPlanRequest* request) {
   auto* reactor = new WatchReactor(jobs_, observer_);
-  if (absl::Status s = Authorize(ctx); !s.ok()) {
+  std::optional<Principal> who;
+  if (absl::Status s = Authorize(ctx, "WatchPlan", Need::kRead, "", &who); !s.ok()) {
     reactor->FinishWith(ToGrpc(s));
     return reactor;
   }
@@ -539,86 +593,91 @@ grpc::ServerWriteReactor<proto::PlanVersion>* PlannerService::WatchPlan(
 grpc::ServerUnaryReactor* PlannerService::RegisterAgent(
     grpc::CallbackServerContext* ctx, const proto::RegisterAgentRequest* request,
     proto::RegisterAgentResponse* response) {
-  if (absl::Status s = Authorize(ctx); !s.ok()) return Done(ctx, "RegisterAgent", s);
-  if (absl::Status s = RequireLeader(ctx, "RegisterAgent"); !s.ok()) return Done(ctx, "RegisterAgent", s);
-  if (absl::Status s = CheckRegistration(*request); !s.ok()) {
-    return Done(ctx, "RegisterAgent", s);
-  }
-  AgentRecord record;
-  record.node_id = request->node_id();
-  record.num_devices = request->num_devices();
-  record.address = request->address();
-  record.registered_unix_ms = UnixMillis();
-  // Persist before registering: a failed store write leaves the node as it was.
-  absl::Status stored = store_->PutAgent(record);
-  if (!stored.ok()) return Done(ctx, "RegisterAgent", stored);
-  agents_->Register(request->node_id(), request->num_devices(), request->address());
-  // A registering agent says its node is up, so every job still excluding it takes it back
-  // (a no-op for the others). Not only when the registry saw the node as new or failed:
-  // agents restored from the store on a restart come back alive, so a node excluded before
-  // the restart would otherwise never rejoin.
-  const std::vector<std::string> rejoined = jobs_->NodeJoined(request->node_id());
-  logging::Event(*logging::Logger("agents"), spdlog::level::info, "agent registered",
-                 {{"node", request->node_id()}, {"devices", request->num_devices()},
-                  {"address", request->address()}, {"rejoined_jobs", rejoined}});
-  if (observer_) observer_->OnAgentsAlive(agents_->AliveCount());
-  response->set_heartbeat_interval_ms(options_.heartbeat_interval_ms);
-  return Done(ctx, "RegisterAgent", absl::OkStatus());
+  return Mutating(ctx, "RegisterAgent", Need::kNode, request->node_id(), [&](std::string*) {
+    RETURN_IF_ERROR(CheckRegistration(*request));
+    AgentRecord record;
+    record.node_id = request->node_id();
+    record.num_devices = request->num_devices();
+    record.address = request->address();
+    record.registered_unix_ms = UnixMillis();
+    // Persist before registering: a failed store write leaves the node as it was.
+    RETURN_IF_ERROR(store_->PutAgent(record));
+    agents_->Register(request->node_id(), request->num_devices(), request->address());
+    // A registering agent says its node is up, so every job still excluding it takes it back
+    // (a no-op for the others). Not only when the registry saw the node as new or failed:
+    // agents restored from the store on a restart come back alive, so a node excluded before
+    // the restart would otherwise never rejoin.
+    const std::vector<std::string> rejoined = jobs_->NodeJoined(request->node_id());
+    logging::Event(*logging::Logger("agents"), spdlog::level::info, "agent registered",
+                   {{"node", request->node_id()}, {"devices", request->num_devices()},
+                    {"address", request->address()}, {"rejoined_jobs", rejoined}});
+    if (observer_) observer_->OnAgentsAlive(agents_->AliveCount());
+    response->set_heartbeat_interval_ms(options_.heartbeat_interval_ms);
+    return absl::OkStatus();
+  });
 }
 
 grpc::ServerUnaryReactor* PlannerService::Heartbeat(grpc::CallbackServerContext* ctx,
                                                     const proto::HeartbeatRequest* request,
                                                     proto::HeartbeatResponse* response) {
-  if (absl::Status s = Authorize(ctx); !s.ok()) return Done(ctx, "Heartbeat", s);
-  if (absl::Status s = RequireLeader(ctx, "Heartbeat"); !s.ok()) return Done(ctx, "Heartbeat", s);
-  if (request->node_id().empty()) {
-    return Done(ctx, "Heartbeat", absl::InvalidArgumentError("node_id is empty"));
-  }
-  if (agents_->IsDrained(request->node_id())) {
-    response->set_drained(true);  // the agent leaves instead of registering again
-    return Done(ctx, "Heartbeat", absl::OkStatus());
-  }
-  return Done(ctx, "Heartbeat", agents_->Heartbeat(request->node_id()));
+  return Mutating(
+      ctx, "Heartbeat", Need::kNode, request->node_id(),
+      [&](std::string*) {
+        if (request->node_id().empty()) return absl::InvalidArgumentError("node_id is empty");
+        if (agents_->IsDrained(request->node_id())) {
+          response->set_drained(true);  // the agent leaves instead of registering again
+          return absl::OkStatus();
+        }
+        return agents_->Heartbeat(request->node_id());
+      },
+      /*audit_ok=*/false);
 }
 
 grpc::ServerUnaryReactor* PlannerService::ReportJobEvent(
     grpc::CallbackServerContext* ctx, const proto::ReportJobEventRequest* request,
     proto::ReportJobEventResponse* response) {
-  if (absl::Status s = Authorize(ctx); !s.ok()) return Done(ctx, "ReportJobEvent", s);
-  if (absl::Status s = RequireLeader(ctx, "ReportJobEvent"); !s.ok()) return Done(ctx, "ReportJobEvent", s);
-  if (request->event().kind().empty()) {
-    return Done(ctx, "ReportJobEvent", absl::InvalidArgumentError("event.kind is empty"));
-  }
-  return Done(ctx, "ReportJobEvent",
-              jobs_->AddEvent(request->job_id(), JobEventFromProto(request->event())));
+  return Mutating(ctx, "ReportJobEvent", Need::kNode, request->event().node_id(),
+                  [&](std::string* target) {
+                    *target = request->job_id();
+                    if (request->event().kind().empty()) {
+                      return absl::InvalidArgumentError("event.kind is empty");
+                    }
+                    return jobs_->AddEvent(request->job_id(),
+                                           JobEventFromProto(request->event()));
+                  });
 }
 
 grpc::ServerUnaryReactor* PlannerService::ListAgents(grpc::CallbackServerContext* ctx,
                                                      const proto::ListAgentsRequest* request,
                                                      proto::ListAgentsResponse* response) {
-  if (absl::Status s = RequireLeader(ctx, "ListAgents"); !s.ok()) return Done(ctx, "ListAgents", s);
-  absl::StatusOr<AgentPage> page =
-      PageOfAgents(agents_->List(), request->page_size(), request->page_token());
-  if (!page.ok()) return Done(ctx, "ListAgents", page.status());
-  for (const AgentInfo& a : page->agents) {
-    proto::AgentStatus* s = response->add_agents();
-    s->set_node_id(a.node_id);
-    s->set_num_devices(a.num_devices);
-    s->set_address(a.address);
-    s->set_alive(a.alive);
-  }
-  response->set_next_page_token(page->next_page_token);
-  return Done(ctx, "ListAgents", absl::OkStatus());
+  return Read(ctx, "ListAgents", [&]() -> absl::Status {
+    RETURN_IF_ERROR(RequireLeader(ctx, "ListAgents"));
+    absl::StatusOr<AgentPage> page =
+        PageOfAgents(agents_->List(), request->page_size(), request->page_token());
+    if (!page.ok()) return page.status();
+    for (const AgentInfo& a : page->agents) {
+      proto::AgentStatus* s = response->add_agents();
+      s->set_node_id(a.node_id);
+      s->set_num_devices(a.num_devices);
+      s->set_address(a.address);
+      s->set_alive(a.alive);
+    }
+    response->set_next_page_token(page->next_page_token);
+    return absl::OkStatus();
+  });
 }
 
 grpc::ServerUnaryReactor* PlannerService::ReportStageTimes(
     grpc::CallbackServerContext* ctx, const proto::ReportStageTimesRequest* request,
     proto::ReportStageTimesResponse* response) {
-  if (absl::Status s = Authorize(ctx); !s.ok()) return Done(ctx, "ReportStageTimes", s);
-  if (absl::Status s = RequireLeader(ctx, "ReportStageTimes"); !s.ok()) return Done(ctx, "ReportStageTimes", s);
-  absl::StatusOr<proto::ReportStageTimesResponse> r = jobs_->ReportStageTimes(*request);
-  if (r.ok()) *response = std::move(*r);
-  return Done(ctx, "ReportStageTimes", r.status());
+  return Mutating(ctx, "ReportStageTimes", Need::kNode, request->node_id(),
+                  [&](std::string* target) {
+                    *target = request->job_id();
+                    absl::StatusOr<proto::ReportStageTimesResponse> r =
+                        jobs_->ReportStageTimes(*request);
+                    if (r.ok()) *response = std::move(*r);
+                    return r.status();
+                  });
 }
 
 absl::Status PlannerService::CheckRegistration(const proto::RegisterAgentRequest& r) const {
@@ -673,17 +732,18 @@ absl::Status PlannerService::LoseNode(const proto::NodeRequest& request, ReplanR
 grpc::ServerUnaryReactor* PlannerService::ReportNodeFailure(grpc::CallbackServerContext* ctx,
                                                             const proto::NodeRequest* request,
                                                             proto::NodeResponse* response) {
-  if (absl::Status s = Authorize(ctx); !s.ok()) return Done(ctx, "ReportNodeFailure", s);
-  if (absl::Status s = RequireLeader(ctx, "ReportNodeFailure"); !s.ok()) return Done(ctx, "ReportNodeFailure", s);
-  return Done(ctx, "ReportNodeFailure", LoseNode(*request, ReplanReason::kNodeFailure, response));
+  return Mutating(ctx, "ReportNodeFailure", Need::kSchedule, request->node_id(),
+                  [&](std::string*) {
+                    return LoseNode(*request, ReplanReason::kNodeFailure, response);
+                  });
 }
 
 grpc::ServerUnaryReactor* PlannerService::DrainNode(grpc::CallbackServerContext* ctx,
                                                     const proto::NodeRequest* request,
                                                     proto::NodeResponse* response) {
-  if (absl::Status s = Authorize(ctx); !s.ok()) return Done(ctx, "DrainNode", s);
-  if (absl::Status s = RequireLeader(ctx, "DrainNode"); !s.ok()) return Done(ctx, "DrainNode", s);
-  return Done(ctx, "DrainNode", LoseNode(*request, ReplanReason::kDrain, response));
+  return Mutating(ctx, "DrainNode", Need::kSchedule, request->node_id(), [&](std::string*) {
+    return LoseNode(*request, ReplanReason::kDrain, response);
+  });
 }
 
 }  // namespace octopipe::planner

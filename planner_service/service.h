@@ -1,11 +1,13 @@
 // PlannerService: the thin gRPC adapter (callback API) over JobManager, AgentRegistry and the
-// tuning pool. Handlers check the bearer token, validate, convert, call the core classes and
+// tuning pool. Handlers identify and authorize the caller (access.h), validate, convert, call the core classes and
 // convert back; absl::Status codes map 1:1 to gRPC codes. One-shot Plan calls tune on the
 // bounded pool (a full queue answers RESOURCE_EXHAUSTED) and finish from the worker thread.
 #ifndef OCTOPIPE_PLANNER_SERVICE_SERVICE_H_
 #define OCTOPIPE_PLANNER_SERVICE_SERVICE_H_
 
 #include <atomic>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,8 +16,10 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "planner_service/access.h"
 #include "planner_service/admission.h"
 #include "planner_service/agent_registry.h"
+#include "planner_service/audit_log.h"
 #include "core/clock.h"
 #include "planner_service/queue_expiry.h"
 #include "planner_service/job_manager.h"
@@ -44,8 +48,14 @@ class RpcObserver {
 };
 
 struct ServiceOptions {
-  // Required from agents and on mutating calls when non-empty ("authorization: Bearer ...").
-  std::string token;
+  // Who may call what (planner_service/access.h); not owned. Null: every caller is an
+  // anonymous admin.
+  const AccessControl* access = nullptr;
+  // Where mutating calls are recorded (planner_service/audit_log.h): CreateJob, DeleteJob,
+  // DrainNode, ReportNodeFailure, RegisterAgent, ReportStageTimes, ReportJobEvent, and
+  // Heartbeats that were refused (an accepted heartbeat changes only liveness: one a second
+  // per node would drown the log). Not owned; null: none.
+  AuditLog* audit = nullptr;
   PlanningLimits limits;
   int64_t heartbeat_interval_ms = 1000;  // told to agents at registration
   // One-shot Plan calls under load (planner_service/admission.h).
@@ -138,7 +148,21 @@ class PlannerService final : public proto::Planner::CallbackService {
   void CheckDecodingUnary(const char* method,
                           grpc::ServerUnaryReactor* (PlannerService::*fn)(
                               grpc::CallbackServerContext*, const Req*, Resp*));
-  absl::Status Authorize(grpc::CallbackServerContext* ctx) const;
+  // Identifies the caller (AccessControl::Identify: its bearer token or client certificate)
+  // and checks that it may call `method` (AccessControl::Permit, for `node` with Need::kNode).
+  // `who` is set once the caller is identified, also when it is then refused.
+  absl::Status Authorize(grpc::CallbackServerContext* ctx, const char* method, Need need,
+                         const std::string& node, std::optional<Principal>* who) const;
+  // A mutating unary call: authorizes it, requires the leader, runs `body` (which may refine
+  // *target, e.g. to the job it created), records it in the audit log (`audit_ok`: also when
+  // it succeeded) and finishes it.
+  grpc::ServerUnaryReactor* Mutating(grpc::CallbackServerContext* ctx, const char* method,
+                                     Need need, std::string target,
+                                     const std::function<absl::Status(std::string* target)>& body,
+                                     bool audit_ok = true);
+  // A read: authorizes it (Need::kRead), then runs `body` and finishes the call.
+  grpc::ServerUnaryReactor* Read(grpc::CallbackServerContext* ctx, const char* method,
+                                 const std::function<absl::Status()>& body);
   // Whether this replica leads (always, for a lone planner).
   bool Leading() const;
   // A follower's GetJob: the job and its newest plan version as stored.

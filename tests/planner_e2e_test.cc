@@ -3,12 +3,15 @@
 #include <sys/wait.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <optional>
 #include <sstream>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include <grpcpp/grpcpp.h>
 
@@ -446,10 +449,27 @@ TEST(PlannerE2ETest, TokenIsRefusedWhenMissingOrWrongAndAcceptedWhenRight) {
             grpc::StatusCode::UNAUTHENTICATED);
   auto right = Ctx("s3cret");
   EXPECT_TRUE(stub->CreateJob(right.get(), SmallJob("t", TwoNodes()), &job).ok());
-  // Reading needs no token.
+  // Reading needs the token too (job specs and the cluster's addresses are not public).
   proto::ListJobsResponse list;
   auto lc = Ctx();
-  EXPECT_TRUE(stub->ListJobs(lc.get(), proto::ListJobsRequest(), &list).ok());
+  EXPECT_EQ(stub->ListJobs(lc.get(), proto::ListJobsRequest(), &list).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  proto::ListAgentsResponse agents;
+  auto la = Ctx();
+  EXPECT_EQ(stub->ListAgents(la.get(), proto::ListAgentsRequest(), &agents).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  auto lr = Ctx("s3cret");
+  EXPECT_TRUE(stub->ListJobs(lr.get(), proto::ListJobsRequest(), &list).ok());
+  EXPECT_EQ(list.jobs_size(), 1);
+}
+
+// A client certificate with subject CN `cn`, signed by MakeCerts' CA in `dir`.
+bool MakeClientCert(const std::string& dir, const std::string& cn) {
+  const std::string cmd =
+      "cd '" + dir + "' && openssl req -newkey rsa:2048 -nodes -subj /CN=" + cn + " -keyout " +
+      cn + ".key -out " + cn + ".csr 2>/dev/null && openssl x509 -req -in " + cn +
+      ".csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -out " + cn + ".pem 2>/dev/null";
+  return std::system(cmd.c_str()) == 0;
 }
 
 // Generates a CA, a server certificate for 127.0.0.1/localhost and a client certificate.
@@ -506,6 +526,185 @@ TEST(PlannerE2ETest, MutualTlsAcceptsTheSignedClientAndRefusesOthers) {
   auto plain = Connect(planner.address());
   auto c3 = Ctx("", 10);
   EXPECT_FALSE(plain->ListJobs(c3.get(), proto::ListJobsRequest(), &list).ok());
+}
+
+// --- node identities and roles (planner_service/access.h) ---
+
+grpc::StatusCode Register(proto::Planner::Stub* stub, const std::string& token,
+                          const std::string& node) {
+  proto::RegisterAgentRequest r;
+  r.set_node_id(node);
+  r.set_num_devices(2);
+  r.set_address("127.0.0.1:1");
+  proto::RegisterAgentResponse resp;
+  auto ctx = Ctx(token, 20);
+  return stub->RegisterAgent(ctx.get(), r, &resp).error_code();
+}
+
+grpc::Status Beat(proto::Planner::Stub* stub, const std::string& token, const std::string& node) {
+  proto::HeartbeatRequest h;
+  h.set_node_id(node);
+  proto::HeartbeatResponse resp;
+  auto ctx = Ctx(token, 20);
+  return stub->Heartbeat(ctx.get(), h, &resp);
+}
+
+grpc::StatusCode ListJobsCode(proto::Planner::Stub* stub, const std::string& token) {
+  proto::ListJobsResponse list;
+  auto ctx = Ctx(token, 20);
+  return stub->ListJobs(ctx.get(), proto::ListJobsRequest(), &list).error_code();
+}
+
+std::unique_ptr<proto::Planner::Stub> ConnectAs(const std::string& address,
+                                                const std::string& dir, const std::string& cn) {
+  grpc::SslCredentialsOptions o;
+  o.pem_root_certs = Read(dir + "/ca.pem");
+  o.pem_private_key = Read(dir + "/" + cn + ".key");
+  o.pem_cert_chain = Read(dir + "/" + cn + ".pem");
+  return Connect(address, grpc::SslCredentials(o));
+}
+
+// Two mutual-TLS agents identified by their certificates' CN, a scheduler by its token over a
+// certificate that names no principal: each agent acts only for its own node
+// (PERMISSION_DENIED naming both), agents cannot schedule, a certificate naming no principal
+// reads nothing without a token; the audit log has the refused and accepted mutating calls.
+TEST(PlannerE2ETest, CertificatesIdentifyAgentsWhoActOnlyForTheirNode) {
+  const std::string dir = TmpDir("id-certs");
+  ASSERT_TRUE(MakeCerts(dir));
+  for (const char* cn : {"node-a", "node-b", "tooling"}) ASSERT_TRUE(MakeClientCert(dir, cn));
+  const std::string identities = TmpDir("identities-certs.json");
+  std::ofstream(identities) << R"({"principals": [
+      {"name": "node-a", "role": "agent", "node": "node-a", "certificate": "node-a"},
+      {"name": "node-b", "role": "agent", "node": "node-b", "certificate": "node-b"},
+      {"name": "sched", "role": "scheduler", "token": "s-token"}]})";
+  const std::string audit = TmpDir("audit-certs.jsonl");
+  PlannerProcess planner(kPlanner);
+  ASSERT_TRUE(planner.Start({"--state_dir=" + TmpDir("id-tls"), "--tls_cert=" + dir + "/server.pem",
+                             "--tls_key=" + dir + "/server.key",
+                             "--tls_client_ca=" + dir + "/ca.pem", "--identities=" + identities,
+                             "--audit_log=" + audit})
+                  .ok())
+      << planner.log();
+  auto a = ConnectAs(planner.address(), dir, "node-a");
+  auto b = ConnectAs(planner.address(), dir, "node-b");
+  auto tooling = ConnectAs(planner.address(), dir, "tooling");
+  EXPECT_EQ(Register(a.get(), "", "node-a"), grpc::StatusCode::OK);
+  EXPECT_EQ(Register(b.get(), "", "node-b"), grpc::StatusCode::OK);
+  EXPECT_EQ(Register(a.get(), "", "node-b"), grpc::StatusCode::PERMISSION_DENIED);
+  grpc::Status hijack = Beat(a.get(), "", "node-b");
+  EXPECT_EQ(hijack.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_NE(hijack.error_message().find("acts for node 'node-a' only, not for node 'node-b'"),
+            std::string::npos)
+      << hijack.error_message();
+  EXPECT_TRUE(Beat(b.get(), "", "node-b").ok());
+  EXPECT_EQ(ListJobsCode(a.get(), ""), grpc::StatusCode::OK);  // agents read jobs
+  proto::Job job;
+  auto ca = Ctx("", 20);
+  EXPECT_EQ(a->CreateJob(ca.get(), SmallJob("x", TwoNodes()), &job).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  // A certificate the CA signed but no principal names: nothing without a token.
+  EXPECT_EQ(ListJobsCode(tooling.get(), ""), grpc::StatusCode::UNAUTHENTICATED);
+  auto cs = Ctx("s-token", 60);
+  ASSERT_TRUE(tooling->CreateJob(cs.get(), SmallJob("sched", TwoNodes()), &job).ok());
+  EXPECT_EQ(Register(tooling.get(), "s-token", "node-a"), grpc::StatusCode::PERMISSION_DENIED);
+
+  // The audit log: one line per mutating call, refused heartbeats too, accepted ones not.
+  std::vector<std::string> lines;
+  std::ifstream in(audit);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  auto has = [&](const std::string& a1, const std::string& a2, const std::string& a3) {
+    for (const std::string& l : lines) {
+      if (l.find(a1) != std::string::npos && l.find(a2) != std::string::npos &&
+          l.find(a3) != std::string::npos) {
+        return true;
+      }
+    }
+    return false;
+  };
+  EXPECT_TRUE(has(R"("identity":"node-a")", R"("method":"Heartbeat")", "PERMISSION_DENIED"));
+  EXPECT_FALSE(has(R"("identity":"node-b")", R"("method":"Heartbeat")", R"("code":"OK")"));
+  EXPECT_TRUE(has(R"("identity":"sched")", R"("method":"CreateJob")", R"("code":"OK")"));
+  EXPECT_TRUE(has(R"("identity":"node-a")", R"("method":"CreateJob")", "PERMISSION_DENIED"));
+  EXPECT_TRUE(has(R"("identity":"node-b")", R"("method":"RegisterAgent")", R"("code":"OK")"));
+  // RegisterAgent 4 (2 refused), Heartbeat 1 (refused), CreateJob 2 (1 refused).
+  EXPECT_EQ(lines.size(), 7u) << planner.log();
+}
+
+// Per-node tokens over plaintext: each token acts for its node; a viewer reads but cannot
+// schedule; no credential reads nothing; SIGHUP re-reads the file (the viewer removed is
+// refused from then on) and a broken file keeps the principals.
+TEST(PlannerE2ETest, PerNodeTokensRolesAndReloadOnSighup) {
+  const std::string identities = TmpDir("identities-tokens.json");
+  std::ofstream(identities) << R"({"principals": [
+      {"name": "node-a", "role": "agent", "node": "node-a", "token": "a-token"},
+      {"name": "node-b", "role": "agent", "node": "node-b", "token": "b-token"},
+      {"name": "viewer", "role": "viewer", "token": "v-token"}]})";
+  PlannerProcess planner(kPlanner);
+  ASSERT_TRUE(
+      planner.Start({"--state_dir=" + TmpDir("id-tokens"), "--identities=" + identities}).ok())
+      << planner.log();
+  auto stub = Connect(planner.address());
+  EXPECT_EQ(Register(stub.get(), "a-token", "node-a"), grpc::StatusCode::OK);
+  EXPECT_EQ(Register(stub.get(), "b-token", "node-b"), grpc::StatusCode::OK);
+  EXPECT_EQ(Register(stub.get(), "a-token", "node-b"), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(Beat(stub.get(), "b-token", "node-a").error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(ListJobsCode(stub.get(), "v-token"), grpc::StatusCode::OK);
+  EXPECT_EQ(ListJobsCode(stub.get(), ""), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(ListJobsCode(stub.get(), "x-token"), grpc::StatusCode::UNAUTHENTICATED);
+  proto::Job job;
+  auto cv = Ctx("v-token", 20);
+  EXPECT_EQ(stub->CreateJob(cv.get(), SmallJob("x", TwoNodes()), &job).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  proto::NodeRequest drain;
+  drain.set_node_id("node-a");
+  proto::NodeResponse dr;
+  auto cd = Ctx("b-token", 20);
+  EXPECT_EQ(stub->DrainNode(cd.get(), drain, &dr).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+
+  // Reload: the viewer goes, node-a's token changes.
+  std::ofstream(identities) << R"({"principals": [
+      {"name": "node-a", "role": "agent", "node": "node-a", "token": "a-token-2"},
+      {"name": "node-b", "role": "agent", "node": "node-b", "token": "b-token"}]})";
+  planner.Signal(SIGHUP);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (ListJobsCode(stub.get(), "v-token") == grpc::StatusCode::OK &&
+         std::chrono::steady_clock::now() < deadline) {
+  }
+  EXPECT_EQ(ListJobsCode(stub.get(), "v-token"), grpc::StatusCode::UNAUTHENTICATED)
+      << planner.log();
+  EXPECT_TRUE(Beat(stub.get(), "a-token-2", "node-a").ok());
+  EXPECT_EQ(Beat(stub.get(), "a-token", "node-a").error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  // A broken file keeps the principals (and the planner keeps serving).
+  std::ofstream(identities) << "{ broken";
+  planner.Signal(SIGHUP);
+  const auto logged = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (planner.log().find("identities not reloaded") == std::string::npos &&
+         std::chrono::steady_clock::now() < logged) {
+    ListJobsCode(stub.get(), "b-token");
+  }
+  EXPECT_NE(planner.log().find("identities not reloaded"), std::string::npos) << planner.log();
+  EXPECT_TRUE(Beat(stub.get(), "b-token", "node-b").ok());
+}
+
+TEST(PlannerE2ETest, IdentitiesFlagErrorsAreClear) {
+  const std::string bad = TmpDir("identities-bad.json");
+  std::ofstream(bad) << R"({"principals": [{"name": "a", "role": "root", "token": "t"}]})";
+  PlannerProcess planner(kPlanner);
+  absl::Status s = planner.Start({"--state_dir=" + TmpDir("id-bad"), "--identities=" + bad}, 20);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(planner.log().find("--identities: identities '" + bad +
+                               "': principals[0].role: unknown role 'root'"),
+            std::string::npos)
+      << planner.log();
+  PlannerProcess both(kPlanner);
+  EXPECT_FALSE(both.Start({"--state_dir=" + TmpDir("id-both"), "--identities=" + bad,
+                           "--token=x"},
+                          20)
+                   .ok());
+  EXPECT_NE(both.log().find("mutually exclusive"), std::string::npos) << both.log();
 }
 
 TEST(PlannerE2ETest, PlaintextServerWhenTlsIsOff) {
