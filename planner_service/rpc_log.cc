@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "logging/logging.h"
 
 namespace octopipe::planner {
@@ -35,8 +36,9 @@ std::string JobIdOf(const google::protobuf::Message& request) {
 
 // Calls agents and watchers repeat every fraction of a second: summarised when OK.
 bool Repeated(absl::string_view method) {
+  if (!absl::ConsumePrefix(&method, kPlannerPrefix)) return false;
   for (absl::string_view m : {"Heartbeat", "ReportStageTimes", "ListJobs", "GetJob", "ListAgents"}) {
-    if (method == absl::StrCat(kPlannerPrefix, m)) return true;
+    if (method == m) return true;
   }
   return false;
 }
@@ -55,8 +57,12 @@ spdlog::level::level_enum LevelOf(absl::string_view method, grpc::StatusCode cod
 
 class RpcLogInterceptor final : public grpc::experimental::Interceptor {
  public:
-  RpcLogInterceptor(absl::string_view method, RpcSummary* summary)
-      : method_(method), start_(std::chrono::steady_clock::now()), summary_(summary) {}
+  RpcLogInterceptor(absl::string_view method, RpcSummary* summary,
+                    const RpcLogInterceptorFactory::LatencySink* on_latency)
+      : method_(method),
+        start_(std::chrono::steady_clock::now()),
+        summary_(summary),
+        on_latency_(on_latency) {}
 
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
     if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::POST_RECV_MESSAGE) &&
@@ -75,29 +81,32 @@ class RpcLogInterceptor final : public grpc::experimental::Interceptor {
     const double latency_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_)
             .count();
+    if (*on_latency_) (*on_latency_)(ShortName(), latency_ms / 1000);
+    const spdlog::level::level_enum level = LevelOf(method_, status.error_code());
+    if (level == spdlog::level::debug && Repeated(method_)) {
+      summary_->Count(ShortName(), std::chrono::steady_clock::now());
+    }
+    std::shared_ptr<spdlog::logger> logger = logging::Logger("rpc");
+    if (!logger->should_log(level)) return;  // the line below is built only when written
     std::vector<logging::Field> fields = {{"method", ShortName()}};
     if (!job_id_.empty()) fields.emplace_back("job", logging::Abbreviated(job_id_));
     fields.emplace_back(
         "code", absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code())));
     fields.emplace_back("latency_ms", static_cast<int64_t>(latency_ms * 1000) / 1000.0);
     if (!status.ok()) fields.emplace_back("error", logging::Abbreviated(status.error_message()));
-    const spdlog::level::level_enum level = LevelOf(method_, status.error_code());
-    logging::Event(*logging::Logger("rpc"), level, "rpc", fields);
-    if (level == spdlog::level::debug && Repeated(method_)) {
-      summary_->Count(ShortName(), std::chrono::steady_clock::now());
-    }
+    logging::Event(*logger, level, "rpc", fields);
   }
 
   // "CreateJob" for "/octopipe.proto.Planner/CreateJob"; other services keep the full name.
-  std::string ShortName() const {
-    return absl::StartsWith(method_, kPlannerPrefix)
-               ? method_.substr(kPlannerPrefix.size())
-               : method_;
-  }
+  const std::string& ShortName() const { return short_name_; }
 
   const std::string method_;
+  const std::string short_name_ = absl::StartsWith(method_, kPlannerPrefix)
+                                      ? method_.substr(kPlannerPrefix.size())
+                                      : method_;
   const std::chrono::steady_clock::time_point start_;
   RpcSummary* const summary_;
+  const RpcLogInterceptorFactory::LatencySink* const on_latency_;  // the factory's
   std::string job_id_;
 };
 
@@ -122,7 +131,8 @@ void RpcSummary::Count(const std::string& method, std::chrono::steady_clock::tim
 
 grpc::experimental::Interceptor* RpcLogInterceptorFactory::CreateServerInterceptor(
     grpc::experimental::ServerRpcInfo* info) {
-  return new RpcLogInterceptor(info->method() != nullptr ? info->method() : "", &summary_);
+  return new RpcLogInterceptor(info->method() != nullptr ? info->method() : "", &summary_,
+                               &on_latency_);
 }
 
 }  // namespace octopipe::planner

@@ -1,5 +1,5 @@
 // RpcLogInterceptorFactory: a gRPC server interceptor that logs one line per finished RPC on
-// the "rpc" logger (logging/logging.h): method, job id (the request's `job_id` field, when it
+// the "rpc" logger (logging/logging.h) and reports its latency to an optional sink: method, job id (the request's `job_id` field, when it
 // has one, cut to 64 bytes), status code and latency from the call's arrival to its status.
 // Health checks log at debug, server faults (INTERNAL, UNKNOWN, DATA_LOSS) at warn, everything
 // else at info — except the calls agents and watchers repeat every fraction of a second
@@ -13,8 +13,10 @@
 #define OCTOPIPE_PLANNER_SERVICE_RPC_LOG_H_
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <string>
+#include <utility>
 
 #include <grpcpp/support/server_interceptor.h>
 
@@ -41,11 +43,18 @@ class RpcSummary {
 class RpcLogInterceptorFactory final
     : public grpc::experimental::ServerInterceptorFactoryInterface {
  public:
+  // `on_latency` (may be empty) is told each finished call's short method name ("Heartbeat")
+  // and its latency in seconds, from the thread finishing it.
+  using LatencySink = std::function<void(const std::string& method, double seconds)>;
+  explicit RpcLogInterceptorFactory(LatencySink on_latency = {})
+      : on_latency_(std::move(on_latency)) {}
+
   grpc::experimental::Interceptor* CreateServerInterceptor(
       grpc::experimental::ServerRpcInfo* info) override;
 
  private:
   RpcSummary summary_;
+  const LatencySink on_latency_;
 };
 
 }  // namespace octopipe::planner

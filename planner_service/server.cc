@@ -235,7 +235,11 @@ absl::Status PlannerServer::Start() {
   builder.RegisterService(m.service.get());
   builder.SetMaxReceiveMessageSize(options_.max_request_bytes);
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
-  interceptors.push_back(std::make_unique<RpcLogInterceptorFactory>());
+  metrics::PlannerMetrics* metrics = m.metrics;
+  interceptors.push_back(std::make_unique<RpcLogInterceptorFactory>(
+      [metrics](const std::string& method, double seconds) {
+        if (metrics != nullptr) metrics->RpcLatency(method).Observe(seconds);
+      }));
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   m.server = builder.BuildAndStart();
   if (!m.server || port_ == 0) {

@@ -32,6 +32,7 @@ class PlannerProcess {
   // Sends `sig` without waiting (SIGSTOP, SIGCONT).
   void Signal(int sig);
   bool running() const { return pid_ > 0; }
+  pid_t pid() const { return pid_; }  // -1 when not running
 
   int port() const { return port_; }
   int metrics_port() const { return metrics_port_; }

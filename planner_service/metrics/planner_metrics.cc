@@ -68,6 +68,11 @@ absl::StatusOr<std::unique_ptr<PlannerMetrics>> PlannerMetrics::Create(
                     .Name("octopipe_rpcs_total")
                     .Help("Planner RPCs handled, by method and status code.")
                     .Register(registry);
+    m->rpc_latency_ = &prometheus::BuildHistogram()
+                           .Name("octopipe_rpc_latency_seconds")
+                           .Help("Server-side latency of planner RPCs (arrival to status), "
+                                 "in seconds, by method.")
+                           .Register(registry);
     auto& jobs = prometheus::BuildGauge()
                      .Name("octopipe_jobs")
                      .Help("Jobs the planner manages.")
@@ -113,8 +118,30 @@ absl::StatusOr<std::unique_ptr<PlannerMetrics>> PlannerMetrics::Create(
 }
 
 prometheus::Counter& PlannerMetrics::Rpcs(absl::string_view method, absl::StatusCode code) const {
-  return rpcs_->Add(
-      {{"method", std::string(method)}, {"code", absl::StatusCodeToString(code)}});
+  const std::pair<std::string, int> key(std::string(method), static_cast<int>(code));
+  {
+    absl::ReaderMutexLock lock(&children_mu_);
+    if (auto it = rpc_children_.find(key); it != rpc_children_.end()) return *it->second;
+  }
+  prometheus::Counter& c =
+      rpcs_->Add({{"method", key.first}, {"code", absl::StatusCodeToString(code)}});
+  absl::MutexLock lock(&children_mu_);
+  rpc_children_[key] = &c;
+  return c;
+}
+
+prometheus::Histogram& PlannerMetrics::RpcLatency(absl::string_view method) const {
+  static const prometheus::Histogram::BucketBoundaries kBuckets = {
+      0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5};
+  const std::string key(method);
+  {
+    absl::ReaderMutexLock lock(&children_mu_);
+    if (auto it = latency_children_.find(key); it != latency_children_.end()) return *it->second;
+  }
+  prometheus::Histogram& h = rpc_latency_->Add({{"method", key}}, kBuckets);
+  absl::MutexLock lock(&children_mu_);
+  latency_children_[key] = &h;
+  return h;
 }
 
 prometheus::Gauge& PlannerMetrics::TuningQueueDepth(absl::string_view lane) const {

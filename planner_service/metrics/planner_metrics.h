@@ -14,6 +14,7 @@
 //   octopipe_replans_total                 counter    reason         -        see ReplanReason
 //   octopipe_agents_alive                  gauge      -              -
 //   octopipe_rpcs_total                    counter    method, code   -        code: "OK", ...
+//   octopipe_rpc_latency_seconds           histogram  method         seconds  0.5 ms .. 5 s
 //   octopipe_jobs                          gauge      -              -
 //   octopipe_tuning_queue_depth            gauge      lane           -        jobs | oneshot
 //   octopipe_plan_cache_lookups_total      counter    result         -        hit | miss
@@ -43,6 +44,7 @@
 #include <memory>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <prometheus/counter.h>
@@ -51,9 +53,12 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "core/replan_reason.h"
 
 namespace octopipe::metrics {
@@ -97,6 +102,8 @@ class PlannerMetrics {
   // The RPC counter for `method` (e.g. "CreateJob") and the status it returned; the code label
   // is the canonical gRPC/Abseil name ("OK", "INVALID_ARGUMENT", ...). Looks the child up.
   prometheus::Counter& Rpcs(absl::string_view method, absl::StatusCode code) const;
+  // Server-side latency of one RPC (arrival to status), by method.
+  prometheus::Histogram& RpcLatency(absl::string_view method) const;
 
   // The predicted iteration time and bubble ratio of a job's current plan.
   void SetJobPrediction(const std::string& job_id, double iteration_s, double bubble_ratio);
@@ -116,6 +123,14 @@ class PlannerMetrics {
   prometheus::Family<prometheus::Gauge>* measured_bubble_ = nullptr;        // {job_id}
   prometheus::Family<prometheus::Counter>* replans_ = nullptr;              // {reason}
   prometheus::Family<prometheus::Counter>* rpcs_ = nullptr;                 // {method, code}
+  prometheus::Family<prometheus::Histogram>* rpc_latency_ = nullptr;        // {method}
+  // Children of the two per-call families, by method (and code), found without the family's
+  // label-map lookup: every RPC updates them.
+  mutable absl::Mutex children_mu_;
+  mutable absl::flat_hash_map<std::string, prometheus::Histogram*> latency_children_
+      ABSL_GUARDED_BY(children_mu_);
+  mutable absl::flat_hash_map<std::pair<std::string, int>, prometheus::Counter*> rpc_children_
+      ABSL_GUARDED_BY(children_mu_);
   prometheus::Family<prometheus::Gauge>* queue_depth_ = nullptr;            // {lane}
   prometheus::Counter* plan_cache_hits_ = nullptr;
   prometheus::Counter* plan_cache_misses_ = nullptr;
