@@ -117,8 +117,10 @@ absl::StatusCode CodeFor(int rc) {
     case SQLITE_READONLY:
     case SQLITE_PERM:
     case SQLITE_AUTH:
-    case SQLITE_CONSTRAINT:
       return absl::StatusCode::kFailedPrecondition;
+    case SQLITE_CONSTRAINT:  // see SqliteStore::Error
+      return rc == SQLITE_CONSTRAINT_NOTNULL ? absl::StatusCode::kResourceExhausted
+                                             : absl::StatusCode::kInternal;
     default:  // SQLITE_ERROR, SQLITE_MISUSE, SQLITE_RANGE...: a bug here, not the caller's.
       return absl::StatusCode::kInternal;
   }
@@ -168,7 +170,8 @@ std::string ColumnBlob(sqlite3_stmt* stmt, int column) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path) {
+absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path,
+                                                               int max_value_bytes) {
   if (path.empty()) return absl::InvalidArgumentError("store path is empty");
   if (path != ":memory:") {
     const std::filesystem::path parent = std::filesystem::path(path).parent_path();
@@ -202,6 +205,7 @@ absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string
     sqlite3_close_v2(db);
     return status;
   }
+  if (max_value_bytes > 0) sqlite3_limit(db, SQLITE_LIMIT_LENGTH, max_value_bytes);
   std::unique_ptr<SqliteStore> store = absl::WrapUnique(new SqliteStore(path, db));
   RETURN_IF_ERROR(store->Init());
   return store;
@@ -216,6 +220,19 @@ SqliteStore::~SqliteStore() {
 }
 
 absl::Status SqliteStore::Error(int rc, absl::string_view what) {
+  // Every column is NOT NULL and every value is bound: a NULL reaching a column means binding
+  // it failed — out of memory, or a value over SQLite's size limit. Other constraints are the
+  // schema's own and a violation is a bug here. Neither answer carries SQL text.
+  if (rc == SQLITE_CONSTRAINT_NOTNULL) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "store ", path_, ": ", what, ": a value could not be stored (out of memory, or larger "
+        "than the store accepts); nothing was written"));
+  }
+  if ((rc & 0xff) == SQLITE_CONSTRAINT) {
+    return absl::InternalError(absl::StrCat("store ", path_, ": ", what,
+                                            ": the store refused the write (constraint ", rc,
+                                            "); nothing was written"));
+  }
   return absl::Status(CodeFor(rc),
                       absl::StrCat("store ", path_, ": ", what, ": ", sqlite3_errmsg(db_)));
 }

@@ -51,8 +51,11 @@ class SqliteStore : public Store {
 
   // Opens (creating if missing) the database at `path`, creating its parent directories and
   // the schema as needed. ":memory:" gives a private in-memory database (no durability; for
-  // tests of callers).
-  static absl::StatusOr<std::unique_ptr<SqliteStore>> Open(const std::string& path);
+  // tests of callers). `max_value_bytes` > 0 caps one stored value (a job or plan version
+  // record; SQLite's length limit): a larger write is RESOURCE_EXHAUSTED and writes nothing,
+  // as a write is when memory runs out. 0: SQLite's default (1e9 bytes).
+  static absl::StatusOr<std::unique_ptr<SqliteStore>> Open(const std::string& path,
+                                                           int max_value_bytes = 0);
 
   ~SqliteStore() override;
   SqliteStore(const SqliteStore&) = delete;

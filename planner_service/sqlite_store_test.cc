@@ -32,6 +32,7 @@ using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Not;
 using testing::Ids;
 using testing::MakeJob;
 using testing::MakeVersion;
@@ -97,6 +98,25 @@ TEST(SqliteStoreTest, JobsAreStoredAsTheProtoJobMessage) {
   ASSERT_TRUE((*jobs)[1].pending_reason.has_value());
   EXPECT_EQ(*(*jobs)[1].pending_reason, ReplanReason::kNodeFailure);
   EXPECT_EQ((*jobs)[1].state, planner::JobState::kPlanning);
+}
+
+// A value the store cannot take (over its length limit here; out of memory in production,
+// where binding the value fails the same way) is RESOURCE_EXHAUSTED saying so — not SQLite's
+// "NOT NULL constraint failed" text — and writes nothing; the store goes on working.
+TEST(SqliteStoreTest, AValueTooLargeIsResourceExhaustedAndWritesNothing) {
+  const std::string path = TestDir() + "/small.db";
+  absl::StatusOr<std::unique_ptr<SqliteStore>> store = SqliteStore::Open(path, 4096);
+  ASSERT_TRUE(store.ok()) << store.status();
+  planner::JobRecord big = MakeJob("big", 1);
+  big.last_error = std::string(10000, 'x');
+  absl::Status s = (*store)->PutJob(big);
+  EXPECT_TRUE(absl::IsResourceExhausted(s)) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("put job 'big': a value could not be stored"));
+  EXPECT_THAT(std::string(s.message()), Not(HasSubstr("constraint")));
+  ASSERT_TRUE((*store)->PutJob(MakeJob("small", 2)).ok());
+  absl::StatusOr<std::vector<planner::JobRecord>> jobs = (*store)->LoadJobs();
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  EXPECT_THAT(Ids(*jobs), ElementsAre("small"));
 }
 
 TEST(SqliteStoreTest, CreatesTheParentDirectories) {
