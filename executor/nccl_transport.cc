@@ -1,6 +1,7 @@
 #include "executor/nccl_transport.h"
 
 #include "executor/blob_rendezvous.h"
+#include "executor/inproc_collective.h"
 
 #ifdef OCTOPIPE_NO_CUDA
 #include "absl/strings/str_cat.h"
@@ -491,6 +492,155 @@ absl::Status NcclTransport::Recv(int src, uint32_t tag, void* data, size_t bytes
           absl::StrCat(what, ": the next message of this tag has ", header.bytes, " bytes"));
     }
   }
+}
+
+// A collective group: one communicator over its members, with the Link machinery (stream,
+// staging buffer, polled waits, abort on failure) for the group's calls.
+class NcclTransport::Group final : public Collective {
+ public:
+  Group(int index, int size, std::string name, int device, absl::Duration timeout,
+        const Clock* clock)
+      : index_(index), size_(size), name_(std::move(name)), device_(device), timeout_(timeout),
+        clock_(clock) {}
+
+  // Joins the communicator of `id` as member `index_`.
+  absl::Status Init(const ncclUniqueId& id) {
+    const std::string what = absl::StrCat("nccl group ", name_, " member ", index_, ": creating");
+    absl::MutexLock lock(&link_.mu);
+    RETURN_IF_ERROR(link_.CheckCuda(cudaSetDevice(device_), what));
+    if (cudaError_t e = cudaStreamCreateWithFlags(&link_.stream, cudaStreamNonBlocking);
+        e != cudaSuccess) {
+      cudaGetLastError();
+      link_.stream = nullptr;
+      return absl::UnavailableError(absl::StrCat(what, ": ", CudaErrorText(e)));
+    }
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    const ncclResult_t r = ncclCommInitRankConfig(&link_.comm, size_, id, index_, &config);
+    if (r != ncclSuccess && r != ncclInProgress) {
+      std::string text = NcclErrorText(r, link_.comm);
+      if (link_.comm != nullptr) ncclCommAbort(link_.comm);
+      link_.comm = nullptr;
+      return absl::UnavailableError(absl::StrCat(what, ": ncclCommInitRankConfig: ", text));
+    }
+    return link_.WaitComm(DeadlineAfter(clock_, timeout_), what);
+  }
+
+  int rank() const override { return index_; }
+  int size() const override { return size_; }
+  const std::string& name() const override { return name_; }
+
+  absl::Status AllReduceSum(float* data, size_t count) override {
+    const std::string what = absl::StrCat("nccl group ", name_, " AllReduceSum of ", count);
+    const Deadline deadline = DeadlineAfter(clock_, timeout_);
+    absl::MutexLock lock(&link_.mu);
+    RETURN_IF_ERROR(Usable(what));
+    const size_t bytes = count * sizeof(float);
+    RETURN_IF_ERROR(link_.Reserve(std::max<size_t>(bytes, 1), what));
+    RETURN_IF_ERROR(link_.Copy(link_.buffer, data, bytes, cudaMemcpyHostToDevice, deadline, what));
+    RETURN_IF_ERROR(link_.CheckNccl(ncclAllReduce(link_.buffer, link_.buffer, count, ncclFloat,
+                                                  ncclSum, link_.comm, link_.stream),
+                                    deadline, what));
+    RETURN_IF_ERROR(link_.WaitStream(deadline, what));
+    return link_.Copy(data, link_.buffer, bytes, cudaMemcpyDeviceToHost, deadline, what);
+  }
+
+  absl::Status AllToAllV(const float* send, const std::vector<size_t>& send_counts, float* recv,
+                         const std::vector<size_t>& recv_counts) override {
+    const std::string what = absl::StrCat("nccl group ", name_, " AllToAllV");
+    if (static_cast<int>(send_counts.size()) != size_ ||
+        static_cast<int>(recv_counts.size()) != size_) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": counts for ", send_counts.size(),
+                                                     " and ", recv_counts.size(),
+                                                     " members, the group has ", size_));
+    }
+    size_t sent = 0, received = 0;
+    for (int p = 0; p < size_; ++p) {
+      sent += send_counts[p];
+      received += recv_counts[p];
+    }
+    const Deadline deadline = DeadlineAfter(clock_, timeout_);
+    absl::MutexLock lock(&link_.mu);
+    RETURN_IF_ERROR(Usable(what));
+    RETURN_IF_ERROR(link_.Reserve(std::max<size_t>((sent + received) * sizeof(float), 1), what));
+    float* dsend = reinterpret_cast<float*>(link_.buffer);
+    float* drecv = dsend + sent;
+    RETURN_IF_ERROR(
+        link_.Copy(dsend, send, sent * sizeof(float), cudaMemcpyHostToDevice, deadline, what));
+    RETURN_IF_ERROR(link_.CheckNccl(ncclGroupStart(), deadline, what));
+    size_t soff = 0, roff = 0;
+    ncclResult_t r = ncclSuccess;
+    for (int p = 0; p < size_ && (r == ncclSuccess || r == ncclInProgress); ++p) {
+      if (send_counts[p] > 0) {
+        r = ncclSend(dsend + soff, send_counts[p], ncclFloat, p, link_.comm, link_.stream);
+      }
+      if (recv_counts[p] > 0 && (r == ncclSuccess || r == ncclInProgress)) {
+        r = ncclRecv(drecv + roff, recv_counts[p], ncclFloat, p, link_.comm, link_.stream);
+      }
+      soff += send_counts[p];
+      roff += recv_counts[p];
+    }
+    const ncclResult_t end = ncclGroupEnd();  // always closes the group
+    RETURN_IF_ERROR(link_.CheckNccl(r, deadline, what));
+    RETURN_IF_ERROR(link_.CheckNccl(end, deadline, what));
+    RETURN_IF_ERROR(link_.WaitStream(deadline, what));
+    return link_.Copy(recv, drecv, received * sizeof(float), cudaMemcpyDeviceToHost, deadline,
+                      what);
+  }
+
+ private:
+  absl::Status Usable(const std::string& what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(link_.mu) {
+    if (!link_.broken.ok()) {
+      return absl::UnavailableError(absl::StrCat(
+          what, ": the group is closed after an earlier error: ", link_.broken.message()));
+    }
+    return link_.CheckCuda(cudaSetDevice(device_), what);
+  }
+
+  const int index_;
+  const int size_;
+  const std::string name_;
+  const int device_;
+  const absl::Duration timeout_;
+  const Clock* const clock_;
+  Link link_;  // peer unused: a group has no single peer
+};
+
+absl::StatusOr<std::unique_ptr<Collective>> NcclTransport::NewCollective(
+    const std::vector<int>& ranks, const std::string& name) {
+  int index = -1;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (ranks[i] < 0 || ranks[i] >= size_) {
+      return absl::InvalidArgumentError(absl::StrCat("nccl group ", name, ": rank ", ranks[i],
+                                                     " is outside [0, ", size_, ")"));
+    }
+    if (std::count(ranks.begin(), ranks.end(), ranks[i]) > 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("nccl group ", name, ": rank ", ranks[i], " is listed twice"));
+    }
+    if (ranks[i] == rank_) index = static_cast<int>(i);
+  }
+  if (index < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("nccl group ", name, ": this rank ", rank_, " is not a member"));
+  }
+  if (ranks.size() == 1) return SoloCollective(name);
+  ncclUniqueId id;
+  if (index == 0) {
+    if (ncclResult_t r = ncclGetUniqueId(&id); r != ncclSuccess) {
+      return absl::UnavailableError(
+          absl::StrCat("nccl group ", name, ": ncclGetUniqueId: ", NcclErrorText(r, nullptr)));
+    }
+    for (size_t i = 1; i < ranks.size(); ++i) {
+      RETURN_IF_ERROR(Send(ranks[i], kNcclGroupIdTag, &id, sizeof(id)));
+    }
+  } else {
+    RETURN_IF_ERROR(Recv(ranks[0], kNcclGroupIdTag, &id, sizeof(id)));
+  }
+  auto group = std::make_unique<Group>(index, static_cast<int>(ranks.size()), name, device_,
+                                       timeout_, clock_);
+  RETURN_IF_ERROR(group->Init(id));
+  return std::unique_ptr<Collective>(std::move(group));
 }
 
 }  // namespace octopipe::executor

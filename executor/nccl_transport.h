@@ -24,6 +24,16 @@
 //    16-byte header (tag, size) ahead of its payload, and a Recv that meets another tag's
 //    message first keeps it in a host-side stash for a later Recv of that tag — so (src, dst,
 //    tag) streams are FIFO and independent, as the Transport contract says.
+//  * Collectives (NewCollective: the DP, TP and EP groups of a layout): member 0 of the group
+//    makes an ncclUniqueId and sends it to the other members over this transport's links (on
+//    a reserved tag, kNcclGroupIdTag), and every member joins one communicator of the group's
+//    size with its own stream and staging buffer. AllReduceSum is ncclAllReduce (sum, float;
+//    every member ends with the same bits: NCCL computes each element once and broadcasts it);
+//    AllToAllV is an ncclSend/ncclRecv per member inside ncclGroupStart/End. Both stage through
+//    the device like Send and Recv, and poll with the same deadline; a failure aborts the
+//    group's communicator (later calls are kUnavailable). A group of one member does nothing.
+//    Not yet run on a GPU by the tests here (the CI machines have none): the code paths are
+//    those of the point-to-point links, which are.
 //  * Communicators are non-blocking and every wait polls with a deadline: a call that exceeds
 //    `timeout_s` returns kDeadlineExceeded, an NCCL/CUDA failure returns kUnavailable, both
 //    naming the peer. Either aborts that direction's communicator (an in-flight NCCL
@@ -75,6 +85,10 @@ struct NcclOptions {
   const Clock* clock = nullptr;
 };
 
+// The tag on which a collective group's member 0 sends the group's ncclUniqueId to the others
+// (below the trainer's control tags, far above the engine's).
+inline constexpr uint32_t kNcclGroupIdTag = 0xFFFFFC00u;
+
 class NcclTransport final : public Transport {
  public:
   static absl::StatusOr<std::unique_ptr<Transport>> Create(const NcclOptions& options);
@@ -86,9 +100,13 @@ class NcclTransport final : public Transport {
   std::string name() const override { return "nccl"; }
   absl::Status Send(int dst, uint32_t tag, const void* data, size_t bytes) override;
   absl::Status Recv(int src, uint32_t tag, void* data, size_t bytes) override;
+  // A group of `ranks` with its own NCCL communicator (see the top comment).
+  absl::StatusOr<std::unique_ptr<Collective>> NewCollective(const std::vector<int>& ranks,
+                                                            const std::string& name) override;
 
  private:
-  struct Link;  // One direction's communicator, stream, buffer and stash; in the .cc.
+  struct Link;   // One direction's communicator, stream, buffer and stash; in the .cc.
+  class Group;   // A collective group's communicator; in the .cc.
 
   NcclTransport(int rank, int size, int device, absl::Duration timeout, const Clock* clock);
 
