@@ -25,6 +25,7 @@
 #include "simulator/problem.h"
 #include "simulator/problem_builder.h"
 #include "simulator/trace.h"
+#include "tuner/layout_simulation.h"
 #include "planner_service/calibration.h"
 #include "core/cost_model.h"
 
@@ -472,9 +473,38 @@ void PrintResult(const TrainFlags& o, const ModelGraph& graph, const Plan& plan,
 // A --plan file holding a whole layout (several pipelines or replicas, or TP): run every rank
 // of it (executor::TrainLayoutRank through agent::RunLayoutLocally) and report loss, time and
 // tokens/s against the prediction the file carries.
+// --host_probe on a layout: as CompareHostSpeed, the layout re-simulated (SimulateLayout)
+// from the profile as measured and at the host's speed now.
+absl::StatusOr<HostSpeed> CompareLayoutHostSpeed(const ProfileFiles* profile,
+                                                 const LayoutPlan& layout,
+                                                 const agent::RunMeasurement& m) {
+  HostSpeed h;
+  h.probe_s = m.host_probe_s;
+  if (profile == nullptr) return h;
+  h.profile_probe_s = profile->model.host_probe_s;
+  const double now = executor::MedianProbeSeconds(m.host_probe_s);
+  if (!(h.profile_probe_s > 0) || !(now > 0)) return h;
+  h.ratio = now / h.profile_probe_s;
+  Cluster cluster = profile->cluster;
+  ASSIGN_OR_RETURN(LayoutSimulation profiled,
+                   SimulateLayout(profile->model, cluster, CostModel(), layout));
+  h.predicted_from_profile_s = profiled.iteration_time_s;
+  ASSIGN_OR_RETURN(ModelGraph scaled,
+                   planner::ApplyLayerFactors(profile->model,
+                                              std::vector<double>(profile->model.num_layers(),
+                                                                  h.ratio)));
+  for (HardwareSpec& hw : cluster.hardware) {
+    hw.op_overhead_s *= h.ratio;
+    hw.message_cpu_s *= h.ratio;
+  }
+  ASSIGN_OR_RETURN(LayoutSimulation at_speed, SimulateLayout(scaled, cluster, CostModel(), layout));
+  h.predicted_at_host_speed_s = at_speed.iteration_time_s;
+  return h;
+}
+
 int RunLayoutTrain(const TrainFlags& o, const ModelSpec& spec, const ModelGraph& graph,
                    const LayoutPlan& layout, const proto::LayoutPrediction& predicted,
-                   std::ostream& out, std::ostream& err) {
+                   const ProfileFiles* profile, std::ostream& out, std::ostream& err) {
   if (!o.calibrated_model.empty() || !o.trace.empty() || !o.job.empty()) {
     return Fail(err, absl::InvalidArgumentError(
                          "--calibrated_model, --trace and --job run single-pipeline plans; this "
@@ -496,6 +526,7 @@ int RunLayoutTrain(const TrainFlags& o, const ModelSpec& spec, const ModelGraph&
   run.train.iterations = static_cast<int>(o.iterations);
   run.train.lr = o.lr;
   run.train.core_rotation_s = o.rotate_cores_ms / 1e3;
+  run.train.host_probe_repeats = static_cast<int>(o.host_probe);
   absl::StatusOr<agent::RunMeasurement> m = agent::RunLayoutLocally(spec, layout, run);
   if (!m.ok()) {
     if (absl::IsAborted(m.status())) {
@@ -505,10 +536,15 @@ int RunLayoutTrain(const TrainFlags& o, const ModelSpec& spec, const ModelGraph&
     }
     return Fail(err, m.status(), 1);
   }
+  absl::StatusOr<HostSpeed> host =
+      CompareLayoutHostSpeed(o.host_probe > 0 ? profile : nullptr, layout, *m);
+  if (!host.ok()) return Fail(err, host.status(), 1);
   const double tokens = layout.global_microbatches * graph.tokens_per_microbatch();
   const double measured = m->mean_iteration_s;
   const double want = predicted.iteration_time_s();
   const double error = want > 0 && measured > 0 ? want / measured - 1 : 0;
+  const double at_speed = host->predicted_at_host_speed_s;
+  const double speed_error = at_speed > 0 && measured > 0 ? at_speed / measured - 1 : 0;
   if (o.json) {
     Json j = {{"ranks", layout.num_ranks},
               {"transport", o.transport},
@@ -523,6 +559,14 @@ int RunLayoutTrain(const TrainFlags& o, const ModelSpec& spec, const ModelGraph&
     if (want > 0) {
       j["predicted_iteration_time_s"] = want;
       j["prediction_error"] = error;
+    }
+    if (!host->probe_s.empty()) j["host_probe_s"] = host->probe_s;  // per rank
+    if (host->ratio > 0) {
+      j["profile_host_probe_s"] = host->profile_probe_s;
+      j["host_time_vs_profile"] = host->ratio;
+      j["predicted_from_profile_s"] = host->predicted_from_profile_s;
+      j["predicted_at_host_speed_s"] = at_speed;
+      j["prediction_error_at_host_speed"] = speed_error;
     }
     out << JsonText(j) << "\n";
     return 0;
@@ -543,6 +587,13 @@ int RunLayoutTrain(const TrainFlags& o, const ModelSpec& spec, const ModelGraph&
   if (want > 0) {
     out << "the plan's prediction " << FormatSeconds(want) << " ("
         << absl::StrFormat("%+.1f%%", error * 100) << " vs measured)\n";
+  }
+  if (host->ratio > 0) {
+    out << "host probe " << FormatSeconds(executor::MedianProbeSeconds(host->probe_s))
+        << " vs the profile's " << FormatSeconds(host->profile_probe_s)
+        << absl::StrFormat(" (x%.3f)", host->ratio) << ": predicted at this speed "
+        << FormatSeconds(at_speed) << absl::StrFormat(" (%+.1f%% vs measured)", speed_error * 100)
+        << "\n";
   }
   return 0;
 }
@@ -651,7 +702,8 @@ int RunTrain(const std::vector<std::string>& args, std::ostream& out, std::ostre
     proto::LayoutPrediction predicted;
     absl::StatusOr<LayoutPlan> layout = LoadLayoutPlanFile(ResolvePath(o.plan_file), &predicted);
     if (layout.ok() && !layout->single_pipeline()) {
-      return RunLayoutTrain(o, *spec, graph, *layout, predicted, out, err);
+      return RunLayoutTrain(o, *spec, graph, *layout, predicted, profile ? &*profile : nullptr,
+                            out, err);
     }
   }
   int code = 2;

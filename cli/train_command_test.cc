@@ -19,6 +19,7 @@
 #include "executor/host_probe.h"
 #include "executor/model_spec.h"
 #include "gtest/gtest.h"
+#include "tuner/layout_simulation.h"
 #include "nlohmann/json.hpp"
 #include "planner_service/calibration.h"
 #include "planner_service/server.h"
@@ -581,6 +582,64 @@ TEST(TrainCommandTest, RunsALayoutPlanFromThePlanCommand) {
   EXPECT_EQ(RunTrain({model, "--plan=" + file, "--ranks=1", "--transport=inproc"}, out1, err1),
             2);
   EXPECT_NE(err1.str().find("--ranks=2"), std::string::npos) << err1.str();
+}
+
+// --host_probe on a layout: the ranks probe, and the layout is predicted from the profile as
+// measured and at the host's speed now (SimulateLayout of the profile, every layer time and
+// per-op and per-message CPU cost scaled by the probes' ratio).
+TEST(TrainCommandTest, HostProbeOnALayoutPredictsItAtTheHostsSpeed) {
+  const std::string file = testing::TempDir() + "/probed-layout.plan.json";
+  std::ostringstream plan_out, plan_err;
+  ASSERT_EQ(RunPlan({std::string("--model=") + kSpec, "--cluster=synthetic:devices=2", "--dp=2",
+                     "--time_budget=1", "--quiet", "--out=" + file},
+                    plan_out, plan_err),
+            0)
+      << plan_err.str();
+  absl::StatusOr<LayoutPlan> layout = LoadLayoutPlanFile(file);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  ASSERT_FALSE(layout->single_pipeline());
+  absl::StatusOr<executor::ModelSpec> spec = executor::ParseModelSpec(kSpec);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const std::string prefix = TmpPrefix("probed-layout");
+  ModelGraph profile = SkewedProfile(executor::ToModelGraph(*spec));
+  profile.host_probe_s = 0.02;
+  ASSERT_TRUE(WriteModelFile(prefix + ".model.json", profile).ok());
+  Cluster cluster = MeasuredCluster();
+  cluster.hardware[0].message_cpu_s = 3e-5;
+  ASSERT_TRUE(WriteClusterFile(prefix + ".cluster.json", cluster).ok());
+
+  std::ostringstream out, err;
+  ASSERT_EQ(RunTrain({std::string("--model=") + kSpec, "--plan=" + file, "--profile=" + prefix,
+                      "--host_probe=2", "--ranks=2", "--transport=inproc", "--iterations=1",
+                      "--json"},
+                     out, err),
+            0)
+      << err.str();
+  const nlohmann::json j = nlohmann::json::parse(out.str());
+  const std::vector<double> probes = j.at("host_probe_s").get<std::vector<double>>();
+  ASSERT_EQ(probes.size(), 2u);
+  const double ratio = (probes[0] + probes[1]) / 2 / 0.02;
+  EXPECT_NEAR(j.at("host_time_vs_profile").get<double>(), ratio, 1e-12 * ratio);
+  absl::StatusOr<LayoutSimulation> as_profiled =
+      SimulateLayout(profile, cluster, CostModel(), *layout);
+  ASSERT_TRUE(as_profiled.ok()) << as_profiled.status();
+  EXPECT_NEAR(j.at("predicted_from_profile_s").get<double>(), as_profiled->iteration_time_s,
+              1e-12);
+  ModelGraph scaled = profile;
+  for (Layer& l : scaled.layers) {
+    for (std::optional<double>* t : {&l.measured.forward_s, &l.measured.backward_input_s,
+                                     &l.measured.weight_grad_s, &l.measured.recompute_s}) {
+      **t *= ratio;
+    }
+  }
+  cluster.hardware[0].op_overhead_s *= ratio;
+  cluster.hardware[0].message_cpu_s *= ratio;
+  absl::StatusOr<LayoutSimulation> at_speed = SimulateLayout(scaled, cluster, CostModel(), *layout);
+  ASSERT_TRUE(at_speed.ok()) << at_speed.status();
+  EXPECT_NEAR(j.at("predicted_at_host_speed_s").get<double>(), at_speed->iteration_time_s,
+              1e-9 * at_speed->iteration_time_s);
+  EXPECT_NE(at_speed->iteration_time_s, as_profiled->iteration_time_s);
+  EXPECT_TRUE(j.contains("prediction_error_at_host_speed"));
 }
 
 }  // namespace
