@@ -59,12 +59,11 @@ contains train out "simulator with the measured op times"
 check train-json 0 "$bin" train --model="ref:pattern=M*-E,hidden=16,heads=2,ffn=32,seq=16,vocab=32,microbatches=4" \
   --ranks=2 --iterations=1 --transport=inproc --json
 contains train-json out '"predicted_iteration_time_s"'
-# Without a GPU, NCCL is refused with a clear message (on a GPU host this check is skipped).
-if ! command -v nvidia-smi >/dev/null 2>&1; then
-  check train-nccl 1 "$bin" train --model="ref:pattern=M*-E,hidden=16,heads=2,ffn=32,seq=16,vocab=32" \
-    --ranks=2 --iterations=1 --transport=nccl
-  contains train-nccl err "needs a GPU"
-fi
+# Without a GPU, NCCL is refused with a clear message (the ranks are shown no GPU, on any host).
+check train-nccl 1 env CUDA_VISIBLE_DEVICES= "$bin" train \
+  --model="ref:pattern=M*-E,hidden=16,heads=2,ffn=32,seq=16,vocab=32" \
+  --ranks=2 --iterations=1 --transport=nccl
+contains train-nccl err "needs a GPU"
 check train-bad-transport 2 "$bin" train --transport=carrier-pigeon
 contains train-bad-transport err "--transport must be gloo, nccl, auto or inproc"
 
