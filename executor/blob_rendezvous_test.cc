@@ -7,14 +7,13 @@
 #include "absl/strings/str_cat.h"
 #include "executor/tcp_store.h"
 #include "gtest/gtest.h"
+#include "core/test_dirs.h"
 
 namespace octopipe::executor {
 namespace {
 
-std::string TmpDir(const std::string& name) {
-  const char* root = std::getenv("TEST_TMPDIR");
-  return absl::StrCat(root != nullptr ? root : "/tmp", "/", name);
-}
+using ::octopipe::testing::TestPath;
+
 
 // A blob with every byte value, zeros included (NCCL's ids are binary).
 std::string Binary() {
@@ -46,7 +45,7 @@ TEST(BlobRendezvousTest, ThroughTheTcpStoreWithoutASharedDirectory) {
 
 TEST(BlobRendezvousTest, ThroughASharedDirectory) {
   BlobRendezvous r;
-  r.store_dir = TmpDir("blobs");
+  r.store_dir = TestPath("blobs");
   r.key = "run-1.nccl_ids";
   r.timeout_s = 30;
   absl::StatusOr<std::string> got = absl::UnknownError("not run");
@@ -74,7 +73,7 @@ TEST(BlobRendezvousTest, AbsentPublisherIsADeadlineNamingTheKeyAndThePlace) {
   EXPECT_NE(got.status().message().find(r.store_address), std::string::npos) << got.status();
 
   BlobRendezvous dir;
-  dir.store_dir = TmpDir("empty");
+  dir.store_dir = TestPath("empty");
   dir.key = "never";
   dir.timeout_s = 0.05;
   EXPECT_EQ(AwaitBlob(dir, 1).status().code(), absl::StatusCode::kDeadlineExceeded);
@@ -85,7 +84,7 @@ TEST(BlobRendezvousTest, NoPlaceOrNoKeyIsInvalidArgument) {
   r.key = "k";
   EXPECT_EQ(PublishBlob(r, "x").code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(AwaitBlob(r, 1).status().code(), absl::StatusCode::kInvalidArgument);
-  r.store_dir = TmpDir("d");
+  r.store_dir = TestPath("d");
   r.key = "";
   EXPECT_EQ(PublishBlob(r, "x").code(), absl::StatusCode::kInvalidArgument);
 }

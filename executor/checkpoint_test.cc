@@ -15,9 +15,12 @@
 #include "executor/trainer.h"
 #include "gtest/gtest.h"
 #include "simulator/classic_pipeline.h"
+#include "core/test_dirs.h"
 
 namespace octopipe::executor {
 namespace {
+
+using ::octopipe::testing::FreshTestDir;
 
 namespace fs = std::filesystem;
 
@@ -27,11 +30,6 @@ ModelSpec Spec() {
       "seq=8,vocab=32,seed=5,microbatches=4");
 }
 
-std::string FreshDir(const std::string& name) {
-  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
-  fs::remove_all(dir);
-  return dir;
-}
 
 Plan MakePlan(ScheduleKind kind, int ranks) {
   absl::StatusOr<Plan> plan = ClassicPlan(kind, ranks, 0, Spec().microbatches, ToModelGraph(Spec()));
@@ -108,7 +106,7 @@ std::vector<std::vector<Tensor>> Uninterrupted(int iterations) {
 }
 
 TEST(CheckpointTest, WritesCompleteCheckpointsAndKeepsTheNewest) {
-  const std::string dir = FreshDir("keep");
+  const std::string dir = FreshTestDir("keep");
   TrainOptions o;
   o.iterations = 4;
   o.checkpoint_dir = dir;
@@ -136,8 +134,8 @@ TEST(CheckpointTest, WritesCompleteCheckpointsAndKeepsTheNewest) {
 }
 
 TEST(CheckpointTest, VerifiedBytesCopyToAnotherRootAndBadBytesAreRefused) {
-  const std::string dir = FreshDir("copy-from");
-  const std::string other = FreshDir("copy-to");
+  const std::string dir = FreshTestDir("copy-from");
+  const std::string other = FreshTestDir("copy-to");
   TrainOptions o;
   o.iterations = 2;
   o.checkpoint_dir = dir;
@@ -155,14 +153,14 @@ TEST(CheckpointTest, VerifiedBytesCopyToAnotherRootAndBadBytesAreRefused) {
   EXPECT_EQ(*LatestCompleteCheckpoint(other, Spec()), 2);
   std::string bytes = *ReadLayerCheckpointBytes(LayerCheckpointPath(dir, 2, 0));
   bytes[bytes.size() / 2] ^= 1;
-  const std::string dropped = FreshDir("copy-refused");
+  const std::string dropped = FreshTestDir("copy-refused");
   EXPECT_EQ(StoreLayerCheckpointBytes(dropped, bytes).status().code(),
             absl::StatusCode::kDataLoss);
   EXPECT_TRUE(ListLayerCheckpoints(dropped).empty());
 }
 
 TEST(CheckpointTest, CorruptTruncatedOrPartialCheckpointsFallBackToThePreviousOne) {
-  const std::string dir = FreshDir("corrupt");
+  const std::string dir = FreshTestDir("corrupt");
   TrainOptions o;
   o.iterations = 3;
   o.checkpoint_dir = dir;
@@ -198,7 +196,7 @@ TEST(CheckpointTest, ResumeOntoAnyPartitionIsBitIdenticalToAnUninterruptedRun) {
                         Case{"3 ranks", ScheduleKind::k1F1B, 3},
                         Case{"1 rank", ScheduleKind::kGpipe, 1},
                         Case{"4 ranks gpipe", ScheduleKind::kGpipe, 4}}) {
-    const std::string dir = FreshDir(std::string("resume-") + std::to_string(c.ranks));
+    const std::string dir = FreshTestDir(std::string("resume-") + std::to_string(c.ranks));
     TrainOptions first;
     first.iterations = 2;
     first.checkpoint_dir = dir;
@@ -218,7 +216,7 @@ TEST(CheckpointTest, ResumeOntoAnyPartitionIsBitIdenticalToAnUninterruptedRun) {
 
 TEST(CheckpointTest, ResumeSkipsACorruptedNewestCheckpoint) {
   const std::vector<std::vector<Tensor>> want = Uninterrupted(4);
-  const std::string dir = FreshDir("skip");
+  const std::string dir = FreshTestDir("skip");
   TrainOptions first;
   first.iterations = 3;
   first.checkpoint_dir = dir;
@@ -236,7 +234,7 @@ TEST(CheckpointTest, ResumeSkipsACorruptedNewestCheckpoint) {
 
 TEST(CheckpointTest, CoordinatedStopCheckpointsAtTheIterationBoundary) {
   const std::vector<std::vector<Tensor>> want = Uninterrupted(4);
-  const std::string dir = FreshDir("stop");
+  const std::string dir = FreshTestDir("stop");
   std::atomic<int> polls{0};
   TrainOptions o;
   o.iterations = 4;

@@ -34,9 +34,12 @@
 #include "executor/testing/reference_training.h"
 #include "executor/trainer.h"
 #include "gtest/gtest.h"
+#include "core/test_dirs.h"
 
 namespace octopipe::executor {
 namespace {
+
+using ::octopipe::testing::FreshTestDir;
 
 // --- fault injection ---
 
@@ -172,11 +175,6 @@ ModelSpec Spec(int microbatches) {
   return ::octopipe::executor::testing::EqualityTestSpec(microbatches);
 }
 
-std::string FreshDir(const std::string& name) {
-  const std::string dir = ::testing::TempDir() + "/failure-snapshot-" + name;
-  std::filesystem::remove_all(dir);
-  return dir;
-}
 
 double RelErr(const Tensor& got, const Tensor& want) {
   if (got.rows() != want.rows() || got.cols() != want.cols()) return 1e30;
@@ -355,7 +353,7 @@ TEST(FailureSnapshotTest, TwoRankPipelineSnapshotsTheCompletedIterationsAndResum
   for (bool stoppable : {false, true}) {
     const std::string what = stoppable ? "PP2 stoppable" : "PP2";
     TrainOptions options;
-    options.checkpoint_dir = FreshDir(stoppable ? "pp2-stoppable" : "pp2");
+    options.checkpoint_dir = FreshTestDir(stoppable ? "pp2-stoppable" : "pp2");
     options.checkpoint_interval = 0;
     options.stoppable = stoppable;
     const std::vector<int> layers = PipelineLayers(plan);
@@ -378,7 +376,7 @@ TEST(FailureSnapshotTest, DataParallelReplicasEachSnapshotTheWholeModelAndResume
   ASSERT_TRUE(CheckLayoutRunnable(spec, plan).ok()) << CheckLayoutRunnable(spec, plan);
   ASSERT_EQ(plan.num_ranks, 2);
   TrainOptions options;
-  options.checkpoint_dir = FreshDir("dp2");
+  options.checkpoint_dir = FreshTestDir("dp2");
   options.checkpoint_interval = 2;
   ExpectSnapshotResumes(spec, 2, plan.global_microbatches, Layout(spec, plan), options,
                         /*k=*/3, /*n=*/5, {L, L}, /*checkpoints_after_failure=*/{2, 3}, "DP2");
@@ -395,7 +393,7 @@ TEST(FailureSnapshotTest, WithoutTheOptionNothingIsWritten) {
     const std::string what = absl::StrCat("interval ", interval);
     TrainOptions options;
     options.iterations = 5;
-    options.checkpoint_dir = FreshDir(absl::StrCat("off-", interval));
+    options.checkpoint_dir = FreshTestDir(absl::StrCat("off-", interval));
     options.checkpoint_interval = interval;
     options.snapshot_on_failure = false;
     const Outcome o = RunRanks(2, Pipeline(spec, plan), options, Failure{false, 2});
@@ -423,7 +421,7 @@ TEST(FailureSnapshotTest, FailureInTheFirstIterationWritesNothing) {
   const Plan plan = testing::RandomPlan(rng, L, 2, 3, 4, /*split_backward=*/true);
   TrainOptions options;
   options.iterations = 3;
-  options.checkpoint_dir = FreshDir("first");
+  options.checkpoint_dir = FreshTestDir("first");
   options.snapshot_on_failure = true;
   const Outcome o = RunRanks(2, Pipeline(spec, plan), options, Failure{true, -1});
   ExpectAllFailedAt(o, 0, "fresh");
@@ -458,7 +456,7 @@ TEST(FailureSnapshotTest, FailureRightAfterTheLastCheckpointWritesNothingAndRepo
   {
     TrainOptions options;
     options.iterations = 2;
-    options.checkpoint_dir = FreshDir("resumed");
+    options.checkpoint_dir = FreshTestDir("resumed");
     options.checkpoint_at_end = true;
     const Outcome first = RunRanks(2, Pipeline(spec, plan), options, Failure{});
     for (int r = 0; r < 2; ++r) ASSERT_TRUE(first.results[r].ok()) << first.results[r].status();
@@ -481,7 +479,7 @@ TEST(FailureSnapshotTest, FailureRightAfterTheLastCheckpointWritesNothingAndRepo
   {
     TrainOptions options;
     options.iterations = 5;
-    options.checkpoint_dir = FreshDir("periodic");
+    options.checkpoint_dir = FreshTestDir("periodic");
     options.checkpoint_interval = 2;
     options.snapshot_on_failure = true;
     const Outcome o = RunRanks(2, Pipeline(spec, plan), options, Failure{false, 1});
@@ -580,7 +578,7 @@ TEST(FailureSnapshotTest, ANodeLostDuringTheGradientAllReducesLeavesTheSurvivors
   ASSERT_TRUE(CheckLayoutRunnable(spec, plan).ok()) << CheckLayoutRunnable(spec, plan);
   ASSERT_EQ(plan.num_ranks, 4);
   constexpr int k = 2, n = 4;
-  const std::string dir_a = FreshDir("node-a"), dir_b = FreshDir("node-b");
+  const std::string dir_a = FreshTestDir("node-a"), dir_b = FreshTestDir("node-b");
   auto node_of = [](int rank) { return rank % 2; };  // replica r's device j is rank r + 2 j
 
   InProcOptions hub_options;

@@ -20,9 +20,12 @@
 #include "executor/testing/random_plan.h"
 #include "executor/testing/reference_training.h"
 #include "gtest/gtest.h"
+#include "core/test_dirs.h"
 
 namespace octopipe::executor {
 namespace {
+
+using ::octopipe::testing::TestPath;
 
 constexpr int kIterations = 5;
 
@@ -34,10 +37,6 @@ ModelSpec Spec() {
   return *spec;
 }
 
-std::string TmpDir(const std::string& name) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  return absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/", name, "-", getpid());
-}
 
 // The rank's own check, in the child: "" when it matches single-process training.
 std::string CheckRank(const ModelSpec& spec, const LayoutPlan& plan, int rank,
@@ -99,7 +98,7 @@ int Child(const ModelSpec& spec, const LayoutPlan& plan, int rank, const std::st
 
 void ExpectProcessesMatch(const ModelSpec& spec, const LayoutPlan& plan, const std::string& what) {
   ASSERT_TRUE(CheckLayoutRunnable(spec, plan).ok()) << CheckLayoutRunnable(spec, plan);
-  const std::string dir = TmpDir(what);
+  const std::string dir = TestPath(what);
   std::vector<pid_t> pids;
   for (int r = 0; r < plan.num_ranks; ++r) {
     const pid_t pid = fork();

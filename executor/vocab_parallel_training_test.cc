@@ -32,9 +32,12 @@
 #include "simulator/list_scheduler.h"
 #include "simulator/problem.h"
 #include "tuner/tuner.h"
+#include "core/test_dirs.h"
 
 namespace octopipe::executor {
 namespace {
+
+using ::octopipe::testing::TestPath;
 
 ModelSpec Spec(int microbatches) {
   // vocab 31: shards of unequal width on 2 and 3 ranks.
@@ -46,9 +49,6 @@ ModelSpec Spec(int microbatches) {
   return *spec;
 }
 
-std::string TmpDir(const std::string& name) {
-  return std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
-}
 
 double RelativeError(const Tensor& got, const Tensor& want) {
   return (got - want).norm() / std::max(1e-12, static_cast<double>(want.norm()));
@@ -324,7 +324,7 @@ TEST(VocabParallelTrainingTest, CheckpointsResumeAcrossVocabularySplits) {
                         Case{&unequal2, &unequal3, "unequal2_to_unequal3"},
                         Case{&split3, &unequal2, "split3_to_unequal2"}}) {
     TrainOptions options;
-    options.checkpoint_dir = TmpDir(c.name);
+    options.checkpoint_dir = TestPath(c.name);
     options.iterations = 2;
     options.checkpoint_at_end = true;
     for (auto& r : TrainThreads(spec, *c.first, options)) {
@@ -415,7 +415,7 @@ TEST(VocabParallelTrainingTest, GlooProcessesMatchSingleProcessTraining) {
     Plan plan = testing::RandomPlan(rng, L, P, P + 1, spec.microbatches,
                                     /*split_backward=*/true, /*vocab_parallel=*/true);
     plan.vocab_shard_columns = columns;
-    const std::string dir = TmpDir("gloo-" + std::to_string(P));
+    const std::string dir = TestPath("gloo-" + std::to_string(P));
     std::vector<pid_t> pids;
     for (int r = 0; r < P; ++r) {
       const pid_t pid = fork();

@@ -42,9 +42,12 @@
 #include "simulator/classic_pipeline.h"
 #include "etcd/etcd_cluster.h"
 #include "tests/planner_process.h"
+#include "core/test_dirs.h"
 
 namespace octopipe {
 namespace {
+
+using ::octopipe::testing::TestDir;
 
 using testing::PlannerProcess;
 using testing::MetricValue;
@@ -73,11 +76,6 @@ bool WaitUntil(const std::function<bool()>& done, double timeout_s, int poll_ms 
   return done();
 }
 
-std::string TmpDir(const std::string& name) {
-  const std::string d = std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
-  std::filesystem::create_directories(d);
-  return d;
-}
 
 std::string ReadAll(const std::string& path) {
   std::ifstream in(path);
@@ -184,7 +182,7 @@ class AgentE2ETest : public ::testing::Test {
 
   std::vector<std::string> PlannerArgs() const {
     const std::string test = ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    std::vector<std::string> args = {"--state_dir=" + TmpDir("state-" + test),
+    std::vector<std::string> args = {"--state_dir=" + TestDir("state-" + test),
                                      "--heartbeat_timeout_s=2", "--default_time_budget_s=1"};
     for (const std::string& a : ExtraPlannerArgs()) args.push_back(a);
     return args;
@@ -279,10 +277,10 @@ void ExpectUninterruptedWeights(const std::string& job_checkpoints) {
 TEST_F(AgentE2ETest, NodeLossResumeRejoinDrainAndFinalWeightsEqualAnUninterruptedRun) {
   // No shared storage: each node keeps its own checkpoint directory; agents copy the layer
   // files to each other (worker_agent/checkpoint_replicator.h).
-  const std::string checkpoints = TmpDir("checkpoints-a");
-  const std::string checkpoints_b = TmpDir("checkpoints-b");
-  AgentProcess a("node-a", TmpDir("node-a"), checkpoints);
-  AgentProcess b("node-b", TmpDir("node-b"), checkpoints_b);
+  const std::string checkpoints = TestDir("checkpoints-a");
+  const std::string checkpoints_b = TestDir("checkpoints-b");
+  AgentProcess a("node-a", TestDir("node-a"), checkpoints);
+  AgentProcess b("node-b", TestDir("node-b"), checkpoints_b);
   ASSERT_TRUE(a.Start(planner_.address())) << a.log();
   ASSERT_TRUE(b.Start(planner_.address())) << b.log();
 
@@ -516,8 +514,8 @@ TEST_F(AgentE2ETest, OneReplicaPerCheckpointFileStillResumesAfterANodeLoss) {
   std::map<std::string, std::string> checkpoints;
   std::map<std::string, std::unique_ptr<AgentProcess>> agents;
   for (const std::string node : {"node-a", "node-b", "node-c"}) {
-    checkpoints[node] = TmpDir("k1-checkpoints-" + node);
-    agents[node] = std::make_unique<AgentProcess>(node, TmpDir("k1-" + node), checkpoints[node],
+    checkpoints[node] = TestDir("k1-checkpoints-" + node);
+    agents[node] = std::make_unique<AgentProcess>(node, TestDir("k1-" + node), checkpoints[node],
                                                   std::vector<std::string>{
                                                       "--checkpoint_replicas=1"});
     ASSERT_TRUE(agents[node]->Start(planner_.address())) << agents[node]->log();
@@ -594,9 +592,9 @@ TEST_F(AgentE2ETest, OneReplicaPerCheckpointFileStillResumesAfterANodeLoss) {
 }
 
 TEST_F(AgentE2ETest, TrainingContinuesWhileThePlannerRestarts) {
-  const std::string checkpoints = TmpDir("checkpoints-restart");
-  AgentProcess a("node-a", TmpDir("restart-a"), checkpoints);
-  AgentProcess b("node-b", TmpDir("restart-b"), checkpoints);
+  const std::string checkpoints = TestDir("checkpoints-restart");
+  AgentProcess a("node-a", TestDir("restart-a"), checkpoints);
+  AgentProcess b("node-b", TestDir("restart-b"), checkpoints);
   ASSERT_TRUE(a.Start(planner_.address())) << a.log();
   ASSERT_TRUE(b.Start(planner_.address())) << b.log();
   constexpr int kRestartIterations = 1500;
@@ -684,9 +682,9 @@ TEST_F(AgentE2ETest, TrainingContinuesThroughALeaderFailOver) {
   const int first = leader_among(-1);
   ASSERT_GE(first, 0);
   const std::string all = absl::StrJoin(addresses, ",");
-  const std::string checkpoints = TmpDir("checkpoints-failover");
-  AgentProcess a("node-a", TmpDir("failover-a"), checkpoints);
-  AgentProcess b("node-b", TmpDir("failover-b"), checkpoints);
+  const std::string checkpoints = TestDir("checkpoints-failover");
+  AgentProcess a("node-a", TestDir("failover-a"), checkpoints);
+  AgentProcess b("node-b", TestDir("failover-b"), checkpoints);
   ASSERT_TRUE(a.Start(all)) << a.log();
   ASSERT_TRUE(b.Start(all)) << b.log();
   constexpr int kFailoverIterations = 1500;
@@ -742,9 +740,9 @@ TEST_F(AgentVocabE2ETest, VocabParallelJobReportsItsPassesAndIsReplannedAndCompl
   constexpr char kVocabModel[] =
       "ref:pattern=M*-E,hidden=32,heads=2,ffn=64,seq=32,vocab=16384,seed=5,microbatches=4";
   constexpr int kVocabIterations = 150;  // long enough to see the re-planned version run
-  const std::string checkpoints = TmpDir("checkpoints-vocab");
-  AgentProcess a("node-a", TmpDir("vocab-a"), checkpoints);
-  AgentProcess b("node-b", TmpDir("vocab-b"), checkpoints);
+  const std::string checkpoints = TestDir("checkpoints-vocab");
+  AgentProcess a("node-a", TestDir("vocab-a"), checkpoints);
+  AgentProcess b("node-b", TestDir("vocab-b"), checkpoints);
   ASSERT_TRUE(a.Start(planner_.address())) << a.log();
   ASSERT_TRUE(b.Start(planner_.address())) << b.log();
   Cluster c = SyntheticCluster(1);

@@ -27,9 +27,12 @@
 #include "gtest/gtest.h"
 #include "simulator/classic_pipeline.h"
 #include "worker_agent/agent.h"
+#include "core/test_dirs.h"
 
 namespace octopipe::agent {
 namespace {
+
+using ::octopipe::testing::TestDir;
 
 constexpr char kModel[] =
     "ref:pattern=M*-EM-,hidden=16,heads=2,ffn=24,experts=4,top_k=2,moe_ffn=12,state=4,seq=8,"
@@ -40,11 +43,6 @@ double Now() {
       .count();
 }
 
-std::string TmpDir(const std::string& name) {
-  const std::string d = std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
-  std::filesystem::create_directories(d);
-  return d;
-}
 
 // The planner as each node sees it: per-node job lists set by the test.
 class ScriptedPlanner {
@@ -145,7 +143,7 @@ struct Node {
                               double transport_timeout_s) {
     AgentOptions o;
     o.node = name;
-    o.work_dir = TmpDir("work-" + name);
+    o.work_dir = TestDir("work-" + name);
     o.checkpoint_root = checkpoints;
     o.transport_timeout_s = transport_timeout_s;
     return o;
@@ -192,7 +190,7 @@ bool HasEvent(ScriptedPlanner& p, const std::string& kind, int64_t version) {
 
 TEST(AgentVersionsTest, TwoReplansMomentsApartConvergeOnTheNewestVersion) {
   ScriptedPlanner planner;
-  const std::string checkpoints = TmpDir("checkpoints-replans");
+  const std::string checkpoints = TestDir("checkpoints-replans");
   // A long transport timeout: without leaving the superseded run at once, node-a's ranks would
   // wait this long for node-b's, far past the test's deadline.
   Node a(&planner, "node-a", checkpoints, 120);
@@ -223,7 +221,7 @@ TEST(AgentVersionsTest, TwoReplansMomentsApartConvergeOnTheNewestVersion) {
 
 TEST(AgentVersionsTest, ARankDyingWithoutANodeLossIsRestartedFromTheLastCheckpoint) {
   ScriptedPlanner planner;
-  const std::string checkpoints = TmpDir("checkpoints-restart");
+  const std::string checkpoints = TestDir("checkpoints-restart");
   Node a(&planner, "node-a", checkpoints, 10);
   Node b(&planner, "node-b", checkpoints, 10);
   ASSERT_TRUE(a.agent.Init().ok());
@@ -258,7 +256,7 @@ TEST(AgentVersionsTest, ARankDyingWithoutANodeLossIsRestartedFromTheLastCheckpoi
 
 TEST(AgentVersionsTest, AVocabParallelPlanRunsAndEachNodeReportsItsDevicesPasses) {
   ScriptedPlanner planner;
-  const std::string checkpoints = TmpDir("checkpoints-vocab");
+  const std::string checkpoints = TestDir("checkpoints-vocab");
   Node a(&planner, "node-a", checkpoints, 30);
   Node b(&planner, "node-b", checkpoints, 30);
   ASSERT_TRUE(a.agent.Init().ok());

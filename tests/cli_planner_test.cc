@@ -20,9 +20,12 @@
 #include "gtest/gtest.h"
 #include "proto/planner.pb.h"
 #include "tests/planner_process.h"
+#include "core/test_dirs.h"
 
 namespace octopipe {
 namespace {
+
+using ::octopipe::testing::TestPath;
 
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -33,9 +36,6 @@ constexpr char kCli[] = "cli/octopipe";
 // Only a bound so that a broken command fails the test instead of hanging it.
 constexpr int kCommandTimeoutMs = 60000;
 
-std::string TmpDir(const std::string& name) {
-  return std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
-}
 
 struct CliResult {
   int exit_code = -1;  // 128 + signal when killed
@@ -131,7 +131,7 @@ std::string CreatedId(const std::string& out) {
 
 TEST(CliPlannerTest, RemotePlanJsonIsAPlanResultWithAPrediction) {
   PlannerProcess planner(kPlanner);
-  ASSERT_TRUE(planner.Start({"--state_dir=" + TmpDir("plan-json")}).ok()) << planner.log();
+  ASSERT_TRUE(planner.Start({"--state_dir=" + TestPath("plan-json")}).ok()) << planner.log();
   const CliResult r =
       RunCli(Concat({"plan"}, Concat(SmallPlanFlags(planner.address()), {"--json"})));
   ASSERT_EQ(r.exit_code, 0) << r.Describe();
@@ -148,7 +148,7 @@ TEST(CliPlannerTest, RemotePlanJsonIsAPlanResultWithAPrediction) {
 
 TEST(CliPlannerTest, RemotePlanTableSaysThePlannerComputedIt) {
   PlannerProcess planner(kPlanner);
-  ASSERT_TRUE(planner.Start({"--state_dir=" + TmpDir("plan-table")}).ok()) << planner.log();
+  ASSERT_TRUE(planner.Start({"--state_dir=" + TestPath("plan-table")}).ok()) << planner.log();
   const CliResult r = RunCli(Concat({"plan"}, SmallPlanFlags(planner.address())));
   ASSERT_EQ(r.exit_code, 0) << r.Describe();
   EXPECT_THAT(r.out, HasSubstr("computed by the planner")) << r.Describe();
@@ -162,7 +162,7 @@ TEST(CliPlannerTest, RemotePlanTableSaysThePlannerComputedIt) {
 
 TEST(CliPlannerTest, JobsCreateListGetWatchDelete) {
   PlannerProcess planner(kPlanner);
-  ASSERT_TRUE(planner.Start({"--state_dir=" + TmpDir("jobs")}).ok()) << planner.log();
+  ASSERT_TRUE(planner.Start({"--state_dir=" + TestPath("jobs")}).ok()) << planner.log();
   const std::string at = "--planner=" + planner.address();
 
   const CliResult created = RunCli(
@@ -205,10 +205,10 @@ TEST(CliPlannerTest, JobsCreateListGetWatchDelete) {
 }
 
 TEST(CliPlannerTest, JobsCreateNeedsTheTokenThePlannerWasStartedWith) {
-  const std::string token_file = TmpDir("cli-token.txt");
+  const std::string token_file = TestPath("cli-token.txt");
   std::ofstream(token_file) << "s3cret\n";
   PlannerProcess planner(kPlanner);
-  ASSERT_TRUE(planner.Start({"--state_dir=" + TmpDir("token"), "--token_file=" + token_file})
+  ASSERT_TRUE(planner.Start({"--state_dir=" + TestPath("token"), "--token_file=" + token_file})
                   .ok())
       << planner.log();
 

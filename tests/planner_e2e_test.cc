@@ -27,17 +27,17 @@
 #include "proto/planner.grpc.pb.h"
 #include "simulator/problem_builder.h"
 #include "tests/planner_process.h"
+#include "core/test_dirs.h"
 
 namespace octopipe {
 namespace {
+
+using ::octopipe::testing::TestPath;
 
 using testing::PlannerProcess;
 
 constexpr char kPlanner[] = "planner_service/octopipe-planner";
 
-std::string TmpDir(const std::string& name) {
-  return std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
-}
 
 std::unique_ptr<proto::Planner::Stub> Connect(
     const std::string& address,
@@ -83,7 +83,7 @@ bool NextVersion(grpc::ClientReader<proto::PlanVersion>* reader, proto::PlanVers
 
 TEST(PlannerE2ETest, HealthServiceReportsServing) {
   PlannerProcess planner(kPlanner);
-  ASSERT_TRUE(planner.Start({"--state_dir=" + TmpDir("health")}).ok()) << planner.log();
+  ASSERT_TRUE(planner.Start({"--state_dir=" + TestPath("health")}).ok()) << planner.log();
   auto health = grpc::health::v1::Health::NewStub(
       grpc::CreateChannel(planner.address(), grpc::InsecureChannelCredentials()));
   grpc::health::v1::HealthCheckRequest req;
@@ -95,7 +95,7 @@ TEST(PlannerE2ETest, HealthServiceReportsServing) {
 
 TEST(PlannerE2ETest, CreateJobThenWatchItsPlan) {
   PlannerProcess planner(kPlanner);
-  ASSERT_TRUE(planner.Start({"--state_dir=" + TmpDir("create")}).ok()) << planner.log();
+  ASSERT_TRUE(planner.Start({"--state_dir=" + TestPath("create")}).ok()) << planner.log();
   auto stub = Connect(planner.address());
   proto::Job job;
   auto ctx = Ctx();
@@ -160,7 +160,7 @@ proto::ReportStageTimesRequest Report(const std::string& job_id, const proto::Pl
 
 TEST(PlannerE2ETest, SlowStageTriggersNewVersionSmallDeviationDoesNot) {
   PlannerProcess planner(kPlanner);
-  ASSERT_TRUE(planner.Start({"--state_dir=" + TmpDir("replan"), "--replan_cooldown_s=0"}).ok())
+  ASSERT_TRUE(planner.Start({"--state_dir=" + TestPath("replan"), "--replan_cooldown_s=0"}).ok())
       << planner.log();
   auto stub = Connect(planner.address());
   const proto::CreateJobRequest req = SmallJob("replan", TwoNodes());
@@ -215,7 +215,7 @@ TEST(PlannerE2ETest, SlowStageTriggersNewVersionSmallDeviationDoesNot) {
 TEST(PlannerE2ETest, SilentNodeIsDroppedAndItsJobReplannedOnTheRest) {
   PlannerProcess planner(kPlanner);
   ASSERT_TRUE(
-      planner.Start({"--state_dir=" + TmpDir("failure"), "--heartbeat_timeout_s=1"}).ok())
+      planner.Start({"--state_dir=" + TestPath("failure"), "--heartbeat_timeout_s=1"}).ok())
       << planner.log();
   auto stub = Connect(planner.address());
   proto::CreateJobRequest req = SmallJob("failure", TwoNodes());
@@ -275,7 +275,7 @@ TEST(PlannerE2ETest, SilentNodeIsDroppedAndItsJobReplannedOnTheRest) {
 // heartbeat timeout: a node that keeps heartbeating is never refused, and a node that died
 // while the planner was down is declared failed one timeout after the restart (not never).
 TEST(PlannerE2ETest, ANodeThatDiedWhileThePlannerWasDownIsDeclaredFailedAfterTheRestart) {
-  const std::string dir = TmpDir("restart-agents");
+  const std::string dir = TestPath("restart-agents");
   int port = 0;
   {
     PlannerProcess planner(kPlanner);
@@ -328,7 +328,7 @@ TEST(PlannerE2ETest, ANodeThatDiedWhileThePlannerWasDownIsDeclaredFailedAfterThe
 }
 
 TEST(PlannerE2ETest, KilledAndRestartedPlannerServesTheSameJobsAndVersions) {
-  const std::string dir = TmpDir("restart");
+  const std::string dir = TestPath("restart");
   std::string job_id;
   proto::GetJobResponse before;
   {
@@ -380,7 +380,7 @@ TEST(PlannerE2ETest, KilledAndRestartedPlannerServesTheSameJobsAndVersions) {
 
 TEST(PlannerE2ETest, BadRequestsGetTheRightCodesAndNameTheField) {
   PlannerProcess planner(kPlanner);
-  ASSERT_TRUE(planner.Start({"--state_dir=" + TmpDir("bad"), "--max_layers=40",
+  ASSERT_TRUE(planner.Start({"--state_dir=" + TestPath("bad"), "--max_layers=40",
                              "--max_request_bytes=200000"})
                   .ok())
       << planner.log();
@@ -433,10 +433,10 @@ TEST(PlannerE2ETest, BadRequestsGetTheRightCodesAndNameTheField) {
 }
 
 TEST(PlannerE2ETest, TokenIsRefusedWhenMissingOrWrongAndAcceptedWhenRight) {
-  const std::string token_file = TmpDir("token.txt");
+  const std::string token_file = TestPath("token.txt");
   std::ofstream(token_file) << "s3cret\n";
   PlannerProcess planner(kPlanner);
-  ASSERT_TRUE(planner.Start({"--state_dir=" + TmpDir("token"), "--token_file=" + token_file})
+  ASSERT_TRUE(planner.Start({"--state_dir=" + TestPath("token"), "--token_file=" + token_file})
                   .ok())
       << planner.log();
   auto stub = Connect(planner.address());
@@ -499,10 +499,10 @@ std::string Read(const std::string& path) {
 }
 
 TEST(PlannerE2ETest, MutualTlsAcceptsTheSignedClientAndRefusesOthers) {
-  const std::string dir = TmpDir("certs");
+  const std::string dir = TestPath("certs");
   ASSERT_TRUE(MakeCerts(dir));
   PlannerProcess planner(kPlanner);
-  ASSERT_TRUE(planner.Start({"--state_dir=" + TmpDir("tls"), "--tls_cert=" + dir + "/server.pem",
+  ASSERT_TRUE(planner.Start({"--state_dir=" + TestPath("tls"), "--tls_cert=" + dir + "/server.pem",
                              "--tls_key=" + dir + "/server.key",
                              "--tls_client_ca=" + dir + "/ca.pem"})
                   .ok())
@@ -569,17 +569,17 @@ std::unique_ptr<proto::Planner::Stub> ConnectAs(const std::string& address,
 // (PERMISSION_DENIED naming both), agents cannot schedule, a certificate naming no principal
 // reads nothing without a token; the audit log has the refused and accepted mutating calls.
 TEST(PlannerE2ETest, CertificatesIdentifyAgentsWhoActOnlyForTheirNode) {
-  const std::string dir = TmpDir("id-certs");
+  const std::string dir = TestPath("id-certs");
   ASSERT_TRUE(MakeCerts(dir));
   for (const char* cn : {"node-a", "node-b", "tooling"}) ASSERT_TRUE(MakeClientCert(dir, cn));
-  const std::string identities = TmpDir("identities-certs.json");
+  const std::string identities = TestPath("identities-certs.json");
   std::ofstream(identities) << R"({"principals": [
       {"name": "node-a", "role": "agent", "node": "node-a", "certificate": "node-a"},
       {"name": "node-b", "role": "agent", "node": "node-b", "certificate": "node-b"},
       {"name": "sched", "role": "scheduler", "token": "s-token"}]})";
-  const std::string audit = TmpDir("audit-certs.jsonl");
+  const std::string audit = TestPath("audit-certs.jsonl");
   PlannerProcess planner(kPlanner);
-  ASSERT_TRUE(planner.Start({"--state_dir=" + TmpDir("id-tls"), "--tls_cert=" + dir + "/server.pem",
+  ASSERT_TRUE(planner.Start({"--state_dir=" + TestPath("id-tls"), "--tls_cert=" + dir + "/server.pem",
                              "--tls_key=" + dir + "/server.key",
                              "--tls_client_ca=" + dir + "/ca.pem", "--identities=" + identities,
                              "--audit_log=" + audit})
@@ -634,14 +634,14 @@ TEST(PlannerE2ETest, CertificatesIdentifyAgentsWhoActOnlyForTheirNode) {
 // schedule; no credential reads nothing; SIGHUP re-reads the file (the viewer removed is
 // refused from then on) and a broken file keeps the principals.
 TEST(PlannerE2ETest, PerNodeTokensRolesAndReloadOnSighup) {
-  const std::string identities = TmpDir("identities-tokens.json");
+  const std::string identities = TestPath("identities-tokens.json");
   std::ofstream(identities) << R"({"principals": [
       {"name": "node-a", "role": "agent", "node": "node-a", "token": "a-token"},
       {"name": "node-b", "role": "agent", "node": "node-b", "token": "b-token"},
       {"name": "viewer", "role": "viewer", "token": "v-token"}]})";
   PlannerProcess planner(kPlanner);
   ASSERT_TRUE(
-      planner.Start({"--state_dir=" + TmpDir("id-tokens"), "--identities=" + identities}).ok())
+      planner.Start({"--state_dir=" + TestPath("id-tokens"), "--identities=" + identities}).ok())
       << planner.log();
   auto stub = Connect(planner.address());
   EXPECT_EQ(Register(stub.get(), "a-token", "node-a"), grpc::StatusCode::OK);
@@ -690,17 +690,17 @@ TEST(PlannerE2ETest, PerNodeTokensRolesAndReloadOnSighup) {
 }
 
 TEST(PlannerE2ETest, IdentitiesFlagErrorsAreClear) {
-  const std::string bad = TmpDir("identities-bad.json");
+  const std::string bad = TestPath("identities-bad.json");
   std::ofstream(bad) << R"({"principals": [{"name": "a", "role": "root", "token": "t"}]})";
   PlannerProcess planner(kPlanner);
-  absl::Status s = planner.Start({"--state_dir=" + TmpDir("id-bad"), "--identities=" + bad}, 20);
+  absl::Status s = planner.Start({"--state_dir=" + TestPath("id-bad"), "--identities=" + bad}, 20);
   EXPECT_FALSE(s.ok());
   EXPECT_NE(planner.log().find("--identities: identities '" + bad +
                                "': principals[0].role: unknown role 'root'"),
             std::string::npos)
       << planner.log();
   PlannerProcess both(kPlanner);
-  EXPECT_FALSE(both.Start({"--state_dir=" + TmpDir("id-both"), "--identities=" + bad,
+  EXPECT_FALSE(both.Start({"--state_dir=" + TestPath("id-both"), "--identities=" + bad,
                            "--token=x"},
                           20)
                    .ok());
@@ -709,7 +709,7 @@ TEST(PlannerE2ETest, IdentitiesFlagErrorsAreClear) {
 
 TEST(PlannerE2ETest, PlaintextServerWhenTlsIsOff) {
   PlannerProcess planner(kPlanner);
-  ASSERT_TRUE(planner.Start({"--state_dir=" + TmpDir("plain")}).ok()) << planner.log();
+  ASSERT_TRUE(planner.Start({"--state_dir=" + TestPath("plain")}).ok()) << planner.log();
   auto stub = Connect(planner.address());
   proto::ListJobsResponse list;
   auto c = Ctx();
@@ -718,7 +718,7 @@ TEST(PlannerE2ETest, PlaintextServerWhenTlsIsOff) {
 
 TEST(PlannerE2ETest, SixtyFourClientsTimesFiftyPlanCallsAllSucceed) {
   PlannerProcess planner(kPlanner);
-  ASSERT_TRUE(planner.Start({"--state_dir=" + TmpDir("load"), "--max_queued=128"}).ok())
+  ASSERT_TRUE(planner.Start({"--state_dir=" + TestPath("load"), "--max_queued=128"}).ok())
       << planner.log();
   proto::PlanRequest req;
   *req.mutable_model() = ModelToProto(*ParseSyntheticModel("layers=8,f=0.001,b=0.001,w=0.001"));

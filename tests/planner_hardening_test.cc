@@ -29,18 +29,18 @@
 #include "proto/health.grpc.pb.h"
 #include "proto/planner.grpc.pb.h"
 #include "tests/planner_process.h"
+#include "core/test_dirs.h"
 
 namespace octopipe {
 namespace {
+
+using ::octopipe::testing::TestPath;
 
 using ::testing::HasSubstr;
 using testing::PlannerProcess;
 
 constexpr char kPlanner[] = "planner_service/octopipe-planner";
 
-std::string TmpDir(const std::string& name) {
-  return std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
-}
 
 std::unique_ptr<proto::Planner::Stub> Connect(const PlannerProcess& p) {
   return proto::Planner::NewStub(
@@ -119,7 +119,7 @@ absl::StatusOr<proto::PlanVersion> NextVersion(proto::Planner::Stub* stub, const
 
 TEST(PlannerHardeningTest, HugeMicrobatchesAreRefusedNamingTheLimitAndTheServerLives) {
   PlannerProcess planner(kPlanner);
-  ASSERT_TRUE(planner.Start({"--state_dir=" + TmpDir("huge")}).ok()) << planner.log();
+  ASSERT_TRUE(planner.Start({"--state_dir=" + TestPath("huge")}).ok()) << planner.log();
   auto stub = Connect(planner);
   proto::PlanRequest r = SmallPlan();
   r.mutable_options()->set_num_microbatches(2147483647);
@@ -162,7 +162,7 @@ TEST(PlannerHardeningTest, HugeMicrobatchesAreRefusedNamingTheLimitAndTheServerL
 }
 
 TEST(PlannerHardeningTest, StoredJobThatNoLongerValidatesIsFailedNotACrashLoop) {
-  const std::string dir = TmpDir("stored");
+  const std::string dir = TestPath("stored");
   {
     absl::StatusOr<std::unique_ptr<Store>> store = SqliteStore::Open(dir + "/planner.db");
     ASSERT_TRUE(store.ok()) << store.status();
@@ -245,7 +245,7 @@ TEST(PlannerHardeningTest, StoredJobThatNoLongerValidatesIsFailedNotACrashLoop) 
 
 TEST(PlannerHardeningTest, NonFiniteAndOutOfRangeNumbersAreInvalidArgument) {
   PlannerProcess planner(kPlanner);
-  ASSERT_TRUE(planner.Start({"--state_dir=" + TmpDir("finite")}).ok()) << planner.log();
+  ASSERT_TRUE(planner.Start({"--state_dir=" + TestPath("finite")}).ok()) << planner.log();
   auto stub = Connect(planner);
   const double inf = std::numeric_limits<double>::infinity();
   struct Case {
@@ -312,7 +312,7 @@ TEST(PlannerHardeningTest, NonFiniteAndOutOfRangeNumbersAreInvalidArgument) {
 
 TEST(PlannerHardeningTest, UnknownNodesAndConflictingRegistrations) {
   PlannerProcess planner(kPlanner);
-  ASSERT_TRUE(planner.Start({"--state_dir=" + TmpDir("nodes")}).ok()) << planner.log();
+  ASSERT_TRUE(planner.Start({"--state_dir=" + TestPath("nodes")}).ok()) << planner.log();
   auto stub = Connect(planner);
   proto::NodeRequest n;
   n.set_node_id("no-such-node");
@@ -344,7 +344,7 @@ TEST(PlannerHardeningTest, UnknownNodesAndConflictingRegistrations) {
 }
 
 TEST(PlannerHardeningTest, JobIdsNeverRepeatAfterDeleteAndRestart) {
-  const std::string dir = TmpDir("ids");
+  const std::string dir = TestPath("ids");
   std::string first;
   {
     PlannerProcess planner(kPlanner);
@@ -372,7 +372,7 @@ TEST(PlannerHardeningTest, JobIdsNeverRepeatAfterDeleteAndRestart) {
 // DrainNode acknowledged while its re-plan still waits (the only worker is busy with a long
 // one-shot Plan), then kill -9: the restarted planner must re-plan without the node.
 TEST(PlannerHardeningTest, AcknowledgedDrainIsReplannedAfterKill9) {
-  const std::string dir = TmpDir("intent");
+  const std::string dir = TestPath("intent");
   std::string id;
   {
     PlannerProcess planner(kPlanner);
@@ -459,7 +459,7 @@ bool WaitFor(const std::function<bool()>& pred, double timeout_s) {
 TEST(PlannerHardeningTest, CancelledPlansStopTuningAndDoNotStarveJobs) {
   PlannerProcess planner(kPlanner);
   ASSERT_TRUE(planner
-                  .Start({"--state_dir=" + TmpDir("cancel"), "--workers=1", "--max_queued=1"})
+                  .Start({"--state_dir=" + TestPath("cancel"), "--workers=1", "--max_queued=1"})
                   .ok())
       << planner.log();
   auto stub = Connect(planner);
@@ -495,7 +495,7 @@ TEST(PlannerHardeningTest, CancelledPlansStopTuningAndDoNotStarveJobs) {
 
 TEST(PlannerHardeningTest, SigtermCancelsTuningAndExitsWithinTheGracePeriod) {
   PlannerProcess planner(kPlanner);
-  ASSERT_TRUE(planner.Start({"--state_dir=" + TmpDir("sigterm"), "--workers=1"}).ok())
+  ASSERT_TRUE(planner.Start({"--state_dir=" + TestPath("sigterm"), "--workers=1"}).ok())
       << planner.log();
   auto stub = Connect(planner);
   proto::Job slow;
@@ -514,7 +514,7 @@ TEST(PlannerHardeningTest, SigtermCancelsTuningAndExitsWithinTheGracePeriod) {
 }
 
 TEST(PlannerHardeningTest, EmptyDatabaseFileIsRefusedAtStartUp) {
-  const std::string dir = TmpDir("empty");
+  const std::string dir = TestPath("empty");
   {
     PlannerProcess planner(kPlanner);
     ASSERT_TRUE(planner.Start({"--state_dir=" + dir}).ok()) << planner.log();
@@ -536,7 +536,7 @@ TEST(PlannerHardeningTest, EmptyDatabaseFileIsRefusedAtStartUp) {
 TEST(PlannerHardeningTest, PlansLargerThanTheResponseLimitAreRefused) {
   PlannerProcess planner(kPlanner);
   ASSERT_TRUE(
-      planner.Start({"--state_dir=" + TmpDir("plan-bytes"), "--max_plan_bytes=20000"}).ok())
+      planner.Start({"--state_dir=" + TestPath("plan-bytes"), "--max_plan_bytes=20000"}).ok())
       << planner.log();
   auto stub = Connect(planner);
   proto::PlanRequest big = SmallPlan();
@@ -579,7 +579,7 @@ double SecondsSince(std::chrono::steady_clock::time_point t) {
 // Identical requests are answered from the cache; any other field is a new plan.
 TEST(PlannerLoadTest, IdenticalRequestsAreServedFromTheCache) {
   PlannerProcess planner(kPlanner);
-  ASSERT_TRUE(planner.Start({"--state_dir=" + TmpDir("cache")}).ok()) << planner.log();
+  ASSERT_TRUE(planner.Start({"--state_dir=" + TestPath("cache")}).ok()) << planner.log();
   auto stub = Connect(planner);
   proto::PlanResponse first, second, other;
   auto c1 = Ctx(), c2 = Ctx(), c3 = Ctx();
@@ -602,7 +602,7 @@ TEST(PlannerLoadTest, IdenticalRequestsAreServedFromTheCache) {
 // answer), not only the time budget.
 TEST(PlannerLoadTest, ClientDeadlineNearerThanTheBudgetIsHonoured) {
   PlannerProcess planner(kPlanner);
-  ASSERT_TRUE(planner.Start({"--state_dir=" + TmpDir("deadline"), "--workers=1"}).ok())
+  ASSERT_TRUE(planner.Start({"--state_dir=" + TestPath("deadline"), "--workers=1"}).ok())
       << planner.log();
   auto stub = Connect(planner);
   proto::PlanResponse resp;
@@ -624,7 +624,7 @@ TEST(PlannerLoadTest, ClientDeadlineNearerThanTheBudgetIsHonoured) {
 TEST(PlannerLoadTest, QueueWaitCountsAndAdmissionRefusesOnlyWhatCannotBeMet) {
   PlannerProcess planner(kPlanner);
   ASSERT_TRUE(planner
-                  .Start({"--state_dir=" + TmpDir("admission"), "--workers=1",
+                  .Start({"--state_dir=" + TestPath("admission"), "--workers=1",
                           "--max_queued=1"})
                   .ok())
       << planner.log();
@@ -678,7 +678,7 @@ TEST(PlannerLoadTest, QueueWaitCountsAndAdmissionRefusesOnlyWhatCannotBeMet) {
 // its deadline is answered DEADLINE_EXCEEDED at that deadline, not when a worker frees up.
 TEST(PlannerLoadTest, QueuedCallIsAnsweredAtItsDeadline) {
   PlannerProcess planner(kPlanner);
-  ASSERT_TRUE(planner.Start({"--state_dir=" + TmpDir("queued"), "--workers=1"}).ok())
+  ASSERT_TRUE(planner.Start({"--state_dir=" + TestPath("queued"), "--workers=1"}).ok())
       << planner.log();
   auto stub = Connect(planner);
   // A job's first plan takes the one worker for its 8 s budget (CreateJob answers once the
@@ -747,7 +747,7 @@ grpc::Status SendRaw(const PlannerProcess& p, const std::string& method, const s
 // Was: UNIMPLEMENTED with an empty message, answered inside gRPC 1.51 before any handler ran.
 TEST(PlannerHardeningTest, UndecodableRequestBytesAreInvalidArgumentNamingTheMethod) {
   PlannerProcess planner(kPlanner);
-  ASSERT_TRUE(planner.Start({"--state_dir=" + TmpDir("undecodable")}).ok()) << planner.log();
+  ASSERT_TRUE(planner.Start({"--state_dir=" + TestPath("undecodable")}).ok()) << planner.log();
   // Field 1 as a length-delimited value that claims 100 bytes but has 1: never parses.
   const std::string bytes("\x0a\x64\x01", 3);
   for (const char* method : {"Plan", "CreateJob", "GetJob", "RegisterAgent", "DrainNode"}) {

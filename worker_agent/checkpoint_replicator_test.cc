@@ -14,18 +14,15 @@
 
 #include "executor/checkpoint.h"
 #include "gtest/gtest.h"
+#include "core/test_dirs.h"
 
 namespace octopipe::agent {
 namespace {
 
+using ::octopipe::testing::FreshTestDir;
+
 namespace fs = std::filesystem;
 
-std::string FreshDir(const std::string& name) {
-  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
 
 executor::LayerCheckpoint Layer(int layer, int64_t iteration) {
   executor::LayerCheckpoint c;
@@ -41,7 +38,7 @@ struct Side {
   // `fresh`: an empty directory; otherwise the directory as a previous Side of the same name
   // left it (an agent restarted on the same node).
   explicit Side(const std::string& name, bool fresh = true)
-      : root(fresh ? FreshDir(name) : std::string(std::getenv("TEST_TMPDIR")) + "/" + name),
+      : root(fresh ? FreshTestDir(name) : std::string(std::getenv("TEST_TMPDIR")) + "/" + name),
         replicator(root, std::chrono::milliseconds(2000)),
         store(*executor::TcpStoreServer::Start("127.0.0.1", 0)) {
     replicator.Serve(store.get());
