@@ -34,6 +34,11 @@ PlannerService::PlannerService(JobManager* jobs, AgentRegistry* agents, Store* s
       clock_(options_.clock ? options_.clock : &real_clock_),
       cache_(options_.plan_cache_entries, options_.plan_cache_bytes),
       expiry_(clock_) {
+  // A replica follows the leader's versions in the store for the watches it answers as a
+  // follower (StoreWatcher); a lone planner always leads.
+  if (options_.role != nullptr) {
+    store_watcher_ = std::make_unique<StoreWatcher>(store_, absl::Milliseconds(250));
+  }
   CheckDecoding();
 }
 
@@ -451,6 +456,28 @@ class WatchReactor : public grpc::ServerWriteReactor<proto::PlanVersion> {
     shared_->reactor = this;
   }
 
+  // A follower's watch: the versions as the store has them (StoreWatcher), without events.
+  void StartFromStore(StoreWatcher* watcher, const proto::WatchPlanRequest& request) {
+    std::shared_ptr<Shared> shared = shared_;
+    absl::StatusOr<int64_t> sub = watcher->Watch(
+        request.job_id(), request.after_version(),
+        [shared](const proto::PlanVersion& v) {
+          absl::MutexLock lock(&shared->mu);
+          if (shared->reactor) shared->reactor->Enqueue(v);
+        },
+        [shared] {
+          absl::MutexLock lock(&shared->mu);
+          if (shared->reactor) shared->reactor->EndWhenDrained();
+        });
+    if (!sub.ok()) {
+      FinishWith(ToGrpc(sub.status()));
+      return;
+    }
+    absl::MutexLock lock(&mu_);
+    subscription_ = *sub;
+    unwatch_ = [watcher](int64_t id) { watcher->Unwatch(id); };
+  }
+
   void Start(const proto::WatchPlanRequest& request) {
     std::shared_ptr<Shared> shared = shared_;
     absl::StatusOr<int64_t> sub = jobs_->Watch(
@@ -521,12 +548,14 @@ class WatchReactor : public grpc::ServerWriteReactor<proto::PlanVersion> {
     }
     int64_t sub = 0;
     grpc::StatusCode code;
+    std::function<void(int64_t)> unwatch;
     {
       absl::MutexLock lock(&mu_);
       sub = subscription_;
       code = code_;
+      unwatch = unwatch_;
     }
-    if (sub) jobs_->Unwatch(sub);
+    if (sub) unwatch ? unwatch(sub) : jobs_->Unwatch(sub);
     if (observer_) observer_->OnRpc("WatchPlan", code);
     delete this;
   }
@@ -567,6 +596,7 @@ class WatchReactor : public grpc::ServerWriteReactor<proto::PlanVersion> {
   grpc::StatusCode code_ ABSL_GUARDED_BY(mu_) = grpc::StatusCode::OK;
   int64_t last_queued_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t subscription_ ABSL_GUARDED_BY(mu_) = 0;
+  std::function<void(int64_t)> unwatch_ ABSL_GUARDED_BY(mu_);  // empty: the JobManager's
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool end_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
@@ -580,6 +610,10 @@ grpc::ServerWriteReactor<proto::PlanVersion>* PlannerService::WatchPlan(
   std::optional<Principal> who;
   if (absl::Status s = Authorize(ctx, "WatchPlan", Need::kRead, "", &who); !s.ok()) {
     reactor->FinishWith(ToGrpc(s));
+    return reactor;
+  }
+  if (!Leading() && store_watcher_ != nullptr && !request->include_events()) {
+    reactor->StartFromStore(store_watcher_.get(), *request);
     return reactor;
   }
   if (absl::Status s = RequireLeader(ctx, "WatchPlan"); !s.ok()) {

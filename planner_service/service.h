@@ -27,6 +27,7 @@
 #include "planner_service/plan_cache.h"
 #include "planner_service/planning.h"
 #include "planner_service/store.h"
+#include "planner_service/store_watch.h"
 #include "planner_service/tuning_pool.h"
 #include "proto/planner.grpc.pb.h"
 
@@ -65,10 +66,11 @@ struct ServiceOptions {
   int64_t plan_cache_bytes = 64 << 20;
   const Clock* clock = nullptr;  // for deadlines; null: a RealClock
   // This replica's role among replicas on one etcd store (leadership.h); null: a lone planner,
-  // always the leader. A follower answers one-shot Plan calls, health checks, and GetJob and
-  // ListJobs from the store; every other job and agent call (writes, WatchPlan, ListAgents,
-  // whose liveness only the leader knows) gets UNAVAILABLE naming the leader (trailing
-  // metadata octopipe-leader too), for the client to retry there.
+  // always the leader. A follower answers one-shot Plan calls, health checks, GetJob and
+  // ListJobs from the store, and WatchPlan from the store too (StoreWatcher: versions polled
+  // every 250 ms; with include_events, only the leader streams events); every other job and
+  // agent call (writes, and ListAgents, whose liveness only the leader knows) gets UNAVAILABLE
+  // naming the leader (trailing metadata octopipe-leader too), for the client to retry there.
   const Role* role = nullptr;
 };
 
@@ -207,6 +209,8 @@ class PlannerService final : public proto::Planner::CallbackService {
       ABSL_GUARDED_BY(in_flight_mu_);
   std::atomic<grpc::HealthCheckServiceInterface*> health_{nullptr};
   std::atomic<int> serving_{-1};  // last status set: -1 unknown, 0 NOT_SERVING, 1 SERVING
+  // A replica's: WatchPlan answered as a follower, from the store. Null for a lone planner.
+  std::unique_ptr<StoreWatcher> store_watcher_;
   // Answers queued one-shot calls at their deadline. Last: destroyed (its thread joined) first.
   QueueExpiry expiry_;
 };

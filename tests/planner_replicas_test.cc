@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <memory>
 #include <optional>
+#include <chrono>
 #include <set>
 #include <string>
 #include <vector>
@@ -167,8 +168,21 @@ TEST(PlannerReplicasTest, LeaderFailOverFencingAndFollowers) {
                                   static_cast<int>(absl::ToInt64Milliseconds(failover)));
   const int l2 = *leader;
   EXPECT_EQ(JobIds(r, l2), acknowledged);
-  // Followers answer reads from the store.
+  // Followers answer reads from the store, WatchPlan too (the versions the leader stored).
   EXPECT_EQ(JobIds(r, 3 - l1 - l2), acknowledged);
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    proto::WatchPlanRequest watch;
+    watch.set_job_id(*acknowledged.begin());
+    auto reader = r.stub(3 - l1 - l2).WatchPlan(&ctx, watch);
+    proto::PlanVersion v;
+    ASSERT_TRUE(reader->Read(&v)) << reader->Finish().error_message();
+    EXPECT_EQ(v.job_id(), *acknowledged.begin());
+    EXPECT_EQ(v.version(), 1);
+    ctx.TryCancel();
+    reader->Finish();
+  }
   for (int i = 0; i < 2; ++i) {
     grpc::ClientContext ctx;
     proto::Job job;
