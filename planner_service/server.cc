@@ -205,6 +205,7 @@ absl::Status PlannerServer::Start() {
   }
   ServiceOptions so;
   so.access = m.access.get();
+  so.pin_agent_addresses = !options_.identities_file.empty();
   so.audit = m.audit.get();
   so.limits = options_.limits;
   so.plan_cache_entries = options_.plan_cache_entries;

@@ -738,6 +738,13 @@ absl::Status PlannerService::CheckRegistration(const proto::RegisterAgentRequest
         " devices (agent at ", known->address, "); a registration with ", r.num_devices(),
         " devices conflicts. Drain the node or let its heartbeats time out first"));
   }
+  if (options_.pin_agent_addresses && known && known->alive && known->address != r.address()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "address: node '", r.node_id(), "' is alive with its agent at ", known->address,
+        "; its address changes only once that agent is gone (heartbeats stopped for the "
+        "heartbeat timeout, or the node drained or reported failed), not to '",
+        r.address().substr(0, 128), "'"));
+  }
   return absl::OkStatus();
 }
 

@@ -57,6 +57,10 @@ struct ServiceOptions {
   // Heartbeats that were refused (an accepted heartbeat changes only liveness: one a second
   // per node would drown the log). Not owned; null: none.
   AuditLog* audit = nullptr;
+  // With per-node identities: a node registered and alive keeps its agent's address; a
+  // registration with another address is FAILED_PRECONDITION until that agent is gone, so
+  // whoever holds a node's credential cannot redirect its peers while it runs.
+  bool pin_agent_addresses = false;
   PlanningLimits limits;
   int64_t heartbeat_interval_ms = 1000;  // told to agents at registration
   // One-shot Plan calls under load (planner_service/admission.h).
@@ -84,7 +88,7 @@ struct ServiceOptions {
 //
 // Agent registration (documented contract): registering a node that is already registered
 // and alive with the same num_devices is a retry or an agent restart and replaces the
-// address; a different num_devices while it is alive is FAILED_PRECONDITION (two agents claim
+// address (with ServiceOptions::pin_agent_addresses only the same address); a different num_devices while it is alive is FAILED_PRECONDITION (two agents claim
 // one node) — drain it or let it time out first. DrainNode / ReportNodeFailure for a node no
 // agent registered and no job's cluster has is NOT_FOUND.
 

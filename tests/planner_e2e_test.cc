@@ -531,11 +531,11 @@ TEST(PlannerE2ETest, MutualTlsAcceptsTheSignedClientAndRefusesOthers) {
 // --- node identities and roles (planner_service/access.h) ---
 
 grpc::StatusCode Register(proto::Planner::Stub* stub, const std::string& token,
-                          const std::string& node) {
+                          const std::string& node, const std::string& address = "127.0.0.1:1") {
   proto::RegisterAgentRequest r;
   r.set_node_id(node);
   r.set_num_devices(2);
-  r.set_address("127.0.0.1:1");
+  r.set_address(address);
   proto::RegisterAgentResponse resp;
   auto ctx = Ctx(token, 20);
   return stub->RegisterAgent(ctx.get(), r, &resp).error_code();
@@ -647,6 +647,10 @@ TEST(PlannerE2ETest, PerNodeTokensRolesAndReloadOnSighup) {
   EXPECT_EQ(Register(stub.get(), "a-token", "node-a"), grpc::StatusCode::OK);
   EXPECT_EQ(Register(stub.get(), "b-token", "node-b"), grpc::StatusCode::OK);
   EXPECT_EQ(Register(stub.get(), "a-token", "node-b"), grpc::StatusCode::PERMISSION_DENIED);
+  // While node-a's agent is alive its address stays (a retry with it is fine).
+  EXPECT_EQ(Register(stub.get(), "a-token", "node-a", "10.9.9.9:1"),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(Register(stub.get(), "a-token", "node-a"), grpc::StatusCode::OK);
   EXPECT_EQ(Beat(stub.get(), "b-token", "node-a").error_code(),
             grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_EQ(ListJobsCode(stub.get(), "v-token"), grpc::StatusCode::OK);
