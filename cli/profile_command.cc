@@ -28,6 +28,7 @@
 #include "simulator/classic_pipeline.h"
 #include "simulator/evaluator.h"
 #include "simulator/problem_builder.h"
+#include "executor/transport_factory.h"
 
 namespace octopipe::cli {
 namespace {
@@ -110,7 +111,9 @@ struct ProfileFlags {
 };
 
 RankLaunch Launch(const ProfileFlags& f) {
-  return RankLaunch{static_cast<int>(f.ranks), f.transport, f.timeout, f.rotate_cores_ms};
+  // f.transport was checked by ParseTransportKind before any launch.
+  return RankLaunch{static_cast<int>(f.ranks), *executor::ParseTransportKind(f.transport),
+                    f.timeout, f.rotate_cores_ms};
 }
 
 // The device: a GEMM's FLOP rate and a large copy's bandwidth, medians of a few runs.
@@ -278,9 +281,9 @@ absl::StatusOr<ModelSpec> SpecFromFlags(const ProfileFlags& f) {
   if (!(f.rotate_cores_ms >= 0)) {
     return usage(absl::StrCat("--rotate_cores_ms must be >= 0 (0 = off), got ", f.rotate_cores_ms));
   }
-  if (f.transport != "gloo" && f.transport != "nccl" && f.transport != "auto" &&
-      f.transport != "inproc") {
-    return usage(absl::StrCat("--transport must be gloo, nccl, auto or inproc, got '", f.transport, "'"));
+  if (absl::StatusOr<executor::TransportKind> kind = executor::ParseTransportKind(f.transport);
+      !kind.ok()) {
+    return usage(absl::StrCat("--", kind.status().message()));
   }
   absl::StatusOr<ModelSpec> spec = executor::ParseModelSpec(f.model);
   if (!spec.ok()) return usage(absl::StrCat("--model: ", spec.status().message()));

@@ -154,10 +154,10 @@ absl::StatusOr<std::vector<std::string>> RunProfileRanks(const ModelSpec& spec, 
                                                          const RankLaunch& f, int repeat,
                                                          bool ping, bool probe) {
   const int N = static_cast<int>(f.ranks);
-  const std::string& transport = f.transport;
+  const executor::TransportKind transport = f.transport;
   const double timeout = f.timeout_s;
   std::vector<std::string> reports(N), errors(N);
-  if (transport == "inproc") {
+  if (transport == executor::TransportKind::kInProc) {
     executor::InProcHub hub(N, executor::InProcOptions{.timeout_s = timeout});
     std::vector<std::thread> threads;
     for (int r = 0; r < N; ++r) {

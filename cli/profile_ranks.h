@@ -11,12 +11,14 @@
 #include "absl/status/statusor.h"
 #include "core/plan.h"
 #include "executor/model_spec.h"
+#include "executor/transport_factory.h"
 
 namespace octopipe::cli {
 
 struct RankLaunch {
   int ranks = 2;
-  std::string transport = "gloo";  // inproc: threads; else one process per rank
+  // kInProc: threads; else one process per rank.
+  executor::TransportKind transport = executor::TransportKind::kGloo;
   double timeout_s = 60;           // a rank waits this long on a peer
   double rotate_cores_ms = 0;      // executor/core_rotation.h; 0 = off
 };

@@ -521,7 +521,7 @@ int RunLayoutTrain(const TrainFlags& o, const ModelSpec& spec, const ModelGraph&
     return Fail(err, absl::InvalidArgumentError(absl::StrCat("--plan: ", s.message())), 2);
   }
   agent::LocalRunOptions run;
-  run.transport = o.transport;
+  run.transport = *executor::ParseTransportKind(o.transport);  // checked in RunTrain
   run.timeout_s = o.timeout;
   run.train.iterations = static_cast<int>(o.iterations);
   run.train.lr = o.lr;
@@ -712,7 +712,7 @@ int RunTrain(const std::vector<std::string>& args, std::ostream& out, std::ostre
 
   // Run the ranks and measure (the worker agent library's one implementation).
   agent::LocalRunOptions run;
-  run.transport = o.transport;
+  run.transport = *transport_kind;
   run.timeout_s = o.timeout;
   run.train.iterations = static_cast<int>(o.iterations);
   run.train.lr = o.lr;

@@ -67,6 +67,7 @@
 #include "worker_agent/planner_link.h"
 #include "worker_agent/rank_launcher.h"
 #include "worker_agent/run_files.h"
+#include "executor/transport_factory.h"
 
 namespace octopipe::agent {
 
@@ -76,7 +77,7 @@ const char* AgentStateName(AgentState state);
 struct AgentOptions {
   std::string node;
   int num_devices = 1;
-  std::string transport = "gloo";       // gloo | nccl | auto
+  executor::TransportKind transport = executor::TransportKind::kGloo;  // not kInProc
   std::string advertise_host = "127.0.0.1";  // where ranks and the store listen
   int store_port = 0;                   // TCP rendezvous store; 0 picks one
   std::string work_dir;                 // run directories (local)

@@ -326,7 +326,7 @@ absl::StatusOr<RunMeasurement> RunLayoutLocally(const executor::ModelSpec& spec,
   const int n = plan.num_ranks;
   std::vector<RankReport> reports(n);
   std::vector<std::string> errors(n);
-  if (options.transport == "inproc") {
+  if (options.transport == executor::TransportKind::kInProc) {
     RunThreads(spec, plan, options, &reports, &errors);
   } else {
     RETURN_IF_ERROR(RunProcesses(spec, plan, options, &reports, &errors));
@@ -345,7 +345,7 @@ absl::StatusOr<RunMeasurement> RunLayoutLocally(const executor::ModelSpec& spec,
   }
   RunMeasurement m = Measure(reports, options.train.iterations);
   // Threads of one process: its CPU time beyond a rank's computing thread is the other ranks'.
-  if (options.transport == "inproc") m.comm_cpu_per_message_s.clear();
+  if (options.transport == executor::TransportKind::kInProc) m.comm_cpu_per_message_s.clear();
   return m;
 }
 

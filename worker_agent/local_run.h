@@ -21,11 +21,12 @@
 #include "core/schedule.h"
 #include "executor/model_spec.h"
 #include "executor/trainer.h"
+#include "executor/transport_factory.h"
 
 namespace octopipe::agent {
 
 struct LocalRunOptions {
-  std::string transport = "gloo";  // gloo | nccl | auto | inproc
+  executor::TransportKind transport = executor::TransportKind::kGloo;
   double timeout_s = 60;           // a rank waits this long on a peer before failing
   executor::TrainOptions train;    // iterations, lr, ...
 };

@@ -20,10 +20,10 @@ TEST(LocalRunTest, ThreadsAndProcessesMeasureTheSameTraining) {
   const Plan plan = *ClassicPlan(ScheduleKind::k1F1B, 2, 0, 4, executor::ToModelGraph(Spec()));
   LocalRunOptions o;
   o.train.iterations = 3;
-  o.transport = "inproc";
+  o.transport = executor::TransportKind::kInProc;
   absl::StatusOr<RunMeasurement> threads = RunPlanLocally(Spec(), plan, o);
   ASSERT_TRUE(threads.ok()) << threads.status();
-  o.transport = "gloo";
+  o.transport = executor::TransportKind::kGloo;
   absl::StatusOr<RunMeasurement> procs = RunPlanLocally(Spec(), plan, o);
   ASSERT_TRUE(procs.ok()) << procs.status();
   ASSERT_EQ(threads->loss.size(), 3u);
@@ -56,7 +56,7 @@ TEST(LocalRunTest, ThreadsAndProcessesMeasureTheSameTraining) {
 TEST(LocalRunTest, AFailingRankIsNamed) {
   const Plan plan = *ClassicPlan(ScheduleKind::k1F1B, 2, 0, 4, executor::ToModelGraph(Spec()));
   LocalRunOptions o;
-  o.transport = "nccl";
+  o.transport = executor::TransportKind::kNccl;
   // The rank processes see no GPU, on any host: NCCL fails in every rank.
   ASSERT_EQ(setenv("CUDA_VISIBLE_DEVICES", "", 1), 0);
   absl::StatusOr<RunMeasurement> m = RunPlanLocally(Spec(), plan, o);

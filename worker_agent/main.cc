@@ -21,6 +21,7 @@
 #include "worker_agent/grpc_planner_link.h"
 #include "worker_agent/rank_main.h"
 #include "worker_agent/run_files.h"
+#include "executor/transport_factory.h"
 
 ABSL_FLAG(std::string, node, "", "this node's name in the jobs' clusters (required)");
 ABSL_FLAG(std::string, planner, "",
@@ -107,7 +108,13 @@ int main(int argc, char** argv) {
   octopipe::agent::AgentOptions o;
   o.node = absl::GetFlag(FLAGS_node);
   o.num_devices = absl::GetFlag(FLAGS_devices);
-  o.transport = absl::GetFlag(FLAGS_transport);
+  const std::string transport = absl::GetFlag(FLAGS_transport);
+  absl::StatusOr<octopipe::executor::TransportKind> kind =
+      octopipe::executor::ParseTransportKind(transport);
+  if (!kind.ok()) {
+    return Fail(absl::StrCat("--transport must be gloo, nccl or auto, got '", transport, "'"));
+  }
+  o.transport = *kind;
   o.work_dir = absl::GetFlag(FLAGS_work_dir);
   o.checkpoint_root = absl::GetFlag(FLAGS_checkpoint_dir);
   o.advertise_host = absl::GetFlag(FLAGS_advertise_host);
@@ -134,8 +141,9 @@ int main(int argc, char** argv) {
   if (o.node.empty()) return Fail("--node is required");
   if (o.work_dir.empty()) return Fail("--work_dir is required");
   if (o.num_devices < 1) return Fail(absl::StrCat("--devices must be >= 1, got ", o.num_devices));
-  if (o.transport != "gloo" && o.transport != "nccl" && o.transport != "auto") {
-    return Fail(absl::StrCat("--transport must be gloo, nccl or auto, got '", o.transport, "'"));
+  if (o.transport == octopipe::executor::TransportKind::kInProc) {
+    return Fail("--transport must be gloo, nccl or auto, got 'inproc' (in-process ranks share "
+                "one process: use octopipe train)");
   }
   if (!(o.transport_timeout_s > 0)) {
     return Fail(absl::StrCat("--transport_timeout_s must be > 0, got ", o.transport_timeout_s));

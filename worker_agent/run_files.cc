@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <stdexcept>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -53,7 +54,7 @@ std::string RunConfigJson(const RunConfig& c) {
               {"lr", c.lr},
               {"data_seed", c.data_seed},
               {"num_ranks", c.num_ranks},
-              {"transport", c.transport},
+              {"transport", std::string(executor::TransportKindName(c.transport))},
               {"store_address", c.store_address},
               {"prefix", c.prefix},
               {"hostname", c.hostname},
@@ -74,7 +75,10 @@ absl::StatusOr<RunConfig> ParseRunConfig(const std::string& text) {
     c.lr = j.at("lr").get<double>();
     c.data_seed = j.at("data_seed").get<uint64_t>();
     c.num_ranks = j.at("num_ranks").get<int>();
-    c.transport = j.at("transport").get<std::string>();
+    absl::StatusOr<executor::TransportKind> kind =
+        executor::ParseTransportKind(j.at("transport").get<std::string>());
+    if (!kind.ok()) throw std::invalid_argument(std::string(kind.status().message()));
+    c.transport = *kind;
     c.store_address = j.at("store_address").get<std::string>();
     c.prefix = j.at("prefix").get<std::string>();
     c.hostname = j.at("hostname").get<std::string>();

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "executor/transport_factory.h"
 
 namespace octopipe::agent {
 
@@ -27,7 +28,7 @@ struct RunConfig {
   double lr = 1e-3;
   uint64_t data_seed = 7;
   int num_ranks = 1;
-  std::string transport = "gloo";  // gloo | nccl | auto
+  executor::TransportKind transport = executor::TransportKind::kGloo;  // not kInProc
   std::string store_address;       // TcpStoreServer HOST:PORT (rendezvous)
   std::string prefix;              // fresh per run: job/version
   std::string hostname = "127.0.0.1";  // address the ranks listen on
