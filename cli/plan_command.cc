@@ -11,11 +11,13 @@
 #include "cli/inputs.h"
 #include "cli/planner_client.h"
 #include "cli/report.h"
+#include "cli/report_page.h"
 #include "cli/table.h"
 #include "core/convert.h"
 #include "core/file_io.h"
 #include "core/json_text.h"
 #include "core/status_macros.h"
+#include "report/html_report.h"
 #include "simulator/trace.h"
 #include "simulator/vocab_parallel.h"
 #include "tuner/constraints.h"
@@ -31,23 +33,6 @@ int Fail(std::ostream& err, const absl::Status& s, int code) {
   return code;
 }
 
-// "mamba2 x3, mlp x2" for a stage's layers, in order of first appearance.
-std::string KindsOf(const ModelGraph& model, const StageAssignment& st) {
-  std::vector<std::pair<std::string, int>> counts;
-  for (int l = st.first_layer; l <= st.last_layer; ++l) {
-    const std::string k(LayerKindName(model.layers[l].kind));
-    auto it = std::find_if(counts.begin(), counts.end(), [&](auto& p) { return p.first == k; });
-    if (it == counts.end()) {
-      counts.push_back({k, 1});
-    } else {
-      ++it->second;
-    }
-  }
-  std::vector<std::string> parts;
-  for (const auto& [k, n] : counts) parts.push_back(n > 1 ? absl::StrCat(k, " x", n) : k);
-  return absl::StrJoin(parts, ", ");
-}
-
 double PeakMax(const SimResult& r) {
   double m = 0;
   for (const DeviceResult& d : r.devices) m = std::max(m, d.peak_memory_bytes);
@@ -60,7 +45,7 @@ Json PlanJson(const ModelGraph& model, const Plan& plan) {
     partition.push_back({{"first_layer", st.first_layer},
                          {"last_layer", st.last_layer},
                          {"recompute", st.recompute},
-                         {"kinds", KindsOf(model, st)}});
+                         {"kinds", StageKinds(model, st)}});
     placement.push_back(st.device);
   }
   for (const auto& ops : plan.schedule.ops) {
@@ -159,7 +144,7 @@ void WriteTables(std::ostream& out, const ModelGraph& model, const Cluster& clus
   for (int s = 0; s < t.plan.num_stages(); ++s) {
     const StageAssignment& st = t.plan.stages[s];
     stages.AddRow({absl::StrCat(s), absl::StrCat(st.first_layer, "-", st.last_layer),
-                   KindsOf(model, st), absl::StrCat(st.device), st.recompute ? "yes" : "no"});
+                   StageKinds(model, st), absl::StrCat(st.device), st.recompute ? "yes" : "no"});
   }
   out << "plan (" << PlanOriginText(t) << "):\n" << stages.Render({false, false, true, false, true});
   out << VocabParallelLine(t.vocab_parallel, t.vocab_parallel_tried, t.plan.num_devices,
@@ -315,7 +300,7 @@ void WriteRemoteTables(std::ostream& out, const ModelGraph& model,
     a.first_layer = st.first_layer();
     a.last_layer = st.last_layer();
     stages.AddRow({absl::StrCat(s), absl::StrCat(st.first_layer(), "-", st.last_layer()),
-                   KindsOf(model, a), absl::StrCat(st.device()), st.recompute() ? "yes" : "no"});
+                   StageKinds(model, a), absl::StrCat(st.device()), st.recompute() ? "yes" : "no"});
   }
   out << "plan (" << r.origin() << ", computed by the planner):\n"
       << stages.Render({false, false, true, false, true})
@@ -451,7 +436,8 @@ int RunRemotePlan(PlannerConnection& remote, const ModelGraph& model, const Clus
   return resp.result().feasible() ? 0 : 3;
 }
 
-void DeclareFlags(CommandLine& flags, PlanOptions& o, PlannerConnection& remote) {
+void DeclareFlags(CommandLine& flags, PlanOptions& o, std::string* report,
+                  PlannerConnection& remote) {
   AddModelClusterFlags(flags, &o.model, &o.cluster);
   flags.Int("devices", &o.devices,
             "one pipeline over the cluster's first P devices; 0 = all. Without it plan chooses\n"
@@ -467,6 +453,10 @@ void DeclareFlags(CommandLine& flags, PlanOptions& o, PlannerConnection& remote)
                "iterations); both are always reported");
   flags.String("out", &o.out, "write the plan file here (re-evaluate with simulate --plan)");
   flags.String("trace", &o.trace, "write the plan's timeline as Chrome trace JSON");
+  flags.String("report", report,
+               "write an HTML page of the plan: each device's timeline, the best baseline's\n"
+               "on the same axis, memory against capacity, stages; for a layout every distinct\n"
+               "pipeline and its replicas (one self-contained file; open it in a browser)");
   flags.Bool("json", &o.json, "print one JSON object instead of tables");
   flags.Bool("contention", &o.contention, "serve transfers on one link one at a time");
   flags.Bool("quiet", &o.quiet, "no progress lines on stderr");
@@ -496,6 +486,19 @@ void DeclareFlags(CommandLine& flags, PlanOptions& o, PlannerConnection& remote)
   flags.String("fixed_placement", &o.fixed_placement,
                "with --fixed_partition, each stage's device, e.g. 0,1,0 (else the tuner places)");
   remote.AddFlags(flags);
+}
+
+// Step 0: --report is checked before any work: a path that cannot be written, or a remote
+// plan (the planner returns figures, not timelines).
+absl::Status CheckReportFlag(const std::string& report, const PlannerConnection& remote) {
+  if (report.empty()) return absl::OkStatus();
+  if (!remote.address.empty()) {
+    return absl::InvalidArgumentError(
+        "--report needs a local plan, not --planner (the planner returns figures, not "
+        "timelines); write the plan with --out and run `octopipe simulate --plan=FILE "
+        "--report=PAGE.html`");
+  }
+  return report::CheckReportPath("--report", ResolvePath(report));
 }
 
 // Step 1: the tuner's options from the flags, the model and the cluster (errors name the flag).
@@ -670,9 +673,85 @@ absl::Status WritePlanTrace(const std::string& path, const ModelGraph& model,
                           absl::StrCat(model.name, " / octopipe plan"));
 }
 
+// Step 3c: --report, the HTML page (report/html_report.h): the plan's timeline re-simulated as
+// for --trace, the best fitting baseline's under it, and every baseline's iteration as a bar.
+report::Page PlanPageHeader(const std::string& model, const std::string& cluster,
+                            const TuneResult& t) {
+  report::Page page;
+  page.command = "octopipe plan";
+  page.model = model;
+  page.cluster = cluster;
+  page.iteration_s = t.predicted.iteration_time_s;
+  page.bubble_ratio = t.predicted.bubble_ratio;
+  page.tokens_per_s = t.predicted.tokens_per_s;
+  if (!t.feasible) page.facts.push_back({"INFEASIBLE:", t.infeasible_reason});
+  page.facts.push_back({"origin", PlanOriginText(t)});
+  if (!t.best_baseline.empty()) {
+    page.facts.push_back({"speed-up", absl::StrFormat("%.3fx over %s", t.speedup_vs_best_baseline,
+                                                      t.best_baseline)});
+  }
+  page.bars = BaselineBars(t);
+  return page;
+}
+
+// The page's errors (a simulation that fails, input it cannot draw) name --report.
+absl::Status WriteReport(const std::string& path, absl::StatusOr<report::Page> page) {
+  if (!page.ok()) {
+    return absl::Status(page.status().code(), absl::StrCat("--report: ", page.status().message()));
+  }
+  return report::WriteHtmlReport("--report", ResolvePath(path), *page);
+}
+
+absl::StatusOr<report::Page> PlanPage(const ModelGraph& model, const Cluster& cluster,
+                                      const CostModel& cost, bool contention,
+                                      const TuneResult& t) {
+  report::Page page = PlanPageHeader(model.name, cluster.name, t);
+  page.facts.push_back({"devices", absl::StrCat(t.plan.num_devices)});
+  page.facts.push_back({"micro-batches", absl::StrCat(t.plan.num_microbatches)});
+  page.bars_title = "Iteration time against the baselines (same simulator, same costs)";
+  ASSIGN_OR_RETURN(report::Section s,
+                   TunedSection("Plan", model, cluster, cost, contention, t));
+  page.sections.push_back(std::move(s));
+  return page;
+}
+
+// A layout: every distinct pipeline with the replicas and ranks that run it; the header's
+// figures are the layout's as the executor runs it (or the search's estimate).
+absl::StatusOr<report::Page> LayoutPage(const Cluster& cluster, const CostModel& cost,
+                                        bool contention, const LayoutResult& r) {
+  const LayoutPipeline& slowest = r.pipelines.front();
+  report::Page page = PlanPageHeader(r.model.name, cluster.name, slowest.tune);
+  const bool simulated = r.simulation_error.empty() && r.simulated.iteration_time_s > 0;
+  page.iteration_s = simulated ? r.simulated.iteration_time_s : r.iteration_time_s;
+  page.bubble_ratio = simulated ? r.simulated.bubble_ratio : slowest.tune.predicted.bubble_ratio;
+  page.tokens_per_s = simulated ? r.simulated.tokens_per_s : r.tokens_per_s;
+  page.facts.insert(page.facts.begin(),
+                    {{"layout", r.layout.ToString()},
+                     {"ranks", absl::StrCat(r.layout.gpus())},
+                     {"micro-batches", absl::StrCat(r.global_microbatches, " (",
+                                                    r.microbatches, " per replica)")}});
+  page.bars_title = "Pipeline 0 (the slowest) against its baselines (same simulator, same costs)";
+  const LayoutPlan plan = ToLayoutPlan(r);
+  for (size_t i = 0; i < r.pipelines.size(); ++i) {
+    const LayoutPipeline& p = r.pipelines[i];
+    const std::string title =
+        absl::StrCat("Pipeline ", i, i == 0 ? " (the slowest)" : "", ": ", p.replicas.size(),
+                     p.replicas.size() == 1 ? " replica" : " replicas");
+    ASSIGN_OR_RETURN(report::Section s,
+                     TunedSection(title, r.model, p.cluster, cost, contention, p.tune));
+    if (i < plan.pipelines.size()) {
+      s.replicas = ReplicasOf(plan, static_cast<int>(i));
+      LabelLayoutDevices(plan, static_cast<int>(i), &s);
+    }
+    page.sections.push_back(std::move(s));
+  }
+  return page;
+}
+
 // Step 2 (local): tune, write the requested files, print; exit 3 when infeasible.
 int RunLocalPlan(const ModelGraph& model, const Cluster& cluster, const TunerOptions& t,
-                 const PlanOptions& o, std::ostream& out, std::ostream& err) {
+                 const PlanOptions& o, const std::string& report, std::ostream& out,
+                 std::ostream& err) {
   const CostModel cost;
   absl::StatusOr<TuneResult> r = Tune(model, cluster, cost, t);
   if (!r.ok()) return Fail(err, NameTheFlag(r.status()), 2);
@@ -683,11 +762,16 @@ int RunLocalPlan(const ModelGraph& model, const Cluster& cluster, const TunerOpt
     absl::Status s = WritePlanTrace(o.trace, model, cluster, cost, o.contention, r->plan);
     if (!s.ok()) return Fail(err, s, 1);
   }
+  if (!report.empty()) {
+    absl::Status s = WriteReport(report, PlanPage(model, cluster, cost, o.contention, *r));
+    if (!s.ok()) return Fail(err, s, 1);
+  }
   if (o.json) {
     out << JsonText(TuneResultJson(model, *r)) << "\n";
   } else {
     WriteTables(out, model, cluster, *r, t.objective == Objective::kSteadyState);
     if (!o.out.empty()) out << "\nplan written to " << o.out << "\n";
+    if (!report.empty()) out << "report written to " << report << "\n";
   }
   return r->feasible ? 0 : 3;
 }
@@ -695,7 +779,7 @@ int RunLocalPlan(const ModelGraph& model, const Cluster& cluster, const TunerOpt
 // Step 2 (local, no --devices): choose the layout, tune its pipelines, print; exit 3 when
 // infeasible. --out and --trace are the slowest pipeline's (devices numbered in the pipeline).
 int RunLocalLayoutPlan(const ModelGraph& model, const Cluster& cluster, const TunerOptions& t,
-                       LayoutRequest req, const PlanOptions& o, const CommandLine& flags,
+                       LayoutRequest req, const PlanOptions& o, const std::string& report,
                        std::ostream& out, std::ostream& err) {
   const CostModel cost;
   req.global_microbatches = t.num_microbatches;
@@ -708,6 +792,10 @@ int RunLocalLayoutPlan(const ModelGraph& model, const Cluster& cluster, const Tu
   if (!o.trace.empty()) {
     absl::Status s =
         WritePlanTrace(o.trace, r->model, slowest.cluster, cost, o.contention, slowest.tune.plan);
+    if (!s.ok()) return Fail(err, s, 1);
+  }
+  if (!report.empty()) {
+    absl::Status s = WriteReport(report, LayoutPage(cluster, cost, o.contention, *r));
     if (!s.ok()) return Fail(err, s, 1);
   }
   if (o.json) {
@@ -725,8 +813,8 @@ int RunLocalLayoutPlan(const ModelGraph& model, const Cluster& cluster, const Tu
           << " ranks; run it with `octopipe train --plan=" << o.out << " --ranks="
           << r->layout.gpus() << "` where the model allows)\n";
     }
+    if (!report.empty()) out << "report written to " << report << "\n";
   }
-  (void)flags;
   return r->feasible ? 0 : 3;
 }
 
@@ -734,17 +822,19 @@ int RunLocalLayoutPlan(const ModelGraph& model, const Cluster& cluster, const Tu
 
 int RunPlan(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   PlanOptions o;
+  std::string report;  // --report (not in PlanOptions, which plan_command.h holds)
   PlannerConnection remote;
   CommandLine flags("plan",
                     "Tunes partition, placement and schedule together (the bubble-aware tuner), "
                     "reports the plan, its predicted iteration time, bubble and memory, and "
                     "every baseline's figures in the same simulator.");
-  DeclareFlags(flags, o, remote);
+  DeclareFlags(flags, o, &report, remote);
   if (absl::Status s = flags.Parse(args); !s.ok()) return Fail(err, s, 2);
   if (flags.help_requested()) {
     out << flags.Usage();
     return 0;
   }
+  if (absl::Status s = CheckReportFlag(report, remote); !s.ok()) return Fail(err, s, 2);
   absl::StatusOr<ModelGraph> model = LoadModelArg(o.model);
   if (!model.ok()) return Fail(err, model.status(), 2);
   absl::StatusOr<Cluster> cluster = LoadClusterArg(o.cluster);
@@ -767,9 +857,9 @@ int RunPlan(const std::vector<std::string>& args, std::ostream& out, std::ostrea
     return RunRemotePlan(remote, *model, *cluster, *t, *layout, o, flags, out, err);
   }
   if (!OnePipeline(flags, *cluster)) {
-    return RunLocalLayoutPlan(*model, *cluster, *t, *layout, o, flags, out, err);
+    return RunLocalLayoutPlan(*model, *cluster, *t, *layout, o, report, out, err);
   }
-  return RunLocalPlan(*model, *cluster, *t, o, out, err);
+  return RunLocalPlan(*model, *cluster, *t, o, report, out, err);
 }
 
 }  // namespace octopipe::cli

@@ -1,16 +1,19 @@
 #include "cli/simulate_command.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "cli/command_line.h"
 #include "cli/inputs.h"
 #include "cli/report.h"
+#include "cli/report_page.h"
 #include "cli/table.h"
 #include "core/cost_model.h"
 #include "core/json_text.h"
 #include "core/status_macros.h"
+#include "report/html_report.h"
 #include "simulator/classic_pipeline.h"
 #include "simulator/problem_builder.h"
 #include "simulator/trace.h"
@@ -71,7 +74,7 @@ int Fail(std::ostream& err, const absl::Status& s, int code = 1) {
   return code;
 }
 
-void DeclareFlags(CommandLine& flags, SimulateOptions& o) {
+void DeclareFlags(CommandLine& flags, SimulateOptions& o, std::string* report) {
   AddModelClusterFlags(flags, &o.model, &o.cluster);
   flags.String("schedule", &o.schedule,
                "gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v, dualpipev, or all (comparison)");
@@ -84,6 +87,10 @@ void DeclareFlags(CommandLine& flags, SimulateOptions& o) {
                "evaluate this plan file (from `octopipe plan --out`) instead of a schedule");
   flags.String("trace", &o.trace,
                "write the timeline as Chrome trace JSON (open in ui.perfetto.dev)");
+  flags.String("report", report,
+               "write an HTML page of the run: each device's timeline, memory against capacity,\n"
+               "stages; for a layout plan every distinct pipeline and its replicas (one\n"
+               "self-contained file; open it in a browser). Needs one --schedule or --plan");
   flags.Bool("json", &o.json, "print one JSON object instead of tables");
   flags.Bool("contention", &o.contention,
              "serve transfers on one link one at a time (otherwise links never contend)");
@@ -130,9 +137,38 @@ absl::StatusOr<SimulateInputs> ResolveInputs(SimulateOptions& o, const CommandLi
   return in;
 }
 
+// --report of one run: its timeline (simulated with the timeline on), stages and memory.
+absl::Status WriteRunReport(const std::string& path, const SimulateInputs& in,
+                            const RunOutput& run) {
+  report::Page page;
+  page.command = "octopipe simulate";
+  page.model = in.model.name;
+  page.cluster = in.cluster.name;
+  page.iteration_s = run.result.iteration_time_s;
+  page.bubble_ratio = run.result.bubble_ratio;
+  page.tokens_per_s = run.result.tokens_per_s;
+  page.facts = {{"schedule", run.plan.schedule_name},
+                {"devices", absl::StrCat(run.plan.num_devices)},
+                {"micro-batches", absl::StrCat(run.plan.num_microbatches)}};
+  if (!run.result.fits_memory) page.facts.push_back({"memory:", "DOES NOT FIT"});
+  page.sections.push_back(
+      RunSection(absl::StrCat("Schedule ", run.plan.schedule_name), in.model, run.plan,
+                 run.problem, run.result));
+  return report::WriteHtmlReport("--report", ResolvePath(path), page);
+}
+
+// Step 0: --report is checked before any work: one run to draw, and a path that can be written.
+absl::Status CheckReportFlag(const SimulateOptions& o, const std::string& report) {
+  if (report.empty()) return absl::OkStatus();
+  if (o.plan.empty() && o.schedule == "all") {
+    return absl::InvalidArgumentError("--report needs one --schedule (or --plan), not all");
+  }
+  return report::CheckReportPath("--report", ResolvePath(report));
+}
+
 // Step 2a: one run (the plan file or one schedule), printed in detail or as JSON.
-int RunSingle(const SimulateOptions& o, const SimulateInputs& in, std::ostream& out,
-              std::ostream& err) {
+int RunSingle(const SimulateOptions& o, const std::string& report, const SimulateInputs& in,
+              std::ostream& out, std::ostream& err) {
   absl::StatusOr<RunOutput> run =
       o.plan.empty() ? RunClassic(in.kinds[0], o, in.model, in.cluster, in.cost, in.eval)
                      : RunPlanFile(o, in.model, in.cluster, in.cost, in.eval);
@@ -143,6 +179,9 @@ int RunSingle(const SimulateOptions& o, const SimulateInputs& in, std::ostream& 
                          absl::StrCat(in.model.name, " / ", run->plan.schedule_name));
     if (!s.ok()) return Fail(err, s);
   }
+  if (!report.empty()) {
+    if (absl::Status s = WriteRunReport(report, in, *run); !s.ok()) return Fail(err, s);
+  }
   if (o.json) {
     out << JsonText(RunJson(run->plan, run->problem, run->result)) << "\n";
     return 0;
@@ -151,6 +190,9 @@ int RunSingle(const SimulateOptions& o, const SimulateInputs& in, std::ostream& 
       << in.cluster.name << "\n"
       << RenderRun(run->plan, run->problem, run->result);
   if (!o.trace.empty()) out << "\ntrace written to " << o.trace << "\n";
+  if (!report.empty()) {
+    out << (o.trace.empty() ? "\n" : "") << "report written to " << report << "\n";
+  }
   return 0;
 }
 
@@ -220,15 +262,78 @@ int RunComparison(const SimulateOptions& o, const SimulateInputs& in, std::ostre
   return 0;
 }
 
+// Of the replicas of EP group 0, how many have their first pipeline device's TP group on the
+// node of DP rank 0's: as SimulateLayout counts them (tuner/layout_simulation.cc), so that the
+// report's pipelines are costed as it costs them.
+int EpRanksPerNode(const Cluster& cluster, const LayoutPlan& plan) {
+  const int ep = plan.layout.ep;
+  if (ep <= 1) return 0;
+  std::vector<int> first_gpu(plan.layout.dp, 0);
+  for (const LayoutPipelinePlan& pipe : plan.pipelines) {
+    for (const PipelineReplica& rep : pipe.replicas) first_gpu[rep.dp_rank] = rep.device_ranks[0];
+  }
+  const int node = cluster.node_of_device(first_gpu[0]);
+  int n = 0;
+  for (int r = 0; r < ep; ++r) n += cluster.node_of_device(first_gpu[r]) == node ? 1 : 0;
+  return n;
+}
+
+// --report of a layout: every distinct pipeline re-simulated with the timeline on the cluster
+// of its first replica, as SimulateLayout does (the two must agree on its iteration).
+absl::StatusOr<report::Page> LayoutReportPage(const SimulateOptions& o, const SimulateInputs& in,
+                                              const LayoutPlan& plan,
+                                              const LayoutSimulation& sim) {
+  report::Page page;
+  page.command = "octopipe simulate";
+  page.model = in.model.name;
+  page.cluster = in.cluster.name;
+  page.iteration_s = sim.iteration_time_s;
+  page.bubble_ratio = sim.bubble_ratio;
+  page.tokens_per_s = sim.tokens_per_s;
+  page.facts = {{"layout", plan.layout.ToString()},
+                {"ranks", absl::StrCat(plan.num_ranks)},
+                {"micro-batches", absl::StrCat(plan.global_microbatches)}};
+  if (!sim.fits) page.facts.push_back({"memory:", "DOES NOT FIT"});
+  const ModelGraph model = ModelForLayout(in.model, plan.layout, EpRanksPerNode(in.cluster, plan));
+  for (size_t p = 0; p < plan.pipelines.size(); ++p) {
+    const LayoutPipelinePlan& pipe = plan.pipelines[p];
+    const Cluster cluster = PipelineCluster(in.cluster, pipe.replicas[0].device_ranks,
+                                            absl::StrCat(in.cluster.name, " pipeline ", p));
+    ASSIGN_OR_RETURN(report::Section s,
+                     SimulatedSection(absl::StrCat("Pipeline ", p, ": ", pipe.replicas.size(),
+                                                   pipe.replicas.size() == 1 ? " replica"
+                                                                             : " replicas"),
+                                      "plan", model, cluster, in.cost, o.contention, pipe.plan));
+    const double want = sim.pipeline_iteration_s[p];
+    if (std::abs(s.plan.iteration_s - want) > 1e-9 * std::max(1.0, want)) {
+      return absl::InternalError(absl::StrCat("pipeline ", p, " re-simulated to ",
+                                              s.plan.iteration_s, " s, not the layout's ", want,
+                                              " s"));
+    }
+    s.replicas = ReplicasOf(plan, static_cast<int>(p));
+    LabelLayoutDevices(plan, static_cast<int>(p), &s);
+    page.sections.push_back(std::move(s));
+  }
+  return page;
+}
+
 // --plan of a whole layout (core/layout_plan.h): SimulateLayout, as the executor runs it —
 // every distinct pipeline, and the gradient all-reduces overlapped with the backward.
-int RunLayoutSimulate(const SimulateOptions& o, const SimulateInputs& in, const LayoutPlan& plan,
-                      std::ostream& out, std::ostream& err) {
+int RunLayoutSimulate(const SimulateOptions& o, const std::string& report,
+                      const SimulateInputs& in, const LayoutPlan& plan, std::ostream& out,
+                      std::ostream& err) {
   absl::StatusOr<LayoutSimulation> sim =
       SimulateLayout(in.model, in.cluster, in.cost, plan, o.contention);
   if (!sim.ok()) {
     return Fail(err, absl::InvalidArgumentError(absl::StrCat("--plan: ", sim.status().message())),
                 2);
+  }
+  if (!report.empty()) {
+    absl::StatusOr<report::Page> page = LayoutReportPage(o, in, plan, *sim);
+    absl::Status s = page.ok() ? report::WriteHtmlReport("--report", ResolvePath(report), *page)
+                               : absl::Status(page.status().code(),
+                                              absl::StrCat("--report: ", page.status().message()));
+    if (!s.ok()) return Fail(err, s);
   }
   if (o.json) {
     Json j = {{"layout", plan.layout.ToString()},
@@ -264,6 +369,7 @@ int RunLayoutSimulate(const SimulateOptions& o, const SimulateInputs& in, const 
       << " not hidden by the backward), bubble " << FormatPercent(sim->bubble_ratio) << ", "
       << absl::StrFormat("%.0f", sim->tokens_per_s) << " tokens/s"
       << (sim->fits ? "" : "; DOES NOT FIT in memory") << "\n";
+  if (!report.empty()) out << "report written to " << report << "\n";
   return sim->fits ? 0 : 3;
 }
 
@@ -271,26 +377,30 @@ int RunLayoutSimulate(const SimulateOptions& o, const SimulateInputs& in, const 
 
 int RunSimulate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   SimulateOptions o;
+  std::string report;  // --report (not in SimulateOptions, which simulate_command.h holds)
   CommandLine flags("simulate",
                     "Evaluates pipeline schedules on a model and cluster with the DAG simulator "
                     "and reports iteration time (synchronous and steady-state), bubble ratios, "
                     "throughput and peak memory per device. With no flags it compares every "
                     "classic schedule for Nemotron-H 8B on one 8 x H100 node.");
-  DeclareFlags(flags, o);
+  DeclareFlags(flags, o, &report);
   if (absl::Status s = flags.Parse(args); !s.ok()) return Fail(err, s, 2);
   if (flags.help_requested()) {
     out << flags.Usage();
     return 0;
   }
+  if (absl::Status s = CheckReportFlag(o, report); !s.ok()) return Fail(err, s, 2);
   absl::StatusOr<SimulateInputs> in = ResolveInputs(o, flags);
   if (!in.ok()) return Fail(err, in.status(), 2);
+  in->eval.timeline = in->eval.timeline || !report.empty();
   if (!o.plan.empty()) {
     absl::StatusOr<LayoutPlan> layout = LoadLayoutPlanFile(ResolvePath(o.plan));
     if (layout.ok() && !layout->single_pipeline()) {
-      return RunLayoutSimulate(o, *in, *layout, out, err);
+      return RunLayoutSimulate(o, report, *in, *layout, out, err);
     }
   }
-  return in->kinds.size() <= 1 ? RunSingle(o, *in, out, err) : RunComparison(o, *in, out, err);
+  return in->kinds.size() <= 1 ? RunSingle(o, report, *in, out, err)
+                               : RunComparison(o, *in, out, err);
 }
 
 }  // namespace octopipe::cli

@@ -15,6 +15,7 @@ PACKAGES=(
   etcd-server etcd-client
   prometheus-cpp-dev nlohmann-json3-dev libcli11-dev python3-yaml
   python3-grpcio
+  chromium
 )
 
 missing=()
