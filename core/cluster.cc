@@ -91,6 +91,11 @@ absl::Status Validate(const Cluster& c) {
     if (!InRange(h.peak_flops, kMinRate, kMaxRate, /*inf_ok=*/false)) {
       return RangeError(p + ".peak_flops", h.peak_flops, "finite and in [1, 1e21] FLOP/s");
     }
+    if (h.peak_flops_fp8 != 0 &&
+        !InRange(h.peak_flops_fp8, kMinRate, kMaxRate, /*inf_ok=*/false)) {
+      return RangeError(p + ".peak_flops_fp8", h.peak_flops_fp8,
+                        "0 (no FP8) or finite and in [1, 1e21] FLOP/s");
+    }
     if (!InRange(h.memory_bytes, 1, kMaxBytes, /*inf_ok=*/true)) {
       return RangeError(p + ".memory_bytes", h.memory_bytes, "in [1, 1e18] bytes or +inf");
     }

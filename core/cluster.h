@@ -22,6 +22,9 @@ struct HardwareSpec {
   // CPU seconds per cross-device message at each end, charged to the op that sends or
   // receives it (measured clusters; see proto/cluster.proto).
   double message_cpu_s = 0;
+  // Dense FP8 FLOP/s (Hopper and later); 0: no FP8 tensor cores (a model training in fp8
+  // cannot be planned on it).
+  double peak_flops_fp8 = 0;
 };
 
 struct LinkSpec {

@@ -7,9 +7,10 @@ namespace octopipe {
 namespace {
 
 // Public spec sheets: dense BF16 peak (as Megatron-LM's gpu_peak_flops.py lists it), HBM
-// capacity and bandwidth (docs/architecture.md, "Cost model").
-const HardwareSpec kH100{"H100-SXM", 989e12, 80e9, 3.35e12};
-const HardwareSpec kH200{"H200-SXM", 989e12, 141e9, 4.8e12};
+// capacity and bandwidth, dense FP8 peak (NVIDIA's H100/H200 SXM data sheets: 1979 TFLOP/s;
+// A100 has no FP8) (docs/architecture.md, "Cost model").
+const HardwareSpec kH100{"H100-SXM", 989e12, 80e9, 3.35e12, 0, 0, 1979e12};
+const HardwareSpec kH200{"H200-SXM", 989e12, 141e9, 4.8e12, 0, 0, 1979e12};
 const HardwareSpec kA100{"A100-SXM-80GB", 312e12, 80e9, 2.04e12};
 
 // Published NVLink figures are bidirectional (900 GB/s H100/H200, 600 GB/s A100); a pipeline

@@ -342,6 +342,7 @@ proto::Cluster ClusterToProto(const Cluster& cluster) {
     ph->set_memory_bandwidth(h.memory_bandwidth);
     ph->set_op_overhead_s(h.op_overhead_s);
     ph->set_message_cpu_s(h.message_cpu_s);
+    ph->set_peak_flops_fp8(h.peak_flops_fp8);
   }
   for (const Node& n : cluster.nodes) {
     proto::Node* pn = p.add_nodes();
@@ -364,7 +365,7 @@ absl::StatusOr<Cluster> ClusterFromProto(const proto::Cluster& p) {
   for (const proto::HardwareSpec& ph : p.hardware()) {
     c.hardware.push_back(
         HardwareSpec{ph.name(), ph.peak_flops(), ph.memory_bytes(), ph.memory_bandwidth(),
-                     ph.op_overhead_s(), ph.message_cpu_s()});
+                     ph.op_overhead_s(), ph.message_cpu_s(), ph.peak_flops_fp8()});
   }
   for (const proto::Node& pn : p.nodes()) {
     Node n;

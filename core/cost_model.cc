@@ -95,6 +95,8 @@ struct Part {
   }
 };
 
+// Activations, messages and weights: fp32 4 bytes, else 2 (FP8 training keeps them in BF16;
+// only the weight GEMMs' saved inputs are FP8, see Cost).
 double ElementBytes(Precision p) { return p == Precision::kFp32 ? 4.0 : 2.0; }
 
 double TokensPerSample(const Layer& layer, const TrainingOptions& t) {
@@ -319,6 +321,11 @@ LayerCost CostModel::Cost(const Layer& layer, const TrainingOptions& training,
   const double tp = static_cast<double>(training.tp_degree > 0 ? training.tp_degree : 1);
   const double eff = options_.efficiency[static_cast<int>(layer.kind)];
   const double flop_rate = hardware.peak_flops * eff;
+  // FP8 training runs the weight GEMMs at the FP8 peak (the same achieved fraction of it);
+  // without an FP8 peak (the problem builder refuses such a plan) at the BF16 one.
+  const bool fp8 = training.precision == Precision::kFp8;
+  const double linear_rate =
+      fp8 && hardware.peak_flops_fp8 > 0 ? hardware.peak_flops_fp8 * eff : flop_rate;
   const double e = ElementBytes(training.precision);
   const bool selective = training.recompute == RecomputePolicy::kSelective;
 
@@ -332,9 +339,15 @@ LayerCost CostModel::Cost(const Layer& layer, const TrainingOptions& training,
     c.backward_input_s = 0;
     c.weight_grad_s = Seconds(p.wgrad_bytes_moved / tp, byte_rate);
   } else {
-    c.forward_s = Seconds((p.linear + p.nonlinear) / tp, flop_rate);
-    c.backward_input_s = Seconds((p.linear + 2 * p.nonlinear) / tp, flop_rate);
-    c.weight_grad_s = Seconds(p.linear / tp, flop_rate);
+    if (linear_rate == flop_rate) {  // every precision but FP8: one rate for all the math
+      c.forward_s = Seconds((p.linear + p.nonlinear) / tp, flop_rate);
+      c.backward_input_s = Seconds((p.linear + 2 * p.nonlinear) / tp, flop_rate);
+    } else {
+      c.forward_s = Seconds(p.linear / tp, linear_rate) + Seconds(p.nonlinear / tp, flop_rate);
+      c.backward_input_s =
+          Seconds(p.linear / tp, linear_rate) + Seconds(2 * p.nonlinear / tp, flop_rate);
+    }
+    c.weight_grad_s = Seconds(p.linear / tp, linear_rate);
     // Selective recompute re-runs the attention core at the start of B.
     if (selective) c.backward_input_s += Seconds(p.core / tp, flop_rate);
   }
@@ -343,6 +356,11 @@ LayerCost CostModel::Cost(const Layer& layer, const TrainingOptions& training,
   const double b = static_cast<double>(training.micro_batch_size);
   double act = p.act - (selective ? p.act_core : 0);
   double act_w = p.act_w;
+  if (fp8 && layer.kind != LayerKind::kEmbedding) {
+    // The weight GEMMs' inputs, held until W, are kept in FP8: half their BF16 bytes.
+    act -= act_w / 2;
+    act_w /= 2;
+  }
   c.activation_bytes = act / tp;
   c.activation_bytes_w = act_w / tp;
   c.input_bytes = layer.kind == LayerKind::kEmbedding

@@ -334,6 +334,31 @@ TEST(CostTest, Fp32DoublesActivationsAndUsesSixteenBytesPerParam) {
   EXPECT_DOUBLE_EQ(bf16.param_count * (2 + 2 + 12), bf16.static_bytes);
 }
 
+// FP8: the weight GEMMs (linear FLOPs) at the FP8 peak, the rest at the BF16 one; the GEMM
+// inputs held until W in FP8 (half their bytes); weights and optimizer state as in BF16.
+TEST(CostTest, Fp8RunsWeightGemmsAtTheFp8PeakAndHalvesTheirSavedInputs) {
+  CostModel model;
+  TrainingOptions t = Training();
+  HardwareSpec h100 = H100();
+  h100.peak_flops_fp8 = 1979e12;
+  const LayerCost bf16 = model.Cost(Llama8bAttention(), t, h100);
+  t.precision = Precision::kFp8;
+  const LayerCost fp8 = model.Cost(Llama8bAttention(), t, h100);
+  const double eff = model.options().efficiency[static_cast<int>(LayerKind::kAttention)];
+  const double lin = 343597383680.0, nl = 137438953472.0;
+  EXPECT_DOUBLE_EQ(lin / (1979e12 * eff) + nl / (989e12 * eff), fp8.forward_s);
+  EXPECT_DOUBLE_EQ(lin / (1979e12 * eff) + 2 * nl / (989e12 * eff), fp8.backward_input_s);
+  EXPECT_DOUBLE_EQ(lin / (1979e12 * eff), fp8.weight_grad_s);
+  EXPECT_LT(fp8.forward_s, bf16.forward_s);
+  EXPECT_DOUBLE_EQ(fp8.forward_flops, bf16.forward_flops);  // the same math
+  EXPECT_DOUBLE_EQ(bf16.activation_bytes_w / 2, fp8.activation_bytes_w);
+  EXPECT_DOUBLE_EQ(bf16.activation_bytes - bf16.activation_bytes_w / 2, fp8.activation_bytes);
+  EXPECT_DOUBLE_EQ(bf16.static_bytes, fp8.static_bytes);
+  EXPECT_DOUBLE_EQ(bf16.output_bytes, fp8.output_bytes);  // messages stay BF16
+  EXPECT_EQ(PrecisionName(Precision::kFp8), "fp8");
+  EXPECT_EQ(*ParsePrecision("fp8"), Precision::kFp8);
+}
+
 TEST(CostTest, ParamCountsAndZeroSharding) {
   // Attention: h·(n·hd) + 2·h·(kv·hd) + (n·hd)·h + pre-norm h.
   EXPECT_DOUBLE_EQ(4096.0 * 4096 + 2 * 4096.0 * 1024 + 4096.0 * 4096 + 4096,

@@ -149,6 +149,7 @@ absl::string_view PrecisionName(Precision p) {
     case Precision::kBf16: return "bf16";
     case Precision::kFp16: return "fp16";
     case Precision::kFp32: return "fp32";
+    case Precision::kFp8: return "fp8";
   }
   return "?";
 }
@@ -157,8 +158,9 @@ absl::StatusOr<Precision> ParsePrecision(absl::string_view name) {
   if (name.empty() || name == "bf16") return Precision::kBf16;
   if (name == "fp16") return Precision::kFp16;
   if (name == "fp32") return Precision::kFp32;
+  if (name == "fp8") return Precision::kFp8;
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown precision '", name, "' (valid: bf16, fp16, fp32)"));
+      absl::StrCat("unknown precision '", name, "' (valid: bf16, fp16, fp32, fp8)"));
 }
 
 absl::string_view RecomputePolicyName(RecomputePolicy r) {

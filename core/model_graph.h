@@ -87,7 +87,11 @@ struct Layer {
   MeasuredCosts measured;
 };
 
-enum class Precision { kBf16, kFp16, kFp32 };
+// kFp8: weight GEMMs in FP8 at the hardware's FP8 peak (HardwareSpec::peak_flops_fp8), their
+// inputs kept for the backward in FP8 (1 byte); everything else — the other math, activations,
+// messages and weights — in BF16, with fp32 master weights and Adam state (Transformer
+// Engine's recipe).
+enum class Precision { kBf16, kFp16, kFp32, kFp8 };
 enum class RecomputePolicy { kNone, kSelective, kFull };
 
 absl::string_view PrecisionName(Precision p);

@@ -44,6 +44,17 @@ absl::StatusOr<ProblemBuilder> ProblemBuilder::Create(
                                                    "' has ", cluster.num_devices()));
   }
   if (vocab_parallel) RETURN_IF_ERROR(CheckVocabParallelModel(model, num_devices));
+  if (model.training.precision == Precision::kFp8) {
+    for (int d = 0; d < num_devices; ++d) {
+      const HardwareSpec& hw = cluster.device_hardware(d);
+      if (!(hw.peak_flops_fp8 > 0)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "training.precision: fp8 needs FP8 tensor cores, but hardware '", hw.name,
+            "' (device ", d, " of cluster '", cluster.name,
+            "') has no peak_flops_fp8; train in bf16 there or give its FP8 peak"));
+      }
+    }
+  }
   ProblemBuilder pb;
   pb.vocab_parallel_ = vocab_parallel;
   pb.split_embedding_ = vocab_parallel && SplitsEmbedding(model);

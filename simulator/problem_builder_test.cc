@@ -44,6 +44,23 @@ Cluster MeasuredCluster() {
   return c;
 }
 
+// FP8 training needs FP8 tensor cores on every device planned: a mixed cluster's A100s have
+// none, and the error names the field, the hardware and the device.
+TEST(ProblemBuilderTest, Fp8NeedsAnFp8PeakOnEveryDevice) {
+  ModelGraph model = MeasuredModel();
+  model.training.precision = Precision::kFp8;
+  Cluster cluster = MeasuredCluster();
+  absl::StatusOr<ProblemBuilder> refused = ProblemBuilder::Create(model, cluster, CostModel(), 2);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(refused.status()));
+  EXPECT_NE(refused.status().message().find(
+                "training.precision: fp8 needs FP8 tensor cores, but hardware 'cpu' (device 0"),
+            std::string::npos)
+      << refused.status();
+  cluster.hardware[0].peak_flops_fp8 = 2e10;
+  EXPECT_TRUE(ProblemBuilder::Create(model, cluster, CostModel(), 2).ok());
+}
+
 TEST(ProblemBuilderTest, MeasuredProfileOverheadAndLinkAreWhatTheExecutorPays) {
   ASSERT_TRUE(Validate(MeasuredModel()).ok());
   ASSERT_TRUE(Validate(MeasuredCluster()).ok());
