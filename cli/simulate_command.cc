@@ -262,21 +262,6 @@ int RunComparison(const SimulateOptions& o, const SimulateInputs& in, std::ostre
   return 0;
 }
 
-// Of the replicas of EP group 0, how many have their first pipeline device's TP group on the
-// node of DP rank 0's: as SimulateLayout counts them (tuner/layout_simulation.cc), so that the
-// report's pipelines are costed as it costs them.
-int EpRanksPerNode(const Cluster& cluster, const LayoutPlan& plan) {
-  const int ep = plan.layout.ep;
-  if (ep <= 1) return 0;
-  std::vector<int> first_gpu(plan.layout.dp, 0);
-  for (const LayoutPipelinePlan& pipe : plan.pipelines) {
-    for (const PipelineReplica& rep : pipe.replicas) first_gpu[rep.dp_rank] = rep.device_ranks[0];
-  }
-  const int node = cluster.node_of_device(first_gpu[0]);
-  int n = 0;
-  for (int r = 0; r < ep; ++r) n += cluster.node_of_device(first_gpu[r]) == node ? 1 : 0;
-  return n;
-}
 
 // --report of a layout: every distinct pipeline re-simulated with the timeline on the cluster
 // of its first replica, as SimulateLayout does (the two must agree on its iteration).

@@ -456,19 +456,25 @@ class WatchReactor : public grpc::ServerWriteReactor<proto::PlanVersion> {
     shared_->reactor = this;
   }
 
+  // What a subscription calls: a new version (queued for writing) and the job's end. They
+  // hold the shared state only, so they may outlive the reactor.
+  std::function<void(const proto::PlanVersion&)> OnVersion() const {
+    return [shared = shared_](const proto::PlanVersion& v) {
+      absl::MutexLock lock(&shared->mu);
+      if (shared->reactor) shared->reactor->Enqueue(v);
+    };
+  }
+  std::function<void()> OnEnd() const {
+    return [shared = shared_] {
+      absl::MutexLock lock(&shared->mu);
+      if (shared->reactor) shared->reactor->EndWhenDrained();
+    };
+  }
+
   // A follower's watch: the versions as the store has them (StoreWatcher), without events.
   void StartFromStore(StoreWatcher* watcher, const proto::WatchPlanRequest& request) {
-    std::shared_ptr<Shared> shared = shared_;
-    absl::StatusOr<int64_t> sub = watcher->Watch(
-        request.job_id(), request.after_version(),
-        [shared](const proto::PlanVersion& v) {
-          absl::MutexLock lock(&shared->mu);
-          if (shared->reactor) shared->reactor->Enqueue(v);
-        },
-        [shared] {
-          absl::MutexLock lock(&shared->mu);
-          if (shared->reactor) shared->reactor->EndWhenDrained();
-        });
+    absl::StatusOr<int64_t> sub =
+        watcher->Watch(request.job_id(), request.after_version(), OnVersion(), OnEnd());
     if (!sub.ok()) {
       FinishWith(ToGrpc(sub.status()));
       return;
@@ -481,15 +487,7 @@ class WatchReactor : public grpc::ServerWriteReactor<proto::PlanVersion> {
   void Start(const proto::WatchPlanRequest& request) {
     std::shared_ptr<Shared> shared = shared_;
     absl::StatusOr<int64_t> sub = jobs_->Watch(
-        request.job_id(), request.after_version(),
-        [shared](const proto::PlanVersion& v) {
-          absl::MutexLock lock(&shared->mu);
-          if (shared->reactor) shared->reactor->Enqueue(v);
-        },
-        [shared] {
-          absl::MutexLock lock(&shared->mu);
-          if (shared->reactor) shared->reactor->EndWhenDrained();
-        },
+        request.job_id(), request.after_version(), OnVersion(), OnEnd(),
         request.include_events() ? std::function<void(const JobEvent&)>(
                                        [shared, job = request.job_id()](const JobEvent& e) {
                                          proto::PlanVersion m;

@@ -52,20 +52,6 @@ absl::Status Prefixed(const absl::Status& s, const std::string& where) {
   return absl::Status(s.code(), absl::StrCat(where, ": ", s.message()));
 }
 
-// Of the replicas of EP group 0 (dp ranks [0, ep)), how many have their first pipeline
-// device's TP group on the node of dp rank 0's (RankMap::EpRanksPerNode in tuner/layout.cc).
-int EpRanksPerNode(const Cluster& cluster, const LayoutPlan& plan) {
-  const int ep = plan.layout.ep;
-  if (ep <= 1) return 0;
-  std::vector<int> first_gpu(plan.layout.dp, 0);
-  for (const LayoutPipelinePlan& pipe : plan.pipelines) {
-    for (const PipelineReplica& rep : pipe.replicas) first_gpu[rep.dp_rank] = rep.device_ranks[0];
-  }
-  const int node = cluster.node_of_device(first_gpu[0]);
-  int n = 0;
-  for (int r = 0; r < ep; ++r) n += cluster.node_of_device(first_gpu[r]) == node ? 1 : 0;
-  return n;
-}
 
 // Per layer: the share of a MoE layer's per-rank parameters that are its experts under the
 // model's EP degree (0 for other layers, or without EP), from the cost model's parameter counts
@@ -170,6 +156,21 @@ absl::StatusOr<PipelineRun> RunPipeline(const ModelGraph& model, const Cluster& 
 }
 
 }  // namespace
+
+// Of the replicas of EP group 0 (dp ranks [0, ep)), how many have their first pipeline
+// device's TP group on the node of dp rank 0's (RankMap::EpRanksPerNode in tuner/layout.cc).
+int EpRanksPerNode(const Cluster& cluster, const LayoutPlan& plan) {
+  const int ep = plan.layout.ep;
+  if (ep <= 1) return 0;
+  std::vector<int> first_gpu(plan.layout.dp, 0);
+  for (const LayoutPipelinePlan& pipe : plan.pipelines) {
+    for (const PipelineReplica& rep : pipe.replicas) first_gpu[rep.dp_rank] = rep.device_ranks[0];
+  }
+  const int node = cluster.node_of_device(first_gpu[0]);
+  int n = 0;
+  for (int r = 0; r < ep; ++r) n += cluster.node_of_device(first_gpu[r]) == node ? 1 : 0;
+  return n;
+}
 
 Cluster PipelineCluster(const Cluster& cluster, const std::vector<int>& device_first_gpus,
                         const std::string& name) {

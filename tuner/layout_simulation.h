@@ -75,6 +75,11 @@ absl::StatusOr<LayoutSimulation> SimulateLayout(const ModelGraph& model, const C
 Cluster PipelineCluster(const Cluster& cluster, const std::vector<int>& device_first_gpus,
                         const std::string& name);
 
+// Of the replicas of EP group 0 (dp ranks [0, ep)), how many have their first pipeline
+// device's TP group on the node of dp rank 0's; 0 without expert parallelism. What
+// SimulateLayout passes to ModelForLayout for `plan` on `cluster`.
+int EpRanksPerNode(const Cluster& cluster, const LayoutPlan& plan);
+
 // The model with the training degrees of `layout`: tp_degree, ep_degree, ep_ranks_per_node
 // (`ep_ranks_per_node` when ep > 1, else 0) and zero_degree = max(the model's, dp).
 ModelGraph ModelForLayout(const ModelGraph& model, const ParallelLayout& layout,
