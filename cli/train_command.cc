@@ -352,27 +352,35 @@ struct HostSpeed {
   double predicted_from_profile_s = 0, predicted_at_host_speed_s = 0;
 };
 
+// The profile at the host's speed now: every layer time and the per-op and per-message CPU
+// costs scaled by `ratio` (link times unchanged).
+absl::StatusOr<ProfileFiles> AtHostSpeed(const ProfileFiles& profile, double ratio) {
+  ProfileFiles out{profile.model, profile.cluster};
+  ASSIGN_OR_RETURN(out.model, planner::ApplyLayerFactors(
+                                  profile.model,
+                                  std::vector<double>(profile.model.num_layers(), ratio)));
+  for (HardwareSpec& hw : out.cluster.hardware) {
+    hw.op_overhead_s *= ratio;
+    hw.message_cpu_s *= ratio;
+  }
+  return out;
+}
+
 absl::StatusOr<HostSpeed> CompareHostSpeed(const ProfileFiles* profile, const Plan& plan,
                                            const agent::RunMeasurement& m) {
   HostSpeed h;
   h.probe_s = m.host_probe_s;
   if (profile == nullptr) return h;
-  const ModelGraph& model = profile->model;
-  Cluster cluster = profile->cluster;
-  h.profile_probe_s = model.host_probe_s;
+  h.profile_probe_s = profile->model.host_probe_s;
   const double now = executor::MedianProbeSeconds(m.host_probe_s);
   if (!(h.profile_probe_s > 0) || !(now > 0)) return h;
   h.ratio = now / h.profile_probe_s;
-  ASSIGN_OR_RETURN(PipelineProblem as_profiled, BuildProblem(model, cluster, CostModel(), plan));
+  ASSIGN_OR_RETURN(PipelineProblem as_profiled,
+                   BuildProblem(profile->model, profile->cluster, CostModel(), plan));
   ASSIGN_OR_RETURN(SimResult profiled, Simulate(as_profiled, plan.schedule));
   h.predicted_from_profile_s = Period(profiled);
-  ASSIGN_OR_RETURN(ModelGraph scaled,
-                   planner::ApplyLayerFactors(model, std::vector<double>(model.num_layers(), h.ratio)));
-  for (HardwareSpec& hw : cluster.hardware) {
-    hw.op_overhead_s *= h.ratio;
-    hw.message_cpu_s *= h.ratio;
-  }
-  ASSIGN_OR_RETURN(PipelineProblem now_pb, BuildProblem(scaled, cluster, CostModel(), plan));
+  ASSIGN_OR_RETURN(const ProfileFiles at, AtHostSpeed(*profile, h.ratio));
+  ASSIGN_OR_RETURN(PipelineProblem now_pb, BuildProblem(at.model, at.cluster, CostModel(), plan));
   ASSIGN_OR_RETURN(SimResult at_speed, Simulate(now_pb, plan.schedule));
   h.predicted_at_host_speed_s = Period(at_speed);
   return h;
@@ -485,19 +493,12 @@ absl::StatusOr<HostSpeed> CompareLayoutHostSpeed(const ProfileFiles* profile,
   const double now = executor::MedianProbeSeconds(m.host_probe_s);
   if (!(h.profile_probe_s > 0) || !(now > 0)) return h;
   h.ratio = now / h.profile_probe_s;
-  Cluster cluster = profile->cluster;
   ASSIGN_OR_RETURN(LayoutSimulation profiled,
-                   SimulateLayout(profile->model, cluster, CostModel(), layout));
+                   SimulateLayout(profile->model, profile->cluster, CostModel(), layout));
   h.predicted_from_profile_s = profiled.iteration_time_s;
-  ASSIGN_OR_RETURN(ModelGraph scaled,
-                   planner::ApplyLayerFactors(profile->model,
-                                              std::vector<double>(profile->model.num_layers(),
-                                                                  h.ratio)));
-  for (HardwareSpec& hw : cluster.hardware) {
-    hw.op_overhead_s *= h.ratio;
-    hw.message_cpu_s *= h.ratio;
-  }
-  ASSIGN_OR_RETURN(LayoutSimulation at_speed, SimulateLayout(scaled, cluster, CostModel(), layout));
+  ASSIGN_OR_RETURN(const ProfileFiles at, AtHostSpeed(*profile, h.ratio));
+  ASSIGN_OR_RETURN(LayoutSimulation at_speed,
+                   SimulateLayout(at.model, at.cluster, CostModel(), layout));
   h.predicted_at_host_speed_s = at_speed.iteration_time_s;
   return h;
 }

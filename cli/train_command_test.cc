@@ -350,6 +350,21 @@ TEST(TrainCommandTest, RotatingCoresTrainsTheSameModel) {
 namespace octopipe::cli {
 namespace {
 
+// The profile at a host `ratio` times slower: every measured layer time and the per-op and
+// per-message CPU costs scaled (what --host_probe predicts with).
+ModelGraph ScaledProfile(const ModelGraph& profile, double ratio, Cluster* cluster) {
+  ModelGraph scaled = profile;
+  for (Layer& l : scaled.layers) {
+    for (std::optional<double>* t : {&l.measured.forward_s, &l.measured.backward_input_s,
+                                     &l.measured.weight_grad_s, &l.measured.recompute_s}) {
+      **t *= ratio;
+    }
+  }
+  cluster->hardware[0].op_overhead_s *= ratio;
+  cluster->hardware[0].message_cpu_s *= ratio;
+  return scaled;
+}
+
 // --host_probe: every rank times the probe before its first iteration; against the profile's
 // probe that is the host's speed now, and the plan's prediction from the profile is repeated
 // with every layer (and per-op and per-message CPU cost) scaled by it.
@@ -390,15 +405,7 @@ TEST(TrainCommandTest, HostProbeComparesWithTheProfileAndPredictsAtTheHostsSpeed
   EXPECT_NEAR(j.at("predicted_from_profile_s").get<double>(),
               as_profiled->result.steady_state_iteration_time_s, 1e-12);
   // The same prediction with every time of the profile scaled by the measured ratio.
-  ModelGraph scaled = profile;
-  for (Layer& l : scaled.layers) {
-    for (std::optional<double>* t : {&l.measured.forward_s, &l.measured.backward_input_s,
-                                     &l.measured.weight_grad_s, &l.measured.recompute_s}) {
-      **t *= ratio;
-    }
-  }
-  cluster.hardware[0].op_overhead_s *= ratio;
-  cluster.hardware[0].message_cpu_s *= ratio;
+  const ModelGraph scaled = ScaledProfile(profile, ratio, &cluster);
   absl::StatusOr<ClassicRun> at_speed = SimulateClassic(scaled, cluster, CostModel(), req);
   ASSERT_TRUE(at_speed.ok()) << at_speed.status();
   EXPECT_NEAR(j.at("predicted_at_host_speed_s").get<double>(),
@@ -625,15 +632,7 @@ TEST(TrainCommandTest, HostProbeOnALayoutPredictsItAtTheHostsSpeed) {
   ASSERT_TRUE(as_profiled.ok()) << as_profiled.status();
   EXPECT_NEAR(j.at("predicted_from_profile_s").get<double>(), as_profiled->iteration_time_s,
               1e-12);
-  ModelGraph scaled = profile;
-  for (Layer& l : scaled.layers) {
-    for (std::optional<double>* t : {&l.measured.forward_s, &l.measured.backward_input_s,
-                                     &l.measured.weight_grad_s, &l.measured.recompute_s}) {
-      **t *= ratio;
-    }
-  }
-  cluster.hardware[0].op_overhead_s *= ratio;
-  cluster.hardware[0].message_cpu_s *= ratio;
+  const ModelGraph scaled = ScaledProfile(profile, ratio, &cluster);
   absl::StatusOr<LayoutSimulation> at_speed = SimulateLayout(scaled, cluster, CostModel(), *layout);
   ASSERT_TRUE(at_speed.ok()) << at_speed.status();
   EXPECT_NEAR(j.at("predicted_at_host_speed_s").get<double>(), at_speed->iteration_time_s,
