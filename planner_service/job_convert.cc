@@ -5,6 +5,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "core/convert.h"
+#include "core/job_event_kind.h"
 
 namespace octopipe::planner {
 
@@ -93,11 +94,9 @@ proto::JobPhase JobPhaseOf(const JobRecord& job) {
   if (job.current_version == 0) return proto::JOB_PHASE_PLANNING;
   if (!job.training) return proto::JOB_PHASE_PENDING;
   for (auto e = job.events.rbegin(); e != job.events.rend(); ++e) {
-    if (e->kind == "completed") return proto::JOB_PHASE_COMPLETED;
-    if (e->kind == "started" || e->kind == "resumed" || e->kind == "stopped" ||
-        e->kind == "rank_failed" || e->kind == "state_saved") {
-      return proto::JOB_PHASE_RUNNING;
-    }
+    const std::optional<JobEventKind> kind = ParseJobEventKind(e->kind);
+    if (kind == JobEventKind::kCompleted) return proto::JOB_PHASE_COMPLETED;
+    if (kind && ShowsRunning(*kind)) return proto::JOB_PHASE_RUNNING;
   }
   return proto::JOB_PHASE_PENDING;
 }

@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "core/convert.h"
 #include "core/cost_model.h"
+#include "core/job_event_kind.h"
 #include "core/limits.h"
 #include "core/status_macros.h"
 #include "logging/logging.h"
@@ -422,7 +423,7 @@ absl::Status JobManager::AddEvent(const std::string& job_id, JobEvent event) {
   if (it == jobs_.end()) return NoJob(job_id);
   JobRecord job = it->second.job;
   event.unix_ms = UnixMillis();
-  if (event.kind == "completed" && job.training) {
+  if (ParseJobEventKind(event.kind) == JobEventKind::kCompleted && job.training) {
     job.progress.iteration = std::min<int64_t>(
         std::max(event.iteration, job.progress.iteration), job.training->iterations);
     job.progress.updated_unix_ms = event.unix_ms;

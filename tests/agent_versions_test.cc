@@ -110,7 +110,7 @@ class ScriptedPlanner {
   std::string EventLog() {
     std::string out;
     for (const JobEventReport& e : events()) {
-      out += absl::StrCat(e.node, " v", e.plan_version, " ", e.kind, " it=", e.iteration, " ",
+      out += absl::StrCat(e.node, " v", e.plan_version, " ", JobEventKindName(e.kind), " it=", e.iteration, " ",
                           e.message, "\n");
     }
     return out;
@@ -181,7 +181,7 @@ bool TickUntil(Node& a, Node& b, const std::function<bool()>& done, double timeo
   return false;
 }
 
-bool HasEvent(ScriptedPlanner& p, const std::string& kind, int64_t version) {
+bool HasEvent(ScriptedPlanner& p, JobEventKind kind, int64_t version) {
   for (const JobEventReport& e : p.events()) {
     if (e.kind == kind && e.plan_version == version) return true;
   }
@@ -212,9 +212,9 @@ TEST(AgentVersionsTest, TwoReplansMomentsApartConvergeOnTheNewestVersion) {
   ASSERT_TRUE(TickUntil(a, b, [&] { return a.agent.running_version() == 3; }, 10))
       << "node-a did not leave the superseded v2 for v3\n" << planner.EventLog();
   EXPECT_LT(Now() - shown, 10);
-  ASSERT_TRUE(TickUntil(a, b, [&] { return HasEvent(planner, "completed", 3); }, 90))
+  ASSERT_TRUE(TickUntil(a, b, [&] { return HasEvent(planner, JobEventKind::kCompleted, 3); }, 90))
       << planner.EventLog();
-  EXPECT_FALSE(HasEvent(planner, "rank_failed", 3)) << planner.EventLog();
+  EXPECT_FALSE(HasEvent(planner, JobEventKind::kRankFailed, 3)) << planner.EventLog();
   const executor::ModelSpec spec = *executor::ParseModelSpec(kModel);
   EXPECT_EQ(*executor::LatestCompleteCheckpoint(checkpoints + "/job-1", spec), kIterations);
 }
@@ -240,12 +240,12 @@ TEST(AgentVersionsTest, ARankDyingWithoutANodeLossIsRestartedFromTheLastCheckpoi
   // node-b's rank dies; the node (its agent) stays, and no new version follows.
   ASSERT_EQ(b.launcher.pids().size(), 1u);
   kill(b.launcher.pids()[0], SIGKILL);
-  ASSERT_TRUE(TickUntil(a, b, [&] { return HasEvent(planner, "completed", 1); }, 120))
+  ASSERT_TRUE(TickUntil(a, b, [&] { return HasEvent(planner, JobEventKind::kCompleted, 1); }, 120))
       << planner.EventLog();
-  EXPECT_TRUE(HasEvent(planner, "rank_failed", 1)) << planner.EventLog();
+  EXPECT_TRUE(HasEvent(planner, JobEventKind::kRankFailed, 1)) << planner.EventLog();
   bool resumed = false;
   for (const JobEventReport& e : planner.events()) {
-    resumed = resumed || (e.kind == "resumed" && e.plan_version == 1 && e.iteration >= 20 &&
+    resumed = resumed || (e.kind == JobEventKind::kResumed && e.plan_version == 1 && e.iteration >= 20 &&
                           e.message.find("restart 1") != std::string::npos);
   }
   EXPECT_TRUE(resumed) << planner.EventLog();
@@ -273,9 +273,9 @@ TEST(AgentVersionsTest, AVocabParallelPlanRunsAndEachNodeReportsItsDevicesPasses
   ASSERT_TRUE(job.plan.vocab_parallel);
   planner.Show("node-a", {job});
   planner.Show("node-b", {job});
-  ASSERT_TRUE(TickUntil(a, b, [&] { return HasEvent(planner, "completed", 1); }, 90))
+  ASSERT_TRUE(TickUntil(a, b, [&] { return HasEvent(planner, JobEventKind::kCompleted, 1); }, 90))
       << planner.EventLog();
-  EXPECT_FALSE(HasEvent(planner, "rank_failed", 1)) << planner.EventLog();
+  EXPECT_FALSE(HasEvent(planner, JobEventKind::kRankFailed, 1)) << planner.EventLog();
   EXPECT_EQ(*executor::LatestCompleteCheckpoint(checkpoints + "/job-1", spec), kIterations);
   // Node d holds plan device d: its reports carry S and T of that device (stage = device),
   // measured, and its busy time includes them.

@@ -96,7 +96,8 @@ void Agent::Event(const std::string& job_id, JobEventReport event) {
                                  event.message.size(), " bytes)");
   }
   spdlog::info("agent {}: job {} event {} (v{}, iteration {}): {}", options_.node, job_id,
-               event.kind, event.plan_version, event.iteration, event.message);
+               std::string(JobEventKindName(event.kind)), event.plan_version, event.iteration,
+               event.message);
   if (observer_) observer_->OnEvent(job_id, event);
   absl::Status s = link_->ReportEvent(job_id, event);
   if (!s.ok()) spdlog::warn("agent {}: cannot report event: {}", options_.node, std::string(s.message()));
@@ -167,13 +168,14 @@ absl::StatusOr<Agent::RunnableJob> Agent::RunnableOrRefuse(const AgentJob& job) 
       LocalRanksOf(job, options_.node, options_.num_devices);
   if (!ranks.ok()) {
     ran_[job.job_id] = job.version;
-    Event(job.job_id, {"plan_refused", "", job.version, 0, std::string(ranks.status().message())});
+    Event(job.job_id, {JobEventKind::kPlanRefused, "", job.version, 0,
+                       std::string(ranks.status().message())});
     return ranks.status();
   }
   absl::StatusOr<executor::ModelSpec> spec = executor::ParseModelSpec(job.reference_model);
   if (!spec.ok()) {
     ran_[job.job_id] = job.version;
-    Event(job.job_id, {"plan_refused", "", job.version, 0,
+    Event(job.job_id, {JobEventKind::kPlanRefused, "", job.version, 0,
                        absl::StrCat("reference_model: ", spec.status().message())});
     return spec.status();
   }
@@ -286,7 +288,8 @@ void Agent::BeginRun(const AgentJob& job, const RunnableJob& runnable, int resta
   if (observer_) observer_->OnPlanVersion(job.job_id, job.version);
   if (restart_no > 0 && observer_) observer_->OnRankRestart(job.job_id);
   if (run_.holds_rank0) {
-    Event(job.job_id, {resume_from > 0 ? "resumed" : "started", "", job.version, resume_from,
+    const JobEventKind kind = resume_from > 0 ? JobEventKind::kResumed : JobEventKind::kStarted;
+    Event(job.job_id, {kind, "", job.version, resume_from,
                        absl::StrCat(job.layout.num_ranks, " ranks (", job.layout.layout.ToString(),
                                     "), store ", store,
                                     restart_no > 0 ? absl::StrCat(", restart ", restart_no)
@@ -502,12 +505,12 @@ void Agent::FinishRun(const std::vector<RankOutcome>& outcomes) {
   ran_[run_.job_id] = run_.version;  // unless restarted below
   ReportSnapshots(outcomes);
   if (!run_.lost.empty()) {
-    Event(run_.job_id, {"rank_failed", "", run_.version, reached,
+    Event(run_.job_id, {JobEventKind::kRankFailed, "", run_.version, reached,
                         absl::StrCat(run_.lost, " lost with its node (a newer plan version "
                                                 "leaves it out)")});
   } else if (run_.abandoned) {
     if (run_.holds_rank0) {
-      Event(run_.job_id, {"stopped", "", run_.version, reached,
+      Event(run_.job_id, {JobEventKind::kStopped, "", run_.version, reached,
                           "superseded before its first iteration: stopped at once"});
     }
   } else if (failed != nullptr) {
@@ -517,7 +520,7 @@ void Agent::FinishRun(const std::vector<RankOutcome>& outcomes) {
       restarts_[run_.job_id] = {run_.version, run_.restart + 1};
     }
     Event(run_.job_id,
-          {"rank_failed", "", run_.version, reached,
+          {JobEventKind::kRankFailed, "", run_.version, reached,
            absl::StrCat("rank ", failed->rank, ": ", failed->error,
                         restart ? absl::StrCat("; restarting from the last checkpoint (restart ",
                                                run_.restart + 1, " of ",
@@ -528,12 +531,14 @@ void Agent::FinishRun(const std::vector<RankOutcome>& outcomes) {
                                                     "plan version"))});
   } else if (completed) {
     done_jobs_.insert(run_.job_id);
-    if (run_.holds_rank0) Event(run_.job_id, {"completed", "", run_.version, reached, ""});
+    if (run_.holds_rank0) {
+      Event(run_.job_id, {JobEventKind::kCompleted, "", run_.version, reached, ""});
+    }
   } else if (stopped) {
     constexpr double kWaitForPeersS = 3;
     expected_checkpoint_[run_.job_id] = {reached, clock_.NowSeconds() + kWaitForPeersS};
     if (run_.holds_rank0) {
-      Event(run_.job_id, {"stopped", "", run_.version, reached,
+      Event(run_.job_id, {JobEventKind::kStopped, "", run_.version, reached,
                           "stopped at an iteration boundary for a new plan version"});
     }
   }
@@ -554,7 +559,7 @@ void Agent::ReportSnapshots(const std::vector<RankOutcome>& outcomes) {
   }
   for (const auto& [iteration, saved_by] : ranks) {
     Event(run_.job_id,
-          {"state_saved", "", run_.version, iteration,
+          {JobEventKind::kStateSaved, "", run_.version, iteration,
            absl::StrCat("rank(s) ", absl::StrJoin(saved_by, ", "), " hold their state of iteration ",
                         iteration, " in ", layers,
                         " layer file(s), saved from memory after the failure or already in that "

@@ -129,7 +129,7 @@ void AgentMetrics::OnPlanSwitch(const std::string& job_id, double seconds) {
 }
 
 void AgentMetrics::OnEvent(const std::string& job_id, const JobEventReport& event) {
-  events_.Add({{"node", node_}, {"job_id", job_id}, {"kind", event.kind}}).Increment();
+  events_.Add({{"node", node_}, {"job_id", job_id}, {"kind", std::string(JobEventKindName(event.kind))}}).Increment();
 }
 
 }  // namespace octopipe::agent

@@ -149,7 +149,7 @@ TEST(AgentTest, RefusesAPlanForDevicesTheNodeDoesNotHaveOnce) {
   ASSERT_TRUE(agent.Init().ok());
   TickFor(agent, clock, 2);
   ASSERT_EQ(link.events.size(), 1u);
-  EXPECT_EQ(link.events[0].kind, "plan_refused");
+  EXPECT_EQ(link.events[0].kind, JobEventKind::kPlanRefused);
   EXPECT_NE(link.events[0].message.find("device 7"), std::string::npos);
   EXPECT_FALSE(launcher.active());
   EXPECT_EQ(agent.state(), AgentState::kWatching);
@@ -212,7 +212,7 @@ TEST(AgentTest, WaitsForPeersCheckpointLayersUntilItsClockPassesTheBound) {
   }
   ASSERT_EQ(agent.state(), AgentState::kWatching);
   ASSERT_FALSE(link.events.empty());
-  EXPECT_EQ(link.events.back().kind, "stopped");
+  EXPECT_EQ(link.events.back().kind, JobEventKind::kStopped);
   EXPECT_EQ(link.events.back().iteration, 2);
 
   // Version 2 uses this node: held back while the clock is within 3 s of the stop.
@@ -228,7 +228,7 @@ TEST(AgentTest, WaitsForPeersCheckpointLayersUntilItsClockPassesTheBound) {
   agent.Tick();
   EXPECT_EQ(agent.state(), AgentState::kRunning);
   EXPECT_EQ(agent.running_version(), 2);
-  EXPECT_EQ(link.events.back().kind, "started");
+  EXPECT_EQ(link.events.back().kind, JobEventKind::kStarted);
   EXPECT_EQ(link.events.back().plan_version, 2);
 }
 

@@ -234,7 +234,7 @@ class GrpcPlannerLink final : public PlannerLink {
     proto::ReportJobEventRequest req;
     req.set_job_id(job_id);
     proto::JobEvent* ev = req.mutable_event();
-    ev->set_kind(e.kind);
+    ev->set_kind(std::string(JobEventKindName(e.kind)));
     ev->set_node_id(e.node);
     ev->set_plan_version(e.plan_version);
     ev->set_iteration(e.iteration);

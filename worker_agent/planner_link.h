@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/job_event_kind.h"
 #include "core/layout_plan.h"
 #include "core/plan.h"
 #include "worker_agent/run_files.h"
@@ -82,8 +83,7 @@ struct ProgressReport {
 };
 
 struct JobEventReport {
-  // rank_failed, state_saved, resumed, plan_refused, started, stopped, completed
-  std::string kind;
+  JobEventKind kind = JobEventKind::kStarted;
   std::string node;
   int64_t plan_version = 0;
   int64_t iteration = 0;
