@@ -43,10 +43,8 @@ fi
 "$bin" plan --model="$model" --cluster="$cluster" --devices=4 --microbatches=16 \
   --time_budget=2 --json --report="$tmp/plan.html" >"$tmp/plan.json" 2>"$tmp/plan.err" ||
   { cat "$tmp/plan.err"; die "octopipe plan --report failed"; }
-# (--vocab_parallel=off: `simulate --plan` refuses a layout plan file whose head is split over
-# TP > 1 or several replicas, and `plan` may write one.)
 "$bin" plan --model="$model" --cluster="$cluster" --microbatches=16 --time_budget=2 --json \
-  --vocab_parallel=off --report="$tmp/layout.html" --out="$tmp/layout-plan.json" \
+  --report="$tmp/layout.html" --out="$tmp/layout-plan.json" \
   >"$tmp/layout.json" 2>"$tmp/layout.err" ||
   { cat "$tmp/layout.err"; die "octopipe plan --report (layout) failed"; }
 "$bin" simulate --model="$model" --cluster="$cluster" --plan="$tmp/layout-plan.json" \

@@ -320,8 +320,17 @@ absl::StatusOr<LayoutResult> TuneCandidate(LayoutCandidate& c, const CostModel& 
   out.microbatches = c.microbatches;
   out.global_microbatches = global;
   out.feasible = true;
+  // The executor splits a head over a pipeline's devices only with TP 1 and replicas of one
+  // pipeline (ValidateLayoutPlan): other candidates keep the head whole.
+  const bool head_splittable = c.layout.tp == 1 && c.pipes.size() == 1;
+  if (!head_splittable && tuner.vocab_parallel == VocabParallelMode::kOn) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "vocab_parallel on: ", c.layout.ToString(), " cannot split the head (only with TP 1 "
+        "and replicas of one pipeline)"));
+  }
   for (LayoutCandidate::Pipe& pipe : c.pipes) {
     TunerOptions o = tuner;
+    if (!head_splittable) o.vocab_parallel = VocabParallelMode::kOff;
     o.num_devices = c.layout.pp;
     o.num_microbatches = c.microbatches;
     o.time_budget_s = std::max(1e-3, budget / static_cast<double>(c.pipes.size()));

@@ -25,7 +25,9 @@
 // fit even spread perfectly, bound the rest (the tuner's certified lower bound + the least
 // DP synchronisation), and tune the most promising ones in order of an estimate (the bound
 // with a 1F1B bubble), each with an equal share of the remaining time budget, skipping any
-// whose lower bound already loses to the best tuned. One implementation for `octopipe plan`,
+// whose lower bound already loses to the best tuned. A layout with TP > 1 or several distinct
+// pipelines keeps the head whole (the executor splits it only with TP 1 and replicas of one
+// pipeline); with vocab_parallel on such layouts are ruled out. One implementation for `octopipe plan`,
 // the Plan RPC and bench:plan_quality.
 //
 // Deterministic for a seed when the budget is not exhausted; thread-safe (no shared state).

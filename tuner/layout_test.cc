@@ -109,6 +109,33 @@ TEST(LayoutTest, FixedLayoutIsKeptAndRanksMapToGpusInMegatronOrder) {
   }
 }
 
+// A split head runs only with TP 1 and replicas of one pipeline: a TP2 layout of a model with a
+// large head keeps it whole (the plan file simulate and train load), and asking for the split
+// with TP fixed at 2 is refused naming why.
+TEST(LayoutTest, TensorParallelLayoutsKeepTheHeadWhole) {
+  absl::StatusOr<ModelGraph> model = ZooModel("llama3-8b", TrainingOptions{});
+  ASSERT_TRUE(model.ok()) << model.status();
+  absl::StatusOr<Cluster> cluster = ClusterPreset("h100-4nodes");
+  ASSERT_TRUE(cluster.ok());
+  LayoutRequest req;  // as the free search chose it (the head was split before the fix)
+  req.pp = 4;
+  req.tp = 2;
+  req.dp = 4;
+  req.global_microbatches = 16;
+  absl::StatusOr<LayoutResult> r = TuneLayout(*model, *cluster, CostModel(), Options(1), req);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->layout.tp, 2);
+  for (const LayoutPipeline& p : r->pipelines) EXPECT_FALSE(p.tune.plan.vocab_parallel);
+  EXPECT_TRUE(ValidateLayoutPlan(ToLayoutPlan(*r), model->num_layers()).ok());
+
+  TunerOptions on = Options(1);
+  on.vocab_parallel = VocabParallelMode::kOn;
+  absl::StatusOr<LayoutResult> refused = TuneLayout(*model, *cluster, CostModel(), on, req);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("cannot split the head"), std::string::npos)
+      << refused.status();
+}
+
 TEST(LayoutTest, RequestErrorsNameTheField) {
   absl::StatusOr<ModelGraph> model = ParseSyntheticModel("layers=8,f=1,b=1,w=1");
   ASSERT_TRUE(model.ok());
