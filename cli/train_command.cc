@@ -11,6 +11,7 @@
 #include "cli/command_line.h"
 #include "cli/inputs.h"
 #include "cli/planner_client.h"
+#include "cli/report_page.h"
 #include "core/convert.h"
 #include "cli/table.h"
 #include "core/json_text.h"
@@ -24,6 +25,7 @@
 #include "simulator/evaluator.h"
 #include "simulator/problem.h"
 #include "simulator/problem_builder.h"
+#include "report/html_report.h"
 #include "simulator/trace.h"
 #include "tuner/layout_simulation.h"
 #include "planner_service/calibration.h"
@@ -50,7 +52,7 @@ struct TrainFlags {
   std::string model = "ref:pattern=M*-EM*-E,hidden=128,heads=4,ffn=256,experts=4,top_k=2,"
                       "moe_ffn=128,state=8,expand=2,seq=128,vocab=256";
   std::string plan_file, schedule = "1f1b", transport = "gloo", job, profile, calibrated_model,
-      trace;
+      trace, report;
   int64_t ranks = 2, iterations = 3, microbatches = 0, chunks = 0, host_probe = -1;
   double lr = 1e-3, timeout = 60, rotate_cores_ms = 0;
   bool json = false;
@@ -96,6 +98,11 @@ void DeclareFlags(CommandLine& flags, TrainFlags& o) {
                "that every rank runs at the mean core's speed where the cores differ (a shared\n"
                "VM; see executor/core_rotation.h); 0 = off. Needs a CPU per rank");
   flags.Bool("json", &o.json, "print one JSON object");
+  flags.String("report", &o.report,
+               "write an HTML page (report/html_report.h): the last iteration's measured\n"
+               "timeline and, on the same axis, the simulator's timeline from this run's\n"
+               "measured op times, with the stages and each rank's peak activation memory\n"
+               "(single-pipeline runs; the path is checked before the run)");
   flags.String("trace", &o.trace,
                "write the last iteration's measured timeline (every rank's ops on one time\n"
                "axis) as Chrome trace JSON, the format of `octopipe simulate --trace`: open both\n"
@@ -212,7 +219,9 @@ absl::StatusOr<SimResult> PredictFromMeasured(const Plan& plan, int ranks,
       pb.vocab_t_s.push_back(avg(d, OpKind::kT));
     }
   }
-  return Simulate(pb, plan.schedule);
+  EvalOptions timeline;
+  timeline.timeline = true;  // for --report
+  return Simulate(pb, plan.schedule, timeline);
 }
 
 // Step 3 (--job): reports the measured stage and per-layer times; returns the planner's
@@ -310,8 +319,10 @@ absl::StatusOr<std::string> WriteCalibratedModel(const TrainFlags& o, const Prof
 
 // --trace: the last iteration as the simulator's Chrome trace shows a prediction, from the
 // measured op starts and ends (ranks run their ops in the schedule's order).
-absl::Status WriteMeasuredTrace(const std::string& path, const Plan& plan,
-                                const agent::RunMeasurement& m) {
+// The last iteration's measured timeline as a SimResult's op times (every rank on one axis);
+// kInternal naming `flag` when a rank's timed ops do not match its schedule.
+absl::StatusOr<SimResult> MeasuredTimeline(const char* flag, const Plan& plan,
+                                           const agent::RunMeasurement& m) {
   SimResult timeline;
   timeline.op_start_s = m.last_op_start_s;
   timeline.op_end_s = m.last_op_end_s;
@@ -320,13 +331,63 @@ absl::Status WriteMeasuredTrace(const std::string& path, const Plan& plan,
     if (d >= static_cast<int>(timeline.op_start_s.size()) ||
         timeline.op_start_s[d].size() != ops) {
       return absl::InternalError(absl::StrCat(
-          "--trace: rank ", d, " reported ",
+          flag, ": rank ", d, " reported ",
           d < static_cast<int>(timeline.op_start_s.size()) ? timeline.op_start_s[d].size() : 0,
           " timed ops, its schedule has ", ops));
     }
+    for (double end : timeline.op_end_s[d]) {
+      timeline.iteration_time_s = std::max(timeline.iteration_time_s, end);
+    }
   }
+  return timeline;
+}
+
+absl::Status WriteMeasuredTrace(const std::string& path, const Plan& plan,
+                                const agent::RunMeasurement& m) {
+  ASSIGN_OR_RETURN(SimResult timeline, MeasuredTimeline("--trace", plan, m));
   return WriteChromeTrace(ResolvePath(path), plan.schedule, timeline,
                           absl::StrCat("measured: ", plan.schedule_name));
+}
+
+std::string RanSchedule(const TrainFlags& o, const Plan& plan);
+
+// --report: the measured last iteration above the simulator's timeline from the measured op
+// times (`predicted`, simulated with the timeline), the stages and each rank's peak
+// activation bytes, and the two iterations as bars.
+absl::Status WriteTrainReport(const TrainFlags& o, const ModelGraph& graph, const Plan& plan,
+                              const agent::RunMeasurement& m, const SimResult& predicted) {
+  ASSIGN_OR_RETURN(const SimResult measured, MeasuredTimeline("--report", plan, m));
+  report::Section section;
+  section.title = "measured run";
+  section.plan = ReportTimeline("measured", plan.schedule, measured);
+  section.baseline = ReportTimeline("predicted", plan.schedule, predicted);
+  section.baseline_caption =
+      "predicted: the simulator with this run's measured op times (messages free)";
+  for (const StageAssignment& st : plan.stages) {
+    section.stages.push_back(
+        {st.first_layer, st.last_layer, st.device, st.recompute, StageKinds(graph, st)});
+  }
+  for (size_t d = 0; d < m.peak_activation_bytes.size(); ++d) {
+    section.memory.push_back({absl::StrCat("rank ", d), m.peak_activation_bytes[d], 0});
+  }
+  report::Page page;
+  page.command = "octopipe train";
+  page.model = graph.name;
+  page.cluster = absl::StrCat(o.ranks, " ranks over ", o.transport);
+  page.iteration_s = m.mean_iteration_s;
+  page.bubble_ratio = m.mean_bubble;
+  page.tokens_per_s =
+      m.mean_iteration_s > 0 ? graph.tokens_per_microbatch() * plan.num_microbatches /
+                                   m.mean_iteration_s
+                             : 0;
+  page.facts = {{"schedule", RanSchedule(o, plan)},
+                {"iterations", absl::StrCat(o.iterations)},
+                {"predicted iteration", FormatSeconds(predicted.iteration_time_s)}};
+  page.sections.push_back(std::move(section));
+  page.bars_title = "the measured iteration against the prediction";
+  page.bars = {{"measured", m.mean_iteration_s, true, true},
+               {"predicted", predicted.iteration_time_s, true, false}};
+  return report::WriteHtmlReport("--report", ResolvePath(o.report), page);
 }
 
 // The schedule run, for the output: a planner job's or a --plan file's own schedule name
@@ -506,10 +567,10 @@ absl::StatusOr<HostSpeed> CompareLayoutHostSpeed(const ProfileFiles* profile,
 int RunLayoutTrain(const TrainFlags& o, const ModelSpec& spec, const ModelGraph& graph,
                    const LayoutPlan& layout, const proto::LayoutPrediction& predicted,
                    const ProfileFiles* profile, std::ostream& out, std::ostream& err) {
-  if (!o.calibrated_model.empty() || !o.trace.empty() || !o.job.empty()) {
+  if (!o.calibrated_model.empty() || !o.trace.empty() || !o.report.empty() || !o.job.empty()) {
     return Fail(err, absl::InvalidArgumentError(
-                         "--calibrated_model, --trace and --job run single-pipeline plans; this "
-                         "--plan is a layout (" + layout.layout.ToString() + ")"), 2);
+                         "--calibrated_model, --trace, --report and --job run single-pipeline "
+                         "plans; this --plan is a layout (" + layout.layout.ToString() + ")"), 2);
   }
   if (o.ranks != layout.num_ranks) {
     return Fail(err, absl::InvalidArgumentError(absl::StrCat(
@@ -676,6 +737,11 @@ int RunTrain(const std::vector<std::string>& args, std::ostream& out, std::ostre
     }
   }
   if (o.host_probe == kAutoHostProbe) o.host_probe = 0;  // no --profile to compare with
+  if (!o.report.empty()) {
+    if (absl::Status s = report::CheckReportPath("--report", ResolvePath(o.report)); !s.ok()) {
+      return Fail(err, s, 2);
+    }
+  }
   if (o.iterations < 1) {
     return Fail(err, absl::InvalidArgumentError(
                          absl::StrCat("--iterations must be >= 1, got ", o.iterations)), 2);
@@ -751,9 +817,15 @@ int RunTrain(const std::vector<std::string>& args, std::ostream& out, std::ostre
       return Fail(err, s, 1);
     }
   }
+  if (!o.report.empty()) {
+    if (absl::Status s = WriteTrainReport(o, graph, target->plan, *m, *predicted); !s.ok()) {
+      return Fail(err, s, 1);
+    }
+  }
   PrintResult(o, graph, target->plan, target->job_version, *m, *predicted, *host,
               report_decision, calibration, out);
   if (!o.trace.empty() && !o.json) out << "measured timeline written to " << o.trace << "\n";
+  if (!o.report.empty() && !o.json) out << "report written to " << o.report << "\n";
   return 0;
 }
 

@@ -254,6 +254,46 @@ TEST(TrainCommandTest, TraceWritesTheMeasuredTimelineOfEveryRank) {
   EXPECT_LT(earliest, 1e6);  // microseconds: within a second of the iteration's start
 }
 
+// --report: one HTML page with the last iteration's measured timeline (every op of every rank)
+// and the prediction from the measured op times on the same axis; an unwritable path is
+// refused before the run, naming the flag.
+TEST(TrainCommandTest, ReportShowsTheMeasuredTimelineBesideThePrediction) {
+  const std::string page = TmpPrefix("train-report.html");
+  std::ostringstream out, err;
+  ASSERT_EQ(RunTrain({std::string("--model=") + kSpec, "--schedule=zb-h1", "--ranks=2",
+                      "--iterations=2", "--transport=inproc", "--report=" + page},
+                     out, err),
+            0)
+      << err.str();
+  EXPECT_NE(out.str().find("report written to"), std::string::npos) << out.str();
+  absl::StatusOr<std::string> html = ReadFileToString(page);
+  ASSERT_TRUE(html.ok()) << html.status();
+  absl::StatusOr<Plan> plan =
+      TrainClassicPlan(ScheduleKind::kZbH1, 2, 0, 6,
+                       executor::ToModelGraph(*executor::ParseModelSpec(kSpec)), "");
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const size_t ops = plan->schedule.ops[0].size() + plan->schedule.ops[1].size();
+  auto count = [&](const std::string& needle) {
+    size_t n = 0;
+    for (size_t at = html->find(needle); at != std::string::npos; at = html->find(needle, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count("data-timeline=\"plan\""), 1u);
+  EXPECT_EQ(count("data-timeline=\"baseline\""), 1u);
+  EXPECT_EQ(count("class=\"op\""), 2 * ops);  // measured and predicted
+  EXPECT_NE(html->find("octopipe train"), std::string::npos);
+  EXPECT_EQ(count("class=\"mem-bar\""), 2u);  // one per rank
+
+  std::ostringstream out2, err2;
+  EXPECT_EQ(RunTrain({std::string("--model=") + kSpec, "--ranks=2", "--transport=inproc",
+                      "--report=/no/such/dir/page.html"},
+                     out2, err2),
+            2);
+  EXPECT_NE(err2.str().find("--report: cannot write '/no/such/dir/page.html'"),
+            std::string::npos)
+      << err2.str();
+}
+
 // `--job` runs the planner job's current plan: the output names that plan's schedule (its
 // schedule_name, "octopipe" or "baseline:...") and version, not the --schedule default.
 TEST(TrainCommandTest, AJobRunPrintsTheScheduleOfTheJobsPlan) {
