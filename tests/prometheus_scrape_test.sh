@@ -47,9 +47,12 @@ grpc_port="$(sed -n 1p "$tmp/planner.port")"
 metrics_port="$(sed -n 2p "$tmp/planner.port")"
 "$cli" jobs list --planner="127.0.0.1:$grpc_port" >"$tmp/cli.log" 2>&1 ||
   fail "octopipe jobs list failed: $(cat "$tmp/cli.log")"
-http_get "http://127.0.0.1:$metrics_port/metrics" |
-  grep -q '^octopipe_rpcs_total{code="OK",method="ListJobs"} 1$' ||
-  fail "the planner does not serve octopipe_rpcs_total{ListJobs,OK} 1 on port $metrics_port"
+http_get "http://127.0.0.1:$metrics_port/metrics" >"$tmp/page.txt"
+page_rc=$?
+grep -q '^octopipe_rpcs_total{code="OK",method="ListJobs"} 1$' "$tmp/page.txt" ||
+  fail "the planner does not serve octopipe_rpcs_total{ListJobs,OK} 1 on port $metrics_port" \
+    "(curl exit $page_rc, $(wc -c <"$tmp/page.txt") bytes; its RPC lines:" \
+    "$(grep '^octopipe_rpc' "$tmp/page.txt" | head -20))"
 
 # --- half-open connections do not block a scrape -----------------------------------------
 # Four clients connect and send nothing; each holds one of the exposer's worker threads.
