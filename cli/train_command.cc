@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -427,8 +428,12 @@ absl::StatusOr<ProfileFiles> AtHostSpeed(const ProfileFiles& profile, double rat
   return out;
 }
 
-absl::StatusOr<HostSpeed> CompareHostSpeed(const ProfileFiles* profile, const Plan& plan,
-                                           const agent::RunMeasurement& m) {
+// The run's probes against the profile's; with a ratio, `predict` (an iteration from a
+// profile) on the profile as measured and at the host's speed now.
+using PredictFromProfile = std::function<absl::StatusOr<double>(const ProfileFiles&)>;
+absl::StatusOr<HostSpeed> CompareHostSpeed(const ProfileFiles* profile,
+                                           const agent::RunMeasurement& m,
+                                           const PredictFromProfile& predict) {
   HostSpeed h;
   h.probe_s = m.host_probe_s;
   if (profile == nullptr) return h;
@@ -436,15 +441,19 @@ absl::StatusOr<HostSpeed> CompareHostSpeed(const ProfileFiles* profile, const Pl
   const double now = executor::MedianProbeSeconds(m.host_probe_s);
   if (!(h.profile_probe_s > 0) || !(now > 0)) return h;
   h.ratio = now / h.profile_probe_s;
-  ASSIGN_OR_RETURN(PipelineProblem as_profiled,
-                   BuildProblem(profile->model, profile->cluster, CostModel(), plan));
-  ASSIGN_OR_RETURN(SimResult profiled, Simulate(as_profiled, plan.schedule));
-  h.predicted_from_profile_s = Period(profiled);
+  ASSIGN_OR_RETURN(h.predicted_from_profile_s, predict(*profile));
   ASSIGN_OR_RETURN(const ProfileFiles at, AtHostSpeed(*profile, h.ratio));
-  ASSIGN_OR_RETURN(PipelineProblem now_pb, BuildProblem(at.model, at.cluster, CostModel(), plan));
-  ASSIGN_OR_RETURN(SimResult at_speed, Simulate(now_pb, plan.schedule));
-  h.predicted_at_host_speed_s = Period(at_speed);
+  ASSIGN_OR_RETURN(h.predicted_at_host_speed_s, predict(at));
   return h;
+}
+
+// A pipeline's period (its iterations follow each other without a barrier) from a profile.
+PredictFromProfile PipelinePeriod(const Plan& plan) {
+  return [&plan](const ProfileFiles& p) -> absl::StatusOr<double> {
+    ASSIGN_OR_RETURN(PipelineProblem pb, BuildProblem(p.model, p.cluster, CostModel(), plan));
+    ASSIGN_OR_RETURN(SimResult r, Simulate(pb, plan.schedule));
+    return Period(r);
+  };
 }
 
 void PrintResult(const TrainFlags& o, const ModelGraph& graph, const Plan& plan,
@@ -542,26 +551,12 @@ void PrintResult(const TrainFlags& o, const ModelGraph& graph, const Plan& plan,
 // A --plan file holding a whole layout (several pipelines or replicas, or TP): run every rank
 // of it (executor::TrainLayoutRank through agent::RunLayoutLocally) and report loss, time and
 // tokens/s against the prediction the file carries.
-// --host_probe on a layout: as CompareHostSpeed, the layout re-simulated (SimulateLayout)
-// from the profile as measured and at the host's speed now.
-absl::StatusOr<HostSpeed> CompareLayoutHostSpeed(const ProfileFiles* profile,
-                                                 const LayoutPlan& layout,
-                                                 const agent::RunMeasurement& m) {
-  HostSpeed h;
-  h.probe_s = m.host_probe_s;
-  if (profile == nullptr) return h;
-  h.profile_probe_s = profile->model.host_probe_s;
-  const double now = executor::MedianProbeSeconds(m.host_probe_s);
-  if (!(h.profile_probe_s > 0) || !(now > 0)) return h;
-  h.ratio = now / h.profile_probe_s;
-  ASSIGN_OR_RETURN(LayoutSimulation profiled,
-                   SimulateLayout(profile->model, profile->cluster, CostModel(), layout));
-  h.predicted_from_profile_s = profiled.iteration_time_s;
-  ASSIGN_OR_RETURN(const ProfileFiles at, AtHostSpeed(*profile, h.ratio));
-  ASSIGN_OR_RETURN(LayoutSimulation at_speed,
-                   SimulateLayout(at.model, at.cluster, CostModel(), layout));
-  h.predicted_at_host_speed_s = at_speed.iteration_time_s;
-  return h;
+// A layout's iteration (SimulateLayout) from a profile.
+PredictFromProfile LayoutIteration(const LayoutPlan& layout) {
+  return [&layout](const ProfileFiles& p) -> absl::StatusOr<double> {
+    ASSIGN_OR_RETURN(LayoutSimulation r, SimulateLayout(p.model, p.cluster, CostModel(), layout));
+    return r.iteration_time_s;
+  };
 }
 
 int RunLayoutTrain(const TrainFlags& o, const ModelSpec& spec, const ModelGraph& graph,
@@ -599,7 +594,7 @@ int RunLayoutTrain(const TrainFlags& o, const ModelSpec& spec, const ModelGraph&
     return Fail(err, m.status(), 1);
   }
   absl::StatusOr<HostSpeed> host =
-      CompareLayoutHostSpeed(o.host_probe > 0 ? profile : nullptr, layout, *m);
+      CompareHostSpeed(o.host_probe > 0 ? profile : nullptr, *m, LayoutIteration(layout));
   if (!host.ok()) return Fail(err, host.status(), 1);
   const double tokens = layout.global_microbatches * graph.tokens_per_microbatch();
   const double measured = m->mean_iteration_s;
@@ -798,7 +793,8 @@ int RunTrain(const std::vector<std::string>& args, std::ostream& out, std::ostre
       PredictFromMeasured(target->plan, static_cast<int>(o.ranks), *m);
   if (!predicted.ok()) return Fail(err, predicted.status(), 1);
   absl::StatusOr<HostSpeed> host =
-      CompareHostSpeed(o.host_probe > 0 && profile ? &*profile : nullptr, target->plan, *m);
+      CompareHostSpeed(o.host_probe > 0 && profile ? &*profile : nullptr, *m,
+                       PipelinePeriod(target->plan));
   if (!host.ok()) return Fail(err, host.status(), 1);
   std::string report_decision;
   if (target->stub) {
