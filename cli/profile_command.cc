@@ -13,6 +13,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/numbers.h"
 #include "cli/command_line.h"
 #include "cli/inputs.h"
 #include "cli/profile_ranks.h"
@@ -22,6 +24,7 @@
 #include "core/status_macros.h"
 #include "executor/engine.h"
 #include "executor/host_probe.h"
+#include "executor/layout_trainer.h"
 #include "executor/model_spec.h"
 #include "executor/reference_trainer.h"
 #include "executor/trainer.h"
@@ -104,7 +107,7 @@ absl::StatusOr<Plan> ProfilePlan(int ranks, int microbatches, const ModelGraph& 
 }
 
 struct ProfileFlags {
-  std::string model, prefix, transport = "gloo", check;
+  std::string model, prefix, transport = "gloo", check, tp = "auto";
   int64_t ranks = 2, repeat = 5, microbatches = 0, max_launches = 4;
   double timeout = 60, memory = 0, stable = 0.02, rotate_cores_ms = 0;
   bool pool = true;
@@ -205,6 +208,16 @@ double PhysicalMemory() {
 absl::Status ValidateMeasuredProfile(const ModelGraph& model) {
   for (int i = 0; i < model.num_layers(); ++i) {
     const Layer& l = model.layers[i];
+    // Measured at a TP degree: every layer (a plan at that degree uses each layer's entry).
+    for (const Layer& other : model.layers) {
+      for (const MeasuredAtTp& a : other.measured.at_tp) {
+        if (l.measured.AtTp(a.tp_degree) == nullptr) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "layers[", i, "] (", l.name, "): measured.at_tp has no entry for TP ", a.tp_degree,
+              " (", other.name, " has one)"));
+        }
+      }
+    }
     const std::pair<const char*, const std::optional<double>*> times[] = {
         {"forward_s", &l.measured.forward_s},
         {"backward_input_s", &l.measured.backward_input_s},
@@ -249,6 +262,13 @@ void DefineFlags(CommandLine& flags, ProfileFlags* f) {
   flags.Double("memory", &f->memory,
                "device memory in bytes to record and check the model against; 0 = this\n"
                "machine's physical memory / ranks");
+  flags.String("tp", &f->tp,
+               "tensor-parallel degrees to measure the layers sharded at as well (each layer's\n"
+               "F, B, W, R per TP rank with its all-reduces, run as `train` runs a TP layout:\n"
+               "PP ranks/d x TP d; written as measured.at_tp, which plans at that degree use\n"
+               "instead of the whole layer's times / d): a comma-separated list of degrees\n"
+               "that divide --ranks, `auto` (every power of two from 2 to --ranks that divides\n"
+               "it and the model's layers allow) or `off`");
   flags.String("check", &f->check,
                "only check a measured model file (every layer has F, B, W, R seconds > 0) and\n"
                "exit: 0 if it is a complete profile, 2 naming the first bad layer otherwise");
@@ -297,6 +317,59 @@ absl::StatusOr<ModelSpec> SpecFromFlags(const ProfileFlags& f) {
   return spec;
 }
 
+// The TP degrees --tp names for `spec` over f.ranks ranks: `off` none; `auto` every power of
+// two d in [2, ranks] dividing ranks that every layer allows (CheckLayoutRunnable); a list,
+// each checked (kInvalidArgument naming the degree and, for a layer that cannot be split so,
+// the layer and field).
+absl::StatusOr<std::vector<int>> TpDegrees(const ProfileFlags& f, const ModelSpec& spec);
+
+LayoutPlan TpProfileLayout(const Plan& pipeline, int tp, int ranks) {
+  LayoutPlan l;
+  l.layout.pp = pipeline.num_devices;
+  l.layout.tp = tp;
+  l.num_ranks = ranks;
+  l.global_microbatches = pipeline.num_microbatches;
+  PipelineReplica replica;
+  for (int d = 0; d < pipeline.num_devices; ++d) replica.device_ranks.push_back(d * tp);
+  l.pipelines.push_back(LayoutPipelinePlan{pipeline, {replica}});
+  return l;
+}
+
+absl::StatusOr<std::vector<int>> TpDegrees(const ProfileFlags& f, const ModelSpec& spec) {
+  const int ranks = static_cast<int>(f.ranks);
+  const ModelGraph graph = executor::ToModelGraph(spec);
+  // Whether the layers allow TP d over the ranks (the plan's shape is immaterial here).
+  auto runnable = [&](int d) -> absl::Status {
+    absl::StatusOr<Plan> p = ProfilePlan(ranks / d, spec.microbatches, graph, false);
+    if (!p.ok()) return p.status();
+    return executor::CheckLayoutRunnable(spec, TpProfileLayout(*p, d, ranks));
+  };
+  std::vector<int> out;
+  if (f.tp == "off") return out;
+  if (f.tp == "auto") {
+    for (int d = 2; d <= ranks; d *= 2) {
+      if (ranks % d == 0 && runnable(d).ok()) out.push_back(d);
+    }
+    return out;
+  }
+  for (absl::string_view part : absl::StrSplit(f.tp, ',')) {
+    int d = 0;
+    if (!absl::SimpleAtoi(part, &d) || d < 2) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--tp: '", std::string(part), "' is not a degree >= 2 (a list such as 2,4, auto or off)"));
+    }
+    if (ranks % d != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--tp: degree ", d, " does not divide --ranks=", ranks));
+    }
+    if (absl::Status s = runnable(d); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--tp: degree ", d, ": ", s.message()));
+    }
+    if (std::find(out.begin(), out.end(), d) == out.end()) out.push_back(d);
+  }
+  return out;
+}
+
 // The device memory to record (--memory, or this machine's physical memory / ranks), or
 // kResourceExhausted (exit 3) when the model cannot fit it — as a bound, everything on one
 // device: weights, gradients, AdamW state and the micro-batches' activations, over the ranks.
@@ -326,6 +399,8 @@ struct Measurements {
   std::vector<double> comm_cpu;
   // Every rank's host-speed probe of every F/B/W launch (ProfileRank's "probe").
   std::vector<double> probe;
+  // Per TP degree (--tp): (layer, kind) -> per-rank, per-iteration seconds of its shards.
+  std::map<int, std::map<std::pair<int, int>, std::vector<double>>> at_tp;
   double light_s = 0;             // the profile run's median iteration
   int launches = 0;               // launches of the F/B/W plan
   double last_change = 0;         // the summed medians' change over the last launch
@@ -404,6 +479,44 @@ absl::StatusOr<Measurements> MeasureLayers(const ModelSpec& spec, const Plan& pl
   return m;
 }
 
+// Phase 4 (--tp): for each degree d the layers sharded over TP groups of d ranks (PP ranks/d x
+// TP d, the profile's ZB-H1 schedule) for F, B, W — launched until the summed medians settle,
+// as phase 1 — then R with every stage recomputed.
+absl::Status MeasureAtTp(const ModelSpec& spec, const ModelGraph& graph,
+                         const std::vector<int>& degrees, const ProfileFlags& f,
+                         Measurements* m, std::ostream& err) {
+  const int ranks = static_cast<int>(f.ranks);
+  for (int d : degrees) {
+    ASSIGN_OR_RETURN(const Plan plan, ProfilePlan(ranks / d, spec.microbatches, graph, false));
+    ASSIGN_OR_RETURN(const Plan plan_r, ProfilePlan(ranks / d, spec.microbatches, graph, true));
+    const LayoutPlan layout = TpProfileLayout(plan, d, ranks);
+    const LayoutPlan layout_r = TpProfileLayout(plan_r, d, ranks);
+    auto& samples = m->at_tp[d];
+    double previous = 0;
+    for (int launch = 0; launch < f.max_launches; ++launch) {
+      ASSIGN_OR_RETURN(std::vector<std::string> reports,
+                       RunProfileRanks(spec, plan, Launch(f), static_cast<int>(f.repeat),
+                                       /*ping=*/false, /*probe=*/false, &layout));
+      ASSIGN_OR_RETURN(const std::vector<Json> parsed, ParseReports(reports));
+      AddLayerSamples(parsed, /*recompute=*/false, &samples);
+      const double total = SummedMedians(samples);
+      const double change = previous > 0 ? std::abs(total - previous) / total : 1.0;
+      err << "octopipe profile: TP" << d << " launch " << launch + 1
+          << ": summed layer medians " << FormatSeconds(total);
+      if (launch > 0) err << " (" << FormatPercent(change) << " change)";
+      err << "\n";
+      if (launch > 0 && change <= f.stable) break;
+      previous = total;
+    }
+    ASSIGN_OR_RETURN(std::vector<std::string> reports,
+                     RunProfileRanks(spec, plan_r, Launch(f), static_cast<int>(f.repeat),
+                                     /*ping=*/false, /*probe=*/false, &layout_r));
+    ASSIGN_OR_RETURN(const std::vector<Json> parsed, ParseReports(reports));
+    AddLayerSamples(parsed, /*recompute=*/true, &samples);
+  }
+  return absl::OkStatus();
+}
+
 // Layers the executor builds identically (same kind and shapes) cost the same: each gets the
 // median of all their samples, which is less noisy than any one layer's (--pool). Returns
 // layer -> how many layers its figures pool.
@@ -438,6 +551,8 @@ std::map<int, int> PoolIdenticalLayers(const ModelGraph& graph, const std::vecto
 struct MeasuredModel {
   ModelGraph model;
   TextTable table{{"layer", "F", "B", "W", "R", "spread", "act after F", "after B", "params"}};
+  // Per --tp degree: each layer's shard times and their F+B+W against the whole layer's / d.
+  std::map<int, TextTable> at_tp;
   double worst_spread = 0;
 };
 
@@ -452,6 +567,9 @@ MeasuredModel MeasuredModelFile(const ModelGraph& graph, const ModelSpec& spec,
                                  f.ranks, " ranks, median of ", m.launches, " launches x ",
                                  f.repeat, " iterations",
                                  f.pool ? ", identical layers pooled" : "");
+  for (const auto& [d, samples] : m.at_tp) {
+    absl::StrAppend(&measured.source, d == m.at_tp.begin()->first ? ", also at TP " : ",", d);
+  }
   for (int l = 0; l < measured.num_layers(); ++l) {
     Layer& layer = measured.layers[l];
     const LayerBytes& b = bytes[l];
@@ -483,6 +601,29 @@ MeasuredModel MeasuredModelFile(const ModelGraph& graph, const ModelSpec& spec,
     row.push_back(FormatPercent(spread));
     for (double v : {b.after_f, b.after_b, b.params}) row.push_back(absl::StrFormat("%.0f", v));
     out.table.AddRow(row);
+  }
+  for (const auto& [d, samples] : m.at_tp) {
+    TextTable& t = out.at_tp.emplace(d, TextTable({"layer", "F", "B", "W", "R", "F+B+W vs whole / TP"}))
+                       .first->second;
+    for (int l = 0; l < measured.num_layers(); ++l) {
+      Layer& layer = measured.layers[l];
+      double v[4] = {0, 0, 0, 0};
+      bool complete = true;
+      for (int k = 0; k < 4; ++k) {
+        auto it = samples.find({l, static_cast<int>(kLayerKinds[k])});
+        if (it == samples.end() || it->second.empty()) {
+          complete = false;
+          break;
+        }
+        v[k] = Median(it->second);
+      }
+      if (!complete) continue;  // ValidateMeasuredProfile names what is missing
+      layer.measured.at_tp.push_back(MeasuredAtTp{d, v[0], v[1], v[2], v[3]});
+      const double whole = *layer.measured.forward_s + *layer.measured.backward_input_s +
+                           *layer.measured.weight_grad_s;
+      t.AddRow({layer.name, FormatSeconds(v[0]), FormatSeconds(v[1]), FormatSeconds(v[2]),
+                FormatSeconds(v[3]), absl::StrFormat("%.2fx", (v[0] + v[1] + v[2]) / (whole / d))});
+    }
   }
   // The host-speed reference a run's probe is compared with: the probe's workload by the
   // medians just written (executor/host_probe.h says why not the probe's own few samples).
@@ -619,7 +760,13 @@ void PrintSummary(std::ostream& out, const ProfileFlags& f, const ModelSpec& spe
       << " measured iterations of " << spec.microbatches << " micro-batches (median; summed "
       << "medians moved " << FormatPercent(m.last_change) << " in the last launch; spread = "
       << "(max - min) / median; (xN): pooled over N identical layers)\n\n"
-      << model.table.Render() << "\n"
+      << model.table.Render() << "\n";
+  for (const auto& [d, table] : model.at_tp) {
+    out << "sharded over TP" << d << " (per TP rank, the all-reduces included; PP "
+        << f.ranks / d << " x TP" << d << "):\n"
+        << table.Render() << "\n";
+  }
+  out
       << "per-op executor overhead " << FormatSeconds(hw.op_overhead_s) << " (spread "
       << FormatPercent(Spread(m.overhead)) << "); largest layer spread "
       << FormatPercent(model.worst_spread) << "\n"
@@ -668,6 +815,8 @@ int RunProfile(const std::vector<std::string>& args, std::ostream& out, std::ost
   if (!f.check.empty()) return CheckProfileFile(f.check, out, err);
   absl::StatusOr<ModelSpec> spec = SpecFromFlags(f);
   if (!spec.ok()) return Fail(err, spec.status(), 2);
+  absl::StatusOr<std::vector<int>> tp_degrees = TpDegrees(f, *spec);
+  if (!tp_degrees.ok()) return Fail(err, tp_degrees.status(), 2);
   const auto started = std::chrono::steady_clock::now();
 
   // What the executor holds, whether it fits, and the plans that measure it.
@@ -687,8 +836,14 @@ int RunProfile(const std::vector<std::string>& args, std::ostream& out, std::ost
 
   absl::StatusOr<Measurements> m = MeasureLayers(*spec, *plan, *plan_r, f, err);
   if (!m.ok()) return Fail(err, m.status(), 1);
+  if (absl::Status s = MeasureAtTp(*spec, graph, *tp_degrees, f, &*m, err); !s.ok()) {
+    return Fail(err, s, 1);
+  }
   std::map<int, int> pooled_over;
-  if (f.pool) pooled_over = PoolIdenticalLayers(graph, *bytes, &m->samples);
+  if (f.pool) {
+    pooled_over = PoolIdenticalLayers(graph, *bytes, &m->samples);
+    for (auto& [d, samples] : m->at_tp) PoolIdenticalLayers(graph, *bytes, &samples);
+  }
   const MeasuredModel model = MeasuredModelFile(graph, *spec, *bytes, *m, pooled_over, f);
   if (absl::Status s = ValidateMeasuredProfile(model.model); !s.ok()) return Fail(err, s, 1);
   absl::StatusOr<MeasuredCluster> mc = MeasuredClusterFile(*m, *bytes, *device_memory, f);

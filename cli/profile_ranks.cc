@@ -20,6 +20,7 @@
 #include "core/status_macros.h"
 #include "executor/engine.h"
 #include "executor/inproc_transport.h"
+#include "executor/layout_trainer.h"
 #include "executor/trainer.h"
 #include "executor/transport_factory.h"
 
@@ -72,13 +73,16 @@ absl::StatusOr<std::vector<std::pair<double, double>>> PingPong(executor::Transp
 // Returns its JSON report (the format is RunProfileRanks').
 absl::StatusOr<std::string> ProfileRank(const ModelSpec& spec, const Plan& plan, int rank,
                                         executor::Transport* transport, int repeat, bool ping,
-                                        bool probe, double rotate_cores_ms) {
+                                        bool probe, double rotate_cores_ms,
+                                        const LayoutPlan* layout) {
   executor::TrainOptions options;
   options.iterations = repeat + 1;
   options.core_rotation_s = rotate_cores_ms / 1e3;
   if (probe) options.host_probe_repeats = kProbeRepeats;
   ASSIGN_OR_RETURN(executor::RankResult result,
-                   executor::TrainRank(spec, plan, rank, transport, options));
+                   layout != nullptr
+                       ? executor::TrainLayoutRank(spec, *layout, rank, transport, options)
+                       : executor::TrainRank(spec, plan, rank, transport, options));
   Json layers = Json::array();
   std::vector<double> overhead, wall, comm_cpu;
   for (int it = 1; it <= repeat; ++it) {
@@ -152,7 +156,8 @@ absl::StatusOr<std::string> ProfileRank(const ModelSpec& spec, const Plan& plan,
 
 absl::StatusOr<std::vector<std::string>> RunProfileRanks(const ModelSpec& spec, const Plan& plan,
                                                          const RankLaunch& f, int repeat,
-                                                         bool ping, bool probe) {
+                                                         bool ping, bool probe,
+                                                         const LayoutPlan* layout) {
   const int N = static_cast<int>(f.ranks);
   const executor::TransportKind transport = f.transport;
   const double timeout = f.timeout_s;
@@ -163,7 +168,7 @@ absl::StatusOr<std::vector<std::string>> RunProfileRanks(const ModelSpec& spec, 
     for (int r = 0; r < N; ++r) {
       threads.emplace_back([&, r] {
         auto t = hub.Endpoint(r);
-        absl::StatusOr<std::string> res = ProfileRank(spec, plan, r, t.get(), repeat, ping, probe, f.rotate_cores_ms);
+        absl::StatusOr<std::string> res = ProfileRank(spec, plan, r, t.get(), repeat, ping, probe, f.rotate_cores_ms, layout);
         if (res.ok()) {
           reports[r] = *res;
         } else {
@@ -196,7 +201,7 @@ absl::StatusOr<std::vector<std::string>> RunProfileRanks(const ModelSpec& spec, 
         tc.cuda_device = r;
         auto t = executor::MakeTransport(transport, tc);
         absl::StatusOr<std::string> res =
-            t.ok() ? ProfileRank(spec, plan, r, t->get(), repeat, ping, probe, f.rotate_cores_ms)
+            t.ok() ? ProfileRank(spec, plan, r, t->get(), repeat, ping, probe, f.rotate_cores_ms, layout)
                    : absl::StatusOr<std::string>(t.status());
         const std::string base = absl::StrCat(dir, "/rank-", r);
         if (res.ok()) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/layout_plan.h"
 #include "core/plan.h"
 #include "executor/model_spec.h"
 #include "executor/transport_factory.h"
@@ -37,9 +38,13 @@ struct RankLaunch {
 //    "link": [[bytes, one-way seconds], ...],
 //    "probe": seconds of the host-speed probe timed before the iterations (0 without `probe`)}
 // or the first failing rank's error (kInternal, "rank R failed: ...").
+// With `layout` (whose pipeline plan is `plan`; f.ranks = layout->num_ranks) every rank runs its
+// part of the layout instead (executor/layout_trainer.h): its layers' times are then those of
+// its shards, with the collectives inside them.
 absl::StatusOr<std::vector<std::string>> RunProfileRanks(const executor::ModelSpec& spec,
                                                          const Plan& plan, const RankLaunch& f,
-                                                         int repeat, bool ping, bool probe = false);
+                                                         int repeat, bool ping, bool probe = false,
+                                                         const LayoutPlan* layout = nullptr);
 
 }  // namespace octopipe::cli
 

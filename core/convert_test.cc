@@ -41,6 +41,7 @@ ModelGraph SmallModel() {
   a.measured.forward_s = 1.25e-3;  // partially measured
   a.measured.activation_bytes = 0;  // present even though zero
   a.measured.tp_degree = 2;         // measured per rank of a TP pair
+  a.measured.at_tp.push_back(MeasuredAtTp{4, 0.5e-3, 1e-3, 0.75e-3, 0.6e-3});
   Layer mlp;
   mlp.name = "L0.mlp";
   mlp.kind = LayerKind::kMlp;
@@ -82,6 +83,9 @@ TEST(ConvertTest, ModelRoundTripKeepsEveryField) {
   EXPECT_FALSE(back->layers[1].measured.backward_input_s.has_value());
   EXPECT_EQ(2, back->layers[1].measured.tp_degree);
   EXPECT_EQ(1, back->layers[0].measured.tp_degree);  // absent: whole layers
+  ASSERT_EQ(1u, back->layers[1].measured.at_tp.size());
+  EXPECT_EQ(4, back->layers[1].measured.at_tp[0].tp_degree);
+  EXPECT_EQ(0.6e-3, back->layers[1].measured.at_tp[0].recompute_s);
   EXPECT_TRUE(back->layers[2].dims.gated);
   EXPECT_EQ(Precision::kFp16, back->training.precision);
   EXPECT_EQ(RecomputePolicy::kSelective, back->training.recompute);
@@ -98,6 +102,24 @@ TEST(ConvertTest, ABadHostProbeIsRefusedNamingTheField) {
   EXPECT_NE(std::string(back.status().message()).find("host_probe_s must be finite and >= 0, got -1"),
             std::string::npos)
       << back.status();
+}
+
+TEST(ConvertTest, BadTimesMeasuredAtATensorParallelDegreeAreRefusedNamingTheEntry) {
+  for (auto [entry, want] : {
+           std::pair{MeasuredAtTp{1, 1e-3, 1e-3, 1e-3, 1e-3},
+                     "layers[1].measured.at_tp[1].tp_degree must be in [2, 4096], got 1"},
+           std::pair{MeasuredAtTp{4, 1e-3, 1e-3, 1e-3, 1e-3},
+                     "layers[1].measured.at_tp[1].tp_degree 4 repeats at_tp[0]'s"},
+           std::pair{MeasuredAtTp{8, 1e-3, 0, 1e-3, 1e-3},
+                     "layers[1].measured.at_tp[1].backward_input_s must be > 0, got 0"},
+       }) {
+    ModelGraph m = SmallModel();
+    m.layers[1].measured.at_tp.push_back(entry);
+    absl::StatusOr<ModelGraph> back = ModelFromProto(ModelToProto(m));
+    ASSERT_FALSE(back.ok()) << want;
+    EXPECT_EQ(back.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(std::string(back.status().message()).find(want), std::string::npos) << back.status();
+  }
 }
 
 TEST(ConvertTest, ZooModelsRoundTripThroughJsonFiles) {

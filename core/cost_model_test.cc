@@ -631,4 +631,33 @@ TEST(CostTest, ExpertParallelDividesRoutedExpertsAndShardsTheirOptimizerOverExpe
 }
 
 }  // namespace
+// Times measured at the planned TP degree (`octopipe profile --tp`) are the layer's as they
+// stand — not the whole layer's scaled — and already hold the TP all-reduces, so Comm adds
+// none for that layer at that degree (and still does at a degree not measured). Bytes scale
+// from measured.tp_degree as before.
+TEST(CostTest, TimesMeasuredAtThePlannedTensorParallelDegreeStandAndCarryTheirAllReduces) {
+  Layer l = Llama8bMlp();
+  l.measured.forward_s = 1;
+  l.measured.backward_input_s = 2;
+  l.measured.weight_grad_s = 3;
+  l.measured.recompute_s = 1.5;
+  l.measured.activation_bytes = 100;
+  l.measured.at_tp.push_back(MeasuredAtTp{2, 0.7, 1.3, 1.9, 0.8});
+  TrainingOptions t = Training();
+  t.tp_degree = 2;
+  const LayerCost c = CostModel().Cost(l, t, H100());
+  EXPECT_EQ(c.forward_s, 0.7);
+  EXPECT_EQ(c.backward_input_s, 1.3);
+  EXPECT_EQ(c.weight_grad_s, 1.9);
+  EXPECT_EQ(c.recompute_s, 0.8);
+  EXPECT_DOUBLE_EQ(c.activation_bytes, 50);
+  const CommLinks links{kNvlink, kIb, 8};
+  EXPECT_EQ(CostModel().Comm(l, t, links).forward_s, 0);
+  EXPECT_EQ(CostModel().Comm(l, t, links).backward_input_s, 0);
+  t.tp_degree = 4;  // not measured at 4: the TP1 times scaled, the all-reduces added
+  EXPECT_DOUBLE_EQ(CostModel().Cost(l, t, H100()).forward_s, 0.25);
+  EXPECT_GT(CostModel().Comm(l, t, links).forward_s, 0);
+  EXPECT_GT(CostModel().Comm(l, t, links).backward_input_s, 0);
+}
+
 }  // namespace octopipe

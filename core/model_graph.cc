@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/status_macros.h"
 
 namespace octopipe {
 namespace {
@@ -233,6 +234,31 @@ absl::Status Validate(const ModelGraph& model) {
     };
     if (m.tp_degree < 1 || m.tp_degree > 4096) {
       return absl::InvalidArgumentError(absl::StrCat(p, ".measured.tp_degree must be in [1, 4096], got ", m.tp_degree));
+    }
+    for (size_t k = 0; k < m.at_tp.size(); ++k) {
+      const MeasuredAtTp& a = m.at_tp[k];
+      const std::string q = absl::StrCat(p, ".measured.at_tp[", k, "]");
+      if (a.tp_degree < 2 || a.tp_degree > 4096) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(q, ".tp_degree must be in [2, 4096], got ", a.tp_degree));
+      }
+      for (size_t j = 0; j < k; ++j) {
+        if (m.at_tp[j].tp_degree == a.tp_degree) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              q, ".tp_degree ", a.tp_degree, " repeats at_tp[", j, "]'s"));
+        }
+      }
+      const std::pair<const char*, double> times[] = {{"forward_s", a.forward_s},
+                                                      {"backward_input_s", a.backward_input_s},
+                                                      {"weight_grad_s", a.weight_grad_s},
+                                                      {"recompute_s", a.recompute_s}};
+      for (const auto& [name, value] : times) {
+        if (!(value > 0)) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(q, ".", name, " must be > 0, got ", value));
+        }
+        RETURN_IF_ERROR(MeasuredInRange(absl::StrCat(q, ".", name), value, /*is_time=*/true));
+      }
     }
     bool all_time_measured = m.forward_s && m.backward_input_s && m.weight_grad_s;
     for (const Field& f : measured) {

@@ -63,6 +63,20 @@ struct LayerDims {
   int64_t out_hidden = 0;  // output width if different from hidden; 0: hidden
 };
 
+// One layer's per-TP-rank times for one micro-batch measured with the layer sharded over a
+// tensor-parallel group of `tp_degree` ranks, as the executor runs it: the all-reduces TP adds
+// inside F and B (and R) are part of these times, so CostModel::Comm adds none for a layer
+// planned at this degree. `octopipe profile --tp` measures them: a sharded layer rarely takes
+// 1 / tp of the whole layer's time (its small GEMMs run less efficiently, norms and the MoE
+// router are replicated, and every all-reduce waits for the slower rank).
+struct MeasuredAtTp {
+  int tp_degree = 2;
+  double forward_s = 0;
+  double backward_input_s = 0;
+  double weight_grad_s = 0;
+  double recompute_s = 0;
+};
+
 // Measured per-layer costs for one micro-batch; each present field overrides the formula.
 struct MeasuredCosts {
   std::optional<double> forward_s;
@@ -76,8 +90,20 @@ struct MeasuredCosts {
   std::optional<double> input_bytes;         // kept by full recompute
   // The tensor-parallel degree the values above were measured at, per TP rank (`octopipe
   // profile` measures whole layers: 1). Planned at another degree, times and per-rank bytes
-  // scale by tp_degree / the planned degree (CostModel::Cost).
+  // scale by tp_degree / the planned degree (CostModel::Cost) — unless `at_tp` holds the
+  // planned degree.
   int tp_degree = 1;
+  // Times measured at other TP degrees (distinct, each >= 2); planned at one of them, the
+  // layer's F, B, W, R are that entry's.
+  std::vector<MeasuredAtTp> at_tp;
+
+  // The entry measured at `tp`, or nullptr.
+  const MeasuredAtTp* AtTp(int64_t tp) const {
+    for (const MeasuredAtTp& a : at_tp) {
+      if (a.tp_degree == tp) return &a;
+    }
+    return nullptr;
+  }
 };
 
 struct Layer {
