@@ -19,6 +19,10 @@
 # fastest (or within 2% of it).
 #
 # Usage: bazel build -c opt //cli:octopipe && bench/layout_win.sh [--quick]
+# Each run also times the host-speed probe before its first iteration (`train --host_probe`,
+# executor/host_probe.h) and reports the prediction at the host's speed then: the profile's
+# layer and CPU costs scaled by how much slower or faster the host runs than during the profile
+# (on this shared VM by up to 1.5x between minutes) — also known before the run; PROBE=0 off.
 # Environment: OCTOPIPE (the binary), REPEATS (3), ITERS (5), WARMUP (2), BUDGET (plan time
 # budget, 3 s), PROFILE_REPEAT (8), OUT (a directory to keep the files in; default a fresh temp
 # directory), ONLY (comma-separated model names, e.g. ONLY=moe-heavy), ROTATE_MS
@@ -40,13 +44,14 @@ WARMUP=${WARMUP:-2}
 BUDGET=${BUDGET:-3}
 PROFILE_REPEAT=${PROFILE_REPEAT:-8}
 ROTATE_MS=${ROTATE_MS:-20}
+PROBE=${PROBE:-3}
 OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/layout-win-XXXXXX")}
 mkdir -p "$OUT"
 for v in REPEATS:$REPEATS ITERS:$ITERS BUDGET:$BUDGET PROFILE_REPEAT:$PROFILE_REPEAT; do
   [[ "${v#*:}" =~ ^[1-9][0-9]*$ ]] || { echo "layout_win: ${v%%:*}='${v#*:}' is not a positive integer" >&2; exit 2; }
 done
-[[ "$WARMUP" =~ ^[0-9]+$ && "$ROTATE_MS" =~ ^[0-9]+$ ]] ||
-  { echo "layout_win: WARMUP='$WARMUP' and ROTATE_MS='$ROTATE_MS' must be integers >= 0" >&2; exit 2; }
+[[ "$WARMUP" =~ ^[0-9]+$ && "$ROTATE_MS" =~ ^[0-9]+$ && "$PROBE" =~ ^[0-9]+$ ]] ||
+  { echo "layout_win: WARMUP='$WARMUP', ROTATE_MS='$ROTATE_MS' and PROBE='$PROBE' must be integers >= 0" >&2; exit 2; }
 
 COMMON="heads=4,experts=4,top_k=2,state=8,expand=2,microbatches=8"
 MODELS=(
@@ -94,6 +99,7 @@ for entry in "${MODELS[@]}"; do
       echo "layout_win: $name: train $c (repeat $((rep + 1)) of $REPEATS)" >&2
       "$OCTOPIPE" train --model="$spec" --plan="$p.$c.plan.json" --ranks=2 --transport=gloo \
         --iterations=$((WARMUP + ITERS)) --rotate_cores_ms="$ROTATE_MS" --json \
+        --profile="$p" --host_probe="$PROBE" \
         > "$p.run.$c.$rep.json" 2> "$p.run.$c.$rep.err" || echo '{}' > "$p.run.$c.$rep.json"
     done
   done
@@ -135,16 +141,22 @@ for m in models:
         if not plan_out:
             continue
         pred = predicted(load(f'{base}.pred.{c}.json'))
-        medians = []
+        medians, at_speed, at_speed_errors = [], [], []
         for rep in range(repeats):
             run = load(f'{base}.run.{c}.{rep}.json')
             its = run.get('iteration_time_s') or []
             if len(its) > warmup:
                 medians.append(statistics.median(its[warmup:]))
+                if run.get('predicted_at_host_speed_s'):
+                    at_speed.append(run['predicted_at_host_speed_s'])
+                    at_speed_errors.append(at_speed[-1] / medians[-1] - 1)
         row = {'model': m, 'layout': c, 'plan': layout_name(plan_out), 'predicted_s': pred,
                'measured_median_s': statistics.median(medians) if medians else None,
                'measured_fastest_s': min(medians) if medians else None,
-               'repeats': medians}
+               'repeats': medians,
+               'predicted_at_host_speed_s': statistics.median(at_speed) if at_speed else None,
+               # each run against the prediction at the host speed its own probe measured
+               'error_at_host_speed': statistics.median(at_speed_errors) if at_speed_errors else None}
         for k in ('median', 'fastest'):
             v = row[f'measured_{k}_s']
             row[f'error_vs_{k}'] = pred / v - 1 if pred and v else None
@@ -169,21 +181,27 @@ def ms(v):
 def pct(v):
     return '-' if v is None else '%+.1f%%' % (v * 100)
 print()
-print('| model | layout | plan | predicted | measured (median / fastest) | error (median / fastest) | planner\'s choice |')
-print('|---|---|---|---|---|---|---|')
+print('| model | layout | plan | predicted | measured (median / fastest) | error (median / fastest) | at host speed (error) | planner\'s choice |')
+print('|---|---|---|---|---|---|---|---|')
 for r in rows:
     note = ''
     if r['layout'] == 'planner':
         note = '%s; %s than the fastest (%s)' % (
             'fastest or within 2%' if r.get('chosen_is_fastest_within_2pct') else 'NOT within 2%',
             pct(r.get('vs_fastest')), r.get('fastest_layout'))
-    print('| %s | %s | %s | %s | %s / %s | %s / %s | %s |' % (
+    print('| %s | %s | %s | %s | %s / %s | %s / %s | %s (%s) | %s |' % (
         r['model'], r['layout'], r['plan'], ms(r['predicted_s']), ms(r['measured_median_s']),
-        ms(r['measured_fastest_s']), pct(r['error_vs_median']), pct(r['error_vs_fastest']), note))
+        ms(r['measured_fastest_s']), pct(r['error_vs_median']), pct(r['error_vs_fastest']),
+        ms(r['predicted_at_host_speed_s']), pct(r['error_at_host_speed']), note))
 errors = [abs(r['error_vs_median']) for r in rows if r['layout'] != 'planner' and r['error_vs_median'] is not None]
 if errors:
     print()
     print('prediction error (vs median), fixed layouts: mean %.1f%%, max %.1f%%' % (
         100 * statistics.mean(errors), 100 * max(errors)))
+at_speed = [abs(r['error_at_host_speed']) for r in rows
+            if r['layout'] != 'planner' and r['error_at_host_speed'] is not None]
+if at_speed:
+    print('prediction error at the host speed of each run, fixed layouts: mean %.1f%%, max %.1f%%' % (
+        100 * statistics.mean(at_speed), 100 * max(at_speed)))
 EOF
 echo "layout_win: files in $OUT" >&2

@@ -107,7 +107,7 @@ absl::StatusOr<Plan> ProfilePlan(int ranks, int microbatches, const ModelGraph& 
 }
 
 struct ProfileFlags {
-  std::string model, prefix, transport = "gloo", check, tp = "auto";
+  std::string model, prefix, transport = "gloo", check, tp = "auto", ep = "auto";
   int64_t ranks = 2, repeat = 5, microbatches = 0, max_launches = 4;
   double timeout = 60, memory = 0, stable = 0.02, rotate_cores_ms = 0;
   bool pool = true;
@@ -208,13 +208,14 @@ double PhysicalMemory() {
 absl::Status ValidateMeasuredProfile(const ModelGraph& model) {
   for (int i = 0; i < model.num_layers(); ++i) {
     const Layer& l = model.layers[i];
-    // Measured at a TP degree: every layer (a plan at that degree uses each layer's entry).
+    // Measured split at some (TP, EP): every layer it applies to (EP > 1: the MoE layers).
     for (const Layer& other : model.layers) {
-      for (const MeasuredAtTp& a : other.measured.at_tp) {
-        if (l.measured.AtTp(a.tp_degree) == nullptr) {
+      for (const MeasuredSharded& a : other.measured.sharded) {
+        if (a.ep_degree > 1 && l.kind != LayerKind::kMoe) continue;
+        if (l.measured.Sharded(a.tp_degree, a.ep_degree, l.kind == LayerKind::kMoe) == nullptr) {
           return absl::InvalidArgumentError(absl::StrCat(
-              "layers[", i, "] (", l.name, "): measured.at_tp has no entry for TP ", a.tp_degree,
-              " (", other.name, " has one)"));
+              "layers[", i, "] (", l.name, "): measured.sharded has no entry for TP ",
+              a.tp_degree, " x EP ", a.ep_degree, " (", other.name, " has one)"));
         }
       }
     }
@@ -263,12 +264,18 @@ void DefineFlags(CommandLine& flags, ProfileFlags* f) {
                "device memory in bytes to record and check the model against; 0 = this\n"
                "machine's physical memory / ranks");
   flags.String("tp", &f->tp,
-               "tensor-parallel degrees to measure the layers sharded at as well (each layer's\n"
+               "tensor-parallel degrees to measure the layers split at as well (each layer's\n"
                "F, B, W, R per TP rank with its all-reduces, run as `train` runs a TP layout:\n"
-               "PP ranks/d x TP d; written as measured.at_tp, which plans at that degree use\n"
+               "PP ranks/d x TP d; written as measured.sharded, which plans at that degree use\n"
                "instead of the whole layer's times / d): a comma-separated list of degrees\n"
                "that divide --ranks, `auto` (every power of two from 2 to --ranks that divides\n"
                "it and the model's layers allow) or `off`");
+  flags.String("ep", &f->ep,
+               "expert-parallel degrees to measure the MoE layers at as well (F, B, W, R per rank\n"
+               "with the dispatch and combine all-to-alls, run as PP ranks/d x DP d x EP d, each\n"
+               "replica --microbatches / d micro-batches): a list of degrees dividing --ranks,\n"
+               "the experts and the micro-batches, `auto` (every such power of two; none for a\n"
+               "model without MoE layers) or `off`");
   flags.String("check", &f->check,
                "only check a measured model file (every layer has F, B, W, R seconds > 0) and\n"
                "exit: 0 if it is a complete profile, 2 naming the first bad layer otherwise");
@@ -317,55 +324,87 @@ absl::StatusOr<ModelSpec> SpecFromFlags(const ProfileFlags& f) {
   return spec;
 }
 
-// The TP degrees --tp names for `spec` over f.ranks ranks: `off` none; `auto` every power of
-// two d in [2, ranks] dividing ranks that every layer allows (CheckLayoutRunnable); a list,
-// each checked (kInvalidArgument naming the degree and, for a layer that cannot be split so,
-// the layer and field).
-absl::StatusOr<std::vector<int>> TpDegrees(const ProfileFlags& f, const ModelSpec& spec);
-
-LayoutPlan TpProfileLayout(const Plan& pipeline, int tp, int ranks) {
+// The layout that measures split (tp, ep) over `ranks` ranks: PP ranks / (tp * ep) x TP tp x
+// DP ep x EP ep, every replica running `pipeline` (its micro-batches each).
+LayoutPlan SplitProfileLayout(const Plan& pipeline, int tp, int ep, int ranks) {
   LayoutPlan l;
   l.layout.pp = pipeline.num_devices;
   l.layout.tp = tp;
+  l.layout.ep = ep;
+  l.layout.dp = ep;
   l.num_ranks = ranks;
-  l.global_microbatches = pipeline.num_microbatches;
-  PipelineReplica replica;
-  for (int d = 0; d < pipeline.num_devices; ++d) replica.device_ranks.push_back(d * tp);
-  l.pipelines.push_back(LayoutPipelinePlan{pipeline, {replica}});
+  l.global_microbatches = pipeline.num_microbatches * ep;
+  LayoutPipelinePlan p{pipeline, {}};
+  for (int r = 0; r < ep; ++r) {
+    PipelineReplica replica;
+    replica.dp_rank = r;
+    replica.first_microbatch = r * pipeline.num_microbatches;
+    // rank order TP, DP, PP (pp outer)
+    for (int d = 0; d < pipeline.num_devices; ++d) replica.device_ranks.push_back((d * ep + r) * tp);
+    p.replicas.push_back(replica);
+  }
+  l.pipelines.push_back(std::move(p));
   return l;
 }
 
-absl::StatusOr<std::vector<int>> TpDegrees(const ProfileFlags& f, const ModelSpec& spec) {
+// The split's pipeline plan (F/B/W, or with every stage recomputed) and layout.
+absl::StatusOr<std::pair<Plan, LayoutPlan>> SplitProfilePlan(const ModelSpec& spec,
+                                                            const ModelGraph& graph, int ranks,
+                                                            int tp, int ep, bool recompute) {
+  ASSIGN_OR_RETURN(Plan plan,
+                   ProfilePlan(ranks / (tp * ep), spec.microbatches / ep, graph, recompute));
+  LayoutPlan layout = SplitProfileLayout(plan, tp, ep, ranks);
+  return std::make_pair(std::move(plan), std::move(layout));
+}
+
+// The splits --tp and --ep name for `spec` over f.ranks ranks, as (tp, ep): `off` none; `auto`
+// every power of two d in [2, ranks] dividing ranks that the model allows (CheckLayoutRunnable;
+// EP also the micro-batches, and only with MoE layers); a list, each checked (kInvalidArgument
+// naming the flag, the degree and, for a layer that cannot be split so, the layer and field).
+absl::StatusOr<std::vector<std::pair<int, int>>> Splits(const ProfileFlags& f,
+                                                        const ModelSpec& spec) {
   const int ranks = static_cast<int>(f.ranks);
   const ModelGraph graph = executor::ToModelGraph(spec);
-  // Whether the layers allow TP d over the ranks (the plan's shape is immaterial here).
-  auto runnable = [&](int d) -> absl::Status {
-    absl::StatusOr<Plan> p = ProfilePlan(ranks / d, spec.microbatches, graph, false);
-    if (!p.ok()) return p.status();
-    return executor::CheckLayoutRunnable(spec, TpProfileLayout(*p, d, ranks));
-  };
-  std::vector<int> out;
-  if (f.tp == "off") return out;
-  if (f.tp == "auto") {
-    for (int d = 2; d <= ranks; d *= 2) {
-      if (ranks % d == 0 && runnable(d).ok()) out.push_back(d);
+  const bool has_moe = std::count(spec.kinds.begin(), spec.kinds.end(), "moe") > 0;
+  // Why split (tp, ep) cannot be measured here; OK when it can.
+  auto measurable = [&](int tp, int ep) -> absl::Status {
+    if (ranks % (tp * ep) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("does not divide --ranks=", ranks));
     }
-    return out;
-  }
-  for (absl::string_view part : absl::StrSplit(f.tp, ',')) {
-    int d = 0;
-    if (!absl::SimpleAtoi(part, &d) || d < 2) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--tp: '", std::string(part), "' is not a degree >= 2 (a list such as 2,4, auto or off)"));
-    }
-    if (ranks % d != 0) {
+    if (ep > 1 && !has_moe) return absl::InvalidArgumentError("needs MoE layers; the model has none");
+    if (spec.microbatches % ep != 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat("--tp: degree ", d, " does not divide --ranks=", ranks));
+          absl::StrCat("does not divide the ", spec.microbatches, " micro-batches"));
     }
-    if (absl::Status s = runnable(d); !s.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("--tp: degree ", d, ": ", s.message()));
+    ASSIGN_OR_RETURN(auto p, SplitProfilePlan(spec, graph, ranks, tp, ep, false));
+    RETURN_IF_ERROR(executor::CheckLayoutRunnable(spec, p.second));
+    return absl::OkStatus();
+  };
+  std::vector<std::pair<int, int>> out;
+  for (const auto& [flag, value, is_tp] :
+       {std::tuple{"tp", f.tp, true}, std::tuple{"ep", f.ep, false}}) {
+    const bool tp_flag = is_tp;
+    auto split = [tp_flag](int d) { return tp_flag ? std::pair{d, 1} : std::pair{1, d}; };
+    if (value == "off") continue;
+    if (value == "auto") {
+      for (int d = 2; d <= ranks; d *= 2) {
+        if (measurable(split(d).first, split(d).second).ok()) out.push_back(split(d));
+      }
+      continue;
     }
-    if (std::find(out.begin(), out.end(), d) == out.end()) out.push_back(d);
+    for (absl::string_view part : absl::StrSplit(value, ',')) {
+      int d = 0;
+      if (!absl::SimpleAtoi(part, &d) || d < 2) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--", flag, ": '", std::string(part),
+            "' is not a degree >= 2 (a list such as 2,4, auto or off)"));
+      }
+      if (absl::Status s = measurable(split(d).first, split(d).second); !s.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--", flag, ": degree ", d, ": ", s.message()));
+      }
+      if (std::find(out.begin(), out.end(), split(d)) == out.end()) out.push_back(split(d));
+    }
   }
   return out;
 }
@@ -399,8 +438,8 @@ struct Measurements {
   std::vector<double> comm_cpu;
   // Every rank's host-speed probe of every F/B/W launch (ProfileRank's "probe").
   std::vector<double> probe;
-  // Per TP degree (--tp): (layer, kind) -> per-rank, per-iteration seconds of its shards.
-  std::map<int, std::map<std::pair<int, int>, std::vector<double>>> at_tp;
+  // Per split (tp, ep) (--tp, --ep): (layer, kind) -> per-rank, per-iteration seconds.
+  std::map<std::pair<int, int>, std::map<std::pair<int, int>, std::vector<double>>> split;
   double light_s = 0;             // the profile run's median iteration
   int launches = 0;               // launches of the F/B/W plan
   double last_change = 0;         // the summed medians' change over the last launch
@@ -479,29 +518,35 @@ absl::StatusOr<Measurements> MeasureLayers(const ModelSpec& spec, const Plan& pl
   return m;
 }
 
-// Phase 4 (--tp): for each degree d the layers sharded over TP groups of d ranks (PP ranks/d x
-// TP d, the profile's ZB-H1 schedule) for F, B, W — launched until the summed medians settle,
-// as phase 1 — then R with every stage recomputed.
-absl::Status MeasureAtTp(const ModelSpec& spec, const ModelGraph& graph,
-                         const std::vector<int>& degrees, const ProfileFlags& f,
-                         Measurements* m, std::ostream& err) {
+// "TP2", "EP2", "TP2 x EP2".
+std::string SplitName(std::pair<int, int> split) {
+  if (split.second == 1) return absl::StrCat("TP", split.first);
+  if (split.first == 1) return absl::StrCat("EP", split.second);
+  return absl::StrCat("TP", split.first, " x EP", split.second);
+}
+
+// Phase 4 (--tp, --ep): for each split the layers as that layout runs them (SplitProfileLayout,
+// the profile's ZB-H1 schedule) for F, B, W — launched until the summed medians settle, as
+// phase 1 — then R with every stage recomputed.
+absl::Status MeasureSplits(const ModelSpec& spec, const ModelGraph& graph,
+                           const std::vector<std::pair<int, int>>& splits, const ProfileFlags& f,
+                           Measurements* m, std::ostream& err) {
   const int ranks = static_cast<int>(f.ranks);
-  for (int d : degrees) {
-    ASSIGN_OR_RETURN(const Plan plan, ProfilePlan(ranks / d, spec.microbatches, graph, false));
-    ASSIGN_OR_RETURN(const Plan plan_r, ProfilePlan(ranks / d, spec.microbatches, graph, true));
-    const LayoutPlan layout = TpProfileLayout(plan, d, ranks);
-    const LayoutPlan layout_r = TpProfileLayout(plan_r, d, ranks);
-    auto& samples = m->at_tp[d];
+  for (const auto& [tp, ep] : splits) {
+    ASSIGN_OR_RETURN(const auto run, SplitProfilePlan(spec, graph, ranks, tp, ep, false));
+    ASSIGN_OR_RETURN(const auto run_r, SplitProfilePlan(spec, graph, ranks, tp, ep, true));
+    const std::string name = SplitName({tp, ep});
+    auto& samples = m->split[{tp, ep}];
     double previous = 0;
     for (int launch = 0; launch < f.max_launches; ++launch) {
       ASSIGN_OR_RETURN(std::vector<std::string> reports,
-                       RunProfileRanks(spec, plan, Launch(f), static_cast<int>(f.repeat),
-                                       /*ping=*/false, /*probe=*/false, &layout));
+                       RunProfileRanks(spec, run.first, Launch(f), static_cast<int>(f.repeat),
+                                       /*ping=*/false, /*probe=*/false, &run.second));
       ASSIGN_OR_RETURN(const std::vector<Json> parsed, ParseReports(reports));
       AddLayerSamples(parsed, /*recompute=*/false, &samples);
       const double total = SummedMedians(samples);
       const double change = previous > 0 ? std::abs(total - previous) / total : 1.0;
-      err << "octopipe profile: TP" << d << " launch " << launch + 1
+      err << "octopipe profile: " << name << " launch " << launch + 1
           << ": summed layer medians " << FormatSeconds(total);
       if (launch > 0) err << " (" << FormatPercent(change) << " change)";
       err << "\n";
@@ -509,8 +554,8 @@ absl::Status MeasureAtTp(const ModelSpec& spec, const ModelGraph& graph,
       previous = total;
     }
     ASSIGN_OR_RETURN(std::vector<std::string> reports,
-                     RunProfileRanks(spec, plan_r, Launch(f), static_cast<int>(f.repeat),
-                                     /*ping=*/false, /*probe=*/false, &layout_r));
+                     RunProfileRanks(spec, run_r.first, Launch(f), static_cast<int>(f.repeat),
+                                     /*ping=*/false, /*probe=*/false, &run_r.second));
     ASSIGN_OR_RETURN(const std::vector<Json> parsed, ParseReports(reports));
     AddLayerSamples(parsed, /*recompute=*/true, &samples);
   }
@@ -551,8 +596,8 @@ std::map<int, int> PoolIdenticalLayers(const ModelGraph& graph, const std::vecto
 struct MeasuredModel {
   ModelGraph model;
   TextTable table{{"layer", "F", "B", "W", "R", "spread", "act after F", "after B", "params"}};
-  // Per --tp degree: each layer's shard times and their F+B+W against the whole layer's / d.
-  std::map<int, TextTable> at_tp;
+  // Per split (tp, ep): each layer's times and their F+B+W against the whole layer's / tp.
+  std::map<std::pair<int, int>, TextTable> split;
   double worst_spread = 0;
 };
 
@@ -567,8 +612,9 @@ MeasuredModel MeasuredModelFile(const ModelGraph& graph, const ModelSpec& spec,
                                  f.ranks, " ranks, median of ", m.launches, " launches x ",
                                  f.repeat, " iterations",
                                  f.pool ? ", identical layers pooled" : "");
-  for (const auto& [d, samples] : m.at_tp) {
-    absl::StrAppend(&measured.source, d == m.at_tp.begin()->first ? ", also at TP " : ",", d);
+  for (const auto& [split, samples] : m.split) {
+    absl::StrAppend(&measured.source, split == m.split.begin()->first ? ", also at " : ", ",
+                    SplitName(split));
   }
   for (int l = 0; l < measured.num_layers(); ++l) {
     Layer& layer = measured.layers[l];
@@ -602,11 +648,15 @@ MeasuredModel MeasuredModelFile(const ModelGraph& graph, const ModelSpec& spec,
     for (double v : {b.after_f, b.after_b, b.params}) row.push_back(absl::StrFormat("%.0f", v));
     out.table.AddRow(row);
   }
-  for (const auto& [d, samples] : m.at_tp) {
-    TextTable& t = out.at_tp.emplace(d, TextTable({"layer", "F", "B", "W", "R", "F+B+W vs whole / TP"}))
+  for (const auto& [split, samples] : m.split) {
+    const auto [tp, ep] = split;
+    TextTable& t = out.split
+                       .emplace(split, TextTable({"layer", "F", "B", "W", "R",
+                                                  absl::StrCat("F+B+W vs whole / ", tp)}))
                        .first->second;
     for (int l = 0; l < measured.num_layers(); ++l) {
       Layer& layer = measured.layers[l];
+      if (ep > 1 && layer.kind != LayerKind::kMoe) continue;  // EP splits only MoE layers
       double v[4] = {0, 0, 0, 0};
       bool complete = true;
       for (int k = 0; k < 4; ++k) {
@@ -618,11 +668,11 @@ MeasuredModel MeasuredModelFile(const ModelGraph& graph, const ModelSpec& spec,
         v[k] = Median(it->second);
       }
       if (!complete) continue;  // ValidateMeasuredProfile names what is missing
-      layer.measured.at_tp.push_back(MeasuredAtTp{d, v[0], v[1], v[2], v[3]});
+      layer.measured.sharded.push_back(MeasuredSharded{tp, ep, v[0], v[1], v[2], v[3]});
       const double whole = *layer.measured.forward_s + *layer.measured.backward_input_s +
                            *layer.measured.weight_grad_s;
       t.AddRow({layer.name, FormatSeconds(v[0]), FormatSeconds(v[1]), FormatSeconds(v[2]),
-                FormatSeconds(v[3]), absl::StrFormat("%.2fx", (v[0] + v[1] + v[2]) / (whole / d))});
+                FormatSeconds(v[3]), absl::StrFormat("%.2fx", (v[0] + v[1] + v[2]) / (whole / tp))});
     }
   }
   // The host-speed reference a run's probe is compared with: the probe's workload by the
@@ -761,9 +811,12 @@ void PrintSummary(std::ostream& out, const ProfileFlags& f, const ModelSpec& spe
       << "medians moved " << FormatPercent(m.last_change) << " in the last launch; spread = "
       << "(max - min) / median; (xN): pooled over N identical layers)\n\n"
       << model.table.Render() << "\n";
-  for (const auto& [d, table] : model.at_tp) {
-    out << "sharded over TP" << d << " (per TP rank, the all-reduces included; PP "
-        << f.ranks / d << " x TP" << d << "):\n"
+  for (const auto& [split, table] : model.split) {
+    const auto [tp, ep] = split;
+    out << "split " << SplitName(split) << " (per rank, the "
+        << (ep > 1 ? "dispatch and combine all-to-alls" : "all-reduces") << " included; PP "
+        << f.ranks / (tp * ep) << " x TP" << tp
+        << (ep > 1 ? absl::StrCat(" x DP", ep, " x EP", ep, "; MoE layers only") : "") << "):\n"
         << table.Render() << "\n";
   }
   out
@@ -815,8 +868,8 @@ int RunProfile(const std::vector<std::string>& args, std::ostream& out, std::ost
   if (!f.check.empty()) return CheckProfileFile(f.check, out, err);
   absl::StatusOr<ModelSpec> spec = SpecFromFlags(f);
   if (!spec.ok()) return Fail(err, spec.status(), 2);
-  absl::StatusOr<std::vector<int>> tp_degrees = TpDegrees(f, *spec);
-  if (!tp_degrees.ok()) return Fail(err, tp_degrees.status(), 2);
+  absl::StatusOr<std::vector<std::pair<int, int>>> splits = Splits(f, *spec);
+  if (!splits.ok()) return Fail(err, splits.status(), 2);
   const auto started = std::chrono::steady_clock::now();
 
   // What the executor holds, whether it fits, and the plans that measure it.
@@ -836,13 +889,13 @@ int RunProfile(const std::vector<std::string>& args, std::ostream& out, std::ost
 
   absl::StatusOr<Measurements> m = MeasureLayers(*spec, *plan, *plan_r, f, err);
   if (!m.ok()) return Fail(err, m.status(), 1);
-  if (absl::Status s = MeasureAtTp(*spec, graph, *tp_degrees, f, &*m, err); !s.ok()) {
+  if (absl::Status s = MeasureSplits(*spec, graph, *splits, f, &*m, err); !s.ok()) {
     return Fail(err, s, 1);
   }
   std::map<int, int> pooled_over;
   if (f.pool) {
     pooled_over = PoolIdenticalLayers(graph, *bytes, &m->samples);
-    for (auto& [d, samples] : m->at_tp) PoolIdenticalLayers(graph, *bytes, &samples);
+    for (auto& [split, samples] : m->split) PoolIdenticalLayers(graph, *bytes, &samples);
   }
   const MeasuredModel model = MeasuredModelFile(graph, *spec, *bytes, *m, pooled_over, f);
   if (absl::Status s = ValidateMeasuredProfile(model.model); !s.ok()) return Fail(err, s, 1);

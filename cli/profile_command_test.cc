@@ -187,12 +187,13 @@ TEST(ProfileCommandTest, LaunchesUntilTheMediansSettleWithRanksMirrored) {
   EXPECT_NE(err.str().find("--max_launches must be >= 1, got 0"), std::string::npos) << err.str();
 }
 
-// By default (--tp=auto) every layer is also measured sharded over TP groups of each power-of-
-// two degree the ranks and the layers allow (here 2: PP1 x TP2 over both ranks), and the file
-// holds those times as measured.at_tp — what a plan at TP2 then uses (CostModel::Cost).
-// --tp=off measures none; degrees that do not divide the ranks, or that a layer cannot be
-// split by, are refused before anything runs, naming the degree (and the layer).
-TEST(ProfileCommandTest, MeasuresTheLayersShardedAtEachTensorParallelDegree) {
+// By default (--tp=auto, --ep=auto) every layer is also measured split over TP groups of each
+// power-of-two degree the ranks and the layers allow (here 2: PP1 x TP2 over both ranks), and
+// every MoE layer over EP groups (here DP2 x EP2), and the file holds those times as
+// measured.sharded — what a plan at TP2 or EP2 then uses (CostModel::Cost). --tp=off --ep=off
+// measure none; degrees that do not divide the ranks, a model without MoE layers for --ep, or
+// a layer that cannot be split so are refused before anything runs, naming the flag and degree.
+TEST(ProfileCommandTest, MeasuresTheLayersSplitAtEachTensorAndExpertParallelDegree) {
   const std::string prefix = TmpPrefix("at-tp");
   std::ostringstream out, err;
   ASSERT_EQ(RunProfile({std::string("--model=") + kSpec, "--out=" + prefix, "--ranks=2",
@@ -201,47 +202,65 @@ TEST(ProfileCommandTest, MeasuresTheLayersShardedAtEachTensorParallelDegree) {
             0)
       << err.str();
   EXPECT_NE(err.str().find("TP2 launch 1: summed layer medians"), std::string::npos) << err.str();
-  EXPECT_NE(out.str().find("sharded over TP2 (per TP rank, the all-reduces included; PP 1 x TP2)"),
+  EXPECT_NE(err.str().find("EP2 launch 1: summed layer medians"), std::string::npos) << err.str();
+  EXPECT_NE(out.str().find("split TP2 (per rank, the all-reduces included; PP 1 x TP2)"),
+            std::string::npos)
+      << out.str();
+  EXPECT_NE(out.str().find("split EP2 (per rank, the dispatch and combine all-to-alls included; "
+                           "PP 1 x TP1 x DP2 x EP2; MoE layers only)"),
             std::string::npos)
       << out.str();
   absl::StatusOr<ModelGraph> model = LoadModelFile(prefix + ".model.json");
   ASSERT_TRUE(model.ok()) << model.status();
-  EXPECT_NE(model->source.find(", also at TP 2"), std::string::npos) << model->source;
+  EXPECT_NE(model->source.find(", also at EP2, TP2"), std::string::npos) << model->source;
   EXPECT_TRUE(ValidateMeasuredProfile(*model).ok());
   for (const Layer& l : model->layers) {
-    ASSERT_EQ(l.measured.at_tp.size(), 1u) << l.name;
-    const MeasuredAtTp& a = l.measured.at_tp[0];
-    EXPECT_EQ(a.tp_degree, 2) << l.name;
-    EXPECT_GT(a.forward_s, 0) << l.name;
-    EXPECT_GT(a.backward_input_s, 0) << l.name;
-    EXPECT_GT(a.weight_grad_s, 0) << l.name;
-    EXPECT_GT(a.recompute_s, 0) << l.name;
+    const bool moe = l.kind == LayerKind::kMoe;
+    ASSERT_EQ(l.measured.sharded.size(), moe ? 2u : 1u) << l.name;
+    for (auto [tp, ep] : {std::pair{2, 1}, std::pair{1, 2}}) {
+      const MeasuredSharded* a = l.measured.Sharded(tp, ep, moe);
+      if (ep > 1 && !moe) {
+        EXPECT_EQ(a, nullptr) << l.name;  // a dense layer is whole under EP
+        continue;
+      }
+      ASSERT_NE(a, nullptr) << l.name << " TP" << tp << " EP" << ep;
+      EXPECT_GT(a->forward_s, 0) << l.name;
+      EXPECT_GT(a->backward_input_s, 0) << l.name;
+      EXPECT_GT(a->weight_grad_s, 0) << l.name;
+      EXPECT_GT(a->recompute_s, 0) << l.name;
+    }
   }
   // A profile with one layer's TP2 entry removed is not a complete profile.
   ModelGraph broken = *model;
-  broken.layers[2].measured.at_tp.clear();
+  broken.layers[2].measured.sharded.clear();
   const absl::Status s = ValidateMeasuredProfile(broken);
-  EXPECT_NE(s.message().find("layers[2] (L2.attention): measured.at_tp has no entry for TP 2"),
+  EXPECT_NE(s.message().find("layers[2] (L2.attention): measured.sharded has no entry for TP 2 x EP 1"),
             absl::string_view::npos)
       << s;
 
   std::ostringstream off_out, off_err;
   ASSERT_EQ(RunProfile({std::string("--model=") + kSpec, "--out=" + TmpPrefix("tp-off"),
                         "--ranks=2", "--transport=inproc", "--repeat=2", "--max_launches=1",
-                        "--tp=off"},
+                        "--tp=off", "--ep=off"},
                        off_out, off_err),
             0)
       << off_err.str();
   absl::StatusOr<ModelGraph> whole = LoadModelFile(TmpPrefix("tp-off") + ".model.json");
   ASSERT_TRUE(whole.ok()) << whole.status();
-  for (const Layer& l : whole->layers) EXPECT_TRUE(l.measured.at_tp.empty()) << l.name;
+  for (const Layer& l : whole->layers) EXPECT_TRUE(l.measured.sharded.empty()) << l.name;
   EXPECT_EQ(off_err.str().find("TP2 launch"), std::string::npos) << off_err.str();
+  EXPECT_EQ(off_err.str().find("EP2 launch"), std::string::npos) << off_err.str();
 
   for (auto [flags, want] : {
            std::pair{std::vector<std::string>{"--ranks=2", "--tp=3"},
-                     "--tp: degree 3 does not divide --ranks=2"},
+                     "--tp: degree 3: does not divide --ranks=2"},
            std::pair{std::vector<std::string>{"--ranks=2", "--tp=two"},
                      "--tp: 'two' is not a degree >= 2"},
+           std::pair{std::vector<std::string>{"--ranks=2", "--ep=4"},
+                     "--ep: degree 4: does not divide --ranks=2"},
+           std::pair{std::vector<std::string>{"--ranks=2", "--ep=2",
+                                              "--model=ref:pattern=*-,hidden=16,heads=2,ffn=32,seq=8,vocab=32"},
+                     "--ep: degree 2: needs MoE layers; the model has none"},
            std::pair{std::vector<std::string>{"--ranks=2", "--tp=2",
                                               "--model=ref:pattern=*,hidden=18,heads=3,seq=8,vocab=32"},
                      "--tp: degree 2: "},

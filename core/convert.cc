@@ -99,9 +99,10 @@ proto::MeasuredCosts MeasuredToProto(const MeasuredCosts& m) {
   if (m.activation_bytes_w) p.set_activation_bytes_w(*m.activation_bytes_w);
   if (m.input_bytes) p.set_input_bytes(*m.input_bytes);
   if (m.tp_degree != 1) p.set_tp_degree(m.tp_degree);
-  for (const MeasuredAtTp& a : m.at_tp) {
-    proto::MeasuredAtTp* pa = p.add_at_tp();
+  for (const MeasuredSharded& a : m.sharded) {
+    proto::MeasuredSharded* pa = p.add_sharded();
     pa->set_tp_degree(a.tp_degree);
+    if (a.ep_degree != 1) pa->set_ep_degree(a.ep_degree);
     pa->set_forward_s(a.forward_s);
     pa->set_backward_input_s(a.backward_input_s);
     pa->set_weight_grad_s(a.weight_grad_s);
@@ -122,9 +123,11 @@ MeasuredCosts MeasuredFromProto(const proto::MeasuredCosts& p) {
   if (p.has_activation_bytes_w()) m.activation_bytes_w = p.activation_bytes_w();
   if (p.has_input_bytes()) m.input_bytes = p.input_bytes();
   if (p.has_tp_degree()) m.tp_degree = p.tp_degree();
-  for (const proto::MeasuredAtTp& pa : p.at_tp()) {
-    m.at_tp.push_back(MeasuredAtTp{pa.tp_degree(), pa.forward_s(), pa.backward_input_s(),
-                                   pa.weight_grad_s(), pa.recompute_s()});
+  for (const proto::MeasuredSharded& pa : p.sharded()) {
+    m.sharded.push_back(MeasuredSharded{pa.tp_degree() == 0 ? 1 : pa.tp_degree(),
+                                        pa.ep_degree() == 0 ? 1 : pa.ep_degree(),
+                                        pa.forward_s(), pa.backward_input_s(),
+                                        pa.weight_grad_s(), pa.recompute_s()});
   }
   return m;
 }
@@ -288,7 +291,7 @@ proto::Model ModelToProto(const ModelGraph& model) {
     const MeasuredCosts& m = l.measured;
     if (m.forward_s || m.backward_input_s || m.weight_grad_s || m.activation_bytes ||
         m.param_bytes || m.output_bytes || m.recompute_s || m.activation_bytes_w ||
-        m.input_bytes || !m.at_tp.empty()) {
+        m.input_bytes || !m.sharded.empty()) {
       *pl->mutable_measured() = MeasuredToProto(m);
     }
   }

@@ -41,7 +41,7 @@ ModelGraph SmallModel() {
   a.measured.forward_s = 1.25e-3;  // partially measured
   a.measured.activation_bytes = 0;  // present even though zero
   a.measured.tp_degree = 2;         // measured per rank of a TP pair
-  a.measured.at_tp.push_back(MeasuredAtTp{4, 0.5e-3, 1e-3, 0.75e-3, 0.6e-3});
+  a.measured.sharded.push_back(MeasuredSharded{4, 1, 0.5e-3, 1e-3, 0.75e-3, 0.6e-3});
   Layer mlp;
   mlp.name = "L0.mlp";
   mlp.kind = LayerKind::kMlp;
@@ -83,9 +83,10 @@ TEST(ConvertTest, ModelRoundTripKeepsEveryField) {
   EXPECT_FALSE(back->layers[1].measured.backward_input_s.has_value());
   EXPECT_EQ(2, back->layers[1].measured.tp_degree);
   EXPECT_EQ(1, back->layers[0].measured.tp_degree);  // absent: whole layers
-  ASSERT_EQ(1u, back->layers[1].measured.at_tp.size());
-  EXPECT_EQ(4, back->layers[1].measured.at_tp[0].tp_degree);
-  EXPECT_EQ(0.6e-3, back->layers[1].measured.at_tp[0].recompute_s);
+  ASSERT_EQ(1u, back->layers[1].measured.sharded.size());
+  EXPECT_EQ(4, back->layers[1].measured.sharded[0].tp_degree);
+  EXPECT_EQ(1, back->layers[1].measured.sharded[0].ep_degree);
+  EXPECT_EQ(0.6e-3, back->layers[1].measured.sharded[0].recompute_s);
   EXPECT_TRUE(back->layers[2].dims.gated);
   EXPECT_EQ(Precision::kFp16, back->training.precision);
   EXPECT_EQ(RecomputePolicy::kSelective, back->training.recompute);
@@ -104,17 +105,21 @@ TEST(ConvertTest, ABadHostProbeIsRefusedNamingTheField) {
       << back.status();
 }
 
-TEST(ConvertTest, BadTimesMeasuredAtATensorParallelDegreeAreRefusedNamingTheEntry) {
+TEST(ConvertTest, BadTimesMeasuredSplitAreRefusedNamingTheEntry) {
   for (auto [entry, want] : {
-           std::pair{MeasuredAtTp{1, 1e-3, 1e-3, 1e-3, 1e-3},
-                     "layers[1].measured.at_tp[1].tp_degree must be in [2, 4096], got 1"},
-           std::pair{MeasuredAtTp{4, 1e-3, 1e-3, 1e-3, 1e-3},
-                     "layers[1].measured.at_tp[1].tp_degree 4 repeats at_tp[0]'s"},
-           std::pair{MeasuredAtTp{8, 1e-3, 0, 1e-3, 1e-3},
-                     "layers[1].measured.at_tp[1].backward_input_s must be > 0, got 0"},
+           std::pair{MeasuredSharded{1, 1, 1e-3, 1e-3, 1e-3, 1e-3},
+                     "layers[1].measured.sharded[1]: tp_degree and ep_degree are both 1"},
+           std::pair{MeasuredSharded{-1, 1, 1e-3, 1e-3, 1e-3, 1e-3},
+                     "layers[1].measured.sharded[1].tp_degree must be in [1, 4096], got -1"},
+           std::pair{MeasuredSharded{4, 1, 1e-3, 1e-3, 1e-3, 1e-3},
+                     "layers[1].measured.sharded[1]: TP 4 x EP 1 repeats sharded[0]"},
+           std::pair{MeasuredSharded{1, 2, 1e-3, 1e-3, 1e-3, 1e-3},
+                     "layers[1].measured.sharded[1].ep_degree is 2 but the layer is not a MoE layer"},
+           std::pair{MeasuredSharded{8, 1, 1e-3, 0, 1e-3, 1e-3},
+                     "layers[1].measured.sharded[1].backward_input_s must be > 0, got 0"},
        }) {
     ModelGraph m = SmallModel();
-    m.layers[1].measured.at_tp.push_back(entry);
+    m.layers[1].measured.sharded.push_back(entry);
     absl::StatusOr<ModelGraph> back = ModelFromProto(ModelToProto(m));
     ASSERT_FALSE(back.ok()) << want;
     EXPECT_EQ(back.status().code(), absl::StatusCode::kInvalidArgument);

@@ -396,9 +396,10 @@ LayerCost CostModel::Cost(const Layer& layer, const TrainingOptions& training,
   if (m.activation_bytes_w) c.activation_bytes_w = *m.activation_bytes_w * shard;
   if (m.input_bytes) c.input_bytes = *m.input_bytes * shard;
   c.recompute_s = m.recompute_s ? *m.recompute_s * shard : c.forward_s;
-  // Measured at the planned TP degree (the sharded layer as the executor runs it, its TP
-  // all-reduces included: Comm adds none): those times, unscaled.
-  if (const MeasuredAtTp* at = tp > 1 ? m.AtTp(static_cast<int64_t>(tp)) : nullptr) {
+  // Measured split as planned (the layer as the executor runs it at these TP and EP degrees,
+  // their collectives included: Comm adds none): those times, unscaled.
+  if (const MeasuredSharded* at = m.Sharded(static_cast<int64_t>(tp), training.ep_degree,
+                                            layer.kind == LayerKind::kMoe)) {
     c.forward_s = at->forward_s;
     c.backward_input_s = at->backward_input_s;
     c.weight_grad_s = at->weight_grad_s;
@@ -448,8 +449,9 @@ LayerComm CostModel::Comm(const Layer& layer, const TrainingOptions& training,
   const double s = TokensPerSample(layer, training);
   const int tp = static_cast<int>(std::max<int64_t>(1, training.tp_degree));
   const int ep = static_cast<int>(std::max<int64_t>(1, training.ep_degree));
-  // A layer measured at this TP degree has its all-reduces in its measured times (Cost).
-  if (tp > 1 && layer.measured.AtTp(tp) == nullptr) {
+  // A layer measured split at these degrees has its collectives in its measured times (Cost).
+  if (layer.measured.Sharded(tp, ep, layer.kind == LayerKind::kMoe) != nullptr) return c;
+  if (tp > 1) {
     const double out_width = static_cast<double>(
         layer.dims.out_hidden > 0 ? layer.dims.out_hidden : layer.dims.hidden);
     const double in_width = static_cast<double>(layer.dims.hidden);

@@ -635,14 +635,14 @@ TEST(CostTest, ExpertParallelDividesRoutedExpertsAndShardsTheirOptimizerOverExpe
 // stand — not the whole layer's scaled — and already hold the TP all-reduces, so Comm adds
 // none for that layer at that degree (and still does at a degree not measured). Bytes scale
 // from measured.tp_degree as before.
-TEST(CostTest, TimesMeasuredAtThePlannedTensorParallelDegreeStandAndCarryTheirAllReduces) {
+TEST(CostTest, TimesMeasuredSplitAsPlannedStandAndCarryTheirCollectives) {
   Layer l = Llama8bMlp();
   l.measured.forward_s = 1;
   l.measured.backward_input_s = 2;
   l.measured.weight_grad_s = 3;
   l.measured.recompute_s = 1.5;
   l.measured.activation_bytes = 100;
-  l.measured.at_tp.push_back(MeasuredAtTp{2, 0.7, 1.3, 1.9, 0.8});
+  l.measured.sharded.push_back(MeasuredSharded{2, 1, 0.7, 1.3, 1.9, 0.8});
   TrainingOptions t = Training();
   t.tp_degree = 2;
   const LayerCost c = CostModel().Cost(l, t, H100());
@@ -658,6 +658,33 @@ TEST(CostTest, TimesMeasuredAtThePlannedTensorParallelDegreeStandAndCarryTheirAl
   EXPECT_DOUBLE_EQ(CostModel().Cost(l, t, H100()).forward_s, 0.25);
   EXPECT_GT(CostModel().Comm(l, t, links).forward_s, 0);
   EXPECT_GT(CostModel().Comm(l, t, links).backward_input_s, 0);
+}
+
+// A MoE layer measured at EP 2 (`octopipe profile --ep`): planned at EP 2 those times stand and
+// Comm adds no all-to-all; a dense layer ignores EP (its TP1 x EP1 times are the whole layer's).
+TEST(CostTest, AMoeLayerMeasuredAtAnExpertParallelDegreeCarriesItsAllToAlls) {
+  Layer moe = DeepSeekV3Moe();
+  moe.measured.forward_s = 1;
+  moe.measured.backward_input_s = 2;
+  moe.measured.weight_grad_s = 3;
+  moe.measured.sharded.push_back(MeasuredSharded{1, 2, 1.2, 2.4, 2.9, 1.1});
+  TrainingOptions t = Training();
+  t.ep_degree = 2;
+  const CommLinks links{kNvlink, kIb, 8};
+  const LayerCost c = CostModel().Cost(moe, t, H100());
+  EXPECT_EQ(c.forward_s, 1.2);
+  EXPECT_EQ(c.backward_input_s, 2.4);
+  EXPECT_EQ(c.weight_grad_s, 2.9);
+  EXPECT_EQ(c.recompute_s, 1.1);
+  EXPECT_EQ(CostModel().Comm(moe, t, links).forward_s, 0);
+  t.ep_degree = 4;  // not measured at 4: the whole layer's times and the all-to-alls
+  EXPECT_EQ(CostModel().Cost(moe, t, H100()).forward_s, 1);
+  EXPECT_GT(CostModel().Comm(moe, t, links).forward_s, 0);
+  Layer mlp = Llama8bMlp();
+  mlp.measured.forward_s = 1;
+  t.ep_degree = 2;
+  EXPECT_EQ(mlp.measured.Sharded(1, 2, /*moe=*/false), nullptr);
+  EXPECT_EQ(CostModel().Cost(mlp, t, H100()).forward_s, 1);
 }
 
 }  // namespace octopipe

@@ -235,17 +235,28 @@ absl::Status Validate(const ModelGraph& model) {
     if (m.tp_degree < 1 || m.tp_degree > 4096) {
       return absl::InvalidArgumentError(absl::StrCat(p, ".measured.tp_degree must be in [1, 4096], got ", m.tp_degree));
     }
-    for (size_t k = 0; k < m.at_tp.size(); ++k) {
-      const MeasuredAtTp& a = m.at_tp[k];
-      const std::string q = absl::StrCat(p, ".measured.at_tp[", k, "]");
-      if (a.tp_degree < 2 || a.tp_degree > 4096) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(q, ".tp_degree must be in [2, 4096], got ", a.tp_degree));
+    for (size_t k = 0; k < m.sharded.size(); ++k) {
+      const MeasuredSharded& a = m.sharded[k];
+      const std::string q = absl::StrCat(p, ".measured.sharded[", k, "]");
+      for (const auto& [name, degree] : {std::pair{"tp_degree", a.tp_degree},
+                                         std::pair{"ep_degree", a.ep_degree}}) {
+        if (degree < 1 || degree > 4096) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(q, ".", name, " must be in [1, 4096], got ", degree));
+        }
+      }
+      if (a.tp_degree == 1 && a.ep_degree == 1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            q, ": tp_degree and ep_degree are both 1 (the whole layer's times are measured.*)"));
+      }
+      if (a.ep_degree > 1 && layer.kind != LayerKind::kMoe) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            q, ".ep_degree is ", a.ep_degree, " but the layer is not a MoE layer"));
       }
       for (size_t j = 0; j < k; ++j) {
-        if (m.at_tp[j].tp_degree == a.tp_degree) {
+        if (m.sharded[j].tp_degree == a.tp_degree && m.sharded[j].ep_degree == a.ep_degree) {
           return absl::InvalidArgumentError(absl::StrCat(
-              q, ".tp_degree ", a.tp_degree, " repeats at_tp[", j, "]'s"));
+              q, ": TP ", a.tp_degree, " x EP ", a.ep_degree, " repeats sharded[", j, "]"));
         }
       }
       const std::pair<const char*, double> times[] = {{"forward_s", a.forward_s},

@@ -63,14 +63,17 @@ struct LayerDims {
   int64_t out_hidden = 0;  // output width if different from hidden; 0: hidden
 };
 
-// One layer's per-TP-rank times for one micro-batch measured with the layer sharded over a
-// tensor-parallel group of `tp_degree` ranks, as the executor runs it: the all-reduces TP adds
-// inside F and B (and R) are part of these times, so CostModel::Comm adds none for a layer
-// planned at this degree. `octopipe profile --tp` measures them: a sharded layer rarely takes
-// 1 / tp of the whole layer's time (its small GEMMs run less efficiently, norms and the MoE
-// router are replicated, and every all-reduce waits for the slower rank).
-struct MeasuredAtTp {
-  int tp_degree = 2;
+// One layer's per-rank times for one micro-batch measured with the layer split as the executor
+// runs it: over a tensor-parallel group of `tp_degree` ranks and, for a MoE layer, its experts
+// over an expert-parallel group of `ep_degree` ranks. The communication the split adds inside
+// F, B and R (TP all-reduces, EP dispatch and combine all-to-alls) is part of these times, so
+// CostModel::Comm adds none for a layer planned at these degrees. `octopipe profile --tp/--ep`
+// measures them: a split layer rarely takes 1 / tp of the whole layer's time (its small GEMMs
+// run less efficiently, norms and the MoE router are replicated, and every collective waits for
+// the slower rank), and an all-to-all costs more than its bytes over the link.
+struct MeasuredSharded {
+  int tp_degree = 1;
+  int ep_degree = 1;  // > 1 only for MoE layers
   double forward_s = 0;
   double backward_input_s = 0;
   double weight_grad_s = 0;
@@ -90,17 +93,20 @@ struct MeasuredCosts {
   std::optional<double> input_bytes;         // kept by full recompute
   // The tensor-parallel degree the values above were measured at, per TP rank (`octopipe
   // profile` measures whole layers: 1). Planned at another degree, times and per-rank bytes
-  // scale by tp_degree / the planned degree (CostModel::Cost) — unless `at_tp` holds the
-  // planned degree.
+  // scale by tp_degree / the planned degree (CostModel::Cost) — unless `sharded` holds the
+  // planned degrees.
   int tp_degree = 1;
-  // Times measured at other TP degrees (distinct, each >= 2); planned at one of them, the
-  // layer's F, B, W, R are that entry's.
-  std::vector<MeasuredAtTp> at_tp;
+  // Times measured with the layer split (distinct (tp, ep) pairs, not both 1); planned at one of
+  // them, the layer's F, B, W, R are that entry's.
+  std::vector<MeasuredSharded> sharded;
 
-  // The entry measured at `tp`, or nullptr.
-  const MeasuredAtTp* AtTp(int64_t tp) const {
-    for (const MeasuredAtTp& a : at_tp) {
-      if (a.tp_degree == tp) return &a;
+  // The entry for a layer planned at (tp, ep) — EP counts only for MoE layers (`moe`); nullptr
+  // when there is none or the layer is whole (1, 1).
+  const MeasuredSharded* Sharded(int64_t tp, int64_t ep, bool moe) const {
+    if (!moe) ep = 1;
+    if (tp <= 1 && ep <= 1) return nullptr;
+    for (const MeasuredSharded& a : sharded) {
+      if (a.tp_degree == tp && a.ep_degree == ep) return &a;
     }
     return nullptr;
   }

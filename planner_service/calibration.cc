@@ -241,6 +241,12 @@ absl::StatusOr<ModelGraph> ApplyLayerFactors(const ModelGraph& model,
     *m.backward_input_s *= f;
     *m.weight_grad_s *= f;
     if (m.recompute_s) *m.recompute_s *= f;
+    for (MeasuredSharded& a : m.sharded) {  // the layer's shards: the same factor
+      a.forward_s *= f;
+      a.backward_input_s *= f;
+      a.weight_grad_s *= f;
+      a.recompute_s *= f;
+    }
   }
   return out;
 }

@@ -113,8 +113,8 @@ absl::StatusOr<CalibrationUpdate> FitMeasuredTimes(const ProblemBuilder& builder
                                                    const std::vector<MeasuredLayerTime>& layers,
                                                    std::vector<double> factors);
 
-// A measured model calibrated: every layer's measured F, B, W and R seconds multiplied by its
-// factor (e.g. FitLayerCalibration's), so any command that reads model files plans and predicts
+// A measured model calibrated: every layer's measured F, B, W and R seconds (and those measured
+// at other TP degrees, MeasuredCosts::at_tp) multiplied by its factor (e.g. FitLayerCalibration's), so any command that reads model files plans and predicts
 // with the calibrated costs. kInvalidArgument naming the field when `factors` is not one finite
 // positive factor per layer, or a layer has no measured time to scale.
 absl::StatusOr<ModelGraph> ApplyLayerFactors(const ModelGraph& model,

@@ -457,6 +457,7 @@ TEST(ApplyLayerFactorsTest, ScalesEachLayersMeasuredTimesByItsFactor) {
     layer.measured.weight_grad_s = 0.5;
     layer.measured.recompute_s = 1.0;
     layer.measured.activation_bytes = 100;
+    layer.measured.sharded.push_back(MeasuredSharded{2, 1, 0.8, 1.2, 0.4, 0.6});
     m.layers.push_back(layer);
   }
   absl::StatusOr<ModelGraph> c = ApplyLayerFactors(m, {1.5, 0.5});
@@ -466,6 +467,11 @@ TEST(ApplyLayerFactorsTest, ScalesEachLayersMeasuredTimesByItsFactor) {
   EXPECT_DOUBLE_EQ(*c->layers[1].measured.weight_grad_s, 0.25);
   EXPECT_DOUBLE_EQ(*c->layers[1].measured.recompute_s, 0.5);
   EXPECT_DOUBLE_EQ(*c->layers[1].measured.activation_bytes, 100);  // bytes are not times
+  // The times measured with the layer split by TP scale with it.
+  EXPECT_DOUBLE_EQ(c->layers[0].measured.sharded[0].forward_s, 1.2);
+  EXPECT_DOUBLE_EQ(c->layers[1].measured.sharded[0].backward_input_s, 0.6);
+  EXPECT_DOUBLE_EQ(c->layers[1].measured.sharded[0].weight_grad_s, 0.2);
+  EXPECT_DOUBLE_EQ(c->layers[0].measured.sharded[0].recompute_s, 0.9);
   EXPECT_THAT(ApplyLayerFactors(m, {1.0}).status().message(), HasSubstr("factors: 1 for 2"));
   EXPECT_THAT(ApplyLayerFactors(m, {1.0, 0.0}).status().message(),
               HasSubstr("factors[1] must be finite and > 0, got 0"));
