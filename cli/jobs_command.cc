@@ -9,6 +9,7 @@
 #include "cli/command_line.h"
 #include "cli/inputs.h"
 #include "cli/planner_client.h"
+#include "core/leader_hint.h"
 #include "cli/table.h"
 #include "core/layout_plan.h"
 #include "core/convert.h"
@@ -167,7 +168,7 @@ void DeclareFlags(const std::string& sub, CommandLine& flags, JobsOptions& o) {
   }
 }
 
-int Create(const JobsOptions& o, proto::Planner::Stub& stub, std::ostream& out,
+int Create(const JobsOptions& o, PlannerClient& planner, std::ostream& out,
            std::ostream& err) {
   if (o.model.empty() || o.cluster.empty()) {
     return Fail(err, absl::InvalidArgumentError("--model and --cluster are required"), 2);
@@ -222,8 +223,8 @@ int Create(const JobsOptions& o, proto::Planner::Stub& stub, std::ostream& out,
     t->set_checkpoint_interval(o.checkpoint_interval);
   }
   proto::Job created;
-  auto ctx = o.remote.Context();
-  grpc::Status s = stub.CreateJob(ctx.get(), req, &created);
+  grpc::Status s = planner.Call(PlannerClient::Route::kLeader, &proto::Planner::Stub::CreateJob,
+                                req, &created, /*idempotent=*/false);
   if (!s.ok()) return Fail(err, FromGrpc(s), 1);
   out << (o.json ? ProtoToJson(created)
                  : absl::StrCat("created ", created.id(), " (", created.name(), "), planning"))
@@ -231,19 +232,18 @@ int Create(const JobsOptions& o, proto::Planner::Stub& stub, std::ostream& out,
   return 0;
 }
 
-int List(const JobsOptions& o, proto::Planner::Stub& stub, std::ostream& out,
+int List(const JobsOptions& o, PlannerClient& planner, std::ostream& out,
          std::ostream& err) {
   proto::ListJobsResponse resp;
-  auto ctx = o.remote.Context();
-  grpc::Status s = stub.ListJobs(ctx.get(), proto::ListJobsRequest(), &resp);
+  grpc::Status s = planner.Call(PlannerClient::Route::kAny, &proto::Planner::Stub::ListJobs,
+                                proto::ListJobsRequest(), &resp);
   if (!s.ok()) return Fail(err, FromGrpc(s), 1);
   // Every page of summaries (the planner pages the list; see ListJobsRequest).
   while (!resp.next_page_token().empty()) {
     proto::ListJobsRequest next;
     next.set_page_token(resp.next_page_token());
     proto::ListJobsResponse page;
-    auto page_ctx = o.remote.Context();
-    s = stub.ListJobs(page_ctx.get(), next, &page);
+    s = planner.Call(PlannerClient::Route::kAny, &proto::Planner::Stub::ListJobs, next, &page);
     if (!s.ok()) return Fail(err, FromGrpc(s), 1);
     for (proto::Job& j : *page.mutable_jobs()) *resp.add_jobs() = std::move(j);
     resp.set_next_page_token(page.next_page_token());
@@ -263,13 +263,13 @@ int List(const JobsOptions& o, proto::Planner::Stub& stub, std::ostream& out,
   return 0;
 }
 
-int Get(const JobsOptions& o, proto::Planner::Stub& stub, std::ostream& out,
+int Get(const JobsOptions& o, PlannerClient& planner, std::ostream& out,
         std::ostream& err) {
   proto::GetJobRequest req;
   req.set_job_id(o.job);
   proto::GetJobResponse resp;
-  auto ctx = o.remote.Context();
-  grpc::Status s = stub.GetJob(ctx.get(), req, &resp);
+  grpc::Status s =
+      planner.Call(PlannerClient::Route::kAny, &proto::Planner::Stub::GetJob, req, &resp);
   if (!s.ok()) return Fail(err, FromGrpc(s), 1);
   if (o.json) {
     out << ProtoToJson(resp) << "\n";
@@ -293,57 +293,70 @@ int Get(const JobsOptions& o, proto::Planner::Stub& stub, std::ostream& out,
   return 0;
 }
 
-int Delete(const JobsOptions& o, proto::Planner::Stub& stub, std::ostream& out,
+int Delete(const JobsOptions& o, PlannerClient& planner, std::ostream& out,
            std::ostream& err) {
   proto::DeleteJobRequest req;
   req.set_job_id(o.job);
   proto::DeleteJobResponse resp;
-  auto ctx = o.remote.Context();
-  grpc::Status s = stub.DeleteJob(ctx.get(), req, &resp);
+  grpc::Status s = planner.Call(PlannerClient::Route::kLeader, &proto::Planner::Stub::DeleteJob,
+                                req, &resp, /*idempotent=*/false);
   if (!s.ok()) return Fail(err, FromGrpc(s), 1);
   out << "deleted " << o.job << "\n";
   return 0;
 }
 
 // Prints plan versions as the planner publishes them, until --count or the stream ends.
-int Watch(const JobsOptions& o, proto::Planner::Stub& stub, std::ostream& out,
+int Watch(const JobsOptions& o, PlannerClient& planner, std::ostream& out,
           std::ostream& err) {
   if (o.count < 0 || o.after < 0) {
     return Fail(err, absl::InvalidArgumentError(absl::StrCat(
                          "--count and --after must be >= 0, got ", o.count, " and ", o.after)), 2);
   }
-  grpc::ClientContext watch_ctx;  // no deadline: watches run until interrupted
-  if (!o.remote.token.empty()) {
-    watch_ctx.AddMetadata("authorization", "Bearer " + o.remote.token);
-  }
-  proto::WatchPlanRequest req;
-  req.set_job_id(o.job);
-  req.set_after_version(o.after);
-  req.set_include_events(o.events);
-  auto reader = stub.WatchPlan(&watch_ctx, req);
-  proto::PlanVersion v;
-  int64_t seen = 0;
-  while (reader->Read(&v)) {
-    if (v.has_event()) {  // --events: "JOB event KIND (vN, iteration T, node N): MESSAGE"
-      const proto::JobEvent& e = v.event();
-      out << (o.json ? ProtoToJson(v)
-                     : absl::StrCat(v.job_id(), " event ", e.kind(), " (v", e.plan_version(),
-                                    ", iteration ", e.iteration(),
-                                    e.node_id().empty() ? "" : ", node " + e.node_id(), ")",
-                                    e.message().empty() ? "" : ": " + e.message()))
-          << std::endl;
-      continue;  // --count counts versions
+  // Any replica answers a watch (followers from the store). When the stream breaks because
+  // its replica went away, the watch goes on at the next reachable replica after the last
+  // version printed (events reported meanwhile are in `jobs get`).
+  int64_t seen = 0, last_version = o.after;
+  size_t replica = planner.current();
+  while (true) {
+    std::unique_ptr<grpc::ClientContext> watch_ctx = planner.StreamContext();  // no deadline
+    proto::WatchPlanRequest req;
+    req.set_job_id(o.job);
+    req.set_after_version(last_version);
+    req.set_include_events(o.events);
+    auto reader = planner.stub(replica).WatchPlan(watch_ctx.get(), req);
+    proto::PlanVersion v;
+    while (reader->Read(&v)) {
+      if (v.has_event()) {  // --events: "JOB event KIND (vN, iteration T, node N): MESSAGE"
+        const proto::JobEvent& e = v.event();
+        out << (o.json ? ProtoToJson(v)
+                       : absl::StrCat(v.job_id(), " event ", e.kind(), " (v", e.plan_version(),
+                                      ", iteration ", e.iteration(),
+                                      e.node_id().empty() ? "" : ", node " + e.node_id(), ")",
+                                      e.message().empty() ? "" : ": " + e.message()))
+            << std::endl;
+        continue;  // --count counts versions
+      }
+      last_version = std::max(last_version, v.version());
+      out << (o.json ? ProtoToJson(v) : VersionLine(v) + "\n" + NodeLossLines(v)) << std::flush;
+      if (o.json) out << std::endl;
+      if (o.count > 0 && ++seen >= o.count) {
+        watch_ctx->TryCancel();
+        return 0;
+      }
     }
-    out << (o.json ? ProtoToJson(v) : VersionLine(v) + "\n" + NodeLossLines(v)) << std::flush;
-    if (o.json) out << std::endl;
-    if (o.count > 0 && ++seen >= o.count) {
-      watch_ctx.TryCancel();
-      return 0;
+    grpc::Status s = reader->Finish();
+    if (s.ok() || s.error_code() == grpc::StatusCode::CANCELLED) return 0;
+    if (s.error_code() != grpc::StatusCode::UNAVAILABLE || planner.size() < 2) {
+      return Fail(err, FromGrpc(s), 1);
     }
+    const std::optional<size_t> next = planner.FailOver(replica, s);
+    if (!next) return Fail(err, FromGrpc(s), 1);
+    err << "octopipe jobs watch: the planner at " << planner.address(replica)
+        << (LeaderNamedIn(s.error_message()) ? " is a follower" : " went away") << " ("
+        << s.error_message() << "); watching on " << planner.address(*next) << " after v"
+        << last_version << "\n";
+    replica = *next;
   }
-  grpc::Status s = reader->Finish();
-  if (!s.ok() && s.error_code() != grpc::StatusCode::CANCELLED) return Fail(err, FromGrpc(s), 1);
-  return 0;
 }
 
 std::string Summary(const std::string& sub) {
@@ -362,7 +375,7 @@ std::string Summary(const std::string& sub) {
   return "Prints the job's plan versions as the planner publishes them.";
 }
 
-using Subcommand = int (*)(const JobsOptions&, proto::Planner::Stub&, std::ostream&,
+using Subcommand = int (*)(const JobsOptions&, PlannerClient&, std::ostream&,
                            std::ostream&);
 
 Subcommand FindSubcommand(const std::string& sub) {
@@ -400,9 +413,9 @@ int RunJobs(const std::vector<std::string>& all_args, std::ostream& out, std::os
   if ((sub == "get" || sub == "delete" || sub == "watch") && o.job.empty()) {
     return Fail(err, absl::InvalidArgumentError("--job: a job id is required"), 2);
   }
-  auto stub = o.remote.Connect();
-  if (!stub.ok()) return Fail(err, stub.status(), 2);
-  return run(o, **stub, out, err);
+  auto planner = o.remote.Connect(&err);
+  if (!planner.ok()) return Fail(err, planner.status(), 2);
+  return run(o, **planner, out, err);
 }
 
 }  // namespace octopipe::cli

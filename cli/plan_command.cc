@@ -388,8 +388,8 @@ void WriteRemoteLayout(std::ostream& out, const proto::PlanLayout& l) {
 int RunRemotePlan(PlannerConnection& remote, const ModelGraph& model, const Cluster& cluster,
                   const TunerOptions& t, const LayoutRequest& layout, const PlanOptions& o,
                   const CommandLine& flags, std::ostream& out, std::ostream& err) {
-  auto stub = remote.Connect();
-  if (!stub.ok()) return Fail(err, stub.status(), 2);
+  auto planner = remote.Connect(&err);
+  if (!planner.ok()) return Fail(err, planner.status(), 2);
   proto::PlanRequest req;
   *req.mutable_model() = ModelToProto(model);
   *req.mutable_cluster() = ClusterToProto(cluster);
@@ -403,8 +403,9 @@ int RunRemotePlan(PlannerConnection& remote, const ModelGraph& model, const Clus
   req.mutable_options()->set_vocab_parallel(o.vocab_parallel);
   SetLayoutAndConstraints(t, layout, !OnePipeline(flags, cluster), req.mutable_options());
   proto::PlanResponse resp;
-  auto ctx = remote.Context();
-  grpc::Status s = (*stub)->Plan(ctx.get(), req, &resp);
+  // Every replica tunes one-shot plans: spread over them (PlannerClient::Route::kSpread).
+  grpc::Status s = (*planner)->Call(PlannerClient::Route::kSpread, &proto::Planner::Stub::Plan,
+                                    req, &resp);
   if (!s.ok()) return Fail(err, FromGrpc(s), 1);
   if (!o.out.empty()) {
     // The whole layout when the planner chose one, else its one pipeline as a layout.

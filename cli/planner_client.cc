@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <random>
+#include <set>
+#include <thread>
 #include <fstream>
 #include <sstream>
 #include <vector>
@@ -14,6 +17,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "core/leader_hint.h"
+#include "proto/health.grpc.pb.h"
 
 namespace octopipe::cli {
 namespace {
@@ -54,7 +58,7 @@ absl::Status CheckPlannerAddress(const std::string& address) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<proto::Planner::Stub>> PlannerConnection::Connect() {
+absl::StatusOr<std::unique_ptr<PlannerClient>> PlannerConnection::Connect(std::ostream* log) {
   const std::vector<std::string> addresses = absl::StrSplit(address, ',');
   for (const std::string& a : addresses) {
     if (absl::Status s = CheckPlannerAddress(a); !s.ok()) return s;
@@ -93,37 +97,181 @@ absl::StatusOr<std::unique_ptr<proto::Planner::Stub>> PlannerConnection::Connect
     }
     creds = grpc::SslCredentials(ssl);
   }
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(256 << 20);
-  if (addresses.size() == 1) {
-    return proto::Planner::NewStub(grpc::CreateCustomChannel(address, creds, args));
+  return std::make_unique<PlannerClient>(addresses, creds, token, timeout_s, log);
+}
+
+PlannerClient::PlannerClient(std::vector<std::string> addresses,
+                             std::shared_ptr<grpc::ChannelCredentials> credentials,
+                             std::string token, double timeout_s, std::ostream* log)
+    : addresses_(std::move(addresses)),
+      credentials_(std::move(credentials)),
+      token_(std::move(token)),
+      timeout_s_(timeout_s),
+      log_(log) {
+  channels_.resize(addresses_.size());
+  stubs_.resize(addresses_.size());
+  // Separate processes (one CLI call each) start their one-shot calls at different replicas.
+  std::random_device random;
+  spread_next_ = addresses_.empty() ? 0 : random() % addresses_.size();
+}
+
+proto::Planner::Stub& PlannerClient::stub(size_t i) {
+  if (stubs_[i] == nullptr) {
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(256 << 20);
+    // Reconnect within 1 s of a replica coming back (gRPC's default back-off grows to 120 s).
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+    channels_[i] = grpc::CreateCustomChannel(addresses_[i], credentials_, args);
+    stubs_[i] = proto::Planner::NewStub(channels_[i]);
   }
-  // Replicas: use the leader. Ask each in turn (a follower names the leader, which is asked
-  // next); a replica that answers at all, even with an error of the caller's, is the leader.
-  std::string candidate = addresses.front();
-  grpc::Status last;
-  for (size_t probe = 0; probe <= addresses.size(); ++probe) {
-    auto stub = proto::Planner::NewStub(grpc::CreateCustomChannel(candidate, creds, args));
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
-    if (!token.empty()) ctx.AddMetadata("authorization", "Bearer " + token);
-    proto::ListJobsRequest request;
-    request.set_page_size(1);
-    proto::ListJobsResponse response;
-    last = stub->ListJobs(&ctx, request, &response);
-    if (last.error_code() != grpc::StatusCode::UNAVAILABLE &&
-        last.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
-      return stub;
-    }
-    if (std::optional<std::string> leader = LeaderNamedIn(last.error_message())) {
-      candidate = *leader;
-    } else {
-      auto it = std::find(addresses.begin(), addresses.end(), candidate);
-      candidate = it == addresses.end() || it + 1 == addresses.end() ? addresses.front() : *(it + 1);
-    }
+  return *stubs_[i];
+}
+
+size_t PlannerClient::IndexOf(const std::string& address) {
+  auto it = std::find(addresses_.begin(), addresses_.end(), address);
+  if (it != addresses_.end()) return static_cast<size_t>(it - addresses_.begin());
+  addresses_.push_back(address);
+  channels_.emplace_back();
+  stubs_.emplace_back();
+  return addresses_.size() - 1;
+}
+
+bool PlannerClient::Reachable(size_t i, double wait_s) {
+  stub(i);
+  return channels_[i]->WaitForConnected(
+      std::chrono::system_clock::now() +
+      std::chrono::milliseconds(static_cast<int64_t>(wait_s * 1000)));
+}
+
+bool PlannerClient::Serving(size_t i) {
+  stub(i);
+  auto health = grpc::health::v1::Health::NewStub(channels_[i]);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  grpc::health::v1::HealthCheckRequest request;
+  grpc::health::v1::HealthCheckResponse response;
+  const grpc::Status s = health->Check(&ctx, request, &response);
+  // A planner without the health service (none today) counts as serving.
+  if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED) return true;
+  return s.ok() && response.status() == grpc::health::v1::HealthCheckResponse::SERVING;
+}
+
+std::unique_ptr<grpc::ClientContext> PlannerClient::Context() const {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  ctx->set_deadline(std::chrono::system_clock::now() +
+                    std::chrono::milliseconds(static_cast<int64_t>(timeout_s_ * 1000)));
+  if (!token_.empty()) ctx->AddMetadata("authorization", "Bearer " + token_);
+  return ctx;
+}
+
+std::unique_ptr<grpc::ClientContext> PlannerClient::StreamContext() const {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  if (!token_.empty()) ctx->AddMetadata("authorization", "Bearer " + token_);
+  return ctx;
+}
+
+void PlannerClient::Log(const std::string& line) const {
+  if (log_ != nullptr) *log_ << "octopipe: " << line << std::endl;
+}
+
+namespace {
+
+// UNAVAILABLE answers a planner gives before doing anything: a follower refusing a write
+// (naming the leader, or saying none is elected yet) or a replica shutting down.
+bool RefusedUnexecuted(const grpc::Status& s) {
+  return s.error_code() == grpc::StatusCode::UNAVAILABLE &&
+         (LeaderNamedIn(s.error_message()).has_value() ||
+          absl::StrContains(s.error_message(), "is a follower") ||
+          absl::StrContains(s.error_message(), "shutting down"));
+}
+
+}  // namespace
+
+grpc::Status PlannerClient::Run(Route route, bool idempotent, const Attempt& attempt) {
+  const size_t n = addresses_.size();
+  if (n == 1) {
+    auto ctx = Context();
+    return attempt(stub(0), ctx.get());
   }
-  return absl::UnavailableError(absl::StrCat("--planner: no leader among ", address,
-                                             " answered (last: ", last.error_message(), ")"));
+  const auto window_end = std::chrono::steady_clock::now() +
+                          std::chrono::milliseconds(static_cast<int64_t>(kFailoverWindowS * 1000));
+  size_t start = route == Route::kLeader ? leader_ : route == Route::kAny ? current_ : spread_next_;
+  if (route == Route::kSpread) spread_next_ = (spread_next_ + 1) % n;
+  grpc::Status last(grpc::StatusCode::UNAVAILABLE, "no planner replica was tried");
+  double backoff_s = 0.1;
+  for (int round = 0;; ++round) {
+    // One round: every replica once, in order from `start` (a named leader is tried next).
+    std::vector<size_t> order;
+    for (size_t k = 0; k < addresses_.size(); ++k) order.push_back((start + k) % addresses_.size());
+    std::set<size_t> tried;
+    for (size_t k = 0; k < order.size(); ++k) {
+      const size_t i = order[k];
+      if (!tried.insert(i).second) continue;
+      if (!Reachable(i, 1.0)) {
+        last = grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                            absl::StrCat("planner ", addresses_[i], " cannot be reached"));
+        Log(absl::StrCat("planner ", addresses_[i], " cannot be reached; trying the next replica"));
+        continue;
+      }
+      if (route == Route::kSpread && !Serving(i)) {
+        last = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                            absl::StrCat("planner ", addresses_[i], " is not serving (its queue is full)"));
+        continue;
+      }
+      auto ctx = Context();
+      const grpc::Status s = attempt(stub(i), ctx.get());
+      const bool refused = RefusedUnexecuted(s);
+      if (s.ok() || (s.error_code() != grpc::StatusCode::UNAVAILABLE &&
+                     !(route == Route::kSpread &&
+                       s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED))) {
+        current_ = i;
+        if (route == Route::kLeader) leader_ = i;
+        return s;
+      }
+      last = s;
+      if (s.error_code() == grpc::StatusCode::UNAVAILABLE && !refused && !idempotent) {
+        return grpc::Status(s.error_code(),
+                            absl::StrCat(s.error_message(), " (the planner at ", addresses_[i],
+                                         " was lost during the call, which may have taken "
+                                         "effect: check before repeating it)"));
+      }
+      if (std::optional<std::string> leader = LeaderNamedIn(s.error_message())) {
+        const size_t l = IndexOf(*leader);
+        if (tried.count(l) == 0) {
+          Log(absl::StrCat("planner ", addresses_[i], " is a follower; the leader is ", *leader));
+          order.insert(order.begin() + static_cast<std::ptrdiff_t>(k) + 1, l);
+        }
+      }
+    }
+    if (std::chrono::steady_clock::now() >= window_end) return last;
+    std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int64_t>(backoff_s * 1000)));
+    backoff_s = std::min(1.0, 2 * backoff_s);
+    if (route == Route::kLeader) start = leader_;
+  }
+}
+
+std::optional<size_t> PlannerClient::FailOver(size_t failed, const grpc::Status& why) {
+  if (std::optional<std::string> leader = LeaderNamedIn(why.error_message())) {
+    current_ = leader_ = IndexOf(*leader);
+    return current_;
+  }
+  const auto window_end = std::chrono::steady_clock::now() +
+                          std::chrono::milliseconds(static_cast<int64_t>(kFailoverWindowS * 1000));
+  double backoff_s = 0.1;
+  while (true) {
+    for (size_t k = 1; k <= addresses_.size(); ++k) {
+      const size_t i = (failed + k) % addresses_.size();
+      if (Reachable(i, 1.0)) {
+        current_ = i;
+        return i;
+      }
+    }
+    if (std::chrono::steady_clock::now() >= window_end) return std::nullopt;
+    std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int64_t>(backoff_s * 1000)));
+    backoff_s = std::min(1.0, 2 * backoff_s);
+  }
 }
 
 std::unique_ptr<grpc::ClientContext> PlannerConnection::Context() const {

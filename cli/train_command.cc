@@ -119,7 +119,7 @@ void DeclareFlags(CommandLine& flags, TrainFlags& o) {
 struct TrainTarget {
   Plan plan;
   int64_t job_version = 0;
-  std::unique_ptr<proto::Planner::Stub> stub;  // set for --job
+  std::unique_ptr<PlannerClient> planner;  // set for --job
 };
 
 // Step 1: the plan from --job (the planner's current version), --plan or --schedule; sets
@@ -130,13 +130,13 @@ absl::StatusOr<TrainTarget> ResolvePlan(TrainFlags& o, const ModelGraph& graph, 
   TrainTarget t;
   *exit_code = 2;
   if (!o.job.empty()) {
-    ASSIGN_OR_RETURN(t.stub, o.planner.Connect());
+    ASSIGN_OR_RETURN(t.planner, o.planner.Connect());
     proto::GetJobRequest g;
     g.set_job_id(o.job);
     proto::GetJobResponse got;
-    auto ctx = o.planner.Context();
     *exit_code = 1;
-    grpc::Status s = t.stub->GetJob(ctx.get(), g, &got);
+    grpc::Status s = t.planner->Call(PlannerClient::Route::kAny, &proto::Planner::Stub::GetJob,
+                                     g, &got);
     if (!s.ok()) return FromGrpc(s);
     if (!got.has_current()) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -251,8 +251,9 @@ absl::StatusOr<std::string> ReportToPlanner(TrainFlags& o, const TrainTarget& t,
     lt->set_samples(mean_n.second);
   }
   proto::ReportStageTimesResponse resp;
-  auto ctx = o.planner.Context();
-  grpc::Status s = t.stub->ReportStageTimes(ctx.get(), req, &resp);
+  grpc::Status s =
+      t.planner->Call(PlannerClient::Route::kLeader, &proto::Planner::Stub::ReportStageTimes, req,
+                      &resp, /*idempotent=*/false);
   if (!s.ok()) return FromGrpc(s);
   return absl::StrCat("reported to the planner (", o.job, " v", t.job_version, "): ",
                       resp.decision());
@@ -797,7 +798,7 @@ int RunTrain(const std::vector<std::string>& args, std::ostream& out, std::ostre
                        PipelinePeriod(target->plan));
   if (!host.ok()) return Fail(err, host.status(), 1);
   std::string report_decision;
-  if (target->stub) {
+  if (target->planner) {
     absl::StatusOr<std::string> decision = ReportToPlanner(o, *target, *m);
     if (!decision.ok()) return Fail(err, decision.status(), 1);
     report_decision = *decision;

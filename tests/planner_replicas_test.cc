@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <memory>
 #include <optional>
 #include <chrono>
@@ -22,6 +24,7 @@
 #include "absl/time/time.h"
 #include "core/cluster_presets.h"
 #include "core/convert.h"
+#include "cli/planner_client.h"
 #include "core/model_zoo.h"
 #include "etcd/etcd_cluster.h"
 #include "gmock/gmock.h"
@@ -36,6 +39,8 @@ namespace {
 using ::testing::HasSubstr;
 using testing::FreePort;
 using testing::LeadsPlanners;
+using testing::MetricValue;
+using testing::ScrapeMetrics;
 using testing::PlannerProcess;
 
 constexpr char kPlanner[] = "planner_service/octopipe-planner";
@@ -231,6 +236,96 @@ TEST(PlannerReplicasTest, LeaderFailOverFencingAndFollowers) {
   EXPECT_TRUE(follower_again) << r.process(l2).log();
   EXPECT_THAT(r.process(l2).log(), HasSubstr("restarting as a follower"));
   EXPECT_EQ(JobIds(r, l3), acknowledged);
+}
+
+// The output (stdout and stderr) and exit status of a shell command.
+std::pair<std::string, int> Shell(const std::string& command) {
+  FILE* out = popen((command + " 2>&1").c_str(), "r");
+  if (out == nullptr) return {"popen failed", -1};
+  std::string text;
+  char buffer[4096];
+  for (size_t n; (n = fread(buffer, 1, sizeof(buffer), out)) > 0;) text.append(buffer, n);
+  return {text, pclose(out)};
+}
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The CLI and clients given every replica (cli/planner_client.h): a write listed follower-first
+// reaches the leader; one-shot Plan calls are spread over all replicas (each tunes one of three
+// calls in turn); a `jobs watch` whose replica is killed goes on at the next one.
+TEST(PlannerReplicasTest, ClientsFindTheLeaderSpreadOneShotPlansAndWatchAcrossAFailOver) {
+  absl::StatusOr<std::unique_ptr<etcd::EtcdCluster>> etcd = etcd::EtcdCluster::Start(3);
+  ASSERT_TRUE(etcd.ok()) << etcd.status();
+  Replicas r;
+  ASSERT_TRUE(r.Start((*etcd)->endpoints()).ok());
+  std::optional<int> leader = r.AwaitLeader(absl::Seconds(30));
+  ASSERT_TRUE(leader.has_value()) << r.process(0).log();
+  const int l = *leader, f1 = (l + 1) % kReplicas, f2 = (l + 2) % kReplicas;
+  const std::string followers_first =
+      absl::StrCat(r.address(f1), ",", r.address(f2), ",", r.address(l));
+
+  // A write listed follower-first: the follower names the leader, the CLI goes there.
+  const auto [created, created_status] = Shell(absl::StrCat(
+      "cli/octopipe jobs create --planner=", followers_first,
+      " --model=zoo:llama3-8b --cluster=preset:h100-4nodes --devices=4 --time-budget=1 "
+      "--name=cli-job"));
+  ASSERT_EQ(created_status, 0) << created;
+  EXPECT_THAT(created, HasSubstr("is a follower; the leader is " + r.address(l)));
+  const size_t id_at = created.find("created ");
+  ASSERT_NE(id_at, std::string::npos) << created;
+  const std::string job = created.substr(id_at + 8, created.find(' ', id_at + 8) - id_at - 8);
+
+  // One-shot plans in turn on every replica: three calls, one each.
+  cli::PlannerConnection connection;
+  connection.address = followers_first;
+  connection.timeout_s = 60;
+  absl::StatusOr<std::unique_ptr<cli::PlannerClient>> client = connection.Connect();
+  ASSERT_TRUE(client.ok()) << client.status();
+  const proto::CreateJobRequest small = SmallJob("one-shot");
+  proto::PlanRequest plan;
+  *plan.mutable_model() = small.model();
+  *plan.mutable_cluster() = small.cluster();
+  *plan.mutable_options() = small.options();
+  for (int k = 0; k < kReplicas; ++k) {
+    plan.mutable_options()->set_seed(k + 1);  // distinct requests: no cache, no coalescing
+    proto::PlanResponse response;
+    const grpc::Status s = (*client)->Call(cli::PlannerClient::Route::kSpread,
+                                           &proto::Planner::Stub::Plan, plan, &response);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  for (int i = 0; i < kReplicas; ++i) {
+    EXPECT_EQ(MetricValue(ScrapeMetrics(r.process(i).metrics_port()),
+                          "octopipe_rpcs_total{code=\"OK\",method=\"Plan\"}"),
+              1.0)
+        << "replica " << i << " (leader " << l << ")";
+  }
+
+  // A watch on the leader (listed first) goes on at the next replica when the leader is killed.
+  const std::string out = ::testing::TempDir() + "/watch.out", err = ::testing::TempDir() + "/watch.err";
+  const auto [pid_text, started] = Shell(absl::StrCat(
+      "cli/octopipe jobs watch --planner=", r.address(l), ",", r.address(f1), ",", r.address(f2),
+      " --job=", job, " >", out, " 2>", err, " & echo $!"));
+  ASSERT_EQ(started, 0) << pid_text;
+  const pid_t watcher = std::stoi(pid_text);
+  auto await_text = [&](const std::string& path, const std::string& text) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(60);
+    while (absl::Now() < deadline) {
+      if (ReadText(path).find(text) != std::string::npos) return true;
+      absl::SleepFor(absl::Milliseconds(50));  // bounded poll of a file another process writes
+    }
+    return false;
+  };
+  ASSERT_TRUE(await_text(out, "v1")) << ReadText(out) << ReadText(err);
+  r.process(l).Kill(SIGKILL);
+  EXPECT_TRUE(await_text(err, "went away")) << ReadText(err);
+  EXPECT_THAT(ReadText(err), HasSubstr("after v1"));
+  EXPECT_EQ(kill(watcher, 0), 0) << "the watch ended: " << ReadText(err);
+  kill(watcher, SIGTERM);
 }
 
 }  // namespace
