@@ -245,7 +245,12 @@ grpc::Status PlannerClient::Run(Route route, bool idempotent, const Attempt& att
         }
       }
     }
-    if (std::chrono::steady_clock::now() >= window_end) return last;
+    // Only replicas that cannot be reached or have no leader yet are waited for; full queues
+    // are the caller's to hear about at once.
+    if (last.error_code() != grpc::StatusCode::UNAVAILABLE ||
+        std::chrono::steady_clock::now() >= window_end) {
+      return last;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int64_t>(backoff_s * 1000)));
     backoff_s = std::min(1.0, 2 * backoff_s);
     if (route == Route::kLeader) start = leader_;

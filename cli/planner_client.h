@@ -55,7 +55,8 @@ struct PlannerConnection {
 //    health is NOT_SERVING (their one-shot queue is full) and goes on to the next when one
 //    answers RESOURCE_EXHAUSTED.
 // Fail-over: with several replicas, a replica that cannot be reached (checked before the call
-// is sent, 1 s at most) is skipped; when a whole round fails the client waits (100 ms, doubling
+// is sent, 1 s at most) is skipped; when a whole round fails with replicas unreachable or
+// without a leader (not with full queues: that is answered at once) the client waits (100 ms, doubling
 // to 1 s) and tries again, for at most kFailoverWindowS (enough for a lease to expire and a new
 // leader to take office), and the channels reconnect within 1 s of a replica coming back. A call
 // that reached a replica and then lost it is repeated elsewhere only when it is idempotent;
