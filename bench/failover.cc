@@ -4,7 +4,8 @@
 // Prints one JSON object: the fail-over times (from the kill to another replica's health
 // service octopipe.leader being SERVING, i.e. it has loaded the state), the
 // acknowledged CreateJob calls lost (must be 0) and repeated job ids (must be 0), and the
-// store's write latency on etcd and on SQLite.
+// store's write latency on etcd and on SQLite. (One-shot Plan capacity over replicas:
+// bench/planner_bench --replicas.)
 //
 //   bazel run -c opt //bench:failover -- --kills=20 --ttl_s=2
 #include <netinet/in.h>
@@ -242,7 +243,6 @@ int Run() {
       {"acknowledged_lost", lost},
       {"repeated_job_ids", repeated + static_cast<int64_t>(acknowledged.size() - unique_acks.size())},
       {"store_write_ms", {{"etcd", ToJson(etcd_ms, "ms")}, {"sqlite", ToJson(sqlite_ms, "ms")}}},
-      {"replica_scaling", nullptr},
   };
   std::cout << out.dump() << "\n";
   return lost == 0 && failover_s.size() == static_cast<size_t>(absl::GetFlag(FLAGS_kills)) ? 0

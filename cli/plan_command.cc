@@ -448,7 +448,7 @@ void DeclareFlags(CommandLine& flags, PlanOptions& o, std::string* report,
   flags.Double("time_budget", &o.time_budget,
                "seconds of search; the best plan so far is returned when it runs out");
   flags.Int("seed", &o.seed, "random seed (same seed, same plan)");
-  flags.Int("threads", &o.threads, "evaluation threads");
+  flags.Int("threads", &o.threads, "evaluation threads (0: one per core of this machine)");
   flags.String("objective", &o.objective,
                "synchronous (first op start to last op end) or steady-state (overlapped "
                "iterations); both are always reported");
@@ -516,7 +516,7 @@ absl::StatusOr<TunerOptions> ResolveTunerOptions(const PlanOptions& o, const Com
           : std::min<int64_t>(cluster.num_devices(), std::max(1, model.num_layers())),
       t.max_chunks,
       flags.was_set("microbatches") ? o.microbatches : model.training.num_microbatches,
-      o.threads));
+      o.threads > 0 ? o.threads : t.threads));
   t.num_devices = static_cast<int>(devices);
   t.num_microbatches = static_cast<int>(flags.was_set("microbatches")
                                             ? o.microbatches
@@ -530,12 +530,13 @@ absl::StatusOr<TunerOptions> ResolveTunerOptions(const PlanOptions& o, const Com
     return absl::InvalidArgumentError(absl::StrCat("--", objective.status().message()));
   }
   t.objective = *objective;
-  if (o.threads < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("--threads must be >= 1, got ", o.threads));
+  if (o.threads < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--threads must be >= 0 (0: one per core), got ", o.threads));
   }
   t.time_budget_s = o.time_budget;
   t.seed = static_cast<uint64_t>(o.seed);
-  t.threads = static_cast<int>(o.threads);
+  if (o.threads > 0) t.threads = static_cast<int>(o.threads);
   t.link_contention = o.contention;
   absl::StatusOr<VocabParallelMode> vocab = ParseVocabParallelMode(o.vocab_parallel);
   if (!vocab.ok()) return absl::InvalidArgumentError(absl::StrCat("--", vocab.status().message()));

@@ -22,7 +22,7 @@ struct PlanOptions {
   int64_t microbatches = 0;  // 0: the model's training.num_microbatches
   double time_budget = 10;   // seconds; the best plan so far is returned when it runs out
   int64_t seed = 1;
-  int64_t threads = 2;
+  int64_t threads = 0;  // evaluation threads; 0: one per core of this machine
   std::string objective = "synchronous";  // or steady-state
   std::string out;    // plan file to write
   std::string trace;  // Chrome trace of the plan

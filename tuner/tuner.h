@@ -27,10 +27,12 @@
 #ifndef OCTOPIPE_TUNER_TUNER_H_
 #define OCTOPIPE_TUNER_TUNER_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -62,7 +64,8 @@ struct TunerOptions {
   // help on big pipelines (the search converges earlier on small ones).
   double time_budget_s = 10;
   uint64_t seed = 1;
-  int threads = 2;  // evaluation threads (this machine has 2 cores)
+  // Evaluation threads: by default one per core of the machine the planner runs on.
+  int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   bool link_contention = false;
   int max_chunks = 4;  // most stages per device the seeds consider
   // Under the synchronous objective, a schedule search of its own for the splits whose bound
