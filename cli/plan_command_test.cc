@@ -417,7 +417,7 @@ TEST(PlanCommandTest, BadFlagsAndValuesExitTwoNamingTheFlag) {
       {{four_layers, "--cluster=synthetic:devices=8", "--devices=8"}, "--devices: 8 devices"},
       {{"--time_budget=0"}, "--time_budget must be > 0, got 0"},
       {{"--objective=fastest"}, "--objective must be synchronous or steady-state, got 'fastest'"},
-      {{"--threads=0"}, "--threads must be >= 1, got 0"},
+      {{"--threads=-1"}, "--threads must be >= 0 (0: one per core), got -1"},
       {{"--vocab_parallel=maybe"}, "--vocab_parallel must be auto, on or off, got 'maybe'"},
       {{"--model=zoo:gpt5"}, "--model"},
       {{"--cluster=preset:b200"}, "--cluster: unknown cluster preset 'b200'"},
