@@ -16,6 +16,7 @@
 #include "core/convert.h"
 #include "core/file_io.h"
 #include "core/json_text.h"
+#include "core/limits.h"
 #include "core/status_macros.h"
 #include "report/html_report.h"
 #include "simulator/trace.h"
@@ -508,14 +509,18 @@ absl::StatusOr<TunerOptions> ResolveTunerOptions(const PlanOptions& o, const Com
                                                  const Cluster& cluster) {
   TunerOptions t;
   const int64_t devices = flags.was_set("devices") ? o.devices : cluster.num_devices();
-  // Without one pipeline the layout search's pipelines are at most as deep as the model.
+  // Without one pipeline the layout search's pipelines are at most as deep as the model, and
+  // the limit on micro-batches holds per pipeline: the global batch over the most replicas
+  // the layout can have (--dp, else one per GPU; the search skips layouts above the limit).
+  const bool one_pipeline = OnePipeline(flags, cluster);
+  const int64_t global =
+      flags.was_set("microbatches") ? o.microbatches : model.training.num_microbatches;
+  const int64_t replicas = one_pipeline ? 1 : o.dp > 0 ? o.dp : std::max(1, cluster.num_devices());
   RETURN_IF_ERROR(CheckRunFlags(
       model,
-      OnePipeline(flags, cluster)
-          ? devices
-          : std::min<int64_t>(cluster.num_devices(), std::max(1, model.num_layers())),
-      t.max_chunks,
-      flags.was_set("microbatches") ? o.microbatches : model.training.num_microbatches,
+      one_pipeline ? devices
+                   : std::min<int64_t>(cluster.num_devices(), std::max(1, model.num_layers())),
+      t.max_chunks, global > 0 ? (global + replicas - 1) / replicas : global,
       o.threads > 0 ? o.threads : t.threads));
   t.num_devices = static_cast<int>(devices);
   t.num_microbatches = static_cast<int>(flags.was_set("microbatches")
@@ -583,6 +588,7 @@ absl::StatusOr<LayoutRequest> ResolveLayoutRequest(const PlanOptions& o,
   req.ep = static_cast<int>(o.ep);
   req.dp = static_cast<int>(o.dp);
   req.max_tuned = static_cast<int>(o.max_layouts);
+  req.max_microbatches_per_pipeline = static_cast<int>(octopipe::SizeLimits().max_microbatches);
   return req;
 }
 

@@ -398,6 +398,16 @@ TEST(PlanCommandTest, HelpListsEveryFlag) {
   }
 }
 
+// A layout's micro-batch limit holds per replica: 5000 micro-batches over DP2 are 2500 each.
+TEST(PlanCommandTest, TheMicroBatchLimitHoldsPerReplicaOfALayout) {
+  CliRun r = PlanCli({"--model=synthetic:layers=4,f=1,b=1,w=1", "--cluster=synthetic:devices=2",
+                      "--dp=2", "--microbatches=5000", "--time-budget=0.5", "--quiet"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("2500 micro-batches per pipeline (5000 per iteration over 2 replicas)"),
+            std::string::npos)
+      << r.out;
+}
+
 TEST(PlanCommandTest, BadFlagsAndValuesExitTwoNamingTheFlag) {
   struct Case {
     std::vector<std::string> args;
@@ -418,6 +428,9 @@ TEST(PlanCommandTest, BadFlagsAndValuesExitTwoNamingTheFlag) {
       {{"--time_budget=0"}, "--time_budget must be > 0, got 0"},
       {{"--objective=fastest"}, "--objective must be synchronous or steady-state, got 'fastest'"},
       {{"--threads=-1"}, "--threads must be >= 0 (0: one per core), got -1"},
+      // The micro-batch limit holds per pipeline: 5000 over one replica is too many.
+      {{four_layers, "--cluster=synthetic:devices=2", "--dp=1", "--microbatches=5000"},
+       "--microbatches: 5000 exceeds the limit of 4096"},
       {{"--vocab_parallel=maybe"}, "--vocab_parallel must be auto, on or off, got 'maybe'"},
       {{"--model=zoo:gpt5"}, "--model"},
       {{"--cluster=preset:b200"}, "--cluster: unknown cluster preset 'b200'"},

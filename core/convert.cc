@@ -56,6 +56,7 @@ proto::LayerDims DimsToProto(const LayerDims& d) {
   p.set_v_head_dim(d.v_head_dim);
   p.set_tokens(d.tokens);
   p.set_out_hidden(d.out_hidden);
+  p.set_max_nodes_per_token(d.max_nodes_per_token);
   return p;
 }
 
@@ -84,6 +85,7 @@ LayerDims DimsFromProto(const proto::LayerDims& p) {
   d.v_head_dim = p.v_head_dim();
   d.tokens = p.tokens();
   d.out_hidden = p.out_hidden();
+  d.max_nodes_per_token = p.max_nodes_per_token();
   return d;
 }
 

@@ -441,6 +441,25 @@ double AllToAllSeconds(double bytes, int group, int ranks_in_node, const LinkSpe
   return std::max(t_intra, t_inter);
 }
 
+double ExpertAllToAllSeconds(double copy_bytes, int top_k, int max_nodes, int group,
+                             int ranks_in_node, const LinkSpec& intra, const LinkSpec& inter) {
+  if (group <= 1 || copy_bytes <= 0 || top_k <= 0) return 0;
+  const int local = std::clamp(ranks_in_node, 1, group);
+  if (max_nodes <= 0) return AllToAllSeconds(top_k * copy_bytes, group, local, intra, inter);
+  const int nodes = (group + local - 1) / local;
+  const double k = top_k;
+  // Copies per token: to the sender's node's other GPUs, and over the network (one per node).
+  const double intra_copies = k * (local - 1) / group;
+  const double inter_copies =
+      static_cast<double>(std::min({max_nodes, top_k, nodes})) * (nodes - 1) / nodes;
+  // What arrives over the network for this node's other GPUs is forwarded over NVLink.
+  const double forwarded = inter_copies * (local - 1) / local;
+  const double t_intra = (local - 1) * intra.latency_s +
+                         Seconds((intra_copies + forwarded) * copy_bytes, intra.bandwidth);
+  const double t_inter = (nodes - 1) * inter.latency_s + Seconds(inter_copies * copy_bytes, inter.bandwidth);
+  return std::max(t_intra, t_inter);
+}
+
 LayerComm CostModel::Comm(const Layer& layer, const TrainingOptions& training,
                           const CommLinks& links) const {
   LayerComm c;
@@ -468,11 +487,19 @@ LayerComm CostModel::Comm(const Layer& layer, const TrainingOptions& training,
     const int local = training.ep_ranks_per_node > 0
                           ? static_cast<int>(training.ep_ranks_per_node)
                           : std::min(ep, std::max(1, links.devices_per_node));
-    const double bytes = b * s * static_cast<double>(layer.dims.top_k) *
-                         static_cast<double>(layer.dims.hidden) * e / tp;
-    const double one = AllToAllSeconds(bytes, ep, local, links.intra, links.inter);
-    c.forward_s += 2 * one;         // dispatch + combine
-    c.backward_input_s += 2 * one;  // their gradients
+    // One copy of the micro-batch's tokens per TP rank, in elements; each all-to-all moves
+    // top_k copies (ExpertAllToAllSeconds: node-limited routing crosses the network once per
+    // node). FP8 training dispatches the expert GEMMs' FP8 inputs (1 byte); the combine and
+    // both gradients travel in BF16.
+    const double copy = b * s * static_cast<double>(layer.dims.hidden) / tp;
+    const double dispatch_e = training.precision == Precision::kFp8 ? 1 : e;
+    auto a2a = [&](double element_bytes) {
+      return ExpertAllToAllSeconds(copy * element_bytes, static_cast<int>(layer.dims.top_k),
+                                   static_cast<int>(layer.dims.max_nodes_per_token), ep, local,
+                                   links.intra, links.inter);
+    };
+    c.forward_s += a2a(dispatch_e) + a2a(e);  // dispatch + combine
+    c.backward_input_s += 2 * a2a(e);         // their gradients
   }
   return c;
 }

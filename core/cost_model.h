@@ -65,6 +65,17 @@ double RingAllReduceSeconds(double bytes, int group, const LinkSpec& link);
 double AllToAllSeconds(double bytes, int group, int ranks_in_node, const LinkSpec& intra,
                        const LinkSpec& inter);
 
+// A MoE layer's dispatch (or combine) all-to-all: each of `group` ranks (`ranks_in_node` of
+// them per node, itself included) sends `top_k` copies of its tokens (`copy_bytes`: one copy of
+// all of them) to experts spread evenly over the group. Without a node limit (`max_nodes` 0)
+// every copy travels on its own: AllToAllSeconds(top_k * copy_bytes). With node-limited routing
+// (DeepSeek-V3: a token's experts lie on at most `max_nodes` nodes) a token crosses the network
+// once per destination node — min(max_nodes, top_k, nodes) x (nodes - 1) / nodes copies per
+// token over `inter`, to the same-index GPU of each node — and is forwarded inside it over
+// `intra`, which also carries the copies for the sender's own node. Max of the two link classes.
+double ExpertAllToAllSeconds(double copy_bytes, int top_k, int max_nodes, int group,
+                             int ranks_in_node, const LinkSpec& intra, const LinkSpec& inter);
+
 struct CostModelOptions {
   // Achieved fraction of peak FLOP/s per layer kind (indexed by LayerKind). Training reaches
   // 35-60% of peak; small or memory-bound kernels (embedding, scans) less.

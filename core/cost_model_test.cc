@@ -583,6 +583,47 @@ TEST(CommTest, ExpertParallelMoeLayerPaysTwoAllToAllsInFAndTwoInB) {
   EXPECT_EQ(0, CostModel().Comm(DeepSeekV3Moe(), t, CommLinks{kNvlink, kIb, 8}).forward_s);
 }
 
+// DeepSeek-V3's node-limited routing (at most 4 nodes per token): over EP 64 on 8 nodes of 8 a
+// token crosses the network min(4, 8, 8) x 7/8 = 3.5 times instead of 8 x 56/64 = 7, so the
+// network share halves; NVLink carries the own node's copies and forwards the arrivals. With no
+// limit the all-to-all is AllToAllSeconds of all top_k copies, as before.
+TEST(CommTest, NodeLimitedRoutingCrossesTheNetworkOncePerDestinationNode) {
+  const double copy = 4096.0 * 7168 * 2;  // one copy of a micro-batch's tokens, BF16
+  EXPECT_DOUBLE_EQ(ExpertAllToAllSeconds(copy, 8, 0, 64, 8, kNvlink, kIb),
+                   AllToAllSeconds(8 * copy, 64, 8, kNvlink, kIb));
+  const double inter = 7 * 5e-6 + 3.5 * copy / 50e9;
+  const double intra = 7 * 3e-6 + (8.0 * 7 / 64 + 3.5 * 7 / 8) * copy / 450e9;
+  EXPECT_DOUBLE_EQ(ExpertAllToAllSeconds(copy, 8, 4, 64, 8, kNvlink, kIb), std::max(inter, intra));
+  // About half (the unlimited exchange also pays 56 peers' latencies instead of 7).
+  EXPECT_NEAR(ExpertAllToAllSeconds(copy, 8, 4, 64, 8, kNvlink, kIb) /
+                  ExpertAllToAllSeconds(copy, 8, 0, 64, 8, kNvlink, kIb),
+              0.5, 0.02);
+  // A limit of at least the nodes spanned still dedups: 8 x 7/8 = 7 crossings per token.
+  EXPECT_DOUBLE_EQ(ExpertAllToAllSeconds(copy, 8, 8, 64, 8, kNvlink, kIb),
+                   std::max(7 * 5e-6 + 7 * copy / 50e9,
+                            7 * 3e-6 + (8.0 * 7 / 64 + 7.0 * 7 / 8) * copy / 450e9));
+  EXPECT_EQ(ExpertAllToAllSeconds(copy, 8, 4, 1, 8, kNvlink, kIb), 0);
+}
+
+// FP8 training dispatches the expert GEMMs' FP8 inputs: the dispatch moves half the bytes, the
+// combine and both gradients stay BF16.
+TEST(CommTest, Fp8TrainingDispatchesInOneByteAndCombinesInTwo) {
+  TrainingOptions t = Training();
+  t.ep_degree = 64;
+  t.ep_ranks_per_node = 8;
+  Layer moe = DeepSeekV3Moe();
+  moe.dims.max_nodes_per_token = 4;
+  const CommLinks links{kNvlink, kIb, 8};
+  const LayerComm bf16 = CostModel().Comm(moe, t, links);
+  t.precision = Precision::kFp8;
+  const LayerComm fp8 = CostModel().Comm(moe, t, links);
+  const double copy = 4096.0 * 7168;
+  EXPECT_DOUBLE_EQ(fp8.forward_s, ExpertAllToAllSeconds(copy, 8, 4, 64, 8, kNvlink, kIb) +
+                                      ExpertAllToAllSeconds(2 * copy, 8, 4, 64, 8, kNvlink, kIb));
+  EXPECT_LT(fp8.forward_s, bf16.forward_s);
+  EXPECT_DOUBLE_EQ(fp8.backward_input_s, bf16.backward_input_s);
+}
+
 TEST(CommTest, EpRanksPerNodeDefaultsToWhatTheNodeHolds) {
   TrainingOptions t = Training();
   t.ep_degree = 8;  // 0 ranks per node: min(8, 8 devices) = all on NVLink

@@ -101,6 +101,7 @@ absl::Status ValidateDims(const std::string& p, LayerKind kind, const LayerDims&
       {"d_state", d.d_state}, {"expand", d.expand},     {"ssm_heads", d.ssm_heads},
       {"ssm_groups", d.ssm_groups}, {"dt_rank", d.dt_rank}, {"tokens", d.tokens},
       {"out_hidden", d.out_hidden}, {"q_lora_rank", d.q_lora_rank},
+      {"max_nodes_per_token", d.max_nodes_per_token},
   };
   for (const auto& [name, value] : non_negative) {
     if (value < 0) {

@@ -61,6 +61,9 @@ struct LayerDims {
   int64_t v_head_dim = 0;
   int64_t tokens = 0;      // tokens per sample this layer sees; 0: the sequence length
   int64_t out_hidden = 0;  // output width if different from hidden; 0: hidden
+  // MoE node-limited routing: a token's experts lie on at most this many nodes and it crosses
+  // the network once per node (then NVLink inside it). 0: no limit, one crossing per copy.
+  int64_t max_nodes_per_token = 0;
 };
 
 // One layer's per-rank times for one micro-batch measured with the layer split as the executor

@@ -163,6 +163,7 @@ ModelGraph DeepSeekV3() {
       m.layers.push_back(Mlp(Block(i, "mlp"), h, dense_ffn, /*gated=*/true));
     } else {
       m.layers.push_back(Moe(Block(i, "moe"), h, experts, top_k, moe_ffn, shared));
+      m.layers.back().dims.max_nodes_per_token = 4;  // node-limited routing (report, 2.1.2)
     }
   }
   // deepseek_v3.num_nextn_predict_layers = 1: the multi-token-prediction module is a training

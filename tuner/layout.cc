@@ -427,12 +427,25 @@ absl::StatusOr<LayoutResult> TuneLayout(const ModelGraph& model, const Cluster& 
                    Enumerate(model, cluster, gpus, global, request));
 
   std::vector<LayoutCandidate> cands;
+  int over_limit = 0;
   for (const ParallelLayout& l : layouts) {
+    if (request.max_microbatches_per_pipeline > 0 &&
+        global / l.dp > request.max_microbatches_per_pipeline) {
+      ++over_limit;
+      continue;
+    }
     LayoutCandidate c;
     c.layout = l;
     c.microbatches = global / l.dp;
     ASSIGN_OR_RETURN(bool ok, Prepare(model, cluster, cost_model, steady, &c));
     if (ok) cands.push_back(std::move(c));
+  }
+  if (cands.empty() && over_limit > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "microbatches: every layout of ", gpus, " GPUs gives its replicas more than ",
+        request.max_microbatches_per_pipeline, " of the ", global,
+        " micro-batches each (the most one pipeline runs); use larger micro-batches or more "
+        "data-parallel replicas"));
   }
   if (cands.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(

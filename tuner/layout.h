@@ -53,6 +53,10 @@ struct LayoutRequest {
   int gpus = 0;  // the cluster's first GPUs to use; 0: all
   // Micro-batches per iteration over all replicas; 0: the model's training.num_microbatches.
   int global_microbatches = 0;
+  // > 0: layouts whose replicas would each run more micro-batches than this are not considered
+  // (the limit a single pipeline has on its micro-batches, applied per replica: a global batch
+  // of 15,360 sequences over 128 replicas is 120 micro-batches for each).
+  int max_microbatches_per_pipeline = 0;
   // At most this many layouts are tuned in full (the rest only bounded); more finds better
   // layouts on big clusters at the cost of a smaller budget share each.
   int max_tuned = 3;

@@ -5,13 +5,17 @@ For every run of bench/published_runs/*.json whose model OctoPipe can express (a
 and a layout with EP dividing DP), on the run's cluster (`octopipe_cluster`: its GPU's peak and
 memory, nodes of `devices_per_node`, the intra- and inter-node bandwidth per GPU):
   1. `octopipe plan` with the published layout fixed (--pp/--tp/--dp/--ep), the published global
-     batch as micro-batches of `micro_batch` (1 where unpublished) and the published recompute
-     (`--recompute=full` where the run recomputed, else `none`): the predicted iteration;
+     batch as micro-batches of `micro_batch` (1 where unpublished; larger only if a replica
+     would run more than the planner's 4096) and the published recompute (`--recompute=full` or
+     `selective` where the run recomputed so, else `none`): the predicted iteration;
   2. the same with the layout free (`--recompute=auto`): the planner's own choice.
 Prints one JSON line per run, then a Markdown table: published vs predicted throughput (TFLOP/s
-per GPU by the run's own FLOP count per iteration, `derived.flops_per_iteration`; or tokens/s
-per GPU where the source gives that), the error, and the free layout's predicted gain over the
-published layout.
+per GPU by the run's own FLOP count per iteration, `derived.flops_per_iteration`; else tokens/s
+per GPU where the source gives that, `published.tokens_per_s_per_gpu` or, for a cost figure,
+`derived.tokens_per_s_per_gpu`), the error, and the free layout's predicted gain over the
+published layout. An FP8 run (`precision` starting with "FP8") is planned with the model's
+`training.precision` set to fp8 and the GPU's FP8 peak (`octopipe_cluster.hardware.peak_flops_fp8`);
+a selective or full `recompute` as `--recompute=selective|full`.
 
 Usage: bazel build -c opt //cli:octopipe && bench/published_runs/run.py [--only=SUBSTRING]
 Environment: OCTOPIPE (the binary; default bazel-bin/cli/octopipe), BUDGET (plan seconds per
@@ -50,17 +54,54 @@ def cluster_file(run):
     return path
 
 
+# The planner's limit on micro-batches per pipeline (core/limits.h, max_microbatches).
+MAX_MICROBATCHES = 4096
+
+
+def micro_batch(run):
+    """The published micro-batch, else 1 — or the smallest size that gives each of the published
+    layout's replicas at most MAX_MICROBATCHES micro-batches (the iteration's work is the same)."""
+    b = run.get("micro_batch") or 1
+    dp = run["layout"]["dp"]
+    while run["global_batch"] // b // dp > MAX_MICROBATCHES or run["global_batch"] % b:
+        b += 1
+    return b
+
+
+def model_file(run):
+    """The run's model file; a copy with training.precision = fp8 for an FP8 run and with
+    training.micro_batch_size for a micro-batch above 1."""
+    path = os.path.join(ROOT, run["model"]["model_file"])
+    fp8 = str(run.get("precision") or "").upper().startswith("FP8")
+    if not fp8 and micro_batch(run) == 1:
+        return path
+    with open(path) as f:
+        model = json.load(f)
+    training = model.setdefault("training", {})
+    if fp8:
+        training["precision"] = "fp8"
+    training["micro_batch_size"] = str(micro_batch(run))
+    out = os.path.join(OUT, run["name"] + ".model.json")
+    with open(out, "w") as f:
+        json.dump(model, f)
+    return out
+
+
+def recompute(run):
+    r = str(run.get("recompute") or "")
+    return "full" if r.startswith("full") else "selective" if r.startswith("selective") else "none"
+
+
 def plan(run, cluster, fixed):
     layout = run["layout"]
-    micro = run.get("micro_batch") or 1
-    args = [OCTOPIPE, "plan", "--model=" + os.path.join(ROOT, run["model"]["model_file"]),
+    micro = micro_batch(run)
+    args = [OCTOPIPE, "plan", "--model=" + model_file(run),
             "--cluster=" + cluster, "--microbatches=%d" % (run["global_batch"] // micro),
             "--time-budget=" + BUDGET, "--seed=1", "--vocab_parallel=off", "--json", "--quiet"]
     if fixed:
         args += ["--pp=%d" % layout["pp"], "--tp=%d" % layout["tp"], "--dp=%d" % layout["dp"],
                  "--ep=%d" % (layout.get("ep") or 1)]
-        args.append("--recompute=" + ("full" if str(run.get("recompute", "")).startswith("full")
-                                      else "none"))
+        args.append("--recompute=" + recompute(run))
     else:
         args.append("--recompute=auto")
     p = subprocess.run(args, capture_output=True, text=True)
@@ -96,39 +137,47 @@ def main():
         model_file = run.get("model", {}).get("model_file")
         pub = run.get("published", {})
         flops = run.get("derived", {}).get("flops_per_iteration")
+        tokens_pub = pub.get("tokens_per_s_per_gpu") or run.get("derived", {}).get("tokens_per_s_per_gpu")
         if not model_file or not run.get("cluster", {}).get("octopipe_cluster"):
             row["skipped"] = "no model file or cluster figures"
         elif (run["layout"].get("ep") or 1) > 1 and run["layout"]["dp"] % run["layout"]["ep"]:
             row["skipped"] = "EP does not divide DP (MoE parallel folding: not expressible)"
-        elif not (pub.get("tflops_per_gpu") and flops):
-            row["skipped"] = "no TFLOP/s figure with a FLOP count per iteration"
+        elif not (pub.get("tflops_per_gpu") and flops) and not tokens_pub:
+            row["skipped"] = "no TFLOP/s figure with a FLOP count per iteration, no tokens/s"
         if "skipped" in row:
             rows.append(row)
             print(json.dumps(row), flush=True)
             continue
         cluster = cluster_file(run)
         fixed, free = plan(run, cluster, True), plan(run, cluster, False)
-        row.update({"published_tflops_per_gpu": pub["tflops_per_gpu"], "fixed": fixed,
-                    "free": free})
         gpus = run["cluster"]["gpus"]
-        if fixed.get("iteration_s"):
-            row["predicted_tflops_per_gpu"] = flops / fixed["iteration_s"] / gpus / 1e12
-            row["error"] = row["predicted_tflops_per_gpu"] / pub["tflops_per_gpu"] - 1
+        row.update({"fixed": fixed, "free": free})
+        if pub.get("tflops_per_gpu") and flops:
+            row.update({"unit": "TFLOP/s/GPU", "published": pub["tflops_per_gpu"]})
+            if fixed.get("iteration_s"):
+                row["predicted"] = flops / fixed["iteration_s"] / gpus / 1e12
+        else:
+            seq = run["model"].get("seq_len") or 4096
+            row.update({"unit": "tokens/s/GPU", "published": tokens_pub})
+            if fixed.get("iteration_s"):
+                row["predicted"] = run["global_batch"] * seq / fixed["iteration_s"] / gpus
+        if row.get("predicted"):
+            row["error"] = row["predicted"] / row["published"] - 1
         if fixed.get("iteration_s") and free.get("iteration_s"):
             row["free_gain"] = fixed["iteration_s"] / free["iteration_s"] - 1
         rows.append(row)
         print(json.dumps(row), flush=True)
     print()
-    print("| run | GPUs | published layout | published TFLOP/s/GPU | predicted | error | free layout | its gain |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| run | GPUs | published layout | unit | published | predicted | error | free layout | its gain |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         if "skipped" in r:
-            print("| %s | %s | skipped: %s | | | | | |" % (r["run"], r["gpus"], r["skipped"]))
+            print("| %s | %s | skipped: %s | | | | | | |" % (r["run"], r["gpus"], r["skipped"]))
             continue
-        pred = r.get("predicted_tflops_per_gpu")
-        print("| %s | %s | %s | %.0f | %s | %s | %s | %s |" % (
+        pred = r.get("predicted")
+        print("| %s | %s | %s | %s | %.0f | %s | %s | %s | %s |" % (
             r["run"], r["gpus"], r["fixed"].get("layout", r["fixed"].get("error", "?")),
-            r["published_tflops_per_gpu"], "%.0f" % pred if pred else "-",
+            r["unit"], r["published"], "%.0f" % pred if pred else "-",
             "%+.1f%%" % (100 * r["error"]) if "error" in r else "-",
             r["free"].get("layout", "?"),
             "%+.1f%%" % (100 * r["free_gain"]) if "free_gain" in r else "-"))
