@@ -516,6 +516,13 @@ absl::StatusOr<TunerOptions> ResolveTunerOptions(const PlanOptions& o, const Com
   const int64_t global =
       flags.was_set("microbatches") ? o.microbatches : model.training.num_microbatches;
   const int64_t replicas = one_pipeline ? 1 : o.dp > 0 ? o.dp : std::max(1, cluster.num_devices());
+  const int64_t limit = octopipe::SizeLimits().max_microbatches;
+  if (replicas > 1 && global > 0 && (global + replicas - 1) / replicas > limit) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--microbatches: ", global, " exceeds the limit of ", limit,
+        " (max_microbatches) per pipeline: ", (global + replicas - 1) / replicas,
+        " each over at most ", replicas, " replicas"));
+  }
   RETURN_IF_ERROR(CheckRunFlags(
       model,
       one_pipeline ? devices
