@@ -478,6 +478,11 @@ void DeclareFlags(CommandLine& flags, PlanOptions& o, std::string* report,
   flags.Int("max_stages_per_device", &o.max_stages_per_device,
             "at most this many pipeline stages on a device; 0 = no limit");
   flags.Bool("no_recompute", &o.no_recompute, "the runtime cannot recompute activations");
+  flags.Bool("ep_overlap", &o.ep_overlap,
+             "the runtime overlaps MoE all-to-alls with another micro-batch's compute\n"
+             "(DualPipe, Megatron-Core's A2A overlap; OctoPipe's executor does not): expert-\n"
+             "parallel communication is costed on a stream of its own per device (the model's\n"
+             "training.ep_comm_overlap)");
   flags.String("recompute", &o.recompute,
                "activation recompute: auto (as the model's training.recompute asks: full =\n"
                "every stage recomputes; selective = the attention core, and the tuner may add\n"
@@ -852,6 +857,7 @@ int RunPlan(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   if (absl::Status s = CheckReportFlag(report, remote); !s.ok()) return Fail(err, s, 2);
   absl::StatusOr<ModelGraph> model = LoadModelArg(o.model);
   if (!model.ok()) return Fail(err, model.status(), 2);
+  if (o.ep_overlap) model->training.ep_comm_overlap = true;
   absl::StatusOr<Cluster> cluster = LoadClusterArg(o.cluster);
   if (!cluster.ok()) return Fail(err, cluster.status(), 2);
   absl::StatusOr<TunerOptions> t = ResolveTunerOptions(o, flags, *model, *cluster);

@@ -34,6 +34,7 @@ struct PlanOptions {
   bool no_bw_split = false;
   int64_t max_stages_per_device = 0;
   bool no_recompute = false;
+  bool ep_overlap = false;  // sets the model's training.ep_comm_overlap
   std::string recompute = "auto";  // auto (the model's training.recompute), none, selective, full
   std::string fixed_partition;  // "0-3,4-9,..."
   std::string fixed_placement;  // "0,1,..." (needs fixed_partition)

@@ -307,6 +307,7 @@ proto::Model ModelToProto(const ModelGraph& model) {
   t->set_zero_degree(model.training.zero_degree);
   // Written only when used, so files without expert parallelism stay as they were.
   if (model.training.ep_degree != 1) t->set_ep_degree(model.training.ep_degree);
+  if (model.training.ep_comm_overlap) t->set_ep_comm_overlap(true);
   if (model.training.ep_ranks_per_node != 0) {
     t->set_ep_ranks_per_node(model.training.ep_ranks_per_node);
   }
@@ -344,6 +345,7 @@ absl::StatusOr<ModelGraph> ModelFromProto(const proto::Model& p) {
   m.training.zero_degree = t.zero_degree() == 0 ? 1 : t.zero_degree();
   m.training.ep_degree = t.ep_degree() == 0 ? 1 : t.ep_degree();
   m.training.ep_ranks_per_node = t.ep_ranks_per_node();
+  m.training.ep_comm_overlap = t.ep_comm_overlap();
   RETURN_IF_ERROR(Validate(m));
   return m;
 }

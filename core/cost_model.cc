@@ -498,8 +498,10 @@ LayerComm CostModel::Comm(const Layer& layer, const TrainingOptions& training,
                                    static_cast<int>(layer.dims.max_nodes_per_token), ep, local,
                                    links.intra, links.inter);
     };
-    c.forward_s += a2a(dispatch_e) + a2a(e);  // dispatch + combine
-    c.backward_input_s += 2 * a2a(e);         // their gradients
+    c.ep_forward_s = a2a(dispatch_e) + a2a(e);  // dispatch + combine
+    c.ep_backward_input_s = 2 * a2a(e);         // their gradients
+    c.forward_s += c.ep_forward_s;
+    c.backward_input_s += c.ep_backward_input_s;
   }
   return c;
 }

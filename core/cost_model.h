@@ -41,6 +41,9 @@ struct LayerCost {
 struct LayerComm {
   double forward_s = 0;
   double backward_input_s = 0;
+  // The expert-parallel all-to-alls' share of the two (the rest is TP's all-reduces).
+  double ep_forward_s = 0;
+  double ep_backward_input_s = 0;
 };
 
 // The links a pipeline device's collectives use: its TP group sits inside one node (`intra`);

@@ -149,6 +149,11 @@ struct TrainingOptions {
   // min(ep_degree, devices of the node).
   int64_t ep_degree = 1;
   int64_t ep_ranks_per_node = 0;
+  // The runtime overlaps MoE all-to-alls with another micro-batch's compute (DualPipe,
+  // Megatron-Core's combined 1F1B): a stage's EP communication runs on its device's
+  // communication stream after the op's compute (PipelineProblem::forward_tail_s), so the
+  // device may start its next op meanwhile. OctoPipe's executor does not (false).
+  bool ep_comm_overlap = false;
 };
 
 struct ModelGraph {

@@ -256,6 +256,7 @@ void Evaluator::BuildTables(const PipelineProblem& pb) {
     const int32_t ks = KindStageIndex(kind, stage);
     KindStage& k = kind_stage_[ks];
     k.duration = OpDuration(pb, kind, stage);
+    k.tail = OpTail(pb, kind, stage);
     k.delta = ActivationDelta(pb, kind, stage);
     k.predecessors = DataPredecessorCount(pb, kind, stage);
     const int from = OpDevice(pb, kind, stage);
@@ -379,6 +380,7 @@ absl::Status Evaluator::RunDag(const std::function<bool()>* should_stop) {
   }
   cursor_.assign(device_offset_.begin(), device_offset_.end() - 1);
   device_free_ = device_start_;
+  comm_free_ = device_start_;
   b0_end_ = 0;
   live_.assign(P, 0.0);
   max_live_.assign(P, 0.0);
@@ -412,6 +414,7 @@ absl::Status Evaluator::RunDag(const std::function<bool()>* should_stop) {
     const int32_t lo = device_offset_[d], hi = device_offset_[d + 1];
     int32_t p = cursor[d];
     double device_free = device_free_[d];
+    double comm_free = comm_free_[d];
     double live = live_[d], max_live = max_live_[d];
     if (p == lo && p < hi && nodes[p].pending == 0) {
       first_start_[d] = device_free >= nodes[p].ready ? device_free : nodes[p].ready;
@@ -431,7 +434,14 @@ absl::Status Evaluator::RunDag(const std::function<bool()>* should_stop) {
           start = device_free;
         }
         const KindStage& k = kind_stage[node.ks];
-        const double end = start + k.duration;
+        // The device computes until compute_end; an overlapped all-to-all then runs on its
+        // communication stream (one at a time), and the op's outputs are ready at `end`.
+        const double compute_end = start + k.duration;
+        double end = compute_end;
+        if (k.tail > 0) {
+          end = (comm_free > compute_end ? comm_free : compute_end) + k.tail;
+          comm_free = end;
+        }
         live += k.delta;
         max_live = std::max(max_live, live);
         if (kTimes) {
@@ -439,7 +449,7 @@ absl::Status Evaluator::RunDag(const std::function<bool()>* should_stop) {
           end_[p] = end;
         }
         if (p == last_b0) b0_end_ = end;
-        device_free = end;
+        device_free = compute_end;
         const int32_t c0 = node.succ[0], c1 = node.succ[1];
         const int32_t e0 = node.edge[0], e1 = node.edge[1];
         const int32_t ks = node.ks;
@@ -485,6 +495,7 @@ absl::Status Evaluator::RunDag(const std::function<bool()>* should_stop) {
       if (p == hi || nodes[p].pending != 0) break;
     }
     device_free_[d] = device_free;
+    comm_free_[d] = comm_free;
     live_[d] = live;
     max_live_[d] = max_live;
     processed += p - cursor[d];
@@ -521,6 +532,7 @@ absl::Status Evaluator::RunEvents(const PipelineProblem& pb, bool track_pred, bo
     pred_transfer_.assign(n, 0);
   }
   device_free_ = device_start_;
+  comm_free_ = device_start_;
   first_start_.assign(P, 0.0);
   live_.assign(P, 0.0);
   max_live_.assign(P, 0.0);
@@ -587,9 +599,15 @@ absl::Status Evaluator::RunEvents(const PipelineProblem& pb, bool track_pred, bo
     }
     ++processed;
     start_[p] = e.time;
-    end_[p] = e.time + kind_stage_[nodes_[p].ks].duration;
+    const KindStage& k = kind_stage_[nodes_[p].ks];
     const int dp = device_[p];
-    if (p + 1 < device_offset_[dp + 1]) resolve(p + 1, end_[p], p, false);
+    const double compute_end = e.time + k.duration;  // then the tail, as in RunDag
+    end_[p] = compute_end;
+    if (k.tail > 0) {
+      end_[p] = std::max(compute_end, comm_free_[dp]) + k.tail;
+      comm_free_[dp] = end_[p];
+    }
+    if (p + 1 < device_offset_[dp + 1]) resolve(p + 1, compute_end, p, false);
     ForEachSuccessor(p, [&](int32_t c, int32_t ei) {
       const Edge& edge = edges_[ei];
       if (edge.transfer) {
@@ -604,7 +622,7 @@ absl::Status Evaluator::RunEvents(const PipelineProblem& pb, bool track_pred, bo
     const int32_t lo = device_offset_[d], hi = device_offset_[d + 1];
     if (lo == hi) continue;
     first_start_[d] = start_[lo];
-    device_free_[d] = end_[hi - 1];
+    device_free_[d] = start_[hi - 1] + kind_stage_[nodes_[hi - 1].ks].duration;
   }
   b0_end_ = last_b0_pos_ >= 0 ? end_[last_b0_pos_] : 0;
   ComputeMemory();
@@ -683,10 +701,11 @@ Evaluator::Summary Evaluator::Summarize(const PipelineProblem& pb) {
     // the lookups and the first reduce) and a device's part ends after its last op (DeviceEnd:
     // the scatter-adds); its steady-state period is DevicePeriod.
     first = std::min(first, first_start_[d] - device_start_[d]);
-    last = std::max(last, DeviceEnd(pb, d, device_free_[d], b0_end_));
+    const double done = std::max(device_free_[d], comm_free_[d]);  // compute and comm stream
+    last = std::max(last, DeviceEnd(pb, d, done, b0_end_));
     out.steady_state_iteration_time_s =
         std::max(out.steady_state_iteration_time_s,
-                 DevicePeriod(pb, d, first_start_[d], device_free_[d], b0_end_));
+                 DevicePeriod(pb, d, first_start_[d], done, b0_end_));
   }
   out.iteration_time_s = ops_.empty() ? 0 : last - first;
   peak_.resize(pb.num_devices);
@@ -736,7 +755,10 @@ absl::StatusOr<SimResult> Evaluator::Evaluate(const PipelineProblem& pb, const S
   for (int d = 0; d < P; ++d) {
     DeviceResult& dr = r.devices[d];
     const int32_t lo = device_offset_[d], hi = device_offset_[d + 1];
-    for (int32_t f = lo; f < hi; ++f) dr.busy_s += end_[f] - start_[f];
+    for (int32_t f = lo; f < hi; ++f) {  // compute only: an op's tail overlaps the next op
+      const KindStage& k = kind_stage_[nodes_[f].ks];
+      dr.busy_s += (k.tail > 0 ? start_[f] + k.duration : end_[f]) - start_[f];
+    }
     if (pb.embed_split) dr.busy_s += pb.embed_prologue_s[d] + pb.embed_epilogue_s[d];
     if (lo < hi) {
       dr.first_start_s = start_[lo];

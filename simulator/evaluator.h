@@ -142,6 +142,7 @@ class Evaluator {
   // Per (kind, stage): what an op of that kind on that stage costs. Rebuilt on every call.
   struct KindStage {
     double duration = 0;
+    double tail = 0;           // OpTail: communication-stream seconds after the compute
     double delta = 0;          // activation bytes it adds (> 0) or frees
     int32_t predecessors = 0;  // data predecessors
   };
@@ -211,6 +212,9 @@ class Evaluator {
   std::vector<uint8_t> pred_transfer_;
   std::vector<int32_t> cursor_;  // per device: next op to run
   std::vector<double> device_free_;
+  // Per device: when its communication stream is free (OpTail; device_start_ when no op has
+  // a tail). A device's part of the iteration ends at the later of the two.
+  std::vector<double> comm_free_;
   std::vector<double> live_, max_live_;
   std::vector<double> first_start_;
   double b0_end_ = 0;  // end of stage 0's last backward (DeviceEnd)

@@ -178,6 +178,8 @@ void ReferenceEvaluator::ResetTiming(bool track_pred) {
   ready_.assign(n, 0.0);
   start_.resize(n);
   end_.resize(n);
+  compute_end_.resize(n);
+  comm_free_.assign(device_offset_.empty() ? 0 : device_offset_.size() - 1, 0.0);
   if (track_pred) {
     pred_.assign(n, -1);
     pred_transfer_.assign(n, 0);
@@ -200,7 +202,7 @@ absl::Status ReferenceEvaluator::RunDag(const PipelineProblem& pb, bool track_pr
     queued_[d] = 0;
     const int32_t stop = device_offset_[d + 1];
     int32_t p = cursor_[d];
-    double device_free = p > device_offset_[d] ? end_[p - 1] : 0.0;
+    double device_free = p > device_offset_[d] ? compute_end_[p - 1] : 0.0;
     for (; p < stop && pending_[p] == 0; ++p) {
       double start = ready_[p];
       if (device_free >= start) {
@@ -210,10 +212,18 @@ absl::Status ReferenceEvaluator::RunDag(const PipelineProblem& pb, bool track_pr
         }
         start = device_free;
       }
-      const double end = start + OpDuration(pb, ops_[p].kind, ops_[p].stage);
+      // The compute, then an overlapped all-to-all on the device's communication stream.
+      const double compute_end = start + OpDuration(pb, ops_[p].kind, ops_[p].stage);
+      const double tail = OpTail(pb, ops_[p].kind, ops_[p].stage);
+      double end = compute_end;
+      if (tail > 0) {
+        end = std::max(compute_end, comm_free_[d]) + tail;
+        comm_free_[d] = end;
+      }
       start_[p] = start;
       end_[p] = end;
-      device_free = end;
+      compute_end_[p] = compute_end;
+      device_free = compute_end;
       ForEachSuccessorPosition(pb, pos_, M_, ops_[p], [&](int32_t c, double bytes) {
         const int dc = device_[c];
         const bool transfer = IsTransferEdge(bytes, d, dc);
@@ -318,9 +328,14 @@ absl::Status ReferenceEvaluator::RunEvents(const PipelineProblem& pb, bool track
     const int32_t p = e.op;
     ++processed;
     start_[p] = e.time;
-    end_[p] = e.time + OpDuration(pb, ops_[p].kind, ops_[p].stage);
     const int dp = device_[p];
-    if (p + 1 < device_offset_[dp + 1]) resolve(p + 1, end_[p], p, false);
+    compute_end_[p] = e.time + OpDuration(pb, ops_[p].kind, ops_[p].stage);
+    end_[p] = compute_end_[p];
+    if (const double tail = OpTail(pb, ops_[p].kind, ops_[p].stage); tail > 0) {
+      end_[p] = std::max(compute_end_[p], comm_free_[dp]) + tail;
+      comm_free_[dp] = end_[p];
+    }
+    if (p + 1 < device_offset_[dp + 1]) resolve(p + 1, compute_end_[p], p, false);
     ForEachSuccessorPosition(pb, pos_, M_, ops_[p], [&](int32_t c, double bytes) {
       if (IsTransferEdge(bytes, dp, device_[c])) {
         heap.push(Event{end_[p], seq++, p, c});
@@ -402,9 +417,10 @@ ReferenceEvaluator::Summary ReferenceEvaluator::Summarize(const PipelineProblem&
     const int32_t lo = device_offset_[d], hi = device_offset_[d + 1];
     if (lo == hi) continue;
     first = std::min(first, start_[lo]);
-    last = std::max(last, end_[hi - 1]);
+    const double done = std::max(end_[hi - 1], comm_free_[d]);
+    last = std::max(last, done);
     out.steady_state_iteration_time_s =
-        std::max(out.steady_state_iteration_time_s, end_[hi - 1] - start_[lo]);
+        std::max(out.steady_state_iteration_time_s, done - start_[lo]);
   }
   out.iteration_time_s = ops_.empty() ? 0 : last - first;
   ComputeMemory(pb, schedule, &peak_);
@@ -442,7 +458,7 @@ absl::StatusOr<SimResult> ReferenceEvaluator::Evaluate(const PipelineProblem& pb
   for (int d = 0; d < P; ++d) {
     DeviceResult& dr = r.devices[d];
     const int32_t lo = device_offset_[d], hi = device_offset_[d + 1];
-    for (int32_t f = lo; f < hi; ++f) dr.busy_s += end_[f] - start_[f];
+    for (int32_t f = lo; f < hi; ++f) dr.busy_s += compute_end_[f] - start_[f];
     if (lo < hi) {
       dr.first_start_s = start_[lo];
       dr.last_end_s = end_[hi - 1];

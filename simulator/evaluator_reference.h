@@ -48,6 +48,8 @@ class ReferenceEvaluator {
   std::vector<double> ready_;
   std::vector<double> start_;
   std::vector<double> end_;
+  std::vector<double> compute_end_;  // end_ without the op's tail (OpTail)
+  std::vector<double> comm_free_;    // per device: its communication stream's last tail end
   std::vector<int32_t> pred_;
   std::vector<uint8_t> pred_transfer_;
   std::vector<int32_t> cursor_;

@@ -68,6 +68,39 @@ TEST(EvaluatorTest, BSplitFreesAllButWeightInputsAndRecomputeKeepsOnlyTheInput) 
       peak(pb, {F(0, 0), F(0, 1), R(0, 0), B(0, 0), W(0, 0), R(0, 1), BW(0, 1)}), 12);
 }
 
+// Overlapped all-to-alls (forward_tail_s / backward_tail_s, 0.5 s each): an op's tail runs on
+// the device's communication stream after its compute, so the device starts its next op at
+// once; the op's outputs (and the micro-batch's next op) wait for the tail. One device, F 1 s,
+// BW 3 s, two micro-batches: F0 [0,1]+[1,1.5], F1 [1,2]+[2,2.5], BW0 [2,5]+[5,5.5], BW1 waits
+// only for F1's tail: [5,8]+[8,8.5]. With the all-to-alls inside the ops: 1.5+1.5+3.5+3.5 = 10.
+TEST(EvaluatorTest, CommunicationTailsOverlapTheDevicesNextOp) {
+  PipelineProblem pb = UniformProblem({0}, 1, 2, 1, 2, 1);
+  pb.forward_tail_s = {0.5};
+  pb.backward_tail_s = {0.5};
+  Schedule s;
+  s.ops = {{F(0, 0), F(0, 1), BW(0, 0), BW(0, 1)}};
+  auto r = Simulate(pb, s, {.timeline = true});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_DOUBLE_EQ(r->iteration_time_s, 8.5);
+  EXPECT_DOUBLE_EQ(r->op_start_s[0][1], 1.0);
+  EXPECT_DOUBLE_EQ(r->op_end_s[0][1], 2.5);
+  EXPECT_DOUBLE_EQ(r->op_start_s[0][2], 2.0);
+  EXPECT_DOUBLE_EQ(r->op_end_s[0][3], 8.5);
+  EXPECT_DOUBLE_EQ(r->devices[0].busy_s, 8.0);  // compute only
+  // The same numbers with the all-to-alls inside the ops.
+  PipelineProblem inline_comm = UniformProblem({0}, 1, 2, 1.5, 2.5, 1);
+  auto r2 = Simulate(inline_comm, s);
+  ASSERT_TRUE(r2.ok()) << r2.status();
+  EXPECT_DOUBLE_EQ(r2->iteration_time_s, 10.0);
+  // A micro-batch's next op waits for its tail: F0 then BW0 at once leaves nothing to overlap.
+  Schedule serial;
+  serial.ops = {{F(0, 0), BW(0, 0), F(0, 1), BW(0, 1)}};
+  auto r3 = Simulate(pb, serial);
+  ASSERT_TRUE(r3.ok()) << r3.status();
+  // F0 1 + its tail 0.5, BW0 3 (F1 overlaps its tail), F1 1 + its tail, BW1 3 + its tail.
+  EXPECT_DOUBLE_EQ(r3->iteration_time_s, 1.5 + 3 + 1.5 + 3.5);
+}
+
 TEST(EvaluatorTest, TransfersAddLatencyPlusBytesOverBandwidth) {
   // 1F1B on 2 devices, 1 micro-batch: F0 [0,1], send, F1, BW1, send back, BW0.
   PipelineProblem pb = UniformProblem({0, 1}, 2, 1, 1, 1, 1);

@@ -62,6 +62,16 @@ inline constexpr bool IsBackward(OpKind kind) {
   return kind == OpKind::kB || kind == OpKind::kBW;
 }
 
+// Seconds of communication-stream work after an op's compute (PipelineProblem::forward_tail_s):
+// F's and the backward's (B or BW) expert-parallel all-to-alls when they are overlapped.
+inline double OpTail(const PipelineProblem& pb, OpKind kind, int stage) {
+  if (kind == OpKind::kF) return pb.forward_tail_s.empty() ? 0.0 : pb.forward_tail_s[stage];
+  if (kind == OpKind::kB || kind == OpKind::kBW) {
+    return pb.backward_tail_s.empty() ? 0.0 : pb.backward_tail_s[stage];
+  }
+  return 0.0;
+}
+
 // Seconds one micro-batch of `kind` takes on stage `stage`. Every op pays the executor's fixed
 // per-op cost once, which the per-kind times already include: so the unsplit BW, one op, is
 // B + W minus that cost (not B + W, which would pay it twice).

@@ -35,6 +35,14 @@ struct PipelineProblem {
   // forward_s, backward_input_s, weight_grad_s and recompute_s. An unsplit BW op is one op, so
   // it pays it once: B + W - op_overhead_s (OpDuration). Empty: 0 for every stage.
   std::vector<double> op_overhead_s;
+  // Expert-parallel all-to-alls overlapped with other micro-batches' compute
+  // (TrainingOptions::ep_comm_overlap): per stage, the seconds F (and B, BW) spend on them,
+  // not included in forward_s / backward_input_s. They run on the device's communication
+  // stream after the op's compute, one at a time: the device may start its next op when the
+  // compute ends; the op's outputs are ready when its communication ends (OpTail). Empty:
+  // none (the default).
+  std::vector<double> forward_tail_s;
+  std::vector<double> backward_tail_s;
 
   // Per device.
   std::vector<double> static_bytes;     // weights + gradients + optimizer state of its stages

@@ -76,6 +76,7 @@ absl::StatusOr<ProblemBuilder> ProblemBuilder::Create(
       const Node& node = cluster.nodes[cluster.node_of_device(d)];
       const CommLinks links{node.intra_node_link, cluster.inter_node_link, node.num_devices};
       hc.layers.reserve(L);
+      std::vector<double> tails_f, tails_b;
       for (int l = 0; l < L; ++l) {
         LayerCost cost = cost_model.Cost(model.layers[l], model.training, hw);
         if (!layer_time_factors.empty()) {
@@ -85,10 +86,24 @@ absl::StatusOr<ProblemBuilder> ProblemBuilder::Create(
           cost.weight_grad_s *= f;
           cost.recompute_s *= f;
         }
-        AddComm(cost_model.Comm(model.layers[l], model.training, links), &cost);
+        LayerComm comm = cost_model.Comm(model.layers[l], model.training, links);
+        // Overlapped EP all-to-alls leave F and B for the communication stream (R keeps them:
+        // it runs right before its B, with nothing to overlap).
+        double tail_f = 0, tail_b = 0;
+        if (model.training.ep_comm_overlap) {
+          tail_f = comm.ep_forward_s;
+          tail_b = comm.ep_backward_input_s;
+          comm.forward_s -= tail_f;
+          comm.backward_input_s -= tail_b;
+          cost.recompute_s += tail_f;
+        }
+        AddComm(comm, &cost);
         hc.layers.push_back(cost);
+        tails_f.push_back(tail_f);
+        tails_b.push_back(tail_b);
       }
-      for (auto* v : {&hc.f, &hc.b, &hc.w, &hc.r, &hc.act, &hc.act_w, &hc.statics, &hc.work}) {
+      for (auto* v : {&hc.f, &hc.b, &hc.w, &hc.r, &hc.act, &hc.act_w, &hc.statics, &hc.work,
+                      &hc.ft, &hc.bt}) {
         v->assign(L + 1, 0.0);
       }
       for (int l = 0; l < L; ++l) {
@@ -108,6 +123,10 @@ absl::StatusOr<ProblemBuilder> ProblemBuilder::Create(
         hc.act_w[l + 1] = hc.act_w[l] + c.activation_bytes_w;
         hc.statics[l + 1] = hc.statics[l] + c.static_bytes;
         hc.work[l + 1] = hc.work[l] + c.forward_s + c.backward_input_s + c.weight_grad_s;
+        const bool whole = !(vocab_parallel && l == L - 1) && !(pb.split_embedding_ && l == 0);
+        hc.ft[l + 1] = hc.ft[l] + (whole ? tails_f[l] : 0.0);
+        hc.bt[l + 1] = hc.bt[l] + (whole ? tails_b[l] : 0.0);
+        if (whole && (tails_f[l] > 0 || tails_b[l] > 0)) pb.comm_tails_ = true;
       }
       pb.classes_.push_back(std::move(hc));
       it = class_names.end() - 1;
@@ -211,6 +230,8 @@ void ProblemBuilder::BuildWith(const std::vector<StageAssignment>& stages, int n
     v->resize(S);
   }
   p.recompute.resize(S);
+  p.forward_tail_s.assign(comm_tails_ ? S : 0, 0.0);
+  p.backward_tail_s.assign(comm_tails_ ? S : 0, 0.0);
   p.static_bytes.assign(P, 0.0);
   p.memory_capacity = capacity_;
   for (int s = 0; s < S; ++s) {
@@ -227,6 +248,10 @@ void ProblemBuilder::BuildWith(const std::vector<StageAssignment>& stages, int n
     p.weight_grad_s[s] = hc.w[hi] - hc.w[lo] + hc.op_overhead_s;
     p.recompute_s[s] = hc.r[hi] - hc.r[lo] + hc.op_overhead_s;
     p.op_overhead_s[s] = hc.op_overhead_s;
+    if (comm_tails_) {
+      p.forward_tail_s[s] = hc.ft[hi] - hc.ft[lo];
+      p.backward_tail_s[s] = hc.bt[hi] - hc.bt[lo];
+    }
     p.activation_bytes[s] = hc.act[hi] - hc.act[lo];
     p.activation_bytes_w[s] = hc.act_w[hi] - hc.act_w[lo];
     // Under recompute F keeps the stage input; never more than F would hold anyway.

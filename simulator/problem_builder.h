@@ -84,6 +84,9 @@ class ProblemBuilder {
   struct HardwareClass {
     std::vector<LayerCost> layers;
     std::vector<double> f, b, w, r, act, act_w, statics, work;
+    // Prefix sums of the overlapped EP all-to-alls of F and B (TrainingOptions::ep_comm_overlap;
+    // all 0 otherwise): the stages' PipelineProblem::forward_tail_s / backward_tail_s.
+    std::vector<double> ft, bt;
     // The hardware's fixed executor cost per scheduled op (HardwareSpec::op_overhead_s), added
     // once to each stage's F, B, W and R: a stage's op pays it once whatever its layer count.
     double op_overhead_s = 0;
@@ -109,6 +112,7 @@ class ProblemBuilder {
     std::vector<double> embed_f, embed_b, embed_w, embed_r;
   };
   bool vocab_parallel_ = false;
+  bool comm_tails_ = false;  // some stage has overlapped EP communication
   bool split_embedding_ = false;  // vocab_parallel_ and SplitsEmbedding(model)
   double embed_bytes_ = 0;        // the embedding's output per micro-batch: reduced, broadcast
   int64_t vocab_ = 0;  // the head's vocabulary

@@ -141,5 +141,50 @@ TEST(ProblemBuilderTest, MessageCpuCostIsChargedToTheOpsThatSendOrReceive) {
   EXPECT_NE(Validate(c).message().find("message_cpu_s"), absl::string_view::npos);
 }
 
+// training.ep_comm_overlap: a MoE layer's expert-parallel all-to-alls leave F and B for the
+// stages' communication tails (forward_tail_s / backward_tail_s), exactly what CostModel::Comm
+// says they cost; R keeps them inline (it runs right before its B). Without it there are no
+// tails and F and B hold them, as before.
+TEST(ProblemBuilderTest, OverlappedExpertAllToAllsBecomeCommunicationTails) {
+  ModelGraph model;
+  model.training.ep_degree = 8;
+  model.training.ep_ranks_per_node = 8;
+  for (int l = 0; l < 2; ++l) {
+    Layer moe;
+    moe.name = "moe" + std::to_string(l);
+    moe.kind = LayerKind::kMoe;
+    moe.dims.hidden = 4096;
+    moe.dims.experts = 8;
+    moe.dims.top_k = 2;
+    moe.dims.moe_ffn = 14336;
+    model.layers.push_back(moe);
+  }
+  Cluster cluster;
+  cluster.hardware.push_back(HardwareSpec{"H100", 989e12, 80e9, 3.35e12});
+  cluster.nodes.push_back(Node{"n", "H100", 8, LinkSpec{450e9, 3e-6}});
+  cluster.inter_node_link = LinkSpec{50e9, 5e-6};
+  const std::vector<StageAssignment> stages = {StageAssignment{0, 1, 0, false}};
+  auto build = [&](bool overlap) {
+    model.training.ep_comm_overlap = overlap;
+    absl::StatusOr<ProblemBuilder> b = ProblemBuilder::Create(model, cluster, CostModel(), 1);
+    EXPECT_TRUE(b.ok()) << b.status();
+    PipelineProblem p;
+    if (b.ok()) b->BuildInto(stages, 4, &p);
+    return p;
+  };
+  const PipelineProblem inline_comm = build(false), tails = build(true);
+  EXPECT_TRUE(inline_comm.forward_tail_s.empty());
+  const LayerComm comm = CostModel().Comm(model.layers[0], model.training,
+                                          CommLinks{LinkSpec{450e9, 3e-6}, LinkSpec{50e9, 5e-6}, 8});
+  ASSERT_GT(comm.ep_forward_s, 0);
+  ASSERT_EQ(tails.forward_tail_s.size(), 1u);
+  EXPECT_NEAR(tails.forward_tail_s[0], 2 * comm.ep_forward_s, 1e-15);
+  EXPECT_NEAR(tails.backward_tail_s[0], 2 * comm.ep_backward_input_s, 1e-15);
+  EXPECT_NEAR(tails.forward_s[0] + tails.forward_tail_s[0], inline_comm.forward_s[0], 1e-15);
+  EXPECT_NEAR(tails.backward_input_s[0] + tails.backward_tail_s[0],
+              inline_comm.backward_input_s[0], 1e-15);
+  EXPECT_NEAR(tails.recompute_s[0], inline_comm.recompute_s[0], 1e-15);
+}
+
 }  // namespace
 }  // namespace octopipe

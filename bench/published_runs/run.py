@@ -15,7 +15,9 @@ per GPU where the source gives that, `published.tokens_per_s_per_gpu` or, for a 
 `derived.tokens_per_s_per_gpu`), the error, and the free layout's predicted gain over the
 published layout. An FP8 run (`precision` starting with "FP8") is planned with the model's
 `training.precision` set to fp8 and the GPU's FP8 peak (`octopipe_cluster.hardware.peak_flops_fp8`);
-a selective or full `recompute` as `--recompute=selective|full`.
+a selective or full `recompute` as `--recompute=selective|full`; a run whose runtime overlapped
+the EP all-to-alls with other micro-batches' compute (`layout.ep_comm_overlap`: DualPipe, the
+Megatron recipes' A2A overlap) with `--ep_overlap`.
 
 Usage: bazel build -c opt //cli:octopipe && bench/published_runs/run.py [--only=SUBSTRING]
 Environment: OCTOPIPE (the binary; default bazel-bin/cli/octopipe), BUDGET (plan seconds per
@@ -104,6 +106,8 @@ def plan(run, cluster, fixed):
         args.append("--recompute=" + recompute(run))
     else:
         args.append("--recompute=auto")
+    if layout.get("ep_comm_overlap"):  # the runtime overlaps the EP all-to-alls (both plans)
+        args.append("--ep_overlap")
     p = subprocess.run(args, capture_output=True, text=True)
     if p.returncode not in (0, 3):
         return {"error": (p.stderr or p.stdout).strip()[-400:]}
