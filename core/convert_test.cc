@@ -61,6 +61,7 @@ ModelGraph SmallModel() {
   m.training.tp_degree = 2;
   m.training.recompute = RecomputePolicy::kSelective;
   m.training.zero_degree = 4;
+  m.training.ep_comm_overlap = true;
   m.host_probe_s = 0.0421;
   return m;
 }
@@ -91,6 +92,7 @@ TEST(ConvertTest, ModelRoundTripKeepsEveryField) {
   EXPECT_EQ(Precision::kFp16, back->training.precision);
   EXPECT_EQ(RecomputePolicy::kSelective, back->training.recompute);
   EXPECT_EQ(4, back->training.zero_degree);
+  EXPECT_TRUE(back->training.ep_comm_overlap);
   EXPECT_EQ(0.0421, back->host_probe_s);
 }
 
