@@ -118,14 +118,23 @@ std::set<std::string> JobIds(Replicas& r, int leader) {
   return ids;
 }
 
+// A three-member etcd on loopback and kReplicas planners on it; `leader`: the first one elected.
+void StartReplicas(std::unique_ptr<etcd::EtcdCluster>* etcd, Replicas* r, int* leader) {
+  absl::StatusOr<std::unique_ptr<etcd::EtcdCluster>> started = etcd::EtcdCluster::Start(3);
+  ASSERT_TRUE(started.ok()) << started.status();
+  *etcd = std::move(*started);
+  ASSERT_TRUE(r->Start((*etcd)->endpoints()).ok());
+  std::optional<int> elected = r->AwaitLeader(absl::Seconds(30));
+  ASSERT_TRUE(elected.has_value()) << r->process(0).log();
+  *leader = *elected;
+}
+
 TEST(PlannerReplicasTest, LeaderFailOverFencingAndFollowers) {
-  absl::StatusOr<std::unique_ptr<etcd::EtcdCluster>> etcd = etcd::EtcdCluster::Start(3);
-  ASSERT_TRUE(etcd.ok()) << etcd.status();
+  std::unique_ptr<etcd::EtcdCluster> etcd;
   Replicas r;
-  ASSERT_TRUE(r.Start((*etcd)->endpoints()).ok());
-  std::optional<int> leader = r.AwaitLeader(absl::Seconds(30));
-  ASSERT_TRUE(leader.has_value()) << r.process(0).log();
-  const int l1 = *leader;
+  int l1 = -1;
+  ASSERT_NO_FATAL_FAILURE(StartReplicas(&etcd, &r, &l1));
+  std::optional<int> leader = l1;
 
   // A follower refuses writes and names the leader.
   const int follower = (l1 + 1) % kReplicas;
@@ -259,13 +268,11 @@ std::string ReadText(const std::string& path) {
 // reaches the leader; one-shot Plan calls are spread over all replicas (each tunes one of three
 // calls in turn); a `jobs watch` whose replica is killed goes on at the next one.
 TEST(PlannerReplicasTest, ClientsFindTheLeaderSpreadOneShotPlansAndWatchAcrossAFailOver) {
-  absl::StatusOr<std::unique_ptr<etcd::EtcdCluster>> etcd = etcd::EtcdCluster::Start(3);
-  ASSERT_TRUE(etcd.ok()) << etcd.status();
+  std::unique_ptr<etcd::EtcdCluster> etcd;
   Replicas r;
-  ASSERT_TRUE(r.Start((*etcd)->endpoints()).ok());
-  std::optional<int> leader = r.AwaitLeader(absl::Seconds(30));
-  ASSERT_TRUE(leader.has_value()) << r.process(0).log();
-  const int l = *leader, f1 = (l + 1) % kReplicas, f2 = (l + 2) % kReplicas;
+  int l = -1;
+  ASSERT_NO_FATAL_FAILURE(StartReplicas(&etcd, &r, &l));
+  const int f1 = (l + 1) % kReplicas, f2 = (l + 2) % kReplicas;
   const std::string followers_first =
       absl::StrCat(r.address(f1), ",", r.address(f2), ",", r.address(l));
 
