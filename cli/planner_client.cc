@@ -279,14 +279,6 @@ std::optional<size_t> PlannerClient::FailOver(size_t failed, const grpc::Status&
   }
 }
 
-std::unique_ptr<grpc::ClientContext> PlannerConnection::Context() const {
-  auto ctx = std::make_unique<grpc::ClientContext>();
-  ctx->set_deadline(std::chrono::system_clock::now() +
-                    std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
-  if (!token.empty()) ctx->AddMetadata("authorization", "Bearer " + token);
-  return ctx;
-}
-
 absl::Status FromGrpc(const grpc::Status& s) {
   if (s.ok()) return absl::OkStatus();
   const auto code = static_cast<absl::StatusCode>(s.error_code());

@@ -38,8 +38,6 @@ struct PlannerConnection {
   // Checks every address and reads the token and TLS files (kInvalidArgument naming the flag);
   // connects lazily. `log` (may be null) gets one line per fail-over.
   absl::StatusOr<std::unique_ptr<PlannerClient>> Connect(std::ostream* log = nullptr);
-  // A context with the deadline and the token.
-  std::unique_ptr<grpc::ClientContext> Context() const;
 };
 
 // Calls to one planner, or to planner replicas on one store (--planner=A,B,C).
