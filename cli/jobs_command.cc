@@ -69,10 +69,11 @@ std::string ProgressText(const proto::Job& j) {
 }
 
 // The version's reason in its text form ("node_failure"); a reason this binary does not know
-// shows as sent.
+// shows as its number.
 std::string ReasonText(const proto::PlanVersion& v) {
-  absl::StatusOr<ReplanReason> r = ReplanReasonFromProto(v.reason_kind(), v.reason());
-  return r.ok() ? std::string(ReplanReasonName(*r)) : v.reason();
+  absl::StatusOr<ReplanReason> r = ReplanReasonFromProto(v.reason_kind());
+  return r.ok() ? std::string(ReplanReasonName(*r))
+                : absl::StrCat("reason ", static_cast<int>(v.reason_kind()));
 }
 
 // "JOB vN (REASON): S stages on D devices, iteration T, bubble B"; a layout version says its
@@ -205,7 +206,11 @@ int Create(const JobsOptions& o, PlannerClient& planner, std::ostream& out,
   if (o.pp > 0 || o.tp > 0 || o.ep > 0 || o.dp > 0) req.mutable_options()->set_choose_layout(true);
   req.mutable_options()->set_num_microbatches(static_cast<int>(o.microbatches));
   req.mutable_options()->set_time_budget_s(o.time_budget);
-  req.mutable_options()->set_vocab_parallel(o.vocab_parallel);
+  absl::StatusOr<VocabParallelMode> vocab = ParseVocabParallelMode(o.vocab_parallel);
+  if (!vocab.ok()) {
+    return Fail(err, absl::InvalidArgumentError(absl::StrCat("--", vocab.status().message())), 2);
+  }
+  req.mutable_options()->set_vocab_parallel(VocabParallelToProto(*vocab));
   if (o.iterations < 0 || o.checkpoint_interval < 0) {
     return Fail(err, absl::InvalidArgumentError(absl::StrCat(
                          "--iterations and --checkpoint_interval must be >= 0, got ",

@@ -399,9 +399,8 @@ int RunRemotePlan(PlannerConnection& remote, const ModelGraph& model, const Clus
   if (flags.was_set("time_budget")) req.mutable_options()->set_time_budget_s(o.time_budget);
   req.mutable_options()->set_seed(t.seed);
   req.mutable_options()->set_objective_kind(ObjectiveToProto(t.objective));
-  req.mutable_options()->set_objective(std::string(ObjectiveName(t.objective)));  // older planners
   req.mutable_options()->set_link_contention(o.contention);
-  req.mutable_options()->set_vocab_parallel(o.vocab_parallel);
+  req.mutable_options()->set_vocab_parallel(VocabParallelToProto(t.vocab_parallel));
   SetLayoutAndConstraints(t, layout, !OnePipeline(flags, cluster), req.mutable_options());
   proto::PlanResponse resp;
   // Every replica tunes one-shot plans: spread over them (PlannerClient::Route::kSpread).

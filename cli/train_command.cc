@@ -237,7 +237,6 @@ absl::StatusOr<std::string> ReportToPlanner(TrainFlags& o, const TrainTarget& t,
     proto::StageTime* st = req.add_times();
     st->set_stage(key.first);
     st->set_kind(OpKindToProto(key.second));
-    st->set_op_kind(std::string(OpKindName(key.second)));
     st->set_seconds(mean_n.first);
     st->set_samples(mean_n.second);
   }
@@ -246,7 +245,6 @@ absl::StatusOr<std::string> ReportToPlanner(TrainFlags& o, const TrainTarget& t,
     proto::LayerOpTime* lt = req.add_layer_times();
     lt->set_layer(key.first);
     lt->set_kind(OpKindToProto(key.second));
-    lt->set_op_kind(std::string(OpKindName(key.second)));
     lt->set_seconds(mean_n.first);
     lt->set_samples(mean_n.second);
   }

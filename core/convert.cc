@@ -168,39 +168,16 @@ std::string ProtoEnumName(Proto value) {
   return v != nullptr ? v->name() : absl::StrCat(static_cast<int>(value));
 }
 
-// An enum sent twice: `typed` (unset: 0) and its deprecated text twin `text` (unset: empty),
-// parsed by `parse`. nullopt when neither is set.
-template <typename Core, typename Proto, size_t N, typename Parse>
-absl::StatusOr<std::optional<Core>> TypedOrText(const std::pair<Core, Proto> (&table)[N],
-                                                Proto typed, absl::string_view text,
-                                                absl::string_view typed_field,
-                                                absl::string_view text_field, Parse parse) {
-  std::optional<Core> from_typed;
-  if (typed != Proto{}) {
-    for (const auto& [core, wire] : table) {
-      if (wire == typed) from_typed = core;
-    }
-    if (!from_typed) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(typed_field, ": unknown value ", ProtoEnumName(typed)));
-    }
+// The core value of a wire enum; nullopt when unset (0), kInvalidArgument naming `field` for
+// a value this binary does not know (e.g. from a newer sender).
+template <typename Core, typename Proto, size_t N>
+absl::StatusOr<std::optional<Core>> FromProtoEnum(const std::pair<Core, Proto> (&table)[N],
+                                                  Proto typed, absl::string_view field) {
+  if (typed == Proto{}) return std::optional<Core>();
+  for (const auto& [core, wire] : table) {
+    if (wire == typed) return std::optional<Core>(core);
   }
-  if (text.empty()) return from_typed;
-  absl::StatusOr<Core> from_text = parse(text);
-  if (!from_text.ok()) return from_text.status();
-  if (from_typed && *from_typed != *from_text) {
-    return absl::InvalidArgumentError(absl::StrCat(typed_field, " ", ProtoEnumName(typed),
-                                                   " and ", text_field, " '", text,
-                                                   "' disagree"));
-  }
-  return std::optional<Core>(*from_text);
-}
-
-absl::StatusOr<ReplanReason> ParseReplanReasonText(absl::string_view text) {
-  ReplanReason r;
-  if (ParseReplanReason(text, &r)) return r;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "reason must be initial, measured, node_failure, drain or node_join, got '", text, "'"));
+  return absl::InvalidArgumentError(absl::StrCat(field, ": unknown value ", ProtoEnumName(typed)));
 }
 
 // ---- plan ----
@@ -238,8 +215,7 @@ proto::ScheduleOp ScheduleOpToProto(const Op& op) {
 }
 
 absl::StatusOr<Op> ScheduleOpFromProto(const proto::ScheduleOp& p) {
-  ASSIGN_OR_RETURN(std::optional<OpKind> kind,
-                   TypedOrText(kOpKinds, p.kind(), "", "kind", "", &ParseOpKind));
+  ASSIGN_OR_RETURN(std::optional<OpKind> kind, FromProtoEnum(kOpKinds, p.kind(), "kind"));
   if (!kind) return absl::InvalidArgumentError("kind: required");
   if (p.stage() < 0 || p.microbatch() < 0) {
     return absl::InvalidArgumentError(absl::StrCat("stage ", p.stage(), " and micro-batch ",
@@ -594,10 +570,9 @@ void LayoutPlanFileForm(proto::LayoutPlan* plan) {
 
 proto::OpKind OpKindToProto(OpKind kind) { return ToProtoEnum(kOpKinds, kind); }
 
-absl::StatusOr<OpKind> OpKindFromProto(proto::OpKind kind, absl::string_view op_kind) {
-  ASSIGN_OR_RETURN(std::optional<OpKind> k,
-                   TypedOrText(kOpKinds, kind, op_kind, "kind", "op_kind", &ParseOpKind));
-  if (!k) return absl::InvalidArgumentError("kind: required (or its text form op_kind)");
+absl::StatusOr<OpKind> OpKindFromProto(proto::OpKind kind) {
+  ASSIGN_OR_RETURN(std::optional<OpKind> k, FromProtoEnum(kOpKinds, kind, "kind"));
+  if (!k) return absl::InvalidArgumentError("kind: required");
   return *k;
 }
 
@@ -605,24 +580,39 @@ proto::PlanObjective ObjectiveToProto(Objective objective) {
   return ToProtoEnum(kObjectives, objective);
 }
 
-absl::StatusOr<Objective> ObjectiveFromProto(proto::PlanObjective objective_kind,
-                                             absl::string_view objective) {
+absl::StatusOr<Objective> ObjectiveFromProto(proto::PlanObjective objective_kind) {
   ASSIGN_OR_RETURN(std::optional<Objective> o,
-                   TypedOrText(kObjectives, objective_kind, objective, "objective_kind",
-                               "objective", &ParseObjective));
+                   FromProtoEnum(kObjectives, objective_kind, "objective_kind"));
   return o.value_or(Objective::kSynchronous);
+}
+
+proto::VocabParallelChoice VocabParallelToProto(VocabParallelMode mode) {
+  switch (mode) {
+    case VocabParallelMode::kOn: return proto::VOCAB_PARALLEL_ON;
+    case VocabParallelMode::kOff: return proto::VOCAB_PARALLEL_OFF;
+    default: return proto::VOCAB_PARALLEL_AUTO;
+  }
+}
+
+absl::StatusOr<VocabParallelMode> VocabParallelFromProto(proto::VocabParallelChoice choice) {
+  switch (choice) {
+    case proto::VOCAB_PARALLEL_AUTO: return VocabParallelMode::kAuto;
+    case proto::VOCAB_PARALLEL_ON: return VocabParallelMode::kOn;
+    case proto::VOCAB_PARALLEL_OFF: return VocabParallelMode::kOff;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("vocab_parallel: unknown value ", static_cast<int>(choice)));
+  }
 }
 
 proto::PlanReason ReplanReasonToProto(ReplanReason reason) {
   return ToProtoEnum(kReplanReasons, reason);
 }
 
-absl::StatusOr<ReplanReason> ReplanReasonFromProto(proto::PlanReason reason_kind,
-                                                   absl::string_view reason) {
+absl::StatusOr<ReplanReason> ReplanReasonFromProto(proto::PlanReason reason_kind) {
   ASSIGN_OR_RETURN(std::optional<ReplanReason> r,
-                   TypedOrText(kReplanReasons, reason_kind, reason, "reason_kind", "reason",
-                               &ParseReplanReasonText));
-  if (!r) return absl::InvalidArgumentError("reason_kind: required (or its text form reason)");
+                   FromProtoEnum(kReplanReasons, reason_kind, "reason_kind"));
+  if (!r) return absl::InvalidArgumentError("reason_kind: required");
   return *r;
 }
 

@@ -47,6 +47,7 @@
 #include "core/plan.h"
 #include "core/replan_reason.h"
 #include "core/schedule.h"
+#include "core/vocab_parallel_mode.h"
 #include "google/protobuf/message.h"
 #include "proto/cluster.pb.h"
 #include "proto/model.pb.h"
@@ -79,21 +80,22 @@ absl::StatusOr<LayoutPlan> LayoutPlanFromProto(const proto::LayoutPlan& plan);
 void LayoutPlanFileForm(proto::LayoutPlan* plan);
 
 proto::OpKind OpKindToProto(OpKind kind);
-// kInvalidArgument naming `kind` / `op_kind` and the values: neither set, an unknown value,
-// or the two disagree.
-absl::StatusOr<OpKind> OpKindFromProto(proto::OpKind kind, absl::string_view op_kind);
+// kInvalidArgument naming `kind`: unset, or a value this binary does not know.
+absl::StatusOr<OpKind> OpKindFromProto(proto::OpKind kind);
 
 proto::PlanObjective ObjectiveToProto(Objective objective);
-// Neither set means the default, kSynchronous. kInvalidArgument naming `objective_kind` /
-// `objective` and the values otherwise.
-absl::StatusOr<Objective> ObjectiveFromProto(proto::PlanObjective objective_kind,
-                                             absl::string_view objective);
+// Unset means the default, kSynchronous; kInvalidArgument naming `objective_kind` for a value
+// this binary does not know.
+absl::StatusOr<Objective> ObjectiveFromProto(proto::PlanObjective objective_kind);
+
+proto::VocabParallelChoice VocabParallelToProto(VocabParallelMode mode);
+// kInvalidArgument naming `vocab_parallel` for a value this binary does not know.
+absl::StatusOr<VocabParallelMode> VocabParallelFromProto(proto::VocabParallelChoice choice);
 
 proto::PlanReason ReplanReasonToProto(ReplanReason reason);
-// kInvalidArgument naming `reason_kind` / `reason` and the values: neither set, an unknown
-// value (e.g. from a newer planner), or the two disagree.
-absl::StatusOr<ReplanReason> ReplanReasonFromProto(proto::PlanReason reason_kind,
-                                                   absl::string_view reason);
+// kInvalidArgument naming `reason_kind`: unset, or a value this binary does not know (e.g.
+// from a newer planner).
+absl::StatusOr<ReplanReason> ReplanReasonFromProto(proto::PlanReason reason_kind);
 
 // Protobuf JSON of any message (snake_case names, pretty-printed, no trailing newline), and
 // the strict parse of it (kInvalidArgument with the parser's message, e.g. for an unknown

@@ -1,6 +1,6 @@
 // Objective: what the tuner minimises for a plan. One enum for the tuner, the CLI and the
-// service; its text form (ObjectiveName) is the `--objective` flag's value and the deprecated
-// PlanOptions.objective string. Conversion to the wire enum is in core/convert.h.
+// service; its text form (ObjectiveName) is the `--objective` flag's value. Conversion to the
+// wire enum is in core/convert.h.
 #ifndef OCTOPIPE_CORE_OBJECTIVE_H_
 #define OCTOPIPE_CORE_OBJECTIVE_H_
 

@@ -72,16 +72,11 @@ AgentTraining AgentTrainingFromProto(const proto::AgentTraining& t) {
 
 namespace {
 
-// The stored intent: the typed field, else its text twin (jobs stored by older planners carry
-// it alone); nullopt when neither is set; one this binary does not know plans anyway, as for a
+// The stored intent; nullopt when unset; one this binary does not know plans anyway, as for a
 // node change.
 std::optional<ReplanReason> PendingReasonFromProto(const proto::Job& job) {
-  if (job.pending_reason() == proto::PLAN_REASON_UNSPECIFIED &&
-      job.pending_replan_reason().empty()) {
-    return std::nullopt;
-  }
-  absl::StatusOr<ReplanReason> r =
-      ReplanReasonFromProto(job.pending_reason(), job.pending_replan_reason());
+  if (job.pending_reason() == proto::PLAN_REASON_UNSPECIFIED) return std::nullopt;
+  absl::StatusOr<ReplanReason> r = ReplanReasonFromProto(job.pending_reason());
   return r.ok() ? *r : ReplanReason::kNodeJoin;
 }
 
@@ -126,7 +121,6 @@ proto::Job JobToProto(const JobRecord& job) {
   out.set_last_error(job.last_error);
   if (job.pending_reason) {
     out.set_pending_reason(ReplanReasonToProto(*job.pending_reason));
-    out.set_pending_replan_reason(std::string(ReplanReasonName(*job.pending_reason)));
   }
   if (job.training) *out.mutable_training() = AgentTrainingToProto(*job.training);
   for (const JobEvent& e : job.events) *out.add_events() = JobEventToProto(e);

@@ -5,12 +5,11 @@
 //
 // Contract:
 //  - JobToProto(JobFromProto(job)) is `job` byte for byte for every job this planner writes (a
-//    state set, the re-plan intent in both its forms or in neither, no num_layers): stored jobs
+//    state set, the re-plan intent set or not, no num_layers): stored jobs
 //    keep their on-disk form (the store persists JobToProto's proto::Job, as before job state
 //    had a domain form). Tested in job_convert_test.
 //  - JobFromProto never fails. What older or newer planners stored is read the way the planner
-//    has always read it: a re-plan intent in its deprecated text form alone
-//    (pending_replan_reason) is taken from the text; an intent this binary does not know reads
+//    has always read it: an intent this binary does not know reads
 //    as kNodeJoin (the job is planned anyway, as for a node change); JOB_STATE_UNSPECIFIED,
 //    which no planner writes, reads as kPlanning. Writing such a job back normalises it.
 //  - Summaries and pages keep responses under gRPC's default 4 MB receive limit

@@ -1,13 +1,14 @@
 // Pins the wire forms of job state: a job this planner stores survives proto -> JobRecord ->
 // proto byte for byte (so stored jobs keep their on-disk form), a record survives the other
-// way, what older planners stored is read as before (the re-plan intent in its text form alone,
-// an intent this binary does not know, no state), and GetJob's answer is cut to a summary
+// way, what a planner cannot know is read safely (an intent from a newer planner, no state),
+// and GetJob's answer is cut to a summary
 // over the response limit.
 #include "planner_service/job_convert.h"
 
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "core/convert.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
@@ -31,7 +32,6 @@ proto::Job FullJob() {
   job.mutable_cluster()->add_nodes()->set_name("node1");
   job.mutable_options()->set_num_devices(4);
   job.mutable_options()->set_objective_kind(proto::PLAN_OBJECTIVE_STEADY_STATE);
-  job.mutable_options()->set_objective("steady-state");
   job.set_state(proto::JOB_STATE_READY);
   job.set_current_version(3);
   job.add_excluded_nodes("node1");
@@ -39,7 +39,6 @@ proto::Job FullJob() {
   job.set_created_unix_ms(1700000000123);
   job.set_last_error("a store write failed");
   job.set_pending_reason(proto::PLAN_REASON_MEASURED);
-  job.set_pending_replan_reason("measured");
   proto::AgentTraining* t = job.mutable_training();
   t->set_reference_model("ref:pattern=EMMH");
   t->set_iterations(40);
@@ -145,8 +144,8 @@ TEST(JobConvertTest, ARecordRoundTripsForEveryStateAndIntent) {
       r.pending_reason = reason;
       const proto::Job p = JobToProto(r);
       EXPECT_FALSE(p.has_training());
-      EXPECT_EQ(p.pending_replan_reason(),
-                reason ? std::string(ReplanReasonName(*reason)) : std::string());
+      EXPECT_EQ(p.pending_reason(), reason ? ReplanReasonToProto(*reason)
+                                           : proto::PLAN_REASON_UNSPECIFIED);
       const JobRecord back = JobFromProto(p);
       EXPECT_EQ(back.state, state) << JobStateName(state);
       EXPECT_EQ(back.pending_reason, reason);
@@ -163,22 +162,21 @@ TEST(JobConvertTest, ARecordRoundTripsForEveryStateAndIntent) {
   EXPECT_TRUE(JobFromProto(p).training.has_value());
 }
 
-TEST(JobConvertTest, ReadsWhatOlderPlannersStored) {
+TEST(JobConvertTest, ReadsUnsetStateAndUnknownIntents) {
   proto::Job old;
   old.set_id("job-3");
-  old.set_pending_replan_reason("drain");  // the text form alone
+  old.set_pending_reason(proto::PLAN_REASON_DRAIN);
   JobRecord r = JobFromProto(old);
   ASSERT_TRUE(r.pending_reason.has_value());
   EXPECT_EQ(*r.pending_reason, ReplanReason::kDrain);
   EXPECT_EQ(r.state, JobState::kPlanning);  // JOB_STATE_UNSPECIFIED
-  // Written back in both forms.
   const proto::Job back = JobToProto(r);
   EXPECT_EQ(back.pending_reason(), proto::PLAN_REASON_DRAIN);
-  EXPECT_EQ(back.pending_replan_reason(), "drain");
   EXPECT_EQ(back.state(), proto::JOB_STATE_PLANNING);
 
-  // An intent this binary does not know plans anyway, as for a node change.
-  old.set_pending_replan_reason("rebalance");
+  // An intent this binary does not know (from a newer planner) plans anyway, as for a node
+  // change.
+  old.set_pending_reason(static_cast<proto::PlanReason>(42));
   r = JobFromProto(old);
   ASSERT_TRUE(r.pending_reason.has_value());
   EXPECT_EQ(*r.pending_reason, ReplanReason::kNodeJoin);
@@ -189,12 +187,12 @@ TEST(JobConvertTest, NewJobTakesTheRequestAsSent) {
   req.set_name("n");
   req.mutable_model()->set_name("m");
   req.mutable_cluster()->set_name("c");
-  req.mutable_options()->set_objective("steady-state");
+  req.mutable_options()->set_objective_kind(proto::PLAN_OBJECTIVE_STEADY_STATE);
   NewJob j = NewJobFromProto(req);
   EXPECT_EQ(j.name, "n");
   EXPECT_EQ(j.spec.model.name(), "m");
   EXPECT_EQ(j.spec.cluster.name(), "c");
-  EXPECT_EQ(j.spec.options.objective(), "steady-state");
+  EXPECT_EQ(j.spec.options.objective_kind(), proto::PLAN_OBJECTIVE_STEADY_STATE);
   EXPECT_FALSE(j.training.has_value());
   req.mutable_training()->set_iterations(9);
   j = NewJobFromProto(req);

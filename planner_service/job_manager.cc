@@ -136,7 +136,7 @@ absl::StatusOr<MeasuredTimes> MeasuredTimesOf(const proto::ReportStageTimesReque
   MeasuredTimes out;
   for (int i = 0; i < request.times_size(); ++i) {
     const proto::StageTime& t = request.times(i);
-    absl::StatusOr<OpKind> kind = OpKindFromProto(t.kind(), t.op_kind());
+    absl::StatusOr<OpKind> kind = OpKindFromProto(t.kind());
     if (!kind.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("times[", i, "].", kind.status().message()));
     }
@@ -147,7 +147,7 @@ absl::StatusOr<MeasuredTimes> MeasuredTimesOf(const proto::ReportStageTimesReque
   }
   for (int i = 0; i < request.layer_times_size(); ++i) {
     const proto::LayerOpTime& t = request.layer_times(i);
-    absl::StatusOr<OpKind> kind = OpKindFromProto(t.kind(), t.op_kind());
+    absl::StatusOr<OpKind> kind = OpKindFromProto(t.kind());
     if (!kind.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("layer_times[", i, "].", kind.status().message()));
@@ -322,12 +322,11 @@ absl::StatusOr<JobRecord> JobManager::Create(NewJob request) {
   e.job.id = id;
   e.job.name = request.name.empty() ? id : std::move(request.name);
   e.job.spec = std::move(request.spec);
-  // Validated above: answered and stored in both forms, typed and text.
+  // Validated above: answered and stored explicitly.
   proto::PlanOptions& options = e.job.spec.options;
-  const Objective objective = ObjectiveFromProto(options.objective_kind(), options.objective())
-                                  .value_or(Objective::kSynchronous);
+  const Objective objective =
+      ObjectiveFromProto(options.objective_kind()).value_or(Objective::kSynchronous);
   options.set_objective_kind(ObjectiveToProto(objective));
-  options.set_objective(std::string(ObjectiveName(objective)));
   e.job.training = std::move(request.training);
   e.job.state = JobState::kPlanning;
   e.job.created_unix_ms = UnixMillis();
@@ -621,7 +620,6 @@ void JobManager::AddVersion(const std::string& job_id, ReplanReason reason,
   version.set_version(e->job.current_version + 1);
   *version.mutable_result() = result;
   version.set_reason_kind(ReplanReasonToProto(reason));
-  version.set_reason(std::string(ReplanReasonName(reason)));
   version.set_created_unix_ms(UnixMillis());
   // One slot per rank: every rank of a layout, or the pipeline's devices.
   const std::optional<LayoutPlan> layout = LayoutOfVersion(version);

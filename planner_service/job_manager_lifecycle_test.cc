@@ -27,9 +27,8 @@ TEST_F(JobManagerTest, CreateReturnsPlanningThenVersionOneArrivesThroughWatch) {
   EXPECT_EQ(job->name(), "first");
   EXPECT_EQ(job->state(), proto::JOB_STATE_PLANNING);
   EXPECT_EQ(job->current_version(), 0);
-  // The request left the objective out: the job says which it is, in both forms.
+  // The request left the objective out: the job says which it is.
   EXPECT_EQ(job->options().objective_kind(), proto::PLAN_OBJECTIVE_SYNCHRONOUS);
-  EXPECT_EQ(job->options().objective(), "synchronous");
   EXPECT_EQ(manager_->num_jobs(), 1);
   ASSERT_TRUE(Watch(job->id()).ok());
 
@@ -38,7 +37,6 @@ TEST_F(JobManagerTest, CreateReturnsPlanningThenVersionOneArrivesThroughWatch) {
   EXPECT_EQ(v->job_id(), job->id());
   EXPECT_EQ(v->version(), 1);
   EXPECT_EQ(v->reason_kind(), proto::PLAN_REASON_INITIAL);
-  EXPECT_EQ(v->reason(), "initial");  // the deprecated text form, still filled
   EXPECT_TRUE(v->result().feasible()) << v->result().infeasible_reason();
   EXPECT_EQ(v->result().plan().num_devices(), 4);
   EXPECT_GT(v->result().plan().predicted().iteration_time_s(), 0);
@@ -242,8 +240,9 @@ TEST_F(JobManagerTest, InvalidRequestsNameTheFieldAndCreateNothing) {
   std::vector<Case> cases;
   cases.push_back({"model.layers[0].kind", small});
   cases.back().request.mutable_model()->mutable_layers(0)->set_kind("transformer");
-  cases.push_back({"options.objective", small});
-  cases.back().request.mutable_options()->set_objective("fastest");
+  cases.push_back({"options.objective_kind", small});
+  cases.back().request.mutable_options()->set_objective_kind(
+      static_cast<proto::PlanObjective>(9));
   cases.push_back({"options.num_devices", small});
   cases.back().request.mutable_options()->set_num_devices(-1);
   cases.push_back({"options.num_microbatches", small});
@@ -394,7 +393,7 @@ TEST_F(JobManagerTest, SecondManagerOverTheSameStoreRecoversJobsVersionsAndCalib
   ASSERT_TRUE(Watch("job-7").ok());
   absl::StatusOr<proto::PlanVersion> orphan_v1 = recorder_.WaitForVersion("job-7", 1);
   ASSERT_TRUE(orphan_v1.ok()) << orphan_v1.status();
-  EXPECT_EQ(orphan_v1->reason(), "initial");
+  EXPECT_EQ(orphan_v1->reason_kind(), proto::PLAN_REASON_INITIAL);
 
   // New ids do not collide with recovered ones.
   absl::StatusOr<proto::Job> next = Create(SmallJob("next", OneNode()));
@@ -403,9 +402,9 @@ TEST_F(JobManagerTest, SecondManagerOverTheSameStoreRecoversJobsVersionsAndCalib
   EXPECT_NE(next->id(), "job-7");
 }
 
-// A job stored by an older planner carries its re-plan intent as text only
-// (pending_replan_reason): this planner resumes it and answers with both forms.
-TEST_F(JobManagerTest, IntentStoredAsTextByAnOlderPlannerResumes) {
+// A job stored with a re-plan intent acknowledged but not carried out (the planner stopped
+// first): a restarted planner resumes it and clears the intent.
+TEST_F(JobManagerTest, StoredIntentResumesAfterARestart) {
   const proto::CreateJobRequest req = SmallJob("older", TwoNodes());
   proto::Job old;
   old.set_id("job-3");
@@ -414,7 +413,7 @@ TEST_F(JobManagerTest, IntentStoredAsTextByAnOlderPlannerResumes) {
   *old.mutable_cluster() = req.cluster();
   *old.mutable_options() = req.options();
   old.set_state(proto::JOB_STATE_PLANNING);
-  old.set_pending_replan_reason("node_join");
+  old.set_pending_reason(proto::PLAN_REASON_NODE_JOIN);
   ASSERT_TRUE(store_->PutJobMessage(old).ok());
 
   Close();
@@ -424,11 +423,9 @@ TEST_F(JobManagerTest, IntentStoredAsTextByAnOlderPlannerResumes) {
   absl::StatusOr<proto::PlanVersion> v1 = recorder_.WaitForVersion("job-3", 1);
   ASSERT_TRUE(v1.ok()) << v1.status();
   EXPECT_EQ(v1->reason_kind(), proto::PLAN_REASON_NODE_JOIN);
-  EXPECT_EQ(v1->reason(), "node_join");
   absl::StatusOr<proto::GetJobResponse> got = Get("job-3");
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->job().pending_reason(), proto::PLAN_REASON_UNSPECIFIED);  // done
-  EXPECT_TRUE(got->job().pending_replan_reason().empty());
 }
 
 }  // namespace

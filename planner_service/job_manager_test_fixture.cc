@@ -11,7 +11,8 @@
 namespace octopipe::planner {
 
 proto::CreateJobRequest SmallJob(const std::string& name, const Cluster& cluster,
-                                 int devices, const std::string& vocab_parallel) {
+                                 int devices,
+                                 proto::VocabParallelChoice vocab_parallel) {
   TrainingOptions t;
   t.num_microbatches = 8;
   proto::CreateJobRequest r;
@@ -58,12 +59,13 @@ proto::ReportStageTimesRequest Report(const std::string& job_id, int64_t version
   const int slow_device = slow_stage >= 0 ? p.stage_device[slow_stage] : -1;
   for (int s = 0; s < p.num_stages; ++s) {
     const double f = p.stage_device[s] == slow_device ? slow : others;
-    for (auto [kind, secs] : {std::pair{"F", p.forward_s[s]}, std::pair{"B", p.backward_input_s[s]},
-                              std::pair{"W", p.weight_grad_s[s]}}) {
+    for (auto [kind, secs] : {std::pair{proto::OP_KIND_F, p.forward_s[s]},
+                              std::pair{proto::OP_KIND_B, p.backward_input_s[s]},
+                              std::pair{proto::OP_KIND_W, p.weight_grad_s[s]}}) {
       if (secs <= 0) continue;
       proto::StageTime* t = r.add_times();
       t->set_stage(s);
-      t->set_op_kind(kind);
+      t->set_kind(kind);
       t->set_seconds(secs * f);
       t->set_samples(8);
     }

@@ -40,11 +40,13 @@ inline constexpr absl::Duration kTimeout = absl::Seconds(60);
 // Llama-3 8B, 8 micro-batches, on `devices` devices of `cluster` (0: all). The tuner converges
 // in a fraction of a second; the budget is only a ceiling, kept well above that so that a loaded
 // machine does not cut the search short (the tuner is deterministic when it is not cut short).
-// Without the vocabulary split unless `vocab_parallel` says otherwise ("auto", "on"): the
+// Without the vocabulary split unless `vocab_parallel` says otherwise (AUTO, ON): the
 // re-plan tests (job_manager_replan_test) pin the adoption of plans that keep the head on its
 // stage.
 proto::CreateJobRequest SmallJob(const std::string& name, const Cluster& cluster,
-                                 int devices = 4, const std::string& vocab_parallel = "off");
+                                 int devices = 4,
+                                 proto::VocabParallelChoice vocab_parallel =
+                                     proto::VOCAB_PARALLEL_OFF);
 
 // The h100-1node preset: one node of H100s.
 Cluster OneNode();

@@ -37,7 +37,7 @@ proto::ReportStageTimesRequest OneTimeReport(const std::string& job_id, int64_t 
 // head (every device runs S and T passes); a report with the passes' times (stage = device)
 // calibrates the head's factor alone and can trigger a re-plan, which keeps the split.
 TEST_F(JobManagerTest, VocabParallelJobIsPlannedSplitAndItsPassesCalibrateTheHead) {
-  const proto::CreateJobRequest req = SmallJob("vocab", TwoNodes(), 4, "on");
+  const proto::CreateJobRequest req = SmallJob("vocab", TwoNodes(), 4, proto::VOCAB_PARALLEL_ON);
   absl::StatusOr<WatchedJob> watched = CreateAndWatch(req);
   ASSERT_TRUE(watched.ok()) << watched.status();
   const std::string id = watched->id;
@@ -96,9 +96,9 @@ TEST_F(JobManagerTest, VocabParallelJobIsPlannedSplitAndItsPassesCalibrateTheHea
 // "auto" is not forced off for jobs (the split is tried on this head-heavy model); "off" never
 // splits, and S or T reported against such a plan is refused.
 TEST_F(JobManagerTest, VocabParallelOptionIsTheJobsAutoTriesOffDoesNot) {
-  absl::StatusOr<proto::Job> a = Create(SmallJob("auto", TwoNodes(), 4, "auto"));
+  absl::StatusOr<proto::Job> a = Create(SmallJob("auto", TwoNodes(), 4, proto::VOCAB_PARALLEL_AUTO));
   ASSERT_TRUE(a.ok()) << a.status();
-  absl::StatusOr<proto::Job> off = Create(SmallJob("off", TwoNodes(), 4, "off"));
+  absl::StatusOr<proto::Job> off = Create(SmallJob("off", TwoNodes(), 4, proto::VOCAB_PARALLEL_OFF));
   ASSERT_TRUE(off.ok()) << off.status();
   ASSERT_TRUE(Watch(a->id()).ok());
   ASSERT_TRUE(Watch(off->id()).ok());
@@ -119,7 +119,7 @@ TEST_F(JobManagerTest, VocabParallelOptionIsTheJobsAutoTriesOffDoesNot) {
 // Agents split the head into one vocabulary shard per device: for a job they train, a
 // vocabulary smaller than the devices is never split ("auto") or refused at creation ("on").
 TEST_F(JobManagerTest, AgentJobsSplitOnlyAVocabularyWithAnEntryPerDevice) {
-  auto agent_job = [](const std::string& vocab_parallel) {
+  auto agent_job = [](proto::VocabParallelChoice vocab_parallel) {
     proto::CreateJobRequest r = SmallJob("agents", TwoNodes(), 4, vocab_parallel);
     r.clear_model();
     proto::AgentTraining* t = r.mutable_training();
@@ -131,7 +131,7 @@ TEST_F(JobManagerTest, AgentJobsSplitOnlyAVocabularyWithAnEntryPerDevice) {
     EXPECT_TRUE(resolved.ok()) << resolved.status();
     return *resolved;
   };
-  absl::StatusOr<proto::Job> on = Create(agent_job("on"));
+  absl::StatusOr<proto::Job> on = Create(agent_job(proto::VOCAB_PARALLEL_ON));
   ASSERT_FALSE(on.ok());
   EXPECT_EQ(on.status().code(), absl::StatusCode::kInvalidArgument) << on.status();
   EXPECT_THAT(std::string(on.status().message()),
@@ -140,7 +140,7 @@ TEST_F(JobManagerTest, AgentJobsSplitOnlyAVocabularyWithAnEntryPerDevice) {
                         "than its 4 devices"));
   EXPECT_TRUE(List().empty());
 
-  absl::StatusOr<proto::Job> a = Create(agent_job("auto"));
+  absl::StatusOr<proto::Job> a = Create(agent_job(proto::VOCAB_PARALLEL_AUTO));
   ASSERT_TRUE(a.ok()) << a.status();
   ASSERT_TRUE(Watch(a->id()).ok());
   absl::StatusOr<proto::PlanVersion> v1 = recorder_.WaitForVersion(a->id(), 1);

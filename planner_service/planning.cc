@@ -213,13 +213,13 @@ absl::StatusOr<PlanningInput> PrepareInput(const proto::Model& model_proto,
   t.time_budget_s = budget > 0 ? budget : limits.default_time_budget_s;
   t.seed = options.seed() == 0 ? 1 : options.seed();
   absl::StatusOr<Objective> objective =
-      ObjectiveFromProto(options.objective_kind(), options.objective());
+      ObjectiveFromProto(options.objective_kind());
   if (!objective.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("options.", objective.status().message()));
   }
   t.objective = *objective;
   t.link_contention = options.link_contention();
-  absl::StatusOr<VocabParallelMode> vocab = ParseVocabParallelMode(options.vocab_parallel());
+  absl::StatusOr<VocabParallelMode> vocab = VocabParallelFromProto(options.vocab_parallel());
   if (!vocab.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("options.", vocab.status().message()));
   }

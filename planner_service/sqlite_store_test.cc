@@ -64,7 +64,7 @@ std::string RawQuery(const std::string& path, const std::string& sql) {
 }
 
 // On disk a job is the proto::Job message every planner has stored (JobToProto of the record),
-// and a message written in an older planner's form (the re-plan intent as text alone) loads.
+// and a message written directly (with a re-plan intent, as a planner stopped mid-way leaves it) loads.
 TEST(SqliteStoreTest, JobsAreStoredAsTheProtoJobMessage) {
   const std::string path = TestDir() + "/state.db";
   std::unique_ptr<SqliteStore> store = OpenOrDie(path);
@@ -74,7 +74,7 @@ TEST(SqliteStoreTest, JobsAreStoredAsTheProtoJobMessage) {
   old.set_id("old");
   old.set_created_unix_ms(2);
   old.set_state(proto::JOB_STATE_PLANNING);
-  old.set_pending_replan_reason("node_failure");
+  old.set_pending_reason(proto::PLAN_REASON_NODE_FAILURE);
   ASSERT_TRUE(store->PutJobMessage(old).ok());
   store.reset();
 
@@ -207,7 +207,7 @@ TEST(SqliteStoreTest, InMemoryStoreWorksForCallersTests) {
   EXPECT_THAT(Ids(*store->LoadJobs()), ElementsAre("j"));
   EXPECT_TRUE(store->PutPlanVersion(MakeVersion("j", 1)).ok()) << "identical: a retry";
   proto::PlanVersion other = MakeVersion("j", 1);
-  other.set_reason("other");
+  other.set_reason_kind(proto::PLAN_REASON_DRAIN);
   EXPECT_EQ(absl::StatusCode::kAlreadyExists, store->PutPlanVersion(other).code());
 }
 

@@ -92,15 +92,15 @@ class StoreContractTest : public ::testing::TestWithParam<std::string> {
   std::string where_;
 };
 
-// A job written in an older planner's form (the re-plan intent as text alone) loads.
-TEST_P(StoreContractTest, AJobInAnOlderPlannersFormLoads) {
+// A job message written directly, with a re-plan intent pending, loads with the intent.
+TEST_P(StoreContractTest, AJobMessageWithAPendingIntentLoads) {
   std::unique_ptr<Store> store = Open();
   ASSERT_NE(store, nullptr);
   proto::Job old;
   old.set_id("old");
   old.set_created_unix_ms(2);
   old.set_state(proto::JOB_STATE_PLANNING);
-  old.set_pending_replan_reason("node_failure");
+  old.set_pending_reason(proto::PLAN_REASON_NODE_FAILURE);
   ASSERT_TRUE(store->PutJobMessage(old).ok());
   store = Open();
   absl::StatusOr<std::vector<planner::JobRecord>> jobs = store->LoadJobs();
@@ -157,7 +157,7 @@ TEST_P(StoreContractTest, PlanVersionsAscendingAndDuplicateIsAlreadyExists) {
   ASSERT_TRUE(store->PutPlanVersion(MakeVersion("other", 1)).ok());
 
   proto::PlanVersion again = MakeVersion("j", 2);
-  again.set_reason("node_failure");
+  again.set_reason_kind(proto::PLAN_REASON_NODE_FAILURE);
   absl::Status dup = store->PutPlanVersion(again);
   EXPECT_EQ(absl::StatusCode::kAlreadyExists, dup.code());
   EXPECT_THAT(std::string(dup.message()),

@@ -50,7 +50,7 @@ proto::PlanVersion MakeVersion(const std::string& job_id, int64_t version) {
   proto::PlanVersion v;
   v.set_job_id(job_id);
   v.set_version(version);
-  v.set_reason(version == 1 ? "initial" : "measured");
+  v.set_reason_kind(version == 1 ? proto::PLAN_REASON_INITIAL : proto::PLAN_REASON_MEASURED);
   v.set_created_unix_ms(1000 + version);
   v.mutable_result()->set_feasible(true);
   v.mutable_result()->mutable_plan()->set_version(version);

@@ -375,7 +375,7 @@ TEST_F(AgentE2ETest, NodeLossResumeRejoinDrainAndFinalWeightsEqualAnUninterrupte
   ASSERT_TRUE(WaitJob(
       [&](const proto::GetJobResponse& r) {
         survivor_version = r.current().version();
-        return r.job().excluded_nodes_size() == 1 && r.current().reason() == "node_failure";
+        return r.job().excluded_nodes_size() == 1 && r.current().reason_kind() == proto::PLAN_REASON_NODE_FAILURE;
       },
       30))
       << Events() << a.log();
@@ -564,7 +564,7 @@ TEST_F(AgentE2ETest, OneReplicaPerCheckpointFileStillResumesAfterANodeLoss) {
   ASSERT_TRUE(WaitJob(
       [&](const proto::GetJobResponse& r) {
         survivor_version = r.current().version();
-        return r.job().excluded_nodes_size() == 1 && r.current().reason() == "node_failure";
+        return r.job().excluded_nodes_size() == 1 && r.current().reason_kind() == proto::PLAN_REASON_NODE_FAILURE;
       },
       30))
       << Events();
@@ -754,7 +754,7 @@ TEST_F(AgentVocabE2ETest, VocabParallelJobReportsItsPassesAndIsReplannedAndCompl
   *request.mutable_cluster() = ClusterToProto(c);
   request.mutable_options()->set_time_budget_s(1);
   request.mutable_options()->set_seed(1);
-  request.mutable_options()->set_vocab_parallel("on");
+  request.mutable_options()->set_vocab_parallel(proto::VOCAB_PARALLEL_ON);
   // One pipeline over both devices (a layout would be DP2, which splits no vocabulary).
   request.mutable_options()->set_num_devices(2);
   proto::AgentTraining* t = request.mutable_training();
@@ -778,7 +778,7 @@ TEST_F(AgentVocabE2ETest, VocabParallelJobReportsItsPassesAndIsReplannedAndCompl
 
   // Reports of the split plan's measured passes re-plan the job.
   ASSERT_TRUE(WaitJob([](const proto::GetJobResponse& r) {
-    return r.current().version() >= 2 && r.current().reason() == "measured";
+    return r.current().version() >= 2 && r.current().reason_kind() == proto::PLAN_REASON_MEASURED;
   }, 60)) << Events() << planner_.log() << a.log() << b.log();
   // The planner fitted the vocabulary passes (its log line for every report).
   const std::string log = planner_.log();

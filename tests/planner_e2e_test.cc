@@ -65,7 +65,7 @@ proto::CreateJobRequest SmallJob(const std::string& name, const Cluster& cluster
   *r.mutable_cluster() = ClusterToProto(cluster);
   r.mutable_options()->set_num_devices(4);
   r.mutable_options()->set_time_budget_s(5);
-  r.mutable_options()->set_vocab_parallel("off");
+  r.mutable_options()->set_vocab_parallel(proto::VOCAB_PARALLEL_OFF);
   return r;
 }
 
@@ -108,7 +108,7 @@ TEST(PlannerE2ETest, CreateJobThenWatchItsPlan) {
   proto::PlanVersion v;
   ASSERT_TRUE(NextVersion(reader.get(), &v));
   EXPECT_EQ(v.version(), 1);
-  EXPECT_EQ(v.reason(), "initial");
+  EXPECT_EQ(v.reason_kind(), proto::PLAN_REASON_INITIAL);
   EXPECT_TRUE(v.result().feasible());
   EXPECT_GT(v.result().plan().predicted().iteration_time_s(), 0);
   EXPECT_EQ(v.result().plan().num_devices(), 4);
@@ -145,12 +145,13 @@ proto::ReportStageTimesRequest Report(const std::string& job_id, const proto::Pl
   const int slow_device = slow_stage >= 0 ? p.stage_device[slow_stage] : -1;
   for (int s = 0; s < p.num_stages; ++s) {
     const double f = p.stage_device[s] == slow_device ? factor : others;
-    for (auto [kind, secs] : {std::pair{"F", p.forward_s[s]}, std::pair{"B", p.backward_input_s[s]},
-                              std::pair{"W", p.weight_grad_s[s]}}) {
+    for (auto [kind, secs] : {std::pair{proto::OP_KIND_F, p.forward_s[s]},
+                              std::pair{proto::OP_KIND_B, p.backward_input_s[s]},
+                              std::pair{proto::OP_KIND_W, p.weight_grad_s[s]}}) {
       if (secs <= 0) continue;
       proto::StageTime* t = r.add_times();
       t->set_stage(s);
-      t->set_op_kind(kind);
+      t->set_kind(kind);
       t->set_seconds(secs * f);
       t->set_samples(8);
     }
@@ -192,7 +193,7 @@ TEST(PlannerE2ETest, SlowStageTriggersNewVersionSmallDeviationDoesNot) {
   proto::PlanVersion v2;
   ASSERT_TRUE(NextVersion(reader.get(), &v2));
   EXPECT_EQ(v2.version(), 2);
-  EXPECT_EQ(v2.reason(), "measured");
+  EXPECT_EQ(v2.reason_kind(), proto::PLAN_REASON_MEASURED);
   // The new plan moves work off the slow device: it holds fewer layers.
   auto layers_on = [](const proto::PlanVersion& v, int device) {
     int n = 0;
@@ -252,7 +253,7 @@ TEST(PlannerE2ETest, SilentNodeIsDroppedAndItsJobReplannedOnTheRest) {
   proto::PlanVersion v;
   bool replanned = false;
   while (NextVersion(reader.get(), &v)) {
-    if (v.reason() == "node_failure") {
+    if (v.reason_kind() == proto::PLAN_REASON_NODE_FAILURE) {
       replanned = true;
       break;
     }

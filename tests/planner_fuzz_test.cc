@@ -315,7 +315,7 @@ TEST(PlannerFuzzTest, RandomAndMutatedRequestsGetDocumentedAnswersInTime) {
       for (int st = 0; st < 4; ++st) {
         proto::StageTime* t = r.add_times();
         t->set_stage(st);
-        t->set_op_kind("F");
+        t->set_kind(proto::OP_KIND_F);
         t->set_seconds(0.01);
         t->set_samples(3);
       }

@@ -405,7 +405,7 @@ TEST(PlannerHardeningTest, AcknowledgedDrainIsReplannedAfterKill9) {
     auto gc = Ctx();
     ASSERT_TRUE(stub->GetJob(gc.get(), g, &got).ok());
     EXPECT_EQ(got.job().current_version(), 1);  // acknowledged, not yet re-planned
-    EXPECT_EQ(got.job().pending_replan_reason(), "drain");
+    EXPECT_EQ(got.job().pending_reason(), proto::PLAN_REASON_DRAIN);
     planner.Kill(SIGKILL);
   }
   PlannerProcess planner(kPlanner);
@@ -414,14 +414,14 @@ TEST(PlannerHardeningTest, AcknowledgedDrainIsReplannedAfterKill9) {
   absl::StatusOr<proto::PlanVersion> v2 = NextVersion(stub.get(), id, 1);
   ASSERT_TRUE(v2.ok()) << planner.log();
   EXPECT_EQ(v2->version(), 2);
-  EXPECT_EQ(v2->reason(), "drain");
+  EXPECT_EQ(v2->reason_kind(), proto::PLAN_REASON_DRAIN);
   EXPECT_EQ(v2->result().plan().num_devices(), 2);
   proto::GetJobRequest g;
   g.set_job_id(id);
   proto::GetJobResponse got;
   auto c = Ctx();
   ASSERT_TRUE(stub->GetJob(c.get(), g, &got).ok());
-  EXPECT_TRUE(got.job().pending_replan_reason().empty());
+  EXPECT_EQ(got.job().pending_reason(), proto::PLAN_REASON_UNSPECIFIED);
 }
 
 proto::PlanRequest SlowPlan() {

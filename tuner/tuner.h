@@ -42,6 +42,7 @@
 #include "core/model_graph.h"
 #include "core/objective.h"
 #include "core/plan.h"
+#include "core/vocab_parallel_mode.h"
 #include "simulator/evaluator.h"
 #include "tuner/baselines.h"
 #include "tuner/constraints.h"
@@ -52,7 +53,6 @@ namespace octopipe {
 // Whether plans split the output layer over the devices (vocabulary parallelism,
 // simulator/vocab_parallel.h). kAuto searches with and without it when the head is heavy
 // enough to matter (tuner/vocab_choice.h) and keeps the faster plan.
-enum class VocabParallelMode { kAuto, kOff, kOn };
 
 struct TunerOptions {
   int num_devices = 0;       // pipeline devices: the cluster's first P

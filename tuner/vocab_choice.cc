@@ -26,14 +26,6 @@ TuneLogEntry VocabEntry(double before, double after, double wall, std::string de
 
 }  // namespace
 
-absl::StatusOr<VocabParallelMode> ParseVocabParallelMode(absl::string_view text) {
-  if (text.empty() || text == "auto") return VocabParallelMode::kAuto;
-  if (text == "on") return VocabParallelMode::kOn;
-  if (text == "off") return VocabParallelMode::kOff;
-  return absl::InvalidArgumentError(
-      absl::StrCat("vocab_parallel must be auto, on or off, got '", text, "'"));
-}
-
 double HeadShareOfDevice(const ProblemBuilder& plain) {
   const int L = plain.num_layers(), P = plain.num_devices();
   double best = 0;

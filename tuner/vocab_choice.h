@@ -32,10 +32,6 @@ namespace octopipe {
 inline constexpr double kMinHeadShare = 0.25;
 inline constexpr double kMinVocabMemoryShare = 0.1;
 
-// "auto" (or empty), "on", "off" -> the mode; kInvalidArgument "vocab_parallel must be auto, on
-// or off, got '...'" otherwise (callers prefix the flag or field name's path).
-absl::StatusOr<VocabParallelMode> ParseVocabParallelMode(absl::string_view text);
-
 // The head's F+B+W per micro-batch over (the whole model's / P), on the fastest device; 0 when
 // the model does not end with a head.
 double HeadShareOfDevice(const ProblemBuilder& plain);

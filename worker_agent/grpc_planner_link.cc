@@ -14,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/convert.h"
 #include "core/leader_hint.h"
+#include "core/replan_reason.h"
 #include "proto/planner.grpc.pb.h"
 
 namespace octopipe::agent {
@@ -151,7 +152,10 @@ class GrpcPlannerLink final : public PlannerLink {
       a.job_id = job.id();
       a.version = got.current().version();
       a.created_unix_ms = got.current().created_unix_ms();
-      a.reason = got.current().reason();
+      if (absl::StatusOr<ReplanReason> r = ReplanReasonFromProto(got.current().reason_kind());
+          r.ok()) {
+        a.reason = std::string(ReplanReasonName(*r));
+      }
       a.plan = std::move(*plan);
       if (got.current().result().has_layout_plan()) {
         absl::StatusOr<LayoutPlan> layout =
@@ -202,7 +206,6 @@ class GrpcPlannerLink final : public PlannerLink {
       proto::StageTime* p = req.add_times();
       p->set_stage(t.stage);
       if (absl::StatusOr<OpKind> k = ParseOpKind(t.op_kind); k.ok()) p->set_kind(OpKindToProto(*k));
-      p->set_op_kind(t.op_kind);
       p->set_seconds(t.seconds);
       p->set_samples(t.samples);
     }
@@ -210,7 +213,6 @@ class GrpcPlannerLink final : public PlannerLink {
       proto::LayerOpTime* p = req.add_layer_times();
       p->set_layer(t.layer);
       if (absl::StatusOr<OpKind> k = ParseOpKind(t.op_kind); k.ok()) p->set_kind(OpKindToProto(*k));
-      p->set_op_kind(t.op_kind);
       p->set_seconds(t.seconds);
       p->set_samples(t.samples);
     }
