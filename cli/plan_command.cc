@@ -131,8 +131,11 @@ Json TuneResultJson(const ModelGraph& model, const TuneResult& t) {
   return j;
 }
 
+// The plan tables: stages, prediction, devices, baselines, bound and search log. One renderer
+// for plans tuned here and plans a planner sent (RemoteTuneResult; `planner` true: the line
+// says where it was tuned, and there is no search log to print).
 void WriteTables(std::ostream& out, const ModelGraph& model, const Cluster& cluster,
-                 const TuneResult& t, bool steady) {
+                 const TuneResult& t, bool steady, bool planner = false) {
   out << "model " << model.name << " (" << model.num_layers() << " layers), cluster "
       << cluster.name << ", " << t.plan.num_devices << " devices, " << t.plan.num_microbatches
       << " micro-batches\n\n";
@@ -147,7 +150,8 @@ void WriteTables(std::ostream& out, const ModelGraph& model, const Cluster& clus
     stages.AddRow({absl::StrCat(s), absl::StrCat(st.first_layer, "-", st.last_layer),
                    StageKinds(model, st), absl::StrCat(st.device), st.recompute ? "yes" : "no"});
   }
-  out << "plan (" << PlanOriginText(t) << "):\n" << stages.Render({false, false, true, false, true});
+  out << "plan (" << PlanOriginText(t) << (planner ? ", computed by the planner" : "") << "):\n"
+      << stages.Render({false, false, true, false, true});
   out << VocabParallelLine(t.vocab_parallel, t.vocab_parallel_tried, t.plan.num_devices,
                            SplitsEmbedding(model))
       << "\n";
@@ -191,6 +195,10 @@ void WriteTables(std::ostream& out, const ModelGraph& model, const Cluster& clus
         << (t.lower_bound.binding == "layer" ? absl::StrCat(" ", t.lower_bound.heaviest_layer)
                                              : std::string())
         << "); this plan is " << FormatPercent(t.lower_bound_gap) << " above it\n";
+  }
+  if (planner) {
+    out << "tuned in " << absl::StrFormat("%.2f s", t.tuning_wall_s) << " on the planner\n";
+    return;
   }
   out << "tuned in " << absl::StrFormat("%.2f s", t.tuning_wall_s) << " (" << t.evaluations
       << " candidates" << (t.budget_exhausted ? ", time budget exhausted" : "") << ")\n";
@@ -253,8 +261,11 @@ Json LayoutJson(const Cluster& physical, const LayoutResult& r) {
           {"tuning_wall_s", r.tuning_wall_s}};
 }
 
-// The layout part of the tables: the choice, its pipelines and the layouts it beat.
-void WriteLayoutTables(std::ostream& out, const Cluster& physical, const LayoutResult& r) {
+// The layout part of the tables: the choice, its pipelines and the layouts it beat. A
+// planner's layout (RemoteLayoutResult) has no candidate list: `tuned` of `considered` layouts
+// is printed instead.
+void WriteLayoutTables(std::ostream& out, const Cluster& physical, const LayoutResult& r,
+                       int tuned = 0, int considered = 0) {
   out << "layout " << r.layout.ToString() << " on " << r.layout.gpus() << " GPUs of "
       << physical.name << ": " << r.microbatches << " micro-batches per pipeline ("
       << r.global_microbatches << " per iteration over " << r.layout.dp << " replicas)\n"
@@ -273,6 +284,10 @@ void WriteLayoutTables(std::ostream& out, const Cluster& physical, const LayoutR
   }
   out << "pipelines (each device is one TP group; the table below is pipeline 0, the slowest):\n"
       << pipes.Render({false, false, true, false, false});
+  if (r.considered.empty()) {
+    out << "\n" << tuned << " of " << considered << " layouts tuned in full, on the planner\n\n";
+    return;
+  }
   TextTable cons({"layout", "M", "outcome", "lower bound", "estimate", "iteration"});
   constexpr size_t kShown = 12;
   for (size_t i = 0; i < r.considered.size() && i < kShown; ++i) {
@@ -286,55 +301,88 @@ void WriteLayoutTables(std::ostream& out, const Cluster& physical, const LayoutR
       << cons.Render({true, false, true, false, false, false}) << "\n";
 }
 
-// Prints a planner's PlanResult: the plan's stages, predictions and the baselines.
-void WriteRemoteTables(std::ostream& out, const ModelGraph& model,
-                       const proto::PlanResult& r) {
-  if (!r.feasible()) {
-    out << "INFEASIBLE: " << r.infeasible_reason() << "\nmemory needed per device:";
-    for (double b : r.required_memory_bytes()) out << " " << FormatBytes(b);
-    out << "\n";
-  }
-  TextTable stages({"stage", "layers", "kinds", "device", "recompute"});
-  for (int s = 0; s < r.plan().stages_size(); ++s) {
-    const proto::StageSpec& st = r.plan().stages(s);
-    StageAssignment a;
-    a.first_layer = st.first_layer();
-    a.last_layer = st.last_layer();
-    stages.AddRow({absl::StrCat(s), absl::StrCat(st.first_layer(), "-", st.last_layer()),
-                   StageKinds(model, a), absl::StrCat(st.device()), st.recompute() ? "yes" : "no"});
-  }
-  out << "plan (" << r.origin() << ", computed by the planner):\n"
-      << stages.Render({false, false, true, false, true})
-      << VocabParallelLine(r.vocab_parallel(), r.vocab_parallel_tried(), r.plan().num_devices(),
-                           SplitsEmbedding(model))
-      << "\n";
+// A planner's PlanResult as the TuneResult the tables print (the fields they show). The
+// per-device busy and bubble figures are those the planner sent (zero from a planner that
+// sends only peak memory).
+absl::StatusOr<TuneResult> RemoteTuneResult(const proto::PlanResult& r) {
+  TuneResult t;
+  t.feasible = r.feasible();
+  t.infeasible_reason = r.infeasible_reason();
+  t.required_memory_bytes.assign(r.required_memory_bytes().begin(),
+                                 r.required_memory_bytes().end());
+  ASSIGN_OR_RETURN(t.plan, PlanFromProto(r.plan()));
   const proto::Prediction& p = r.plan().predicted();
-  out << "\npredicted iteration " << FormatSeconds(p.iteration_time_s()) << " synchronous / "
-      << FormatSeconds(p.steady_state_iteration_time_s()) << " steady-state; bubble "
-      << FormatPercent(p.bubble_ratio()) << " / " << FormatPercent(p.steady_state_bubble_ratio())
-      << "; " << FormatCount(p.tokens_per_s()) << " tokens/s\n";
-  TextTable base({"baseline", "iteration", "steady-state", "bubble", "max peak memory", "fits"});
-  for (const proto::BaselineFigures& b : r.baselines()) {
-    if (!b.ran()) {
-      base.AddRow({b.name(), "-", "-", "-", "-", "n/a: " + b.error()});
-      continue;
+  t.predicted.iteration_time_s = p.iteration_time_s();
+  t.predicted.steady_state_iteration_time_s = p.steady_state_iteration_time_s();
+  t.predicted.bubble_ratio = p.bubble_ratio();
+  t.predicted.steady_state_bubble_ratio = p.steady_state_bubble_ratio();
+  t.predicted.tokens_per_s = p.tokens_per_s();
+  for (int d = 0; d < p.peak_memory_bytes_size(); ++d) {
+    DeviceResult dr;
+    dr.peak_memory_bytes = p.peak_memory_bytes(d);
+    if (d < p.device_busy_s_size()) dr.busy_s = p.device_busy_s(d);
+    if (d < p.device_bubble_ratio_size()) dr.bubble_ratio = p.device_bubble_ratio(d);
+    dr.fits_memory = d < p.device_fits_memory_size() ? p.device_fits_memory(d) : r.feasible();
+    t.predicted.devices.push_back(dr);
+  }
+  for (const proto::BaselineFigures& f : r.baselines()) {
+    BaselineResult b;
+    b.name = f.name();
+    b.ran = f.ran();
+    b.error = f.error();
+    b.fits = f.fits();
+    b.result.iteration_time_s = f.iteration_time_s();
+    b.result.steady_state_iteration_time_s = f.steady_state_iteration_time_s();
+    b.result.bubble_ratio = f.bubble_ratio();
+    b.result.steady_state_bubble_ratio = f.steady_state_bubble_ratio();
+    DeviceResult peak;
+    peak.peak_memory_bytes = f.peak_memory_bytes();
+    b.result.devices.push_back(peak);
+    t.baselines.push_back(std::move(b));
+  }
+  t.best_baseline = r.best_baseline();
+  t.speedup_vs_best_baseline = r.speedup_vs_best_baseline();
+  // PlanOriginText's inverse: "tuned", "baseline:NAME", "infeasible".
+  if (r.origin() == "infeasible") {
+    t.origin = PlanOrigin::kIgnoringMemory;
+  } else if (absl::StartsWith(r.origin(), "baseline:")) {
+    t.origin = PlanOrigin::kBaseline;
+  }
+  t.lower_bound.seconds = r.lower_bound_s();
+  t.lower_bound.binding = r.lower_bound_binding();
+  t.lower_bound_gap = r.lower_bound_gap();
+  t.vocab_parallel = r.vocab_parallel();
+  t.vocab_parallel_tried = r.vocab_parallel_tried();
+  t.tuning_wall_s = r.tuning_wall_s();
+  return t;
+}
+
+// A planner's PlanLayout as the LayoutResult the layout tables print (no candidate list: the
+// planner sends how many layouts it considered and tuned).
+LayoutResult RemoteLayoutResult(const proto::PlanLayout& l) {
+  LayoutResult r;
+  r.layout.pp = l.pp();
+  r.layout.tp = l.tp();
+  r.layout.ep = l.ep();
+  r.layout.dp = l.dp();
+  r.layout.pp_outer = l.rank_order() != "tp-pp-dp";
+  r.microbatches = l.microbatches_per_pipeline();
+  r.global_microbatches = l.global_microbatches();
+  r.pipeline_time_s = l.pipeline_time_s();
+  r.dp_sync_s = l.dp_sync_s();
+  r.iteration_time_s = l.iteration_time_s();
+  r.tokens_per_s = l.tokens_per_s();
+  for (const proto::PlanLayoutPipeline& p : l.pipelines()) {
+    LayoutPipeline lp;
+    lp.replicas.assign(p.replicas().begin(), p.replicas().end());
+    for (const proto::PlanLayoutDevice& d : p.devices()) {
+      lp.device_gpus.emplace_back(d.gpus().begin(), d.gpus().end());
     }
-    base.AddRow({b.name(), FormatSeconds(b.iteration_time_s()),
-                 FormatSeconds(b.steady_state_iteration_time_s()),
-                 FormatPercent(b.bubble_ratio()), FormatBytes(b.peak_memory_bytes()),
-                 b.fits() ? "yes" : "NO"});
+    lp.tune.predicted.iteration_time_s = p.iteration_time_s();
+    lp.dp_sync_s = p.dp_sync_s();
+    r.pipelines.push_back(std::move(lp));
   }
-  out << "\nbaselines:\n" << base.Render();
-  if (!r.best_baseline().empty()) {
-    out << "\nspeed-up over the best fitting baseline (" << r.best_baseline()
-        << "): " << absl::StrFormat("%.3fx", r.speedup_vs_best_baseline()) << "\n";
-  }
-  if (r.lower_bound_s() > 0) {
-    out << "lower bound on any plan: " << FormatSeconds(r.lower_bound_s()) << " ("
-        << r.lower_bound_binding() << "); this plan is " << FormatPercent(r.lower_bound_gap())
-        << " above it\n";
-  }
-  out << "tuned in " << absl::StrFormat("%.2f s", r.tuning_wall_s()) << " on the planner\n";
+  return r;
 }
 
 // One pipeline over the first --devices; otherwise the layout search chooses PP x TP x EP x DP
@@ -364,26 +412,6 @@ void SetLayoutAndConstraints(const TunerOptions& t, const LayoutRequest& layout,
     s->set_device(st.device);
   }
   o->set_fixed_placement(t.constraints.fixed_placement);
-}
-
-void WriteRemoteLayout(std::ostream& out, const proto::PlanLayout& l) {
-  out << "layout PP" << l.pp() << " x TP" << l.tp() << " x EP" << l.ep() << " x DP" << l.dp()
-      << " (ranks " << l.rank_order() << "): " << l.microbatches_per_pipeline()
-      << " micro-batches per pipeline (" << l.global_microbatches() << " per iteration)\n"
-      << "iteration " << FormatSeconds(l.iteration_time_s()) << " = pipeline "
-      << FormatSeconds(l.pipeline_time_s()) << " + DP gradient all-reduce "
-      << FormatSeconds(l.dp_sync_s()) << "; " << FormatCount(l.tokens_per_s())
-      << " tokens/s over all GPUs; " << l.layouts_tuned() << " of " << l.layouts_considered()
-      << " layouts tuned\n";
-  for (int i = 0; i < l.pipelines_size(); ++i) {
-    std::vector<std::string> devices;
-    for (const proto::PlanLayoutDevice& d : l.pipelines(i).devices()) {
-      devices.push_back(absl::StrJoin(d.gpus(), "+"));
-    }
-    out << "pipeline " << i << " (" << l.pipelines(i).replicas_size()
-        << " replicas): GPUs " << absl::StrJoin(devices, ", ") << "\n";
-  }
-  out << "\n";
 }
 
 int RunRemotePlan(PlannerConnection& remote, const ModelGraph& model, const Cluster& cluster,
@@ -431,8 +459,19 @@ int RunRemotePlan(PlannerConnection& remote, const ModelGraph& model, const Clus
   if (o.json) {
     out << ProtoToJson(resp.result()) << "\n";
   } else {
-    if (resp.result().has_layout()) WriteRemoteLayout(out, resp.result().layout());
-    WriteRemoteTables(out, model, resp.result());
+    absl::StatusOr<TuneResult> tuned = RemoteTuneResult(resp.result());
+    if (!tuned.ok()) {
+      return Fail(err, absl::Status(tuned.status().code(),
+                                    absl::StrCat("the planner's plan: ", tuned.status().message())),
+                  1);
+    }
+    if (resp.result().has_layout()) {
+      const proto::PlanLayout& l = resp.result().layout();
+      WriteLayoutTables(out, cluster, RemoteLayoutResult(l), l.layouts_tuned(),
+                        l.layouts_considered());
+    }
+    WriteTables(out, model, cluster, *tuned, t.objective == Objective::kSteadyState,
+                /*planner=*/true);
   }
   return resp.result().feasible() ? 0 : 3;
 }

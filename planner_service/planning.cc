@@ -251,7 +251,12 @@ proto::PlanResult ToProto(const TuneResult& r) {
   p->set_bubble_ratio(r.predicted.bubble_ratio);
   p->set_steady_state_bubble_ratio(r.predicted.steady_state_bubble_ratio);
   p->set_tokens_per_s(r.predicted.tokens_per_s);
-  for (const DeviceResult& d : r.predicted.devices) p->add_peak_memory_bytes(d.peak_memory_bytes);
+  for (const DeviceResult& d : r.predicted.devices) {
+    p->add_peak_memory_bytes(d.peak_memory_bytes);
+    p->add_device_busy_s(d.busy_s);
+    p->add_device_bubble_ratio(d.bubble_ratio);
+    p->add_device_fits_memory(d.fits_memory);
+  }
   for (const BaselineResult& b : r.baselines) {
     proto::BaselineFigures* f = out.add_baselines();
     f->set_name(b.name);

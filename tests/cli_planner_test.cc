@@ -158,6 +158,37 @@ TEST(CliPlannerTest, RemotePlanTableSaysThePlannerComputedIt) {
   EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(\n +0 +0-\d+ +embedding)"))) << r.Describe();
   EXPECT_THAT(r.out, HasSubstr("predicted iteration"));
   EXPECT_THAT(r.out, HasSubstr("1f1b"));
+  // The same tables as a plan tuned here (one renderer): every table header of the local
+  // output is in the remote one, the device table with the planner's busy figures included.
+  const CliResult local = RunCli({"plan", "--model=zoo:llama3-8b", "--cluster=preset:h100-1node",
+                                  "--devices=4", "--microbatches=8", "--time_budget=2"});
+  ASSERT_EQ(local.exit_code, 0) << local.Describe();
+  const std::regex header(R"((?:^|\n)( *(?:stage|device|baseline) +[a-z][^\n]*))");
+  std::vector<std::string> local_headers, remote_headers;
+  for (auto [text, into] : {std::pair{&local.out, &local_headers},
+                            std::pair{&r.out, &remote_headers}}) {
+    for (std::sregex_iterator m(text->begin(), text->end(), header), end; m != end; ++m) {
+      into->push_back((*m)[1]);
+    }
+  }
+  EXPECT_EQ(local_headers.size(), 3u) << local.Describe();
+  EXPECT_EQ(remote_headers, local_headers) << r.Describe();
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(\n0 +\d+(\.\d+)? [mu]?s +\d+\.\d%)")))
+      << "device 0's busy time and bubble as the planner sent them\n" << r.Describe();
+}
+
+TEST(CliPlannerTest, RemoteLayoutTablesShowThePipelinesAndTheChoice) {
+  PlannerProcess planner(kPlanner);
+  ASSERT_TRUE(planner.Start({"--state_dir=" + TestPath("layout-table")}).ok()) << planner.log();
+  const CliResult r = RunCli({"plan", "--planner=" + planner.address(), "--model=zoo:llama3-8b",
+                              "--cluster=preset:h100-1node", "--microbatches=8",
+                              "--time_budget=2", "--pp=2"});
+  ASSERT_EQ(r.exit_code, 0) << r.Describe();
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(layout PP2 x TP\d x EP\d x DP\d \(pp (outer|inner)\) on 8 GPUs)")))
+      << r.Describe();
+  EXPECT_THAT(r.out, HasSubstr("pipelines (each device is one TP group"));
+  EXPECT_THAT(r.out, HasSubstr("layouts tuned in full, on the planner"));
+  EXPECT_THAT(r.out, HasSubstr("computed by the planner"));
 }
 
 TEST(CliPlannerTest, JobsCreateListGetWatchDelete) {
