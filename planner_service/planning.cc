@@ -111,6 +111,15 @@ proto::PlanLayout LayoutToProto(const LayoutResult& r) {
 }
 
 
+// The most micro-batches a request may ask for: max_microbatches for one pipeline; with the
+// layout chosen (the global batch over DP replicas), max_microbatches per replica, up to one
+// replica per device.
+int64_t GlobalMicrobatchLimit(const proto::PlanOptions& options, int64_t devices,
+                              const SizeLimits& limits) {
+  if (!options.choose_layout()) return limits.max_microbatches;
+  return limits.max_microbatches * std::max<int64_t>(devices, 1);
+}
+
 // Sizes read from the wire form, before any conversion allocates in proportion to them.
 absl::Status CheckWireSizes(const proto::Model& model, const proto::Cluster& cluster,
                             const proto::PlanOptions& options, const SizeLimits& limits) {
@@ -126,10 +135,15 @@ absl::Status CheckWireSizes(const proto::Model& model, const proto::Cluster& clu
                              limits.max_devices, "max_devices"));
   RETURN_IF_ERROR(CheckLimit("options.num_devices", options.num_devices(), limits.max_devices,
                              "max_devices"));
+  // With a layout chosen the micro-batches are the global batch, split over up to one replica
+  // per device: the limit is per replica (the layout search skips layouts above it).
+  const int64_t microbatches = GlobalMicrobatchLimit(options, devices, limits);
+  const char* limit_name =
+      options.choose_layout() ? "max_microbatches per replica x devices" : "max_microbatches";
   RETURN_IF_ERROR(CheckLimit("options.num_microbatches", options.num_microbatches(),
-                             limits.max_microbatches, "max_microbatches"));
+                             microbatches, limit_name));
   return CheckLimit("model.training.num_microbatches", model.training().num_microbatches(),
-                    limits.max_microbatches, "max_microbatches");
+                    microbatches, limit_name);
 }
 
 // The least wire size of any plan for `devices` x `microbatches` (see max_plan_bytes).
@@ -158,7 +172,11 @@ absl::StatusOr<PlanningInput> PrepareInput(const proto::Model& model_proto,
     return absl::InvalidArgumentError(absl::StrCat("model.", model.status().message()));
   }
   in.model = std::move(*model);
-  RETURN_IF_ERROR(CheckModelSize(in.model, limits));
+  {
+    SizeLimits model_limits = limits;  // the global batch of a layout: checked per replica
+    model_limits.max_microbatches = GlobalMicrobatchLimit(options, limits.max_devices, limits);
+    RETURN_IF_ERROR(CheckModelSize(in.model, model_limits));
+  }
   absl::StatusOr<Cluster> cluster = ClusterFromProto(cluster_proto);
   if (!cluster.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("cluster.", cluster.status().message()));
@@ -232,9 +250,20 @@ absl::StatusOr<PlanningInput> PrepareInput(const proto::Model& model_proto,
   names.microbatches = "options.num_microbatches";
   names.threads = "tuner_threads";
   names.chunks = "tuner chunks per device";
+  // A layout's pipelines run the global batch split over its replicas: sized here by the
+  // fewest micro-batches any replica can get (one replica per device); the layout search
+  // keeps each replica within max_microbatches and the result is checked against
+  // max_plan_bytes once it is known.
+  const int pipeline_microbatches =
+      in.choose_layout ? (t.num_microbatches + available - 1) / std::max(available, 1)
+                       : t.num_microbatches;
+  if (in.choose_layout) {
+    in.layout.max_microbatches_per_pipeline = static_cast<int>(limits.max_microbatches);
+  }
   RETURN_IF_ERROR(CheckRunSize(in.model.num_layers(), t.num_devices, t.max_chunks,
-                               t.num_microbatches, t.threads, limits, names));
-  RETURN_IF_ERROR(CheckPlanWireEstimate(t.num_devices, t.num_microbatches, limits));
+                               pipeline_microbatches, t.threads, limits, names));
+  RETURN_IF_ERROR(CheckPlanWireEstimate(in.choose_layout ? 1 : t.num_devices,
+                                        pipeline_microbatches, limits));
   in.max_plan_bytes = limits.max_plan_bytes;
   return in;
 }
