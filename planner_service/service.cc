@@ -18,6 +18,7 @@
 #include "core/clock.h"
 #include "planner_service/decode_check.h"
 #include "planner_service/job_convert.h"
+#include "planner_service/one_shot.h"
 
 namespace octopipe::planner {
 
@@ -32,8 +33,16 @@ PlannerService::PlannerService(JobManager* jobs, AgentRegistry* agents, Store* s
     : jobs_(jobs), agents_(agents), store_(store), pool_(pool), options_(std::move(options)),
       observer_(observer),
       clock_(options_.clock ? options_.clock : &real_clock_),
-      cache_(options_.plan_cache_entries, options_.plan_cache_bytes),
-      expiry_(clock_) {
+      one_shot_(pool, clock_,
+                OneShotOptions{options_.admission, options_.plan_cache_entries,
+                               options_.plan_cache_bytes},
+                OneShotHooks{[this](bool hit) {
+                               if (observer_) observer_->OnPlanCache(hit);
+                             },
+                             [this](const proto::PlanResult& r) {
+                               if (observer_) observer_->OnOneShotPlan(r);
+                             },
+                             [this] { UpdateHealth(); }}) {
   // A replica follows the leader's versions in the store for the watches it answers as a
   // follower (StoreWatcher); a lone planner always leads.
   if (options_.role != nullptr) {
@@ -210,15 +219,6 @@ void PlannerService::UpdateHealth() {
   if (serving_.exchange(serving) != serving) health->SetServingStatus(serving == 1);
 }
 
-LoadSnapshot PlannerService::Load() const {
-  LoadSnapshot load;
-  load.queued = pool_->queued(TuningPool::Lane::kJobs) + pool_->queued(TuningPool::Lane::kOneShot);
-  load.tasks_ahead = load.queued + pool_->running();
-  load.workers = pool_->threads();
-  load.typical_task_s = task_time_.Get();
-  return load;
-}
-
 namespace {
 
 // Seconds to the client's gRPC deadline; infinity when it set none.
@@ -244,146 +244,22 @@ grpc::ServerUnaryReactor* PlannerService::Plan(grpc::CallbackServerContext* ctx,
       PrepareInput(request->model(), request->cluster(), request->options(), {},
                    options_.limits);
   if (!input.ok()) return Done(ctx, "Plan", input.status());
-  const double deadline = CallDeadline(arrival, input->tuner.time_budget_s,
-                                       ClientRemaining(ctx), options_.admission);
-  // What this call can use at most: its budget, or less when the client's deadline is nearer.
-  input->tuner.time_budget_s = std::min(input->tuner.time_budget_s, deadline - arrival);
-  const double budget = input->tuner.time_budget_s;
-  const LoadSnapshot load = Load();
-  const PlanCacheKey key = KeyOf(*request);
-  // A cached answer serves when it was tuned with (95% of) the budget this call would get.
-  const double would_get = StartBudget(arrival, deadline, budget, load, options_.admission);
-  if (std::optional<proto::PlanResult> hit = cache_.Lookup(key, 0.95 * would_get)) {
-    if (observer_) observer_->OnPlanCache(true);
-    *response->mutable_result() = std::move(*hit);
-    response->set_from_cache(true);
-    return Done(ctx, "Plan", absl::OkStatus());
-  }
-  if (observer_) observer_->OnPlanCache(false);
+  // The call is not finished before its answer, so `ctx` and `response` stay valid until
+  // then; tuning stops when the client cancels or its deadline passes (gRPC cancels the call).
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  if (JoinInFlight(key, Waiter{reactor, response})) return reactor;
-  if (absl::Status admitted = Admit(arrival, deadline, budget, load, options_.admission);
-      !admitted.ok()) {
-    FinishWaiters(key, admitted, nullptr, 0);
-    if (observer_) observer_->OnRpc("Plan", ToGrpc(admitted).error_code());
-    reactor->Finish(ToGrpc(admitted));
-    return reactor;
-  }
-  auto shared = std::make_shared<PlanningInput>(std::move(*input));
-  // The RPC is not finished before the task runs, so `ctx` stays valid inside it. Tuning
-  // stops when the client cancels, its deadline passes (gRPC cancels the call) or the
-  // service shuts down.
-  TuningPool* pool = pool_;
-  std::function<bool()> should_stop = [ctx, pool] {
-    return ctx->IsCancelled() || pool->stopping();
-  };
-  // Still queued at its deadline: answered then, and the task is skipped when a worker gets to
-  // it (admission's wait estimate can be wrong; the deadline must hold anyway).
-  std::shared_ptr<QueueExpiry::Ticket> ticket =
-      expiry_.Add(deadline, [this, reactor, key, budget] {
-        const absl::Status late = absl::DeadlineExceededError(absl::StrFormat(
-            "the call's deadline (its time budget of %.3f s or its gRPC deadline) passed while "
-            "it waited in the queue; retry later or allow more time",
-            budget));
-        FinishWaiters(key, late, nullptr, 0);
-        if (observer_) observer_->OnRpc("Plan", ToGrpc(late).error_code());
-        reactor->Finish(ToGrpc(late));
-      });
-  const bool queued = pool_->TrySubmit(
-      [this, reactor, shared, key, deadline, response, should_stop, ticket] {
-        UpdateHealth();  // a slot is free again
-        if (!QueueExpiry::Claim(*ticket)) return;  // answered at its deadline already
-        RunOneShot(reactor, *shared, key, deadline, response, should_stop);
-      },
-      TuningPool::Lane::kOneShot);
-  UpdateHealth();
-  if (!queued) {
-    QueueExpiry::Claim(*ticket);  // answered below, not at the deadline
-    const absl::Status refused =
-        pool_->stopping()
-            ? absl::UnavailableError("the planner is shutting down; retry on another replica")
-            : absl::ResourceExhaustedError(absl::StrCat("one-shot Plan queue is full (",
-                                                        pool_->max_queued(),
-                                                        " calls waiting); retry later"));
-    FinishWaiters(key, refused, nullptr, 0);
-    if (observer_) observer_->OnRpc("Plan", ToGrpc(refused).error_code());
-    reactor->Finish(ToGrpc(refused));
-  }
+  one_shot_.Plan(KeyOf(*request), std::move(*input), arrival, ClientRemaining(ctx),
+                 [ctx] { return ctx->IsCancelled(); },
+                 [this, reactor, response](OneShotAnswer answer) {
+                   if (answer.status.ok()) {
+                     *response->mutable_result() = std::move(answer.result);
+                     response->set_from_cache(answer.from_cache);
+                     response->set_tuning_budget_s(answer.tuning_budget_s);
+                   }
+                   const grpc::Status g = ToGrpc(answer.status);
+                   if (observer_) observer_->OnRpc("Plan", g.error_code());
+                   reactor->Finish(g);
+                 });
   return reactor;
-}
-
-bool PlannerService::JoinInFlight(const PlanCacheKey& key, const Waiter& waiter) {
-  absl::MutexLock lock(&in_flight_mu_);
-  auto it = in_flight_.find(key);
-  if (it == in_flight_.end()) {
-    in_flight_.emplace(key, std::vector<Waiter>());
-    return false;
-  }
-  it->second.push_back(waiter);
-  return true;
-}
-
-void PlannerService::FinishWaiters(const PlanCacheKey& key, const absl::Status& status,
-                                   const proto::PlanResult* result, double tuning_budget_s) {
-  std::vector<Waiter> waiters;
-  {
-    absl::MutexLock lock(&in_flight_mu_);
-    auto it = in_flight_.find(key);
-    if (it == in_flight_.end()) return;
-    waiters = std::move(it->second);
-    in_flight_.erase(it);
-  }
-  const grpc::Status g = ToGrpc(status);
-  for (const Waiter& w : waiters) {
-    if (status.ok() && result != nullptr) {
-      *w.response->mutable_result() = *result;
-      w.response->set_from_cache(true);
-      w.response->set_tuning_budget_s(tuning_budget_s);
-    }
-    if (observer_) observer_->OnRpc("Plan", g.error_code());
-    w.reactor->Finish(g);
-  }
-}
-
-void PlannerService::RunOneShot(grpc::ServerUnaryReactor* reactor, const PlanningInput& input,
-                                const PlanCacheKey& key, double deadline_s,
-                                proto::PlanResponse* response,
-                                const std::function<bool()>& should_stop) {
-  const double start = clock_->NowSeconds();
-  const double budget = input.tuner.time_budget_s;
-  const double tuning_budget = StartBudget(start, deadline_s, budget, Load(), options_.admission);
-  absl::StatusOr<proto::PlanResult> r;
-  if (tuning_budget <= 0) {
-    r = absl::DeadlineExceededError(absl::StrFormat(
-        "the call's deadline (its time budget of %.3f s or its gRPC deadline) passed while it "
-        "waited in the queue; retry later or allow more time",
-        budget));
-  } else {
-    PlanningInput degraded = input;
-    degraded.tuner.time_budget_s = tuning_budget;
-    r = RunPlanning(degraded, {}, should_stop);
-    task_time_.Add(clock_->NowSeconds() - start);
-  }
-  if (r.ok()) {
-    cache_.Put(key, *r, tuning_budget);
-    FinishWaiters(key, absl::OkStatus(), &*r, tuning_budget);
-    *response->mutable_result() = std::move(*r);
-    response->set_tuning_budget_s(tuning_budget);
-    if (observer_) observer_->OnOneShotPlan(response->result());
-  } else {
-    if (r.status().code() == absl::StatusCode::kCancelled && pool_->stopping()) {
-      r = absl::UnavailableError("the planner is shutting down; retry on another replica");
-    } else if (r.status().code() == absl::StatusCode::kCancelled) {
-      // The leading client went away; the others that joined have not: they retry.
-      FinishWaiters(key, absl::UnavailableError(
-                             "an identical call this one joined was cancelled; retry"),
-                    nullptr, 0);
-    }
-    FinishWaiters(key, r.status(), nullptr, 0);
-  }
-  const grpc::Status g = ToGrpc(r.status());
-  if (observer_) observer_->OnRpc("Plan", g.error_code());
-  reactor->Finish(g);
 }
 
 grpc::ServerUnaryReactor* PlannerService::CreateJob(grpc::CallbackServerContext* ctx,

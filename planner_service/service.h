@@ -1,7 +1,7 @@
-// PlannerService: the thin gRPC adapter (callback API) over JobManager, AgentRegistry and the
-// tuning pool. Handlers identify and authorize the caller (access.h), validate, convert, call the core classes and
-// convert back; absl::Status codes map 1:1 to gRPC codes. One-shot Plan calls tune on the
-// bounded pool (a full queue answers RESOURCE_EXHAUSTED) and finish from the worker thread.
+// PlannerService: the thin gRPC adapter (callback API) over JobManager, AgentRegistry and
+// OneShotPlanner. Handlers identify and authorize the caller (access.h), validate, convert,
+// call the core classes and convert back; absl::Status codes map 1:1 to gRPC codes. One-shot
+// Plan calls are answered by OneShotPlanner (one_shot.h), from a pool worker when tuned.
 #ifndef OCTOPIPE_PLANNER_SERVICE_SERVICE_H_
 #define OCTOPIPE_PLANNER_SERVICE_SERVICE_H_
 
@@ -21,10 +21,9 @@
 #include "planner_service/agent_registry.h"
 #include "planner_service/audit_log.h"
 #include "core/clock.h"
-#include "planner_service/queue_expiry.h"
 #include "planner_service/job_manager.h"
 #include "planner_service/leadership.h"
-#include "planner_service/plan_cache.h"
+#include "planner_service/one_shot.h"
 #include "planner_service/planning.h"
 #include "planner_service/store.h"
 #include "planner_service/store_watch.h"
@@ -78,13 +77,8 @@ struct ServiceOptions {
   const Role* role = nullptr;
 };
 
-// One-shot Plan calls (documented contract): a call's deadline is its arrival plus its time
-// budget, or the client's gRPC deadline when nearer — queue wait counts. An identical earlier
-// request's answer is served from the cache when it was tuned with at least the budget this
-// call would get now (PlanResponse.from_cache); identical calls in flight share one tuning task
-// (the others are answered with its result, from_cache, or its error). Under load the tuning budget degrades with the
-// queue (PlanResponse.tuning_budget_s); RESOURCE_EXHAUSTED only when even the minimum budget
-// cannot be met before the deadline, DEADLINE_EXCEEDED when the deadline passed while queued.
+// One-shot Plan calls: their cache, coalescing, admission and expiry are OneShotPlanner's
+// (planner_service/one_shot.h, which states the contract).
 //
 // Agent registration (documented contract): registering a node that is already registered
 // and alive with the same num_devices is a retry or an agent restart and replaces the
@@ -181,22 +175,6 @@ class PlannerService final : public proto::Planner::CallbackService {
   // Health follows the one-shot queue: NOT_SERVING exactly while it is full. Also reports
   // both queue depths to the observer.
   void UpdateHealth();
-  LoadSnapshot Load() const;
-  // Identical calls in flight share one tuning task: a call whose key is already being tuned
-  // waits for that answer (PlanResponse.from_cache) instead of queueing a task of its own.
-  struct Waiter {
-    grpc::ServerUnaryReactor* reactor;
-    proto::PlanResponse* response;
-  };
-  // True when the call joined a task in flight; else the caller leads (and must FinishWaiters).
-  bool JoinInFlight(const PlanCacheKey& key, const Waiter& waiter);
-  // Answers every call that joined `key` with `result` (or `status`) and forgets the key.
-  void FinishWaiters(const PlanCacheKey& key, const absl::Status& status,
-                     const proto::PlanResult* result, double tuning_budget_s);
-  // Runs one admitted Plan call on a worker and finishes it.
-  void RunOneShot(grpc::ServerUnaryReactor* reactor, const PlanningInput& input,
-                  const PlanCacheKey& key, double deadline_s, proto::PlanResponse* response,
-                  const std::function<bool()>& should_stop);
 
   JobManager* const jobs_;
   AgentRegistry* const agents_;
@@ -206,17 +184,12 @@ class PlannerService final : public proto::Planner::CallbackService {
   RpcObserver* const observer_;
   RealClock real_clock_;
   const Clock* const clock_;
-  PlanCache cache_;
-  TaskTimeEstimate task_time_;  // wall time of recent one-shot tuning tasks
-  absl::Mutex in_flight_mu_;
-  absl::flat_hash_map<PlanCacheKey, std::vector<Waiter>> in_flight_
-      ABSL_GUARDED_BY(in_flight_mu_);
   std::atomic<grpc::HealthCheckServiceInterface*> health_{nullptr};
   std::atomic<int> serving_{-1};  // last status set: -1 unknown, 0 NOT_SERVING, 1 SERVING
   // A replica's: WatchPlan answered as a follower, from the store. Null for a lone planner.
   std::unique_ptr<StoreWatcher> store_watcher_;
-  // Answers queued one-shot calls at their deadline. Last: destroyed (its thread joined) first.
-  QueueExpiry expiry_;
+  // One-shot Plan calls. Last: destroyed (its expiry thread joined) first.
+  OneShotPlanner one_shot_;
 };
 
 }  // namespace octopipe::planner
