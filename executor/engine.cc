@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "core/pipeline_edges.h"
 #include "core/status_macros.h"
 
 namespace octopipe::executor {
@@ -68,25 +69,41 @@ std::vector<PipelineEngine::Message> PipelineEngine::SendsBetween(int from, int 
       }
     }
   }
+  // The pipeline's edges (core/pipeline_edges.h, as the simulator costs them) whose consumer
+  // runs on `to`, in the order of `from`'s ops: each is one message.
+  std::vector<uint8_t> recompute(S);
+  for (int s = 0; s < S; ++s) recompute[s] = plan_.stages[s].recompute ? 1 : 0;
+  const PipelineShape shape{S, plan_.num_devices, plan_.vocab_parallel, recompute.data()};
+  const auto backward = [](int) { return OpKind::kB; };  // B or BW: the same device
   for (const Op& op : plan_.schedule.ops[from]) {
     const int s = op.stage, m = op.microbatch;
     if (embed && s == 0 && (op.kind == OpKind::kB || op.kind == OpKind::kBW)) {
       out.push_back(VocabMessageTo(to, m, from, VocabMessage::kEmbedGrad));
     }
-    if (op.kind == OpKind::kF && s + 1 < S && plan_.stages[s + 1].device == to) {
-      out.push_back({to, Tag(s, m, kForward), tokens_, hidden_});
-    }
-    if (plan_.vocab_parallel && op.kind == OpKind::kF && s == S - 1) {
-      out.push_back(VocabMessageTo(to, m, from, VocabMessage::kInput));
-    }
-    if ((op.kind == OpKind::kB || op.kind == OpKind::kBW) && s > 0 &&
-        plan_.stages[s - 1].device == to) {
-      out.push_back({to, Tag(s, m, kBackward), tokens_, hidden_});
-    }
-    if (op.kind == OpKind::kS) {
-      out.push_back(VocabMessageTo(to, m, from, VocabMessage::kStats));
-      if (to == NormHolder()) out.push_back(VocabMessageTo(to, m, from, VocabMessage::kGrad));
-    }
+    ForEachSuccessor(shape, op.kind, s, backward, [&](OpKind kind, int stage, EdgeData data) {
+      const int device = IsVocabPass(kind) ? stage : plan_.stages[stage].device;
+      if (device != to) return;
+      switch (data) {
+        case EdgeData::kActivation:
+          out.push_back({to, Tag(s, m, kForward), tokens_, hidden_});
+          break;
+        case EdgeData::kGradient:
+          out.push_back({to, Tag(s, m, kBackward), tokens_, hidden_});
+          break;
+        case EdgeData::kVocabInput:
+          out.push_back(VocabMessageTo(to, m, from, VocabMessage::kInput));
+          break;
+        case EdgeData::kVocabAllReduce:
+          // The barrier as the executor runs it: every shard's softmax statistics to every
+          // T, and its partial input gradient to the holder of the last stage's backward.
+          out.push_back(VocabMessageTo(to, m, from,
+                                       kind == OpKind::kT ? VocabMessage::kStats
+                                                          : VocabMessage::kGrad));
+          break;
+        case EdgeData::kNone:
+          break;
+      }
+    });
   }
   return out;
 }

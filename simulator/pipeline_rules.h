@@ -2,20 +2,9 @@
 // which, and how an op changes the live activation memory of its device. The evaluator, the
 // list scheduler and the planner's calibration all call these, so a rule changes in one place.
 //
-// The data dependencies of micro-batch m (docs/architecture.md, "Simulator semantics"), with
-// back(s) the backward of stage s for m — B when the backward is split into B and W, BW when it
-// is not:
-//   F(s)   -> F(s+1)      crosses stages: carries output_bytes[s]
-//   F(S-1) -> back(S-1)   the loss turns the last forward into the first backward
-//   F(s)   -> R(s)        when stage s recomputes
-//   R(s)   -> back(s)
-//   back(s)-> back(s-1)   crosses stages: carries the gradient, output_bytes[s-1]
-//   B(s)   -> W(s)
-// Under vocabulary parallelism (PipelineProblem::vocab_parallel, P devices) the loss edge
-// F(S-1) -> back(S-1) is replaced by the split output layer:
-//   F(S-1) -> S(d)        for every device d: carries vocab_input_bytes (a broadcast)
-//   S(d)   -> T(d')       for every d, d': the all-reduce barrier, kAllReduceEdge
-//   S(d)   -> back(S-1)   for every d: the all-reduce also delivers the input gradient
+// The data dependencies of a micro-batch are core/pipeline_edges.h's (shared with the
+// executor); here each edge becomes a transfer (the bytes crossing between stages, when their
+// devices differ) or, for the vocabulary all-reduce, a barrier of vocab_allreduce_s.
 // An op's device is its stage's, except a vocabulary pass, whose stage is its device.
 // Memory: F keeps its activations (only its input under recompute), R re-materialises the
 // rest, B frees what W does not need, W and BW free the remainder; so the deltas of one
@@ -32,6 +21,7 @@
 #ifndef OCTOPIPE_SIMULATOR_PIPELINE_RULES_H_
 #define OCTOPIPE_SIMULATOR_PIPELINE_RULES_H_
 
+#include "core/pipeline_edges.h"
 #include "core/schedule.h"
 #include "simulator/problem.h"
 
@@ -163,80 +153,47 @@ inline int DataPredecessorCount(const PipelineProblem& pb, OpKind kind, int stag
   return 0;
 }
 
+// The pipeline's edges (core/pipeline_edges.h) over this problem.
+inline PipelineShape ShapeOf(const PipelineProblem& pb) {
+  return PipelineShape{pb.num_stages, pb.num_devices, pb.vocab_parallel, pb.recompute.data()};
+}
+
 // Calls fn(OpKind consumer_kind, int consumer_stage, double bytes) for every data successor of
-// an op of `kind` on `stage` (same micro-batch). `bytes` is what crosses to the consumer's stage
-// — a transfer when that stage sits on another device — or -1 for an edge within the stage, or
-// kAllReduceEdge for the vocabulary all-reduce barrier (EdgeDelay turns any of them into time).
-// backward(s) returns the kind of stage s's backward for this micro-batch (kB or kBW).
+// an op of `kind` on `stage` (same micro-batch; ForEachSuccessor's edges). `bytes` is what
+// crosses to the consumer's stage — a transfer when that stage sits on another device — or -1
+// for an edge within the stage, or kAllReduceEdge for the vocabulary all-reduce barrier
+// (EdgeDelay turns any of them into time). backward(s) returns the kind of stage s's backward
+// for this micro-batch (kB or kBW).
 template <typename BackwardKind, typename Fn>
 inline void ForEachDataSuccessor(const PipelineProblem& pb, OpKind kind, int stage,
                                  BackwardKind&& backward, Fn&& fn) {
-  const int s = stage;
-  switch (kind) {
-    case OpKind::kF:
-      if (s + 1 < pb.num_stages) {
-        fn(OpKind::kF, s + 1, pb.output_bytes[s]);
-      } else if (pb.vocab_parallel) {
-        for (int d = 0; d < pb.num_devices; ++d) fn(OpKind::kS, d, pb.vocab_input_bytes);
-      } else {
-        fn(backward(s), s, -1.0);
-      }
-      if (pb.recompute[s]) fn(OpKind::kR, s, -1.0);
-      break;
-    case OpKind::kR:
-      fn(backward(s), s, -1.0);
-      break;
-    case OpKind::kB:
-      if (s > 0) fn(backward(s - 1), s - 1, pb.output_bytes[s - 1]);
-      fn(OpKind::kW, s, -1.0);
-      break;
-    case OpKind::kBW:
-      if (s > 0) fn(backward(s - 1), s - 1, pb.output_bytes[s - 1]);
-      break;
-    case OpKind::kS:
-      for (int d = 0; d < pb.num_devices; ++d) fn(OpKind::kT, d, kAllReduceEdge);
-      fn(backward(pb.num_stages - 1), pb.num_stages - 1, kAllReduceEdge);
-      break;
-    case OpKind::kW:  // no successors
-    case OpKind::kT:
-      break;
-  }
+  ForEachSuccessor(ShapeOf(pb), kind, stage, backward,
+                   [&](OpKind consumer, int consumer_stage, EdgeData data) {
+                     switch (data) {
+                       case EdgeData::kActivation:
+                         fn(consumer, consumer_stage, pb.output_bytes[stage]);
+                         break;
+                       case EdgeData::kGradient:
+                         fn(consumer, consumer_stage, pb.output_bytes[stage - 1]);
+                         break;
+                       case EdgeData::kVocabInput:
+                         fn(consumer, consumer_stage, pb.vocab_input_bytes);
+                         break;
+                       case EdgeData::kVocabAllReduce:
+                         fn(consumer, consumer_stage, kAllReduceEdge);
+                         break;
+                       case EdgeData::kNone: fn(consumer, consumer_stage, -1.0); break;
+                     }
+                   });
 }
 
 // Calls fn(OpKind producer_kind, int producer_stage) for every data predecessor of an op of
-// `kind` on `stage` (same micro-batch), in the order: cross-stage or loss edge first, then R.
+// `kind` on `stage` (same micro-batch; ForEachPredecessor's edges), in the order: cross-stage or
+// loss edge first, then R.
 template <typename BackwardKind, typename Fn>
 inline void ForEachDataPredecessor(const PipelineProblem& pb, OpKind kind, int stage,
                                    BackwardKind&& backward, Fn&& fn) {
-  const int s = stage;
-  switch (kind) {
-    case OpKind::kF:
-      if (s > 0) fn(OpKind::kF, s - 1);
-      break;
-    case OpKind::kR:
-      fn(OpKind::kF, s);
-      break;
-    case OpKind::kB:
-    case OpKind::kBW:
-      if (s + 1 < pb.num_stages) {
-        fn(backward(s + 1), s + 1);
-      } else if (pb.vocab_parallel) {
-        for (int d = 0; d < pb.num_devices; ++d) fn(OpKind::kS, d);
-      } else {
-        fn(OpKind::kF, s);
-      }
-      if (pb.recompute[s]) fn(OpKind::kR, s);
-      break;
-    case OpKind::kW:
-      fn(OpKind::kB, s);
-      break;
-    case OpKind::kS:
-      fn(OpKind::kF, pb.num_stages - 1);
-      break;
-    case OpKind::kT:
-      for (int d = 0; d < pb.num_devices; ++d) fn(OpKind::kS, d);
-      break;
-  }
+  ForEachPredecessor(ShapeOf(pb), kind, stage, backward, fn);
 }
 
 }  // namespace octopipe
