@@ -31,7 +31,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "cli/profile_fit.h"  // FitLink, FitMessageCpu: the command's fits
+#include "calibration/profile_fit.h"  // FitLink, FitMessageCpu: the command's fits
 #include "core/cluster.h"
 #include "core/model_graph.h"
 #include "core/plan.h"

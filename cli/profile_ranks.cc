@@ -15,7 +15,7 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
-#include "cli/profile_fit.h"
+#include "calibration/profile_fit.h"
 #include "core/json_text.h"
 #include "core/status_macros.h"
 #include "executor/engine.h"

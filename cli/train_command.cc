@@ -29,7 +29,8 @@
 #include "report/html_report.h"
 #include "simulator/trace.h"
 #include "tuner/layout_simulation.h"
-#include "planner_service/calibration.h"
+#include "calibration/host_speed.h"
+#include "calibration/layer_calibration.h"
 #include "core/cost_model.h"
 
 namespace octopipe::cli {
@@ -279,16 +280,16 @@ absl::StatusOr<std::string> WriteCalibratedModel(const TrainFlags& o, const Prof
   ASSIGN_OR_RETURN(ProblemBuilder builder,
                    ProblemBuilder::Create(model, cluster, CostModel(), plan.num_devices, {},
                                           plan.vocab_parallel));
-  std::vector<planner::MeasuredStageTime> stage_times;
+  std::vector<MeasuredStageTime> stage_times;
   for (const auto& [key, mean_n] : m.stage_op_s) {
     stage_times.push_back({key.first, key.second, mean_n.first, mean_n.second});
   }
-  std::vector<planner::MeasuredLayerTime> times;
+  std::vector<MeasuredLayerTime> times;
   for (const auto& [key, mean_n] : m.layer_op_s) {
     times.push_back({key.first, key.second, mean_n.first, mean_n.second});
   }
-  ASSIGN_OR_RETURN(planner::CalibrationUpdate fit,
-                   planner::FitMeasuredTimes(builder, plan, stage_times, times, {}));
+  ASSIGN_OR_RETURN(CalibrationUpdate fit,
+                   FitMeasuredTimes(builder, plan, stage_times, times, {}));
   // The calibrated model is at this run's host speed, and its host-speed reference is its own
   // probe workload (ProbeWorkloadSeconds), as a profile's is: a later run's probe against it
   // gives that run's speed. The run's own probe is not used here: 0.3-0.5 s of probing caught a
@@ -303,7 +304,7 @@ absl::StatusOr<std::string> WriteCalibratedModel(const TrainFlags& o, const Prof
       worst = l;
     }
   }
-  ASSIGN_OR_RETURN(ModelGraph calibrated, planner::ApplyLayerFactors(model, fit.factors));
+  ASSIGN_OR_RETURN(ModelGraph calibrated, ApplyLayerFactors(model, fit.factors));
   calibrated.host_probe_s = executor::ProbeWorkloadSeconds(calibrated);
   calibrated.source = absl::StrCat(model.source, "; calibrated to a run of ", plan.schedule_name);
   RETURN_IF_ERROR(WriteModelFile(ResolvePath(o.calibrated_model), calibrated));
@@ -417,13 +418,7 @@ struct HostSpeed {
 // costs scaled by `ratio` (link times unchanged).
 absl::StatusOr<ProfileFiles> AtHostSpeed(const ProfileFiles& profile, double ratio) {
   ProfileFiles out{profile.model, profile.cluster};
-  ASSIGN_OR_RETURN(out.model, planner::ApplyLayerFactors(
-                                  profile.model,
-                                  std::vector<double>(profile.model.num_layers(), ratio)));
-  for (HardwareSpec& hw : out.cluster.hardware) {
-    hw.op_overhead_s *= ratio;
-    hw.message_cpu_s *= ratio;
-  }
+  RETURN_IF_ERROR(ScaleToHostSpeed(ratio, &out.model, &out.cluster));
   return out;
 }
 

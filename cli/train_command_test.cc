@@ -21,7 +21,7 @@
 #include "gtest/gtest.h"
 #include "tuner/layout_simulation.h"
 #include "nlohmann/json.hpp"
-#include "planner_service/calibration.h"
+#include "calibration/layer_calibration.h"
 #include "planner_service/server.h"
 #include "simulator/classic_pipeline.h"
 #include "simulator/problem_builder.h"
@@ -497,20 +497,20 @@ TEST(TrainCommandTest, CalibrationIsAtTheRunsHostSpeedWithItsOwnReference) {
   absl::StatusOr<ProblemBuilder> builder =
       ProblemBuilder::Create(profile, MeasuredCluster(), CostModel(), 2, {}, false);
   ASSERT_TRUE(builder.ok()) << builder.status();
-  std::vector<planner::MeasuredStageTime> stages;
+  std::vector<MeasuredStageTime> stages;
   for (const auto& t : j.at("stage_op_s")) {
     absl::StatusOr<OpKind> k = ParseOpKind(t.at(1).get<std::string>());
     ASSERT_TRUE(k.ok());
     stages.push_back({t.at(0).get<int>(), *k, t.at(2).get<double>(), t.at(3).get<int64_t>()});
   }
-  std::vector<planner::MeasuredLayerTime> layers;
+  std::vector<MeasuredLayerTime> layers;
   for (const auto& t : j.at("layer_op_s")) {
     absl::StatusOr<OpKind> k = ParseOpKind(t.at(1).get<std::string>());
     ASSERT_TRUE(k.ok());
     layers.push_back({t.at(0).get<int>(), *k, t.at(2).get<double>(), t.at(3).get<int64_t>()});
   }
-  absl::StatusOr<planner::CalibrationUpdate> fit =
-      planner::FitMeasuredTimes(*builder, *plan, stages, layers, {});
+  absl::StatusOr<CalibrationUpdate> fit =
+      FitMeasuredTimes(*builder, *plan, stages, layers, {});
   ASSERT_TRUE(fit.ok()) << fit.status();
   absl::StatusOr<ModelGraph> cal = LoadModelFile(calibrated);
   ASSERT_TRUE(cal.ok()) << cal.status();

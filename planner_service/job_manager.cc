@@ -14,7 +14,7 @@
 #include "core/status_macros.h"
 #include "logging/logging.h"
 #include "planner_service/agent_jobs.h"
-#include "planner_service/calibration.h"
+#include "calibration/layer_calibration.h"
 #include "planner_service/job_convert.h"
 #include "simulator/evaluator.h"
 #include "simulator/problem_builder.h"

@@ -34,7 +34,7 @@
 #include "core/clock.h"
 #include "core/plan.h"
 #include "core/replan_reason.h"
-#include "planner_service/calibration.h"
+#include "calibration/layer_calibration.h"
 #include "planner_service/job_state.h"
 #include "planner_service/measured_bubble.h"
 #include "planner_service/planning.h"

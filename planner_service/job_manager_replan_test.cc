@@ -18,7 +18,7 @@
 #include "core/cost_model.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "planner_service/calibration.h"
+#include "calibration/layer_calibration.h"
 #include "simulator/problem_builder.h"
 
 namespace octopipe::planner {

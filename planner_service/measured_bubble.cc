@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
-#include "planner_service/calibration.h"
+#include "calibration/layer_calibration.h"
 
 namespace octopipe::planner {
 

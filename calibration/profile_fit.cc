@@ -1,4 +1,4 @@
-#include "cli/profile_fit.h"
+#include "calibration/profile_fit.h"
 
 #include <algorithm>
 #include <limits>
@@ -8,7 +8,7 @@
 #include "simulator/evaluator.h"
 #include "simulator/problem_builder.h"
 
-namespace octopipe::cli {
+namespace octopipe {
 namespace {
 
 // The simulator's iteration time for `plan` on the measured files with message_cpu_s = c.
@@ -87,4 +87,4 @@ absl::StatusOr<LinkFit> FitLink(const std::vector<std::pair<double, double>>& sa
   return fit;
 }
 
-}  // namespace octopipe::cli
+}  // namespace octopipe

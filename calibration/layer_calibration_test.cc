@@ -3,7 +3,7 @@
 // The predicted problem is a hand-made UniformProblem, so every expected factor is a closed
 // form: ratio = sum(measured * samples) / sum(predicted * samples) over the op kinds reported
 // for a stage, applied to exactly that stage's layers.
-#include "planner_service/calibration.h"
+#include "calibration/layer_calibration.h"
 
 #include <cmath>
 #include <limits>
@@ -19,7 +19,7 @@
 #include "simulator/problem.h"
 #include "simulator/problem_builder.h"
 
-namespace octopipe::planner {
+namespace octopipe {
 namespace {
 
 using ::testing::HasSubstr;
@@ -481,4 +481,4 @@ TEST(ApplyLayerFactorsTest, ScalesEachLayersMeasuredTimesByItsFactor) {
 }
 
 }  // namespace
-}  // namespace octopipe::planner
+}  // namespace octopipe

@@ -1,4 +1,4 @@
-#include "planner_service/calibration.h"
+#include "calibration/layer_calibration.h"
 
 #include <algorithm>
 
@@ -8,7 +8,7 @@
 #include "core/status_macros.h"
 #include "simulator/pipeline_rules.h"
 
-namespace octopipe::planner {
+namespace octopipe {
 
 absl::Status CheckReportedSeconds(const std::string& field, double seconds) {
   if (std::isfinite(seconds) && seconds >= kMinReportedSeconds && seconds <= kMaxReportedSeconds) {
@@ -251,4 +251,4 @@ absl::StatusOr<ModelGraph> ApplyLayerFactors(const ModelGraph& model,
   return out;
 }
 
-}  // namespace octopipe::planner
+}  // namespace octopipe

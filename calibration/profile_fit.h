@@ -1,8 +1,9 @@
-// The fits `octopipe profile` makes from its measurements (and the median and spread it reports): the link (latency + bytes /
-// bandwidth over ping-pong samples) and the per-message CPU cost (the simulator's ratio between a
-// message-heavy and a light plan matched to the measured one). Pure functions; thread-safe.
-#ifndef OCTOPIPE_CLI_PROFILE_FIT_H_
-#define OCTOPIPE_CLI_PROFILE_FIT_H_
+// The fits `octopipe profile` makes from its measurements (and the median and spread it
+// reports): the link (latency + bytes / bandwidth over ping-pong samples) and the per-message
+// CPU cost (the simulator's ratio between a message-heavy and a light plan matched to the
+// measured one). Pure functions; thread-safe.
+#ifndef OCTOPIPE_CALIBRATION_PROFILE_FIT_H_
+#define OCTOPIPE_CALIBRATION_PROFILE_FIT_H_
 
 #include <utility>
 #include <vector>
@@ -12,7 +13,7 @@
 #include "core/model_graph.h"
 #include "core/plan.h"
 
-namespace octopipe::cli {
+namespace octopipe {
 
 // The median of `v` (0 when empty) and its spread, (max - min) / median (0 for fewer than two
 // samples or a non-positive median).
@@ -37,6 +38,6 @@ absl::StatusOr<double> FitMessageCpu(const ModelGraph& model, const Cluster& clu
                                      const Plan& light, double light_s, const Plan& heavy,
                                      double heavy_s, double max_c = 0.01);
 
-}  // namespace octopipe::cli
+}  // namespace octopipe
 
-#endif  // OCTOPIPE_CLI_PROFILE_FIT_H_
+#endif  // OCTOPIPE_CALIBRATION_PROFILE_FIT_H_

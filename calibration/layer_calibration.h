@@ -24,8 +24,8 @@
 // the split time only its norm on the last stage's device, are ignored (FitMeasuredTimes). A
 // split input embedding (ProblemBuilder::split_embedding) is timed per layer on stage 0's
 // device for that device's shard only, so its layer times are compared with that share.
-#ifndef OCTOPIPE_PLANNER_SERVICE_CALIBRATION_H_
-#define OCTOPIPE_PLANNER_SERVICE_CALIBRATION_H_
+#ifndef OCTOPIPE_CALIBRATION_LAYER_CALIBRATION_H_
+#define OCTOPIPE_CALIBRATION_LAYER_CALIBRATION_H_
 
 #include <string>
 #include <vector>
@@ -37,7 +37,7 @@
 #include "simulator/problem.h"
 #include "simulator/problem_builder.h"
 
-namespace octopipe::planner {
+namespace octopipe {
 
 // Physical ranges of what agents report, checked before anything is fitted or stored: an op or
 // iteration time in [kMinReportedSeconds, kMaxReportedSeconds] (1 ns .. ~11.6 days), samples and
@@ -123,6 +123,6 @@ absl::StatusOr<ModelGraph> ApplyLayerFactors(const ModelGraph& model,
 // Op-kind text ("F", "B", "W", "BW", "R") is parsed by octopipe::ParseOpKind (core/schedule.h).
 using ::octopipe::ParseOpKind;
 
-}  // namespace octopipe::planner
+}  // namespace octopipe
 
-#endif  // OCTOPIPE_PLANNER_SERVICE_CALIBRATION_H_
+#endif  // OCTOPIPE_CALIBRATION_LAYER_CALIBRATION_H_
