@@ -9,8 +9,13 @@ namespace octopipe {
 AgentRegistry::AgentRegistry(const Clock* clock, double heartbeat_timeout_s)
     : clock_(clock), heartbeat_timeout_s_(heartbeat_timeout_s) {}
 
+AgentRecord LostAgentRecord(const AgentInfo& info, int64_t lost_unix_ms) {
+  return AgentRecord{info.node_id, info.num_devices, info.address, info.registered_unix_ms,
+                     lost_unix_ms};
+}
+
 bool AgentRegistry::Register(const std::string& node_id, int num_devices,
-                             const std::string& address) {
+                             const std::string& address, int64_t registered_unix_ms) {
   absl::MutexLock lock(&mu_);
   const double now = clock_->NowSeconds();
   auto [it, inserted] = agents_.try_emplace(node_id);
@@ -22,6 +27,7 @@ bool AgentRegistry::Register(const std::string& node_id, int num_devices,
   info.last_heartbeat_s = now;
   info.alive = true;
   info.drained = false;
+  info.registered_unix_ms = registered_unix_ms;
   return joined;
 }
 

@@ -32,6 +32,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/optional.h"
 #include "core/clock.h"
+#include "planner_service/store.h"
 
 namespace octopipe {
 
@@ -42,7 +43,12 @@ struct AgentInfo {
   double last_heartbeat_s = 0;  // Clock::NowSeconds of the last heartbeat or registration
   bool alive = false;
   bool drained = false;  // declared dead by MarkDrained (until it registers again)
+  int64_t registered_unix_ms = 0;  // as given to Register
 };
+
+// The stored form of a node just declared lost (failed or drained) at `lost_unix_ms`: what
+// the leader writes so that followers answer ListAgents with it dead (store.h AgentRecord).
+AgentRecord LostAgentRecord(const AgentInfo& info, int64_t lost_unix_ms);
 
 // One page of `agents` (sorted by node id) after `page_token` (the last node id of the previous
 // page, as next_page_token gives it; empty: the first page), at most `page_size` (0: 500;
@@ -65,7 +71,8 @@ class AgentRegistry {
   // Records the node (replacing its device count and address) as alive, heartbeat now.
   // Returns true when the node was unknown or dead — a join the caller may re-plan for —
   // and false when it was already alive (an agent restart or a retried registration).
-  bool Register(const std::string& node_id, int num_devices, const std::string& address);
+  bool Register(const std::string& node_id, int num_devices, const std::string& address,
+                int64_t registered_unix_ms = 0);
 
   // Records a heartbeat now. kNotFound if the node never registered; kFailedPrecondition if
   // it was declared failed (it must Register again).

@@ -392,6 +392,7 @@ absl::Status EtcdStore::WriteAgent(const AgentRecord& record) {
   value.set_num_devices(record.num_devices);
   value.set_address(record.address);
   value.set_registered_unix_ms(record.registered_unix_ms);
+  value.set_lost_unix_ms(record.lost_unix_ms);
   TxnRequest txn;
   AddPut(txn, Key("agents", record.node_id), value.SerializeAsString());
   return FencedTxn(std::move(txn), {}, absl::StrCat("put agent '", record.node_id, "'"))
@@ -422,8 +423,8 @@ absl::StatusOr<std::vector<AgentRecord>> EtcdStore::LoadAgents() {
       return absl::DataLossError(
           absl::StrCat("store ", Describe(), ": ", kv.key(), " does not parse as an agent"));
     }
-    agents.push_back(
-        {value.node_id(), value.num_devices(), value.address(), value.registered_unix_ms()});
+    agents.push_back({value.node_id(), value.num_devices(), value.address(),
+                      value.registered_unix_ms(), value.lost_unix_ms()});
   }
   std::sort(agents.begin(), agents.end(),
             [](const AgentRecord& a, const AgentRecord& b) { return a.node_id < b.node_id; });

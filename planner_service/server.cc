@@ -292,7 +292,9 @@ absl::Status PlannerServer::RecoverState() {
   // re-planned for the restart itself.
   auto agents = m.store->LoadAgents();
   if (!agents.ok()) return agents.status();
-  for (const AgentRecord& a : *agents) m.agents->Register(a.node_id, a.num_devices, a.address);
+  for (const AgentRecord& a : *agents) {
+    m.agents->Register(a.node_id, a.num_devices, a.address, a.registered_unix_ms);
+  }
   m.metrics->AgentsAlive().Set(m.agents->AliveCount());
   return absl::OkStatus();
 }
@@ -345,6 +347,15 @@ void PlannerServer::DetectFailures() {
       continue;
     }
     for (const std::string& node : impl_->agents->DetectFailures()) {
+      // Followers answer ListAgents from the store: the loss goes there too.
+      if (absl::optional<AgentInfo> info = impl_->agents->Get(node)) {
+        if (absl::Status s = impl_->store->PutAgent(LostAgentRecord(*info, UnixMillis()));
+            !s.ok()) {
+          logging::Event(*logging::Logger("store"), spdlog::level::warn,
+                         "could not store that a node was lost (followers list it alive)",
+                         {{"node", node}, {"error", std::string(s.message())}});
+        }
+      }
       const std::vector<std::string> jobs = impl_->jobs->NodeLost(node, ReplanReason::kNodeFailure);
       logging::Event(*logging::Logger("agents"), spdlog::level::warn, "heartbeats lost",
                      {{"node", node},

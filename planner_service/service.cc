@@ -510,7 +510,8 @@ grpc::ServerUnaryReactor* PlannerService::RegisterAgent(
     record.registered_unix_ms = UnixMillis();
     // Persist before registering: a failed store write leaves the node as it was.
     RETURN_IF_ERROR(store_->PutAgent(record));
-    agents_->Register(request->node_id(), request->num_devices(), request->address());
+    agents_->Register(request->node_id(), request->num_devices(), request->address(),
+                      record.registered_unix_ms);
     // A registering agent says its node is up, so every job still excluding it takes it back
     // (a no-op for the others). Not only when the registry saw the node as new or failed:
     // agents restored from the store on a restart come back alive, so a node excluded before
@@ -559,9 +560,25 @@ grpc::ServerUnaryReactor* PlannerService::ListAgents(grpc::CallbackServerContext
                                                      const proto::ListAgentsRequest* request,
                                                      proto::ListAgentsResponse* response) {
   return Read(ctx, "ListAgents", [&]() -> absl::Status {
-    RETURN_IF_ERROR(RequireLeader(ctx, "ListAgents"));
+    // The leader knows liveness from heartbeats; a follower answers from the store, which holds
+    // the leader's liveness transitions (AgentRecord::lost_unix_ms).
+    std::vector<AgentInfo> agents;
+    if (Leading()) {
+      agents = agents_->List();
+    } else {
+      ASSIGN_OR_RETURN(std::vector<AgentRecord> stored, store_->LoadAgents());
+      for (const AgentRecord& r : stored) {
+        AgentInfo a;
+        a.node_id = r.node_id;
+        a.num_devices = r.num_devices;
+        a.address = r.address;
+        a.alive = r.lost_unix_ms == 0;
+        a.registered_unix_ms = r.registered_unix_ms;
+        agents.push_back(std::move(a));
+      }
+    }
     absl::StatusOr<AgentPage> page =
-        PageOfAgents(agents_->List(), request->page_size(), request->page_token());
+        PageOfAgents(agents, request->page_size(), request->page_token());
     if (!page.ok()) return page.status();
     for (const AgentInfo& a : page->agents) {
       proto::AgentStatus* s = response->add_agents();
@@ -622,6 +639,16 @@ absl::Status PlannerService::CheckRegistration(const proto::RegisterAgentRequest
   return absl::OkStatus();
 }
 
+void PlannerService::PersistLoss(const std::string& node_id) {
+  absl::optional<AgentInfo> info = agents_->Get(node_id);
+  if (!info) return;  // a node only a job's cluster names: no registration to update
+  if (absl::Status s = store_->PutAgent(LostAgentRecord(*info, UnixMillis())); !s.ok()) {
+    logging::Event(*logging::Logger("store"), spdlog::level::warn,
+                   "could not store that a node was lost (followers list it alive)",
+                   {{"node", node_id}, {"error", std::string(s.message())}});
+  }
+}
+
 absl::Status PlannerService::LoseNode(const proto::NodeRequest& request, ReplanReason reason,
                                       proto::NodeResponse* response) {
   if (request.node_id().empty()) return absl::InvalidArgumentError("node_id is empty");
@@ -635,6 +662,7 @@ absl::Status PlannerService::LoseNode(const proto::NodeRequest& request, ReplanR
   } else {
     agents_->MarkFailed(request.node_id());
   }
+  PersistLoss(request.node_id());
   if (observer_) observer_->OnAgentsAlive(agents_->AliveCount());
   const std::vector<std::string> replanned = jobs_->NodeLost(request.node_id(), reason);
   logging::Event(*logging::Logger("agents"), spdlog::level::warn,

@@ -69,11 +69,12 @@ struct ServiceOptions {
   int64_t plan_cache_bytes = 64 << 20;
   const Clock* clock = nullptr;  // for deadlines; null: a RealClock
   // This replica's role among replicas on one etcd store (leadership.h); null: a lone planner,
-  // always the leader. A follower answers one-shot Plan calls, health checks, GetJob and
-  // ListJobs from the store, and WatchPlan from the store too (StoreWatcher: versions polled
-  // every 250 ms; with include_events, only the leader streams events); every other job and
-  // agent call (writes, and ListAgents, whose liveness only the leader knows) gets UNAVAILABLE
-  // naming the leader (trailing metadata octopipe-leader too), for the client to retry there.
+  // always the leader. A follower answers one-shot Plan calls, health checks, GetJob, ListJobs
+  // and ListAgents from the store (agents' liveness as the leader last stored it: its
+  // registrations and the losses it declared, not heartbeats), and WatchPlan from the store too
+  // (StoreWatcher: versions polled every 250 ms; with include_events, only the leader streams
+  // events); every other job and agent call (the writes) gets UNAVAILABLE naming the leader
+  // (trailing metadata octopipe-leader too), for the client to retry there.
   const Role* role = nullptr;
 };
 
@@ -171,6 +172,9 @@ class PlannerService final : public proto::Planner::CallbackService {
   absl::Status RequireLeader(grpc::CallbackServerContext* ctx, const char* method) const;
   absl::Status LoseNode(const proto::NodeRequest& request, ReplanReason reason,
                         proto::NodeResponse* response);
+  // Stores that the leader declared `node_id` lost, for followers' ListAgents (a failed write
+  // is logged: liveness in the leader's memory is what matters while it leads).
+  void PersistLoss(const std::string& node_id);
   absl::Status CheckRegistration(const proto::RegisterAgentRequest& request) const;
   // Health follows the one-shot queue: NOT_SERVING exactly while it is full. Also reports
   // both queue depths to the observer.

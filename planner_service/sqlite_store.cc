@@ -60,6 +60,10 @@ const char* const kMigrations[] = {
       WHERE id GLOB 'job-[0-9]*';
     INSERT OR IGNORE INTO counters (name, value) VALUES ('job', 0);
     )sql",
+    // 3: the leader's liveness transitions of agents (AgentRecord::lost_unix_ms).
+    R"sql(
+    ALTER TABLE agents ADD COLUMN lost_unix_ms INTEGER NOT NULL DEFAULT 0;
+    )sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == SqliteStore::kSchemaVersion,
               "one migration per schema version");
@@ -89,15 +93,17 @@ constexpr char kPutCalibration[] =
     "ON CONFLICT (job_id) DO UPDATE SET factors = excluded.factors";
 constexpr char kLoadCalibration[] = "SELECT factors FROM calibration WHERE job_id = ?1";
 constexpr char kPutAgent[] =
-    "INSERT INTO agents (node_id, num_devices, address, registered_unix_ms) "
-    "VALUES (?1, ?2, ?3, ?4) "
+    "INSERT INTO agents (node_id, num_devices, address, registered_unix_ms, lost_unix_ms) "
+    "VALUES (?1, ?2, ?3, ?4, ?5) "
     "ON CONFLICT (node_id) DO UPDATE SET num_devices = excluded.num_devices, "
-    "address = excluded.address, registered_unix_ms = excluded.registered_unix_ms";
+    "address = excluded.address, registered_unix_ms = excluded.registered_unix_ms, "
+    "lost_unix_ms = excluded.lost_unix_ms";
 constexpr char kDeleteAgent[] = "DELETE FROM agents WHERE node_id = ?1";
 constexpr char kBumpCounter[] =
     "UPDATE counters SET value = value + 1 WHERE name = ?1 RETURNING value";
 constexpr char kLoadAgents[] =
-    "SELECT node_id, num_devices, address, registered_unix_ms FROM agents ORDER BY node_id";
+    "SELECT node_id, num_devices, address, registered_unix_ms, lost_unix_ms FROM agents "
+    "ORDER BY node_id";
 
 // What the caller should do about a SQLite result code (the status codes of
 // docs/contributing.md, "Error handling").
@@ -542,6 +548,7 @@ absl::Status SqliteStore::WriteAgent(const AgentRecord& record) {
     sqlite3_bind_int(stmt, 2, record.num_devices);
     BindText(stmt, 3, record.address);
     sqlite3_bind_int64(stmt, 4, record.registered_unix_ms);
+    sqlite3_bind_int64(stmt, 5, record.lost_unix_ms);
     const int rc = sqlite3_step(stmt);
     if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("put agent '", record.node_id, "'"));
     return absl::OkStatus();
@@ -575,6 +582,7 @@ absl::StatusOr<std::vector<AgentRecord>> SqliteStore::LoadAgents() {
     record.num_devices = sqlite3_column_int(stmt, 1);
     record.address = ColumnText(stmt, 2);
     record.registered_unix_ms = sqlite3_column_int64(stmt, 3);
+    record.lost_unix_ms = sqlite3_column_int64(stmt, 4);
     agents.push_back(std::move(record));
   }
   if (rc != SQLITE_DONE) return Error(rc, "load agents");

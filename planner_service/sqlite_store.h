@@ -47,7 +47,7 @@ namespace octopipe {
 class SqliteStore : public Store {
  public:
   // The layout version this binary writes (schema_version.version after Open).
-  static constexpr int kSchemaVersion = 2;
+  static constexpr int kSchemaVersion = 3;
 
   // Opens (creating if missing) the database at `path`, creating its parent directories and
   // the schema as needed. ":memory:" gives a private in-memory database (no durability; for

@@ -152,12 +152,20 @@ TEST(SqliteStoreTest, SchemaOneFileContinuesAfterItsHighestJobNumber) {
     std::unique_ptr<SqliteStore> store = OpenOrDie(path);
     ASSERT_TRUE(store->PutJob(MakeJob("job-41", 1)).ok());
     ASSERT_TRUE(store->PutJob(MakeJob("custom", 2)).ok());
+    ASSERT_TRUE(store->PutAgent(AgentRecord{"node0", 2, "10.0.0.1:7000", 5, 0}).ok());
   }
-  // As a schema-1 binary left it: no counters table.
+  // As a schema-1 binary left it: no counters table, no agents' liveness column.
   RawQuery(path, "DROP TABLE counters");
+  RawQuery(path, "ALTER TABLE agents DROP COLUMN lost_unix_ms");
   RawQuery(path, "UPDATE schema_version SET version = 1");
   std::unique_ptr<SqliteStore> store = OpenOrDie(path);
   EXPECT_EQ(*store->NextJobNumber(), 42);
+  // The agent stored before the liveness column reads as alive.
+  absl::StatusOr<std::vector<AgentRecord>> agents = store->LoadAgents();
+  ASSERT_TRUE(agents.ok()) << agents.status();
+  ASSERT_EQ(agents->size(), 1u);
+  EXPECT_EQ((*agents)[0].address, "10.0.0.1:7000");
+  EXPECT_EQ((*agents)[0].lost_unix_ms, 0);
 }
 
 TEST(SqliteStoreTest, EmptyFileIsFailedPreconditionNotAnEmptyStore) {

@@ -49,13 +49,17 @@
 
 namespace octopipe {
 
-// A registered worker agent as stored; liveness is not persisted (after a restart every
-// agent must heartbeat again within the timeout).
+// A registered worker agent as stored. Heartbeats are not persisted, but the leader's liveness
+// transitions are: a registration stores the node alive (lost_unix_ms 0), the leader's failure
+// detector, a failure report or a drain stores when the node was lost — so followers answer
+// ListAgents from the store. (A restarted or new leader still gives every stored agent a full
+// heartbeat timeout, whatever was stored.)
 struct AgentRecord {
   std::string node_id;
   int num_devices = 0;
   std::string address;
   int64_t registered_unix_ms = 0;
+  int64_t lost_unix_ms = 0;  // 0: alive as far as the leader knew when it last wrote
 };
 
 class Store {

@@ -222,7 +222,7 @@ TEST_P(StoreContractTest, AgentsRoundTripUpsertAndDelete) {
   ASSERT_NE(store, nullptr);
   ASSERT_TRUE(store->PutAgent({"node-b", 8, "10.0.0.2:7000", 111}).ok());
   ASSERT_TRUE(store->PutAgent({"node-a", 4, "10.0.0.1:7000", 222}).ok());
-  ASSERT_TRUE(store->PutAgent({"node-b", 6, "10.0.0.9:7001", 333}).ok());
+  ASSERT_TRUE(store->PutAgent({"node-b", 6, "10.0.0.9:7001", 333, 444}).ok());  // lost at 444
   absl::StatusOr<std::vector<AgentRecord>> agents = store->LoadAgents();
   ASSERT_TRUE(agents.ok()) << agents.status();
   ASSERT_EQ(2u, agents->size());
@@ -232,6 +232,8 @@ TEST_P(StoreContractTest, AgentsRoundTripUpsertAndDelete) {
   EXPECT_EQ(6, (*agents)[1].num_devices);
   EXPECT_EQ("10.0.0.9:7001", (*agents)[1].address);
   EXPECT_EQ(333, (*agents)[1].registered_unix_ms);
+  EXPECT_EQ(444, (*agents)[1].lost_unix_ms);
+  EXPECT_EQ(0, (*agents)[0].lost_unix_ms);
 
   ASSERT_TRUE(store->DeleteAgent("node-a").ok());
   absl::Status again = store->DeleteAgent("node-a");

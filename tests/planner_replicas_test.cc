@@ -197,6 +197,36 @@ TEST(PlannerReplicasTest, LeaderFailOverFencingAndFollowers) {
     ctx.TryCancel();
     reader->Finish();
   }
+  // Followers list agents from the store, with the liveness the leader stored: node-b,
+  // reported failed at the leader, is dead there too.
+  for (const std::string node : {"node-a", "node-b"}) {
+    grpc::ClientContext ctx;
+    proto::RegisterAgentRequest reg;
+    reg.set_node_id(node);
+    reg.set_num_devices(2);
+    reg.set_address(node + ":7000");
+    proto::RegisterAgentResponse out;
+    ASSERT_TRUE(r.stub(l2).RegisterAgent(&ctx, reg, &out).ok());
+  }
+  {
+    grpc::ClientContext ctx;
+    proto::NodeRequest failed;
+    failed.set_node_id("node-b");
+    proto::NodeResponse out;
+    ASSERT_TRUE(r.stub(l2).ReportNodeFailure(&ctx, failed, &out).ok());
+  }
+  for (int i : {l2, 3 - l1 - l2}) {
+    grpc::ClientContext ctx;
+    proto::ListAgentsResponse out;
+    const grpc::Status s = r.stub(i).ListAgents(&ctx, proto::ListAgentsRequest(), &out);
+    ASSERT_TRUE(s.ok()) << (i == l2 ? "leader: " : "follower: ") << s.error_message();
+    ASSERT_EQ(out.agents_size(), 2);
+    EXPECT_EQ(out.agents(0).node_id(), "node-a");
+    EXPECT_TRUE(out.agents(0).alive());
+    EXPECT_EQ(out.agents(0).address(), "node-a:7000");
+    EXPECT_EQ(out.agents(1).node_id(), "node-b");
+    EXPECT_FALSE(out.agents(1).alive());
+  }
   for (int i = 0; i < 2; ++i) {
     grpc::ClientContext ctx;
     proto::Job job;
@@ -235,8 +265,10 @@ TEST(PlannerReplicasTest, LeaderFailOverFencingAndFollowers) {
   while (!follower_again && absl::Now() - resumed < absl::Seconds(20)) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
-    proto::ListAgentsResponse out;
-    const grpc::Status s = r.stub(l2).ListAgents(&ctx, proto::ListAgentsRequest(), &out);
+    proto::NodeRequest nobody;
+    nobody.set_node_id("no-such-node");
+    proto::NodeResponse out;
+    const grpc::Status s = r.stub(l2).ReportNodeFailure(&ctx, nobody, &out);
     follower_again = s.error_code() == grpc::StatusCode::UNAVAILABLE &&
                      s.error_message().find("the leader is at " + r.address(l3)) !=
                          std::string::npos;
