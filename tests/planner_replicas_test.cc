@@ -269,9 +269,12 @@ TEST(PlannerReplicasTest, LeaderFailOverFencingAndFollowers) {
     nobody.set_node_id("no-such-node");
     proto::NodeResponse out;
     const grpc::Status s = r.stub(l2).ReportNodeFailure(&ctx, nobody, &out);
+    // Refusing writes naming the new leader, after it has logged its restart as a follower
+    // (it may refuse writes, fenced, a moment before).
     follower_again = s.error_code() == grpc::StatusCode::UNAVAILABLE &&
                      s.error_message().find("the leader is at " + r.address(l3)) !=
-                         std::string::npos;
+                         std::string::npos &&
+                     r.process(l2).log().find("restarting as a follower") != std::string::npos;
     if (!follower_again) absl::SleepFor(absl::Milliseconds(50));
   }
   EXPECT_TRUE(follower_again) << r.process(l2).log();

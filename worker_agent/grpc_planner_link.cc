@@ -13,8 +13,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "core/convert.h"
-#include "core/leader_hint.h"
 #include "core/replan_reason.h"
+#include "planner_client/planner_client.h"
 #include "proto/planner.grpc.pb.h"
 
 namespace octopipe::agent {
@@ -26,87 +26,10 @@ absl::Status FromGrpc(const char* method, const grpc::Status& s) {
                       absl::StrCat("planner ", method, ": ", s.error_message()));
 }
 
-absl::StatusOr<std::string> ReadPem(const char* flag, const std::string& path) {
-  absl::StatusOr<std::string> text = ReadWholeFile(path);
-  if (!text.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("--", flag, ": cannot read '", path, "'"));
-  }
-  return text;
-}
-
-// The planner replicas the agent knows (--planner=A,B,...): calls go to the current one; a
-// replica that is unreachable or a follower (UNAVAILABLE naming the leader: "the leader is at
-// HOST:PORT") is left for the leader it names, or else the next one, at most once per replica
-// per call. A replica whose channel is not connected gets up to a second to connect first: a
-// synchronous call that fails fast does not drive the reconnection, and a planner back after a
-// restart should be used again within a second.
-class PlannerReplicas {
- public:
-  PlannerReplicas(std::vector<std::string> addresses,
-                  std::shared_ptr<grpc::ChannelCredentials> creds, grpc::ChannelArguments args)
-      : addresses_(std::move(addresses)), creds_(std::move(creds)), args_(std::move(args)) {}
-
-  grpc::Status Call(const std::function<grpc::Status(proto::Planner::Stub*)>& call) {
-    std::string address = Current();
-    grpc::Status last;
-    for (size_t attempt = 0; attempt <= addresses_.size(); ++attempt) {
-      Replica& r = ReplicaAt(address);
-      if (r.channel->GetState(/*try_to_connect=*/true) != GRPC_CHANNEL_READY) {
-        r.channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(1));
-      }
-      last = call(r.stub.get());
-      if (last.error_code() != grpc::StatusCode::UNAVAILABLE) {
-        SetCurrent(address);
-        return last;
-      }
-      const std::optional<std::string> leader = LeaderNamedIn(last.error_message());
-      address = leader.has_value() ? *leader : Next(address);
-    }
-    return last;
-  }
-
- private:
-  struct Replica {
-    std::shared_ptr<grpc::Channel> channel;
-    std::unique_ptr<proto::Planner::Stub> stub;
-  };
-  std::string Current() {
-    absl::MutexLock lock(&mu_);
-    return current_.empty() ? addresses_.front() : current_;
-  }
-  void SetCurrent(const std::string& address) {
-    absl::MutexLock lock(&mu_);
-    current_ = address;
-  }
-  std::string Next(const std::string& address) const {
-    for (size_t i = 0; i < addresses_.size(); ++i) {
-      if (addresses_[i] == address) return addresses_[(i + 1) % addresses_.size()];
-    }
-    return addresses_.front();
-  }
-  Replica& ReplicaAt(const std::string& address) {
-    absl::MutexLock lock(&mu_);
-    std::unique_ptr<Replica>& r = replicas_[address];
-    if (r == nullptr) {
-      r = std::make_unique<Replica>();
-      r->channel = grpc::CreateCustomChannel(address, creds_, args_);
-      r->stub = proto::Planner::NewStub(r->channel);
-    }
-    return *r;
-  }
-
-  const std::vector<std::string> addresses_;
-  const std::shared_ptr<grpc::ChannelCredentials> creds_;
-  const grpc::ChannelArguments args_;
-  absl::Mutex mu_;
-  std::string current_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, std::unique_ptr<Replica>> replicas_ ABSL_GUARDED_BY(mu_);
-};
-
 class GrpcPlannerLink final : public PlannerLink {
  public:
-  GrpcPlannerLink(std::unique_ptr<PlannerReplicas> replicas, PlannerConnectionOptions o)
-      : replicas_(std::move(replicas)), options_(std::move(o)) {}
+  explicit GrpcPlannerLink(std::unique_ptr<client::PlannerClient> planner)
+      : planner_(std::move(planner)) {}
 
   absl::StatusOr<double> Register(const std::string& node, int num_devices,
                                   const std::string& address) override {
@@ -115,7 +38,7 @@ class GrpcPlannerLink final : public PlannerLink {
     req.set_num_devices(num_devices);
     req.set_address(address);
     proto::RegisterAgentResponse resp;
-    absl::Status s = Rpc("RegisterAgent", &proto::Planner::Stub::RegisterAgent, req, &resp);
+    absl::Status s = Rpc("RegisterAgent", Route::kLeader, &proto::Planner::Stub::RegisterAgent, req, &resp);
     if (!s.ok()) return s;
     return resp.heartbeat_interval_ms() / 1000.0;
   }
@@ -124,7 +47,7 @@ class GrpcPlannerLink final : public PlannerLink {
     proto::HeartbeatRequest req;
     req.set_node_id(node);
     proto::HeartbeatResponse resp;
-    absl::Status s = Rpc("Heartbeat", &proto::Planner::Stub::Heartbeat, req, &resp);
+    absl::Status s = Rpc("Heartbeat", Route::kLeader, &proto::Planner::Stub::Heartbeat, req, &resp);
     if (!s.ok()) return s;
     return resp.drained();
   }
@@ -133,7 +56,8 @@ class GrpcPlannerLink final : public PlannerLink {
     proto::ListJobsResponse list;
     {
       absl::Status s =
-          Rpc("ListJobs", &proto::Planner::Stub::ListJobs, proto::ListJobsRequest(), &list);
+          Rpc("ListJobs", Route::kAny, &proto::Planner::Stub::ListJobs, proto::ListJobsRequest(),
+              &list);
       if (!s.ok()) return s;
     }
     std::vector<AgentJob> out;
@@ -142,7 +66,7 @@ class GrpcPlannerLink final : public PlannerLink {
       proto::GetJobRequest req;
       req.set_job_id(job.id());
       proto::GetJobResponse got;
-      absl::Status s = Rpc("GetJob", &proto::Planner::Stub::GetJob, req, &got);
+      absl::Status s = Rpc("GetJob", Route::kAny, &proto::Planner::Stub::GetJob, req, &got);
       if (absl::IsNotFound(s)) continue;  // deleted meanwhile
       if (!s.ok()) return s;
       if (!got.has_current() || !got.current().result().feasible()) continue;
@@ -182,7 +106,7 @@ class GrpcPlannerLink final : public PlannerLink {
     proto::ListAgentsRequest req;
     do {  // every page (the planner pages by node id)
       proto::ListAgentsResponse resp;
-      absl::Status s = Rpc("ListAgents", &proto::Planner::Stub::ListAgents, req, &resp);
+      absl::Status s = Rpc("ListAgents", Route::kAny, &proto::Planner::Stub::ListAgents, req, &resp);
       if (!s.ok()) return s;
       for (const proto::AgentStatus& a : resp.agents()) {
         out.push_back({a.node_id(), a.address(), a.alive()});
@@ -229,7 +153,8 @@ class GrpcPlannerLink final : public PlannerLink {
     p->set_loss(progress.loss);
     p->set_tokens_per_s(progress.tokens_per_s);
     proto::ReportStageTimesResponse resp;
-    return Rpc("ReportStageTimes", &proto::Planner::Stub::ReportStageTimes, req, &resp);
+    return Rpc("ReportStageTimes", Route::kLeader, &proto::Planner::Stub::ReportStageTimes, req,
+               &resp, /*idempotent=*/false);
   }
 
   absl::Status ReportEvent(const std::string& job_id, const JobEventReport& e) override {
@@ -242,66 +167,45 @@ class GrpcPlannerLink final : public PlannerLink {
     ev->set_iteration(e.iteration);
     ev->set_message(e.message);
     proto::ReportJobEventResponse resp;
-    return Rpc("ReportJobEvent", &proto::Planner::Stub::ReportJobEvent, req, &resp);
+    return Rpc("ReportJobEvent", Route::kLeader, &proto::Planner::Stub::ReportJobEvent, req,
+               &resp, /*idempotent=*/false);
   }
 
  private:
-  std::unique_ptr<grpc::ClientContext> Context() const {
-    auto ctx = std::make_unique<grpc::ClientContext>();
-    ctx->set_deadline(std::chrono::system_clock::now() +
-                      std::chrono::milliseconds(static_cast<int64_t>(options_.rpc_timeout_s * 1e3)));
-    if (!options_.token.empty()) ctx->AddMetadata("authorization", "Bearer " + options_.token);
-    return ctx;
-  }
+  using Route = client::PlannerClient::Route;
 
+  // Writes go to the leader; a write that reached a replica and then lost it is repeated
+  // elsewhere only when it is idempotent (registrations and heartbeats are; stage-time
+  // reports and events are not: the error says it may have taken effect, and the next report
+  // carries on).
   template <typename Req, typename Resp>
-  absl::Status Rpc(const char* method,
+  absl::Status Rpc(const char* method, Route route,
                    grpc::Status (proto::Planner::Stub::*fn)(grpc::ClientContext*, const Req&,
                                                             Resp*),
-                   const Req& req, Resp* resp) {
-    return FromGrpc(method, replicas_->Call([&](proto::Planner::Stub* stub) {
-      auto ctx = Context();
-      return (stub->*fn)(ctx.get(), req, resp);
-    }));
+                   const Req& req, Resp* resp, bool idempotent = true) {
+    return FromGrpc(method, planner_->Call(route, fn, req, resp, idempotent));
   }
 
-  std::unique_ptr<PlannerReplicas> replicas_;
-  const PlannerConnectionOptions options_;
+  std::unique_ptr<client::PlannerClient> planner_;
 };
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<PlannerLink>> ConnectPlanner(const PlannerConnectionOptions& o) {
-  if (o.address.empty()) return absl::InvalidArgumentError("--planner: HOST:PORT is required");
-  const std::vector<std::string> addresses = absl::StrSplit(o.address, ',');
-  for (const std::string& a : addresses) {
-    if (a.empty() || a.find(':') == std::string::npos) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--planner: '", a, "' in '", o.address, "' is not HOST:PORT (a list: A,B,C)"));
-    }
-  }
-  std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
-  if (!o.tls_ca.empty()) {
-    grpc::SslCredentialsOptions ssl;
-    absl::StatusOr<std::string> ca = ReadPem("tls_ca", o.tls_ca);
-    if (!ca.ok()) return ca.status();
-    ssl.pem_root_certs = *ca;
-    if (!o.tls_cert.empty() || !o.tls_key.empty()) {
-      absl::StatusOr<std::string> cert = ReadPem("tls_cert", o.tls_cert);
-      if (!cert.ok()) return cert.status();
-      absl::StatusOr<std::string> key = ReadPem("tls_key", o.tls_key);
-      if (!key.ok()) return key.status();
-      ssl.pem_cert_chain = *cert;
-      ssl.pem_private_key = *key;
-    }
-    creds = grpc::SslCredentials(ssl);
-  }
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(256 << 20);
-  // Reconnect quickly after a planner restart (the agent's own loop backs off between calls).
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  return std::unique_ptr<PlannerLink>(new GrpcPlannerLink(
-      std::make_unique<PlannerReplicas>(addresses, creds, args), o));
+  client::PlannerClientOptions c;
+  c.address = o.address;
+  c.token = o.token;
+  c.tls_ca = o.tls_ca;
+  c.tls_cert = o.tls_cert;
+  c.tls_key = o.tls_key;
+  c.timeout_s = o.rpc_timeout_s;
+  // Replicas being replaced: a call waits for the new leader about as long as a lease lasts,
+  // not longer; the agent's own loop retries after that (and keeps training meanwhile).
+  c.failover_window_s = o.failover_window_s;
+  absl::StatusOr<std::unique_ptr<client::PlannerClient>> planner =
+      client::ConnectPlannerClient(c);
+  if (!planner.ok()) return planner.status();
+  return std::unique_ptr<PlannerLink>(new GrpcPlannerLink(std::move(*planner)));
 }
 
 }  // namespace octopipe::agent

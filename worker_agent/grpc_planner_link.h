@@ -18,6 +18,8 @@ struct PlannerConnectionOptions {
   std::string tls_cert;
   std::string tls_key;
   double rpc_timeout_s = 5;
+  // With several replicas: how long a call waits for one to lead (client::PlannerClient).
+  double failover_window_s = 3;
 };
 
 // kInvalidArgument naming the flag when a file cannot be read or the address is empty.
