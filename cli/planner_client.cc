@@ -10,7 +10,8 @@ namespace octopipe::cli {
 void PlannerConnection::AddFlags(CommandLine& flags) {
   flags.String("planner", &address,
                "HOST:PORT of a running octopipe-planner, or A,B,C: planner replicas on one etcd "
-               "store (the one that leads is used)");
+               "store (the one that leads is used), or dns:///NAME:PORT: every address NAME "
+               "resolves to is a replica");
   flags.String("token", &token, "bearer token the planner requires (prefer --token_file)");
   flags.String("token_file", &token_file, "read the bearer token from this file");
   flags.String("tls_ca", &tls_ca, "CA certificate (PEM) of the planner: connect with TLS");

@@ -1,5 +1,10 @@
 #include "planner_client/planner_client.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <chrono>
 #include <fstream>
@@ -91,15 +96,49 @@ absl::Status CheckPlannerAddress(const std::string& address) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::vector<std::string>> PlannerReplicaAddresses(const std::string& list) {
+  std::vector<std::string> out;
+  for (const std::string& a : std::vector<std::string>(absl::StrSplit(list, ','))) {
+    if (absl::Status s = CheckPlannerAddress(a); !s.ok()) return s;
+    absl::string_view rest = a;
+    if (!absl::ConsumePrefix(&rest, "dns:///")) {
+      out.push_back(a);
+      continue;
+    }
+    const size_t colon = rest.rfind(':');
+    const std::string host(rest.substr(0, colon)), port(rest.substr(colon + 1));
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    if (const int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &found); rc != 0) {
+      return absl::UnavailableError(absl::StrCat("--planner: '", a, "': cannot resolve '", host,
+                                                 "': ", gai_strerror(rc)));
+    }
+    for (const addrinfo* i = found; i != nullptr; i = i->ai_next) {
+      char ip[INET6_ADDRSTRLEN] = {};
+      const void* where =
+          i->ai_family == AF_INET6
+              ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(i->ai_addr)->sin6_addr)
+              : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(i->ai_addr)->sin_addr);
+      if (inet_ntop(i->ai_family, where, ip, sizeof(ip)) == nullptr) continue;
+      const std::string replica = i->ai_family == AF_INET6
+                                      ? absl::StrCat("[", ip, "]:", port)
+                                      : absl::StrCat(ip, ":", port);
+      if (std::find(out.begin(), out.end(), replica) == out.end()) out.push_back(replica);
+    }
+    freeaddrinfo(found);
+  }
+  return out;
+}
+
 absl::StatusOr<std::unique_ptr<PlannerClient>> ConnectPlannerClient(
     const PlannerClientOptions& o) {
-  const std::vector<std::string> addresses = absl::StrSplit(o.address, ',');
-  for (const std::string& a : addresses) {
-    if (absl::Status s = CheckPlannerAddress(a); !s.ok()) return s;
-  }
+  absl::StatusOr<std::vector<std::string>> addresses = PlannerReplicaAddresses(o.address);
+  if (!addresses.ok()) return addresses.status();
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> creds = Credentials(o);
   if (!creds.ok()) return creds.status();
-  return std::make_unique<PlannerClient>(addresses, *creds, o.token, o.timeout_s, o.log,
+  return std::make_unique<PlannerClient>(*addresses, *creds, o.token, o.timeout_s, o.log,
                                          o.failover_window_s);
 }
 

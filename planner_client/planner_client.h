@@ -46,8 +46,16 @@ namespace octopipe::client {
 // (optionally dns:///HOST:PORT) or unix:PATH.
 absl::Status CheckPlannerAddress(const std::string& address);
 
+// The replicas a --planner value names: each comma-separated HOST:PORT (or unix:PATH) is one;
+// dns:///HOST:PORT is every address HOST resolves to (a DNS name with one record per replica,
+// e.g. a Kubernetes headless service), as IP:PORT ([IPv6]:PORT), each once. Resolved now
+// (kUnavailable naming the name when it does not resolve); kInvalidArgument as
+// CheckPlannerAddress.
+absl::StatusOr<std::vector<std::string>> PlannerReplicaAddresses(const std::string& list);
+
 struct PlannerClientOptions {
-  std::string address;   // HOST:PORT, or A,B,C: planner replicas
+  std::string address;   // HOST:PORT, A,B,C: planner replicas, or dns:///NAME:PORT (every
+                         // address NAME resolves to)
   std::string token;     // bearer token ("" = none)
   std::string tls_ca;    // PEM files: tls_ca enables TLS, tls_cert + tls_key mutual TLS
   std::string tls_cert;
