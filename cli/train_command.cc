@@ -649,6 +649,124 @@ int RunLayoutTrain(const TrainFlags& o, const ModelSpec& spec, const ModelGraph&
   return 0;
 }
 
+// --model as a model spec, with --microbatches applied.
+absl::StatusOr<ModelSpec> ParseTrainModel(const TrainFlags& o) {
+  absl::StatusOr<ModelSpec> spec = executor::ParseModelSpec(o.model);
+  if (!spec.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--model: ", spec.status().message()));
+  }
+  if (o.microbatches > 0) spec->microbatches = static_cast<int>(o.microbatches);
+  return spec;
+}
+
+// --ranks, --calibrated_model and --host_probe, then --profile's files when a step needs them
+// (the host probe or calibration); resolves --host_probe's auto value (off without a profile
+// to compare with).
+absl::StatusOr<std::optional<ProfileFiles>> LoadTrainProfile(TrainFlags* o) {
+  if (o->ranks < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--ranks must be >= 1, got ", o->ranks));
+  }
+  if (!o->calibrated_model.empty() && o->profile.empty()) {
+    return absl::InvalidArgumentError(
+        "--calibrated_model needs --profile=PREFIX (the model to calibrate)");
+  }
+  if (o->host_probe < kAutoHostProbe) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--host_probe must be >= 0 (0 = off) or -1 (auto), got ", o->host_probe));
+  }
+  std::optional<ProfileFiles> profile;
+  if (!o->profile.empty() && (o->host_probe != 0 || !o->calibrated_model.empty())) {
+    absl::StatusOr<ModelGraph> model = LoadModelArg(o->profile + ".model.json");
+    absl::StatusOr<Cluster> cluster =
+        model.ok() ? LoadClusterArg(o->profile + ".cluster.json") : model.status();
+    if (!cluster.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--profile: ", cluster.status().message()));
+    }
+    profile = ProfileFiles{std::move(*model), std::move(*cluster)};
+    if (o->host_probe == kAutoHostProbe) {
+      o->host_probe = profile->model.host_probe_s > 0 ? kAutoHostProbeRepeats : 0;
+    }
+    if (o->host_probe > 0 && !(profile->model.host_probe_s > 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--host_probe: ", o->profile,
+                       ".model.json has no host_probe_s (it "
+                       "was profiled before octopipe profile timed the probe); profile again"));
+    }
+  }
+  if (o->host_probe == kAutoHostProbe) o->host_probe = 0;  // no --profile to compare with
+  return profile;
+}
+
+// The run's own flags: --report's path, --iterations, --lr, --timeout, --rotate_cores_ms, and
+// --transport (returned parsed).
+absl::StatusOr<executor::TransportKind> CheckRunFlags(const TrainFlags& o) {
+  if (!o.report.empty()) {
+    RETURN_IF_ERROR(report::CheckReportPath("--report", ResolvePath(o.report)));
+  }
+  if (o.iterations < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--iterations must be >= 1, got ", o.iterations));
+  }
+  if (!(o.lr > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("--lr must be > 0, got ", o.lr));
+  }
+  if (!(o.timeout > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--timeout must be > 0 seconds, got ", o.timeout));
+  }
+  if (!(o.rotate_cores_ms >= 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--rotate_cores_ms must be >= 0 (0 = off), got ", o.rotate_cores_ms));
+  }
+  absl::StatusOr<executor::TransportKind> transport_kind =
+      executor::ParseTransportKind(o.transport);
+  if (!transport_kind.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--", transport_kind.status().message()));
+  }
+  return transport_kind;
+}
+
+// After a single pipeline's run: the prediction from its measured op times, the host-speed
+// comparison, the planner report (--job), the calibrated model, trace and report files, and
+// the result. The exit code.
+int ReportTrainRun(TrainFlags& o, const ModelGraph& graph, const TrainTarget& target,
+                   const ProfileFiles* profile, const agent::RunMeasurement& m, std::ostream& out,
+                   std::ostream& err) {
+  absl::StatusOr<SimResult> predicted =
+      PredictFromMeasured(target.plan, static_cast<int>(o.ranks), m);
+  if (!predicted.ok()) return Fail(err, predicted.status(), 1);
+  absl::StatusOr<HostSpeed> host =
+      CompareHostSpeed(o.host_probe > 0 ? profile : nullptr, m, PipelinePeriod(target.plan));
+  if (!host.ok()) return Fail(err, host.status(), 1);
+  std::string report_decision;
+  if (target.planner) {
+    absl::StatusOr<std::string> decision = ReportToPlanner(o, target, m);
+    if (!decision.ok()) return Fail(err, decision.status(), 1);
+    report_decision = *decision;
+  }
+  std::string calibration;
+  if (!o.calibrated_model.empty()) {
+    absl::StatusOr<std::string> line = WriteCalibratedModel(o, *profile, target.plan, m);
+    if (!line.ok()) return Fail(err, line.status(), 1);
+    calibration = *line;
+  }
+  if (!o.trace.empty()) {
+    if (absl::Status s = WriteMeasuredTrace(o.trace, target.plan, m); !s.ok()) {
+      return Fail(err, s, 1);
+    }
+  }
+  if (!o.report.empty()) {
+    if (absl::Status s = WriteTrainReport(o, graph, target.plan, m, *predicted); !s.ok()) {
+      return Fail(err, s, 1);
+    }
+  }
+  PrintResult(o, graph, target.plan, target.job_version, m, *predicted, *host, report_decision,
+              calibration, out);
+  if (!o.trace.empty() && !o.json) out << "measured timeline written to " << o.trace << "\n";
+  if (!o.report.empty() && !o.json) out << "report written to " << o.report << "\n";
+  return 0;
+}
+
 }  // namespace
 
 absl::StatusOr<Plan> TrainClassicPlan(ScheduleKind kind, int ranks, int chunks, int microbatches,
@@ -690,67 +808,12 @@ int RunTrain(const std::vector<std::string>& args, std::ostream& out, std::ostre
     out << flags.Usage();
     return 0;
   }
-  absl::StatusOr<ModelSpec> spec = executor::ParseModelSpec(o.model);
-  if (!spec.ok()) {
-    return Fail(err, absl::InvalidArgumentError(absl::StrCat("--model: ", spec.status().message())), 2);
-  }
-  if (o.microbatches > 0) spec->microbatches = static_cast<int>(o.microbatches);
-  if (o.ranks < 1) {
-    return Fail(err, absl::InvalidArgumentError(absl::StrCat("--ranks must be >= 1, got ", o.ranks)), 2);
-  }
-  if (!o.calibrated_model.empty() && o.profile.empty()) {
-    return Fail(err, absl::InvalidArgumentError(
-                         "--calibrated_model needs --profile=PREFIX (the model to calibrate)"), 2);
-  }
-  if (o.host_probe < kAutoHostProbe) {
-    return Fail(err, absl::InvalidArgumentError(absl::StrCat(
-                         "--host_probe must be >= 0 (0 = off) or -1 (auto), got ", o.host_probe)), 2);
-  }
-  std::optional<ProfileFiles> profile;
-  if (!o.profile.empty() && (o.host_probe != 0 || !o.calibrated_model.empty())) {
-    absl::StatusOr<ModelGraph> model = LoadModelArg(o.profile + ".model.json");
-    absl::StatusOr<Cluster> cluster =
-        model.ok() ? LoadClusterArg(o.profile + ".cluster.json") : model.status();
-    if (!cluster.ok()) {
-      return Fail(err, absl::InvalidArgumentError(
-                           absl::StrCat("--profile: ", cluster.status().message())), 2);
-    }
-    profile = ProfileFiles{std::move(*model), std::move(*cluster)};
-    if (o.host_probe == kAutoHostProbe) {
-      o.host_probe = profile->model.host_probe_s > 0 ? kAutoHostProbeRepeats : 0;
-    }
-    if (o.host_probe > 0 && !(profile->model.host_probe_s > 0)) {
-      return Fail(err, absl::InvalidArgumentError(absl::StrCat(
-                           "--host_probe: ", o.profile, ".model.json has no host_probe_s (it "
-                           "was profiled before octopipe profile timed the probe); profile again")), 2);
-    }
-  }
-  if (o.host_probe == kAutoHostProbe) o.host_probe = 0;  // no --profile to compare with
-  if (!o.report.empty()) {
-    if (absl::Status s = report::CheckReportPath("--report", ResolvePath(o.report)); !s.ok()) {
-      return Fail(err, s, 2);
-    }
-  }
-  if (o.iterations < 1) {
-    return Fail(err, absl::InvalidArgumentError(
-                         absl::StrCat("--iterations must be >= 1, got ", o.iterations)), 2);
-  }
-  if (!(o.lr > 0)) {
-    return Fail(err, absl::InvalidArgumentError(absl::StrCat("--lr must be > 0, got ", o.lr)), 2);
-  }
-  if (!(o.timeout > 0)) {
-    return Fail(err, absl::InvalidArgumentError(
-                         absl::StrCat("--timeout must be > 0 seconds, got ", o.timeout)), 2);
-  }
-  if (!(o.rotate_cores_ms >= 0)) {
-    return Fail(err, absl::InvalidArgumentError(absl::StrCat(
-                         "--rotate_cores_ms must be >= 0 (0 = off), got ", o.rotate_cores_ms)), 2);
-  }
-  absl::StatusOr<executor::TransportKind> transport_kind = executor::ParseTransportKind(o.transport);
-  if (!transport_kind.ok()) {
-    return Fail(err, absl::InvalidArgumentError(absl::StrCat("--", transport_kind.status().message())),
-                2);
-  }
+  absl::StatusOr<ModelSpec> spec = ParseTrainModel(o);
+  if (!spec.ok()) return Fail(err, spec.status(), 2);
+  absl::StatusOr<std::optional<ProfileFiles>> profile = LoadTrainProfile(&o);
+  if (!profile.ok()) return Fail(err, profile.status(), 2);
+  absl::StatusOr<executor::TransportKind> transport_kind = CheckRunFlags(o);
+  if (!transport_kind.ok()) return Fail(err, transport_kind.status(), 2);
   const ModelGraph graph = executor::ToModelGraph(*spec);
   if (!o.plan_file.empty() && o.job.empty()) {
     // A layout file runs as a layout; a single pipeline (and a bad file, whose error names the
@@ -758,7 +821,7 @@ int RunTrain(const std::vector<std::string>& args, std::ostream& out, std::ostre
     proto::LayoutPrediction predicted;
     absl::StatusOr<LayoutPlan> layout = LoadLayoutPlanFile(ResolvePath(o.plan_file), &predicted);
     if (layout.ok() && !layout->single_pipeline()) {
-      return RunLayoutTrain(o, *spec, graph, *layout, predicted, profile ? &*profile : nullptr,
+      return RunLayoutTrain(o, *spec, graph, *layout, predicted, *profile ? &**profile : nullptr,
                             out, err);
     }
   }
@@ -783,40 +846,7 @@ int RunTrain(const std::vector<std::string>& args, std::ostream& out, std::ostre
     }
     return Fail(err, m.status(), 1);
   }
-  absl::StatusOr<SimResult> predicted =
-      PredictFromMeasured(target->plan, static_cast<int>(o.ranks), *m);
-  if (!predicted.ok()) return Fail(err, predicted.status(), 1);
-  absl::StatusOr<HostSpeed> host =
-      CompareHostSpeed(o.host_probe > 0 && profile ? &*profile : nullptr, *m,
-                       PipelinePeriod(target->plan));
-  if (!host.ok()) return Fail(err, host.status(), 1);
-  std::string report_decision;
-  if (target->planner) {
-    absl::StatusOr<std::string> decision = ReportToPlanner(o, *target, *m);
-    if (!decision.ok()) return Fail(err, decision.status(), 1);
-    report_decision = *decision;
-  }
-  std::string calibration;
-  if (!o.calibrated_model.empty()) {
-    absl::StatusOr<std::string> line = WriteCalibratedModel(o, *profile, target->plan, *m);
-    if (!line.ok()) return Fail(err, line.status(), 1);
-    calibration = *line;
-  }
-  if (!o.trace.empty()) {
-    if (absl::Status s = WriteMeasuredTrace(o.trace, target->plan, *m); !s.ok()) {
-      return Fail(err, s, 1);
-    }
-  }
-  if (!o.report.empty()) {
-    if (absl::Status s = WriteTrainReport(o, graph, target->plan, *m, *predicted); !s.ok()) {
-      return Fail(err, s, 1);
-    }
-  }
-  PrintResult(o, graph, target->plan, target->job_version, *m, *predicted, *host,
-              report_decision, calibration, out);
-  if (!o.trace.empty() && !o.json) out << "measured timeline written to " << o.trace << "\n";
-  if (!o.report.empty() && !o.json) out << "report written to " << o.report << "\n";
-  return 0;
+  return ReportTrainRun(o, graph, *target, *profile ? &**profile : nullptr, *m, out, err);
 }
 
 }  // namespace octopipe::cli

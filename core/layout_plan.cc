@@ -42,12 +42,25 @@ absl::Status Bad(const std::string& field, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
 }
 
-}  // namespace
+// What the pipelines' replicas claim, gathered while they are checked one by one and checked
+// as a whole afterwards.
+struct ReplicaClaims {
+  explicit ReplicaClaims(const LayoutPlan& plan)
+      : rank_owner(plan.num_ranks, -1),
+        dp_seen(plan.layout.dp, 0),
+        pipeline_of_dp(plan.layout.dp, -1) {}
+  std::vector<int> rank_owner;  // replica index over all pipelines
+  std::vector<int> dp_seen;
+  std::vector<int> pipeline_of_dp;
+  std::vector<std::pair<int, int>> ranges;  // [first, end) of each replica
+  int max_devices = 0;
+};
 
-absl::Status ValidateLayoutPlan(const LayoutPlan& plan, int num_layers) {
+// The layout's degrees and the plan's counts, before any pipeline is looked at.
+absl::Status CheckLayoutCounts(const LayoutPlan& plan) {
   const ParallelLayout& l = plan.layout;
-  for (const auto& [name, v] : {std::pair<const char*, int>{"pp", l.pp}, {"tp", l.tp},
-                                {"ep", l.ep}, {"dp", l.dp}}) {
+  for (const auto& [name, v] :
+       {std::pair<const char*, int>{"pp", l.pp}, {"tp", l.tp}, {"ep", l.ep}, {"dp", l.dp}}) {
     if (v < 1) return Bad(absl::StrCat("layout.", name), absl::StrCat(v, " must be >= 1"));
   }
   if (plan.pipelines.empty()) return Bad("pipelines", "a layout needs at least one pipeline");
@@ -62,83 +75,94 @@ absl::Status ValidateLayoutPlan(const LayoutPlan& plan, int num_layers) {
   if (l.dp % l.ep != 0) {
     return Bad("layout.ep", absl::StrCat(l.ep, " does not divide dp = ", l.dp));
   }
-  std::vector<int> rank_owner(plan.num_ranks, -1);  // replica index over all pipelines
-  std::vector<int> dp_seen(l.dp, 0);
-  std::vector<int> pipeline_of_dp(l.dp, -1);
-  std::vector<std::pair<int, int>> ranges;  // [first, end) of each replica
-  int max_devices = 0;
-  for (size_t p = 0; p < plan.pipelines.size(); ++p) {
-    const LayoutPipelinePlan& pipe = plan.pipelines[p];
-    const std::string where = absl::StrCat("pipelines[", p, "]");
-    if (absl::Status s = ValidatePlanShape(pipe.plan, num_layers); !s.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ".plan: ", s.message()));
-    }
-    if (pipe.replicas.empty()) return Bad(absl::StrCat(where, ".replicas"), "none");
-    if (pipe.plan.vocab_parallel && (l.tp > 1 || plan.pipelines.size() > 1)) {
-      return Bad(absl::StrCat(where, ".plan.vocab_parallel"),
-                 "a split head runs only with TP 1 and replicas of one pipeline");
-    }
-    max_devices = std::max(max_devices, pipe.plan.num_devices);
-    for (size_t r = 0; r < pipe.replicas.size(); ++r) {
-      const PipelineReplica& rep = pipe.replicas[r];
-      const std::string rw = absl::StrCat(where, ".replicas[", r, "]");
-      if (rep.dp_rank < 0 || rep.dp_rank >= l.dp) {
-        return Bad(rw + ".dp_rank", absl::StrCat(rep.dp_rank, " is outside [0, ", l.dp, ")"));
+  return absl::OkStatus();
+}
+
+// Each device's TP group of ranks is inside [0, num_ranks) and used by no other replica;
+// claims them for the replica.
+absl::Status ClaimDeviceRanks(const LayoutPlan& plan, const PipelineReplica& rep,
+                              const std::string& rw, std::vector<int>* rank_owner) {
+  const int tp = plan.layout.tp;
+  for (size_t d = 0; d < rep.device_ranks.size(); ++d) {
+    for (int t = 0; t < tp; ++t) {
+      const int rank = rep.device_ranks[d] + t;
+      if (rep.device_ranks[d] < 0 || rank >= plan.num_ranks) {
+        return Bad(
+            absl::StrCat(rw, ".device_ranks[", d, "]"),
+            absl::StrCat("TP group ", rep.device_ranks[d], "..", rep.device_ranks[d] + tp - 1,
+                         " is outside ranks [0, ", plan.num_ranks, ")"));
       }
-      if (dp_seen[rep.dp_rank]++ > 0) {
-        return Bad(rw + ".dp_rank", absl::StrCat(rep.dp_rank, " is used by another replica"));
+      if ((*rank_owner)[rank] >= 0) {
+        return Bad(absl::StrCat(rw, ".device_ranks[", d, "]"),
+                   absl::StrCat("rank ", rank, " is already used"));
       }
-      pipeline_of_dp[rep.dp_rank] = static_cast<int>(p);
-      if (static_cast<int>(rep.device_ranks.size()) != pipe.plan.num_devices) {
-        return Bad(rw + ".device_ranks",
-                   absl::StrCat(rep.device_ranks.size(), " entries for a pipeline of ",
-                                pipe.plan.num_devices, " devices"));
-      }
-      for (size_t d = 0; d < rep.device_ranks.size(); ++d) {
-        for (int t = 0; t < l.tp; ++t) {
-          const int rank = rep.device_ranks[d] + t;
-          if (rep.device_ranks[d] < 0 || rank >= plan.num_ranks) {
-            return Bad(absl::StrCat(rw, ".device_ranks[", d, "]"),
-                       absl::StrCat("TP group ", rep.device_ranks[d], "..",
-                                    rep.device_ranks[d] + l.tp - 1, " is outside ranks [0, ",
-                                    plan.num_ranks, ")"));
-          }
-          if (rank_owner[rank] >= 0) {
-            return Bad(absl::StrCat(rw, ".device_ranks[", d, "]"),
-                       absl::StrCat("rank ", rank, " is already used"));
-          }
-          rank_owner[rank] = rep.dp_rank;
-        }
-      }
-      const int first = rep.first_microbatch, end = first + pipe.plan.num_microbatches;
-      if (first < 0 || end > plan.global_microbatches) {
-        return Bad(rw + ".first_microbatch",
-                   absl::StrCat("micro-batches [", first, ", ", end,
-                                ") are outside the global batch [0, ", plan.global_microbatches,
-                                ")"));
-      }
-      ranges.emplace_back(first, end);
+      (*rank_owner)[rank] = rep.dp_rank;
     }
   }
-  for (int rank = 0; rank < plan.num_ranks; ++rank) {
-    if (rank_owner[rank] < 0) {
-      return Bad("num_ranks", absl::StrCat(plan.num_ranks, " ranks but rank ", rank,
-                                           " is in no replica's device_ranks"));
-    }
+  return absl::OkStatus();
+}
+
+// One replica (`rw` names it) of pipeline p: its dp rank, device ranks and micro-batches.
+absl::Status CheckReplica(const LayoutPlan& plan, size_t p, const PipelineReplica& rep,
+                          const std::string& rw, ReplicaClaims* claims) {
+  const int dp = plan.layout.dp;
+  const LayoutPipelinePlan& pipe = plan.pipelines[p];
+  if (rep.dp_rank < 0 || rep.dp_rank >= dp) {
+    return Bad(rw + ".dp_rank", absl::StrCat(rep.dp_rank, " is outside [0, ", dp, ")"));
   }
-  if (l.pp != max_devices) {
-    return Bad("layout.pp",
-               absl::StrCat(l.pp, " but the largest pipeline has ", max_devices, " devices"));
+  if (claims->dp_seen[rep.dp_rank]++ > 0) {
+    return Bad(rw + ".dp_rank", absl::StrCat(rep.dp_rank, " is used by another replica"));
   }
+  claims->pipeline_of_dp[rep.dp_rank] = static_cast<int>(p);
+  if (static_cast<int>(rep.device_ranks.size()) != pipe.plan.num_devices) {
+    return Bad(rw + ".device_ranks",
+               absl::StrCat(rep.device_ranks.size(), " entries for a pipeline of ",
+                            pipe.plan.num_devices, " devices"));
+  }
+  RETURN_IF_ERROR(ClaimDeviceRanks(plan, rep, rw, &claims->rank_owner));
+  const int first = rep.first_microbatch, end = first + pipe.plan.num_microbatches;
+  if (first < 0 || end > plan.global_microbatches) {
+    return Bad(rw + ".first_microbatch",
+               absl::StrCat("micro-batches [", first, ", ", end,
+                            ") are outside the global batch [0, ", plan.global_microbatches, ")"));
+  }
+  claims->ranges.emplace_back(first, end);
+  return absl::OkStatus();
+}
+
+// Pipeline p: its plan's shape, its replicas, and a split head only where it can run.
+absl::Status CheckPipeline(const LayoutPlan& plan, size_t p, int num_layers,
+                           ReplicaClaims* claims) {
+  const LayoutPipelinePlan& pipe = plan.pipelines[p];
+  const std::string where = absl::StrCat("pipelines[", p, "]");
+  if (absl::Status s = ValidatePlanShape(pipe.plan, num_layers); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ".plan: ", s.message()));
+  }
+  if (pipe.replicas.empty()) return Bad(absl::StrCat(where, ".replicas"), "none");
+  if (pipe.plan.vocab_parallel && (plan.layout.tp > 1 || plan.pipelines.size() > 1)) {
+    return Bad(absl::StrCat(where, ".plan.vocab_parallel"),
+               "a split head runs only with TP 1 and replicas of one pipeline");
+  }
+  claims->max_devices = std::max(claims->max_devices, pipe.plan.num_devices);
+  for (size_t r = 0; r < pipe.replicas.size(); ++r) {
+    RETURN_IF_ERROR(
+        CheckReplica(plan, p, pipe.replicas[r], absl::StrCat(where, ".replicas[", r, "]"), claims));
+  }
+  return absl::OkStatus();
+}
+
+// The replicas' micro-batch ranges tile the global batch exactly, without gap or overlap.
+absl::Status CheckMicrobatchTiling(const LayoutPlan& plan,
+                                   std::vector<std::pair<int, int>> ranges) {
   std::sort(ranges.begin(), ranges.end());
   int covered = 0;
   for (const auto& [first, end] : ranges) {
     if (first != covered) {
-      return Bad("pipelines[].replicas[].first_microbatch",
-                 absl::StrCat("the replicas' micro-batches do not tile the global batch of ",
-                              plan.global_microbatches, ": ",
-                              first < covered ? "overlap at " : "gap at ",
-                              std::min(first, covered)));
+      return Bad(
+          "pipelines[].replicas[].first_microbatch",
+          absl::StrCat("the replicas' micro-batches do not tile the global batch of ",
+                       plan.global_microbatches, ": ", first < covered ? "overlap at " : "gap at ",
+                       std::min(first, covered)));
     }
     covered = end;
   }
@@ -147,6 +171,11 @@ absl::Status ValidateLayoutPlan(const LayoutPlan& plan, int num_layers) {
                absl::StrCat(plan.global_microbatches, " but the replicas run ", covered,
                             " micro-batches in all"));
   }
+  return absl::OkStatus();
+}
+
+// The replicas of one expert-parallel group (ep consecutive dp ranks) run the same pipeline.
+absl::Status CheckExpertGroups(const ParallelLayout& l, const std::vector<int>& pipeline_of_dp) {
   for (int dp = 0; dp < l.dp; ++dp) {
     const int group_first = dp - dp % l.ep;
     if (pipeline_of_dp[dp] != pipeline_of_dp[group_first]) {
@@ -157,6 +186,29 @@ absl::Status ValidateLayoutPlan(const LayoutPlan& plan, int num_layers) {
     }
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidateLayoutPlan(const LayoutPlan& plan, int num_layers) {
+  const ParallelLayout& l = plan.layout;
+  RETURN_IF_ERROR(CheckLayoutCounts(plan));
+  ReplicaClaims claims(plan);
+  for (size_t p = 0; p < plan.pipelines.size(); ++p) {
+    RETURN_IF_ERROR(CheckPipeline(plan, p, num_layers, &claims));
+  }
+  for (int rank = 0; rank < plan.num_ranks; ++rank) {
+    if (claims.rank_owner[rank] < 0) {
+      return Bad("num_ranks", absl::StrCat(plan.num_ranks, " ranks but rank ", rank,
+                                           " is in no replica's device_ranks"));
+    }
+  }
+  if (l.pp != claims.max_devices) {
+    return Bad("layout.pp", absl::StrCat(l.pp, " but the largest pipeline has ", claims.max_devices,
+                                         " devices"));
+  }
+  RETURN_IF_ERROR(CheckMicrobatchTiling(plan, std::move(claims.ranges)));
+  return CheckExpertGroups(l, claims.pipeline_of_dp);
 }
 
 absl::Status CheckLayoutAgainstModel(const ParallelLayout& layout, const ModelGraph& model) {

@@ -130,6 +130,112 @@ absl::Status ValidateDims(const std::string& p, LayerKind kind, const LayerDims&
   return absl::OkStatus();
 }
 
+// The training options: every count positive and small enough for an int, and the EP ranks
+// per node within the EP degree.
+absl::Status ValidateTraining(const TrainingOptions& t) {
+  const std::pair<const char*, int64_t> training_fields[] = {
+      {"training.seq_len", t.seq_len},
+      {"training.micro_batch_size", t.micro_batch_size},
+      {"training.num_microbatches", t.num_microbatches},
+      {"training.tp_degree", t.tp_degree},
+      {"training.zero_degree", t.zero_degree},
+      {"training.ep_degree", t.ep_degree},
+  };
+  for (const auto& [path, value] : training_fields) {
+    absl::Status s = Positive(path, value);
+    if (!s.ok()) return s;
+    if (value > kMaxDim) {
+      // Refused, never truncated: callers keep some of these in an int.
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, " must be <= ", kMaxDim, ", got ", value));
+    }
+  }
+  if (t.ep_ranks_per_node < 0 || t.ep_ranks_per_node > t.ep_degree) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("training.ep_ranks_per_node must be in [0, training.ep_degree = ", t.ep_degree,
+                     "], got ", t.ep_ranks_per_node));
+  }
+  return absl::OkStatus();
+}
+
+// measured.sharded[k] of `layer` (`q` names it): its degrees, that it is neither the whole
+// layer nor a repeat of an earlier entry, and its times.
+absl::Status ValidateShardedEntry(const std::string& q, const Layer& layer, size_t k) {
+  const MeasuredCosts& m = layer.measured;
+  const MeasuredSharded& a = m.sharded[k];
+  for (const auto& [name, degree] :
+       {std::pair{"tp_degree", a.tp_degree}, std::pair{"ep_degree", a.ep_degree}}) {
+    if (degree < 1 || degree > 4096) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(q, ".", name, " must be in [1, 4096], got ", degree));
+    }
+  }
+  if (a.tp_degree == 1 && a.ep_degree == 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        q, ": tp_degree and ep_degree are both 1 (the whole layer's times are measured.*)"));
+  }
+  if (a.ep_degree > 1 && layer.kind != LayerKind::kMoe) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(q, ".ep_degree is ", a.ep_degree, " but the layer is not a MoE layer"));
+  }
+  for (size_t j = 0; j < k; ++j) {
+    if (m.sharded[j].tp_degree == a.tp_degree && m.sharded[j].ep_degree == a.ep_degree) {
+      return absl::InvalidArgumentError(absl::StrCat(q, ": TP ", a.tp_degree, " x EP ", a.ep_degree,
+                                                     " repeats sharded[", j, "]"));
+    }
+  }
+  const std::pair<const char*, double> times[] = {{"forward_s", a.forward_s},
+                                                  {"backward_input_s", a.backward_input_s},
+                                                  {"weight_grad_s", a.weight_grad_s},
+                                                  {"recompute_s", a.recompute_s}};
+  for (const auto& [name, value] : times) {
+    if (!(value > 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(q, ".", name, " must be > 0, got ", value));
+    }
+    RETURN_IF_ERROR(MeasuredInRange(absl::StrCat(q, ".", name), value, /*is_time=*/true));
+  }
+  return absl::OkStatus();
+}
+
+// layers[i]: its measured costs (TP degree, sharded entries, ranges), then its dimensions
+// unless it is fully measured.
+absl::Status ValidateLayer(const ModelGraph& model, int i) {
+  const Layer& layer = model.layers[i];
+  const std::string p = absl::StrCat("layers[", i, "]");
+  const MeasuredCosts& m = layer.measured;
+  struct Field {
+    const char* name;
+    std::optional<double> value;
+    bool is_time;
+  };
+  const Field measured[] = {
+      {"forward_s", m.forward_s, true},         {"backward_input_s", m.backward_input_s, true},
+      {"weight_grad_s", m.weight_grad_s, true}, {"activation_bytes", m.activation_bytes, false},
+      {"param_bytes", m.param_bytes, false},    {"output_bytes", m.output_bytes, false},
+      {"recompute_s", m.recompute_s, true},     {"activation_bytes_w", m.activation_bytes_w, false},
+      {"input_bytes", m.input_bytes, false},
+  };
+  if (m.tp_degree < 1 || m.tp_degree > 4096) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(p, ".measured.tp_degree must be in [1, 4096], got ", m.tp_degree));
+  }
+  for (size_t k = 0; k < m.sharded.size(); ++k) {
+    RETURN_IF_ERROR(ValidateShardedEntry(absl::StrCat(p, ".measured.sharded[", k, "]"), layer, k));
+  }
+  bool all_time_measured = m.forward_s && m.backward_input_s && m.weight_grad_s;
+  for (const Field& f : measured) {
+    if (f.value) {
+      absl::Status s = MeasuredInRange(absl::StrCat(p, ".measured.", f.name), *f.value, f.is_time);
+      if (!s.ok()) return s;
+    }
+  }
+  // A fully measured layer needs no dimensions (profiles and synthetic models carry none).
+  if (all_time_measured && m.activation_bytes && m.param_bytes && m.output_bytes) {
+    return absl::OkStatus();
+  }
+  return ValidateDims(p, layer.kind, layer.dims);
+}
+
 }  // namespace
 
 absl::string_view LayerKindName(LayerKind kind) {
@@ -190,101 +296,8 @@ absl::Status Validate(const ModelGraph& model) {
     return absl::InvalidArgumentError(
         absl::StrCat("host_probe_s must be finite and >= 0, got ", model.host_probe_s));
   }
-  const TrainingOptions& t = model.training;
-  const std::pair<const char*, int64_t> training_fields[] = {
-      {"training.seq_len", t.seq_len},
-      {"training.micro_batch_size", t.micro_batch_size},
-      {"training.num_microbatches", t.num_microbatches},
-      {"training.tp_degree", t.tp_degree},
-      {"training.zero_degree", t.zero_degree},
-      {"training.ep_degree", t.ep_degree},
-  };
-  for (const auto& [path, value] : training_fields) {
-    absl::Status s = Positive(path, value);
-    if (!s.ok()) return s;
-    if (value > kMaxDim) {
-      // Refused, never truncated: callers keep some of these in an int.
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, " must be <= ", kMaxDim, ", got ", value));
-    }
-  }
-  if (t.ep_ranks_per_node < 0 || t.ep_ranks_per_node > t.ep_degree) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "training.ep_ranks_per_node must be in [0, training.ep_degree = ", t.ep_degree,
-        "], got ", t.ep_ranks_per_node));
-  }
-  for (int i = 0; i < model.num_layers(); ++i) {
-    const Layer& layer = model.layers[i];
-    const std::string p = absl::StrCat("layers[", i, "]");
-    const MeasuredCosts& m = layer.measured;
-    struct Field {
-      const char* name;
-      std::optional<double> value;
-      bool is_time;
-    };
-    const Field measured[] = {
-        {"forward_s", m.forward_s, true},
-        {"backward_input_s", m.backward_input_s, true},
-        {"weight_grad_s", m.weight_grad_s, true},
-        {"activation_bytes", m.activation_bytes, false},
-        {"param_bytes", m.param_bytes, false},
-        {"output_bytes", m.output_bytes, false},
-        {"recompute_s", m.recompute_s, true},
-        {"activation_bytes_w", m.activation_bytes_w, false},
-        {"input_bytes", m.input_bytes, false},
-    };
-    if (m.tp_degree < 1 || m.tp_degree > 4096) {
-      return absl::InvalidArgumentError(absl::StrCat(p, ".measured.tp_degree must be in [1, 4096], got ", m.tp_degree));
-    }
-    for (size_t k = 0; k < m.sharded.size(); ++k) {
-      const MeasuredSharded& a = m.sharded[k];
-      const std::string q = absl::StrCat(p, ".measured.sharded[", k, "]");
-      for (const auto& [name, degree] : {std::pair{"tp_degree", a.tp_degree},
-                                         std::pair{"ep_degree", a.ep_degree}}) {
-        if (degree < 1 || degree > 4096) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(q, ".", name, " must be in [1, 4096], got ", degree));
-        }
-      }
-      if (a.tp_degree == 1 && a.ep_degree == 1) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            q, ": tp_degree and ep_degree are both 1 (the whole layer's times are measured.*)"));
-      }
-      if (a.ep_degree > 1 && layer.kind != LayerKind::kMoe) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            q, ".ep_degree is ", a.ep_degree, " but the layer is not a MoE layer"));
-      }
-      for (size_t j = 0; j < k; ++j) {
-        if (m.sharded[j].tp_degree == a.tp_degree && m.sharded[j].ep_degree == a.ep_degree) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              q, ": TP ", a.tp_degree, " x EP ", a.ep_degree, " repeats sharded[", j, "]"));
-        }
-      }
-      const std::pair<const char*, double> times[] = {{"forward_s", a.forward_s},
-                                                      {"backward_input_s", a.backward_input_s},
-                                                      {"weight_grad_s", a.weight_grad_s},
-                                                      {"recompute_s", a.recompute_s}};
-      for (const auto& [name, value] : times) {
-        if (!(value > 0)) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(q, ".", name, " must be > 0, got ", value));
-        }
-        RETURN_IF_ERROR(MeasuredInRange(absl::StrCat(q, ".", name), value, /*is_time=*/true));
-      }
-    }
-    bool all_time_measured = m.forward_s && m.backward_input_s && m.weight_grad_s;
-    for (const Field& f : measured) {
-      if (f.value) {
-        absl::Status s = MeasuredInRange(absl::StrCat(p, ".measured.", f.name), *f.value,
-                                         f.is_time);
-        if (!s.ok()) return s;
-      }
-    }
-    // A fully measured layer needs no dimensions (profiles and synthetic models carry none).
-    if (all_time_measured && m.activation_bytes && m.param_bytes && m.output_bytes) continue;
-    absl::Status s = ValidateDims(p, layer.kind, layer.dims);
-    if (!s.ok()) return s;
-  }
+  RETURN_IF_ERROR(ValidateTraining(model.training));
+  for (int i = 0; i < model.num_layers(); ++i) RETURN_IF_ERROR(ValidateLayer(model, i));
   return absl::OkStatus();
 }
 

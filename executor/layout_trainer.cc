@@ -72,85 +72,121 @@ std::string GroupName(const std::string& kind, const std::vector<int>& ranks) {
   return absl::StrCat(kind, "/", absl::StrJoin(ranks, "-"));
 }
 
+// Each dp rank's (pipeline, replica index).
+std::vector<std::pair<int, int>> ReplicaOf(const LayoutPlan& plan) {
+  std::vector<std::pair<int, int>> replica_of(plan.layout.dp);
+  for (size_t p = 0; p < plan.pipelines.size(); ++p) {
+    for (size_t r = 0; r < plan.pipelines[p].replicas.size(); ++r) {
+      replica_of[plan.pipelines[p].replicas[r].dp_rank] = {static_cast<int>(p),
+                                                           static_cast<int>(r)};
+    }
+  }
+  return replica_of;
+}
+
+// With TP: `rank`'s TP group, the tp consecutive ranks of its device.
+void AddTpGroup(const LayoutPlan& plan, const RankRole& role, int rank, Setup* s) {
+  const int tp = plan.layout.tp;
+  if (tp <= 1) return;
+  const PipelineReplica& rep = plan.pipelines[role.pipeline].replicas[role.replica];
+  std::vector<int> members;
+  for (int t = 0; t < tp; ++t) members.push_back(rep.device_ranks[role.device] + t);
+  s->tp_group[rank] = GroupName("tp", members);
+  s->groups[s->tp_group[rank]] = members;
+}
+
+// With EP, when `rank` holds a MoE layer: its EP group, the same device and TP rank in each
+// replica of its expert-parallel group of ep consecutive dp ranks.
+void AddEpGroup(const ModelSpec& spec, const LayoutPlan& plan, const RankRole& role,
+                const std::vector<int>& held, int rank, Setup* s) {
+  const int ep = plan.layout.ep;
+  const bool has_moe =
+      std::any_of(held.begin(), held.end(), [&](int l) { return spec.kinds[l] == "moe"; });
+  if (!(ep > 1 && has_moe)) return;
+  std::vector<int> members;
+  const int first = role.dp_rank - role.dp_rank % ep;
+  for (int d = first; d < first + ep; ++d) {
+    const auto [p, r] = s->replica_of[d];
+    members.push_back(plan.pipelines[p].replicas[r].device_ranks[role.device] + role.tp_rank);
+  }
+  s->ep_group[rank] = GroupName("ep", members);
+  s->groups[s->ep_group[rank]] = members;
+}
+
+// The buckets of the layers `held` by a rank, each with the key of the parameter shard it
+// holds (the ranks holding one key sum its gradients): a MoE layer under EP splits into its
+// replicated dense part and its experts, a vocabulary-split layer is its device's shard.
+std::vector<std::pair<Bucket, std::string>> KeyedBuckets(const ModelSpec& spec,
+                                                         const Plan& pipe_plan, int ep,
+                                                         const RankRole& role,
+                                                         const std::vector<int>& held) {
+  std::vector<std::pair<Bucket, std::string>> keyed;
+  for (int l : held) {
+    auto add = [&](int first, int end, const std::string& part, const std::string& key) {
+      Bucket b;
+      b.layer = l;
+      b.first_param = first;
+      b.end_param = end;
+      b.part = part;
+      keyed.push_back({b, key});
+    };
+    if (spec.kinds[l] == "moe" && ep > 1) {
+      const int dense = ParallelMoeReplicatedParams();
+      add(0, dense, "a", absl::StrCat("l", l, "/t", role.tp_rank, "/dense"));
+      add(dense, -1, "b", absl::StrCat("l", l, "/t", role.tp_rank, "/e", role.ep_rank));
+    } else if (IsVocabSplit(spec, pipe_plan, l)) {
+      add(0, -1, "a", absl::StrCat("l", l, "/shard", role.device));
+    } else {
+      add(0, -1, "a", absl::StrCat("l", l, "/t", role.tp_rank));
+    }
+  }
+  return keyed;
+}
+
+// Keeps each rank's buckets whose shard two or more ranks hold, with the DP group of those
+// ranks, in the global order: layers descending (the backward's order), then the part.
+void AssignDpBuckets(const std::vector<std::vector<std::pair<Bucket, std::string>>>& keyed,
+                     const std::map<std::string, std::vector<int>>& dp_keys, Setup* s) {
+  for (size_t rank = 0; rank < keyed.size(); ++rank) {
+    for (const auto& [keyed_bucket, key] : keyed[rank]) {
+      const std::vector<int>& members = dp_keys.at(key);
+      if (members.size() < 2) continue;
+      Bucket bucket = keyed_bucket;
+      bucket.group = GroupName("dp", members);
+      s->groups[bucket.group] = members;
+      s->buckets[rank].push_back(bucket);
+    }
+    std::sort(s->buckets[rank].begin(), s->buckets[rank].end(),
+              [](const Bucket& a, const Bucket& b) {
+                return std::tie(b.layer, a.part) < std::tie(a.layer, b.part);
+              });
+  }
+}
+
 Setup MakeSetup(const ModelSpec& spec, const LayoutPlan& plan) {
   Setup s;
   s.roles = RankRoles(plan);
-  const int R = plan.num_ranks, tp = plan.layout.tp, ep = plan.layout.ep;
+  const int R = plan.num_ranks;
   s.tp_group.assign(R, "");
   s.ep_group.assign(R, "");
   s.buckets.assign(R, {});
-  s.replica_of.resize(plan.layout.dp);
-  for (size_t p = 0; p < plan.pipelines.size(); ++p) {
-    for (size_t r = 0; r < plan.pipelines[p].replicas.size(); ++r) {
-      s.replica_of[plan.pipelines[p].replicas[r].dp_rank] = {static_cast<int>(p),
-                                                             static_cast<int>(r)};
-    }
-  }
+  s.replica_of = ReplicaOf(plan);
   std::map<std::string, std::vector<int>> dp_keys;  // shard key -> ranks holding it
   std::vector<std::vector<std::pair<Bucket, std::string>>> keyed(R);  // bucket, its key
   std::vector<int> loss_ranks;
   for (int rank = 0; rank < R; ++rank) {
     const RankRole& role = s.roles[rank];
     const LayoutPipelinePlan& pipe = plan.pipelines[role.pipeline];
-    const PipelineReplica& rep = pipe.replicas[role.replica];
-    if (tp > 1) {
-      std::vector<int> members;
-      for (int t = 0; t < tp; ++t) members.push_back(rep.device_ranks[role.device] + t);
-      s.tp_group[rank] = GroupName("tp", members);
-      s.groups[s.tp_group[rank]] = members;
-    }
+    AddTpGroup(plan, role, rank, &s);
     const std::vector<int> held = HeldLayers(spec, plan, role);
-    const bool has_moe = std::any_of(held.begin(), held.end(),
-                                     [&](int l) { return spec.kinds[l] == "moe"; });
-    if (ep > 1 && has_moe) {
-      std::vector<int> members;
-      const int first = role.dp_rank - role.dp_rank % ep;
-      for (int d = first; d < first + ep; ++d) {
-        const auto [p, r] = s.replica_of[d];
-        members.push_back(plan.pipelines[p].replicas[r].device_ranks[role.device] +
-                          role.tp_rank);
-      }
-      s.ep_group[rank] = GroupName("ep", members);
-      s.groups[s.ep_group[rank]] = members;
-    }
-    for (int l : held) {
-      auto add = [&](int first, int end, const std::string& part, const std::string& key) {
-        Bucket b;
-        b.layer = l;
-        b.first_param = first;
-        b.end_param = end;
-        b.part = part;
-        keyed[rank].push_back({b, key});
-        dp_keys[key].push_back(rank);
-      };
-      if (spec.kinds[l] == "moe" && ep > 1) {
-        const int dense = ParallelMoeReplicatedParams();
-        add(0, dense, "a", absl::StrCat("l", l, "/t", role.tp_rank, "/dense"));
-        add(dense, -1, "b", absl::StrCat("l", l, "/t", role.tp_rank, "/e", role.ep_rank));
-      } else if (IsVocabSplit(spec, pipe.plan, l)) {
-        add(0, -1, "a", absl::StrCat("l", l, "/shard", role.device));
-      } else {
-        add(0, -1, "a", absl::StrCat("l", l, "/t", role.tp_rank));
-      }
-    }
+    AddEpGroup(spec, plan, role, held, rank, &s);
+    keyed[rank] = KeyedBuckets(spec, pipe.plan, plan.layout.ep, role, held);
+    for (const auto& [bucket, key] : keyed[rank]) dp_keys[key].push_back(rank);
     if (role.device == pipe.plan.stages.back().device && role.tp_rank == 0) {
       loss_ranks.push_back(rank);
     }
   }
-  for (int rank = 0; rank < R; ++rank) {
-    for (auto& [bucket, key] : keyed[rank]) {
-      const std::vector<int>& members = dp_keys[key];
-      if (members.size() < 2) continue;
-      bucket.group = GroupName("dp", members);
-      s.groups[bucket.group] = members;
-      s.buckets[rank].push_back(bucket);
-    }
-    // The global order: layers descending (the backward's order), then the part.
-    std::sort(s.buckets[rank].begin(), s.buckets[rank].end(),
-              [](const Bucket& a, const Bucket& b) {
-                return std::tie(b.layer, a.part) < std::tie(a.layer, b.part);
-              });
-  }
+  AssignDpBuckets(keyed, dp_keys, &s);
   if (loss_ranks.size() > 1) {
     s.loss_group = GroupName("loss", loss_ranks);
     s.groups[s.loss_group] = loss_ranks;

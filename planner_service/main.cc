@@ -12,6 +12,7 @@
 #include <cstring>
 #include <unistd.h>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <sstream>
 #include <string>
@@ -261,6 +262,85 @@ std::string WritePortFile(const std::string& path, int port, int metrics_port) {
   return "";
 }
 
+// Checked before anything starts: a script waiting for the file would otherwise wait forever.
+// False (after saying why) when --port_file is set and cannot be written.
+bool PortFileWritable() {
+  const std::string port_file = absl::GetFlag(FLAGS_port_file);
+  if (port_file.empty()) return true;
+  const std::string probe = port_file + ".tmp";
+  std::ofstream out(probe);
+  if (!out) {
+    std::cerr << "octopipe-planner: error: --port_file: cannot write '" << probe
+              << "': " << std::strerror(errno) << "\n";
+    return false;
+  }
+  out.close();
+  std::remove(probe.c_str());
+  return true;
+}
+
+// A replica that loses the leadership starts over as a follower: the same binary and flags
+// (`args`), with nothing of the old term in memory.
+std::function<void(const std::string&)> RestartAsFollower(std::vector<std::string> args) {
+  return [args = std::move(args)](const std::string& why) {
+    auto log = octopipe::logging::Logger("leader");
+    log->error("restarting as a follower: {}", why);
+    log->flush();
+    std::vector<char*> exec_argv;
+    for (const std::string& a : args) exec_argv.push_back(const_cast<char*>(a.c_str()));
+    exec_argv.push_back(nullptr);
+    execv("/proc/self/exe", exec_argv.data());
+    std::cerr << "octopipe-planner: error: cannot restart as a follower: "
+              << std::strerror(errno) << "\n";
+    _exit(1);
+  };
+}
+
+// Blocks the shutdown signals (and SIGHUP, which re-reads --identities) in every thread
+// started after this; the main thread waits for them.
+sigset_t BlockShutdownSignals() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);  // re-reads --identities
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  return signals;
+}
+
+// Announces the started server (and writes --port_file), then serves until SIGTERM or SIGINT,
+// re-reading --identities on SIGHUP; shuts the server down. The process's exit code.
+int Serve(octopipe::planner::PlannerServer* server, const PlannerServerOptions& o,
+          const sigset_t& signals) {
+  // Tests and scripts wait for this line (or --port_file); keep its "serving on HOST:PORT" and
+  // "metrics on HOST:PORT" parts. Logged, so that with --log_json stderr is JSON lines only.
+  auto log = octopipe::logging::Logger("planner");
+  log->info("serving on {}:{}{}{}, state in {}", o.host, server->port(),
+            o.tls_cert.empty() ? "" : " (TLS)",
+            server->metrics_port() >= 0
+                ? absl::StrCat(", metrics on ", o.metrics_host, ":", server->metrics_port())
+                : std::string(),
+            o.store.empty() ? o.state_dir : o.store);
+  const std::string port_file = absl::GetFlag(FLAGS_port_file);
+  if (!port_file.empty()) {
+    if (const std::string error = WritePortFile(port_file, server->port(), server->metrics_port());
+        !error.empty()) {
+      log->error("--port_file: {}; shutting down", error);
+      server->Shutdown(5);
+      return 1;
+    }
+  }
+  int sig = 0;
+  while (sigwait(&signals, &sig) == 0 && sig == SIGHUP) {
+    (void)server->ReloadIdentities();  // logged either way
+  }
+  log->info("signal {}, shutting down", sig);
+  server->Shutdown(5);
+  log->info("stopped");
+  log->flush();
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -275,18 +355,7 @@ int main(int argc, char** argv) {
               << "' (flags are --name=value; see --help)\n";
     return 2;
   }
-  // Checked before anything starts: a script waiting for the file would otherwise wait forever.
-  if (const std::string port_file = absl::GetFlag(FLAGS_port_file); !port_file.empty()) {
-    const std::string probe = port_file + ".tmp";
-    std::ofstream out(probe);
-    if (!out) {
-      std::cerr << "octopipe-planner: error: --port_file: cannot write '" << probe
-                << "': " << std::strerror(errno) << "\n";
-      return 2;
-    }
-    out.close();
-    std::remove(probe.c_str());
-  }
+  if (!PortFileWritable()) return 2;
   absl::StatusOr<octopipe::logging::LogOptions> log_options = LogOptionsFromFlags();
   absl::StatusOr<PlannerServerOptions> options = OptionsFromFlags();
   for (const absl::Status& s : {log_options.status(), options.status()}) {
@@ -296,30 +365,9 @@ int main(int argc, char** argv) {
     }
   }
   octopipe::logging::Configure(*log_options);
-  // A replica that loses the leadership starts over as a follower: the same binary and flags,
-  // with nothing of the old term in memory.
-  const std::vector<std::string> args(argv, argv + argc);
-  options->on_deposed = [args](const std::string& why) {
-    auto log = octopipe::logging::Logger("leader");
-    log->error("restarting as a follower: {}", why);
-    log->flush();
-    std::vector<char*> exec_argv;
-    for (const std::string& a : args) exec_argv.push_back(const_cast<char*>(a.c_str()));
-    exec_argv.push_back(nullptr);
-    execv("/proc/self/exe", exec_argv.data());
-    std::cerr << "octopipe-planner: error: cannot restart as a follower: "
-              << std::strerror(errno) << "\n";
-    _exit(1);
-  };
+  options->on_deposed = RestartAsFollower(std::vector<std::string>(argv, argv + argc));
   const PlannerServerOptions& o = *options;
-
-  // Block the shutdown signals in every thread; the main thread waits for them.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGHUP);  // re-reads --identities
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  const sigset_t signals = BlockShutdownSignals();
 
   // Every metric of the process is declared here, on the registry /metrics serves.
   auto registry = std::make_shared<prometheus::Registry>();
@@ -333,31 +381,5 @@ int main(int argc, char** argv) {
     std::cerr << "octopipe-planner: error: " << s.message() << "\n";
     return 1;
   }
-  // Tests and scripts wait for this line (or --port_file); keep its "serving on HOST:PORT" and
-  // "metrics on HOST:PORT" parts. Logged, so that with --log_json stderr is JSON lines only.
-  auto log = octopipe::logging::Logger("planner");
-  log->info("serving on {}:{}{}{}, state in {}", o.host, server.port(),
-            o.tls_cert.empty() ? "" : " (TLS)",
-            server.metrics_port() >= 0
-                ? absl::StrCat(", metrics on ", o.metrics_host, ":", server.metrics_port())
-                : std::string(),
-            o.store.empty() ? o.state_dir : o.store);
-  const std::string port_file = absl::GetFlag(FLAGS_port_file);
-  if (!port_file.empty()) {
-    if (const std::string error = WritePortFile(port_file, server.port(), server.metrics_port());
-        !error.empty()) {
-      log->error("--port_file: {}; shutting down", error);
-      server.Shutdown(5);
-      return 1;
-    }
-  }
-  int sig = 0;
-  while (sigwait(&signals, &sig) == 0 && sig == SIGHUP) {
-    (void)server.ReloadIdentities();  // logged either way
-  }
-  log->info("signal {}, shutting down", sig);
-  server.Shutdown(5);
-  log->info("stopped");
-  log->flush();
-  return 0;
+  return Serve(&server, o, signals);
 }

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "core/status_macros.h"
 #include "planner_service/agent_registry.h"
 #include "core/clock.h"
 #include "planner_service/job_manager.h"
@@ -99,6 +100,24 @@ class RoleSlot : public Role {
   const Role* role_ ABSL_GUARDED_BY(mu_) = nullptr;
 };
 
+// The gRPC server's credentials: TLS when a certificate and key are given (with client
+// certificates checked against `client_ca` when set), else insecure.
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(
+    const std::string& cert, const std::string& key, const std::string& client_ca) {
+  if (!cert.empty() || !key.empty()) {
+    if (cert.empty() || key.empty()) {
+      return absl::InvalidArgumentError("--tls_cert and --tls_key must be given together");
+    }
+    absl::StatusOr<grpc::SslServerCredentialsOptions> ssl = LoadServerTls({cert, key, client_ca});
+    if (!ssl.ok()) return ssl.status();
+    return grpc::SslServerCredentials(*ssl);
+  }
+  if (!client_ca.empty()) {
+    return absl::InvalidArgumentError("--tls_client_ca needs --tls_cert and --tls_key");
+  }
+  return grpc::InsecureServerCredentials();
+}
+
 }  // namespace
 
 // Takes office for a replica that won the election, and reports losing it.
@@ -153,6 +172,15 @@ int PlannerServer::metrics_port() const {
 
 absl::Status PlannerServer::Start() {
   impl_ = std::make_unique<Impl>();
+  RETURN_IF_ERROR(OpenState());
+  RETURN_IF_ERROR(MakeService());
+  RETURN_IF_ERROR(StartGrpc());
+  RETURN_IF_ERROR(StartMetricsEndpoint());
+  detector_ = std::thread([this] { DetectFailures(); });
+  return Campaign();
+}
+
+absl::Status PlannerServer::OpenState() {
   Impl& m = *impl_;
   if (metrics_ == nullptr) {
     auto metrics = metrics::PlannerMetrics::Create(*registry_);
@@ -182,7 +210,11 @@ absl::Status PlannerServer::Start() {
     // A lone planner leads from the start.
     if (absl::Status s = RecoverState(); !s.ok()) return s;
   }
+  return absl::OkStatus();
+}
 
+absl::Status PlannerServer::MakeService() {
+  Impl& m = *impl_;
   if (!options_.token.empty() && !options_.identities_file.empty()) {
     return absl::InvalidArgumentError(
         "--identities and --token/--token_file are mutually exclusive (give the shared token's "
@@ -215,20 +247,13 @@ absl::Status PlannerServer::Start() {
       std::max<int64_t>(50, static_cast<int64_t>(options_.heartbeat_timeout_s * 1000 / 4));
   m.service = std::make_unique<PlannerService>(m.jobs.get(), m.agents.get(), m.store.get(),
                                                m.pool.get(), so, m.observer.get());
+  return absl::OkStatus();
+}
 
-  std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
-  if (!options_.tls_cert.empty() || !options_.tls_key.empty()) {
-    if (options_.tls_cert.empty() || options_.tls_key.empty()) {
-      return absl::InvalidArgumentError("--tls_cert and --tls_key must be given together");
-    }
-    absl::StatusOr<grpc::SslServerCredentialsOptions> ssl =
-        LoadServerTls({options_.tls_cert, options_.tls_key, options_.tls_client_ca});
-    if (!ssl.ok()) return ssl.status();
-    creds = grpc::SslServerCredentials(*ssl);
-  } else if (!options_.tls_client_ca.empty()) {
-    return absl::InvalidArgumentError("--tls_client_ca needs --tls_cert and --tls_key");
-  }
-
+absl::Status PlannerServer::StartGrpc() {
+  Impl& m = *impl_;
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> creds,
+                   ServerCredentials(options_.tls_cert, options_.tls_key, options_.tls_client_ca));
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -249,35 +274,40 @@ absl::Status PlannerServer::Start() {
   }
   m.service->SetHealthService(m.server->GetHealthCheckService());
   PublishRole();
-  if (options_.metrics_port >= 0) {
-    metrics::MetricsEndpointOptions eo;
-    eo.host = options_.metrics_host;
-    eo.port = options_.metrics_port;
-    eo.num_threads = options_.metrics_threads;
-    eo.request_timeout_ms = options_.metrics_request_timeout_ms;
-    auto exporter = metrics::MetricsEndpoint::Start(registry_, eo);
-    if (!exporter.ok()) {
-      return absl::Status(exporter.status().code(),
-                          absl::StrCat("--metrics_port: ", exporter.status().message()));
-    }
-    m.exporter = std::move(*exporter);
+  return absl::OkStatus();
+}
+
+absl::Status PlannerServer::StartMetricsEndpoint() {
+  if (options_.metrics_port < 0) return absl::OkStatus();
+  metrics::MetricsEndpointOptions eo;
+  eo.host = options_.metrics_host;
+  eo.port = options_.metrics_port;
+  eo.num_threads = options_.metrics_threads;
+  eo.request_timeout_ms = options_.metrics_request_timeout_ms;
+  auto exporter = metrics::MetricsEndpoint::Start(registry_, eo);
+  if (!exporter.ok()) {
+    return absl::Status(exporter.status().code(),
+                        absl::StrCat("--metrics_port: ", exporter.status().message()));
   }
-  detector_ = std::thread([this] { DetectFailures(); });
-  if (m.etcd != nullptr) {
-    LeadershipOptions lo;
-    lo.election = options_.etcd_prefix + "/leader";
-    lo.address = options_.advertise_address.empty()
-                     ? absl::StrCat(options_.host, ":", port_)
-                     : options_.advertise_address;
-    lo.ttl = absl::Seconds(options_.leader_ttl_s);
-    m.office = std::make_unique<Office>(this);
-    m.leadership = std::make_unique<Leadership>(m.etcd->client(), lo, m.office.get());
-    if (absl::Status s = m.leadership->Start(); !s.ok()) return s;
-    m.role.Set(m.leadership.get());
-    logging::Event(*logging::Logger("leader"), spdlog::level::info, "campaigning",
-                   {{"election", lo.election}, {"address", lo.address},
-                    {"ttl_s", options_.leader_ttl_s}});
-  }
+  impl_->exporter = std::move(*exporter);
+  return absl::OkStatus();
+}
+
+absl::Status PlannerServer::Campaign() {
+  Impl& m = *impl_;
+  if (m.etcd == nullptr) return absl::OkStatus();
+  LeadershipOptions lo;
+  lo.election = options_.etcd_prefix + "/leader";
+  lo.address = options_.advertise_address.empty() ? absl::StrCat(options_.host, ":", port_)
+                                                  : options_.advertise_address;
+  lo.ttl = absl::Seconds(options_.leader_ttl_s);
+  m.office = std::make_unique<Office>(this);
+  m.leadership = std::make_unique<Leadership>(m.etcd->client(), lo, m.office.get());
+  if (absl::Status s = m.leadership->Start(); !s.ok()) return s;
+  m.role.Set(m.leadership.get());
+  logging::Event(
+      *logging::Logger("leader"), spdlog::level::info, "campaigning",
+      {{"election", lo.election}, {"address", lo.address}, {"ttl_s", options_.leader_ttl_s}});
   return absl::OkStatus();
 }
 

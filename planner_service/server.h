@@ -103,6 +103,17 @@ class PlannerServer {
   absl::Status RecoverState();
   // The election's winner fences its writes and loads the state.
   absl::Status TakeOffice(const v3electionpb::LeaderKey& key);
+  // Start's steps, in order. Creates the metrics, opens the store and builds the tuning pool,
+  // the agent registry and the job manager (a lone planner recovers its state here).
+  absl::Status OpenState();
+  // Access control (identities or a shared token), the audit log and the gRPC service.
+  absl::Status MakeService();
+  // Binds the gRPC server (TLS when configured) and publishes the role on its health service.
+  absl::Status StartGrpc();
+  // Serves /metrics when a metrics port is configured.
+  absl::Status StartMetricsEndpoint();
+  // Under etcd, campaigns for leadership with this replica's address.
+  absl::Status Campaign();
 
   PlannerServerOptions options_;
   std::shared_ptr<prometheus::Registry> registry_;

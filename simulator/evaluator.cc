@@ -5,6 +5,7 @@
 #include <numeric>
 #include <string>
 
+#include "absl/base/attributes.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/status_macros.h"
@@ -357,16 +358,9 @@ absl::Status Evaluator::StoppedError() const {
                                                   run_ops_, " of ", ops_.size(), " ops"));
 }
 
-// Longest path in topological order over a worklist of devices: a device runs its own order
-// from its cursor while the next op's data predecessors are done, and a device whose next op
-// becomes ready joins the worklist. Each device walks its order sequentially and the
-// successors of consecutive ops lie near each other in the next device's order, so the pass is
-// O(ops) and cache-friendly at thousands of devices. An empty worklist with ops left means the
-// device orders form a cycle. kTimes stores every op's start and end; kTrack the predecessor
-// that set each start (ties go to the first to arrive, so the order of this pass is part of
-// the critical path's definition). Each device's activation peak is summed as it runs.
+// Sizes the per-run arrays for a DAG pass and queues every device, each at its first op.
 template <bool kTimes, bool kTrack>
-absl::Status Evaluator::RunDag(const std::function<bool()>* should_stop) {
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline void Evaluator::ResetDagRun() {
   if (dirty_) ResetNodes();
   const int32_t n = static_cast<int32_t>(ops_.size());
   const int P = P_;
@@ -388,135 +382,196 @@ absl::Status Evaluator::RunDag(const std::function<bool()>* should_stop) {
   queued_.assign(P, 1);
   worklist_.resize(P);
   std::iota(worklist_.begin(), worklist_.end(), 0);
+}
 
-  Node* const nodes = nodes_.data();
-  const KindStage* const kind_stage = kind_stage_.data();
-  const Edge* const edges = edges_.data();
-  int32_t* const cursor = cursor_.data();
-  uint8_t* const queued = queued_.data();
-  const int32_t* const vocab_pos = vocab_pos_.data();
-  const int32_t last_b0 = last_b0_pos_;
+// Prefetch the next op of the device 8 visits ahead, and the first consumer of the next op of
+// the device 4 ahead (whose node the first prefetch brought in), so the misses of successive
+// visits overlap (+30% at 512 devices). A device at its end points at the sentinel node.
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline void Evaluator::PrefetchAhead(const DagView& v,
+                                                                  size_t head) const {
+  if (head + 8 < worklist_.size()) {
+    __builtin_prefetch(&v.nodes[v.cursor[worklist_[head + 8]]], 1);
+    const Node& soon = v.nodes[v.cursor[worklist_[head + 4]]];
+    __builtin_prefetch(&v.nodes[std::max(soon.succ[0], 0)], 1);
+  }
+}
+
+// One worklist visit: device d runs its order from its cursor while the next op is ready,
+// polling the stop check every kStopPollOps ops of the pass. False when the check stopped it
+// (run_ops_ and dirty_ are then set).
+template <bool kTimes, bool kTrack>
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool Evaluator::RunDevice(
+    const DagView& v, int d, const std::function<bool()>* should_stop, int64_t* poll_left,
+    int64_t* processed) {
+  Node* const nodes = v.nodes;
+  const int32_t lo = device_offset_[d], hi = device_offset_[d + 1];
+  int32_t p = v.cursor[d];
+  DeviceRun run{device_free_[d], comm_free_[d], live_[d], max_live_[d]};
+  if (p == lo && p < hi && nodes[p].pending == 0) {
+    first_start_[d] = run.device_free >= nodes[p].ready ? run.device_free : nodes[p].ready;
+  }
+  for (;;) {
+    const int32_t from = p;
+    const int32_t lim = hi - p > *poll_left ? p + static_cast<int32_t>(*poll_left) : hi;
+    p = RunReadyOps<kTimes, kTrack>(v, d, p, lim, &run);
+    *poll_left -= p - from;
+    if (*poll_left > 0) break;
+    *poll_left = kStopPollOps;
+    if ((*should_stop)()) {
+      run_ops_ = *processed + (p - v.cursor[d]);
+      dirty_ = true;
+      return false;
+    }
+    if (p == hi || nodes[p].pending != 0) break;
+  }
+  device_free_[d] = run.device_free;
+  comm_free_[d] = run.comm_free;
+  live_[d] = run.live;
+  max_live_[d] = run.max_live;
+  *processed += p - v.cursor[d];
+  v.cursor[d] = p;
+  return true;
+}
+
+// Runs device d's ops from position p (below lim) while each has its inputs: times it, adds
+// its activation delta, resets its node for the next call and relaxes its successors. Returns
+// the first position not run.
+template <bool kTimes, bool kTrack>
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline int32_t Evaluator::RunReadyOps(const DagView& v, int d,
+                                                                   int32_t p, int32_t lim,
+                                                                   DeviceRun* run) {
+  const int32_t lo = device_offset_[d];
+  double device_free = run->device_free;
+  double comm_free = run->comm_free;
+  double live = run->live, max_live = run->max_live;
+  for (; p < lim; ++p) {
+    Node& node = v.nodes[p];
+    if (node.pending != 0) break;
+    double start = node.ready;
+    if (device_free >= start) {
+      if (kTrack && p > lo && (device_free > start || pred_[p] < 0)) {
+        pred_[p] = p - 1;
+        pred_transfer_[p] = 0;
+      }
+      start = device_free;
+    }
+    const KindStage& k = v.kind_stage[node.ks];
+    // The device computes until compute_end; an overlapped all-to-all then runs on its
+    // communication stream (one at a time), and the op's outputs are ready at `end`.
+    const double compute_end = start + k.duration;
+    double end = compute_end;
+    if (k.tail > 0) {
+      end = (comm_free > compute_end ? comm_free : compute_end) + k.tail;
+      comm_free = end;
+    }
+    live += k.delta;
+    max_live = std::max(max_live, live);
+    if (kTimes) {
+      start_[p] = start;
+      end_[p] = end;
+    }
+    if (p == v.last_b0) b0_end_ = end;
+    device_free = compute_end;
+    const Node links = node;
+    // Reset for the next call: nothing reads this node again in this one.
+    node.ready = 0;
+    node.pending = k.predecessors;
+    RelaxSuccessors<kTrack>(v, p, d, end, links);
+  }
+  run->device_free = device_free;
+  run->comm_free = comm_free;
+  run->live = live;
+  run->max_live = max_live;
+  return p;
+}
+
+// Relaxes every data successor of the op at p (device d), which ends at `end`; `links` is its
+// node as it was before the reset.
+template <bool kTrack>
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline void Evaluator::RelaxSuccessors(const DagView& v, int32_t p,
+                                                                    int d, double end,
+                                                                    const Node& links) {
+  const int32_t c0 = links.succ[0], c1 = links.succ[1];
+  const int32_t e0 = links.edge[0], e1 = links.edge[1];
+  if (c1 == kFanOut) {
+    const bool to_t = KindOfIndex(links.ks) == OpKind::kS;
+    const int32_t* pos = v.vocab_pos + static_cast<size_t>(e1) * v.P * 2 + to_t;
+    const int32_t base = to_t ? fanout_t_edges_ : fanout_s_edges_;
+    for (int dd = 0; dd < v.P; ++dd) Relax<kTrack>(v, p, d, end, pos[2 * dd], base + dd);
+    if (c0 >= 0) Relax<kTrack>(v, p, d, end, c0, e0);
+  } else if (c0 >= 0) {
+    Relax<kTrack>(v, p, d, end, c0, e0);
+    if (c1 >= 0) Relax<kTrack>(v, p, d, end, c1, e1);
+  }
+}
+
+// One data edge p -> c (edge e): raises c's earliest start to end + delay (recording p as the
+// predecessor that set it) and queues c's device when c was its last missing input and is that
+// device's next op.
+template <bool kTrack>
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline void Evaluator::Relax(const DagView& v, int32_t p, int d,
+                                                          double end, int32_t c, int32_t e) {
+  const Edge& edge = v.edges[e];
+  const double t = end + edge.delay;
+  Node& consumer = v.nodes[c];
+  if (t > consumer.ready || (kTrack && pred_[c] < 0)) {
+    consumer.ready = std::max(consumer.ready, t);
+    if (kTrack) {
+      pred_[c] = p;
+      pred_transfer_[c] = edge.transfer;
+    }
+  }
+  const int dc = edge.to_device;
+  if (--consumer.pending == 0 && dc != d && c == v.cursor[dc] && !v.queued[dc]) {
+    v.queued[dc] = 1;
+    worklist_.push_back(dc);
+  }
+}
+
+// Longest path in topological order over a worklist of devices: a device runs its own order
+// from its cursor while the next op's data predecessors are done, and a device whose next op
+// becomes ready joins the worklist. Each device walks its order sequentially and the
+// successors of consecutive ops lie near each other in the next device's order, so the pass is
+// O(ops) and cache-friendly at thousands of devices. An empty worklist with ops left means the
+// device orders form a cycle. kTimes stores every op's start and end; kTrack the predecessor
+// that set each start (ties go to the first to arrive, so the order of this pass is part of
+// the critical path's definition). Each device's activation peak is summed as it runs.
+template <bool kTimes, bool kTrack>
+absl::Status Evaluator::RunDag(const std::function<bool()>* should_stop) {
+  ResetDagRun<kTimes, kTrack>();
+  const DagView v{nodes_.data(),  kind_stage_.data(), edges_.data(), cursor_.data(),
+                  queued_.data(), vocab_pos_.data(),  last_b0_pos_,  P_};
   int64_t poll_left = should_stop != nullptr ? kStopPollOps : std::numeric_limits<int64_t>::max();
   size_t head = 0;
   int64_t processed = 0;
   while (head < worklist_.size()) {
     const int d = worklist_[head++];
-    queued[d] = 0;
-    // Prefetch the next op of the device 8 visits ahead, and the first consumer of the next op
-    // of the device 4 ahead (whose node the first prefetch brought in), so the misses of
-    // successive visits overlap (+30% at 512 devices). A device at its end points at the
-    // sentinel node.
-    if (head + 8 < worklist_.size()) {
-      __builtin_prefetch(&nodes[cursor[worklist_[head + 8]]], 1);
-      const Node& soon = nodes[cursor[worklist_[head + 4]]];
-      __builtin_prefetch(&nodes[std::max(soon.succ[0], 0)], 1);
+    v.queued[d] = 0;
+    PrefetchAhead(v, head);
+    if (!RunDevice<kTimes, kTrack>(v, d, should_stop, &poll_left, &processed)) {
+      return StoppedError();
     }
-    const int32_t lo = device_offset_[d], hi = device_offset_[d + 1];
-    int32_t p = cursor[d];
-    double device_free = device_free_[d];
-    double comm_free = comm_free_[d];
-    double live = live_[d], max_live = max_live_[d];
-    if (p == lo && p < hi && nodes[p].pending == 0) {
-      first_start_[d] = device_free >= nodes[p].ready ? device_free : nodes[p].ready;
-    }
-    for (;;) {
-      const int32_t from = p;
-      const int32_t lim = hi - p > poll_left ? p + static_cast<int32_t>(poll_left) : hi;
-      for (; p < lim; ++p) {
-        Node& node = nodes[p];
-        if (node.pending != 0) break;
-        double start = node.ready;
-        if (device_free >= start) {
-          if (kTrack && p > lo && (device_free > start || pred_[p] < 0)) {
-            pred_[p] = p - 1;
-            pred_transfer_[p] = 0;
-          }
-          start = device_free;
-        }
-        const KindStage& k = kind_stage[node.ks];
-        // The device computes until compute_end; an overlapped all-to-all then runs on its
-        // communication stream (one at a time), and the op's outputs are ready at `end`.
-        const double compute_end = start + k.duration;
-        double end = compute_end;
-        if (k.tail > 0) {
-          end = (comm_free > compute_end ? comm_free : compute_end) + k.tail;
-          comm_free = end;
-        }
-        live += k.delta;
-        max_live = std::max(max_live, live);
-        if (kTimes) {
-          start_[p] = start;
-          end_[p] = end;
-        }
-        if (p == last_b0) b0_end_ = end;
-        device_free = compute_end;
-        const int32_t c0 = node.succ[0], c1 = node.succ[1];
-        const int32_t e0 = node.edge[0], e1 = node.edge[1];
-        const int32_t ks = node.ks;
-        // Reset for the next call: nothing reads this node again in this one.
-        node.ready = 0;
-        node.pending = k.predecessors;
-        auto relax = [&](int32_t c, int32_t e) {
-          const Edge& edge = edges[e];
-          const double t = end + edge.delay;
-          Node& consumer = nodes[c];
-          if (t > consumer.ready || (kTrack && pred_[c] < 0)) {
-            consumer.ready = std::max(consumer.ready, t);
-            if (kTrack) {
-              pred_[c] = p;
-              pred_transfer_[c] = edge.transfer;
-            }
-          }
-          const int dc = edge.to_device;
-          if (--consumer.pending == 0 && dc != d && c == cursor[dc] && !queued[dc]) {
-            queued[dc] = 1;
-            worklist_.push_back(dc);
-          }
-        };
-        if (c1 == kFanOut) {
-          const bool to_t = KindOfIndex(ks) == OpKind::kS;
-          const int32_t* pos = vocab_pos + static_cast<size_t>(e1) * P * 2 + to_t;
-          const int32_t base = to_t ? fanout_t_edges_ : fanout_s_edges_;
-          for (int dd = 0; dd < P; ++dd) relax(pos[2 * dd], base + dd);
-          if (c0 >= 0) relax(c0, e0);
-        } else if (c0 >= 0) {
-          relax(c0, e0);
-          if (c1 >= 0) relax(c1, e1);
-        }
-      }
-      poll_left -= p - from;
-      if (poll_left > 0) break;
-      poll_left = kStopPollOps;
-      if ((*should_stop)()) {
-        run_ops_ = processed + (p - cursor[d]);
-        dirty_ = true;
-        return StoppedError();
-      }
-      if (p == hi || nodes[p].pending != 0) break;
-    }
-    device_free_[d] = device_free;
-    comm_free_[d] = comm_free;
-    live_[d] = live;
-    max_live_[d] = max_live;
-    processed += p - cursor[d];
-    cursor[d] = p;
     if (head > 4096 && head * 2 > worklist_.size()) {  // keep the queue compact
       worklist_.erase(worklist_.begin(), worklist_.begin() + head);
       head = 0;
     }
   }
-  if (processed != n) {
-    // For CycleError: what ran has no pending inputs, everything else at least one.
-    for (int d = 0; d < P; ++d) {
-      for (int32_t f = device_offset_[d]; f < cursor[d]; ++f) nodes[f].pending = 0;
-      for (int32_t f = cursor[d]; f < device_offset_[d + 1]; ++f) {
-        nodes[f].pending = std::max(nodes[f].pending, 1);
-      }
-    }
-    dirty_ = true;
-    return absl::FailedPreconditionError("cycle");
-  }
+  if (processed != static_cast<int64_t>(ops_.size())) return DagCycle();
   return absl::OkStatus();
+}
+
+// The DAG pass ended with ops left: the device orders form a cycle. For CycleError, marks what
+// ran as having no pending inputs and everything else at least one.
+absl::Status Evaluator::DagCycle() {
+  Node* const nodes = nodes_.data();
+  for (int d = 0; d < P_; ++d) {
+    for (int32_t f = device_offset_[d]; f < cursor_[d]; ++f) nodes[f].pending = 0;
+    for (int32_t f = cursor_[d]; f < device_offset_[d + 1]; ++f) {
+      nodes[f].pending = std::max(nodes[f].pending, 1);
+    }
+  }
+  dirty_ = true;
+  return absl::FailedPreconditionError("cycle");
 }
 
 absl::Status Evaluator::RunEvents(const PipelineProblem& pb, bool track_pred, bool log_transfers,

@@ -172,6 +172,36 @@ class Evaluator {
   void ForEachSuccessor(int32_t p, Fn&& fn) const;
   template <bool kTimes, bool kTrack>
   absl::Status RunDag(const std::function<bool()>* should_stop);
+  // The DAG pass's arrays as raw pointers, taken once per run so the hot loop keeps them in
+  // registers (its byte stores to queued_ could alias any member).
+  struct DagView {
+    Node* nodes;
+    const KindStage* kind_stage;
+    const Edge* edges;
+    int32_t* cursor;
+    uint8_t* queued;
+    const int32_t* vocab_pos;
+    int32_t last_b0;
+    int P;
+  };
+  // One device's running state in the DAG pass, kept in locals while it runs its order.
+  struct DeviceRun {
+    double device_free, comm_free, live, max_live;
+  };
+  // RunDag's helpers, all forced inline into it (the pass allocates nothing per op).
+  template <bool kTimes, bool kTrack>
+  void ResetDagRun();
+  void PrefetchAhead(const DagView& v, size_t head) const;
+  template <bool kTimes, bool kTrack>
+  bool RunDevice(const DagView& v, int d, const std::function<bool()>* should_stop,
+                 int64_t* poll_left, int64_t* processed);
+  template <bool kTimes, bool kTrack>
+  int32_t RunReadyOps(const DagView& v, int d, int32_t p, int32_t lim, DeviceRun* run);
+  template <bool kTrack>
+  void RelaxSuccessors(const DagView& v, int32_t p, int d, double end, const Node& links);
+  template <bool kTrack>
+  void Relax(const DagView& v, int32_t p, int d, double end, int32_t c, int32_t e);
+  absl::Status DagCycle();
   absl::Status RunEvents(const PipelineProblem& problem, bool track_pred, bool log_transfers,
                          const std::function<bool()>* should_stop);
   absl::Status StoppedError() const;

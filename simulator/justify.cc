@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 #include "simulator/pipeline_rules.h"
 
 namespace octopipe {
@@ -39,6 +40,33 @@ class JustifyGraph {
   double duration(int n) const { return dur_[n]; }
 
  private:
+  // While building: each (kind, stage id, micro-batch)'s node (-1: none yet), and which
+  // (stage, micro-batch) have an R (R is folded into its backward, so it has no node).
+  struct OpSlots {
+    explicit OpSlots(const PipelineProblem& pb)
+        : SI(pb.num_stage_ids()),
+          M(pb.num_microbatches),
+          node(static_cast<size_t>(kNumOpKinds) * SI * M, -1),
+          has_r(static_cast<size_t>(SI) * M, 0) {}
+    int& at(OpKind k, int s, int m) { return node[(static_cast<int64_t>(k) * SI + s) * M + m]; }
+    int at(OpKind k, int s, int m) const {
+      return node[(static_cast<int64_t>(k) * SI + s) * M + m];
+    }
+    int SI, M;
+    std::vector<int> node;
+    std::vector<uint8_t> has_r;
+  };
+  // Makes a node of every op but R, in each device's order, rejecting misplaced and duplicate
+  // ops; records the Rs in `slots`.
+  absl::Status AddNodes(const PipelineProblem& pb, const Schedule& schedule, OpSlots* slots);
+  // Completeness: every micro-batch's F, one backward per stage (B with its W, or BW), R under
+  // recompute, and the vocabulary passes.
+  static absl::Status CheckComplete(const PipelineProblem& pb, const OpSlots& slots);
+  // The data edges with their lags, as CSR predecessor and successor lists.
+  void BuildEdges(const PipelineProblem& pb, const OpSlots& slots);
+  // Packs per-node predecessor lists into pred_/succ_ (CSR, same lag on both sides).
+  void FillAdjacency(const std::vector<std::vector<std::pair<int, double>>>& preds);
+
   int P_ = 0;
   std::vector<Op> op_;            // the backward for a block
   std::vector<int> device_;
@@ -57,19 +85,24 @@ class JustifyGraph {
 };
 
 absl::Status JustifyGraph::Build(const PipelineProblem& pb, const Schedule& schedule) {
-  const int P = pb.num_devices, S = pb.num_stages, M = pb.num_microbatches;
-  const int SI = pb.num_stage_ids();
+  const int P = pb.num_devices;
   P_ = P;
   if (schedule.num_devices() != P) {
     return absl::InvalidArgumentError(absl::StrCat("justify: schedule has ",
                                                    schedule.num_devices(), " devices, problem ",
                                                    P));
   }
-  auto id_of = [&](OpKind k, int s, int m) {
-    return (static_cast<int64_t>(k) * SI + s) * M + m;
-  };
-  std::vector<int> node(static_cast<size_t>(kNumOpKinds) * SI * M, -1);
-  std::vector<uint8_t> has_r(static_cast<size_t>(SI) * M, 0);
+  OpSlots slots(pb);
+  RETURN_IF_ERROR(AddNodes(pb, schedule, &slots));
+  RETURN_IF_ERROR(CheckComplete(pb, slots));
+  BuildEdges(pb, slots);
+  busy_.assign(P, {});
+  return absl::OkStatus();
+}
+
+absl::Status JustifyGraph::AddNodes(const PipelineProblem& pb, const Schedule& schedule,
+                                    OpSlots* slots) {
+  const int P = pb.num_devices, S = pb.num_stages, M = pb.num_microbatches;
   input_order_.assign(P, {});
   for (int d = 0; d < P; ++d) {
     for (const Op& op : schedule.ops[d]) {
@@ -81,14 +114,14 @@ absl::Status JustifyGraph::Build(const PipelineProblem& pb, const Schedule& sche
             absl::StrCat("justify: op ", OpToString(op), " does not belong on device ", d));
       }
       if (op.kind == OpKind::kR) {
-        if (!pb.recompute[op.stage] || has_r[op.stage * M + op.microbatch]) {
+        if (!pb.recompute[op.stage] || slots->has_r[op.stage * M + op.microbatch]) {
           return absl::InvalidArgumentError(
               absl::StrCat("justify: unexpected or duplicate ", OpToString(op)));
         }
-        has_r[op.stage * M + op.microbatch] = 1;
+        slots->has_r[op.stage * M + op.microbatch] = 1;
         continue;
       }
-      int& slot = node[id_of(op.kind, op.stage, op.microbatch)];
+      int& slot = slots->at(op.kind, op.stage, op.microbatch);
       if (slot >= 0) {
         return absl::InvalidArgumentError(absl::StrCat("justify: duplicate ", OpToString(op)));
       }
@@ -102,48 +135,59 @@ absl::Status JustifyGraph::Build(const PipelineProblem& pb, const Schedule& sche
                      (block ? OpDuration(pb, OpKind::kR, op.stage) : 0.0));
     }
   }
-  // Completeness: every micro-batch's F, one backward per stage (B with its W, or BW), R under
-  // recompute, and the vocabulary passes.
+  return absl::OkStatus();
+}
+
+absl::Status JustifyGraph::CheckComplete(const PipelineProblem& pb, const OpSlots& slots) {
+  const int P = pb.num_devices, S = pb.num_stages, M = pb.num_microbatches;
   for (int m = 0; m < M; ++m) {
     for (int s = 0; s < S; ++s) {
-      const bool b = node[id_of(OpKind::kB, s, m)] >= 0;
-      const bool bw = node[id_of(OpKind::kBW, s, m)] >= 0;
-      const bool w = node[id_of(OpKind::kW, s, m)] >= 0;
-      if (node[id_of(OpKind::kF, s, m)] < 0 || b == bw || b != w ||
-          (pb.recompute[s] != 0) != (has_r[s * M + m] != 0)) {
+      const bool b = slots.at(OpKind::kB, s, m) >= 0;
+      const bool bw = slots.at(OpKind::kBW, s, m) >= 0;
+      const bool w = slots.at(OpKind::kW, s, m) >= 0;
+      if (slots.at(OpKind::kF, s, m) < 0 || b == bw || b != w ||
+          (pb.recompute[s] != 0) != (slots.has_r[s * M + m] != 0)) {
         return absl::InvalidArgumentError(
             absl::StrCat("justify: stage ", s, " micro-batch ", m, " is missing ops"));
       }
     }
     if (pb.vocab_parallel) {
       for (int d = 0; d < P; ++d) {
-        if (node[id_of(OpKind::kS, d, m)] < 0 || node[id_of(OpKind::kT, d, m)] < 0) {
+        if (slots.at(OpKind::kS, d, m) < 0 || slots.at(OpKind::kT, d, m) < 0) {
           return absl::InvalidArgumentError(
               absl::StrCat("justify: device ", d, " micro-batch ", m, " is missing S or T"));
         }
       }
     }
   }
-  // Edges.
+  return absl::OkStatus();
+}
+
+void JustifyGraph::BuildEdges(const PipelineProblem& pb, const OpSlots& slots) {
   const int n = size();
   std::vector<std::vector<std::pair<int, double>>> preds(n);
   for (int u = 0; u < n; ++u) {
     const Op& op = op_[u];
     const int m = op.microbatch;
     auto backward = [&](int s) {
-      return node[id_of(OpKind::kB, s, m)] >= 0 ? OpKind::kB : OpKind::kBW;
+      return slots.at(OpKind::kB, s, m) >= 0 ? OpKind::kB : OpKind::kBW;
     };
     ForEachDataSuccessor(pb, op.kind, op.stage, backward, [&](OpKind k, int s, double bytes) {
       if (k == OpKind::kR) {  // F -> R: the block starts with R
-        preds[node[id_of(backward(s), s, m)]].push_back({u, 0.0});
+        preds[slots.at(backward(s), s, m)].push_back({u, 0.0});
         return;
       }
-      const int v = node[id_of(k, s, m)];
+      const int v = slots.at(k, s, m);
       double lag = EdgeDelay(pb, bytes, device_[u], device_[v]);
       if (block_[v]) lag -= OpDuration(pb, OpKind::kR, s);  // the backward part waits
       preds[v].push_back({u, lag});
     });
   }
+  FillAdjacency(preds);
+}
+
+void JustifyGraph::FillAdjacency(const std::vector<std::vector<std::pair<int, double>>>& preds) {
+  const int n = size();
   pred_off_.assign(n + 1, 0);
   succ_off_.assign(n + 1, 0);
   for (int v = 0; v < n; ++v) {
@@ -165,8 +209,6 @@ absl::Status JustifyGraph::Build(const PipelineProblem& pb, const Schedule& sche
       succ_lag_[fill[u]++] = lag;
     }
   }
-  busy_.assign(P, {});
-  return absl::OkStatus();
 }
 
 absl::Status JustifyGraph::TimeInputOrder(std::vector<double>* start) const {

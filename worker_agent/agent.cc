@@ -372,6 +372,20 @@ absl::StatusOr<int64_t> Agent::AgreeOnResume(const AgentJob& job, const std::str
 }
 
 void Agent::ReadProgress() {
+  ReadRankLogs();
+  const size_t local = run_.offsets.size();
+  while (!run_.partial.empty() && run_.partial.begin()->second.size() == local) {
+    const int it = run_.partial.begin()->first;
+    std::map<int, IterationRecord> records = std::move(run_.partial.begin()->second);
+    run_.partial.erase(run_.partial.begin());
+    run_.completed = it + 1;
+    NodeIteration n = CombineRecords(it, records);
+    PublishIteration(&n);
+    AccumulateReport(n, records);
+  }
+}
+
+void Agent::ReadRankLogs() {
   for (auto& [rank, offset] : run_.offsets) {
     std::ifstream in(absl::StrCat(run_.dir, "/rank-", rank, ".jsonl"));
     if (!in) continue;
@@ -384,83 +398,87 @@ void Agent::ReadProgress() {
       if (r.ok()) run_.partial[r->iteration][rank] = std::move(*r);
     }
   }
+}
+
+NodeIteration Agent::CombineRecords(int it, const std::map<int, IterationRecord>& records) const {
   const size_t local = run_.offsets.size();
-  while (!run_.partial.empty() && run_.partial.begin()->second.size() == local) {
-    const int it = run_.partial.begin()->first;
-    std::map<int, IterationRecord> records = std::move(run_.partial.begin()->second);
-    run_.partial.erase(run_.partial.begin());
-    run_.completed = it + 1;
-    NodeIteration n;
-    n.job_id = run_.job_id;
-    n.version = run_.version;
-    n.iteration = it;
-    double busy = 0;
-    for (const auto& [rank, r] : records) {
-      n.wall_s = std::max(n.wall_s, r.wall_s);
-      n.checkpoint_s = std::max(n.checkpoint_s, r.checkpoint_s);
-      n.overhead_s = std::max(n.overhead_s, r.overhead_s);
+  NodeIteration n;
+  n.job_id = run_.job_id;
+  n.version = run_.version;
+  n.iteration = it;
+  double busy = 0;
+  for (const auto& [rank, r] : records) {
+    n.wall_s = std::max(n.wall_s, r.wall_s);
+    n.checkpoint_s = std::max(n.checkpoint_s, r.checkpoint_s);
+    n.overhead_s = std::max(n.overhead_s, r.overhead_s);
+  }
+  for (const auto& [rank, r] : records) {
+    busy += r.busy_s;
+    if (r.has_loss) {
+      n.has_loss = true;
+      n.loss = r.loss;
     }
-    for (const auto& [rank, r] : records) {
-      busy += r.busy_s;
-      if (r.has_loss) {
-        n.has_loss = true;
-        n.loss = r.loss;
-      }
-      auto reported = run_.report_device.find(rank);
-      if (reported == run_.report_device.end()) continue;  // not pipeline 0's replica 0
-      for (const auto& [key, sum] : r.ops) {
-        n.ops[key].seconds += sum.seconds;
-        n.ops[key].samples += sum.samples;
-        if (key.second != "S" && key.second != "T") n.stage_device[key.first] = reported->second;
-      }
-      for (const auto& [key, sum] : r.layer_ops) {
-        n.layer_ops[key].seconds += sum.seconds;
-        n.layer_ops[key].samples += sum.samples;
-      }
+    auto reported = run_.report_device.find(rank);
+    if (reported == run_.report_device.end()) continue;  // not pipeline 0's replica 0
+    for (const auto& [key, sum] : r.ops) {
+      n.ops[key].seconds += sum.seconds;
+      n.ops[key].samples += sum.samples;
+      if (key.second != "S" && key.second != "T") n.stage_device[key.first] = reported->second;
     }
-    for (const auto& [rank, r] : records) {
-      n.rank_bubble[rank] = n.wall_s > 0 ? 1 - r.busy_s / n.wall_s : 0;
-    }
-    n.local_bubble = n.wall_s > 0 ? 1 - busy / (static_cast<double>(local) * n.wall_s) : 0;
-    n.tokens_per_s = n.wall_s > 0 ? run_.tokens_per_iteration / n.wall_s : 0;
-    run_.progress.iteration = run_.completed;
-    run_.progress.tokens_per_s = n.tokens_per_s;
-    if (n.has_loss) {
-      run_.progress.has_loss = true;
-      run_.progress.loss = n.loss;
-    }
-    std::pair<double, double>& o = overhead_[run_.job_id];
-    o.first += n.overhead_s;
-    o.second += n.wall_s;
-    n.mean_overhead_ratio = o.second > 0 ? o.first / o.second : 0;
-    if (observer_) observer_->OnIteration(n);
-    if (switching_job_ == run_.job_id && run_.version != switching_from_) {
-      const double switch_s = clock_.NowSeconds() - switch_seen_s_;
-      if (observer_) observer_->OnPlanSwitch(run_.job_id, switch_s);
-      spdlog::info("agent {}: plan switch of job {} to v{} took {:.3f}s", options_.node,
-                   run_.job_id, run_.version, switch_s);
-      switching_job_.clear();
-    }
-    if (run_.iterations_seen++ > 0) {  // the run's first iteration warms up
-      for (const auto& [key, sum] : n.ops) {
-        run_.unreported[key].seconds += sum.seconds;
-        run_.unreported[key].samples += sum.samples;
-      }
-      for (const auto& [key, sum] : n.layer_ops) {
-        run_.unreported_layers[key].seconds += sum.seconds;
-        run_.unreported_layers[key].samples += sum.samples;
-      }
-      for (const auto& [rank, r] : records) {
-        auto reported = run_.report_device.find(rank);
-        if (reported == run_.report_device.end()) continue;
-        DeviceBusyReport& d = run_.unreported_devices[reported->second];
-        d.busy_s += r.busy_s;
-        d.iteration_s += r.wall_s;
-        ++d.iterations;
-      }
-      if (report_pacer_.Due(run_.iterations_seen - 1, clock_.NowSeconds())) ReportTimes();
+    for (const auto& [key, sum] : r.layer_ops) {
+      n.layer_ops[key].seconds += sum.seconds;
+      n.layer_ops[key].samples += sum.samples;
     }
   }
+  for (const auto& [rank, r] : records) {
+    n.rank_bubble[rank] = n.wall_s > 0 ? 1 - r.busy_s / n.wall_s : 0;
+  }
+  n.local_bubble = n.wall_s > 0 ? 1 - busy / (static_cast<double>(local) * n.wall_s) : 0;
+  n.tokens_per_s = n.wall_s > 0 ? run_.tokens_per_iteration / n.wall_s : 0;
+  return n;
+}
+
+void Agent::PublishIteration(NodeIteration* n) {
+  run_.progress.iteration = run_.completed;
+  run_.progress.tokens_per_s = n->tokens_per_s;
+  if (n->has_loss) {
+    run_.progress.has_loss = true;
+    run_.progress.loss = n->loss;
+  }
+  std::pair<double, double>& o = overhead_[run_.job_id];
+  o.first += n->overhead_s;
+  o.second += n->wall_s;
+  n->mean_overhead_ratio = o.second > 0 ? o.first / o.second : 0;
+  if (observer_) observer_->OnIteration(*n);
+  if (switching_job_ == run_.job_id && run_.version != switching_from_) {
+    const double switch_s = clock_.NowSeconds() - switch_seen_s_;
+    if (observer_) observer_->OnPlanSwitch(run_.job_id, switch_s);
+    spdlog::info("agent {}: plan switch of job {} to v{} took {:.3f}s", options_.node, run_.job_id,
+                 run_.version, switch_s);
+    switching_job_.clear();
+  }
+}
+
+void Agent::AccumulateReport(const NodeIteration& n,
+                             const std::map<int, IterationRecord>& records) {
+  if (run_.iterations_seen++ <= 0) return;  // the run's first iteration warms up
+  for (const auto& [key, sum] : n.ops) {
+    run_.unreported[key].seconds += sum.seconds;
+    run_.unreported[key].samples += sum.samples;
+  }
+  for (const auto& [key, sum] : n.layer_ops) {
+    run_.unreported_layers[key].seconds += sum.seconds;
+    run_.unreported_layers[key].samples += sum.samples;
+  }
+  for (const auto& [rank, r] : records) {
+    auto reported = run_.report_device.find(rank);
+    if (reported == run_.report_device.end()) continue;
+    DeviceBusyReport& d = run_.unreported_devices[reported->second];
+    d.busy_s += r.busy_s;
+    d.iteration_s += r.wall_s;
+    ++d.iterations;
+  }
+  if (report_pacer_.Due(run_.iterations_seen - 1, clock_.NowSeconds())) ReportTimes();
 }
 
 void Agent::ReportTimes() {

@@ -231,6 +231,18 @@ class Agent {
                                         const std::string& rank0_store, int num_layers,
                                         const std::vector<std::string>& holders);
   void ReadProgress();
+  // ReadProgress's steps. Reads the lines the local ranks appended to their iteration logs
+  // since the last pass (a partial last line waits for the next) into run_.partial.
+  void ReadRankLogs();
+  // The node's view of iteration `it` from every local rank's record of it: the slowest
+  // rank's wall time, the reporting replica's op times, the bubble ratios and throughput.
+  NodeIteration CombineRecords(int it, const std::map<int, IterationRecord>& records) const;
+  // Publishes a completed iteration: the run's progress, the job's overhead ratio, the
+  // observer, and the end of a plan switch it completes.
+  void PublishIteration(NodeIteration* n);
+  // Adds a completed iteration (past the run's warm-up one) to the times not yet reported,
+  // and reports them when due.
+  void AccumulateReport(const NodeIteration& n, const std::map<int, IterationRecord>& records);
   void FinishRun(const std::vector<RankOutcome>& outcomes);
   // A "state_saved" event per iteration some local rank saved from memory after a failure
   // (RankOutcome::snapshot_iteration).

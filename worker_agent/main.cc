@@ -15,6 +15,7 @@
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 #include "spdlog/spdlog.h"
 #include "worker_agent/agent.h"
 #include "worker_agent/agent_metrics.h"
@@ -86,9 +87,8 @@ std::string SelfPath() {
   return buf;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// --help lists the agent's own flags, under a one-paragraph description.
+void SetUpUsage() {
   absl::FlagsUsageConfig usage;
   usage.contains_help_flags = [](absl::string_view file) {
     return absl::StrContains(file, "worker_agent/");
@@ -99,12 +99,41 @@ int main(int argc, char** argv) {
       "rank process per device for the plans of the jobs that use the node, reports measured "
       "times, follows re-plans, resumes from checkpoints.\n"
       "  octopipe-agent --node=node-a --planner=HOST:PORT --devices=2 --work_dir=DIR");
-  absl::ParseCommandLine(argc, argv);
-  using octopipe::agent::RunRankProcess;
-  if (!absl::GetFlag(FLAGS_rank_run_dir).empty()) {
-    return RunRankProcess(absl::GetFlag(FLAGS_rank_run_dir), absl::GetFlag(FLAGS_rank),
-                          absl::GetFlag(FLAGS_rank_device));
+}
+
+// The options' ranges and required values (the order their errors are reported in).
+absl::Status CheckAgentOptions(const octopipe::agent::AgentOptions& o) {
+  if (o.checkpoint_replicas < -1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--checkpoint_replicas must be >= -1, got ", o.checkpoint_replicas));
   }
+  if (o.max_rank_restarts < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_rank_restarts must be >= 0, got ", o.max_rank_restarts));
+  }
+  if (!(o.max_backoff_s > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_backoff_s must be > 0, got ", o.max_backoff_s));
+  }
+  if (o.node.empty()) return absl::InvalidArgumentError("--node is required");
+  if (o.work_dir.empty()) return absl::InvalidArgumentError("--work_dir is required");
+  if (o.num_devices < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--devices must be >= 1, got ", o.num_devices));
+  }
+  if (o.transport == octopipe::executor::TransportKind::kInProc) {
+    return absl::InvalidArgumentError(
+        "--transport must be gloo, nccl or auto, got 'inproc' (in-process ranks "
+        "share one process: use octopipe train)");
+  }
+  if (!(o.transport_timeout_s > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--transport_timeout_s must be > 0, got ", o.transport_timeout_s));
+  }
+  return absl::OkStatus();
+}
+
+// The agent's options from the flags, checked; an error's message names the flag.
+absl::StatusOr<octopipe::agent::AgentOptions> AgentOptionsFromFlags() {
   octopipe::agent::AgentOptions o;
   o.node = absl::GetFlag(FLAGS_node);
   o.num_devices = absl::GetFlag(FLAGS_devices);
@@ -112,7 +141,8 @@ int main(int argc, char** argv) {
   absl::StatusOr<octopipe::executor::TransportKind> kind =
       octopipe::executor::ParseTransportKind(transport);
   if (!kind.ok()) {
-    return Fail(absl::StrCat("--transport must be gloo, nccl or auto, got '", transport, "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--transport must be gloo, nccl or auto, got '", transport, "'"));
   }
   o.transport = *kind;
   o.work_dir = absl::GetFlag(FLAGS_work_dir);
@@ -123,33 +153,20 @@ int main(int argc, char** argv) {
   o.report_every_iterations = absl::GetFlag(FLAGS_report_every);
   o.report_min_interval_s = absl::GetFlag(FLAGS_report_min_interval_s);
   if (!(o.report_min_interval_s >= 0)) {
-    return Fail(absl::StrCat("--report_min_interval_s must be >= 0, got ",
-                             o.report_min_interval_s));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--report_min_interval_s must be >= 0, got ", o.report_min_interval_s));
   }
   o.max_backoff_s = absl::GetFlag(FLAGS_max_backoff_s);
   o.max_rank_restarts = absl::GetFlag(FLAGS_max_rank_restarts);
   o.checkpoint_replicas = absl::GetFlag(FLAGS_checkpoint_replicas);
-  if (o.checkpoint_replicas < -1) {
-    return Fail(absl::StrCat("--checkpoint_replicas must be >= -1, got ", o.checkpoint_replicas));
-  }
-  if (o.max_rank_restarts < 0) {
-    return Fail(absl::StrCat("--max_rank_restarts must be >= 0, got ", o.max_rank_restarts));
-  }
-  if (!(o.max_backoff_s > 0)) {
-    return Fail(absl::StrCat("--max_backoff_s must be > 0, got ", o.max_backoff_s));
-  }
-  if (o.node.empty()) return Fail("--node is required");
-  if (o.work_dir.empty()) return Fail("--work_dir is required");
-  if (o.num_devices < 1) return Fail(absl::StrCat("--devices must be >= 1, got ", o.num_devices));
-  if (o.transport == octopipe::executor::TransportKind::kInProc) {
-    return Fail("--transport must be gloo, nccl or auto, got 'inproc' (in-process ranks share "
-                "one process: use octopipe train)");
-  }
-  if (!(o.transport_timeout_s > 0)) {
-    return Fail(absl::StrCat("--transport_timeout_s must be > 0, got ", o.transport_timeout_s));
-  }
+  RETURN_IF_ERROR(CheckAgentOptions(o));
   if (o.checkpoint_root.empty()) o.checkpoint_root = o.work_dir + "/checkpoints";
+  return o;
+}
 
+// How to reach the planner: its address, TLS files and bearer token (--token_file, without
+// its trailing line endings).
+absl::StatusOr<octopipe::agent::PlannerConnectionOptions> ConnectionFromFlags() {
   octopipe::agent::PlannerConnectionOptions c;
   c.address = absl::GetFlag(FLAGS_planner);
   c.tls_ca = absl::GetFlag(FLAGS_tls_ca);
@@ -157,23 +174,48 @@ int main(int argc, char** argv) {
   c.tls_key = absl::GetFlag(FLAGS_tls_key);
   if (const std::string f = absl::GetFlag(FLAGS_token_file); !f.empty()) {
     absl::StatusOr<std::string> t = octopipe::agent::ReadWholeFile(f);
-    if (!t.ok()) return Fail(absl::StrCat("--token_file: cannot read '", f, "'"));
+    if (!t.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--token_file: cannot read '", f, "'"));
+    }
     c.token = *t;
     while (!c.token.empty() && (c.token.back() == '\n' || c.token.back() == '\r')) {
       c.token.pop_back();
     }
   }
-  absl::StatusOr<std::unique_ptr<octopipe::agent::PlannerLink>> link =
-      octopipe::agent::ConnectPlanner(c);
-  if (!link.ok()) return Fail(std::string(link.status().message()));
+  return c;
+}
 
-  std::unique_ptr<octopipe::agent::AgentMetrics> metrics;
-  if (const int port = absl::GetFlag(FLAGS_metrics_port); port >= 0) {
-    absl::StatusOr<std::unique_ptr<octopipe::agent::AgentMetrics>> m =
-        octopipe::agent::AgentMetrics::Start(absl::GetFlag(FLAGS_metrics_host), port, o.node);
-    if (!m.ok()) return Fail(std::string(m.status().message()));
-    metrics = std::move(*m);
+// Serves the agent's /metrics when --metrics_port >= 0; null otherwise.
+absl::StatusOr<std::unique_ptr<octopipe::agent::AgentMetrics>> StartMetrics(
+    const std::string& node) {
+  const int port = absl::GetFlag(FLAGS_metrics_port);
+  if (port < 0) return nullptr;
+  return octopipe::agent::AgentMetrics::Start(absl::GetFlag(FLAGS_metrics_host), port, node);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  SetUpUsage();
+  absl::ParseCommandLine(argc, argv);
+  using octopipe::agent::RunRankProcess;
+  if (!absl::GetFlag(FLAGS_rank_run_dir).empty()) {
+    return RunRankProcess(absl::GetFlag(FLAGS_rank_run_dir), absl::GetFlag(FLAGS_rank),
+                          absl::GetFlag(FLAGS_rank_device));
   }
+  absl::StatusOr<octopipe::agent::AgentOptions> options = AgentOptionsFromFlags();
+  if (!options.ok()) return Fail(std::string(options.status().message()));
+  const octopipe::agent::AgentOptions& o = *options;
+  absl::StatusOr<octopipe::agent::PlannerConnectionOptions> c = ConnectionFromFlags();
+  if (!c.ok()) return Fail(std::string(c.status().message()));
+  absl::StatusOr<std::unique_ptr<octopipe::agent::PlannerLink>> link =
+      octopipe::agent::ConnectPlanner(*c);
+  if (!link.ok()) return Fail(std::string(link.status().message()));
+  absl::StatusOr<std::unique_ptr<octopipe::agent::AgentMetrics>> started_metrics =
+      StartMetrics(o.node);
+  if (!started_metrics.ok()) return Fail(std::string(started_metrics.status().message()));
+  std::unique_ptr<octopipe::agent::AgentMetrics> metrics = std::move(*started_metrics);
+
   octopipe::agent::RankLauncher launcher(SelfPath());
   octopipe::agent::Agent agent(o, link->get(), &launcher, metrics.get());
   if (absl::Status s = agent.Init(); !s.ok()) return Fail(std::string(s.message()));
