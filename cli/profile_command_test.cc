@@ -12,6 +12,7 @@
 #include "cli/table.h"
 #include "cli/train_command.h"
 #include "core/convert.h"
+#include "core/test_dirs.h"
 #include "executor/host_probe.h"
 #include "gtest/gtest.h"
 #include "simulator/classic_pipeline.h"
@@ -21,17 +22,14 @@
 namespace octopipe::cli {
 namespace {
 
+using ::octopipe::testing::TestPath;
+
 constexpr char kSpec[] =
     "ref:pattern=M*E-,hidden=16,heads=2,ffn=32,experts=4,top_k=2,moe_ffn=16,state=4,seq=8,"
     "vocab=32,microbatches=4";
 
-std::string TmpPrefix(const std::string& name) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return std::string(dir ? dir : "/tmp") + "/" + name;
-}
-
 TEST(ProfileCommandTest, ProfileThenPlanThenTrain) {
-  const std::string prefix = TmpPrefix("prof");
+  const std::string prefix = TestPath("prof");
   std::ostringstream out, err;
   ASSERT_EQ(RunProfile({std::string("--model=") + kSpec, "--out=" + prefix, "--ranks=2",
                         "--transport=inproc", "--repeat=3"},
@@ -115,7 +113,7 @@ TEST(ProfileCommandTest, IdenticalLayersArePooled) {
       "ref:pattern=E*EE,hidden=16,heads=2,ffn=32,experts=4,top_k=2,moe_ffn=16,state=4,seq=8,"
       "vocab=32,microbatches=4";
   auto profile = [&](const std::string& name, bool pool) {
-    const std::string prefix = TmpPrefix(name);
+    const std::string prefix = TestPath(name);
     std::ostringstream out, err;
     EXPECT_EQ(RunProfile({std::string("--model=") + kThreeMoe, "--out=" + prefix, "--ranks=2",
                           "--transport=inproc", "--repeat=3",
@@ -154,7 +152,7 @@ TEST(ProfileCommandTest, IdenticalLayersArePooled) {
 // --max_launches), --stable=1 settles at the second launch.
 TEST(ProfileCommandTest, LaunchesUntilTheMediansSettleWithRanksMirrored) {
   auto profile = [&](const std::string& name, const std::string& stable, int max_launches) {
-    const std::string prefix = TmpPrefix(name);
+    const std::string prefix = TestPath(name);
     std::ostringstream out, err;
     EXPECT_EQ(RunProfile({std::string("--model=") + kSpec, "--out=" + prefix, "--ranks=2",
                           "--transport=inproc", "--repeat=2", "--stable=" + stable,
@@ -183,7 +181,7 @@ TEST(ProfileCommandTest, LaunchesUntilTheMediansSettleWithRanksMirrored) {
       << settled_source;
 
   std::ostringstream out, err;
-  EXPECT_EQ(RunProfile({std::string("--model=") + kSpec, "--out=" + TmpPrefix("zero"),
+  EXPECT_EQ(RunProfile({std::string("--model=") + kSpec, "--out=" + TestPath("zero"),
                         "--max_launches=0"},
                        out, err),
             2);
@@ -197,7 +195,7 @@ TEST(ProfileCommandTest, LaunchesUntilTheMediansSettleWithRanksMirrored) {
 // measure none; degrees that do not divide the ranks, a model without MoE layers for --ep, or
 // a layer that cannot be split so are refused before anything runs, naming the flag and degree.
 TEST(ProfileCommandTest, MeasuresTheLayersSplitAtEachTensorAndExpertParallelDegree) {
-  const std::string prefix = TmpPrefix("at-tp");
+  const std::string prefix = TestPath("at-tp");
   std::ostringstream out, err;
   ASSERT_EQ(RunProfile({std::string("--model=") + kSpec, "--out=" + prefix, "--ranks=2",
                         "--transport=inproc", "--repeat=2", "--max_launches=2"},
@@ -242,13 +240,13 @@ TEST(ProfileCommandTest, MeasuresTheLayersSplitAtEachTensorAndExpertParallelDegr
       << s;
 
   std::ostringstream off_out, off_err;
-  ASSERT_EQ(RunProfile({std::string("--model=") + kSpec, "--out=" + TmpPrefix("tp-off"),
+  ASSERT_EQ(RunProfile({std::string("--model=") + kSpec, "--out=" + TestPath("tp-off"),
                         "--ranks=2", "--transport=inproc", "--repeat=2", "--max_launches=1",
                         "--tp=off", "--ep=off"},
                        off_out, off_err),
             0)
       << off_err.str();
-  absl::StatusOr<ModelGraph> whole = LoadModelFile(TmpPrefix("tp-off") + ".model.json");
+  absl::StatusOr<ModelGraph> whole = LoadModelFile(TestPath("tp-off") + ".model.json");
   ASSERT_TRUE(whole.ok()) << whole.status();
   for (const Layer& l : whole->layers) EXPECT_TRUE(l.measured.sharded.empty()) << l.name;
   EXPECT_EQ(off_err.str().find("TP2 launch"), std::string::npos) << off_err.str();
@@ -268,7 +266,7 @@ TEST(ProfileCommandTest, MeasuresTheLayersSplitAtEachTensorAndExpertParallelDegr
                                               "--model=ref:pattern=*,hidden=18,heads=3,seq=8,vocab=32"},
                      "--tp: degree 2: "},
        }) {
-    std::vector<std::string> args = {std::string("--model=") + kSpec, "--out=" + TmpPrefix("bad-tp"),
+    std::vector<std::string> args = {std::string("--model=") + kSpec, "--out=" + TestPath("bad-tp"),
                                      "--transport=inproc"};
     args.insert(args.end(), flags.begin(), flags.end());
     std::ostringstream bout, berr;
@@ -279,7 +277,7 @@ TEST(ProfileCommandTest, MeasuresTheLayersSplitAtEachTensorAndExpertParallelDegr
 
 TEST(ProfileCommandTest, AModelTheExecutorCannotBuildIsAClearError) {
   std::ostringstream out, err;
-  EXPECT_EQ(RunProfile({"--model=ref:pattern=M*X", "--out=" + TmpPrefix("bad"),
+  EXPECT_EQ(RunProfile({"--model=ref:pattern=M*X", "--out=" + TestPath("bad"),
                         "--transport=inproc"},
                        out, err),
             2);
@@ -288,7 +286,7 @@ TEST(ProfileCommandTest, AModelTheExecutorCannotBuildIsAClearError) {
 
 TEST(ProfileCommandTest, TooLittleMemoryIsAClearError) {
   std::ostringstream out, err;
-  EXPECT_EQ(RunProfile({std::string("--model=") + kSpec, "--out=" + TmpPrefix("small"),
+  EXPECT_EQ(RunProfile({std::string("--model=") + kSpec, "--out=" + TestPath("small"),
                         "--transport=inproc", "--memory=1000"},
                        out, err),
             3);

@@ -7,10 +7,13 @@
 #include <sstream>
 
 #include "core/json_text.h"
+#include "core/test_dirs.h"
 #include "gtest/gtest.h"
 
 namespace octopipe::cli {
 namespace {
+
+using ::octopipe::testing::TestPath;
 
 struct CliRun {
   int code;
@@ -97,7 +100,7 @@ TEST(SimulateCommandTest, DefaultComparesEveryScheduleOnTheEmbeddedModel) {
 }
 
 TEST(SimulateCommandTest, TraceFileIsValidJsonWithOneEventPerOp) {
-  const std::string path = std::string(getenv("TEST_TMPDIR")) + "/trace.json";
+  const std::string path = TestPath("trace.json");
   auto args = Synthetic(4, 4, 8, "1f1b");
   args.push_back("--trace=" + path);
   CliRun r = Simulate(args);
@@ -116,7 +119,7 @@ TEST(SimulateCommandTest, TraceFileIsValidJsonWithOneEventPerOp) {
 }
 
 std::string WriteFile(const std::string& name, const std::string& text) {
-  const std::string path = std::string(getenv("TEST_TMPDIR")) + "/" + name;
+  const std::string path = TestPath(name);
   std::ofstream(path) << text;
   return path;
 }

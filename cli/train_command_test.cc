@@ -16,6 +16,7 @@
 #include "core/convert.h"
 #include "core/cost_model.h"
 #include "core/file_io.h"
+#include "core/test_dirs.h"
 #include "executor/host_probe.h"
 #include "executor/model_spec.h"
 #include "gtest/gtest.h"
@@ -29,14 +30,11 @@
 namespace octopipe::cli {
 namespace {
 
+using ::octopipe::testing::TestPath;
+
 constexpr char kSpec[] =
     "ref:pattern=M*E-M*,hidden=16,heads=2,ffn=32,experts=4,top_k=2,moe_ffn=16,state=4,seq=8,"
     "vocab=32,microbatches=6";
-
-std::string TmpPrefix(const std::string& name) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return std::string(dir ? dir : "/tmp") + "/" + name;
-}
 
 // A measured profile of kSpec's layers whose later layers are much slower (B and W too), so a
 // cost-aware ZB order differs from the unit-cost one.
@@ -70,7 +68,7 @@ TEST(TrainCommandTest, ScheduleWithAProfileRunsTheOrderSimulatePredicts) {
   absl::StatusOr<executor::ModelSpec> spec = executor::ParseModelSpec(kSpec);
   ASSERT_TRUE(spec.ok()) << spec.status();
   const ModelGraph graph = executor::ToModelGraph(*spec);
-  const std::string prefix = TmpPrefix("skewed");
+  const std::string prefix = TestPath("skewed");
   const ModelGraph profile = SkewedProfile(graph);
   ASSERT_TRUE(WriteModelFile(prefix + ".model.json", profile).ok());
   ASSERT_TRUE(WriteClusterFile(prefix + ".cluster.json", MeasuredCluster()).ok());
@@ -129,7 +127,7 @@ TEST(TrainCommandTest, AProfileOfAnotherModelIsRefusedNamingTheFlag) {
   absl::StatusOr<executor::ModelSpec> spec = executor::ParseModelSpec(kSpec);
   ASSERT_TRUE(spec.ok());
   ModelGraph graph = executor::ToModelGraph(*spec);
-  const std::string prefix = TmpPrefix("other");
+  const std::string prefix = TestPath("other");
   ModelGraph other = SkewedProfile(graph);
   other.layers.pop_back();
   ASSERT_TRUE(WriteModelFile(prefix + ".model.json", other).ok());
@@ -150,7 +148,7 @@ TEST(TrainCommandTest, AProfileOfAnotherModelIsRefusedNamingTheFlag) {
 // the measured S and T passes too. (The search converges long before its budget here; the
 // budget is generous so a loaded machine finds the same plan.)
 TEST(TrainCommandTest, RunsAVocabParallelPlanFromThePlanCommand) {
-  const std::string file = TmpPrefix("vocab.plan.json");
+  const std::string file = TestPath("vocab.plan.json");
   std::ostringstream plan_out, plan_err;
   ASSERT_EQ(RunPlan({"--model=ref:pattern=M*E-M*,hidden=2048,heads=2,ffn=32,experts=4,top_k=2,"
                      "moe_ffn=16,state=4,seq=8,vocab=262144,microbatches=6",
@@ -170,7 +168,7 @@ TEST(TrainCommandTest, RunsAVocabParallelPlanFromThePlanCommand) {
   ASSERT_TRUE(WritePlanFile(file, *plan).ok());
   // With a profile of kSpec's layers the run also calibrates it (--calibrated_model).
   const ModelGraph graph = executor::ToModelGraph(*executor::ParseModelSpec(kSpec));
-  const std::string prefix = TmpPrefix("vocab-profile");
+  const std::string prefix = TestPath("vocab-profile");
   const ModelGraph profile = SkewedProfile(graph);
   ASSERT_TRUE(WriteModelFile(prefix + ".model.json", profile).ok());
   ASSERT_TRUE(WriteClusterFile(prefix + ".cluster.json", MeasuredCluster()).ok());
@@ -219,7 +217,7 @@ TEST(TrainCommandTest, RunsAVocabParallelPlanFromThePlanCommand) {
 // complete event per op of each rank's schedule, in order, not overlapping on a rank, all on
 // one time axis that starts at 0.
 TEST(TrainCommandTest, TraceWritesTheMeasuredTimelineOfEveryRank) {
-  const std::string trace = TmpPrefix("measured.trace.json");
+  const std::string trace = TestPath("measured.trace.json");
   std::ostringstream out, err;
   ASSERT_EQ(RunTrain({std::string("--model=") + kSpec, "--schedule=zb-h1", "--ranks=2",
                       "--iterations=2", "--transport=inproc", "--trace=" + trace},
@@ -258,7 +256,7 @@ TEST(TrainCommandTest, TraceWritesTheMeasuredTimelineOfEveryRank) {
 // and the prediction from the measured op times on the same axis; an unwritable path is
 // refused before the run, naming the flag.
 TEST(TrainCommandTest, ReportShowsTheMeasuredTimelineBesideThePrediction) {
-  const std::string page = TmpPrefix("train-report.html");
+  const std::string page = TestPath("train-report.html");
   std::ostringstream out, err;
   ASSERT_EQ(RunTrain({std::string("--model=") + kSpec, "--schedule=zb-h1", "--ranks=2",
                       "--iterations=2", "--transport=inproc", "--report=" + page},
@@ -300,7 +298,7 @@ TEST(TrainCommandTest, AJobRunPrintsTheScheduleOfTheJobsPlan) {
   planner::PlannerServerOptions options;
   options.port = 0;
   options.metrics_port = -1;
-  options.state_dir = TmpPrefix("job-state");
+  options.state_dir = TestPath("job-state");
   // The runs' reports (against a synthetic cluster's tiny predictions) never re-plan: both runs
   // below run version 1.
   options.replan.start_deviation = 1e12;
@@ -412,7 +410,7 @@ TEST(TrainCommandTest, HostProbeComparesWithTheProfileAndPredictsAtTheHostsSpeed
   absl::StatusOr<executor::ModelSpec> spec = executor::ParseModelSpec(kSpec);
   ASSERT_TRUE(spec.ok()) << spec.status();
   const ModelGraph graph = executor::ToModelGraph(*spec);
-  const std::string prefix = TmpPrefix("probed");
+  const std::string prefix = TestPath("probed");
   ModelGraph profile = SkewedProfile(graph);
   profile.host_probe_s = 0.02;
   ASSERT_TRUE(WriteModelFile(prefix + ".model.json", profile).ok());
@@ -472,7 +470,7 @@ TEST(TrainCommandTest, CalibrationIsAtTheRunsHostSpeedWithItsOwnReference) {
   absl::StatusOr<executor::ModelSpec> spec = executor::ParseModelSpec(kSpec);
   ASSERT_TRUE(spec.ok()) << spec.status();
   const ModelGraph graph = executor::ToModelGraph(*spec);
-  const std::string prefix = TmpPrefix("probed-cal");
+  const std::string prefix = TestPath("probed-cal");
   ModelGraph profile = SkewedProfile(graph);
   profile.host_probe_s = 0.02;
   ASSERT_TRUE(WriteModelFile(prefix + ".model.json", profile).ok());
@@ -529,7 +527,7 @@ TEST(TrainCommandTest, HostProbeIsOnByDefaultWithAProfileThatHasAReference) {
   absl::StatusOr<executor::ModelSpec> spec = executor::ParseModelSpec(kSpec);
   ASSERT_TRUE(spec.ok()) << spec.status();
   const ModelGraph graph = executor::ToModelGraph(*spec);
-  const std::string with = TmpPrefix("auto-probe"), without = TmpPrefix("auto-no-probe");
+  const std::string with = TestPath("auto-probe"), without = TestPath("auto-no-probe");
   ModelGraph profile = SkewedProfile(graph);
   ASSERT_TRUE(WriteModelFile(without + ".model.json", profile).ok());
   ASSERT_TRUE(WriteClusterFile(without + ".cluster.json", MeasuredCluster()).ok());
@@ -558,7 +556,7 @@ TEST(TrainCommandTest, HostProbeIsOnByDefaultWithAProfileThatHasAReference) {
 TEST(TrainCommandTest, HostProbeNeedsAProbedProfileAndACount) {
   absl::StatusOr<executor::ModelSpec> spec = executor::ParseModelSpec(kSpec);
   ASSERT_TRUE(spec.ok()) << spec.status();
-  const std::string prefix = TmpPrefix("unprobed");
+  const std::string prefix = TestPath("unprobed");
   ASSERT_TRUE(WriteModelFile(prefix + ".model.json",
                              SkewedProfile(executor::ToModelGraph(*spec))).ok());
   ASSERT_TRUE(WriteClusterFile(prefix + ".cluster.json", MeasuredCluster()).ok());
@@ -586,7 +584,7 @@ namespace {
 // `octopipe plan` chooses a layout over 2 devices (DP2 here: the model is small) and writes the
 // whole layout; `train --plan` runs it on as many ranks and refuses another count, naming it.
 TEST(TrainCommandTest, RunsALayoutPlanFromThePlanCommand) {
-  const std::string file = testing::TempDir() + "/layout.plan.json";
+  const std::string file = TestPath("layout.plan.json");
   const std::string model = "--model=ref:pattern=M*-E,hidden=16,heads=2,ffn=24,experts=4,top_k=2,"
                             "moe_ffn=12,state=4,seq=8,vocab=32,microbatches=4";
   std::ostringstream plan_out, plan_err;
@@ -635,7 +633,7 @@ TEST(TrainCommandTest, RunsALayoutPlanFromThePlanCommand) {
 // measured and at the host's speed now (SimulateLayout of the profile, every layer time and
 // per-op and per-message CPU cost scaled by the probes' ratio).
 TEST(TrainCommandTest, HostProbeOnALayoutPredictsItAtTheHostsSpeed) {
-  const std::string file = testing::TempDir() + "/probed-layout.plan.json";
+  const std::string file = TestPath("probed-layout.plan.json");
   std::ostringstream plan_out, plan_err;
   ASSERT_EQ(RunPlan({std::string("--model=") + kSpec, "--cluster=synthetic:devices=2", "--dp=2",
                      "--time_budget=1", "--quiet", "--out=" + file},
@@ -647,7 +645,7 @@ TEST(TrainCommandTest, HostProbeOnALayoutPredictsItAtTheHostsSpeed) {
   ASSERT_FALSE(layout->single_pipeline());
   absl::StatusOr<executor::ModelSpec> spec = executor::ParseModelSpec(kSpec);
   ASSERT_TRUE(spec.ok()) << spec.status();
-  const std::string prefix = TmpPrefix("probed-layout");
+  const std::string prefix = TestPath("probed-layout");
   ModelGraph profile = SkewedProfile(executor::ToModelGraph(*spec));
   profile.host_probe_s = 0.02;
   ASSERT_TRUE(WriteModelFile(prefix + ".model.json", profile).ok());

@@ -8,6 +8,7 @@
 #include "core/cluster_presets.h"
 #include "core/file_io.h"
 #include "core/model_zoo.h"
+#include "core/test_dirs.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
@@ -15,13 +16,9 @@
 namespace octopipe {
 namespace {
 
+using ::octopipe::testing::TestPath;
 using ::google::protobuf::util::MessageDifferencer;
 using ::testing::HasSubstr;
-
-std::string TempPath(absl::string_view name) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return absl::StrCat(dir != nullptr ? dir : "/tmp", "/", name);
-}
 
 ModelGraph SmallModel() {
   ModelGraph m;
@@ -134,7 +131,7 @@ TEST(ConvertTest, ZooModelsRoundTripThroughJsonFiles) {
     SCOPED_TRACE(name);
     absl::StatusOr<ModelGraph> m = ZooModel(name, TrainingOptions{});
     ASSERT_TRUE(m.ok()) << m.status();
-    const std::string path = TempPath(name + ".json");
+    const std::string path = TestPath(name + ".json");
     ASSERT_TRUE(WriteModelFile(path, *m).ok());
     absl::StatusOr<ModelGraph> back = LoadModelFile(path);
     ASSERT_TRUE(back.ok()) << back.status();
@@ -143,7 +140,7 @@ TEST(ConvertTest, ZooModelsRoundTripThroughJsonFiles) {
 }
 
 TEST(ConvertTest, FilesUseSnakeCaseNamesAndEndWithNewline) {
-  const std::string path = TempPath("small.json");
+  const std::string path = TestPath("small.json");
   ASSERT_TRUE(WriteModelFile(path, SmallModel()).ok());
   absl::StatusOr<std::string> text = ReadFileToString(path);
   ASSERT_TRUE(text.ok());
@@ -177,7 +174,7 @@ TEST(ConvertTest, ClusterRoundTripIncludingInfinity) {
   for (const std::string& name : ClusterPresetNames()) {
     absl::StatusOr<Cluster> c = ClusterPreset(name);
     ASSERT_TRUE(c.ok());
-    const std::string path = TempPath(name + ".json");
+    const std::string path = TestPath(name + ".json");
     ASSERT_TRUE(WriteClusterFile(path, *c).ok());
     absl::StatusOr<Cluster> back = LoadClusterFile(path);
     ASSERT_TRUE(back.ok()) << back.status();
@@ -185,7 +182,7 @@ TEST(ConvertTest, ClusterRoundTripIncludingInfinity) {
   }
   // The synthetic cluster has unlimited memory and links.
   const Cluster synthetic = SyntheticCluster(4);
-  const std::string path = TempPath("synthetic.json");
+  const std::string path = TestPath("synthetic.json");
   ASSERT_TRUE(WriteClusterFile(path, synthetic).ok());
   absl::StatusOr<Cluster> back = LoadClusterFile(path);
   ASSERT_TRUE(back.ok()) << back.status();
@@ -218,7 +215,7 @@ TEST(ConvertTest, PlanRoundTripWithOpStrings) {
   PlanFileForm(&file);
   EXPECT_EQ("BW0.1", file.schedule(0).ops(4));
   EXPECT_EQ("R1.0", file.schedule(1).ops(1));
-  const std::string path = TempPath("plan.json");
+  const std::string path = TestPath("plan.json");
   ASSERT_TRUE(WritePlanFile(path, plan).ok());
   absl::StatusOr<Plan> back = LoadPlanFile(path);
   ASSERT_TRUE(back.ok()) << back.status();
@@ -339,7 +336,7 @@ TEST(ConvertTest, TypedOpErrorsNameTheField) {
 }
 
 TEST(ConvertTest, PlanFilesKeepTheReadableOpStrings) {
-  const std::string path = TempPath("readable-plan.json");
+  const std::string path = TestPath("readable-plan.json");
   ASSERT_TRUE(WritePlanFile(path, SmallPlan()).ok());
   absl::StatusOr<std::string> text = ReadFileToString(path);
   ASSERT_TRUE(text.ok()) << text.status();
@@ -355,7 +352,7 @@ TEST(ConvertTest, PlanFilesKeepTheReadableOpStrings) {
 
 TEST(ConvertTest, PlanFileOfTheOldFormLoads) {
   // Written by a binary that predates the typed ops.
-  const std::string path = TempPath("old-plan.json");
+  const std::string path = TestPath("old-plan.json");
   ASSERT_TRUE(WriteStringToFile(path, R"({
   "version": "1", "schedule_name": "gpipe", "num_devices": 2, "num_microbatches": 1,
   "stages": [{"first_layer": 0, "last_layer": 0, "device": 0},
@@ -383,7 +380,7 @@ LayoutPlan SmallLayout() {
 }
 
 TEST(ConvertTest, LayoutPlanFileRoundTripsWithItsRankMap) {
-  const std::string path = TempPath("layout-plan.json");
+  const std::string path = TestPath("layout-plan.json");
   proto::LayoutPrediction predicted;
   predicted.set_iteration_time_s(1.5);
   ASSERT_TRUE(WriteLayoutPlanFile(path, SmallLayout(), &predicted).ok());
@@ -418,7 +415,7 @@ TEST(ConvertTest, LayoutPlanErrorsNameTheField) {
 }
 
 TEST(ConvertTest, AnOldSinglePlanFileLoadsAsALayoutOfOnePipeline) {
-  const std::string path = TempPath("single-as-layout.json");
+  const std::string path = TestPath("single-as-layout.json");
   ASSERT_TRUE(WritePlanFile(path, SmallPlan()).ok());
   absl::StatusOr<LayoutPlan> lp = LoadLayoutPlanFile(path);
   ASSERT_TRUE(lp.ok()) << lp.status();
@@ -450,7 +447,7 @@ TEST(ConvertTest, VocabShardColumnsRoundTrip) {
   absl::StatusOr<Plan> wire = PlanFromProto(p);
   ASSERT_TRUE(wire.ok()) << wire.status();
   EXPECT_EQ(plan.vocab_shard_columns, wire->vocab_shard_columns);
-  const std::string path = TempPath("vocab-plan.json");
+  const std::string path = TestPath("vocab-plan.json");
   ASSERT_TRUE(WritePlanFile(path, plan).ok());
   absl::StatusOr<std::string> text = ReadFileToString(path);
   ASSERT_TRUE(text.ok()) << text.status();
@@ -465,7 +462,7 @@ TEST(ConvertTest, VocabShardColumnsRoundTrip) {
 
 // A vocab_parallel plan file written before the field loads with no columns: equal shards.
 TEST(ConvertTest, VocabPlanFileWithoutColumnsLoadsWithEqualShards) {
-  const std::string path = TempPath("old-vocab-plan.json");
+  const std::string path = TestPath("old-vocab-plan.json");
   ASSERT_TRUE(WriteStringToFile(path, R"({
   "version": "1", "schedule_name": "octopipe", "num_devices": 2, "num_microbatches": 1,
   "vocab_parallel": true,
@@ -554,7 +551,7 @@ TEST(ConvertTest, ReplanReasonsMapOneToOne) {
 }
 
 TEST(ConvertTest, MissingFileIsNotFound) {
-  const std::string path = TempPath("does-not-exist.json");
+  const std::string path = TestPath("does-not-exist.json");
   EXPECT_EQ(absl::StatusCode::kNotFound, LoadModelFile(path).status().code());
   EXPECT_EQ(absl::StatusCode::kNotFound, LoadClusterFile(path).status().code());
   absl::Status s = LoadPlanFile(path).status();
@@ -563,7 +560,7 @@ TEST(ConvertTest, MissingFileIsNotFound) {
 }
 
 absl::Status LoadModelText(absl::string_view name, absl::string_view text) {
-  const std::string path = TempPath(name);
+  const std::string path = TestPath(std::string(name));
   absl::Status w = WriteStringToFile(path, text);
   if (!w.ok()) return w;
   return LoadModelFile(path).status();

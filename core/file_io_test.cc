@@ -4,21 +4,19 @@
 
 #include <cstdlib>
 
+#include "core/test_dirs.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace octopipe {
 namespace {
 
+using ::octopipe::testing::TestDir;
+using ::octopipe::testing::TestPath;
 using ::testing::HasSubstr;
 
-std::string TempDir() {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return dir != nullptr ? dir : "/tmp";
-}
-
 TEST(FileIoTest, WriteThenReadRoundTrips) {
-  const std::string path = TempDir() + "/file_io_test.txt";
+  const std::string path = TestPath("file_io_test.txt");
   ASSERT_TRUE(WriteStringToFile(path, std::string("a\0b\n", 4)).ok());
   absl::StatusOr<std::string> s = ReadFileToString(path);
   ASSERT_TRUE(s.ok()) << s.status();
@@ -28,15 +26,16 @@ TEST(FileIoTest, WriteThenReadRoundTrips) {
 }
 
 TEST(FileIoTest, MissingFileIsNotFoundAndNamesThePath) {
-  const std::string path = TempDir() + "/no/such/file.json";
+  const std::string path = TestPath("no/such/file.json");
   absl::StatusOr<std::string> s = ReadFileToString(path);
   EXPECT_EQ(absl::StatusCode::kNotFound, s.status().code());
   EXPECT_THAT(std::string(s.status().message()), HasSubstr(path));
 }
 
 TEST(FileIoTest, DirectoryOrMissingParentIsFailedPrecondition) {
-  EXPECT_EQ(absl::StatusCode::kFailedPrecondition, ReadFileToString(TempDir()).status().code());
-  absl::Status w = WriteStringToFile(TempDir() + "/missing-dir/x.json", "x");
+  EXPECT_EQ(absl::StatusCode::kFailedPrecondition,
+            ReadFileToString(TestDir("a-directory")).status().code());
+  absl::Status w = WriteStringToFile(TestPath("missing-dir/x.json"), "x");
   EXPECT_EQ(absl::StatusCode::kFailedPrecondition, w.code());
   EXPECT_THAT(std::string(w.message()), HasSubstr("missing-dir/x.json"));
 }

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/test_dirs.h"
 #include "executor/gloo_transport.h"
 #include "executor/model_spec.h"
 #include "executor/reference_trainer.h"
@@ -17,14 +18,12 @@
 namespace octopipe::executor {
 namespace {
 
+using ::octopipe::testing::TestPath;
+
 ModelSpec Spec() {
   return *ParseModelSpec(
       "ref:pattern=M*-EM-,hidden=16,heads=2,ffn=24,experts=4,top_k=2,moe_ffn=12,state=4,"
       "seq=8,vocab=32,seed=5,microbatches=6");
-}
-
-std::string Dir(const std::string& name) {
-  return std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
 }
 
 // Child: trains one iteration (no optimizer step) and writes every owned gradient as raw floats
@@ -87,7 +86,7 @@ TEST(GlooTrainingTest, ProcessesMatchSingleProcessTraining) {
     const int P = kind == ScheduleKind::kInterleaved ? 3 : 2;
     auto plan = ClassicPlan(kind, P, 0, 6, graph);
     ASSERT_TRUE(plan.ok()) << plan.status();
-    const std::string dir = Dir("run" + std::to_string(run++));
+    const std::string dir = TestPath("run" + std::to_string(run++));
     const std::vector<int> codes = RunProcesses(spec, *plan, dir, 60, -1);
     for (int r = 0; r < P; ++r) ASSERT_EQ(codes[r], 0) << ScheduleKindName(kind) << " rank " << r;
     auto model = BuildModel(spec.pattern, spec.dims);
@@ -113,7 +112,7 @@ TEST(GlooTrainingTest, ADyingRankMakesTheOthersFailNamingItWithinTheTimeout) {
   const ModelSpec spec = Spec();
   auto plan = ClassicPlan(ScheduleKind::k1F1B, 3, 0, 6, ToModelGraph(spec));
   ASSERT_TRUE(plan.ok());
-  const std::string dir = Dir("dying");
+  const std::string dir = TestPath("dying");
   const auto start = std::chrono::steady_clock::now();
   const std::vector<int> codes = RunProcesses(spec, *plan, dir, 3, /*dying_rank=*/1);
   const double waited =

@@ -13,10 +13,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/test_dirs.h"
 #include "gtest/gtest.h"
 
 namespace octopipe::report {
 namespace {
+
+using ::octopipe::testing::TestDir;
+using ::octopipe::testing::TestPath;
 
 size_t Occurrences(const std::string& text, const std::string& what) {
   size_t n = 0;
@@ -218,18 +222,16 @@ TEST(HtmlReportTest, BadInputNamesTheField) {
   }
 }
 
-std::string TmpDir() { return std::getenv("TEST_TMPDIR"); }
-
 bool Exists(const std::string& path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0;
 }
 
 TEST(HtmlReportTest, CheckReportPathRefusesWhatCannotBeWrittenAndLeavesNoFile) {
-  const std::string fresh = TmpDir() + "/fresh.html";
+  const std::string fresh = TestPath("fresh.html");
   EXPECT_TRUE(CheckReportPath("--report", fresh).ok());
   EXPECT_FALSE(Exists(fresh));
-  const std::string kept = TmpDir() + "/kept.html";
+  const std::string kept = TestPath("kept.html");
   std::ofstream(kept) << "old contents";
   EXPECT_TRUE(CheckReportPath("--report", kept).ok());
   std::ifstream in(kept);
@@ -237,11 +239,12 @@ TEST(HtmlReportTest, CheckReportPathRefusesWhatCannotBeWrittenAndLeavesNoFile) {
   text << in.rdbuf();
   EXPECT_EQ(text.str(), "old contents");
 
-  absl::Status dir = CheckReportPath("--report", TmpDir());
+  const std::string a_dir = TestDir("a-directory");
+  absl::Status dir = CheckReportPath("--report", a_dir);
   EXPECT_EQ(dir.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(dir.message(),
-            absl::StrCat("--report: cannot write '", TmpDir(), "': it is a directory"));
-  const std::string missing = TmpDir() + "/no/such/dir/r.html";
+            absl::StrCat("--report: cannot write '", a_dir, "': it is a directory"));
+  const std::string missing = TestPath("no/such/dir/r.html");
   absl::Status s = CheckReportPath("--report", missing);
   EXPECT_EQ(s.message(),
             absl::StrCat("--report: cannot write '", missing, "': No such file or directory"));
@@ -249,7 +252,7 @@ TEST(HtmlReportTest, CheckReportPathRefusesWhatCannotBeWrittenAndLeavesNoFile) {
 }
 
 TEST(HtmlReportTest, WriteHtmlReportWritesThePageOrNamesTheFlag) {
-  const std::string path = TmpDir() + "/page.html";
+  const std::string path = TestPath("page.html");
   ASSERT_TRUE(WriteHtmlReport("--report", path, TwoDevicePage()).ok());
   std::ifstream in(path);
   std::stringstream text;
@@ -259,7 +262,7 @@ TEST(HtmlReportTest, WriteHtmlReportWritesThePageOrNamesTheFlag) {
   bad.sections.clear();
   EXPECT_EQ(WriteHtmlReport("--report", path, bad).message(),
             "--report: sections: a page needs at least one section");
-  EXPECT_NE(WriteHtmlReport("--report", TmpDir() + "/none/x.html", TwoDevicePage())
+  EXPECT_NE(WriteHtmlReport("--report", TestPath("none/x.html"), TwoDevicePage())
                 .message()
                 .find("--report: cannot write '"),
             std::string::npos);

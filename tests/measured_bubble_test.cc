@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/cluster_presets.h"
 #include "core/convert.h"
+#include "core/test_dirs.h"
 #include "gtest/gtest.h"
 #include "proto/planner.grpc.pb.h"
 #include "tests/planner_process.h"
@@ -24,6 +25,7 @@
 namespace octopipe {
 namespace {
 
+using ::octopipe::testing::TestPath;
 using testing::MetricValue;
 using testing::PlannerProcess;
 using testing::ScrapeMetrics;
@@ -60,7 +62,7 @@ proto::CreateJobRequest TwoNodeJob() {
 class MeasuredBubbleTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/state";
+    const std::string dir = TestPath("state");
     ASSERT_TRUE(planner_.Start({"--state_dir=" + dir, "--default_time_budget_s=1"}).ok())
         << planner_.log();
     stub_ = proto::Planner::NewStub(

@@ -22,6 +22,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/test_dirs.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/planner.grpc.pb.h"
@@ -30,15 +31,12 @@
 namespace octopipe {
 namespace {
 
+using ::octopipe::testing::TestPath;
 using ::testing::HasSubstr;
 using ::testing::Not;
 using testing::PlannerProcess;
 
 constexpr char kPlanner[] = "planner_service/octopipe-planner";
-
-std::string Tmp(const std::string& name) {
-  return std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
-}
 
 struct RunResult {
   int exit_code = -1;
@@ -85,7 +83,7 @@ class TlsFilesTest : public ::testing::Test {
     for (const char* name : {"a", "b"}) {
       const std::string cmd = absl::StrCat(
           "openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=localhost -keyout '",
-          Tmp(name), ".key' -out '", Tmp(name), ".pem' >/dev/null 2>&1");
+          TestPath(name), ".key' -out '", TestPath(name), ".pem' >/dev/null 2>&1");
       ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
     }
   }
@@ -94,61 +92,67 @@ class TlsFilesTest : public ::testing::Test {
 // A --port_file that cannot be written stops the planner before it serves (exit 2, naming the
 // path): a script waiting for the file would otherwise wait forever.
 TEST_F(TlsFilesTest, UnwritablePortFileIsRefusedBeforeServing) {
-  const RunResult r = RunPlanner({"--state_dir=" + Tmp("s0"),
-                                  "--port_file=" + Tmp("no-such-dir") + "/planner.port"});
+  const RunResult r = RunPlanner({"--state_dir=" + TestPath("s0"),
+                                  "--port_file=" + TestPath("no-such-dir") + "/planner.port"});
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_THAT(r.output, HasSubstr("--port_file: cannot write '" + Tmp("no-such-dir") +
+  EXPECT_THAT(r.output, HasSubstr("--port_file: cannot write '" + TestPath("no-such-dir") +
                                   "/planner.port.tmp'"));
   EXPECT_THAT(r.output, Not(HasSubstr("serving on")));
 }
 
 TEST_F(TlsFilesTest, CertificateThatIsNotPemNamesTheFile) {
-  WriteFile(Tmp("garbage.pem"), "this is not a certificate\n");
-  const RunResult r = RunPlanner({"--state_dir=" + Tmp("s1"), "--tls_cert=" + Tmp("garbage.pem"),
-                                  "--tls_key=" + Tmp("a.key")});
+  WriteFile(TestPath("garbage.pem"), "this is not a certificate\n");
+  const RunResult r =
+      RunPlanner({"--state_dir=" + TestPath("s1"), "--tls_cert=" + TestPath("garbage.pem"),
+                  "--tls_key=" + TestPath("a.key")});
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_THAT(r.output, HasSubstr("--tls_cert: '" + Tmp("garbage.pem") +
-                                  "' holds no PEM certificate"));
+  EXPECT_THAT(r.output,
+              HasSubstr("--tls_cert: '" + TestPath("garbage.pem") + "' holds no PEM certificate"));
   EXPECT_THAT(r.output, Not(HasSubstr("cannot listen")));
 }
 
 TEST_F(TlsFilesTest, KeyThatDoesNotMatchTheCertificateNamesBoth) {
-  const RunResult r = RunPlanner({"--state_dir=" + Tmp("s2"), "--tls_cert=" + Tmp("a.pem"),
-                                  "--tls_key=" + Tmp("b.key")});
+  const RunResult r =
+      RunPlanner({"--state_dir=" + TestPath("s2"), "--tls_cert=" + TestPath("a.pem"),
+                  "--tls_key=" + TestPath("b.key")});
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_THAT(r.output, HasSubstr("--tls_key: '" + Tmp("b.key") +
-                                  "' does not match the certificate in '" + Tmp("a.pem") + "'"));
+  EXPECT_THAT(r.output,
+              HasSubstr("--tls_key: '" + TestPath("b.key") +
+                        "' does not match the certificate in '" + TestPath("a.pem") + "'"));
 }
 
 TEST_F(TlsFilesTest, KeyFileHoldingACertificateIsNoPrivateKey) {
-  const RunResult r = RunPlanner({"--state_dir=" + Tmp("s3"), "--tls_cert=" + Tmp("a.pem"),
-                                  "--tls_key=" + Tmp("a.pem")});
+  const RunResult r =
+      RunPlanner({"--state_dir=" + TestPath("s3"), "--tls_cert=" + TestPath("a.pem"),
+                  "--tls_key=" + TestPath("a.pem")});
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_THAT(r.output, HasSubstr("--tls_key: '" + Tmp("a.pem") + "' holds no"));
+  EXPECT_THAT(r.output, HasSubstr("--tls_key: '" + TestPath("a.pem") + "' holds no"));
 }
 
 TEST_F(TlsFilesTest, DirectoryIsReportedAsADirectory) {
-  ASSERT_EQ(mkdir(Tmp("certdir").c_str(), 0755), 0);
-  const RunResult r = RunPlanner({"--state_dir=" + Tmp("s4"), "--tls_cert=" + Tmp("certdir"),
-                                  "--tls_key=" + Tmp("a.key")});
+  ASSERT_EQ(mkdir(TestPath("certdir").c_str(), 0755), 0);
+  const RunResult r =
+      RunPlanner({"--state_dir=" + TestPath("s4"), "--tls_cert=" + TestPath("certdir"),
+                  "--tls_key=" + TestPath("a.key")});
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_THAT(r.output, HasSubstr("--tls_cert: '" + Tmp("certdir") + "' is a directory"));
+  EXPECT_THAT(r.output, HasSubstr("--tls_cert: '" + TestPath("certdir") + "' is a directory"));
 }
 
 TEST_F(TlsFilesTest, ClientCaThatIsNotPemNamesTheFile) {
-  WriteFile(Tmp("ca-garbage.pem"), "-----BEGIN NOTHING-----\n");
-  const RunResult r = RunPlanner({"--state_dir=" + Tmp("s5"), "--tls_cert=" + Tmp("a.pem"),
-                                  "--tls_key=" + Tmp("a.key"),
-                                  "--tls_client_ca=" + Tmp("ca-garbage.pem")});
+  WriteFile(TestPath("ca-garbage.pem"), "-----BEGIN NOTHING-----\n");
+  const RunResult r = RunPlanner(
+      {"--state_dir=" + TestPath("s5"), "--tls_cert=" + TestPath("a.pem"),
+       "--tls_key=" + TestPath("a.key"), "--tls_client_ca=" + TestPath("ca-garbage.pem")});
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_THAT(r.output, HasSubstr("--tls_client_ca: '" + Tmp("ca-garbage.pem") +
+  EXPECT_THAT(r.output, HasSubstr("--tls_client_ca: '" + TestPath("ca-garbage.pem") +
                                   "' holds no PEM certificate"));
 }
 
 TEST_F(TlsFilesTest, MatchingPairServes) {
   PlannerProcess planner(kPlanner);
-  ASSERT_TRUE(planner.Start({"--state_dir=" + Tmp("s6"), "--tls_cert=" + Tmp("a.pem"),
-                             "--tls_key=" + Tmp("a.key")})
+  ASSERT_TRUE(planner
+                  .Start({"--state_dir=" + TestPath("s6"), "--tls_cert=" + TestPath("a.pem"),
+                          "--tls_key=" + TestPath("a.key")})
                   .ok())
       << planner.log();
   EXPECT_THAT(planner.log(), HasSubstr("(TLS)"));
@@ -156,28 +160,29 @@ TEST_F(TlsFilesTest, MatchingPairServes) {
 
 TEST(TokenFileTest, EmptyOrBlankTokenFileIsRefused) {
   for (const std::string& content : {std::string(""), std::string(" \r\n\t\n")}) {
-    WriteFile(Tmp("blank.token"), content);
+    WriteFile(TestPath("blank.token"), content);
     const RunResult r =
-        RunPlanner({"--state_dir=" + Tmp("t1"), "--token_file=" + Tmp("blank.token")});
+        RunPlanner({"--state_dir=" + TestPath("t1"), "--token_file=" + TestPath("blank.token")});
     EXPECT_EQ(r.exit_code, 2) << r.output;
-    EXPECT_THAT(r.output, HasSubstr("--token_file: '" + Tmp("blank.token") + "' holds no token"));
+    EXPECT_THAT(r.output,
+                HasSubstr("--token_file: '" + TestPath("blank.token") + "' holds no token"));
   }
 }
 
 TEST(TokenFileTest, MissingTokenFileNamesIt) {
   const RunResult r =
-      RunPlanner({"--state_dir=" + Tmp("t2"), "--token_file=" + Tmp("no-such.token")});
+      RunPlanner({"--state_dir=" + TestPath("t2"), "--token_file=" + TestPath("no-such.token")});
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_THAT(r.output, HasSubstr("--token_file: cannot read '" + Tmp("no-such.token") + "'"));
+  EXPECT_THAT(r.output, HasSubstr("--token_file: cannot read '" + TestPath("no-such.token") + "'"));
 }
 
 // A token file written on Windows ends in CRLF: the token is the word without it, so clients
 // presenting "s3cret" get in and others do not. --log_json: each RPC is one JSON line.
 TEST(TokenFileTest, CrlfIsTrimmedAndRpcsAreLoggedAsJson) {
-  WriteFile(Tmp("crlf.token"), "s3cret\r\n");
+  WriteFile(TestPath("crlf.token"), "s3cret\r\n");
   PlannerProcess planner(kPlanner);
   ASSERT_TRUE(planner
-                  .Start({"--state_dir=" + Tmp("t3"), "--token_file=" + Tmp("crlf.token"),
+                  .Start({"--state_dir=" + TestPath("t3"), "--token_file=" + TestPath("crlf.token"),
                           "--log_json"})
                   .ok())
       << planner.log();
@@ -205,7 +210,7 @@ TEST(TokenFileTest, CrlfIsTrimmedAndRpcsAreLoggedAsJson) {
 // Agent events are logged on the "agents" logger: registration, then a drain.
 TEST(LogTest, AgentRegistrationAndDrainAreJsonLines) {
   PlannerProcess planner(kPlanner);
-  ASSERT_TRUE(planner.Start({"--state_dir=" + Tmp("l1"), "--log_json"}).ok()) << planner.log();
+  ASSERT_TRUE(planner.Start({"--state_dir=" + TestPath("l1"), "--log_json"}).ok()) << planner.log();
   auto stub = proto::Planner::NewStub(
       grpc::CreateChannel(planner.address(), grpc::InsecureChannelCredentials()));
   {
@@ -232,13 +237,13 @@ TEST(LogTest, AgentRegistrationAndDrainAreJsonLines) {
 }
 
 TEST(FlagsTest, BadValuesFailNamingTheFlag) {
-  RunResult r = RunPlanner({"--state_dir=" + Tmp("f1"), "--log_level=loud"});
+  RunResult r = RunPlanner({"--state_dir=" + TestPath("f1"), "--log_level=loud"});
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_THAT(r.output, HasSubstr("--log level: 'loud'"));
-  r = RunPlanner({"--state_dir=" + Tmp("f2"), "--workers=many"});
+  r = RunPlanner({"--state_dir=" + TestPath("f2"), "--workers=many"});
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("workers"));
-  r = RunPlanner({"--state_dir=" + Tmp("f3"), "--no_such_flag=1"});
+  r = RunPlanner({"--state_dir=" + TestPath("f3"), "--no_such_flag=1"});
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("no_such_flag"));
 }
@@ -284,7 +289,7 @@ class ImmutableFile {
 
 // Was: accepted at start-up, every mutating call failing later.
 TEST(StateDirTest, UnwritableDatabaseIsRefusedAtStartUp) {
-  const std::string dir = Tmp("readonly-db");
+  const std::string dir = TestPath("readonly-db");
   {
     PlannerProcess planner(kPlanner);
     ASSERT_TRUE(planner.Start({"--state_dir=" + dir}).ok()) << planner.log();

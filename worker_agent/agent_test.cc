@@ -13,11 +13,15 @@
 #include <thread>
 
 #include "core/fake_clock.h"
+#include "core/test_dirs.h"
 #include "gtest/gtest.h"
 #include "worker_agent/run_files.h"
 
 namespace octopipe::agent {
 namespace {
+
+using ::octopipe::testing::TestDir;
+using ::octopipe::testing::TestPath;
 
 class FakeLink : public PlannerLink {
  public:
@@ -70,7 +74,7 @@ AgentOptions Options(const Clock* clock) {
   o.clock = clock;
   o.node = "node-a";
   o.num_devices = 2;
-  o.work_dir = std::string(std::getenv("TEST_TMPDIR")) + "/work";
+  o.work_dir = TestPath("work");
   o.checkpoint_root = o.work_dir + "/checkpoints";
   return o;
 }
@@ -176,8 +180,7 @@ TEST(AgentTest, LeavesAfterADrain) {
 // moves a FakeClock across the bound instead of sleeping. The rank is a script that reports a
 // clean stop at iteration 2 and exits (no checkpoint is written, so the wait cannot end early).
 TEST(AgentTest, WaitsForPeersCheckpointLayersUntilItsClockPassesTheBound) {
-  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/stopping-rank";
-  std::filesystem::create_directories(dir);
+  const std::string dir = TestDir("stopping-rank");
   RankOutcome stopped;
   stopped.ok = true;
   stopped.stopped = true;

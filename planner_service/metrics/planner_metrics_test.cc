@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "core/test_dirs.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "prometheus/counter.h"
@@ -19,6 +20,7 @@
 namespace octopipe::metrics {
 namespace {
 
+using ::octopipe::testing::TestPath;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
@@ -39,11 +41,6 @@ CommandResult RunShell(const std::string& command) {
   return result;
 }
 
-std::string TempDir() {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return dir != nullptr ? dir : "/tmp";
-}
-
 // Runs `promtool check metrics` (parse + lint) on `text`. A missing promtool is a failure, not
 // a skip: CI installs it (Debian package `prometheus`, tools/setup.sh).
 CommandResult PromtoolCheck(const std::string& text, const std::string& file_name) {
@@ -55,7 +52,7 @@ CommandResult PromtoolCheck(const std::string& text, const std::string& file_nam
                   << "); install the Debian package `prometheus` (tools/setup.sh does)";
     return CommandResult{};
   }
-  const std::string path = absl::StrCat(TempDir(), "/", file_name);
+  const std::string path = TestPath(file_name);
   std::ofstream(path) << text;
   return RunShell(absl::StrCat("'", promtool, "' check metrics < '", path, "'"));
 }
