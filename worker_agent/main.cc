@@ -27,7 +27,8 @@
 ABSL_FLAG(std::string, node, "", "this node's name in the jobs' clusters (required)");
 ABSL_FLAG(std::string, planner, "",
           "HOST:PORT of the octopipe-planner (required), or A,B,C: planner replicas on one etcd "
-          "store; calls go to the leader (a follower names it) and move on when one is down");
+          "store, or dns:///NAME:PORT: every address NAME resolves to; writes go to the leader "
+          "(a follower names it), reads to any replica, and calls move on when one is down");
 ABSL_FLAG(int, devices, 1, "devices on this node (one rank process each)");
 ABSL_FLAG(std::string, transport, "gloo",
           "gloo (CPU, TCP), nccl (GPU; fails clearly without one) or auto (nccl when a GPU is "
