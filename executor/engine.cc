@@ -36,6 +36,7 @@ PipelineEngine::PipelineEngine(const Plan& plan, int rank,
     : plan_(plan), rank_(rank), layers_(layers), transport_(transport),
       messages_(std::make_unique<AsyncMessages>(transport)), tokens_(tokens_per_microbatch),
       hidden_(hidden) {
+  for (const StageAssignment& st : plan_.stages) recompute_.push_back(st.recompute ? 1 : 0);
   RetainFreedMemory();  // see executor/allocator.h: ops must not page-fault their buffers
 }
 
@@ -71,9 +72,7 @@ std::vector<PipelineEngine::Message> PipelineEngine::SendsBetween(int from, int 
   }
   // The pipeline's edges (core/pipeline_edges.h, as the simulator costs them) whose consumer
   // runs on `to`, in the order of `from`'s ops: each is one message.
-  std::vector<uint8_t> recompute(S);
-  for (int s = 0; s < S; ++s) recompute[s] = plan_.stages[s].recompute ? 1 : 0;
-  const PipelineShape shape{S, plan_.num_devices, plan_.vocab_parallel, recompute.data()};
+  const PipelineShape shape = Shape();
   const auto backward = [](int) { return OpKind::kB; };  // B or BW: the same device
   for (const Op& op : plan_.schedule.ops[from]) {
     const int s = op.stage, m = op.microbatch;
@@ -81,8 +80,7 @@ std::vector<PipelineEngine::Message> PipelineEngine::SendsBetween(int from, int 
       out.push_back(VocabMessageTo(to, m, from, VocabMessage::kEmbedGrad));
     }
     ForEachSuccessor(shape, op.kind, s, backward, [&](OpKind kind, int stage, EdgeData data) {
-      const int device = IsVocabPass(kind) ? stage : plan_.stages[stage].device;
-      if (device != to) return;
+      if (ConsumerDevice(kind, stage) != to) return;
       switch (data) {
         case EdgeData::kActivation:
           out.push_back({to, Tag(s, m, kForward), tokens_, hidden_});
@@ -506,19 +504,24 @@ void PipelineEngine::RunOp(const Op& op, Tensor input, Tensor grad, Iteration* i
       if (plan_.stages[s].recompute) it->stage_input[key] = input;
       Tensor out = ForwardStage(s, m, input, OpKind::kF, it);
       if (plan_.stages[s].recompute) it->ctx.erase(key);  // R rebuilds it before the backward
-      if (s == S - 1 && plan_.vocab_parallel) {
-        // n goes to every shard's S pass, this rank's own included.
-        for (int d = 0; d < plan_.num_devices; ++d) {
-          if (d != rank_) Send(d, VocabTag(m, rank_, VocabMessage::kInput), out, it);
-        }
-        it->vocab_input[m] = std::move(out);
-      } else if (s == S - 1) {
+      if (s == S - 1 && !plan_.vocab_parallel) {  // the loss edge: F(S-1) -> its backward
         it->loss_sum += out(0, 0);
-      } else if (plan_.stages[s + 1].device == rank_) {
-        it->local_fwd[key] = std::move(out);
-      } else {
-        Send(plan_.stages[s + 1].device, Tag(s, m, kForward), std::move(out), it);
+        break;
       }
+      // Where the output goes: the edges that leave F (core/pipeline_edges.h).
+      ForEachSuccessor(Shape(), OpKind::kF, s, [](int) { return OpKind::kB; },
+                       [&](OpKind kind, int stage, EdgeData data) {
+                         const int device = ConsumerDevice(kind, stage);
+                         if (data == EdgeData::kActivation && device == rank_) {
+                           it->local_fwd[key] = std::move(out);
+                         } else if (data == EdgeData::kActivation) {
+                           Send(device, Tag(s, m, kForward), std::move(out), it);
+                         } else if (data == EdgeData::kVocabInput && device != rank_) {
+                           // n goes to every shard's S pass, this rank's own below.
+                           Send(device, VocabTag(m, rank_, VocabMessage::kInput), out, it);
+                         }
+                       });
+      if (plan_.vocab_parallel && s == S - 1) it->vocab_input[m] = std::move(out);
       break;
     }
     case OpKind::kR: {
@@ -549,13 +552,17 @@ void PipelineEngine::RunOp(const Op& op, Tensor input, Tensor grad, Iteration* i
         }
         it->ctx.erase(key);
       }
-      if (s > 0) {
-        if (plan_.stages[s - 1].device == rank_) {
-          it->local_bwd[key] = std::move(dy);
-        } else {
-          Send(plan_.stages[s - 1].device, Tag(s, m, kBackward), std::move(dy), it);
-        }
-      }
+      // The input gradient to the previous stage's backward (the kGradient edge).
+      ForEachSuccessor(Shape(), op.kind, s, [](int) { return OpKind::kB; },
+                       [&](OpKind kind, int stage, EdgeData data) {
+                         if (data != EdgeData::kGradient) return;
+                         const int device = ConsumerDevice(kind, stage);
+                         if (device == rank_) {
+                           it->local_bwd[key] = std::move(dy);
+                         } else {
+                           Send(device, Tag(s, m, kBackward), std::move(dy), it);
+                         }
+                       });
       break;
     }
     case OpKind::kW: {

@@ -59,6 +59,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/pipeline_edges.h"
 #include "core/plan.h"
 #include "executor/async_messages.h"
 #include "executor/layer.h"
@@ -238,8 +239,18 @@ class PipelineEngine {
   }
   // Re-measures the activation bytes held for (stage, micro-batch) after an op.
   void Account(const std::pair<int, int>& key, Iteration* it);
+  // The plan's edges (core/pipeline_edges.h): what each op feeds, as the simulator costs it.
+  PipelineShape Shape() const {
+    return PipelineShape{plan_.num_stages(), plan_.num_devices, plan_.vocab_parallel,
+                         recompute_.data()};
+  }
+  // The device of an op that consumes an edge: its stage's, a vocabulary pass's own.
+  int ConsumerDevice(OpKind kind, int stage) const {
+    return IsVocabPass(kind) ? stage : plan_.stages[stage].device;
+  }
 
   const Plan& plan_;
+  std::vector<uint8_t> recompute_;  // per stage, 1: it recomputes (for Shape)
   const int rank_;
   std::vector<std::unique_ptr<Layer>>* layers_;
   Transport* transport_;
