@@ -17,6 +17,7 @@
 #include "absl/strings/numbers.h"
 #include "cli/command_line.h"
 #include "cli/inputs.h"
+#include "cli/profile_measure.h"
 #include "cli/profile_ranks.h"
 #include "cli/table.h"
 #include "core/convert.h"
@@ -84,41 +85,6 @@ absl::StatusOr<std::vector<LayerBytes>> MeasureBytes(const ModelSpec& spec) {
   return out;
 }
 
-// ZB-H1: each layer's F, B and W run as separate ops. With `recompute` every stage is
-// recomputed, so R runs too (right before B, so B then runs on a freshly built context: that is
-// why F, B and W are taken from the run without recompute).
-absl::StatusOr<Plan> ProfilePlan(int ranks, int microbatches, const ModelGraph& graph,
-                                 bool recompute) {
-  ASSIGN_OR_RETURN(Plan plan, ClassicPlan(ScheduleKind::kZbH1, ranks, 0, microbatches, graph));
-  if (!recompute) return plan;
-  for (StageAssignment& st : plan.stages) st.recompute = true;
-  for (std::vector<Op>& ops : plan.schedule.ops) {
-    std::vector<Op> with_r;
-    for (const Op& op : ops) {
-      if (op.kind == OpKind::kB || op.kind == OpKind::kBW) {
-        with_r.push_back(Op{OpKind::kR, op.stage, op.microbatch});
-      }
-      with_r.push_back(op);
-    }
-    ops = std::move(with_r);
-  }
-  plan.schedule_name = "profile (zb-h1, recompute)";
-  return plan;
-}
-
-struct ProfileFlags {
-  std::string model, prefix, transport = "gloo", check, tp = "auto", ep = "auto";
-  int64_t ranks = 2, repeat = 5, microbatches = 0, max_launches = 4;
-  double timeout = 60, memory = 0, stable = 0.02, rotate_cores_ms = 0;
-  bool pool = true;
-};
-
-RankLaunch Launch(const ProfileFlags& f) {
-  // f.transport was checked by ParseTransportKind before any launch.
-  return RankLaunch{static_cast<int>(f.ranks), *executor::ParseTransportKind(f.transport),
-                    f.timeout, f.rotate_cores_ms};
-}
-
 // The device: a GEMM's FLOP rate and a large copy's bandwidth, medians of a few runs.
 std::pair<double, double> MeasureDevice() {
   constexpr int n = 256;
@@ -136,67 +102,6 @@ std::pair<double, double> MeasureDevice() {
     copy.push_back(2.0 * static_cast<double>(src.size()) / Seconds(t0));
   }
   return {Median(gemm), Median(copy)};
-}
-
-// What a message costs in the engine itself (send and receive threads, mailbox hand-off
-// included): for each consumer op whose input came from another rank and that sat idle while
-// it travelled, consumer start - producer end. `reports` are ProfileRank's, by rank.
-std::vector<double> MessageTimes(const Plan& plan, const std::vector<Json>& reports) {
-  struct Times {
-    double start, end, prev_end;
-  };
-  std::map<std::tuple<int, int, int, int>, Times> ops;  // (iteration, stage, mb, kind)
-  for (const Json& j : reports) {
-    for (const Json& x : j.at("ops")) {
-      ops[{x.at(0).get<int>(), x.at(1).get<int>(), x.at(2).get<int>(), x.at(3).get<int>()}] =
-          Times{x.at(4).get<double>(), x.at(5).get<double>(), x.at(6).get<double>()};
-    }
-  }
-  const int S = plan.num_stages();
-  std::vector<double> out;
-  for (const auto& [key, c] : ops) {
-    const auto [it, s, m, kind] = key;
-    std::vector<std::tuple<int, int, int, int>> producers;
-    if (kind == static_cast<int>(OpKind::kF) && s > 0 &&
-        plan.stages[s - 1].device != plan.stages[s].device) {
-      producers.push_back({it, s - 1, m, static_cast<int>(OpKind::kF)});
-    }
-    if ((kind == static_cast<int>(OpKind::kB) || kind == static_cast<int>(OpKind::kBW)) &&
-        s + 1 < S && plan.stages[s + 1].device != plan.stages[s].device) {
-      producers.push_back({it, s + 1, m, static_cast<int>(OpKind::kB)});
-      producers.push_back({it, s + 1, m, static_cast<int>(OpKind::kBW)});
-    }
-    for (const auto& pk : producers) {
-      auto p = ops.find(pk);
-      if (p == ops.end() || !(c.prev_end < p->second.end)) continue;
-      out.push_back(c.start - p->second.end);
-    }
-  }
-  return out;
-}
-
-absl::StatusOr<std::vector<Json>> ParseReports(const std::vector<std::string>& reports) {
-  std::vector<Json> parsed;
-  for (const std::string& text : reports) {
-    parsed.push_back(Json::parse(text, nullptr, /*allow_exceptions=*/false));
-    if (parsed.back().is_discarded()) {
-      return absl::InternalError("a rank's profile report is not valid JSON");
-    }
-  }
-  return parsed;
-}
-
-// The measured iteration time of a run: per iteration the slowest rank's wall time, median.
-double MedianIteration(const std::vector<Json>& reports) {
-  std::vector<double> slowest;
-  for (const Json& j : reports) {
-    const Json& wall = j.at("wall");
-    if (slowest.size() < wall.size()) slowest.resize(wall.size(), 0.0);
-    for (size_t i = 0; i < wall.size(); ++i) {
-      slowest[i] = std::max(slowest[i], wall[i].get<double>());
-    }
-  }
-  return Median(slowest);
 }
 
 double PhysicalMemory() {
@@ -324,91 +229,6 @@ absl::StatusOr<ModelSpec> SpecFromFlags(const ProfileFlags& f) {
   return spec;
 }
 
-// The layout that measures split (tp, ep) over `ranks` ranks: PP ranks / (tp * ep) x TP tp x
-// DP ep x EP ep, every replica running `pipeline` (its micro-batches each).
-LayoutPlan SplitProfileLayout(const Plan& pipeline, int tp, int ep, int ranks) {
-  LayoutPlan l;
-  l.layout.pp = pipeline.num_devices;
-  l.layout.tp = tp;
-  l.layout.ep = ep;
-  l.layout.dp = ep;
-  l.num_ranks = ranks;
-  l.global_microbatches = pipeline.num_microbatches * ep;
-  LayoutPipelinePlan p{pipeline, {}};
-  for (int r = 0; r < ep; ++r) {
-    PipelineReplica replica;
-    replica.dp_rank = r;
-    replica.first_microbatch = r * pipeline.num_microbatches;
-    // rank order TP, DP, PP (pp outer)
-    for (int d = 0; d < pipeline.num_devices; ++d) replica.device_ranks.push_back((d * ep + r) * tp);
-    p.replicas.push_back(replica);
-  }
-  l.pipelines.push_back(std::move(p));
-  return l;
-}
-
-// The split's pipeline plan (F/B/W, or with every stage recomputed) and layout.
-absl::StatusOr<std::pair<Plan, LayoutPlan>> SplitProfilePlan(const ModelSpec& spec,
-                                                            const ModelGraph& graph, int ranks,
-                                                            int tp, int ep, bool recompute) {
-  ASSIGN_OR_RETURN(Plan plan,
-                   ProfilePlan(ranks / (tp * ep), spec.microbatches / ep, graph, recompute));
-  LayoutPlan layout = SplitProfileLayout(plan, tp, ep, ranks);
-  return std::make_pair(std::move(plan), std::move(layout));
-}
-
-// The splits --tp and --ep name for `spec` over f.ranks ranks, as (tp, ep): `off` none; `auto`
-// every power of two d in [2, ranks] dividing ranks that the model allows (CheckLayoutRunnable;
-// EP also the micro-batches, and only with MoE layers); a list, each checked (kInvalidArgument
-// naming the flag, the degree and, for a layer that cannot be split so, the layer and field).
-absl::StatusOr<std::vector<std::pair<int, int>>> Splits(const ProfileFlags& f,
-                                                        const ModelSpec& spec) {
-  const int ranks = static_cast<int>(f.ranks);
-  const ModelGraph graph = executor::ToModelGraph(spec);
-  const bool has_moe = std::count(spec.kinds.begin(), spec.kinds.end(), "moe") > 0;
-  // Why split (tp, ep) cannot be measured here; OK when it can.
-  auto measurable = [&](int tp, int ep) -> absl::Status {
-    if (ranks % (tp * ep) != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("does not divide --ranks=", ranks));
-    }
-    if (ep > 1 && !has_moe) return absl::InvalidArgumentError("needs MoE layers; the model has none");
-    if (spec.microbatches % ep != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("does not divide the ", spec.microbatches, " micro-batches"));
-    }
-    ASSIGN_OR_RETURN(auto p, SplitProfilePlan(spec, graph, ranks, tp, ep, false));
-    RETURN_IF_ERROR(executor::CheckLayoutRunnable(spec, p.second));
-    return absl::OkStatus();
-  };
-  std::vector<std::pair<int, int>> out;
-  for (const auto& [flag, value, is_tp] :
-       {std::tuple{"tp", f.tp, true}, std::tuple{"ep", f.ep, false}}) {
-    const bool tp_flag = is_tp;
-    auto split = [tp_flag](int d) { return tp_flag ? std::pair{d, 1} : std::pair{1, d}; };
-    if (value == "off") continue;
-    if (value == "auto") {
-      for (int d = 2; d <= ranks; d *= 2) {
-        if (measurable(split(d).first, split(d).second).ok()) out.push_back(split(d));
-      }
-      continue;
-    }
-    for (absl::string_view part : absl::StrSplit(value, ',')) {
-      int d = 0;
-      if (!absl::SimpleAtoi(part, &d) || d < 2) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--", flag, ": '", std::string(part),
-            "' is not a degree >= 2 (a list such as 2,4, auto or off)"));
-      }
-      if (absl::Status s = measurable(split(d).first, split(d).second); !s.ok()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--", flag, ": degree ", d, ": ", s.message()));
-      }
-      if (std::find(out.begin(), out.end(), split(d)) == out.end()) out.push_back(split(d));
-    }
-  }
-  return out;
-}
-
 // The device memory to record (--memory, or this machine's physical memory / ranks), or
 // kResourceExhausted (exit 3) when the model cannot fit it — as a bound, everything on one
 // device: weights, gradients, AdamW state and the micro-batches' activations, over the ranks.
@@ -426,140 +246,6 @@ absl::StatusOr<double> DeviceMemoryFor(const ModelSpec& spec, const std::vector<
         need / ranks, spec.microbatches, ranks, device_memory));
   }
   return device_memory;
-}
-
-// What the profile runs measured.
-struct Measurements {
-  std::map<std::pair<int, int>, std::vector<double>> samples;  // (layer, kind) -> per iteration
-  std::vector<double> overhead;
-  std::vector<std::pair<double, double>> link;
-  std::vector<double> message_s;  // producer end -> consumer start, consumer idle meanwhile
-  // CPU of the ranks' other threads per message (ProfileRank's "comm_cpu"), every iteration.
-  std::vector<double> comm_cpu;
-  // Every rank's host-speed probe of every F/B/W launch (ProfileRank's "probe").
-  std::vector<double> probe;
-  // Per split (tp, ep) (--tp, --ep): (layer, kind) -> per-rank, per-iteration seconds.
-  std::map<std::pair<int, int>, std::map<std::pair<int, int>, std::vector<double>>> split;
-  double light_s = 0;             // the profile run's median iteration
-  int launches = 0;               // launches of the F/B/W plan
-  double last_change = 0;         // the summed medians' change over the last launch
-};
-
-// `plan` with its devices in reverse order (stage on device d -> device N - 1 - d, and each
-// device's op list with it): the same schedule with every stage on the other end's rank.
-Plan Mirrored(Plan plan) {
-  const int N = plan.num_devices;
-  for (StageAssignment& st : plan.stages) st.device = N - 1 - st.device;
-  std::reverse(plan.schedule.ops.begin(), plan.schedule.ops.end());
-  return plan;
-}
-
-// Appends the ranks' per-iteration layer times to `samples`: R only (`recompute`), or all but R.
-void AddLayerSamples(const std::vector<Json>& parsed, bool recompute,
-                     std::map<std::pair<int, int>, std::vector<double>>* samples) {
-  for (const Json& j : parsed) {
-    for (const Json& v : j.at("layers")) {
-      const int kind = v.at(2).get<int>();
-      if ((kind == static_cast<int>(OpKind::kR)) != recompute) continue;
-      (*samples)[{v.at(1).get<int>(), kind}].push_back(v.at(3).get<double>());
-    }
-  }
-}
-
-// Sum over (layer, kind) of the median of the samples: how the model's costs stand so far.
-double SummedMedians(const std::map<std::pair<int, int>, std::vector<double>>& samples) {
-  double total = 0;
-  for (const auto& [key, v] : samples) total += Median(v);
-  return total;
-}
-
-// Phase 1 (`plan`): F, B, W, the per-op overhead, the messages and the ping-pong, in fresh
-// launches of the ranks (every other one mirrored: a rank's core, or the rank itself, can run
-// slower for a whole launch on a shared machine, and a layer then is timed on both) until the
-// summed layer medians settle (--stable) or --max_launches; phase 2 (`plan_r`, every stage
-// recomputed): R. Progress goes to `err`.
-absl::StatusOr<Measurements> MeasureLayers(const ModelSpec& spec, const Plan& plan,
-                                           const Plan& plan_r, const ProfileFlags& f,
-                                           std::ostream& err) {
-  Measurements m;
-  const Plan mirrored = Mirrored(plan);
-  double previous = 0;
-  for (int launch = 0; launch < f.max_launches; ++launch) {
-    const bool mirror = launch % 2 == 1 && f.ranks > 1;
-    ASSIGN_OR_RETURN(std::vector<std::string> reports,
-                     RunProfileRanks(spec, mirror ? mirrored : plan, Launch(f), static_cast<int>(f.repeat),
-                              /*ping=*/launch == 0, /*probe=*/true));
-    ASSIGN_OR_RETURN(const std::vector<Json> parsed, ParseReports(reports));
-    AddLayerSamples(parsed, /*recompute=*/false, &m.samples);
-    for (const Json& j : parsed) {
-      for (const Json& v : j.at("overhead")) m.overhead.push_back(v.get<double>());
-      for (const Json& v : j.at("comm_cpu")) m.comm_cpu.push_back(v.get<double>());
-      m.probe.push_back(j.at("probe").get<double>());
-      for (const Json& v : j.at("link")) m.link.push_back({v.at(0).get<double>(), v.at(1).get<double>()});
-    }
-    if (launch == 0) {
-      m.message_s = MessageTimes(plan, parsed);
-      m.light_s = MedianIteration(parsed);
-    }
-    m.launches = launch + 1;
-    const double total = SummedMedians(m.samples);
-    m.last_change = previous > 0 ? std::abs(total - previous) / total : 1.0;
-    err << "octopipe profile: launch " << launch + 1 << (mirror ? " (ranks mirrored)" : "")
-        << ": summed layer medians " << FormatSeconds(total);
-    if (launch > 0) err << " (" << FormatPercent(m.last_change) << " change)";
-    err << "\n";
-    if (launch > 0 && m.last_change <= f.stable) break;
-    previous = total;
-  }
-  ASSIGN_OR_RETURN(std::vector<std::string> reports,
-                   RunProfileRanks(spec, plan_r, Launch(f), static_cast<int>(f.repeat), /*ping=*/false));
-  ASSIGN_OR_RETURN(const std::vector<Json> parsed, ParseReports(reports));
-  AddLayerSamples(parsed, /*recompute=*/true, &m.samples);
-  return m;
-}
-
-// "TP2", "EP2", "TP2 x EP2".
-std::string SplitName(std::pair<int, int> split) {
-  if (split.second == 1) return absl::StrCat("TP", split.first);
-  if (split.first == 1) return absl::StrCat("EP", split.second);
-  return absl::StrCat("TP", split.first, " x EP", split.second);
-}
-
-// Phase 4 (--tp, --ep): for each split the layers as that layout runs them (SplitProfileLayout,
-// the profile's ZB-H1 schedule) for F, B, W — launched until the summed medians settle, as
-// phase 1 — then R with every stage recomputed.
-absl::Status MeasureSplits(const ModelSpec& spec, const ModelGraph& graph,
-                           const std::vector<std::pair<int, int>>& splits, const ProfileFlags& f,
-                           Measurements* m, std::ostream& err) {
-  const int ranks = static_cast<int>(f.ranks);
-  for (const auto& [tp, ep] : splits) {
-    ASSIGN_OR_RETURN(const auto run, SplitProfilePlan(spec, graph, ranks, tp, ep, false));
-    ASSIGN_OR_RETURN(const auto run_r, SplitProfilePlan(spec, graph, ranks, tp, ep, true));
-    const std::string name = SplitName({tp, ep});
-    auto& samples = m->split[{tp, ep}];
-    double previous = 0;
-    for (int launch = 0; launch < f.max_launches; ++launch) {
-      ASSIGN_OR_RETURN(std::vector<std::string> reports,
-                       RunProfileRanks(spec, run.first, Launch(f), static_cast<int>(f.repeat),
-                                       /*ping=*/false, /*probe=*/false, &run.second));
-      ASSIGN_OR_RETURN(const std::vector<Json> parsed, ParseReports(reports));
-      AddLayerSamples(parsed, /*recompute=*/false, &samples);
-      const double total = SummedMedians(samples);
-      const double change = previous > 0 ? std::abs(total - previous) / total : 1.0;
-      err << "octopipe profile: " << name << " launch " << launch + 1
-          << ": summed layer medians " << FormatSeconds(total);
-      if (launch > 0) err << " (" << FormatPercent(change) << " change)";
-      err << "\n";
-      if (launch > 0 && change <= f.stable) break;
-      previous = total;
-    }
-    ASSIGN_OR_RETURN(std::vector<std::string> reports,
-                     RunProfileRanks(spec, run_r.first, Launch(f), static_cast<int>(f.repeat),
-                                     /*ping=*/false, /*probe=*/false, &run_r.second));
-    ASSIGN_OR_RETURN(const std::vector<Json> parsed, ParseReports(reports));
-    AddLayerSamples(parsed, /*recompute=*/true, &samples);
-  }
-  return absl::OkStatus();
 }
 
 // Layers the executor builds identically (same kind and shapes) cost the same: each gets the
