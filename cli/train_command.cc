@@ -450,60 +450,71 @@ PredictFromProfile PipelinePeriod(const Plan& plan) {
   };
 }
 
-void PrintResult(const TrainFlags& o, const ModelGraph& graph, const Plan& plan,
-                 int64_t job_version, const agent::RunMeasurement& m, const SimResult& predicted,
-                 const HostSpeed& host, const std::string& report_decision,
-                 const std::string& calibration, std::ostream& out) {
-  const int N = static_cast<int>(o.ranks);
+// The measured op times behind the prediction, for analysis: [stage or layer, kind, mean
+// seconds per op, samples].
+void AddMeasuredOpTimes(const agent::RunMeasurement& m, Json* j) {
+  Json stage_ops = Json::array(), layer_ops = Json::array();
+  for (const auto& [key, v] : m.stage_op_s) {
+    stage_ops.push_back({key.first, std::string(OpKindName(key.second)), v.first, v.second});
+  }
+  for (const auto& [key, v] : m.layer_op_s) {
+    layer_ops.push_back({key.first, std::string(OpKindName(key.second)), v.first, v.second});
+  }
+  (*j)["stage_op_s"] = std::move(stage_ops);
+  (*j)["layer_op_s"] = std::move(layer_ops);
+}
+
+// A pipeline run's result as --json: the measurement, the simulator's prediction from the
+// measured op times, and where given the job, the planner's report and the host-speed probe.
+void PrintResultJson(const TrainFlags& o, const Plan& plan, int64_t job_version,
+                     const agent::RunMeasurement& m, const SimResult& predicted,
+                     const HostSpeed& host, const std::string& report_decision,
+                     const std::string& calibration, std::ostream& out) {
   const double measured = m.mean_iteration_s, measured_bubble = m.mean_bubble;
   const double error = Period(predicted) / measured - 1;
-  if (o.json) {
-    Json j = {{"ranks", N},
-              {"transport", o.transport},
-              {"schedule", RanSchedule(o, plan)},
-              {"loss", m.loss},
-              {"iteration_time_s", m.iteration_s},
-              {"bubble_ratio", m.bubble},
-              {"measured_iteration_time_s", measured},
-              {"measured_bubble_ratio", measured_bubble},
-              {"predicted_iteration_time_s", Period(predicted)},
-              {"predicted_bubble_ratio", PeriodBubble(predicted)},
-              {"prediction_error", error},
-              {"peak_activation_bytes", m.peak_activation_bytes},  // per rank
-              {"compute_cpu_share", m.compute_cpu_share},         // per rank
-              {"comm_cpu_per_message_s", m.comm_cpu_per_message_s}};  // per rank
-    // The measured op times behind the prediction, for analysis: [stage or layer, kind, mean
-    // seconds per op, samples].
-    Json stage_ops = Json::array(), layer_ops = Json::array();
-    for (const auto& [key, v] : m.stage_op_s) {
-      stage_ops.push_back({key.first, std::string(OpKindName(key.second)), v.first, v.second});
-    }
-    for (const auto& [key, v] : m.layer_op_s) {
-      layer_ops.push_back({key.first, std::string(OpKindName(key.second)), v.first, v.second});
-    }
-    j["stage_op_s"] = std::move(stage_ops);
-    j["layer_op_s"] = std::move(layer_ops);
-    if (!o.plan_file.empty()) j["plan"] = o.plan_file;
-    if (!o.job.empty()) {
-      j["job"] = o.job;
-      j["plan_version"] = job_version;
-    }
-    if (!report_decision.empty()) j["planner_report"] = report_decision;
-    if (!calibration.empty()) j["calibration"] = calibration;
-    if (!host.probe_s.empty()) j["host_probe_s"] = host.probe_s;  // per rank
-    if (host.ratio > 0) {
-      j["profile_host_probe_s"] = host.profile_probe_s;
-      j["host_time_vs_profile"] = host.ratio;
-      j["predicted_from_profile_s"] = host.predicted_from_profile_s;
-      j["predicted_at_host_speed_s"] = host.predicted_at_host_speed_s;
-    }
-    out << JsonText(j) << "\n";
-    return;
+  Json j = {{"ranks", static_cast<int>(o.ranks)},
+            {"transport", o.transport},
+            {"schedule", RanSchedule(o, plan)},
+            {"loss", m.loss},
+            {"iteration_time_s", m.iteration_s},
+            {"bubble_ratio", m.bubble},
+            {"measured_iteration_time_s", measured},
+            {"measured_bubble_ratio", measured_bubble},
+            {"predicted_iteration_time_s", Period(predicted)},
+            {"predicted_bubble_ratio", PeriodBubble(predicted)},
+            {"prediction_error", error},
+            {"peak_activation_bytes", m.peak_activation_bytes},      // per rank
+            {"compute_cpu_share", m.compute_cpu_share},             // per rank
+            {"comm_cpu_per_message_s", m.comm_cpu_per_message_s}};  // per rank
+  AddMeasuredOpTimes(m, &j);
+  if (!o.plan_file.empty()) j["plan"] = o.plan_file;
+  if (!o.job.empty()) {
+    j["job"] = o.job;
+    j["plan_version"] = job_version;
   }
+  if (!report_decision.empty()) j["planner_report"] = report_decision;
+  if (!calibration.empty()) j["calibration"] = calibration;
+  if (!host.probe_s.empty()) j["host_probe_s"] = host.probe_s;  // per rank
+  if (host.ratio > 0) {
+    j["profile_host_probe_s"] = host.profile_probe_s;
+    j["host_time_vs_profile"] = host.ratio;
+    j["predicted_from_profile_s"] = host.predicted_from_profile_s;
+    j["predicted_at_host_speed_s"] = host.predicted_at_host_speed_s;
+  }
+  out << JsonText(j) << "\n";
+}
+
+// A pipeline run's table of iterations, its measured iteration and bubble, and the simulator's
+// prediction from the measured op times.
+void PrintMeasurementText(const TrainFlags& o, const ModelGraph& graph, const Plan& plan,
+                          const agent::RunMeasurement& m, const SimResult& predicted,
+                          std::ostream& out) {
+  const double measured = m.mean_iteration_s, measured_bubble = m.mean_bubble;
+  const double error = Period(predicted) / measured - 1;
   const int K = static_cast<int>(m.loss.size());
-  out << "model " << graph.name << " (" << graph.num_layers() << " layers), " << N
-      << " ranks over " << o.transport << ", schedule " << RanSchedule(o, plan) << ", "
-      << plan.num_stages() << " stages, "
+  out << "model " << graph.name << " (" << graph.num_layers() << " layers), "
+      << static_cast<int>(o.ranks) << " ranks over " << o.transport << ", schedule "
+      << RanSchedule(o, plan) << ", " << plan.num_stages() << " stages, "
       << plan.num_microbatches << " micro-batches\n\n";
   TextTable t({"iteration", "loss", "time", "bubble"});
   for (int it = 0; it < K; ++it) {
@@ -516,35 +527,51 @@ void PrintResult(const TrainFlags& o, const ModelGraph& graph, const Plan& plan,
   out << "simulator with the measured op times: " << FormatSeconds(Period(predicted))
       << ", bubble " << FormatPercent(PeriodBubble(predicted)) << " (steady state, "
       << absl::StrFormat("%+.1f%%", error * 100) << " vs measured)\n";
-  // A rank whose computing thread waited for its core ran its ops longer than they cost.
+}
+
+// A rank whose computing thread waited for its core ran its ops longer than they cost.
+void PrintDisturbedRanks(const agent::RunMeasurement& m, std::ostream& out) {
   for (int r = 0; r < static_cast<int>(m.compute_cpu_share.size()); ++r) {
     if (m.compute_cpu_share[r] < kDisturbedCpuShare) {
       out << "rank " << r << ": its compute had " << FormatPercent(m.compute_cpu_share[r])
           << " of a core (other threads or processes ran on it): op times are inflated\n";
     }
   }
-  if (!host.probe_s.empty()) {
-    out << "host-speed probe " << FormatSeconds(executor::MedianProbeSeconds(host.probe_s))
-        << " (median over " << host.probe_s.size() << " ranks, before the first iteration)";
-    if (host.ratio > 0) {
-      out << "; the profile's reference " << FormatSeconds(host.profile_probe_s) << ": ops take "
-          << absl::StrFormat("%.3fx", host.ratio) << " their profiled time now\n"
-          << "prediction from the profile " << FormatSeconds(host.predicted_from_profile_s)
-          << " (" << absl::StrFormat("%+.1f%%", (host.predicted_from_profile_s / measured - 1) * 100)
-          << " vs measured), at the host's speed now "
-          << FormatSeconds(host.predicted_at_host_speed_s) << " ("
-          << absl::StrFormat("%+.1f%%", (host.predicted_at_host_speed_s / measured - 1) * 100)
-          << ")";
-    }
-    out << "\n";
+}
+
+// The host-speed probe and, against the profile's reference, the predictions from the
+// profile as profiled and at the host's speed now (`measured`: the measured iteration).
+void PrintHostSpeed(const HostSpeed& host, double measured, std::ostream& out) {
+  out << "host-speed probe " << FormatSeconds(executor::MedianProbeSeconds(host.probe_s))
+      << " (median over " << host.probe_s.size() << " ranks, before the first iteration)";
+  if (host.ratio > 0) {
+    out << "; the profile's reference " << FormatSeconds(host.profile_probe_s) << ": ops take "
+        << absl::StrFormat("%.3fx", host.ratio) << " their profiled time now\n"
+        << "prediction from the profile " << FormatSeconds(host.predicted_from_profile_s)
+        << " (" << absl::StrFormat("%+.1f%%", (host.predicted_from_profile_s / measured - 1) * 100)
+        << " vs measured), at the host's speed now "
+        << FormatSeconds(host.predicted_at_host_speed_s) << " ("
+        << absl::StrFormat("%+.1f%%", (host.predicted_at_host_speed_s / measured - 1) * 100)
+        << ")";
   }
+  out << "\n";
+}
+
+void PrintResult(const TrainFlags& o, const ModelGraph& graph, const Plan& plan,
+                 int64_t job_version, const agent::RunMeasurement& m, const SimResult& predicted,
+                 const HostSpeed& host, const std::string& report_decision,
+                 const std::string& calibration, std::ostream& out) {
+  if (o.json) {
+    PrintResultJson(o, plan, job_version, m, predicted, host, report_decision, calibration, out);
+    return;
+  }
+  PrintMeasurementText(o, graph, plan, m, predicted, out);
+  PrintDisturbedRanks(m, out);
+  if (!host.probe_s.empty()) PrintHostSpeed(host, m.mean_iteration_s, out);
   if (!report_decision.empty()) out << report_decision << "\n";
   if (!calibration.empty()) out << calibration << "\n";
 }
 
-// A --plan file holding a whole layout (several pipelines or replicas, or TP): run every rank
-// of it (executor::TrainLayoutRank through agent::RunLayoutLocally) and report loss, time and
-// tokens/s against the prediction the file carries.
 // A layout's iteration (SimulateLayout) from a profile.
 PredictFromProfile LayoutIteration(const LayoutPlan& layout) {
   return [&layout](const ProfileFiles& p) -> absl::StatusOr<double> {
@@ -553,24 +580,29 @@ PredictFromProfile LayoutIteration(const LayoutPlan& layout) {
   };
 }
 
-int RunLayoutTrain(const TrainFlags& o, const ModelSpec& spec, const ModelGraph& graph,
-                   const LayoutPlan& layout, const proto::LayoutPrediction& predicted,
-                   const ProfileFiles* profile, std::ostream& out, std::ostream& err) {
+// The flags a layout run cannot honour, and whether the layout runs with --ranks on this model.
+absl::Status CheckLayoutTrainFlags(const TrainFlags& o, const ModelSpec& spec,
+                                   const LayoutPlan& layout) {
   if (!o.calibrated_model.empty() || !o.trace.empty() || !o.report.empty() || !o.job.empty()) {
-    return Fail(err, absl::InvalidArgumentError(
-                         "--calibrated_model, --trace, --report and --job run single-pipeline "
-                         "plans; this --plan is a layout (" + layout.layout.ToString() + ")"), 2);
+    return absl::InvalidArgumentError(
+        "--calibrated_model, --trace, --report and --job run single-pipeline "
+        "plans; this --plan is a layout (" + layout.layout.ToString() + ")");
   }
   if (o.ranks != layout.num_ranks) {
-    return Fail(err, absl::InvalidArgumentError(absl::StrCat(
-                         "--ranks: the layout ", layout.layout.ToString(), " in ", o.plan_file,
-                         " runs on ", layout.num_ranks, " ranks (", layout.pipelines.size(),
-                         " distinct pipelines, ", layout.num_replicas(), " replicas), got ",
-                         o.ranks, ": run it with --ranks=", layout.num_ranks)), 2);
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--ranks: the layout ", layout.layout.ToString(), " in ", o.plan_file, " runs on ",
+        layout.num_ranks, " ranks (", layout.pipelines.size(), " distinct pipelines, ",
+        layout.num_replicas(), " replicas), got ", o.ranks, ": run it with --ranks=",
+        layout.num_ranks));
   }
   if (absl::Status s = executor::CheckLayoutRunnable(spec, layout); !s.ok()) {
-    return Fail(err, absl::InvalidArgumentError(absl::StrCat("--plan: ", s.message())), 2);
+    return absl::InvalidArgumentError(absl::StrCat("--plan: ", s.message()));
   }
+  return absl::OkStatus();
+}
+
+// How the flags run a layout's ranks locally.
+agent::LocalRunOptions LayoutRunOptions(const TrainFlags& o) {
   agent::LocalRunOptions run;
   run.transport = *executor::ParseTransportKind(o.transport);  // checked in RunTrain
   run.timeout_s = o.timeout;
@@ -578,7 +610,102 @@ int RunLayoutTrain(const TrainFlags& o, const ModelSpec& spec, const ModelGraph&
   run.train.lr = o.lr;
   run.train.core_rotation_s = o.rotate_cores_ms / 1e3;
   run.train.host_probe_repeats = static_cast<int>(o.host_probe);
-  absl::StatusOr<agent::RunMeasurement> m = agent::RunLayoutLocally(spec, layout, run);
+  return run;
+}
+
+// What a layout run reports: the measured iteration against the plan's prediction and, with a
+// host probe against a profile, against the prediction at the host's speed now.
+struct LayoutFigures {
+  double tokens = 0;       // per iteration
+  double measured = 0;     // mean iteration
+  double want = 0;         // the plan's prediction (0: none)
+  double error = 0;        // want vs measured
+  double at_speed = 0;     // predicted at the host's speed (0: none)
+  double speed_error = 0;  // at_speed vs measured
+};
+
+LayoutFigures MakeLayoutFigures(const ModelGraph& graph, const LayoutPlan& layout,
+                                const proto::LayoutPrediction& predicted,
+                                const agent::RunMeasurement& m, const HostSpeed& host) {
+  LayoutFigures f;
+  f.tokens = layout.global_microbatches * graph.tokens_per_microbatch();
+  f.measured = m.mean_iteration_s;
+  f.want = predicted.iteration_time_s();
+  f.error = f.want > 0 && f.measured > 0 ? f.want / f.measured - 1 : 0;
+  f.at_speed = host.predicted_at_host_speed_s;
+  f.speed_error = f.at_speed > 0 && f.measured > 0 ? f.at_speed / f.measured - 1 : 0;
+  return f;
+}
+
+// A layout run's result as --json.
+void PrintLayoutJson(const TrainFlags& o, const LayoutPlan& layout,
+                     const agent::RunMeasurement& m, const HostSpeed& host,
+                     const LayoutFigures& f, std::ostream& out) {
+  Json j = {{"ranks", layout.num_ranks},
+            {"transport", o.transport},
+            {"layout", layout.layout.ToString()},
+            {"pipelines", layout.pipelines.size()},
+            {"global_microbatches", layout.global_microbatches},
+            {"loss", m.loss},
+            {"iteration_time_s", m.iteration_s},
+            {"measured_iteration_time_s", f.measured},
+            {"measured_tokens_per_s", f.measured > 0 ? f.tokens / f.measured : 0.0},
+            {"peak_activation_bytes", m.peak_activation_bytes}};
+  if (f.want > 0) {
+    j["predicted_iteration_time_s"] = f.want;
+    j["prediction_error"] = f.error;
+  }
+  if (!host.probe_s.empty()) j["host_probe_s"] = host.probe_s;  // per rank
+  if (host.ratio > 0) {
+    j["profile_host_probe_s"] = host.profile_probe_s;
+    j["host_time_vs_profile"] = host.ratio;
+    j["predicted_from_profile_s"] = host.predicted_from_profile_s;
+    j["predicted_at_host_speed_s"] = f.at_speed;
+    j["prediction_error_at_host_speed"] = f.speed_error;
+  }
+  out << JsonText(j) << "\n";
+}
+
+// A layout run's result as text: the table of iterations, the measured iteration and
+// tokens/s, and the predictions.
+void PrintLayoutText(const TrainFlags& o, const ModelGraph& graph, const LayoutPlan& layout,
+                     const agent::RunMeasurement& m, const HostSpeed& host,
+                     const LayoutFigures& f, std::ostream& out) {
+  out << "model " << graph.name << " (" << graph.num_layers() << " layers), layout "
+      << layout.layout.ToString() << ": " << layout.num_ranks << " ranks over " << o.transport
+      << ", " << layout.pipelines.size() << " distinct pipelines, " << layout.num_replicas()
+      << " replicas, " << layout.global_microbatches << " micro-batches per iteration\n\n";
+  TextTable t({"iteration", "loss", "time"});
+  for (size_t it = 0; it < m.loss.size(); ++it) {
+    t.AddRow({absl::StrCat(it), absl::StrFormat("%.5f", m.loss[it]),
+              FormatSeconds(m.iteration_s[it])});
+  }
+  out << t.Render();
+  out << "\nmeasured iteration " << FormatSeconds(f.measured)
+      << (m.loss.size() > 1 ? " (after the first iteration)" : "") << ", "
+      << absl::StrFormat("%.0f", f.measured > 0 ? f.tokens / f.measured : 0.0) << " tokens/s\n";
+  if (f.want > 0) {
+    out << "the plan's prediction " << FormatSeconds(f.want) << " ("
+        << absl::StrFormat("%+.1f%%", f.error * 100) << " vs measured)\n";
+  }
+  if (host.ratio > 0) {
+    out << "host probe " << FormatSeconds(executor::MedianProbeSeconds(host.probe_s))
+        << " vs the profile's " << FormatSeconds(host.profile_probe_s)
+        << absl::StrFormat(" (x%.3f)", host.ratio) << ": predicted at this speed "
+        << FormatSeconds(f.at_speed)
+        << absl::StrFormat(" (%+.1f%% vs measured)", f.speed_error * 100) << "\n";
+  }
+}
+
+// A --plan file holding a whole layout (several pipelines or replicas, or TP): run every rank
+// of it (executor::TrainLayoutRank through agent::RunLayoutLocally) and report loss, time and
+// tokens/s against the prediction the file carries.
+int RunLayoutTrain(const TrainFlags& o, const ModelSpec& spec, const ModelGraph& graph,
+                   const LayoutPlan& layout, const proto::LayoutPrediction& predicted,
+                   const ProfileFiles* profile, std::ostream& out, std::ostream& err) {
+  if (absl::Status s = CheckLayoutTrainFlags(o, spec, layout); !s.ok()) return Fail(err, s, 2);
+  absl::StatusOr<agent::RunMeasurement> m =
+      agent::RunLayoutLocally(spec, layout, LayoutRunOptions(o));
   if (!m.ok()) {
     if (absl::IsAborted(m.status())) {
       err << absl::StrReplaceAll(m.status().message(), {{"rank ", "octopipe train: rank "}})
@@ -590,61 +717,11 @@ int RunLayoutTrain(const TrainFlags& o, const ModelSpec& spec, const ModelGraph&
   absl::StatusOr<HostSpeed> host =
       CompareHostSpeed(o.host_probe > 0 ? profile : nullptr, *m, LayoutIteration(layout));
   if (!host.ok()) return Fail(err, host.status(), 1);
-  const double tokens = layout.global_microbatches * graph.tokens_per_microbatch();
-  const double measured = m->mean_iteration_s;
-  const double want = predicted.iteration_time_s();
-  const double error = want > 0 && measured > 0 ? want / measured - 1 : 0;
-  const double at_speed = host->predicted_at_host_speed_s;
-  const double speed_error = at_speed > 0 && measured > 0 ? at_speed / measured - 1 : 0;
+  const LayoutFigures f = MakeLayoutFigures(graph, layout, predicted, *m, *host);
   if (o.json) {
-    Json j = {{"ranks", layout.num_ranks},
-              {"transport", o.transport},
-              {"layout", layout.layout.ToString()},
-              {"pipelines", layout.pipelines.size()},
-              {"global_microbatches", layout.global_microbatches},
-              {"loss", m->loss},
-              {"iteration_time_s", m->iteration_s},
-              {"measured_iteration_time_s", measured},
-              {"measured_tokens_per_s", measured > 0 ? tokens / measured : 0.0},
-              {"peak_activation_bytes", m->peak_activation_bytes}};
-    if (want > 0) {
-      j["predicted_iteration_time_s"] = want;
-      j["prediction_error"] = error;
-    }
-    if (!host->probe_s.empty()) j["host_probe_s"] = host->probe_s;  // per rank
-    if (host->ratio > 0) {
-      j["profile_host_probe_s"] = host->profile_probe_s;
-      j["host_time_vs_profile"] = host->ratio;
-      j["predicted_from_profile_s"] = host->predicted_from_profile_s;
-      j["predicted_at_host_speed_s"] = at_speed;
-      j["prediction_error_at_host_speed"] = speed_error;
-    }
-    out << JsonText(j) << "\n";
-    return 0;
-  }
-  out << "model " << graph.name << " (" << graph.num_layers() << " layers), layout "
-      << layout.layout.ToString() << ": " << layout.num_ranks << " ranks over " << o.transport
-      << ", " << layout.pipelines.size() << " distinct pipelines, " << layout.num_replicas()
-      << " replicas, " << layout.global_microbatches << " micro-batches per iteration\n\n";
-  TextTable t({"iteration", "loss", "time"});
-  for (size_t it = 0; it < m->loss.size(); ++it) {
-    t.AddRow({absl::StrCat(it), absl::StrFormat("%.5f", m->loss[it]),
-              FormatSeconds(m->iteration_s[it])});
-  }
-  out << t.Render();
-  out << "\nmeasured iteration " << FormatSeconds(measured)
-      << (m->loss.size() > 1 ? " (after the first iteration)" : "") << ", "
-      << absl::StrFormat("%.0f", measured > 0 ? tokens / measured : 0.0) << " tokens/s\n";
-  if (want > 0) {
-    out << "the plan's prediction " << FormatSeconds(want) << " ("
-        << absl::StrFormat("%+.1f%%", error * 100) << " vs measured)\n";
-  }
-  if (host->ratio > 0) {
-    out << "host probe " << FormatSeconds(executor::MedianProbeSeconds(host->probe_s))
-        << " vs the profile's " << FormatSeconds(host->profile_probe_s)
-        << absl::StrFormat(" (x%.3f)", host->ratio) << ": predicted at this speed "
-        << FormatSeconds(at_speed) << absl::StrFormat(" (%+.1f%% vs measured)", speed_error * 100)
-        << "\n";
+    PrintLayoutJson(o, layout, *m, *host, f, out);
+  } else {
+    PrintLayoutText(o, graph, layout, *m, *host, f, out);
   }
   return 0;
 }

@@ -486,6 +486,133 @@ class ShardedCheckpoint {
   std::map<int, std::vector<std::vector<int>>> copies_;  // layer -> [ep rank][tp rank] -> rank
 };
 
+// A rank's collectives by group name, owned.
+using CollectiveMap = std::map<std::string, std::unique_ptr<Collective>>;
+
+// The collectives of the groups `rank` belongs to, made in the global order (members, then
+// name) so no two ranks wait on each other's group in opposite orders.
+absl::StatusOr<CollectiveMap> MakeRankCollectives(const Setup& setup, int rank,
+                                                  Transport* transport) {
+  std::vector<std::pair<std::vector<int>, std::string>> order;
+  for (const auto& [name, members] : setup.groups) order.push_back({members, name});
+  std::sort(order.begin(), order.end());
+  CollectiveMap owned;
+  for (const auto& [members, name] : order) {
+    if (std::find(members.begin(), members.end(), rank) == members.end()) continue;
+    absl::StatusOr<std::unique_ptr<Collective>> c = transport->NewCollective(members, name);
+    if (!c.ok()) {
+      return absl::Status(c.status().code(), absl::StrCat("rank ", rank, ": making group ", name,
+                                                          ": ", c.status().message()));
+    }
+    owned[name] = std::move(*c);
+  }
+  return owned;
+}
+
+// The collective of group `name` (nullptr for no group).
+Collective* GroupOf(const CollectiveMap& owned, const std::string& name) {
+  return name.empty() ? nullptr : owned.at(name).get();
+}
+
+// What one rank of a multi-pipeline layout trains with, shared by its training hooks.
+struct LayoutRank {
+  const ModelSpec& spec;
+  const LayoutPlan& plan;
+  const Setup& setup;
+  const RankRole& role;
+  const LayoutPipelinePlan& pipe;
+  const PipelineReplica& replica;
+  const CollectiveMap& owned;
+  int rank;
+  Transport* transport;
+  const TrainOptions& options;
+};
+
+// The global ranks of this rank's pipeline: TP rank t of each device talks to TP rank t of the
+// next.
+std::vector<int> PipelineRanks(const LayoutRank& r) {
+  std::vector<int> pipeline_ranks;
+  for (int first : r.replica.device_ranks) pipeline_ranks.push_back(first + r.role.tp_rank);
+  return pipeline_ranks;
+}
+
+// Checkpoints hold whole layers. A split head (TP 1, one pipeline) is written by replica 0 as a
+// single pipeline writes it; every other layer by the first rank of its whole copy, which
+// gathers the copy's shards (ShardedCheckpoint).
+absl::Status WriteLayoutCheckpoint(const LayoutRank& r, SubTransport* pipeline_transport,
+                                   ShardedCheckpoint* sharded, int completed,
+                                   const AdamW& optimizer, RankResult* result) {
+  if (r.pipe.plan.vocab_parallel) {
+    if (r.role.dp_rank != 0) return absl::OkStatus();
+    return WritePipelineCheckpoint(r.spec, r.pipe.plan, r.role.device, pipeline_transport,
+                                   completed, result, optimizer, r.options.checkpoint_dir);
+  }
+  ASSIGN_OR_RETURN(std::vector<LayerCheckpoint> mine,
+                   RankLayerCheckpoints(completed, result->layers, optimizer));
+  for (LayerCheckpoint& c : mine) {
+    RETURN_IF_ERROR(sharded->Save(std::move(c), r.transport, r.options.checkpoint_dir));
+  }
+  return absl::OkStatus();
+}
+
+// One iteration on this rank: its replica's micro-batches of the global batch through the
+// engine, the gradient all-reduces overlapping it, and the global batch's loss on every
+// replica's last device (TP rank 0: the others hold the same number and report none).
+absl::StatusOr<IterationStats> RunLayoutIteration(const LayoutRank& r, PipelineEngine* engine,
+                                                  GradientSync* sync, int it) {
+  const int M = r.pipe.plan.num_microbatches;
+  const std::vector<MicroBatch> all =
+      IterationData(r.spec, r.options.data_seed, it, r.plan.global_microbatches);
+  const std::vector<MicroBatch> mine(all.begin() + r.replica.first_microbatch,
+                                     all.begin() + r.replica.first_microbatch + M);
+  sync->Begin();
+  absl::StatusOr<IterationStats> stats = engine->RunIteration(mine);
+  double wait_s = 0, sync_s = 0;
+  absl::Status synced = sync->Finish(&wait_s, &sync_s);
+  if (!stats.ok()) return stats.status();
+  if (!synced.ok()) {
+    return absl::Status(synced.code(), absl::StrCat("rank ", r.rank, ": ", synced.message()));
+  }
+  stats->grad_sync_wait_s = wait_s;
+  stats->grad_sync_s = sync_s;
+  stats->wall_s += wait_s;
+  if (stats->has_loss && r.role.tp_rank > 0) stats->has_loss = false;
+  if (stats->has_loss) {
+    double share = stats->loss * M / r.plan.global_microbatches;
+    if (!r.setup.loss_group.empty()) {
+      float f = static_cast<float>(share);
+      if (absl::Status s = GroupOf(r.owned, r.setup.loss_group)->AllReduceSum(&f, 1); !s.ok()) {
+        return absl::Status(s.code(), absl::StrCat("loss: ", s.message()));
+      }
+      share = f;
+    }
+    stats->loss = share;
+  }
+  return stats;
+}
+
+// The training loop's hooks for a layout rank: checkpoints of whole layers (cut back to this
+// rank's shards on resume) and layout iterations.
+TrainingHooks LayoutHooks(const LayoutRank& r, SubTransport* pipeline_transport,
+                          PipelineEngine* engine, GradientSync* sync, ShardedCheckpoint* sharded,
+                          RankResult* result) {
+  TrainingHooks hooks;
+  hooks.write_checkpoint = [&r, pipeline_transport, sharded, result](
+                               int completed, const AdamW& optimizer) -> absl::Status {
+    return WriteLayoutCheckpoint(r, pipeline_transport, sharded, completed, optimizer, result);
+  };
+  hooks.whole = [&r](int layer) {
+    return r.plan.layout.tp == 1 && !(r.spec.kinds[layer] == "moe" && r.plan.layout.ep > 1);
+  };
+  hooks.cut = [&r](int layer, const std::vector<Tensor>& whole) {
+    return CutShard(r.spec, r.plan, layer, r.role.ep_rank, r.role.tp_rank, whole);
+  };
+  hooks.iterate = [&r, engine, sync](int it) -> absl::StatusOr<IterationStats> {
+    return RunLayoutIteration(r, engine, sync, it);
+  };
+  return hooks;
+}
+
 }  // namespace
 
 absl::Status CheckLayoutRunnable(const ModelSpec& spec, const LayoutPlan& plan) {
@@ -525,40 +652,25 @@ absl::StatusOr<RankResult> TrainLayoutRank(const ModelSpec& spec, const LayoutPl
   const Setup setup = MakeSetup(spec, plan);
   const RankRole& role = setup.roles[rank];
   const LayoutPipelinePlan& pipe = plan.pipelines[role.pipeline];
-  const PipelineReplica& replica = pipe.replicas[role.replica];
-
-  // Collectives, made in the global order (members, then name).
-  std::vector<std::pair<std::vector<int>, std::string>> order;
-  for (const auto& [name, members] : setup.groups) order.push_back({members, name});
-  std::sort(order.begin(), order.end());
-  std::map<std::string, std::unique_ptr<Collective>> owned;
-  for (const auto& [members, name] : order) {
-    if (std::find(members.begin(), members.end(), rank) == members.end()) continue;
-    absl::StatusOr<std::unique_ptr<Collective>> c = transport->NewCollective(members, name);
-    if (!c.ok()) {
-      return absl::Status(c.status().code(), absl::StrCat("rank ", rank, ": making group ", name,
-                                                          ": ", c.status().message()));
-    }
-    owned[name] = std::move(*c);
-  }
-  auto group = [&](const std::string& name) -> Collective* {
-    return name.empty() ? nullptr : owned.at(name).get();
-  };
+  ASSIGN_OR_RETURN(const CollectiveMap owned, MakeRankCollectives(setup, rank, transport));
+  const LayoutRank r{spec,  plan, setup,     role,   pipe, pipe.replicas[role.replica],
+                     owned, rank, transport, options};
 
   RankResult result;
   result.rank = rank;
-  ASSIGN_OR_RETURN(result.layers, BuildLayoutLayers(spec, plan, role, group(setup.tp_group[rank]),
-                                                    group(setup.ep_group[rank])));
-  std::vector<int> pipeline_ranks;
-  for (int first : replica.device_ranks) pipeline_ranks.push_back(first + role.tp_rank);
-  SubTransport pipeline_transport(transport, pipeline_ranks, role.device);
+  ASSIGN_OR_RETURN(result.layers,
+                   BuildLayoutLayers(spec, plan, role, GroupOf(owned, setup.tp_group[rank]),
+                                     GroupOf(owned, setup.ep_group[rank])));
+  SubTransport pipeline_transport(transport, PipelineRanks(r), role.device);
   PipelineEngine engine(pipe.plan, role.device, &result.layers, &pipeline_transport,
                         spec.dims.batch * spec.dims.seq_len, spec.dims.hidden);
   RETURN_IF_ERROR(engine.Validate());
   engine.set_loss_scale_microbatches(plan.global_microbatches);
 
+  // The gradient all-reduces, each started once this rank has finished its layer's last
+  // weight-gradient op of the iteration.
   std::map<std::string, Collective*> dp_collectives;
-  for (const Bucket& b : setup.buckets[rank]) dp_collectives[b.group] = group(b.group);
+  for (const Bucket& b : setup.buckets[rank]) dp_collectives[b.group] = GroupOf(owned, b.group);
   GradientSync sync(setup.buckets[rank], dp_collectives, &result.layers);
   const std::vector<std::vector<int>> ready = ReadyAfterOp(spec, pipe.plan, role.device);
   engine.set_on_op_done([&](size_t i) {
@@ -567,63 +679,9 @@ absl::StatusOr<RankResult> TrainLayoutRank(const ModelSpec& spec, const LayoutPl
     }
   });
 
-  // Checkpoints hold whole layers. A split head (TP 1, one pipeline) is written by replica 0 as a
-  // single pipeline writes it; every other layer by the first rank of its whole copy, which
-  // gathers the copy's shards (ShardedCheckpoint).
-  TrainingHooks hooks;
   ShardedCheckpoint sharded(spec, plan, setup, rank);
-  hooks.write_checkpoint = [&](int completed, const AdamW& optimizer) -> absl::Status {
-    if (pipe.plan.vocab_parallel) {
-      if (role.dp_rank != 0) return absl::OkStatus();
-      return WritePipelineCheckpoint(spec, pipe.plan, role.device, &pipeline_transport, completed,
-                                     &result, optimizer, options.checkpoint_dir);
-    }
-    ASSIGN_OR_RETURN(std::vector<LayerCheckpoint> mine,
-                     RankLayerCheckpoints(completed, result.layers, optimizer));
-    for (LayerCheckpoint& c : mine) {
-      RETURN_IF_ERROR(sharded.Save(std::move(c), transport, options.checkpoint_dir));
-    }
-    return absl::OkStatus();
-  };
-  hooks.whole = [&](int layer) {
-    return plan.layout.tp == 1 && !(spec.kinds[layer] == "moe" && plan.layout.ep > 1);
-  };
-  hooks.cut = [&](int layer, const std::vector<Tensor>& whole) {
-    return CutShard(spec, plan, layer, role.ep_rank, role.tp_rank, whole);
-  };
-  const int M = pipe.plan.num_microbatches;
-  hooks.iterate = [&](int it) -> absl::StatusOr<IterationStats> {
-    const std::vector<MicroBatch> all =
-        IterationData(spec, options.data_seed, it, plan.global_microbatches);
-    const std::vector<MicroBatch> mine(all.begin() + replica.first_microbatch,
-                                       all.begin() + replica.first_microbatch + M);
-    sync.Begin();
-    absl::StatusOr<IterationStats> stats = engine.RunIteration(mine);
-    double wait_s = 0, sync_s = 0;
-    absl::Status synced = sync.Finish(&wait_s, &sync_s);
-    if (!stats.ok()) return stats.status();
-    if (!synced.ok()) {
-      return absl::Status(synced.code(), absl::StrCat("rank ", rank, ": ", synced.message()));
-    }
-    stats->grad_sync_wait_s = wait_s;
-    stats->grad_sync_s = sync_s;
-    stats->wall_s += wait_s;
-    // The global batch's loss on every replica's last device (TP rank 0: the others hold
-    // the same number and report none).
-    if (stats->has_loss && role.tp_rank > 0) stats->has_loss = false;
-    if (stats->has_loss) {
-      double share = stats->loss * M / plan.global_microbatches;
-      if (!setup.loss_group.empty()) {
-        float f = static_cast<float>(share);
-        if (absl::Status s = group(setup.loss_group)->AllReduceSum(&f, 1); !s.ok()) {
-          return absl::Status(s.code(), absl::StrCat("loss: ", s.message()));
-        }
-        share = f;
-      }
-      stats->loss = share;
-    }
-    return stats;
-  };
+  const TrainingHooks hooks =
+      LayoutHooks(r, &pipeline_transport, &engine, &sync, &sharded, &result);
   RETURN_IF_ERROR(RunTrainingLoop(spec, rank, transport, options, hooks, &result));
   return result;
 }

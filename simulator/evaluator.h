@@ -160,6 +160,12 @@ class Evaluator {
   bool SameStructure(const PipelineProblem& problem, const Schedule& schedule) const;
   absl::Status BuildStructure(const PipelineProblem& problem, const Schedule& schedule,
                               const std::function<bool()>* should_stop);
+  // BuildStructure's steps, forced inline into it.
+  void ResetStructure(const PipelineProblem& problem, size_t n);
+  absl::Status PlaceOps(const PipelineProblem& problem, const Schedule& schedule,
+                        const std::function<bool()>* should_stop);
+  absl::Status CheckOpsComplete(const PipelineProblem& problem) const;
+  void IndexSpecialPositions();
   void BuildTables(const PipelineProblem& problem);
   absl::Status BuildNodes(const PipelineProblem& problem,
                           const std::function<bool()>* should_stop);
@@ -202,8 +208,33 @@ class Evaluator {
   template <bool kTrack>
   void Relax(const DagView& v, int32_t p, int d, double end, int32_t c, int32_t e);
   absl::Status DagCycle();
+  // Under contention: an event is an op's start or a transfer's arrival at its link.
+  struct Event {
+    double time;
+    int64_t seq;       // push order: ties in time go to the earlier push
+    int32_t producer;  // for transfers; -1 for op starts
+    int32_t op;
+    int32_t edge;      // for transfers
+    bool operator>(const Event& o) const {
+      return time != o.time ? time > o.time : seq > o.seq;
+    }
+  };
+  // The contention pass's running state, kept in locals while it runs.
+  struct EventRun {
+    int64_t seq;  // of the next event pushed
+    bool track_pred, log_transfers;
+  };
   absl::Status RunEvents(const PipelineProblem& problem, bool track_pred, bool log_transfers,
                          const std::function<bool()>* should_stop);
+  // RunEvents' helpers, forced inline into it but for ResolveInput (its comment says why); the
+  // pass allocates nothing per op.
+  void ResetEventRun(bool track_pred);
+  void SeedEvents(EventRun* run);
+  void PushEvent(const Event& e);
+  void ResolveInput(int32_t c, double t, int32_t p, bool transfer, EventRun* run);
+  void ServeTransfer(const Event& e, EventRun* run);
+  void StartEventOp(const Event& e, EventRun* run);
+  void FinishEventRun();
   absl::Status StoppedError() const;
   absl::Status CycleError(const PipelineProblem& problem, const Schedule& schedule) const;
   // Per-device activation peaks from the schedule order (the DAG pass computes them itself).
@@ -212,6 +243,10 @@ class Evaluator {
   Summary Summarize(const PipelineProblem& problem);
   absl::Status Run(const PipelineProblem& problem, bool times, bool track_pred, bool log_transfers,
                    const std::function<bool()>* should_stop);
+  // Evaluate's parts of the result, from the last run.
+  void FillDeviceResults(const PipelineProblem& problem, SimResult* r) const;
+  void FillTimeline(const PipelineProblem& problem, const Schedule& schedule, SimResult* r) const;
+  void TraceCriticalPath(const Schedule& schedule, SimResult* r) const;
 
   // Structure, kept while SameStructure holds.
   bool prepared_ = false;
@@ -251,16 +286,6 @@ class Evaluator {
   std::vector<int32_t> worklist_;  // devices that may advance
   std::vector<uint8_t> queued_;
   // Under contention: the event heap and each directed link's next free time.
-  struct Event {
-    double time;
-    int64_t seq;       // push order: ties in time go to the earlier push
-    int32_t producer;  // for transfers; -1 for op starts
-    int32_t op;
-    int32_t edge;      // for transfers
-    bool operator>(const Event& o) const {
-      return time != o.time ? time > o.time : seq > o.seq;
-    }
-  };
   std::vector<Event> heap_;
   std::vector<double> link_free_;
   std::vector<TransferRecord> transfer_log_;  // served transfers under contention
