@@ -60,7 +60,6 @@ PipelineEngine::Message PipelineEngine::VocabMessageTo(int to, int microbatch, i
 
 std::vector<PipelineEngine::Message> PipelineEngine::SendsBetween(int from, int to) const {
   std::vector<Message> out;
-  const int S = plan_.num_stages();
   const bool embed = ShardEmbedding() != nullptr;
   const int r0 = EmbeddingHolder();
   if (embed && from != r0 && to == r0) {  // the prologue's partials, in r0's order of F(0, .)
@@ -491,6 +490,37 @@ Tensor PipelineEngine::ForwardStage(int s, int m, const Tensor& in, OpKind kind,
   return x;
 }
 
+void PipelineEngine::RouteForwardOutput(const Op& op, Tensor out, Iteration* it) {
+  const int s = op.stage, m = op.microbatch;
+  ForEachSuccessor(Shape(), OpKind::kF, s, [](int) { return OpKind::kB; },
+                   [&](OpKind kind, int stage, EdgeData data) {
+                     const int device = ConsumerDevice(kind, stage);
+                     if (data == EdgeData::kActivation && device == rank_) {
+                       it->local_fwd[{s, m}] = std::move(out);
+                     } else if (data == EdgeData::kActivation) {
+                       Send(device, Tag(s, m, kForward), std::move(out), it);
+                     } else if (data == EdgeData::kVocabInput && device != rank_) {
+                       // n goes to every shard's S pass, this rank's own below.
+                       Send(device, VocabTag(m, rank_, VocabMessage::kInput), out, it);
+                     }
+                   });
+  if (plan_.vocab_parallel && s == plan_.num_stages() - 1) it->vocab_input[m] = std::move(out);
+}
+
+void PipelineEngine::RouteInputGradient(const Op& op, Tensor dy, Iteration* it) {
+  const int s = op.stage, m = op.microbatch;
+  ForEachSuccessor(Shape(), op.kind, s, [](int) { return OpKind::kB; },
+                   [&](OpKind kind, int stage, EdgeData data) {
+                     if (data != EdgeData::kGradient) return;
+                     const int device = ConsumerDevice(kind, stage);
+                     if (device == rank_) {
+                       it->local_bwd[{s, m}] = std::move(dy);
+                     } else {
+                       Send(device, Tag(s, m, kBackward), std::move(dy), it);
+                     }
+                   });
+}
+
 void PipelineEngine::RunOp(const Op& op, Tensor input, Tensor grad, Iteration* it) {
   const int S = plan_.num_stages();
   const int M = static_cast<int>(it->microbatches.size());
@@ -508,20 +538,7 @@ void PipelineEngine::RunOp(const Op& op, Tensor input, Tensor grad, Iteration* i
         it->loss_sum += out(0, 0);
         break;
       }
-      // Where the output goes: the edges that leave F (core/pipeline_edges.h).
-      ForEachSuccessor(Shape(), OpKind::kF, s, [](int) { return OpKind::kB; },
-                       [&](OpKind kind, int stage, EdgeData data) {
-                         const int device = ConsumerDevice(kind, stage);
-                         if (data == EdgeData::kActivation && device == rank_) {
-                           it->local_fwd[key] = std::move(out);
-                         } else if (data == EdgeData::kActivation) {
-                           Send(device, Tag(s, m, kForward), std::move(out), it);
-                         } else if (data == EdgeData::kVocabInput && device != rank_) {
-                           // n goes to every shard's S pass, this rank's own below.
-                           Send(device, VocabTag(m, rank_, VocabMessage::kInput), out, it);
-                         }
-                       });
-      if (plan_.vocab_parallel && s == S - 1) it->vocab_input[m] = std::move(out);
+      RouteForwardOutput(op, std::move(out), it);
       break;
     }
     case OpKind::kR: {
@@ -552,17 +569,7 @@ void PipelineEngine::RunOp(const Op& op, Tensor input, Tensor grad, Iteration* i
         }
         it->ctx.erase(key);
       }
-      // The input gradient to the previous stage's backward (the kGradient edge).
-      ForEachSuccessor(Shape(), op.kind, s, [](int) { return OpKind::kB; },
-                       [&](OpKind kind, int stage, EdgeData data) {
-                         if (data != EdgeData::kGradient) return;
-                         const int device = ConsumerDevice(kind, stage);
-                         if (device == rank_) {
-                           it->local_bwd[key] = std::move(dy);
-                         } else {
-                           Send(device, Tag(s, m, kBackward), std::move(dy), it);
-                         }
-                       });
+      RouteInputGradient(op, std::move(dy), it);
       break;
     }
     case OpKind::kW: {

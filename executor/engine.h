@@ -231,6 +231,11 @@ class PipelineEngine {
                       Iteration* it);
   // Computes the op and hands its output to the next stage (local, or started as a message).
   void RunOp(const Op& op, Tensor input, Tensor grad, Iteration* it);
+  // Where an F's output goes, along the edges that leave it (core/pipeline_edges.h): the next
+  // stage's F (kept when it is this rank's, else sent), or every vocabulary shard's S.
+  void RouteForwardOutput(const Op& op, Tensor out, Iteration* it);
+  // A B's or BW's input gradient to the previous stage's backward (the kGradient edge).
+  void RouteInputGradient(const Op& op, Tensor dy, Iteration* it);
   // The first communication failure of a sharded layer of the op's stage (Layer::comm_status),
   // naming the op and the layer.
   absl::Status StageCommStatus(const Op& op) const;

@@ -241,20 +241,22 @@ void PlannerClient::Log(const std::string& line) const {
   *log_ << "octopipe: " << line << std::endl;
 }
 
-grpc::Status PlannerClient::Run(Route route, bool idempotent, const Attempt& attempt) {
-  if (size() == 1) {
-    // A channel that was used and lost its planner gets up to a second to reconnect first: a
-    // synchronous call that fails fast does not drive the reconnection, and a planner back
-    // after a restart should be used again within a second. A fresh channel (IDLE) is not
-    // waited for: an address nothing listens on fails at once.
-    Replica& r = At(0);
-    const grpc_connectivity_state state = r.channel->GetState(/*try_to_connect=*/true);
-    if (state != GRPC_CHANNEL_READY && state != GRPC_CHANNEL_IDLE) {
-      r.channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(1));
-    }
-    auto ctx = Context();
-    return attempt(*r.stub, ctx.get());
+grpc::Status PlannerClient::RunAlone(const Attempt& attempt) {
+  // A channel that was used and lost its planner gets up to a second to reconnect first: a
+  // synchronous call that fails fast does not drive the reconnection, and a planner back after
+  // a restart should be used again within a second. A fresh channel (IDLE) is not waited for:
+  // an address nothing listens on fails at once.
+  Replica& r = At(0);
+  const grpc_connectivity_state state = r.channel->GetState(/*try_to_connect=*/true);
+  if (state != GRPC_CHANNEL_READY && state != GRPC_CHANNEL_IDLE) {
+    r.channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(1));
   }
+  auto ctx = Context();
+  return attempt(*r.stub, ctx.get());
+}
+
+grpc::Status PlannerClient::Run(Route route, bool idempotent, const Attempt& attempt) {
+  if (size() == 1) return RunAlone(attempt);
   const auto window_end =
       std::chrono::steady_clock::now() +
       std::chrono::milliseconds(static_cast<int64_t>(failover_window_s_ * 1000));

@@ -111,6 +111,7 @@ class PlannerClient {
   };
   using Attempt = std::function<grpc::Status(proto::Planner::Stub&, grpc::ClientContext*)>;
   grpc::Status Run(Route route, bool idempotent, const Attempt& attempt);
+  grpc::Status RunAlone(const Attempt& attempt);  // a lone planner: asked once
   // The replica (its channel created on first use); stays valid for the client's lifetime.
   Replica& At(size_t i);
   bool Reachable(size_t i, double wait_s);
