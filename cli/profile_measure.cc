@@ -10,6 +10,7 @@
 #include "absl/strings/str_split.h"
 #include "calibration/profile_fit.h"
 #include "cli/table.h"
+#include "core/pipeline_edges.h"
 #include "core/status_macros.h"
 #include "executor/layout_trainer.h"
 #include "executor/transport_factory.h"
@@ -32,20 +33,27 @@ std::vector<double> MessageTimes(const Plan& plan, const std::vector<Json>& repo
           Times{x.at(4).get<double>(), x.at(5).get<double>(), x.at(6).get<double>()};
     }
   }
-  const int S = plan.num_stages();
+  // The producers come from the pipeline's edges (core/pipeline_edges.h); only those on another
+  // device carry a message (R's edges never leave the stage, so recompute is left out).
+  const PipelineShape shape{plan.num_stages(), plan.num_devices, plan.vocab_parallel, nullptr};
   std::vector<double> out;
   for (const auto& [key, c] : ops) {
     const auto [it, s, m, kind] = key;
+    const OpKind consumer = static_cast<OpKind>(kind);
+    if (IsVocabPass(consumer)) continue;
     std::vector<std::tuple<int, int, int, int>> producers;
-    if (kind == static_cast<int>(OpKind::kF) && s > 0 &&
-        plan.stages[s - 1].device != plan.stages[s].device) {
-      producers.push_back({it, s - 1, m, static_cast<int>(OpKind::kF)});
-    }
-    if ((kind == static_cast<int>(OpKind::kB) || kind == static_cast<int>(OpKind::kBW)) &&
-        s + 1 < S && plan.stages[s + 1].device != plan.stages[s].device) {
-      producers.push_back({it, s + 1, m, static_cast<int>(OpKind::kB)});
-      producers.push_back({it, s + 1, m, static_cast<int>(OpKind::kBW)});
-    }
+    ForEachPredecessor(shape, consumer, s, [](int) { return OpKind::kB; },
+                       [&](OpKind producer, int stage) {
+                         if (IsVocabPass(producer) ||
+                             plan.stages[stage].device == plan.stages[s].device) {
+                           return;
+                         }
+                         producers.push_back({it, stage, m, static_cast<int>(producer)});
+                         // The previous backward ran split (B) or whole (BW).
+                         if (producer == OpKind::kB) {
+                           producers.push_back({it, stage, m, static_cast<int>(OpKind::kBW)});
+                         }
+                       });
     for (const auto& pk : producers) {
       auto p = ops.find(pk);
       if (p == ops.end() || !(c.prev_end < p->second.end)) continue;
