@@ -19,49 +19,6 @@
 namespace octopipe::cli {
 namespace {
 
-// What a message costs in the engine itself (send and receive threads, mailbox hand-off
-// included): for each consumer op whose input came from another rank and that sat idle while
-// it travelled, consumer start - producer end. `reports` are ProfileRank's, by rank.
-std::vector<double> MessageTimes(const Plan& plan, const std::vector<Json>& reports) {
-  struct Times {
-    double start, end, prev_end;
-  };
-  std::map<std::tuple<int, int, int, int>, Times> ops;  // (iteration, stage, mb, kind)
-  for (const Json& j : reports) {
-    for (const Json& x : j.at("ops")) {
-      ops[{x.at(0).get<int>(), x.at(1).get<int>(), x.at(2).get<int>(), x.at(3).get<int>()}] =
-          Times{x.at(4).get<double>(), x.at(5).get<double>(), x.at(6).get<double>()};
-    }
-  }
-  // The producers come from the pipeline's edges (core/pipeline_edges.h); only those on another
-  // device carry a message (R's edges never leave the stage, so recompute is left out).
-  const PipelineShape shape{plan.num_stages(), plan.num_devices, plan.vocab_parallel, nullptr};
-  std::vector<double> out;
-  for (const auto& [key, c] : ops) {
-    const auto [it, s, m, kind] = key;
-    const OpKind consumer = static_cast<OpKind>(kind);
-    if (IsVocabPass(consumer)) continue;
-    std::vector<std::tuple<int, int, int, int>> producers;
-    ForEachPredecessor(shape, consumer, s, [](int) { return OpKind::kB; },
-                       [&](OpKind producer, int stage) {
-                         if (IsVocabPass(producer) ||
-                             plan.stages[stage].device == plan.stages[s].device) {
-                           return;
-                         }
-                         producers.push_back({it, stage, m, static_cast<int>(producer)});
-                         // The previous backward ran split (B) or whole (BW).
-                         if (producer == OpKind::kB) {
-                           producers.push_back({it, stage, m, static_cast<int>(OpKind::kBW)});
-                         }
-                       });
-    for (const auto& pk : producers) {
-      auto p = ops.find(pk);
-      if (p == ops.end() || !(c.prev_end < p->second.end)) continue;
-      out.push_back(c.start - p->second.end);
-    }
-  }
-  return out;
-}
 
 // The layout that measures split (tp, ep) over `ranks` ranks: PP ranks / (tp * ep) x TP tp x
 // DP ep x EP ep, every replica running `pipeline` (its micro-batches each).
@@ -174,6 +131,50 @@ void AddRunFigures(const std::vector<Json>& parsed, Measurements* m) {
 }
 
 }  // namespace
+
+// What a message costs in the engine itself (send and receive threads, mailbox hand-off
+// included): for each consumer op whose input came from another rank and that sat idle while
+// it travelled, consumer start - producer end. `reports` are ProfileRank's, by rank.
+std::vector<double> MessageTimes(const Plan& plan, const std::vector<Json>& reports) {
+  struct Times {
+    double start, end, prev_end;
+  };
+  std::map<std::tuple<int, int, int, int>, Times> ops;  // (iteration, stage, mb, kind)
+  for (const Json& j : reports) {
+    for (const Json& x : j.at("ops")) {
+      ops[{x.at(0).get<int>(), x.at(1).get<int>(), x.at(2).get<int>(), x.at(3).get<int>()}] =
+          Times{x.at(4).get<double>(), x.at(5).get<double>(), x.at(6).get<double>()};
+    }
+  }
+  // The producers come from the pipeline's edges (core/pipeline_edges.h); only those on another
+  // device carry a message (R's edges never leave the stage, so recompute is left out).
+  const PipelineShape shape{plan.num_stages(), plan.num_devices, plan.vocab_parallel, nullptr};
+  std::vector<double> out;
+  for (const auto& [key, c] : ops) {
+    const auto [it, s, m, kind] = key;
+    const OpKind consumer = static_cast<OpKind>(kind);
+    if (IsVocabPass(consumer)) continue;
+    std::vector<std::tuple<int, int, int, int>> producers;
+    ForEachPredecessor(shape, consumer, s, [](int) { return OpKind::kB; },
+                       [&](OpKind producer, int stage) {
+                         if (IsVocabPass(producer) ||
+                             plan.stages[stage].device == plan.stages[s].device) {
+                           return;
+                         }
+                         producers.push_back({it, stage, m, static_cast<int>(producer)});
+                         // The previous backward ran split (B) or whole (BW).
+                         if (producer == OpKind::kB) {
+                           producers.push_back({it, stage, m, static_cast<int>(OpKind::kBW)});
+                         }
+                       });
+    for (const auto& pk : producers) {
+      auto p = ops.find(pk);
+      if (p == ops.end() || !(c.prev_end < p->second.end)) continue;
+      out.push_back(c.start - p->second.end);
+    }
+  }
+  return out;
+}
 
 // ZB-H1: each layer's F, B and W run as separate ops. With `recompute` every stage is
 // recomputed, so R runs too (right before B, so B then runs on a freshly built context: that is

@@ -64,6 +64,12 @@ absl::StatusOr<std::vector<Json>> ParseReports(const std::vector<std::string>& r
 // The measured iteration time of a run: per iteration the slowest rank's wall time, median.
 double MedianIteration(const std::vector<Json>& reports);
 
+// What a message costs in the engine itself (send and receive threads, mailbox hand-off
+// included): for each consumer op whose input came from another rank and that sat idle while
+// it travelled, consumer start - producer end. `reports` are ProfileRank's, by rank: "ops" rows
+// [iteration, stage, micro-batch, kind, start, end, end of the rank's previous op].
+std::vector<double> MessageTimes(const Plan& plan, const std::vector<Json>& reports);
+
 // The splits --tp and --ep name for `spec` over f.ranks ranks, as (tp, ep): `off` none; `auto`
 // every power of two d in [2, ranks] dividing ranks that the model allows (CheckLayoutRunnable;
 // EP also the micro-batches, and only with MoE layers); a list, each checked (kInvalidArgument
