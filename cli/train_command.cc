@@ -464,6 +464,18 @@ void AddMeasuredOpTimes(const agent::RunMeasurement& m, Json* j) {
   (*j)["layer_op_s"] = std::move(layer_ops);
 }
 
+// The host-speed probe's figures in a --json result: every rank's probe and, against a
+// profile, the ratio and the predictions from the profile as measured and at the host's speed.
+void AddHostSpeedJson(const HostSpeed& host, Json* j) {
+  if (!host.probe_s.empty()) (*j)["host_probe_s"] = host.probe_s;  // per rank
+  if (host.ratio > 0) {
+    (*j)["profile_host_probe_s"] = host.profile_probe_s;
+    (*j)["host_time_vs_profile"] = host.ratio;
+    (*j)["predicted_from_profile_s"] = host.predicted_from_profile_s;
+    (*j)["predicted_at_host_speed_s"] = host.predicted_at_host_speed_s;
+  }
+}
+
 // A pipeline run's result as --json: the measurement, the simulator's prediction from the
 // measured op times, and where given the job, the planner's report and the host-speed probe.
 void PrintResultJson(const TrainFlags& o, const Plan& plan, int64_t job_version,
@@ -494,13 +506,7 @@ void PrintResultJson(const TrainFlags& o, const Plan& plan, int64_t job_version,
   }
   if (!report_decision.empty()) j["planner_report"] = report_decision;
   if (!calibration.empty()) j["calibration"] = calibration;
-  if (!host.probe_s.empty()) j["host_probe_s"] = host.probe_s;  // per rank
-  if (host.ratio > 0) {
-    j["profile_host_probe_s"] = host.profile_probe_s;
-    j["host_time_vs_profile"] = host.ratio;
-    j["predicted_from_profile_s"] = host.predicted_from_profile_s;
-    j["predicted_at_host_speed_s"] = host.predicted_at_host_speed_s;
-  }
+  AddHostSpeedJson(host, &j);
   out << JsonText(j) << "\n";
 }
 
@@ -655,11 +661,8 @@ void PrintLayoutJson(const TrainFlags& o, const LayoutPlan& layout,
     j["predicted_iteration_time_s"] = f.want;
     j["prediction_error"] = f.error;
   }
-  if (!host.probe_s.empty()) j["host_probe_s"] = host.probe_s;  // per rank
+  AddHostSpeedJson(host, &j);
   if (host.ratio > 0) {
-    j["profile_host_probe_s"] = host.profile_probe_s;
-    j["host_time_vs_profile"] = host.ratio;
-    j["predicted_from_profile_s"] = host.predicted_from_profile_s;
     j["predicted_at_host_speed_s"] = f.at_speed;
     j["prediction_error_at_host_speed"] = f.speed_error;
   }
