@@ -1,16 +1,15 @@
 #include "cli/plan_command.h"
 
-#include <cmath>
 #include <map>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "cli/command_line.h"
 #include "cli/inputs.h"
+#include "cli/plan_output.h"
+#include "cli/plan_remote.h"
 #include "cli/planner_client.h"
-#include "cli/report.h"
 #include "cli/report_page.h"
 #include "cli/table.h"
 #include "core/convert.h"
@@ -20,7 +19,6 @@
 #include "core/status_macros.h"
 #include "report/html_report.h"
 #include "simulator/trace.h"
-#include "simulator/vocab_parallel.h"
 #include "tuner/constraints.h"
 #include "tuner/layout.h"
 #include "tuner/tuner.h"
@@ -29,451 +27,10 @@
 namespace octopipe::cli {
 namespace {
 
-int Fail(std::ostream& err, const absl::Status& s, int code) {
-  err << "octopipe plan: error: " << s.message() << "\n";
-  return code;
-}
-
-double PeakMax(const SimResult& r) {
-  double m = 0;
-  for (const DeviceResult& d : r.devices) m = std::max(m, d.peak_memory_bytes);
-  return m;
-}
-
-Json PlanJson(const ModelGraph& model, const Plan& plan) {
-  Json partition = Json::array(), placement = Json::array(), schedule = Json::array();
-  for (const StageAssignment& st : plan.stages) {
-    partition.push_back({{"first_layer", st.first_layer},
-                         {"last_layer", st.last_layer},
-                         {"recompute", st.recompute},
-                         {"kinds", StageKinds(model, st)}});
-    placement.push_back(st.device);
-  }
-  for (const auto& ops : plan.schedule.ops) {
-    Json device = Json::array();
-    for (const Op& op : ops) device.push_back(OpToString(op));
-    schedule.push_back(std::move(device));
-  }
-  Json j = {{"num_devices", plan.num_devices},
-            {"num_microbatches", plan.num_microbatches},
-            {"vocab_parallel", plan.vocab_parallel},
-            {"partition", std::move(partition)},
-            {"placement", std::move(placement)},
-            {"schedule", std::move(schedule)}};
-  // The split head's shards (vocabulary columns per device) the plan was costed with.
-  if (plan.vocab_parallel) j["vocab_shard_columns"] = plan.vocab_shard_columns;
-  return j;
-}
-
-Json PredictedJson(const SimResult& p) {
-  Json peaks = Json::array();
-  for (const DeviceResult& d : p.devices) peaks.push_back(d.peak_memory_bytes);
-  return {{"iteration_time_s", p.iteration_time_s},
-          {"bubble_ratio", p.bubble_ratio},
-          {"steady_state_iteration_time_s", p.steady_state_iteration_time_s},
-          {"steady_state_bubble_ratio", p.steady_state_bubble_ratio},
-          {"tokens_per_s", p.tokens_per_s},
-          {"peak_memory_bytes", std::move(peaks)}};
-}
-
-Json BaselinesJson(const std::vector<BaselineResult>& baselines) {
-  Json out = Json::object();
-  for (const BaselineResult& b : baselines) {
-    if (!b.ran) {
-      out[b.name] = {{"error", b.error}, {"fits", false}};
-      continue;
-    }
-    out[b.name] = {{"iteration_time_s", b.result.iteration_time_s},
-                   {"bubble_ratio", b.result.bubble_ratio},
-                   {"steady_state_iteration_time_s", b.result.steady_state_iteration_time_s},
-                   {"steady_state_bubble_ratio", b.result.steady_state_bubble_ratio},
-                   {"peak_memory_bytes", PeakMax(b.result)},
-                   {"fits", b.fits}};
-  }
-  return out;
-}
-
-// The --json document: feasibility, the plan, its prediction, every baseline and the log.
-Json TuneResultJson(const ModelGraph& model, const TuneResult& t) {
-  Json j = {{"feasible", t.feasible}};
-  if (!t.feasible) {
-    j["infeasible_reason"] = t.infeasible_reason;
-    j["required_memory_bytes"] = t.required_memory_bytes;
-  }
-  j["origin"] = PlanOriginText(t);
-  j["plan"] = PlanJson(model, t.plan);
-  j["predicted"] = PredictedJson(t.predicted);
-  j["baselines"] = BaselinesJson(t.baselines);
-  j["best_baseline"] = t.best_baseline;
-  j["speedup_vs_best_baseline"] =
-      t.best_baseline.empty() ? Json(nullptr) : Json(t.speedup_vs_best_baseline);
-  j["lower_bound"] = {{"seconds", t.lower_bound.seconds},
-                      {"binding", t.lower_bound.binding},
-                      {"work_s", t.lower_bound.work_s},
-                      {"chain_s", t.lower_bound.chain_s},
-                      {"layer_s", t.lower_bound.layer_s},
-                      {"assignment_s", t.lower_bound.assignment_s},
-                      {"heaviest_layer", t.lower_bound.heaviest_layer},
-                      {"gap", t.lower_bound_gap}};
-  j["vocab_parallel"] = {{"used", t.vocab_parallel}, {"tried", t.vocab_parallel_tried}};
-  j["tuning_wall_s"] = t.tuning_wall_s;
-  j["evaluations"] = t.evaluations;
-  Json log = Json::array();
-  for (const TuneLogEntry& e : t.log) {
-    log.push_back({{"phase", e.phase},
-                   {"before_s", e.before_s},
-                   {"after_s", e.after_s},
-                   {"evaluations", e.evaluations},
-                   {"wall_s", e.wall_s},
-                   {"detail", e.detail}});
-  }
-  j["log"] = std::move(log);
-  return j;
-}
-
-// The plan tables: stages, prediction, devices, baselines, bound and search log. One renderer
-// for plans tuned here and plans a planner sent (RemoteTuneResult; `planner` true: the line
-// says where it was tuned, and there is no search log to print).
-void WriteTables(std::ostream& out, const ModelGraph& model, const Cluster& cluster,
-                 const TuneResult& t, bool steady, bool planner = false) {
-  out << "model " << model.name << " (" << model.num_layers() << " layers), cluster "
-      << cluster.name << ", " << t.plan.num_devices << " devices, " << t.plan.num_microbatches
-      << " micro-batches\n\n";
-  if (!t.feasible) {
-    out << "INFEASIBLE: " << t.infeasible_reason << "\nmemory needed per device:";
-    for (double b : t.required_memory_bytes) out << " " << FormatBytes(b);
-    out << "\n\nfastest plan ignoring memory (for reference):\n";
-  }
-  TextTable stages({"stage", "layers", "kinds", "device", "recompute"});
-  for (int s = 0; s < t.plan.num_stages(); ++s) {
-    const StageAssignment& st = t.plan.stages[s];
-    stages.AddRow({absl::StrCat(s), absl::StrCat(st.first_layer, "-", st.last_layer),
-                   StageKinds(model, st), absl::StrCat(st.device), st.recompute ? "yes" : "no"});
-  }
-  out << "plan (" << PlanOriginText(t) << (planner ? ", computed by the planner" : "") << "):\n"
-      << stages.Render({false, false, true, false, true});
-  out << VocabParallelLine(t.vocab_parallel, t.vocab_parallel_tried, t.plan.num_devices,
-                           SplitsEmbedding(model))
-      << "\n";
-  out << "\npredicted iteration " << FormatSeconds(t.predicted.iteration_time_s)
-      << " synchronous / " << FormatSeconds(t.predicted.steady_state_iteration_time_s)
-      << " steady-state; bubble " << FormatPercent(t.predicted.bubble_ratio) << " / "
-      << FormatPercent(t.predicted.steady_state_bubble_ratio) << "; "
-      << FormatCount(t.predicted.tokens_per_s) << " tokens/s\n";
-  TextTable devices({"device", "busy", "bubble", "peak memory", "fits"});
-  for (size_t d = 0; d < t.predicted.devices.size(); ++d) {
-    const DeviceResult& dr = t.predicted.devices[d];
-    devices.AddRow({absl::StrCat(d), FormatSeconds(dr.busy_s), FormatPercent(dr.bubble_ratio),
-                    FormatBytes(dr.peak_memory_bytes), dr.fits_memory ? "yes" : "NO"});
-  }
-  out << "\n" << devices.Render();
-  const double ours = steady ? t.predicted.steady_state_iteration_time_s
-                             : t.predicted.iteration_time_s;
-  TextTable base({"baseline", "iteration", "steady-state", "bubble", "max peak memory", "fits",
-                  "ours is"});
-  for (const BaselineResult& b : t.baselines) {
-    if (!b.ran) {
-      base.AddRow({b.name, "-", "-", "-", "-", "n/a", b.error});
-      continue;
-    }
-    const double theirs = steady ? b.result.steady_state_iteration_time_s
-                                 : b.result.iteration_time_s;
-    base.AddRow({b.name, FormatSeconds(b.result.iteration_time_s),
-                 FormatSeconds(b.result.steady_state_iteration_time_s),
-                 FormatPercent(b.result.bubble_ratio), FormatBytes(PeakMax(b.result)),
-                 b.fits ? "yes" : "NO", absl::StrFormat("%.3fx", theirs / ours)});
-  }
-  out << "\nbaselines (same simulator, same costs):\n"
-      << base.Render({true, false, false, false, false, false, true});
-  if (!t.best_baseline.empty()) {
-    out << "\nspeed-up over the best fitting baseline (" << t.best_baseline
-        << "): " << absl::StrFormat("%.3fx", t.speedup_vs_best_baseline) << "\n";
-  }
-  if (t.lower_bound.seconds > 0) {
-    out << "lower bound on any plan: " << FormatSeconds(t.lower_bound.seconds) << " ("
-        << t.lower_bound.binding
-        << (t.lower_bound.binding == "layer" ? absl::StrCat(" ", t.lower_bound.heaviest_layer)
-                                             : std::string())
-        << "); this plan is " << FormatPercent(t.lower_bound_gap) << " above it\n";
-  }
-  if (planner) {
-    out << "tuned in " << absl::StrFormat("%.2f s", t.tuning_wall_s) << " on the planner\n";
-    return;
-  }
-  out << "tuned in " << absl::StrFormat("%.2f s", t.tuning_wall_s) << " (" << t.evaluations
-      << " candidates" << (t.budget_exhausted ? ", time budget exhausted" : "") << ")\n";
-  out << "\nsearch log:\n";
-  for (const TuneLogEntry& e : t.log) {
-    out << absl::StrFormat("  %-10s %10s -> %-10s %6d evals  %6.2f s  %s\n", e.phase,
-                           FormatSeconds(e.before_s), FormatSeconds(e.after_s), e.evaluations,
-                           e.wall_s, e.detail);
-  }
-}
-
-// "GPUs 0-1 (H100-SXM)" for a pipeline device's TP group.
-std::string GpusText(const Cluster& physical, const std::vector<int>& gpus) {
-  const std::string range = gpus.size() == 1
-                                ? absl::StrCat(gpus[0])
-                                : absl::StrCat(gpus.front(), "-", gpus.back());
-  return absl::StrCat(range, " (", physical.device_hardware(gpus.front()).name, ")");
-}
-
-// The "layout" object of --json: the chosen PP x TP x EP x DP, which GPUs form each distinct
-// pipeline, the iteration split into pipeline and DP sync, and every layout considered.
-Json LayoutJson(const Cluster& physical, const LayoutResult& r) {
-  Json pipelines = Json::array();
-  for (const LayoutPipeline& p : r.pipelines) {
-    Json stage_gpus = Json::array(), hardware = Json::array();
-    for (const auto& g : p.device_gpus) {
-      stage_gpus.push_back(g);
-      hardware.push_back(physical.device_hardware(g.front()).name);
-    }
-    pipelines.push_back({{"replicas", p.replicas},
-                         {"device_gpus", std::move(stage_gpus)},
-                         {"device_hardware", std::move(hardware)},
-                         {"feasible", p.tune.feasible},
-                         {"iteration_time_s", p.tune.predicted.iteration_time_s},
-                         {"dp_sync_s", p.dp_sync_s}});
-  }
-  Json considered = Json::array();
-  for (const LayoutConsidered& c : r.considered) {
-    considered.push_back({{"layout", c.layout.ToString()},
-                          {"microbatches", c.microbatches},
-                          {"outcome", c.outcome},
-                          {"bound_s", c.bound_s},
-                          {"estimate_s", c.estimate_s},
-                          {"iteration_time_s", c.iteration_s}});
-  }
-  return {{"pp", r.layout.pp},
-          {"tp", r.layout.tp},
-          {"ep", r.layout.ep},
-          {"dp", r.layout.dp},
-          {"rank_order", r.layout.pp_outer ? "tp-dp-pp" : "tp-pp-dp"},
-          {"gpus", r.layout.gpus()},
-          {"microbatches_per_pipeline", r.microbatches},
-          {"global_microbatches", r.global_microbatches},
-          {"pipeline_time_s", r.pipeline_time_s},
-          {"dp_sync_s", r.dp_sync_s},
-          {"iteration_time_s", r.iteration_time_s},
-          {"tokens_per_s", r.tokens_per_s},
-          {"pipelines", std::move(pipelines)},
-          {"considered", std::move(considered)},
-          {"tuning_wall_s", r.tuning_wall_s}};
-}
-
-// The layout part of the tables: the choice, its pipelines and the layouts it beat. A
-// planner's layout (RemoteLayoutResult) has no candidate list: `tuned` of `considered` layouts
-// is printed instead.
-void WriteLayoutTables(std::ostream& out, const Cluster& physical, const LayoutResult& r,
-                       int tuned = 0, int considered = 0) {
-  out << "layout " << r.layout.ToString() << " on " << r.layout.gpus() << " GPUs of "
-      << physical.name << ": " << r.microbatches << " micro-batches per pipeline ("
-      << r.global_microbatches << " per iteration over " << r.layout.dp << " replicas)\n"
-      << "iteration " << FormatSeconds(r.iteration_time_s) << " = pipeline "
-      << FormatSeconds(r.pipeline_time_s) << " + DP gradient all-reduce "
-      << FormatSeconds(r.dp_sync_s) << "; " << FormatCount(r.tokens_per_s)
-      << " tokens/s over all GPUs\n\n";
-  TextTable pipes({"pipeline", "replicas", "GPUs of each pipeline device (first replica)",
-                   "iteration", "DP sync"});
-  for (size_t i = 0; i < r.pipelines.size(); ++i) {
-    const LayoutPipeline& p = r.pipelines[i];
-    std::vector<std::string> devices;
-    for (const auto& g : p.device_gpus) devices.push_back(GpusText(physical, g));
-    pipes.AddRow({absl::StrCat(i), absl::StrCat(p.replicas.size()), absl::StrJoin(devices, ", "),
-                  FormatSeconds(p.tune.predicted.iteration_time_s), FormatSeconds(p.dp_sync_s)});
-  }
-  out << "pipelines (each device is one TP group; the table below is pipeline 0, the slowest):\n"
-      << pipes.Render({false, false, true, false, false});
-  if (r.considered.empty()) {
-    out << "\n" << tuned << " of " << considered << " layouts tuned in full, on the planner\n\n";
-    return;
-  }
-  TextTable cons({"layout", "M", "outcome", "lower bound", "estimate", "iteration"});
-  constexpr size_t kShown = 12;
-  for (size_t i = 0; i < r.considered.size() && i < kShown; ++i) {
-    const LayoutConsidered& c = r.considered[i];
-    cons.AddRow({c.layout.ToString(), absl::StrCat(c.microbatches), c.outcome,
-                 FormatSeconds(c.bound_s), FormatSeconds(c.estimate_s),
-                 std::isfinite(c.iteration_s) ? FormatSeconds(c.iteration_s) : "-"});
-  }
-  out << "\nlayouts considered (best estimate first; " << r.considered.size() << " in all"
-      << (r.considered.size() > kShown ? absl::StrCat(", ", kShown, " shown") : "") << "):\n"
-      << cons.Render({true, false, true, false, false, false}) << "\n";
-}
-
-// A planner's PlanResult as the TuneResult the tables print (the fields they show). The
-// per-device busy and bubble figures are those the planner sent (zero from a planner that
-// sends only peak memory).
-absl::StatusOr<TuneResult> RemoteTuneResult(const proto::PlanResult& r) {
-  TuneResult t;
-  t.feasible = r.feasible();
-  t.infeasible_reason = r.infeasible_reason();
-  t.required_memory_bytes.assign(r.required_memory_bytes().begin(),
-                                 r.required_memory_bytes().end());
-  ASSIGN_OR_RETURN(t.plan, PlanFromProto(r.plan()));
-  const proto::Prediction& p = r.plan().predicted();
-  t.predicted.iteration_time_s = p.iteration_time_s();
-  t.predicted.steady_state_iteration_time_s = p.steady_state_iteration_time_s();
-  t.predicted.bubble_ratio = p.bubble_ratio();
-  t.predicted.steady_state_bubble_ratio = p.steady_state_bubble_ratio();
-  t.predicted.tokens_per_s = p.tokens_per_s();
-  for (int d = 0; d < p.peak_memory_bytes_size(); ++d) {
-    DeviceResult dr;
-    dr.peak_memory_bytes = p.peak_memory_bytes(d);
-    if (d < p.device_busy_s_size()) dr.busy_s = p.device_busy_s(d);
-    if (d < p.device_bubble_ratio_size()) dr.bubble_ratio = p.device_bubble_ratio(d);
-    dr.fits_memory = d < p.device_fits_memory_size() ? p.device_fits_memory(d) : r.feasible();
-    t.predicted.devices.push_back(dr);
-  }
-  for (const proto::BaselineFigures& f : r.baselines()) {
-    BaselineResult b;
-    b.name = f.name();
-    b.ran = f.ran();
-    b.error = f.error();
-    b.fits = f.fits();
-    b.result.iteration_time_s = f.iteration_time_s();
-    b.result.steady_state_iteration_time_s = f.steady_state_iteration_time_s();
-    b.result.bubble_ratio = f.bubble_ratio();
-    b.result.steady_state_bubble_ratio = f.steady_state_bubble_ratio();
-    DeviceResult peak;
-    peak.peak_memory_bytes = f.peak_memory_bytes();
-    b.result.devices.push_back(peak);
-    t.baselines.push_back(std::move(b));
-  }
-  t.best_baseline = r.best_baseline();
-  t.speedup_vs_best_baseline = r.speedup_vs_best_baseline();
-  // PlanOriginText's inverse: "tuned", "baseline:NAME", "infeasible".
-  if (r.origin() == "infeasible") {
-    t.origin = PlanOrigin::kIgnoringMemory;
-  } else if (absl::StartsWith(r.origin(), "baseline:")) {
-    t.origin = PlanOrigin::kBaseline;
-  }
-  t.lower_bound.seconds = r.lower_bound_s();
-  t.lower_bound.binding = r.lower_bound_binding();
-  t.lower_bound_gap = r.lower_bound_gap();
-  t.vocab_parallel = r.vocab_parallel();
-  t.vocab_parallel_tried = r.vocab_parallel_tried();
-  t.tuning_wall_s = r.tuning_wall_s();
-  return t;
-}
-
-// A planner's PlanLayout as the LayoutResult the layout tables print (no candidate list: the
-// planner sends how many layouts it considered and tuned).
-LayoutResult RemoteLayoutResult(const proto::PlanLayout& l) {
-  LayoutResult r;
-  r.layout.pp = l.pp();
-  r.layout.tp = l.tp();
-  r.layout.ep = l.ep();
-  r.layout.dp = l.dp();
-  r.layout.pp_outer = l.rank_order() != "tp-pp-dp";
-  r.microbatches = l.microbatches_per_pipeline();
-  r.global_microbatches = l.global_microbatches();
-  r.pipeline_time_s = l.pipeline_time_s();
-  r.dp_sync_s = l.dp_sync_s();
-  r.iteration_time_s = l.iteration_time_s();
-  r.tokens_per_s = l.tokens_per_s();
-  for (const proto::PlanLayoutPipeline& p : l.pipelines()) {
-    LayoutPipeline lp;
-    lp.replicas.assign(p.replicas().begin(), p.replicas().end());
-    for (const proto::PlanLayoutDevice& d : p.devices()) {
-      lp.device_gpus.emplace_back(d.gpus().begin(), d.gpus().end());
-    }
-    lp.tune.predicted.iteration_time_s = p.iteration_time_s();
-    lp.dp_sync_s = p.dp_sync_s();
-    r.pipelines.push_back(std::move(lp));
-  }
-  return r;
-}
-
 // One pipeline over the first --devices; otherwise the layout search chooses PP x TP x EP x DP
 // over the cluster (also over `octopipe profile`'s executor ranks: the executor runs layouts).
 bool OnePipeline(const CommandLine& flags, const Cluster& /*cluster*/) {
   return flags.was_set("devices");
-}
-
-// The request's layout and executor-constraint fields (proto/planner.proto 260-270).
-void SetLayoutAndConstraints(const TunerOptions& t, const LayoutRequest& layout,
-                             bool choose_layout, proto::PlanOptions* o) {
-  o->set_choose_layout(choose_layout);
-  if (choose_layout) o->set_num_devices(0);
-  o->set_layout_pp(layout.pp);
-  o->set_layout_tp(layout.tp);
-  o->set_layout_ep(layout.ep);
-  o->set_layout_dp(layout.dp);
-  o->set_max_layouts(layout.max_tuned);
-  o->set_no_bw_split(!t.constraints.allow_bw_split);
-  o->set_no_recompute(!t.constraints.allow_recompute);
-  if (t.constraints.require_recompute) o->set_recompute("full");
-  o->set_max_stages_per_device(t.constraints.max_stages_per_device);
-  for (const StageAssignment& st : t.constraints.fixed_stages) {
-    proto::StageSpec* s = o->add_fixed_stages();
-    s->set_first_layer(st.first_layer);
-    s->set_last_layer(st.last_layer);
-    s->set_device(st.device);
-  }
-  o->set_fixed_placement(t.constraints.fixed_placement);
-}
-
-int RunRemotePlan(PlannerConnection& remote, const ModelGraph& model, const Cluster& cluster,
-                  const TunerOptions& t, const LayoutRequest& layout, const PlanOptions& o,
-                  const CommandLine& flags, std::ostream& out, std::ostream& err) {
-  auto planner = remote.Connect(&err);
-  if (!planner.ok()) return Fail(err, planner.status(), 2);
-  proto::PlanRequest req;
-  *req.mutable_model() = ModelToProto(model);
-  *req.mutable_cluster() = ClusterToProto(cluster);
-  req.mutable_options()->set_num_devices(t.num_devices);
-  req.mutable_options()->set_num_microbatches(t.num_microbatches);
-  if (flags.was_set("time_budget")) req.mutable_options()->set_time_budget_s(o.time_budget);
-  req.mutable_options()->set_seed(t.seed);
-  req.mutable_options()->set_objective_kind(ObjectiveToProto(t.objective));
-  req.mutable_options()->set_link_contention(o.contention);
-  req.mutable_options()->set_vocab_parallel(VocabParallelToProto(t.vocab_parallel));
-  SetLayoutAndConstraints(t, layout, !OnePipeline(flags, cluster), req.mutable_options());
-  proto::PlanResponse resp;
-  // Every replica tunes one-shot plans: spread over them (PlannerClient::Route::kSpread).
-  grpc::Status s = (*planner)->Call(PlannerClient::Route::kSpread, &proto::Planner::Stub::Plan,
-                                    req, &resp);
-  if (!s.ok()) return Fail(err, FromGrpc(s), 1);
-  if (!o.out.empty()) {
-    // The whole layout when the planner chose one, else its one pipeline as a layout.
-    proto::LayoutPlan plan;
-    if (resp.result().layout_plan().pipelines_size() > 0) {
-      plan = resp.result().layout_plan();
-    } else {
-      absl::StatusOr<Plan> single = PlanFromProto(resp.result().plan());
-      if (!single.ok()) return Fail(err, single.status(), 1);
-      plan = LayoutPlanToProto(SinglePipelineLayout(*single));
-      *plan.mutable_pipelines(0)->mutable_plan()->mutable_predicted() =
-          resp.result().plan().predicted();
-      plan.mutable_predicted()->set_iteration_time_s(
-          resp.result().plan().predicted().iteration_time_s());
-      plan.mutable_predicted()->set_tokens_per_s(resp.result().plan().predicted().tokens_per_s());
-    }
-    LayoutPlanFileForm(&plan);
-    if (absl::Status w = WriteStringToFile(ResolvePath(o.out), ProtoToJson(plan) + "\n");
-        !w.ok()) {
-      return Fail(err, absl::Status(w.code(), absl::StrCat("--out: ", w.message())), 1);
-    }
-  }
-  if (o.json) {
-    out << ProtoToJson(resp.result()) << "\n";
-  } else {
-    absl::StatusOr<TuneResult> tuned = RemoteTuneResult(resp.result());
-    if (!tuned.ok()) {
-      return Fail(err, absl::Status(tuned.status().code(),
-                                    absl::StrCat("the planner's plan: ", tuned.status().message())),
-                  1);
-    }
-    if (resp.result().has_layout()) {
-      const proto::PlanLayout& l = resp.result().layout();
-      WriteLayoutTables(out, cluster, RemoteLayoutResult(l), l.layouts_tuned(),
-                        l.layouts_considered());
-    }
-    WriteTables(out, model, cluster, *tuned, t.objective == Objective::kSteadyState,
-                /*planner=*/true);
-  }
-  return resp.result().feasible() ? 0 : 3;
 }
 
 void DeclareFlags(CommandLine& flags, PlanOptions& o, std::string* report,
@@ -812,17 +369,17 @@ int RunLocalPlan(const ModelGraph& model, const Cluster& cluster, const TunerOpt
                  std::ostream& err) {
   const CostModel cost;
   absl::StatusOr<TuneResult> r = Tune(model, cluster, cost, t);
-  if (!r.ok()) return Fail(err, NameTheFlag(r.status()), 2);
+  if (!r.ok()) return FailPlan(err, NameTheFlag(r.status()), 2);
   if (!o.out.empty()) {
-    if (absl::Status s = WritePlanFile(o.out, *r); !s.ok()) return Fail(err, s, 1);
+    if (absl::Status s = WritePlanFile(o.out, *r); !s.ok()) return FailPlan(err, s, 1);
   }
   if (!o.trace.empty()) {
     absl::Status s = WritePlanTrace(o.trace, model, cluster, cost, o.contention, r->plan);
-    if (!s.ok()) return Fail(err, s, 1);
+    if (!s.ok()) return FailPlan(err, s, 1);
   }
   if (!report.empty()) {
     absl::Status s = WriteReport(report, PlanPage(model, cluster, cost, o.contention, *r));
-    if (!s.ok()) return Fail(err, s, 1);
+    if (!s.ok()) return FailPlan(err, s, 1);
   }
   if (o.json) {
     out << JsonText(TuneResultJson(model, *r)) << "\n";
@@ -842,19 +399,19 @@ int RunLocalLayoutPlan(const ModelGraph& model, const Cluster& cluster, const Tu
   const CostModel cost;
   req.global_microbatches = t.num_microbatches;
   absl::StatusOr<LayoutResult> r = TuneLayout(model, cluster, cost, t, req);
-  if (!r.ok()) return Fail(err, NameTheFlag(r.status()), 2);
+  if (!r.ok()) return FailPlan(err, NameTheFlag(r.status()), 2);
   const LayoutPipeline& slowest = r->pipelines.front();
   if (!o.out.empty()) {
-    if (absl::Status s = WritePlanFile(o.out, *r); !s.ok()) return Fail(err, s, 1);
+    if (absl::Status s = WritePlanFile(o.out, *r); !s.ok()) return FailPlan(err, s, 1);
   }
   if (!o.trace.empty()) {
     absl::Status s =
         WritePlanTrace(o.trace, r->model, slowest.cluster, cost, o.contention, slowest.tune.plan);
-    if (!s.ok()) return Fail(err, s, 1);
+    if (!s.ok()) return FailPlan(err, s, 1);
   }
   if (!report.empty()) {
     absl::Status s = WriteReport(report, LayoutPage(cluster, cost, o.contention, *r));
-    if (!s.ok()) return Fail(err, s, 1);
+    if (!s.ok()) return FailPlan(err, s, 1);
   }
   if (o.json) {
     Json j = TuneResultJson(r->model, slowest.tune);
@@ -887,22 +444,22 @@ int RunPlan(const std::vector<std::string>& args, std::ostream& out, std::ostrea
                     "reports the plan, its predicted iteration time, bubble and memory, and "
                     "every baseline's figures in the same simulator.");
   DeclareFlags(flags, o, &report, remote);
-  if (absl::Status s = flags.Parse(args); !s.ok()) return Fail(err, s, 2);
+  if (absl::Status s = flags.Parse(args); !s.ok()) return FailPlan(err, s, 2);
   if (flags.help_requested()) {
     out << flags.Usage();
     return 0;
   }
-  if (absl::Status s = CheckReportFlag(report, remote); !s.ok()) return Fail(err, s, 2);
+  if (absl::Status s = CheckReportFlag(report, remote); !s.ok()) return FailPlan(err, s, 2);
   absl::StatusOr<ModelGraph> model = LoadModelArg(o.model);
-  if (!model.ok()) return Fail(err, model.status(), 2);
+  if (!model.ok()) return FailPlan(err, model.status(), 2);
   if (o.ep_overlap) model->training.ep_comm_overlap = true;
   absl::StatusOr<Cluster> cluster = LoadClusterArg(o.cluster);
-  if (!cluster.ok()) return Fail(err, cluster.status(), 2);
+  if (!cluster.ok()) return FailPlan(err, cluster.status(), 2);
   absl::StatusOr<TunerOptions> t = ResolveTunerOptions(o, flags, *model, *cluster);
-  if (!t.ok()) return Fail(err, t.status(), 2);
+  if (!t.ok()) return FailPlan(err, t.status(), 2);
   if (absl::Status s = ApplyRecomputeChoice(o.recompute, "--recompute", &*model, &t->constraints);
       !s.ok()) {
-    return Fail(err, s, 2);
+    return FailPlan(err, s, 2);
   }
   if (!o.quiet && !o.json) {
     t->progress = [&err](const TuneLogEntry& e) {
@@ -911,9 +468,10 @@ int RunPlan(const std::vector<std::string>& args, std::ostream& out, std::ostrea
     };
   }
   absl::StatusOr<LayoutRequest> layout = ResolveLayoutRequest(o, flags);
-  if (!layout.ok()) return Fail(err, layout.status(), 2);
+  if (!layout.ok()) return FailPlan(err, layout.status(), 2);
   if (!remote.address.empty()) {
-    return RunRemotePlan(remote, *model, *cluster, *t, *layout, o, flags, out, err);
+    return RunRemotePlan(remote, *model, *cluster, *t, *layout, !OnePipeline(flags, *cluster), o,
+                         flags, out, err);
   }
   if (!OnePipeline(flags, *cluster)) {
     return RunLocalLayoutPlan(*model, *cluster, *t, *layout, o, report, out, err);
