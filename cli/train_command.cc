@@ -15,6 +15,7 @@
 #include "cli/report_page.h"
 #include "core/convert.h"
 #include "cli/table.h"
+#include "cli/train_layout_output.h"
 #include "core/json_text.h"
 #include "executor/transport_factory.h"
 #include "executor/host_probe.h"
@@ -403,17 +404,6 @@ std::string RanSchedule(const TrainFlags& o, const Plan& plan) {
 // Below this share of a core, a rank's compute was visibly disturbed.
 constexpr double kDisturbedCpuShare = 0.9;
 
-// --host_probe: this run's probes against the profile's, and the plan's prediction from the
-// profile as measured and at the host's speed now (every layer time and the per-op and
-// per-message CPU costs scaled by the probes' ratio; link times unchanged). Everything here is
-// known before the first iteration runs.
-struct HostSpeed {
-  std::vector<double> probe_s;  // per rank
-  double profile_probe_s = 0;   // 0: no --profile
-  double ratio = 0;             // median probe now / the profile's
-  double predicted_from_profile_s = 0, predicted_at_host_speed_s = 0;
-};
-
 // The profile at the host's speed now: every layer time and the per-op and per-message CPU
 // costs scaled by `ratio` (link times unchanged).
 absl::StatusOr<ProfileFiles> AtHostSpeed(const ProfileFiles& profile, double ratio) {
@@ -462,18 +452,6 @@ void AddMeasuredOpTimes(const agent::RunMeasurement& m, Json* j) {
   }
   (*j)["stage_op_s"] = std::move(stage_ops);
   (*j)["layer_op_s"] = std::move(layer_ops);
-}
-
-// The host-speed probe's figures in a --json result: every rank's probe and, against a
-// profile, the ratio and the predictions from the profile as measured and at the host's speed.
-void AddHostSpeedJson(const HostSpeed& host, Json* j) {
-  if (!host.probe_s.empty()) (*j)["host_probe_s"] = host.probe_s;  // per rank
-  if (host.ratio > 0) {
-    (*j)["profile_host_probe_s"] = host.profile_probe_s;
-    (*j)["host_time_vs_profile"] = host.ratio;
-    (*j)["predicted_from_profile_s"] = host.predicted_from_profile_s;
-    (*j)["predicted_at_host_speed_s"] = host.predicted_at_host_speed_s;
-  }
 }
 
 // A pipeline run's result as --json: the measurement, the simulator's prediction from the
@@ -619,87 +597,6 @@ agent::LocalRunOptions LayoutRunOptions(const TrainFlags& o) {
   return run;
 }
 
-// What a layout run reports: the measured iteration against the plan's prediction and, with a
-// host probe against a profile, against the prediction at the host's speed now.
-struct LayoutFigures {
-  double tokens = 0;       // per iteration
-  double measured = 0;     // mean iteration
-  double want = 0;         // the plan's prediction (0: none)
-  double error = 0;        // want vs measured
-  double at_speed = 0;     // predicted at the host's speed (0: none)
-  double speed_error = 0;  // at_speed vs measured
-};
-
-LayoutFigures MakeLayoutFigures(const ModelGraph& graph, const LayoutPlan& layout,
-                                const proto::LayoutPrediction& predicted,
-                                const agent::RunMeasurement& m, const HostSpeed& host) {
-  LayoutFigures f;
-  f.tokens = layout.global_microbatches * graph.tokens_per_microbatch();
-  f.measured = m.mean_iteration_s;
-  f.want = predicted.iteration_time_s();
-  f.error = f.want > 0 && f.measured > 0 ? f.want / f.measured - 1 : 0;
-  f.at_speed = host.predicted_at_host_speed_s;
-  f.speed_error = f.at_speed > 0 && f.measured > 0 ? f.at_speed / f.measured - 1 : 0;
-  return f;
-}
-
-// A layout run's result as --json.
-void PrintLayoutJson(const TrainFlags& o, const LayoutPlan& layout,
-                     const agent::RunMeasurement& m, const HostSpeed& host,
-                     const LayoutFigures& f, std::ostream& out) {
-  Json j = {{"ranks", layout.num_ranks},
-            {"transport", o.transport},
-            {"layout", layout.layout.ToString()},
-            {"pipelines", layout.pipelines.size()},
-            {"global_microbatches", layout.global_microbatches},
-            {"loss", m.loss},
-            {"iteration_time_s", m.iteration_s},
-            {"measured_iteration_time_s", f.measured},
-            {"measured_tokens_per_s", f.measured > 0 ? f.tokens / f.measured : 0.0},
-            {"peak_activation_bytes", m.peak_activation_bytes}};
-  if (f.want > 0) {
-    j["predicted_iteration_time_s"] = f.want;
-    j["prediction_error"] = f.error;
-  }
-  AddHostSpeedJson(host, &j);
-  if (host.ratio > 0) {
-    j["predicted_at_host_speed_s"] = f.at_speed;
-    j["prediction_error_at_host_speed"] = f.speed_error;
-  }
-  out << JsonText(j) << "\n";
-}
-
-// A layout run's result as text: the table of iterations, the measured iteration and
-// tokens/s, and the predictions.
-void PrintLayoutText(const TrainFlags& o, const ModelGraph& graph, const LayoutPlan& layout,
-                     const agent::RunMeasurement& m, const HostSpeed& host,
-                     const LayoutFigures& f, std::ostream& out) {
-  out << "model " << graph.name << " (" << graph.num_layers() << " layers), layout "
-      << layout.layout.ToString() << ": " << layout.num_ranks << " ranks over " << o.transport
-      << ", " << layout.pipelines.size() << " distinct pipelines, " << layout.num_replicas()
-      << " replicas, " << layout.global_microbatches << " micro-batches per iteration\n\n";
-  TextTable t({"iteration", "loss", "time"});
-  for (size_t it = 0; it < m.loss.size(); ++it) {
-    t.AddRow({absl::StrCat(it), absl::StrFormat("%.5f", m.loss[it]),
-              FormatSeconds(m.iteration_s[it])});
-  }
-  out << t.Render();
-  out << "\nmeasured iteration " << FormatSeconds(f.measured)
-      << (m.loss.size() > 1 ? " (after the first iteration)" : "") << ", "
-      << absl::StrFormat("%.0f", f.measured > 0 ? f.tokens / f.measured : 0.0) << " tokens/s\n";
-  if (f.want > 0) {
-    out << "the plan's prediction " << FormatSeconds(f.want) << " ("
-        << absl::StrFormat("%+.1f%%", f.error * 100) << " vs measured)\n";
-  }
-  if (host.ratio > 0) {
-    out << "host probe " << FormatSeconds(executor::MedianProbeSeconds(host.probe_s))
-        << " vs the profile's " << FormatSeconds(host.profile_probe_s)
-        << absl::StrFormat(" (x%.3f)", host.ratio) << ": predicted at this speed "
-        << FormatSeconds(f.at_speed)
-        << absl::StrFormat(" (%+.1f%% vs measured)", f.speed_error * 100) << "\n";
-  }
-}
-
 // A --plan file holding a whole layout (several pipelines or replicas, or TP): run every rank
 // of it (executor::TrainLayoutRank through agent::RunLayoutLocally) and report loss, time and
 // tokens/s against the prediction the file carries.
@@ -722,9 +619,9 @@ int RunLayoutTrain(const TrainFlags& o, const ModelSpec& spec, const ModelGraph&
   if (!host.ok()) return Fail(err, host.status(), 1);
   const LayoutFigures f = MakeLayoutFigures(graph, layout, predicted, *m, *host);
   if (o.json) {
-    PrintLayoutJson(o, layout, *m, *host, f, out);
+    PrintLayoutJson(o.transport, layout, *m, *host, f, out);
   } else {
-    PrintLayoutText(o, graph, layout, *m, *host, f, out);
+    PrintLayoutText(o.transport, graph, layout, *m, *host, f, out);
   }
   return 0;
 }
