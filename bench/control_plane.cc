@@ -35,6 +35,7 @@
 #include "core/cluster_presets.h"
 #include "core/convert.h"
 #include "core/model_zoo.h"
+#include "planner_client/heartbeat_stream.h"
 #include "nlohmann/json.hpp"
 #include "proto/planner.grpc.pb.h"
 #include "tests/planner_process.h"
@@ -46,6 +47,9 @@ ABSL_FLAG(double, heartbeat_s, 1, "each agent's heartbeat interval");
 ABSL_FLAG(double, report_s, 5, "each job's report interval");
 ABSL_FLAG(double, heartbeat_timeout_s, 10, "the planner's --heartbeat_timeout_s");
 ABSL_FLAG(int, channels, 8, "client gRPC channels (connections) the calls are spread over");
+ABSL_FLAG(std::string, heartbeat, "stream",
+          "how agents heartbeat: stream (one HeartbeatStream per agent, as octopipe-agent "
+          "does) or unary (a Heartbeat call per beat)");
 
 namespace octopipe {
 namespace {
@@ -214,6 +218,17 @@ int Run() {
 
   // Load: heartbeats spread evenly over each interval (async), reports from one thread.
   Load load;
+  std::vector<std::unique_ptr<client::HeartbeatStream>> streams;
+  if (absl::GetFlag(FLAGS_heartbeat) == "stream") {
+    for (int i = 0; i < agents; ++i) {
+      streams.push_back(std::make_unique<client::HeartbeatStream>(
+          stubs[i % stubs.size()].get(), std::make_unique<grpc::ClientContext>(), Node(i)));
+    }
+  } else if (absl::GetFlag(FLAGS_heartbeat) != "unary") {
+    std::cerr << "control_plane: --heartbeat must be stream or unary, not '"
+              << absl::GetFlag(FLAGS_heartbeat) << "'\n";
+    return 2;
+  }
   std::cerr << "control_plane: " << duration << " s of load\n";
   const double cpu0 = CpuSeconds(planner.pid());
   const Clock::time_point t0 = Clock::now();
@@ -245,11 +260,18 @@ int Run() {
     }
   });
   const double per_call_s = interval / agents;
+  const bool streamed = absl::GetFlag(FLAGS_heartbeat) == "stream";
+  int64_t skipped = 0;
   for (int64_t n = 0;; ++n) {
     const auto due = t0 + std::chrono::duration_cast<Clock::duration>(
                               std::chrono::duration<double>(n * per_call_s));
     if (due >= end) break;
     std::this_thread::sleep_until(due);
+    if (streamed) {
+      ++load.sent;
+      if (!streams[n % agents]->Beat()) ++skipped;
+      continue;
+    }
     auto* call = new Call;
     call->req.set_node_id(Node(static_cast<int>(n % agents)));
     call->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
@@ -273,6 +295,14 @@ int Run() {
   while (load.in_flight.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
   const double cpu = (CpuSeconds(planner.pid()) - cpu0) / wall;
+  // Streams the planner ended (none should be) or whose heartbeats were not written.
+  int streams_failed = 0;
+  for (auto& stream : streams) {
+    const bool ended_early = stream->ended();
+    load.refused += stream->failed_writes();
+    streams_failed += ended_early ? 1 : 0;
+    stream->Close();
+  }
   peak_rss = std::max(peak_rss, RssBytes(planner.pid()));
 
   // False positives: nodes the planner declared failed although every agent heartbeated.
@@ -304,7 +334,10 @@ int Run() {
       {"jobs", jobs},
       {"duration_s", wall},
       {"heartbeats_sent", load.sent.load()},
+      {"heartbeat", absl::GetFlag(FLAGS_heartbeat)},
       {"heartbeats_refused", load.refused.load()},
+      {"heartbeats_skipped_in_flight", skipped},
+      {"heartbeat_streams_ended_by_the_planner", streams_failed},
       {"heartbeats_per_s", load.sent.load() / wall},
       {"heartbeat_server_p50_le_s", server_p50},
       {"heartbeat_server_p99_le_s", server_p99},

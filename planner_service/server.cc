@@ -62,6 +62,10 @@ class MetricsObserver : public JobObserver, public RpcObserver {
   void OnRpc(const std::string& method, grpc::StatusCode code) override {
     m_->Rpcs(method, static_cast<absl::StatusCode>(code)).Increment();
   }
+  void OnStreamedCall(const std::string& method, grpc::StatusCode code, double seconds) override {
+    OnRpc(method, code);
+    m_->RpcLatency(method).Observe(seconds);
+  }
   void OnOneShotPlan(const proto::PlanResult& r) override {
     m_->PlansComputed(metrics::PlanKind::kOneshot).Increment();
     m_->TuningSeconds().Observe(r.tuning_wall_s());
@@ -260,6 +264,14 @@ absl::Status PlannerServer::StartGrpc() {
   builder.AddListeningPort(absl::StrCat(options_.host, ":", options_.port), creds, &port_);
   builder.RegisterService(m.service.get());
   builder.SetMaxReceiveMessageSize(options_.max_request_bytes);
+  // No bandwidth-delay-product probes: with them the planner answered every few small messages
+  // it received (a heartbeat on an agent's stream) with a PING of its own, about one sendmsg
+  // per heartbeat, and spent a third of its CPU on them at 10,000 heartbeats/s
+  // (bench:control_plane: 0.68 -> 0.47 cores). Their use is growing the receive window for bulk
+  // uploads over long links; a fixed 1 MiB window per stream instead takes a 64 MB request
+  // (the largest allowed) in 64 round trips.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 1 << 20);
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   metrics::PlannerMetrics* metrics = m.metrics;
   interceptors.push_back(std::make_unique<RpcLogInterceptorFactory>(

@@ -526,20 +526,92 @@ grpc::ServerUnaryReactor* PlannerService::RegisterAgent(
   });
 }
 
+absl::Status PlannerService::Beat(const std::string& node, bool* drained) {
+  *drained = false;
+  if (node.empty()) return absl::InvalidArgumentError("node_id is empty");
+  if (agents_->IsDrained(node)) {
+    *drained = true;  // the agent leaves instead of registering again
+    return absl::OkStatus();
+  }
+  return agents_->Heartbeat(node);
+}
+
 grpc::ServerUnaryReactor* PlannerService::Heartbeat(grpc::CallbackServerContext* ctx,
                                                     const proto::HeartbeatRequest* request,
                                                     proto::HeartbeatResponse* response) {
   return Mutating(
       ctx, "Heartbeat", Need::kNode, request->node_id(),
       [&](std::string*) {
-        if (request->node_id().empty()) return absl::InvalidArgumentError("node_id is empty");
-        if (agents_->IsDrained(request->node_id())) {
-          response->set_drained(true);  // the agent leaves instead of registering again
-          return absl::OkStatus();
-        }
-        return agents_->Heartbeat(request->node_id());
+        bool drained = false;
+        absl::Status s = Beat(request->node_id(), &drained);
+        response->set_drained(drained);
+        return s;
       },
       /*audit_ok=*/false);
+}
+
+// HeartbeatStream: the caller is identified once, when the stream opens; each heartbeat is then
+// permitted for its node, required to reach the leader and handled by Beat, as a unary
+// Heartbeat would be, and recorded as a "Heartbeat" call (counter and latency). Nothing is
+// written back while the node is fine; a drained node gets {drained: true} and the stream ends
+// OK; a refused heartbeat ends the stream with its error (audited, as a refused unary one).
+class HeartbeatStreamReactor final
+    : public grpc::ServerBidiReactor<proto::HeartbeatRequest, proto::HeartbeatResponse> {
+ public:
+  HeartbeatStreamReactor(PlannerService* service, grpc::CallbackServerContext* ctx)
+      : service_(service), ctx_(ctx) {
+    absl::Status s = service_->Authorize(ctx_, "HeartbeatStream", Need::kRead, "", &who_);
+    if (!s.ok()) {
+      End(s);
+      return;
+    }
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // the agent closed its side, or the call is cancelled
+      End(absl::OkStatus());
+      return;
+    }
+    const auto arrival = std::chrono::steady_clock::now();
+    bool drained = false;
+    absl::Status s = AccessControl::Permit(*who_, "Heartbeat", Need::kNode, request_.node_id());
+    if (s.ok()) s = service_->RequireLeader(ctx_, "Heartbeat");
+    if (s.ok()) s = service_->Beat(request_.node_id(), &drained);
+    if (service_->observer_ != nullptr) {
+      service_->observer_->OnStreamedCall(
+          "Heartbeat", ToGrpc(s).error_code(),
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - arrival).count());
+    }
+    if (!s.ok()) {
+      if (service_->options_.audit != nullptr) {
+        service_->options_.audit->Record(&*who_, "Heartbeat", request_.node_id(), s);
+      }
+      End(s);
+    } else if (drained) {
+      response_.set_drained(true);
+      StartWrite(&response_);  // ends the stream once written (OnWriteDone)
+    } else {
+      StartRead(&request_);
+    }
+  }
+
+  void OnWriteDone(bool /*ok*/) override { End(absl::OkStatus()); }
+  void OnDone() override { delete this; }
+
+ private:
+  void End(const absl::Status& s) { Finish(ToGrpc(s)); }
+
+  PlannerService* const service_;
+  grpc::CallbackServerContext* const ctx_;
+  std::optional<Principal> who_;
+  proto::HeartbeatRequest request_;
+  proto::HeartbeatResponse response_;
+};
+
+grpc::ServerBidiReactor<proto::HeartbeatRequest, proto::HeartbeatResponse>*
+PlannerService::HeartbeatStream(grpc::CallbackServerContext* ctx) {
+  return new HeartbeatStreamReactor(this, ctx);
 }
 
 grpc::ServerUnaryReactor* PlannerService::ReportJobEvent(

@@ -37,6 +37,10 @@ class RpcObserver {
  public:
   virtual ~RpcObserver() = default;
   virtual void OnRpc(const std::string& method, grpc::StatusCode code) {}
+  // One message of a stream handled as a call of its own (HeartbeatStream's heartbeats, as
+  // "Heartbeat"): its status and seconds from its arrival to its status. Unary calls' latency
+  // is measured by the server's interceptor instead.
+  virtual void OnStreamedCall(const std::string& method, grpc::StatusCode code, double seconds) {}
   virtual void OnOneShotPlan(const proto::PlanResult& result) {}
   virtual void OnAgentsAlive(int alive) {}
   // Tuning tasks waiting in each lane of the pool ("jobs", "oneshot"), reported when a Plan or
@@ -121,6 +125,8 @@ class PlannerService final : public proto::Planner::CallbackService {
   grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* ctx,
                                       const proto::HeartbeatRequest* request,
                                       proto::HeartbeatResponse* response) override;
+  grpc::ServerBidiReactor<proto::HeartbeatRequest, proto::HeartbeatResponse>* HeartbeatStream(
+      grpc::CallbackServerContext* ctx) override;
   grpc::ServerUnaryReactor* ReportStageTimes(grpc::CallbackServerContext* ctx,
                                              const proto::ReportStageTimesRequest* request,
                                              proto::ReportStageTimesResponse* response) override;
@@ -138,6 +144,10 @@ class PlannerService final : public proto::Planner::CallbackService {
                                        proto::ListAgentsResponse* response) override;
 
  private:
+  friend class HeartbeatStreamReactor;
+  // One heartbeat of `node` (unary or streamed; the caller is authorized and this replica
+  // leads): refused for an empty or unknown node, `drained` set for a drained one.
+  absl::Status Beat(const std::string& node, bool* drained);
   // Finishes a unary call, recording it.
   grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx, const char* method,
                                  const absl::Status& status);

@@ -22,6 +22,7 @@
 #include "core/cost_model.h"
 #include "core/model_zoo.h"
 #include "core/synthetic_model.h"
+#include "planner_client/heartbeat_stream.h"
 #include "gtest/gtest.h"
 #include "proto/health.grpc.pb.h"
 #include "proto/planner.grpc.pb.h"
@@ -691,6 +692,97 @@ TEST(PlannerE2ETest, PerNodeTokensRolesAndReloadOnSighup) {
     ListJobsCode(stub.get(), "b-token");
   }
   EXPECT_NE(planner.log().find("identities not reloaded"), std::string::npos) << planner.log();
+  EXPECT_TRUE(Beat(stub.get(), "b-token", "node-b").ok());
+}
+
+// A stream opened with `token` (none: ""), for `node`.
+std::unique_ptr<client::HeartbeatStream> OpenBeats(proto::Planner::Stub* stub,
+                                                   const std::string& token,
+                                                   const std::string& node) {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  if (!token.empty()) ctx->AddMetadata("authorization", "Bearer " + token);
+  return std::make_unique<client::HeartbeatStream>(stub, std::move(ctx), node);
+}
+
+// Beats once, then waits (up to 20 s) for the planner to end the stream; its status.
+grpc::Status BeatUntilEnded(client::HeartbeatStream* stream) {
+  stream->Beat();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!stream->ended() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return stream->ended() ? stream->status()
+                         : grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "still open");
+}
+
+// The value of the planner's octopipe_rpcs_total{method="Heartbeat",code="OK"} counter.
+double HeartbeatsCounted(const PlannerProcess& planner) {
+  std::istringstream page(testing::ScrapeMetrics(planner.metrics_port()));
+  for (std::string line; std::getline(page, line);) {
+    if (line.rfind("octopipe_rpcs_total{", 0) == 0 &&
+        line.find(R"(method="Heartbeat")") != std::string::npos &&
+        line.find(R"(code="OK")") != std::string::npos) {
+      return std::stod(line.substr(line.rfind(' ') + 1));
+    }
+  }
+  return 0;
+}
+
+// HeartbeatStream: every message is a heartbeat, counted as a Heartbeat call; the planner
+// writes nothing back until the node is drained (then {drained} and the end, OK); an unknown
+// node ends the stream NOT_FOUND, another node's credential PERMISSION_DENIED naming both.
+TEST(PlannerE2ETest, HeartbeatStreamBeatsAsUnaryCallsDoAndEndsWithTheirAnswers) {
+  const std::string identities = TestPath("identities-stream.json");
+  std::ofstream(identities) << R"({"principals": [
+      {"name": "node-a", "role": "agent", "node": "node-a", "token": "a-token"},
+      {"name": "node-b", "role": "agent", "node": "node-b", "token": "b-token"},
+      {"name": "ops", "role": "admin", "token": "ops-token"}]})";
+  PlannerProcess planner(kPlanner);
+  ASSERT_TRUE(
+      planner.Start({"--state_dir=" + TestPath("stream"), "--identities=" + identities}).ok())
+      << planner.log();
+  auto stub = Connect(planner.address());
+  ASSERT_EQ(Register(stub.get(), "a-token", "node-a"), grpc::StatusCode::OK);
+
+  auto beats = OpenBeats(stub.get(), "a-token", "node-a");
+  int sent = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (HeartbeatsCounted(planner) < 5 && std::chrono::steady_clock::now() < deadline) {
+    if (beats->Beat()) ++sent;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_GE(HeartbeatsCounted(planner), 5) << planner.log();
+  EXPECT_FALSE(beats->ended()) << beats->status().error_message();
+  EXPECT_EQ(beats->failed_writes(), 0);
+
+  // Drained: the next beat is answered {drained} and the stream ends OK.
+  proto::NodeRequest drain;
+  drain.set_node_id("node-a");
+  proto::NodeResponse dr;
+  auto cd = Ctx("ops-token", 20);
+  ASSERT_TRUE(stub->DrainNode(cd.get(), drain, &dr).ok());
+  EXPECT_TRUE(BeatUntilEnded(beats.get()).ok());
+  EXPECT_TRUE(beats->drained());
+
+  auto ghost = OpenBeats(stub.get(), "ops-token", "ghost");
+  EXPECT_EQ(BeatUntilEnded(ghost.get()).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_FALSE(ghost->drained());
+
+  auto hijack = OpenBeats(stub.get(), "b-token", "node-a");
+  const grpc::Status refused = BeatUntilEnded(hijack.get());
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_NE(refused.error_message().find("acts for node 'node-b' only, not for node 'node-a'"),
+            std::string::npos)
+      << refused.error_message();
+
+  auto anonymous = OpenBeats(stub.get(), "", "node-b");
+  EXPECT_EQ(BeatUntilEnded(anonymous.get()).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+
+  // Closing an open stream ends it on both sides (the planner keeps serving).
+  ASSERT_EQ(Register(stub.get(), "b-token", "node-b"), grpc::StatusCode::OK);
+  auto closing = OpenBeats(stub.get(), "b-token", "node-b");
+  closing->Beat();
+  EXPECT_EQ(closing->Close().error_code(), grpc::StatusCode::CANCELLED);
   EXPECT_TRUE(Beat(stub.get(), "b-token", "node-b").ok());
 }
 

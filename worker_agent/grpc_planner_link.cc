@@ -14,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/convert.h"
 #include "core/replan_reason.h"
+#include "planner_client/heartbeat_stream.h"
 #include "planner_client/planner_client.h"
 #include "proto/planner.grpc.pb.h"
 
@@ -43,12 +44,37 @@ class GrpcPlannerLink final : public PlannerLink {
     return resp.heartbeat_interval_ms() / 1000.0;
   }
 
+  // Heartbeats go on a HeartbeatStream to the leader once a unary Heartbeat found it (and
+  // confirmed the node): each later beat is one message on it. A stream the planner ended says
+  // what the beat would have: drained, or its error (NOT_FOUND: register again). A stream
+  // that broke (the leader gone, a follower now, a restart) is not an answer: the beat goes
+  // by a unary call, which fails over to the new leader, and a new stream opens there.
   absl::StatusOr<bool> Heartbeat(const std::string& node) override {
+    absl::MutexLock lock(&heartbeat_mu_);
+    if (stream_ != nullptr && stream_->ended()) {
+      const grpc::Status ended = stream_->status();
+      const bool drained = stream_->drained();
+      stream_.reset();
+      if (drained) return true;
+      if (!ended.ok() && ended.error_code() != grpc::StatusCode::UNAVAILABLE &&
+          ended.error_code() != grpc::StatusCode::CANCELLED) {
+        return FromGrpc("HeartbeatStream", ended);
+      }
+    }
+    if (stream_ != nullptr) {
+      stream_->Beat();  // skipped while the last beat is still being written: the next one goes
+      return false;
+    }
     proto::HeartbeatRequest req;
     req.set_node_id(node);
     proto::HeartbeatResponse resp;
     absl::Status s = Rpc("Heartbeat", Route::kLeader, &proto::Planner::Stub::Heartbeat, req, &resp);
     if (!s.ok()) return s;
+    if (!resp.drained()) {
+      const size_t leader = planner_->current();  // the replica that just answered
+      stream_ = std::make_unique<client::HeartbeatStream>(&planner_->stub(leader),
+                                                          planner_->StreamContext(), node);
+    }
     return resp.drained();
   }
 
@@ -187,6 +213,9 @@ class GrpcPlannerLink final : public PlannerLink {
   }
 
   std::unique_ptr<client::PlannerClient> planner_;
+  absl::Mutex heartbeat_mu_;
+  // Destroyed (cancelled, waited for) before planner_, whose stub it uses.
+  std::unique_ptr<client::HeartbeatStream> stream_ ABSL_GUARDED_BY(heartbeat_mu_);
 };
 
 }  // namespace
