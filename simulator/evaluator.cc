@@ -9,11 +9,17 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/status_macros.h"
+#include "simulator/evaluator_internal.h"
 #include "simulator/pipeline_rules.h"
 #include "simulator/vocab_parallel.h"
 
 namespace octopipe {
 namespace {
+
+using evaluator_internal::kFanOut;
+using evaluator_internal::KindOfIndex;
+using evaluator_internal::KindStageIndex;
+using evaluator_internal::StopPoller;
 
 constexpr int kF = static_cast<int>(OpKind::kF);
 constexpr int kB = static_cast<int>(OpKind::kB);
@@ -26,18 +32,6 @@ constexpr int kR = static_cast<int>(OpKind::kR);
 inline int32_t IdOf(int kind, int stage, int mb, int M) {
   return (stage * M + mb) * kNumOpKinds + kind;
 }
-
-// Index of (kind, stage) in Evaluator::kind_stage_; the edges of that (kind, stage) are at
-// 2 * index + slot in Evaluator::edges_.
-inline int32_t KindStageIndex(OpKind kind, int stage) {
-  return stage * kNumOpKinds + static_cast<int>(kind);
-}
-inline OpKind KindOfIndex(int32_t ks) { return static_cast<OpKind>(ks % kNumOpKinds); }
-
-// Node::succ[1] of an op whose first data successors are a vocabulary fan-out — the last
-// stage's F under vocab_parallel feeds every device's S, an S feeds every device's T — with
-// Node::edge[1] holding the micro-batch. Its one other successor, if any, is succ[0].
-constexpr int32_t kFanOut = -2;
 
 // Relative slack when comparing memory to capacity, so float summation order cannot flip a fit.
 constexpr double kMemorySlack = 1e-9;
@@ -62,21 +56,6 @@ absl::Status CheckVocabPass(const PipelineProblem& pb, const Op& op, int device)
   }
   return absl::OkStatus();
 }
-
-// Counts the ops of a preparation pass and polls the stop check every kStopPollOps of them.
-class StopPoller {
- public:
-  explicit StopPoller(const std::function<bool()>* should_stop) : should_stop_(should_stop) {}
-  bool Tick() {
-    if (should_stop_ == nullptr || --left_ > 0) return false;
-    left_ = kStopPollOps;
-    return (*should_stop_)();
-  }
-
- private:
-  const std::function<bool()>* should_stop_;
-  int32_t left_ = kStopPollOps;
-};
 
 absl::Status StoppedWhilePreparing() {
   return absl::DeadlineExceededError(
@@ -365,20 +344,6 @@ void Evaluator::ResetNodes() {
   dirty_ = false;
 }
 
-template <typename Fn>
-inline void Evaluator::ForEachSuccessor(int32_t p, Fn&& fn) const {
-  const Node& node = nodes_[p];
-  if (node.succ[1] == kFanOut) {
-    const bool to_t = KindOfIndex(node.ks) == OpKind::kS;
-    const int32_t* pos = vocab_pos_.data() + static_cast<size_t>(node.edge[1]) * P_ * 2 + to_t;
-    const int32_t base = to_t ? fanout_t_edges_ : fanout_s_edges_;
-    for (int d = 0; d < P_; ++d) fn(pos[2 * d], base + d);
-    if (node.succ[0] >= 0) fn(node.succ[0], node.edge[0]);
-    return;
-  }
-  for (int k = 0; k < 2 && node.succ[k] >= 0; ++k) fn(node.succ[k], node.edge[k]);
-}
-
 absl::Status Evaluator::StoppedError() const {
   return absl::DeadlineExceededError(absl::StrCat("evaluation stopped by its stop check after ",
                                                   run_ops_, " of ", ops_.size(), " ops"));
@@ -598,167 +563,6 @@ absl::Status Evaluator::DagCycle() {
   }
   dirty_ = true;
   return absl::FailedPreconditionError("cycle");
-}
-
-// Sizes the per-run arrays for a contention pass, clears its event heap and frees every link.
-ABSL_ATTRIBUTE_ALWAYS_INLINE inline void Evaluator::ResetEventRun(bool track_pred) {
-  transfer_log_.clear();
-  const int32_t n = static_cast<int32_t>(ops_.size());
-  const int P = P_;
-  dirty_ = true;
-  start_.resize(n);
-  end_.resize(n);
-  if (track_pred) {
-    pred_.assign(n, -1);
-    pred_transfer_.assign(n, 0);
-  }
-  device_free_ = device_start_;
-  comm_free_ = device_start_;
-  first_start_.assign(P, 0.0);
-  live_.assign(P, 0.0);
-  max_live_.assign(P, 0.0);
-  heap_.clear();
-  link_free_.assign(static_cast<size_t>(P) * P, 0.0);
-}
-
-// Sets every node's inputs for the contention pass (its data predecessors, plus the previous
-// op on its device) and queues the start of each op that has none.
-ABSL_ATTRIBUTE_ALWAYS_INLINE inline void Evaluator::SeedEvents(EventRun* run) {
-  for (int d = 0; d < P_; ++d) {
-    for (int32_t f = device_offset_[d]; f < device_offset_[d + 1]; ++f) {
-      Node& node = nodes_[f];
-      node.ready = f == device_offset_[d] ? device_start_[d] : 0;
-      node.pending = kind_stage_[node.ks].predecessors + (f > device_offset_[d] ? 1 : 0);
-      if (node.pending == 0) PushEvent(Event{node.ready, run->seq++, -1, f, 0});
-    }
-  }
-}
-
-// (time, seq) is unique, so the pop order does not depend on the heap's implementation.
-ABSL_ATTRIBUTE_ALWAYS_INLINE inline void Evaluator::PushEvent(const Event& e) {
-  heap_.push_back(e);
-  std::push_heap(heap_.begin(), heap_.end(), std::greater<Event>());
-}
-
-// One input of the op at c arrives at t from p (over a transfer or not): raises c's earliest
-// start (recording p as the predecessor that set it) and queues c's start once it was the last.
-// Left to the compiler's inlining, as the lambda it replaces was: forcing it into its three
-// call sites costs evaluator_bench's contention pass 0.7% more instructions.
-inline void Evaluator::ResolveInput(int32_t c, double t, int32_t p,
-                                                                 bool transfer, EventRun* run) {
-  Node& node = nodes_[c];
-  if (t > node.ready || (run->track_pred && pred_[c] < 0)) {
-    node.ready = std::max(node.ready, t);
-    if (run->track_pred) {
-      pred_[c] = p;
-      pred_transfer_[c] = transfer;
-    }
-  }
-  if (--node.pending == 0) PushEvent(Event{node.ready, run->seq++, -1, c, 0});
-}
-
-// A transfer became ready: serves it on its directed link in FIFO order, logs it if asked and
-// delivers it to its consumer.
-ABSL_ATTRIBUTE_ALWAYS_INLINE inline void Evaluator::ServeTransfer(const Event& e, EventRun* run) {
-  const Edge& edge = edges_[e.edge];
-  const int a = device_[e.producer];
-  const int b = device_[e.op];
-  const size_t link = static_cast<size_t>(a) * P_ + b;
-  const double start = std::max(e.time, link_free_[link]);
-  const double end = start + edge.delay;  // = pb.transfer_s(a, b, bytes)
-  link_free_[link] = end;
-  if (run->log_transfers) {
-    TransferRecord t;
-    t.from_device = a;
-    t.to_device = b;
-    t.consumer = ops_[e.op];
-    t.bytes = edge.bytes;
-    t.start_s = start;
-    t.end_s = end;
-    transfer_log_.push_back(t);
-  }
-  ResolveInput(e.op, end, e.producer, true, run);
-}
-
-// The op of `e` starts at e.time: times it (compute, then its tail on the communication
-// stream, as in RunDag), frees its device for the next op and sends its outputs, queueing a
-// transfer for each cross-device edge.
-ABSL_ATTRIBUTE_ALWAYS_INLINE inline void Evaluator::StartEventOp(const Event& e, EventRun* run) {
-  const int32_t p = e.op;
-  start_[p] = e.time;
-  const KindStage& k = kind_stage_[nodes_[p].ks];
-  const int dp = device_[p];
-  const double compute_end = e.time + k.duration;  // then the tail, as in RunDag
-  end_[p] = compute_end;
-  if (k.tail > 0) {
-    end_[p] = std::max(compute_end, comm_free_[dp]) + k.tail;
-    comm_free_[dp] = end_[p];
-  }
-  if (p + 1 < device_offset_[dp + 1]) ResolveInput(p + 1, compute_end, p, false, run);
-  ForEachSuccessor(p, [&](int32_t c, int32_t ei) {
-    const Edge& edge = edges_[ei];
-    if (edge.transfer) {
-      PushEvent(Event{end_[p], run->seq++, p, c, ei});
-    } else {
-      ResolveInput(c, end_[p] + edge.delay, p, false, run);
-    }
-  });
-}
-
-// After a complete contention pass: each device's first start and compute end, stage 0's last
-// backward end, and the activation peaks (from the schedule order).
-ABSL_ATTRIBUTE_ALWAYS_INLINE inline void Evaluator::FinishEventRun() {
-  for (int d = 0; d < P_; ++d) {
-    const int32_t lo = device_offset_[d], hi = device_offset_[d + 1];
-    if (lo == hi) continue;
-    first_start_[d] = start_[lo];
-    device_free_[d] = start_[hi - 1] + kind_stage_[nodes_[hi - 1].ks].duration;
-  }
-  b0_end_ = last_b0_pos_ >= 0 ? end_[last_b0_pos_] : 0;
-  ComputeMemory();
-}
-
-// Event-driven pass for link contention: op starts and transfers in time order, each directed
-// link serving one transfer at a time. An empty heap with ops left means a cycle.
-absl::Status Evaluator::RunEvents(const PipelineProblem& pb, bool track_pred, bool log_transfers,
-                                  const std::function<bool()>* should_stop) {
-  ResetEventRun(track_pred);
-  EventRun run{0, track_pred, log_transfers};
-  SeedEvents(&run);
-  StopPoller poll(should_stop);
-  int32_t processed = 0;
-  while (!heap_.empty()) {
-    std::pop_heap(heap_.begin(), heap_.end(), std::greater<Event>());
-    const Event e = heap_.back();
-    heap_.pop_back();
-    if (e.producer >= 0) {  // a transfer became ready: serve it on its link in FIFO order
-      ServeTransfer(e, &run);
-      continue;
-    }
-    if (poll.Tick()) {
-      run_ops_ = processed;
-      return StoppedError();
-    }
-    ++processed;
-    StartEventOp(e, &run);
-  }
-  if (processed != static_cast<int32_t>(ops_.size())) {
-    return absl::FailedPreconditionError("cycle");
-  }
-  FinishEventRun();
-  return absl::OkStatus();
-}
-
-void Evaluator::ComputeMemory() {
-  for (int d = 0; d < P_; ++d) {
-    double live = 0, max_live = 0;
-    for (int32_t f = device_offset_[d]; f < device_offset_[d + 1]; ++f) {
-      live += kind_stage_[nodes_[f].ks].delta;
-      max_live = std::max(max_live, live);
-    }
-    live_[d] = live;
-    max_live_[d] = max_live;
-  }
 }
 
 absl::Status Evaluator::CycleError(const PipelineProblem& pb, const Schedule& schedule) const {
