@@ -171,8 +171,33 @@ double DpSyncBound(const LayoutCandidate& c, const LayoutCandidate::Pipe& pipe) 
 }
 
 // Builds a candidate's pipelines and cheap figures; false when the layout cannot be mapped.
+// The least fraction of a pipeline's layers that must recompute their forward so that the first
+// device's share of the activations fits beside its share of the static bytes under 1F1B,
+// where it holds min(P, M) micro-batches in flight: 0 when they fit as they are, 1 when the
+// request asks every stage to recompute, > 1 (infinity) when even full recompute does not fit or
+// recompute is not allowed. Layers spread evenly; a recomputed layer keeps only its input.
+double RecomputeShareToFit(const std::vector<LayerCost>& layers, int pp, int microbatches,
+                           double capacity, double static_bytes,
+                           const ExecutorConstraints& constraints) {
+  if (constraints.require_recompute) return 1;
+  double act = 0, kept = 0;
+  for (const LayerCost& lc : layers) {
+    act += lc.activation_bytes;
+    kept += lc.input_bytes;
+  }
+  const double in_flight = std::min(pp, microbatches);
+  const double room = (capacity - static_bytes) / pp;
+  const double need = in_flight * act / pp;
+  if (need <= room) return 0;
+  const double saved = in_flight * (act - kept) / pp;
+  if (!constraints.allow_recompute || saved <= 0) return kInf;
+  const double share = (need - room) / saved;
+  return share <= 1 ? share : kInf;
+}
+
 absl::StatusOr<bool> Prepare(const ModelGraph& model, const Cluster& cluster,
-                             const CostModel& cost, bool steady, LayoutCandidate* c) {
+                             const CostModel& cost, bool steady,
+                             const ExecutorConstraints& constraints, LayoutCandidate* c) {
   const ParallelLayout& l = c->layout;
   RankMap map(cluster, l);
   if (!map.TpGroupsInsideNodes()) return false;
@@ -222,11 +247,20 @@ absl::StatusOr<bool> Prepare(const ModelGraph& model, const Cluster& cluster,
     LowerBoundOptions bound_options;
     bound_options.prefix_layers = 0;
     const LowerBound lb = PipelineLowerBound(fastest, P, c->microbatches, steady, bound_options);
-    double work = 0;  // one micro-batch through every layer, F + B + W
-    for (const LayerCost& lc : fastest) work += lc.forward_s + lc.backward_input_s + lc.weight_grad_s;
+    double work = 0, forward = 0;  // one micro-batch through every layer: F + B + W, and F
+    for (const LayerCost& lc : fastest) {
+      work += lc.forward_s + lc.backward_input_s + lc.weight_grad_s;
+      forward += lc.forward_s;
+    }
     const double sync = DpSyncBound(*c, pipe);
     c->bound_s = std::max(c->bound_s, lb.seconds + sync);
-    const double one_f_one_b = work / P * (c->microbatches + P - 1);
+    // The estimate counts the recompute that memory forces (the bound cannot: it holds for
+    // any partition): without it, deep pipelines whose first devices hold many micro-batches
+    // ranked ahead of shallower ones that end up faster once tuned.
+    const double recompute =
+        RecomputeShareToFit(fastest, P, c->microbatches, capacity, total, constraints);
+    const double one_f_one_b =
+        recompute > 1 ? kInf : (work + recompute * forward) / P * (c->microbatches + P - 1);
     c->estimate_s = std::max(c->estimate_s, std::max(lb.seconds, one_f_one_b) + sync);
   }
   return true;
@@ -437,7 +471,8 @@ absl::StatusOr<LayoutResult> TuneLayout(const ModelGraph& model, const Cluster& 
     LayoutCandidate c;
     c.layout = l;
     c.microbatches = global / l.dp;
-    ASSIGN_OR_RETURN(bool ok, Prepare(model, cluster, cost_model, steady, &c));
+    ASSIGN_OR_RETURN(bool ok,
+                     Prepare(model, cluster, cost_model, steady, tuner.constraints, &c));
     if (ok) cands.push_back(std::move(c));
   }
   if (cands.empty() && over_limit > 0) {

@@ -81,6 +81,46 @@ TEST(LayoutTest, ModelThatDoesNotFitOnOneGpuIsSplitByPipelineOrTensorParallelism
   for (const DeviceResult& d : r->pipelines[0].tune.predicted.devices) EXPECT_TRUE(d.fits_memory);
 }
 
+// The ordering estimate (1F1B over the layers' fastest costs) counts the recompute memory
+// forces: 8 unit layers (F = B = W = 1 s) on PP8, 8 micro-batches: 24 / 8 x 15 = 45 s without
+// recompute; every stage recomputing (asked for) adds F: 32 / 8 x 15 = 60 s; activations of
+// 1 GB per layer and micro-batch on 6 GB devices (the first device holds 8 micro-batches of
+// its one layer: 8 GB) need a quarter of the layers recomputed: (24 + 8 / 4) / 8 x 15 = 48.75 s.
+TEST(LayoutTest, TheEstimateCountsTheRecomputeThatMemoryForces) {
+  absl::StatusOr<ModelGraph> model = ParseSyntheticModel("layers=8,f=1,b=1,w=1");
+  ASSERT_TRUE(model.ok()) << model.status();
+  LayoutRequest req;
+  req.pp = 8;
+  req.tp = 1;
+  req.dp = 1;
+  req.global_microbatches = 8;
+  auto estimate = [&](const ModelGraph& m, const Cluster& c, const TunerOptions& o) {
+    absl::StatusOr<LayoutResult> r = TuneLayout(m, c, CostModel(), o, req);
+    EXPECT_TRUE(r.ok()) << r.status();
+    const LayoutConsidered* pp8 = r.ok() ? Find(*r, "PP8 x TP1 x EP1 x DP1 (pp outer)") : nullptr;
+    EXPECT_NE(pp8, nullptr);
+    return pp8 != nullptr ? pp8->estimate_s : -1.0;
+  };
+  EXPECT_DOUBLE_EQ(45.0, estimate(*model, SyntheticCluster(8), Options(0.5)));
+  TunerOptions full = Options(0.5);
+  full.constraints.require_recompute = true;
+  EXPECT_DOUBLE_EQ(60.0, estimate(*model, SyntheticCluster(8), full));
+
+  ModelGraph heavy = *model;
+  for (Layer& l : heavy.layers) {
+    l.measured.activation_bytes = 1e9;
+    l.measured.input_bytes = 0;
+  }
+  Cluster small = SyntheticCluster(8);
+  small.memory_reserve_bytes = 0;
+  small.hardware[0].memory_bytes = 6e9;
+  EXPECT_DOUBLE_EQ(48.75, estimate(heavy, small, Options(0.5)));
+  // Without recompute allowed it cannot fit: ranked last.
+  TunerOptions none = Options(0.5);
+  none.constraints.allow_recompute = false;
+  EXPECT_TRUE(std::isinf(estimate(heavy, small, none)));
+}
+
 TEST(LayoutTest, FixedLayoutIsKeptAndRanksMapToGpusInMegatronOrder) {
   absl::StatusOr<ModelGraph> model = ParseSyntheticModel("layers=8,f=1,b=1,w=1");
   ASSERT_TRUE(model.ok());
