@@ -16,6 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "core/leader_hint.h"
@@ -138,20 +139,29 @@ absl::StatusOr<std::unique_ptr<PlannerClient>> ConnectPlannerClient(
   if (!addresses.ok()) return addresses.status();
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> creds = Credentials(o);
   if (!creds.ok()) return creds.status();
+  PlannerResolver resolve = o.resolve;
+  if (!resolve && absl::StrContains(o.address, "dns:///")) {
+    resolve = [list = o.address] { return PlannerReplicaAddresses(list); };
+  }
   return std::make_unique<PlannerClient>(*addresses, *creds, o.token, o.timeout_s, o.log,
-                                         o.failover_window_s);
+                                         o.failover_window_s, std::move(resolve),
+                                         o.reresolve_interval_s);
 }
 
 PlannerClient::PlannerClient(std::vector<std::string> addresses,
                              std::shared_ptr<grpc::ChannelCredentials> credentials,
                              std::string token, double timeout_s, std::ostream* log,
-                             double failover_window_s)
+                             double failover_window_s, PlannerResolver resolve,
+                             double reresolve_interval_s)
     : credentials_(std::move(credentials)),
       token_(std::move(token)),
       timeout_s_(timeout_s),
       failover_window_s_(failover_window_s),
-      log_(log) {
+      log_(log),
+      resolve_(std::move(resolve)),
+      reresolve_interval_s_(reresolve_interval_s) {
   for (std::string& a : addresses) {
+    if (resolve_) resolved_.insert(a);
     replicas_.push_back(std::make_unique<Replica>());
     replicas_.back()->address = std::move(a);
   }
@@ -195,12 +205,83 @@ size_t PlannerClient::current() const {
 
 size_t PlannerClient::IndexOf(const std::string& address) {
   absl::MutexLock lock(&mu_);
+  bool appended = false;
+  return IndexOfLocked(address, &appended);
+}
+
+size_t PlannerClient::IndexOfLocked(const std::string& address, bool* appended) {
+  *appended = false;
   for (size_t i = 0; i < replicas_.size(); ++i) {
     if (replicas_[i]->address == address) return i;
   }
   replicas_.push_back(std::make_unique<Replica>());
   replicas_.back()->address = address;
+  *appended = true;
   return replicas_.size() - 1;
+}
+
+std::vector<size_t> PlannerClient::RoundFrom(size_t start) const {
+  absl::MutexLock lock(&mu_);
+  const size_t n = replicas_.size();
+  std::vector<size_t> order;
+  for (size_t k = 0; k < n; ++k) {
+    const size_t i = (start + k) % n;
+    if (!replicas_[i]->gone) order.push_back(i);
+  }
+  return order;
+}
+
+std::optional<size_t> PlannerClient::ReResolve() {
+  if (!resolve_) return std::nullopt;
+  {
+    absl::MutexLock lock(&resolve_mu_);
+    const auto now = std::chrono::steady_clock::now();
+    if (last_resolve_.has_value() &&
+        now - *last_resolve_ < std::chrono::duration<double>(reresolve_interval_s_)) {
+      return std::nullopt;
+    }
+    last_resolve_ = now;
+  }
+  // Outside the locks: a DNS lookup may take a while, and other calls go on meanwhile.
+  const absl::StatusOr<std::vector<std::string>> found = resolve_();
+  if (!found.ok() || found->empty()) {
+    Log(absl::StrCat("cannot resolve the planner replicas again (",
+                     found.ok() ? "no address" : std::string(found.status().message()),
+                     "); keeping the ones known"));
+    return std::nullopt;
+  }
+  const std::set<std::string> now_listed(found->begin(), found->end());
+  std::vector<std::string> added, gone, live;
+  std::optional<size_t> first_new;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const std::string& a : *found) {
+      bool appended = false;
+      const size_t i = IndexOfLocked(a, &appended);
+      if (appended || replicas_[i]->gone) {
+        replicas_[i]->gone = false;
+        if (std::find(added.begin(), added.end(), a) == added.end()) added.push_back(a);
+        if (!first_new.has_value()) first_new = i;
+      }
+    }
+    for (const auto& r : replicas_) {  // in the replicas' order
+      if (resolved_.count(r->address) == 0 || now_listed.count(r->address) != 0) continue;
+      r->gone = true;
+      gone.push_back(r->address);
+    }
+    resolved_ = now_listed;
+    for (const auto& r : replicas_) {
+      if (!r->gone) live.push_back(r->address);
+    }
+  }
+  if (!added.empty() || !gone.empty()) {
+    Log(absl::StrCat("planner replicas resolved again: ",
+                     added.empty() ? "" : absl::StrCat("new ", absl::StrJoin(added, ", ")),
+                     !added.empty() && !gone.empty() ? "; " : "",
+                     gone.empty() ? "" : absl::StrCat("gone ", absl::StrJoin(gone, ", ")),
+                     " (now ", absl::StrJoin(live, ", "), ")"));
+  }
+  return first_new;
 }
 
 bool PlannerClient::Reachable(size_t i, double wait_s) {
@@ -241,7 +322,7 @@ void PlannerClient::Log(const std::string& line) const {
   *log_ << "octopipe: " << line << std::endl;
 }
 
-grpc::Status PlannerClient::RunAlone(const Attempt& attempt) {
+grpc::Status PlannerClient::RunAlone(const Attempt& attempt, bool* maybe_sent) {
   // A channel that was used and lost its planner gets up to a second to reconnect first: a
   // synchronous call that fails fast does not drive the reconnection, and a planner back after
   // a restart should be used again within a second. A fresh channel (IDLE) is not waited for:
@@ -251,12 +332,28 @@ grpc::Status PlannerClient::RunAlone(const Attempt& attempt) {
   if (state != GRPC_CHANNEL_READY && state != GRPC_CHANNEL_IDLE) {
     r.channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(1));
   }
+  // A call on a channel in TRANSIENT_FAILURE fails at once, unsent; otherwise (connecting, or
+  // connected and then lost) the planner may have got it.
+  const grpc_connectivity_state before = r.channel->GetState(/*try_to_connect=*/false);
+  *maybe_sent = before != GRPC_CHANNEL_TRANSIENT_FAILURE && before != GRPC_CHANNEL_SHUTDOWN;
   auto ctx = Context();
   return attempt(*r.stub, ctx.get());
 }
 
 grpc::Status PlannerClient::Run(Route route, bool idempotent, const Attempt& attempt) {
-  if (size() == 1) return RunAlone(attempt);
+  std::optional<size_t> fresh;
+  if (size() == 1) {
+    // A lone planner that cannot be reached: its DNS name may list another address now (a pod
+    // rescheduled), which gets the rounds below.
+    bool maybe_sent = false;
+    const grpc::Status s = RunAlone(attempt, &maybe_sent);
+    if (s.error_code() != grpc::StatusCode::UNAVAILABLE ||
+        (maybe_sent && !idempotent && !RefusedUnexecuted(s))) {
+      return s;
+    }
+    fresh = ReResolve();
+    if (!fresh.has_value()) return s;
+  }
   const auto window_end =
       std::chrono::steady_clock::now() +
       std::chrono::milliseconds(static_cast<int64_t>(failover_window_s_ * 1000));
@@ -266,13 +363,13 @@ grpc::Status PlannerClient::Run(Route route, bool idempotent, const Attempt& att
     start = route == Route::kLeader ? leader_ : route == Route::kAny ? current_ : spread_next_;
     if (route == Route::kSpread) spread_next_ = (spread_next_ + 1) % replicas_.size();
   }
+  if (fresh.has_value()) start = *fresh;
   grpc::Status last(grpc::StatusCode::UNAVAILABLE, "no planner replica was tried");
   double backoff_s = 0.1;
   while (true) {
-    // One round: every replica once, in order from `start` (a named leader is tried next).
-    const size_t n = size();
-    std::vector<size_t> order;
-    for (size_t k = 0; k < n; ++k) order.push_back((start + k) % n);
+    // One round: every replica (but the gone) once, in order from `start` (a named leader is
+    // tried next).
+    std::vector<size_t> order = RoundFrom(start);
     std::set<size_t> tried;
     for (size_t k = 0; k < order.size(); ++k) {
       const size_t i = order[k];
@@ -321,6 +418,11 @@ grpc::Status PlannerClient::Run(Route route, bool idempotent, const Attempt& att
         std::chrono::steady_clock::now() >= window_end) {
       return last;
     }
+    // New addresses from DNS are tried at once, first.
+    if (std::optional<size_t> fresh_now = ReResolve()) {
+      start = *fresh_now;
+      continue;
+    }
     Sleep(backoff_s);
     backoff_s = std::min(1.0, 2 * backoff_s);
     if (route == Route::kLeader) {
@@ -341,10 +443,9 @@ std::optional<size_t> PlannerClient::FailOver(size_t failed, const grpc::Status&
       std::chrono::steady_clock::now() +
       std::chrono::milliseconds(static_cast<int64_t>(failover_window_s_ * 1000));
   double backoff_s = 0.1;
+  size_t from = failed + 1;  // the failed replica last
   while (true) {
-    const size_t n = size();
-    for (size_t k = 1; k <= n; ++k) {
-      const size_t i = (failed + k) % n;
+    for (const size_t i : RoundFrom(from)) {
       if (Reachable(i, 1.0)) {
         absl::MutexLock lock(&mu_);
         current_ = i;
@@ -352,6 +453,10 @@ std::optional<size_t> PlannerClient::FailOver(size_t failed, const grpc::Status&
       }
     }
     if (std::chrono::steady_clock::now() >= window_end) return std::nullopt;
+    if (std::optional<size_t> fresh = ReResolve()) {
+      from = *fresh;
+      continue;
+    }
     Sleep(backoff_s);
     backoff_s = std::min(1.0, 2 * backoff_s);
   }

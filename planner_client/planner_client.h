@@ -21,15 +21,26 @@
 // only when it is idempotent; otherwise the error says it may have taken effect. A lone
 // planner is asked once: a fresh address nothing listens on fails at once, a planner that was
 // reached before and is reconnecting (restarted) gets up to a second first.
+// Re-resolution: given dns:/// names (or a `resolve` function), the client resolves them again
+// when a round fails with UNAVAILABLE (a lone planner: when its one call does, and the call
+// was not sent or is idempotent), at most once per `reresolve_interval_s` over all threads;
+// addresses it did not know are added to the replicas and tried at once (the next round starts
+// at the first of them), so a replica set whose pods were rescheduled is found again without a
+// restart (a lone planner's client then has several replicas and fails over like one with a
+// list). Addresses that left DNS stay in the list (their indices stay valid for streams) but
+// are marked gone: rounds and FailOver skip them until DNS lists them again (a leader a
+// follower names is still tried). One log line says what changed (or why resolving failed).
 //
 // Thread-safe: calls from several threads share the channels and the routing state.
 #ifndef OCTOPIPE_PLANNER_CLIENT_PLANNER_CLIENT_H_
 #define OCTOPIPE_PLANNER_CLIENT_PLANNER_CLIENT_H_
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <ostream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -53,6 +64,9 @@ absl::Status CheckPlannerAddress(const std::string& address);
 // CheckPlannerAddress.
 absl::StatusOr<std::vector<std::string>> PlannerReplicaAddresses(const std::string& list);
 
+// Resolves the replicas again (every address, as PlannerReplicaAddresses gives them).
+using PlannerResolver = std::function<absl::StatusOr<std::vector<std::string>>()>;
+
 struct PlannerClientOptions {
   std::string address;   // HOST:PORT, A,B,C: planner replicas, or dns:///NAME:PORT (every
                          // address NAME resolves to)
@@ -63,6 +77,11 @@ struct PlannerClientOptions {
   double timeout_s = 600;           // deadline of each call
   double failover_window_s = 10;    // how long a round of replicas is retried (see above)
   std::ostream* log = nullptr;      // one line per fail-over; null: none
+  // Asked again when a round fails (see Re-resolution above); null: PlannerReplicaAddresses
+  // (address) when address holds a dns:/// name, else never. The first list is always
+  // PlannerReplicaAddresses(address).
+  PlannerResolver resolve;
+  double reresolve_interval_s = 1;  // the least time between two calls of `resolve`
 };
 
 class PlannerClient;
@@ -81,7 +100,8 @@ class PlannerClient {
 
   PlannerClient(std::vector<std::string> addresses,
                 std::shared_ptr<grpc::ChannelCredentials> credentials, std::string token,
-                double timeout_s, std::ostream* log, double failover_window_s = 10);
+                double timeout_s, std::ostream* log, double failover_window_s = 10,
+                PlannerResolver resolve = nullptr, double reresolve_interval_s = 1);
 
   template <typename Req, typename Resp>
   grpc::Status Call(Route route, Method<Req, Resp> method, const Req& request, Resp* response,
@@ -92,15 +112,16 @@ class PlannerClient {
   }
 
   // For streams (WatchPlan): the replica to use first (the last that answered), its stub and
-  // address and a context with the token and no deadline.
+  // address and a context with the token and no deadline. Indices stay valid for the client's
+  // lifetime (size() counts gone replicas too).
   size_t current() const;
   proto::Planner::Stub& stub(size_t i);
   std::string address(size_t i) const;
   size_t size() const;
   std::unique_ptr<grpc::ClientContext> StreamContext() const;
   // After a stream on replica `failed` ended with `why` (UNAVAILABLE): the leader it names (a
-  // follower refusing), else the next replica that can be reached within the fail-over window;
-  // nullopt when none.
+  // follower refusing), else the next replica that can be reached within the fail-over window
+  // (re-resolving as a round does); nullopt when none.
   std::optional<size_t> FailOver(size_t failed, const grpc::Status& why);
 
  private:
@@ -108,15 +129,26 @@ class PlannerClient {
     std::string address;
     std::shared_ptr<grpc::Channel> channel;  // created on first use
     std::unique_ptr<proto::Planner::Stub> stub;
+    bool gone = false;  // (mu_) left DNS at the last re-resolution: skipped by rounds
   };
   using Attempt = std::function<grpc::Status(proto::Planner::Stub&, grpc::ClientContext*)>;
   grpc::Status Run(Route route, bool idempotent, const Attempt& attempt);
-  grpc::Status RunAlone(const Attempt& attempt);  // a lone planner: asked once
+  // A lone planner: asked once. *maybe_sent: false when the call failed unsent (its channel was
+  // in TRANSIENT_FAILURE), else true (a failure may have come after the planner got it).
+  grpc::Status RunAlone(const Attempt& attempt, bool* maybe_sent);
+  // The replicas a round from `start` asks, in order: all but the gone ones.
+  std::vector<size_t> RoundFrom(size_t start) const;
+  // Resolves again unless there is no resolver or it was asked less than reresolve_interval_s
+  // ago: adds new addresses, marks those that left gone (and those back not gone), logs a
+  // change. The first replica that is new or back; nullopt when none (or not resolved).
+  std::optional<size_t> ReResolve();
   // The replica (its channel created on first use); stays valid for the client's lifetime.
   Replica& At(size_t i);
   bool Reachable(size_t i, double wait_s);
   bool Serving(size_t i);
   size_t IndexOf(const std::string& address);  // appended when not listed
+  size_t IndexOfLocked(const std::string& address, bool* appended)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::unique_ptr<grpc::ClientContext> Context() const;
   void Log(const std::string& line) const;
 
@@ -125,12 +157,20 @@ class PlannerClient {
   const double timeout_s_;
   const double failover_window_s_;
   std::ostream* const log_;
+  const PlannerResolver resolve_;
+  const double reresolve_interval_s_;
+  absl::Mutex resolve_mu_;
+  std::optional<std::chrono::steady_clock::time_point> last_resolve_
+      ABSL_GUARDED_BY(resolve_mu_);
   mutable absl::Mutex mu_;
   mutable absl::Mutex log_mu_;
   std::vector<std::unique_ptr<Replica>> replicas_ ABSL_GUARDED_BY(mu_);
   size_t leader_ ABSL_GUARDED_BY(mu_) = 0;
   size_t current_ ABSL_GUARDED_BY(mu_) = 0;
   size_t spread_next_ ABSL_GUARDED_BY(mu_) = 0;
+  // What the last resolution gave (the first list, with a resolver): an address that leaves it
+  // is marked gone; one not in it (a leader a follower named) never is.
+  std::set<std::string> resolved_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace octopipe::client
