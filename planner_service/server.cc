@@ -264,14 +264,6 @@ absl::Status PlannerServer::StartGrpc() {
   builder.AddListeningPort(absl::StrCat(options_.host, ":", options_.port), creds, &port_);
   builder.RegisterService(m.service.get());
   builder.SetMaxReceiveMessageSize(options_.max_request_bytes);
-  // No bandwidth-delay-product probes: with them the planner answered every few small messages
-  // it received (a heartbeat on an agent's stream) with a PING of its own, about one sendmsg
-  // per heartbeat, and spent a third of its CPU on them at 10,000 heartbeats/s
-  // (bench:control_plane: 0.68 -> 0.47 cores). Their use is growing the receive window for bulk
-  // uploads over long links; a fixed 1 MiB window per stream instead takes a 64 MB request
-  // (the largest allowed) in 64 round trips.
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 1 << 20);
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   metrics::PlannerMetrics* metrics = m.metrics;
   interceptors.push_back(std::make_unique<RpcLogInterceptorFactory>(
