@@ -351,9 +351,9 @@ int Watch(const JobsOptions& o, PlannerClient& planner, std::ostream& out,
     }
     grpc::Status s = reader->Finish();
     if (s.ok() || s.error_code() == grpc::StatusCode::CANCELLED) return 0;
-    if (s.error_code() != grpc::StatusCode::UNAVAILABLE || planner.size() < 2) {
-      return Fail(err, FromGrpc(s), 1);
-    }
+    // UNAVAILABLE: another replica, the leader a follower named, the same planner back from a
+    // restart or a dns:/// name's new address (the client re-resolves), within the window.
+    if (s.error_code() != grpc::StatusCode::UNAVAILABLE) return Fail(err, FromGrpc(s), 1);
     const std::optional<size_t> next = planner.FailOver(replica, s);
     if (!next) return Fail(err, FromGrpc(s), 1);
     err << "octopipe jobs watch: the planner at " << planner.address(replica)

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/convert.h"
 #include "gmock/gmock.h"
@@ -233,6 +234,48 @@ TEST(CliPlannerTest, JobsCreateListGetWatchDelete) {
   const CliResult empty = RunCli({"jobs", "list", at});
   ASSERT_EQ(empty.exit_code, 0) << empty.Describe();
   EXPECT_THAT(empty.out, Not(HasSubstr(id + " "))) << empty.Describe();
+}
+
+// A `jobs watch` on a lone planner that is killed and restarted (same port, same state) goes on
+// watching after the version it printed, instead of failing: the client waits out the
+// planner's absence within its fail-over window.
+TEST(CliPlannerTest, JobsWatchGoesOnWhenALonePlannerRestarts) {
+  const int port = testing::FreePort();
+  const std::vector<std::string> args = {"--state_dir=" + TestPath("watch-restart"),
+                                         "--port=" + std::to_string(port)};
+  PlannerProcess planner(kPlanner);
+  ASSERT_TRUE(planner.Start(args).ok()) << planner.log();
+  const std::string at = "--planner=" + planner.address();
+  const CliResult created =
+      RunCli(Concat({"jobs", "create", "--name=watched"}, SmallPlanFlags(planner.address())));
+  ASSERT_EQ(created.exit_code, 0) << created.Describe();
+  const std::string id = CreatedId(created.out);
+  ASSERT_EQ(RunCli({"jobs", "watch", at, "--job=" + id, "--count=1"}).exit_code, 0);
+
+  // The watch's stdout and stderr, line by line, as it prints them (the read blocks; the
+  // test's timeout bounds it).
+  FILE* watch = popen(absl::StrCat(kCli, " jobs watch ", at, " --job=", id, " 2>&1").c_str(), "r");
+  ASSERT_NE(watch, nullptr);
+  auto read_until = [&](const std::string& text) {
+    std::string seen;
+    char line[4096];
+    while (fgets(line, sizeof(line), watch) != nullptr) {
+      seen += line;
+      if (seen.find(text) != std::string::npos) break;
+    }
+    return seen;
+  };
+  const std::string before = read_until(" v1 ");
+  ASSERT_THAT(before, HasSubstr(id + " v1 (initial)"));
+  planner.Kill(SIGKILL);
+  PlannerProcess restarted(kPlanner);
+  ASSERT_TRUE(restarted.Start(args).ok()) << restarted.log();
+  const std::string after = read_until("after v1");
+  EXPECT_THAT(after, HasSubstr("the planner at " + planner.address() + " went away"));
+  EXPECT_THAT(after, HasSubstr("watching on " + planner.address() + " after v1"));
+  // Still watching: ended only by the test.
+  std::system(absl::StrCat("pkill -f 'jobs watch .*--job=", id, "'").c_str());
+  pclose(watch);
 }
 
 TEST(CliPlannerTest, JobsCreateNeedsTheTokenThePlannerWasStartedWith) {
