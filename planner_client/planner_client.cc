@@ -145,21 +145,22 @@ absl::StatusOr<std::unique_ptr<PlannerClient>> ConnectPlannerClient(
   }
   return std::make_unique<PlannerClient>(*addresses, *creds, o.token, o.timeout_s, o.log,
                                          o.failover_window_s, std::move(resolve),
-                                         o.reresolve_interval_s);
+                                         o.reresolve_interval_s, o.keepalive_s);
 }
 
 PlannerClient::PlannerClient(std::vector<std::string> addresses,
                              std::shared_ptr<grpc::ChannelCredentials> credentials,
                              std::string token, double timeout_s, std::ostream* log,
                              double failover_window_s, PlannerResolver resolve,
-                             double reresolve_interval_s)
+                             double reresolve_interval_s, double keepalive_s)
     : credentials_(std::move(credentials)),
       token_(std::move(token)),
       timeout_s_(timeout_s),
       failover_window_s_(failover_window_s),
       log_(log),
       resolve_(std::move(resolve)),
-      reresolve_interval_s_(reresolve_interval_s) {
+      reresolve_interval_s_(reresolve_interval_s),
+      keepalive_s_(keepalive_s) {
   for (std::string& a : addresses) {
     if (resolve_) resolved_.insert(a);
     replicas_.push_back(std::make_unique<Replica>());
@@ -180,6 +181,9 @@ PlannerClient::Replica& PlannerClient::At(size_t i) {
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
     args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+    // Pings while a call is open (the planner accepts them every 0.5 s or more).
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, static_cast<int>(keepalive_s_ * 1000));
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
     r.channel = grpc::CreateCustomChannel(r.address, credentials_, args);
     r.stub = proto::Planner::NewStub(r.channel);
   }
@@ -201,6 +205,11 @@ size_t PlannerClient::size() const {
 size_t PlannerClient::current() const {
   absl::MutexLock lock(&mu_);
   return current_;
+}
+
+size_t PlannerClient::leader() const {
+  absl::MutexLock lock(&mu_);
+  return leader_;
 }
 
 size_t PlannerClient::IndexOf(const std::string& address) {

@@ -82,6 +82,11 @@ struct PlannerClientOptions {
   // PlannerReplicaAddresses(address).
   PlannerResolver resolve;
   double reresolve_interval_s = 1;  // the least time between two calls of `resolve`
+  // While a call or stream is open, a replica that stops answering HTTP/2 pings for 5 s is
+  // given up (the call fails UNAVAILABLE) after at most this long: a stream to a host that
+  // died or was cut off without a reset (an agent's HeartbeatStream writes into TCP's buffers
+  // without an answer) is noticed in keepalive_s + 5 s, not when TCP gives up (15-30 min).
+  double keepalive_s = 10;
 };
 
 class PlannerClient;
@@ -101,7 +106,8 @@ class PlannerClient {
   PlannerClient(std::vector<std::string> addresses,
                 std::shared_ptr<grpc::ChannelCredentials> credentials, std::string token,
                 double timeout_s, std::ostream* log, double failover_window_s = 10,
-                PlannerResolver resolve = nullptr, double reresolve_interval_s = 1);
+                PlannerResolver resolve = nullptr, double reresolve_interval_s = 1,
+                double keepalive_s = 10);
 
   template <typename Req, typename Resp>
   grpc::Status Call(Route route, Method<Req, Resp> method, const Req& request, Resp* response,
@@ -115,6 +121,8 @@ class PlannerClient {
   // address and a context with the token and no deadline. Indices stay valid for the client's
   // lifetime (size() counts gone replicas too).
   size_t current() const;
+  // The replica the last write (Route::kLeader) reached: the leader as far as this client knows.
+  size_t leader() const;
   proto::Planner::Stub& stub(size_t i);
   std::string address(size_t i) const;
   size_t size() const;
@@ -159,6 +167,7 @@ class PlannerClient {
   std::ostream* const log_;
   const PlannerResolver resolve_;
   const double reresolve_interval_s_;
+  const double keepalive_s_;
   absl::Mutex resolve_mu_;
   std::optional<std::chrono::steady_clock::time_point> last_resolve_
       ABSL_GUARDED_BY(resolve_mu_);

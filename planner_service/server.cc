@@ -264,6 +264,10 @@ absl::Status PlannerServer::StartGrpc() {
   builder.AddListeningPort(absl::StrCat(options_.host, ":", options_.port), creds, &port_);
   builder.RegisterService(m.service.get());
   builder.SetMaxReceiveMessageSize(options_.max_request_bytes);
+  // Clients ping while their calls are open to notice a planner host that is gone
+  // (planner_client.h, keepalive_s; gRPC's default would answer pings more often than every
+  // 5 minutes with GOAWAY "too_many_pings").
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 500);
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   metrics::PlannerMetrics* metrics = m.metrics;
   interceptors.push_back(std::make_unique<RpcLogInterceptorFactory>(

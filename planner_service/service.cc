@@ -550,21 +550,17 @@ grpc::ServerUnaryReactor* PlannerService::Heartbeat(grpc::CallbackServerContext*
       /*audit_ok=*/false);
 }
 
-// HeartbeatStream: the caller is identified once, when the stream opens; each heartbeat is then
-// permitted for its node, required to reach the leader and handled by Beat, as a unary
-// Heartbeat would be, and recorded as a "Heartbeat" call (counter and latency). Nothing is
-// written back while the node is fine; a drained node gets {drained: true} and the stream ends
-// OK; a refused heartbeat ends the stream with its error (audited, as a refused unary one).
+// HeartbeatStream: each heartbeat is authorized (the caller identified from the stream's
+// credentials again, so an identities reload reaches open streams too), required to reach the
+// leader and handled by Beat, as a unary Heartbeat would be, and recorded as a "Heartbeat" call
+// (counter and latency). Nothing is written back while the node is fine; a drained node gets
+// {drained: true} and the stream ends OK; a refused heartbeat ends the stream with its error,
+// audited as a refused unary one.
 class HeartbeatStreamReactor final
     : public grpc::ServerBidiReactor<proto::HeartbeatRequest, proto::HeartbeatResponse> {
  public:
   HeartbeatStreamReactor(PlannerService* service, grpc::CallbackServerContext* ctx)
       : service_(service), ctx_(ctx) {
-    absl::Status s = service_->Authorize(ctx_, "HeartbeatStream", Need::kRead, "", &who_);
-    if (!s.ok()) {
-      End(s);
-      return;
-    }
     StartRead(&request_);
   }
 
@@ -575,7 +571,9 @@ class HeartbeatStreamReactor final
     }
     const auto arrival = std::chrono::steady_clock::now();
     bool drained = false;
-    absl::Status s = AccessControl::Permit(*who_, "Heartbeat", Need::kNode, request_.node_id());
+    std::optional<Principal> who;
+    absl::Status s =
+        service_->Authorize(ctx_, "Heartbeat", Need::kNode, request_.node_id(), &who);
     if (s.ok()) s = service_->RequireLeader(ctx_, "Heartbeat");
     if (s.ok()) s = service_->Beat(request_.node_id(), &drained);
     if (service_->observer_ != nullptr) {
@@ -585,7 +583,8 @@ class HeartbeatStreamReactor final
     }
     if (!s.ok()) {
       if (service_->options_.audit != nullptr) {
-        service_->options_.audit->Record(&*who_, "Heartbeat", request_.node_id(), s);
+        service_->options_.audit->Record(who ? &*who : nullptr, "Heartbeat",
+                                         request_.node_id(), s);
       }
       End(s);
     } else if (drained) {
@@ -604,7 +603,6 @@ class HeartbeatStreamReactor final
 
   PlannerService* const service_;
   grpc::CallbackServerContext* const ctx_;
-  std::optional<Principal> who_;
   proto::HeartbeatRequest request_;
   proto::HeartbeatResponse response_;
 };

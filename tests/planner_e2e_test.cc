@@ -23,6 +23,7 @@
 #include "core/model_zoo.h"
 #include "core/synthetic_model.h"
 #include "planner_client/heartbeat_stream.h"
+#include "planner_client/planner_client.h"
 #include "gtest/gtest.h"
 #include "proto/health.grpc.pb.h"
 #include "proto/planner.grpc.pb.h"
@@ -704,11 +705,13 @@ std::unique_ptr<client::HeartbeatStream> OpenBeats(proto::Planner::Stub* stub,
   return std::make_unique<client::HeartbeatStream>(stub, std::move(ctx), node);
 }
 
-// Beats once, then waits (up to 20 s) for the planner to end the stream; its status.
+// Beats (again while the last beat is still being written) until the planner ends the stream
+// (up to 20 s); its status.
 grpc::Status BeatUntilEnded(client::HeartbeatStream* stream) {
-  stream->Beat();
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  bool sent = false;
   while (!stream->ended() && std::chrono::steady_clock::now() < deadline) {
+    if (!sent) sent = stream->Beat();
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   return stream->ended() ? stream->status()
@@ -752,6 +755,7 @@ TEST(PlannerE2ETest, HeartbeatStreamBeatsAsUnaryCallsDoAndEndsWithTheirAnswers) 
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   EXPECT_GE(HeartbeatsCounted(planner), 5) << planner.log();
+  EXPECT_GE(sent, HeartbeatsCounted(planner));  // each counted heartbeat was one sent
   EXPECT_FALSE(beats->ended()) << beats->status().error_message();
   EXPECT_EQ(beats->failed_writes(), 0);
 
@@ -784,6 +788,57 @@ TEST(PlannerE2ETest, HeartbeatStreamBeatsAsUnaryCallsDoAndEndsWithTheirAnswers) 
   closing->Beat();
   EXPECT_EQ(closing->Close().error_code(), grpc::StatusCode::CANCELLED);
   EXPECT_TRUE(Beat(stub.get(), "b-token", "node-b").ok());
+
+  // An identities reload reaches an open stream: node-b's old token is refused on its next beat.
+  auto open = OpenBeats(stub.get(), "b-token", "node-b");
+  const double counted = HeartbeatsCounted(planner);
+  const auto counting = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (HeartbeatsCounted(planner) <= counted && std::chrono::steady_clock::now() < counting) {
+    open->Beat();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_FALSE(open->ended()) << open->status().error_message();
+  std::ofstream(identities) << R"({"principals": [
+      {"name": "node-b", "role": "agent", "node": "node-b", "token": "b-token-2"},
+      {"name": "ops", "role": "admin", "token": "ops-token"}]})";
+  planner.Signal(SIGHUP);
+  const auto reloaded = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (planner.log().find("identities reloaded") == std::string::npos &&
+         std::chrono::steady_clock::now() < reloaded) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(BeatUntilEnded(open.get()).error_code(), grpc::StatusCode::UNAUTHENTICATED)
+      << planner.log();
+}
+
+// A planner that stops answering (SIGSTOP: its connections stay open, nothing is reset) ends
+// an agent's HeartbeatStream UNAVAILABLE within keepalive_s + 5 s of pings going unanswered,
+// instead of the beats being written into TCP's buffers until TCP gives up.
+TEST(PlannerE2ETest, AHeartbeatStreamToAPlannerThatStoppedAnsweringEnds) {
+  PlannerProcess planner(kPlanner);
+  ASSERT_TRUE(planner.Start({"--state_dir=" + TestPath("stream-stopped")}).ok()) << planner.log();
+  client::PlannerClientOptions o;
+  o.address = planner.address();
+  o.keepalive_s = 1;
+  absl::StatusOr<std::unique_ptr<client::PlannerClient>> c = client::ConnectPlannerClient(o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  auto stub = Connect(planner.address());
+  ASSERT_EQ(Register(stub.get(), "", "node-a"), grpc::StatusCode::OK);
+  client::HeartbeatStream beats(&(*c)->stub(0), (*c)->StreamContext(), "node-a");
+  const auto counting = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (HeartbeatsCounted(planner) < 1 && std::chrono::steady_clock::now() < counting) {
+    beats.Beat();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_GE(HeartbeatsCounted(planner), 1) << planner.log();
+  planner.Signal(SIGSTOP);
+  const auto stopped = std::chrono::steady_clock::now();
+  const grpc::Status ended = BeatUntilEnded(&beats);
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped).count();
+  planner.Signal(SIGCONT);
+  EXPECT_EQ(ended.error_code(), grpc::StatusCode::UNAVAILABLE) << ended.error_message();
+  EXPECT_LT(took, 15.0);
 }
 
 TEST(PlannerE2ETest, IdentitiesFlagErrorsAreClear) {

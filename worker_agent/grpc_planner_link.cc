@@ -46,12 +46,20 @@ class GrpcPlannerLink final : public PlannerLink {
 
   // Heartbeats go on a HeartbeatStream to the leader once a unary Heartbeat found it (and
   // confirmed the node): each later beat is one message on it. A stream the planner ended says
-  // what the beat would have: drained, or its error (NOT_FOUND: register again). A stream
-  // that broke (the leader gone, a follower now, a restart) is not an answer: the beat goes
-  // by a unary call, which fails over to the new leader, and a new stream opens there.
+  // what the beat would have: drained, or its error (NOT_FOUND: register again) — one interval
+  // after the beat that caused it, which was reported OK. A stream that broke (the leader gone,
+  // a follower now, a restart, a host that stopped answering pings: PlannerClientOptions::
+  // keepalive_s) is not an answer: the beat goes by a unary call, which fails over to the new
+  // leader, and a new stream opens there (the beat the planner missed meanwhile is one of the
+  // several its heartbeat timeout allows).
   absl::StatusOr<bool> Heartbeat(const std::string& node) override {
     absl::MutexLock lock(&heartbeat_mu_);
-    if (stream_ != nullptr && stream_->ended()) {
+    // A beat still being written is skipped (the next one goes); a stream that ended since
+    // the last beat is read below.
+    if (stream_ != nullptr && !stream_->ended() && (stream_->Beat() || !stream_->ended())) {
+      return false;
+    }
+    if (stream_ != nullptr) {
       const grpc::Status ended = stream_->status();
       const bool drained = stream_->drained();
       stream_.reset();
@@ -61,17 +69,13 @@ class GrpcPlannerLink final : public PlannerLink {
         return FromGrpc("HeartbeatStream", ended);
       }
     }
-    if (stream_ != nullptr) {
-      stream_->Beat();  // skipped while the last beat is still being written: the next one goes
-      return false;
-    }
     proto::HeartbeatRequest req;
     req.set_node_id(node);
     proto::HeartbeatResponse resp;
     absl::Status s = Rpc("Heartbeat", Route::kLeader, &proto::Planner::Stub::Heartbeat, req, &resp);
     if (!s.ok()) return s;
     if (!resp.drained()) {
-      const size_t leader = planner_->current();  // the replica that just answered
+      const size_t leader = planner_->leader();  // the replica this write just reached
       stream_ = std::make_unique<client::HeartbeatStream>(&planner_->stub(leader),
                                                           planner_->StreamContext(), node);
     }
