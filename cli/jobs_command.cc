@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "cli/command_line.h"
 #include "cli/inputs.h"
 #include "cli/planner_client.h"
@@ -322,6 +323,8 @@ int Watch(const JobsOptions& o, PlannerClient& planner, std::ostream& out,
   // version printed (events reported meanwhile are in `jobs get`).
   int64_t seen = 0, last_version = o.after;
   size_t replica = planner.current();
+  bool watched = false;     // some stream delivered something (the address is a planner)
+  double quiet_backoff_s = 0;  // between streams that ended delivering nothing
   while (true) {
     std::unique_ptr<grpc::ClientContext> watch_ctx = planner.StreamContext();  // no deadline
     proto::WatchPlanRequest req;
@@ -330,7 +333,9 @@ int Watch(const JobsOptions& o, PlannerClient& planner, std::ostream& out,
     req.set_include_events(o.events);
     auto reader = planner.stub(replica).WatchPlan(watch_ctx.get(), req);
     proto::PlanVersion v;
+    bool delivered = false;
     while (reader->Read(&v)) {
+      delivered = watched = true;
       if (v.has_event()) {  // --events: "JOB event KIND (vN, iteration T, node N): MESSAGE"
         const proto::JobEvent& e = v.event();
         out << (o.json ? ProtoToJson(v)
@@ -351,9 +356,21 @@ int Watch(const JobsOptions& o, PlannerClient& planner, std::ostream& out,
     }
     grpc::Status s = reader->Finish();
     if (s.ok() || s.error_code() == grpc::StatusCode::CANCELLED) return 0;
-    // UNAVAILABLE: another replica, the leader a follower named, the same planner back from a
-    // restart or a dns:/// name's new address (the client re-resolves), within the window.
-    if (s.error_code() != grpc::StatusCode::UNAVAILABLE) return Fail(err, FromGrpc(s), 1);
+    // UNAVAILABLE: another replica, the leader a follower named, or — once a stream worked, so
+    // that a mistyped address still fails at once — the same lone planner back from a restart
+    // or a dns:/// name's new address (the client re-resolves), within the window. Streams that
+    // end delivering nothing (a follower with no leader yet) are retried with back-off, for at
+    // most the window.
+    if (s.error_code() != grpc::StatusCode::UNAVAILABLE || (planner.size() < 2 && !watched)) {
+      return Fail(err, FromGrpc(s), 1);
+    }
+    if (delivered) {
+      quiet_backoff_s = 0;
+    } else {
+      quiet_backoff_s = quiet_backoff_s == 0 ? 0.1 : 2 * quiet_backoff_s;
+      if (quiet_backoff_s > 10) return Fail(err, FromGrpc(s), 1);
+      absl::SleepFor(absl::Seconds(std::min(1.0, quiet_backoff_s)));
+    }
     const std::optional<size_t> next = planner.FailOver(replica, s);
     if (!next) return Fail(err, FromGrpc(s), 1);
     err << "octopipe jobs watch: the planner at " << planner.address(replica)
