@@ -170,16 +170,15 @@ double DpSyncBound(const LayoutCandidate& c, const LayoutCandidate::Pipe& pipe) 
   return best;
 }
 
-// Builds a candidate's pipelines and cheap figures; false when the layout cannot be mapped.
 // The least fraction of a pipeline's layers that must recompute their forward so that the first
-// device's share of the activations fits beside its share of the static bytes under 1F1B,
-// where it holds min(P, M) micro-batches in flight: 0 when they fit as they are, 1 when the
-// request asks every stage to recompute, > 1 (infinity) when even full recompute does not fit or
-// recompute is not allowed. Layers spread evenly; a recomputed layer keeps only its input.
+// device's activations fit beside its static bytes under 1F1B, where it holds min(P, M)
+// micro-batches in flight of 1/P of the layers; its memory and static bytes taken as the
+// pipeline's average (layers spread evenly). 0 when they fit as they are, 1 when the request
+// asks every stage to recompute, infinity when even full recompute does not fit or recompute is
+// not allowed. A recomputed layer keeps only its input.
 double RecomputeShareToFit(const std::vector<LayerCost>& layers, int pp, int microbatches,
                            double capacity, double static_bytes,
                            const ExecutorConstraints& constraints) {
-  if (constraints.require_recompute) return 1;
   double act = 0, kept = 0;
   for (const LayerCost& lc : layers) {
     act += lc.activation_bytes;
@@ -188,13 +187,15 @@ double RecomputeShareToFit(const std::vector<LayerCost>& layers, int pp, int mic
   const double in_flight = std::min(pp, microbatches);
   const double room = (capacity - static_bytes) / pp;
   const double need = in_flight * act / pp;
+  const double need_recomputing = in_flight * kept / pp;
+  if (constraints.require_recompute) return need_recomputing <= room ? 1 : kInf;
   if (need <= room) return 0;
-  const double saved = in_flight * (act - kept) / pp;
-  if (!constraints.allow_recompute || saved <= 0) return kInf;
-  const double share = (need - room) / saved;
+  if (!constraints.allow_recompute || need_recomputing >= need) return kInf;
+  const double share = (need - room) / (need - need_recomputing);
   return share <= 1 ? share : kInf;
 }
 
+// Builds a candidate's pipelines and cheap figures; false when the layout cannot be mapped.
 absl::StatusOr<bool> Prepare(const ModelGraph& model, const Cluster& cluster,
                              const CostModel& cost, bool steady,
                              const ExecutorConstraints& constraints, LayoutCandidate* c) {
