@@ -7,11 +7,12 @@
 //   call                                                 viewer  scheduler  agent    admin
 //   GetJob ListJobs WatchPlan ListAgents                  yes     yes        yes      yes
 //   Plan CreateJob DeleteJob DrainNode ReportNodeFailure  -       yes        -        yes
-//   RegisterAgent Heartbeat ReportStageTimes
-//   ReportJobEvent                                        -       -          own node yes
+//   RegisterAgent Heartbeat (HeartbeatStream's messages)
+//   ReportStageTimes ReportJobEvent                       -       -          own node yes
 //
 // An agent identity names one node and may act only for it: a call for another node is
-// PERMISSION_DENIED naming both. Health checks need no credential.
+// PERMISSION_DENIED naming both (on a HeartbeatStream, each heartbeat is authorized as a
+// Heartbeat call). Health checks need no credential.
 //
 // Configurations (planner flags):
 //   * none — every caller is an anonymous admin (a planner on a trusted network; with mutual
