@@ -197,25 +197,42 @@ int Run() {
   stop = true;
   writer.join();
 
-  // Every acknowledged job is on the last leader, once.
+  // Every acknowledged job is on the last leader, once. A page the leader did not answer is
+  // asked again (of whoever leads then, up to 20 times): a listing cut short must not count as
+  // lost writes (the jobs the planner holds can be more than a page: calls whose answer timed
+  // out may still have created theirs).
   std::set<std::string> stored;
   int64_t repeated = 0;
+  bool listed = false;
   if (leader) {
     proto::ListJobsRequest request;
-    do {
+    for (int tries = 0; tries < 20 && leader;) {
       grpc::ClientContext ctx;
       ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
       proto::ListJobsResponse page;
-      if (!stubs[*leader]->ListJobs(&ctx, request, &page).ok()) break;
+      const grpc::Status s = stubs[*leader]->ListJobs(&ctx, request, &page);
+      if (!s.ok()) {
+        std::cerr << "failover: ListJobs on " << addresses[*leader] << ": " << s.error_message()
+                  << "; asking again\n";
+        ++tries;
+        absl::SleepFor(absl::Milliseconds(100));
+        leader = await_leader(-1);
+        continue;
+      }
       for (const proto::Job& j : page.jobs()) {
         if (!stored.insert(j.id()).second) ++repeated;
       }
       request.set_page_token(page.next_page_token());
-    } while (!request.page_token().empty());
+      if (request.page_token().empty()) {
+        listed = true;
+        break;
+      }
+    }
   }
   int64_t lost = 0;
   std::set<std::string> unique_acks(acknowledged.begin(), acknowledged.end());
   for (const std::string& id : acknowledged) lost += stored.count(id) ? 0 : 1;
+  if (!listed) lost = -1;  // unknown: the listing never completed
 
   // Store write latency, etcd (this cluster, its own prefix) against SQLite (a temp file).
   const int writes = absl::GetFlag(FLAGS_writes);
@@ -241,11 +258,12 @@ int Run() {
       {"create_job_acknowledged", acknowledged.size()},
       {"create_job_refused_or_failed", refused},
       {"acknowledged_lost", lost},
+      {"jobs_listed", listed},
       {"repeated_job_ids", repeated + static_cast<int64_t>(acknowledged.size() - unique_acks.size())},
       {"store_write_ms", {{"etcd", ToJson(etcd_ms, "ms")}, {"sqlite", ToJson(sqlite_ms, "ms")}}},
   };
   std::cout << out.dump() << "\n";
-  return lost == 0 && failover_s.size() == static_cast<size_t>(absl::GetFlag(FLAGS_kills)) ? 0
+  return listed && lost == 0 && failover_s.size() == static_cast<size_t>(absl::GetFlag(FLAGS_kills)) ? 0
                                                                                            : 1;
 }
 

@@ -13,6 +13,7 @@ import json, sys
 r = json.loads(sys.argv[1])
 problems = []
 if r["kills"] != 3: problems.append(f"kills: {r['kills']} of 3 took effect")
+if not r["jobs_listed"]: problems.append("the final leader never answered the whole ListJobs")
 if r["acknowledged_lost"] != 0: problems.append(f"acknowledged_lost: {r['acknowledged_lost']}")
 if r["repeated_job_ids"] != 0: problems.append(f"repeated_job_ids: {r['repeated_job_ids']}")
 if r["create_job_acknowledged"] < 3: problems.append("fewer than 3 CreateJob calls acknowledged")
