@@ -267,9 +267,12 @@ int Run() {
                               std::chrono::duration<double>(n * per_call_s));
     if (due >= end) break;
     std::this_thread::sleep_until(due);
-    if (streamed) {
-      ++load.sent;
-      if (!streams[n % agents]->Beat()) ++skipped;
+    if (streamed) {  // sent: written on the stream; skipped: the agent's last beat still was
+      if (streams[n % agents]->Beat()) {
+        ++load.sent;
+      } else {
+        ++skipped;
+      }
       continue;
     }
     auto* call = new Call;

@@ -361,7 +361,9 @@ grpc::Status PlannerClient::Run(Route route, bool idempotent, const Attempt& att
       return s;
     }
     fresh = ReResolve();
-    if (!fresh.has_value()) return s;
+    // Another thread may have just resolved (this one was rate-limited): its new addresses
+    // get the rounds too.
+    if (!fresh.has_value() && size() == 1) return s;
   }
   const auto window_end =
       std::chrono::steady_clock::now() +
