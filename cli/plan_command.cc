@@ -8,6 +8,7 @@
 #include "cli/command_line.h"
 #include "cli/inputs.h"
 #include "cli/plan_output.h"
+#include "core/clock.h"
 #include "cli/plan_remote.h"
 #include "cli/planner_client.h"
 #include "cli/report_page.h"
@@ -27,6 +28,9 @@
 namespace octopipe::cli {
 namespace {
 
+// --budget_clock=reads: the budget's seconds per read of the search's clock.
+constexpr double kSecondsPerBudgetRead = 1e-5;
+
 // One pipeline over the first --devices; otherwise the layout search chooses PP x TP x EP x DP
 // over the cluster (also over `octopipe profile`'s executor ranks: the executor runs layouts).
 bool OnePipeline(const CommandLine& flags, const Cluster& /*cluster*/) {
@@ -43,6 +47,12 @@ void DeclareFlags(CommandLine& flags, PlanOptions& o, std::string* report,
             "micro-batches M; 0 = the model's training.num_microbatches");
   flags.Double("time_budget", &o.time_budget,
                "seconds of search; the best plan so far is returned when it runs out");
+  flags.String("budget_clock", &o.budget_clock,
+               "wall: --time_budget is seconds of this machine's time; reads: it is counted in\n"
+               "the search's reads of its clock (one read = 10 us), so the same request gives the\n"
+               "same plan on any machine and under any load (one evaluation thread: --threads\n"
+               "must be 0 or 1; the search takes whatever wall time those reads need, and\n"
+               "tuning_wall_s reports the reads as seconds)");
   flags.Int("seed", &o.seed, "random seed (same seed, same plan)");
   flags.Int("threads", &o.threads, "evaluation threads (0: one per core of this machine)");
   flags.String("objective", &o.objective,
@@ -149,6 +159,18 @@ absl::StatusOr<TunerOptions> ResolveTunerOptions(const PlanOptions& o, const Com
   t.time_budget_s = o.time_budget;
   t.seed = static_cast<uint64_t>(o.seed);
   if (o.threads > 0) t.threads = static_cast<int>(o.threads);
+  if (o.budget_clock == "reads") {
+    if (o.threads > 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--budget_clock=reads needs one evaluation thread (--threads=1), got --threads=",
+          o.threads));
+    }
+    t.threads = 1;
+    t.clock = std::make_shared<ReadCountingClock>(kSecondsPerBudgetRead);
+  } else if (o.budget_clock != "wall") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--budget_clock must be wall or reads, got '", o.budget_clock, "'"));
+  }
   t.link_contention = o.contention;
   absl::StatusOr<VocabParallelMode> vocab = ParseVocabParallelMode(o.vocab_parallel);
   if (!vocab.ok()) return absl::InvalidArgumentError(absl::StrCat("--", vocab.status().message()));

@@ -21,6 +21,7 @@ struct PlanOptions {
   int64_t max_layouts = 3;                 // layouts tuned in full
   int64_t microbatches = 0;  // 0: the model's training.num_microbatches
   double time_budget = 10;   // seconds; the best plan so far is returned when it runs out
+  std::string budget_clock = "wall";  // or "reads": the budget counted in the tuner's clock reads
   int64_t seed = 1;
   int64_t threads = 0;  // evaluation threads; 0: one per core of this machine
   std::string objective = "synchronous";  // or steady-state

@@ -364,6 +364,36 @@ TEST(PlanCommandTest, ConstraintFlagsReachTheTuner) {
   for (int s = 0; s < 4; ++s) EXPECT_EQ(2 * s, partition[s].value("first_layer", -1));
 }
 
+// --budget_clock=reads: the budget is counted in the search's clock reads, so a search that
+// runs out of it (a layout search of 8 GPUs on a few hundredths of a "second") gives the same
+// answer, byte for byte, every time; bad values name the flag.
+TEST(PlanCommandTest, ABudgetCountedInReadsGivesTheSameAnswerEveryTime) {
+  const std::vector<std::string> args = {
+      "--model=zoo:llama3-8b", "--cluster=preset:h100-1node", "--microbatches=32",
+      "--time_budget=0.05",    "--budget_clock=reads",        "--json",
+      "--quiet"};
+  const CliRun first = PlanCli(args);
+  ASSERT_EQ(first.code, 0) << first.err;
+  const CliRun second = PlanCli(args);
+  ASSERT_EQ(second.code, 0) << second.err;
+  EXPECT_EQ(first.out, second.out);
+  EXPECT_TRUE(Get(JsonOf(first), "layout").is_object());
+
+  std::vector<std::string> bad = args;
+  bad.push_back("--budget_clock=fast");
+  const CliRun unknown = PlanCli(bad);
+  EXPECT_NE(unknown.code, 0);
+  EXPECT_NE(unknown.err.find("--budget_clock must be wall or reads, got 'fast'"),
+            std::string::npos)
+      << unknown.err;
+  std::vector<std::string> threaded = args;
+  threaded.push_back("--threads=2");
+  const CliRun two = PlanCli(threaded);
+  EXPECT_NE(two.code, 0);
+  EXPECT_NE(two.err.find("--budget_clock=reads needs one evaluation thread"), std::string::npos)
+      << two.err;
+}
+
 TEST(PlanCommandTest, TraceHasOneComputeEventPerOp) {
   const std::string trace = TmpPath("plan-trace.json");
   CliRun r = PlanCli({"--model=synthetic:layers=8,f=1,b=1,w=1", "--cluster=synthetic:devices=2",

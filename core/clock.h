@@ -14,7 +14,8 @@
 // means RealClock::Default()):
 //   planner    the failure detector (AgentRegistry) and the re-plan cooldown (JobManager), the
 //              one-shot Plan RPC's time queued and tuning (ServiceOptions::clock);
-//   tuner      the time budget (TunerOptions::clock);
+//   tuner      the time budget (TunerOptions::clock; `plan --budget_clock=reads` gives it a
+//              ReadCountingClock, below);
 //   agent      heartbeat interval, back-off, job polls, the wait for peers' checkpoint layers
 //              after a clean stop, and the plan-switch time it reports (AgentOptions::clock);
 //   executor   the TCP store's connect deadline (GlooOptions::clock, a shared_ptr) and the
@@ -39,6 +40,7 @@
 #ifndef OCTOPIPE_CORE_CLOCK_H_
 #define OCTOPIPE_CORE_CLOCK_H_
 
+#include <atomic>
 #include <cstdint>
 
 namespace octopipe {
@@ -56,6 +58,22 @@ class RealClock : public Clock {
   double NowSeconds() const override;
   // One shared instance, for callers given no clock (never destroyed; safe from any thread).
   static const Clock& Default();
+};
+
+// A clock that advances `seconds_per_read` each time it is read: a budget on it is counted in
+// reads, not in time, so a single-threaded search that reads it at fixed points of its work
+// stops at the same point on every machine and under any load (`plan --budget_clock=reads`).
+// Thread-safe (an atomic counter).
+class ReadCountingClock : public Clock {
+ public:
+  explicit ReadCountingClock(double seconds_per_read) : seconds_per_read_(seconds_per_read) {}
+  double NowSeconds() const override {
+    return static_cast<double>(reads_.fetch_add(1, std::memory_order_relaxed)) * seconds_per_read_;
+  }
+
+ private:
+  const double seconds_per_read_;
+  mutable std::atomic<int64_t> reads_{0};
 };
 
 // `clock` when given, otherwise RealClock::Default(): how an options struct's optional clock

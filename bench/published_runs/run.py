@@ -21,7 +21,9 @@ Megatron recipes' A2A overlap) with `--ep_overlap`.
 
 Usage: bazel build -c opt //cli:octopipe && bench/published_runs/run.py [--only=SUBSTRING]
 Environment: OCTOPIPE (the binary; default bazel-bin/cli/octopipe), BUDGET (plan seconds per
-run, 5), OUT (a directory for the generated cluster files and outputs; default a temp dir).
+run, 5), BUDGET_CLOCK (wall, the default, or reads: `plan --budget_clock=reads --threads=1`,
+the budget counted in the search's clock reads, so every machine gets the same predictions),
+OUT (a directory for the generated cluster files and outputs; default a temp dir).
 """
 import glob
 import json
@@ -34,6 +36,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 OCTOPIPE = os.environ.get("OCTOPIPE", os.path.join(ROOT, "bazel-bin", "cli", "octopipe"))
 BUDGET = os.environ.get("BUDGET", "5")
+BUDGET_CLOCK = os.environ.get("BUDGET_CLOCK", "wall")
+if BUDGET_CLOCK not in ("wall", "reads"):
+    sys.exit("published_runs: BUDGET_CLOCK must be wall or reads, got %r" % BUDGET_CLOCK)
 OUT = os.environ.get("OUT") or tempfile.mkdtemp(prefix="published-runs-")
 os.makedirs(OUT, exist_ok=True)
 # Link latencies: not in the sources; NVLink/NVSwitch- and InfiniBand-class figures.
@@ -100,6 +105,8 @@ def plan(run, cluster, fixed):
     args = [OCTOPIPE, "plan", "--model=" + model_file(run),
             "--cluster=" + cluster, "--microbatches=%d" % (run["global_batch"] // micro),
             "--time-budget=" + BUDGET, "--seed=1", "--vocab_parallel=off", "--json", "--quiet"]
+    if BUDGET_CLOCK == "reads":
+        args += ["--budget_clock=reads", "--threads=1"]
     if fixed:
         args += ["--pp=%d" % layout["pp"], "--tp=%d" % layout["tp"], "--dp=%d" % layout["dp"],
                  "--ep=%d" % (layout.get("ep") or 1)]
