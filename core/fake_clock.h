@@ -1,8 +1,7 @@
 // A Clock that moves only when a test moves it, so timeouts, deadlines and budgets are tested
-// without sleeps. Starts at `start_s` (default 0) and stays there until Advance/Set — or, with
-// a non-zero `step_per_reading_s`, advances by that step after every reading, so code that
-// polls the clock runs out of a budget after budget / step readings whatever the machine's
-// speed.
+// without sleeps. Starts at `start_s` (default 0) and stays there until Advance/Set. (A clock
+// that advances with every reading, so that a polling loop runs out of its budget after a fixed
+// number of readings, is ReadCountingClock in core/clock.h.)
 //
 // Thread-safe: Advance/Set may race with NowSeconds from other threads. Set may move time
 // backwards (a real Clock never does); tests that do so are testing the caller's tolerance of
@@ -18,14 +17,11 @@ namespace octopipe {
 
 class FakeClock : public Clock {
  public:
-  explicit FakeClock(double start_s = 0, double step_per_reading_s = 0)
-      : now_s_(start_s), step_s_(step_per_reading_s) {}
+  explicit FakeClock(double start_s = 0) : now_s_(start_s) {}
 
   double NowSeconds() const override {
     absl::MutexLock lock(&mu_);
-    const double now = now_s_;
-    now_s_ += step_s_;
-    return now;
+    return now_s_;
   }
   void Advance(double s) {
     absl::MutexLock lock(&mu_);
@@ -38,9 +34,7 @@ class FakeClock : public Clock {
 
  private:
   mutable absl::Mutex mu_;
-  // Mutable: a reading advances a stepping clock.
-  mutable double now_s_ ABSL_GUARDED_BY(mu_);
-  const double step_s_;
+  double now_s_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace octopipe

@@ -57,7 +57,7 @@ TEST(TcpStoreTest, ConnectDeadlineIsKeptOnTheInjectedClock) {
     ASSERT_TRUE(server.ok());
     port = (*server)->port();
   }  // closed: every try is refused at once
-  auto clock = std::make_shared<FakeClock>(0, /*step_per_reading_s=*/1.0);
+  auto clock = std::make_shared<ReadCountingClock>(/*seconds_per_read=*/1.0);
   TcpStore s("127.0.0.1:" + std::to_string(port), std::chrono::seconds(5), clock);
   try {
     s.get("k");

@@ -267,7 +267,7 @@ TEST(LowerBoundTest, DegenerateInputsGiveZero) {
 
 // A clock that advances `step_s` per reading: bounded search whatever the machine's speed.
 std::shared_ptr<const Clock> SteppingClock(double step_s) {
-  return std::make_shared<FakeClock>(0, step_s);
+  return std::make_shared<ReadCountingClock>(step_s);
 }
 
 double BaselineObjectiveForTest(const BaselineResult& b, bool steady) {

@@ -46,7 +46,7 @@ std::shared_ptr<const Clock> FrozenClock() { return std::make_shared<FakeClock>(
 // A clock that advances `step_s` per reading: the budget runs out after budget / step readings
 // whatever the machine's speed. Thread-safe in case readings come from workers.
 std::shared_ptr<const Clock> SteppingClock(double step_s) {
-  return std::make_shared<FakeClock>(0, step_s);
+  return std::make_shared<ReadCountingClock>(step_s);
 }
 
 ModelGraph Zoo(const std::string& name) {
