@@ -32,6 +32,11 @@ bool HeartbeatStream::ended() const {
   return done_;
 }
 
+bool HeartbeatStream::AwaitEnd(absl::Duration timeout) const {
+  absl::MutexLock lock(&mu_);
+  return mu_.AwaitWithTimeout(absl::Condition(&done_), timeout);
+}
+
 bool HeartbeatStream::drained() const {
   absl::MutexLock lock(&mu_);
   return drained_;

@@ -17,6 +17,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "proto/planner.grpc.pb.h"
 
 namespace octopipe::client {
@@ -38,6 +39,8 @@ class HeartbeatStream final
   bool Beat();
   // Whether the stream ended; then drained() and status() are final.
   bool ended() const;
+  // Waits up to `timeout` for the stream to end; whether it has.
+  bool AwaitEnd(absl::Duration timeout) const;
   // The planner said the node is drained (the stream then ends OK).
   bool drained() const;
   // How the stream ended (OK until it has).

@@ -16,6 +16,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "core/cluster_presets.h"
 #include "core/convert.h"
@@ -705,17 +706,15 @@ std::unique_ptr<client::HeartbeatStream> OpenBeats(proto::Planner::Stub* stub,
   return std::make_unique<client::HeartbeatStream>(stub, std::move(ctx), node);
 }
 
-// Beats (again while the last beat is still being written) until the planner ends the stream
-// (up to 20 s); its status.
+// Beats (again once a beat still being written is done) and waits for the planner to end the
+// stream (up to 20 s); its status.
 grpc::Status BeatUntilEnded(client::HeartbeatStream* stream) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  bool sent = false;
-  while (!stream->ended() && std::chrono::steady_clock::now() < deadline) {
-    if (!sent) sent = stream->Beat();
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (!stream->Beat() && !stream->AwaitEnd(absl::Milliseconds(5)) && absl::Now() < deadline) {
   }
-  return stream->ended() ? stream->status()
-                         : grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "still open");
+  return stream->AwaitEnd(deadline - absl::Now())
+             ? stream->status()
+             : grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "still open");
 }
 
 // The value of the planner's octopipe_rpcs_total{method="Heartbeat",code="OK"} counter.
