@@ -145,14 +145,15 @@ absl::StatusOr<std::unique_ptr<PlannerClient>> ConnectPlannerClient(
   }
   return std::make_unique<PlannerClient>(*addresses, *creds, o.token, o.timeout_s, o.log,
                                          o.failover_window_s, std::move(resolve),
-                                         o.reresolve_interval_s, o.keepalive_s);
+                                         o.reresolve_interval_s, o.keepalive_s, o.clock);
 }
 
 PlannerClient::PlannerClient(std::vector<std::string> addresses,
                              std::shared_ptr<grpc::ChannelCredentials> credentials,
                              std::string token, double timeout_s, std::ostream* log,
                              double failover_window_s, PlannerResolver resolve,
-                             double reresolve_interval_s, double keepalive_s)
+                             double reresolve_interval_s, double keepalive_s,
+                             std::shared_ptr<const Clock> clock)
     : credentials_(std::move(credentials)),
       token_(std::move(token)),
       timeout_s_(timeout_s),
@@ -160,7 +161,8 @@ PlannerClient::PlannerClient(std::vector<std::string> addresses,
       log_(log),
       resolve_(std::move(resolve)),
       reresolve_interval_s_(reresolve_interval_s),
-      keepalive_s_(keepalive_s) {
+      keepalive_s_(keepalive_s),
+      clock_(std::move(clock)) {
   for (std::string& a : addresses) {
     if (resolve_) resolved_.insert(a);
     replicas_.push_back(std::make_unique<Replica>());
@@ -244,12 +246,11 @@ std::optional<size_t> PlannerClient::ReResolve() {
   if (!resolve_) return std::nullopt;
   {
     absl::MutexLock lock(&resolve_mu_);
-    const auto now = std::chrono::steady_clock::now();
-    if (last_resolve_.has_value() &&
-        now - *last_resolve_ < std::chrono::duration<double>(reresolve_interval_s_)) {
+    const double now = ClockOrReal(clock_.get()).NowSeconds();
+    if (last_resolve_s_.has_value() && now - *last_resolve_s_ < reresolve_interval_s_) {
       return std::nullopt;
     }
-    last_resolve_ = now;
+    last_resolve_s_ = now;
   }
   // Outside the locks: a DNS lookup may take a while, and other calls go on meanwhile.
   const absl::StatusOr<std::vector<std::string>> found = resolve_();

@@ -49,6 +49,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "core/clock.h"
 #include "proto/planner.grpc.pb.h"
 
 namespace octopipe::client {
@@ -87,6 +88,8 @@ struct PlannerClientOptions {
   // died or was cut off without a reset (an agent's HeartbeatStream writes into TCP's buffers
   // without an answer) is noticed in keepalive_s + 5 s, not when TCP gives up (15-30 min).
   double keepalive_s = 10;
+  // What the re-resolution interval is measured on (tests: a FakeClock); null: the real clock.
+  std::shared_ptr<const Clock> clock;
 };
 
 class PlannerClient;
@@ -107,7 +110,7 @@ class PlannerClient {
                 std::shared_ptr<grpc::ChannelCredentials> credentials, std::string token,
                 double timeout_s, std::ostream* log, double failover_window_s = 10,
                 PlannerResolver resolve = nullptr, double reresolve_interval_s = 1,
-                double keepalive_s = 10);
+                double keepalive_s = 10, std::shared_ptr<const Clock> clock = nullptr);
 
   template <typename Req, typename Resp>
   grpc::Status Call(Route route, Method<Req, Resp> method, const Req& request, Resp* response,
@@ -168,9 +171,9 @@ class PlannerClient {
   const PlannerResolver resolve_;
   const double reresolve_interval_s_;
   const double keepalive_s_;
+  const std::shared_ptr<const Clock> clock_;  // null: RealClock::Default()
   absl::Mutex resolve_mu_;
-  std::optional<std::chrono::steady_clock::time_point> last_resolve_
-      ABSL_GUARDED_BY(resolve_mu_);
+  std::optional<double> last_resolve_s_ ABSL_GUARDED_BY(resolve_mu_);
   mutable absl::Mutex mu_;
   mutable absl::Mutex log_mu_;
   std::vector<std::unique_ptr<Replica>> replicas_ ABSL_GUARDED_BY(mu_);

@@ -14,6 +14,7 @@
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
+#include "core/fake_clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "planner_client/planner_client.h"
@@ -104,12 +105,15 @@ std::string Ask(PlannerClient& c, PlannerClient::Route route = PlannerClient::Ro
   return out.jobs_size() == 1 ? out.jobs(0).id() : "no job";
 }
 
+// `clock` (null: the real one) measures the re-resolution interval.
 std::unique_ptr<PlannerClient> Client(std::vector<std::string> addresses, FakeDns& dns,
                                       std::ostream* log, double failover_window_s,
-                                      double reresolve_interval_s) {
+                                      double reresolve_interval_s,
+                                      std::shared_ptr<const octopipe::Clock> clock = nullptr) {
   return std::make_unique<PlannerClient>(std::move(addresses), grpc::InsecureChannelCredentials(),
                                          "", /*timeout_s=*/30, log, failover_window_s,
-                                         dns.Resolver(), reresolve_interval_s);
+                                         dns.Resolver(), reresolve_interval_s,
+                                         /*keepalive_s=*/10, std::move(clock));
 }
 
 // Addresses nothing listens on (connecting fails at once).
@@ -158,8 +162,9 @@ TEST(PlannerClientResolveTest, AReplicaSetThatMovedIsFoundAgain) {
   const std::string a1_address = a1->address(), a2_address = a2->address();
   FakeDns dns({a1_address, a2_address});
   std::ostringstream log;
+  auto interval_clock = std::make_shared<FakeClock>();
   auto c = Client({a1_address, a2_address}, dns, &log, /*failover_window_s=*/10,
-                  /*reresolve_interval_s=*/1);
+                  /*reresolve_interval_s=*/1, interval_clock);
   EXPECT_EQ(Ask(*c, PlannerClient::Route::kLeader), "A1");
 
   Server b("B");
@@ -187,7 +192,7 @@ TEST(PlannerClientResolveTest, AReplicaSetThatMovedIsFoundAgain) {
   Server a1_back("A1 again");
   dns.Set({b.address(), a1_back.address()});
   b.Stop();
-  std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // past the rate limit
+  interval_clock->Advance(1.1);  // past the rate limit
   EXPECT_EQ(Ask(*c, PlannerClient::Route::kLeader), "A1 again");
   EXPECT_THAT(log.str(), HasSubstr("new " + a1_back.address()));
 }
@@ -239,11 +244,12 @@ TEST(PlannerClientResolveTest, TheResolverIsAskedAtMostOncePerInterval) {
   // Past the interval it is asked again.
   {
     FakeDns dns({Nowhere("lone")});
+    auto interval_clock = std::make_shared<FakeClock>();
     auto c = Client({Nowhere("lone")}, dns, nullptr, /*failover_window_s=*/10,
-                    /*reresolve_interval_s=*/0.3);
+                    /*reresolve_interval_s=*/0.3, interval_clock);
     EXPECT_THAT(Ask(*c), HasSubstr("error 14"));
     EXPECT_EQ(dns.calls(), 1);
-    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    interval_clock->Advance(0.4);
     EXPECT_THAT(Ask(*c), HasSubstr("error 14"));
     EXPECT_EQ(dns.calls(), 2);
   }
