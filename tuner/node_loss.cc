@@ -63,6 +63,7 @@ Cluster ClusterOf(const Cluster& left, const std::vector<GpuSlot>& slots) {
 // One surviving (or shrunk) replica: its pipeline devices as GPU slots of TP groups.
 struct Survivor {
   int old_pipeline = 0;     // in the current layout
+  int old_dp_rank = 0;      // in the current layout
   bool whole = true;        // every device survived: the old partition applies
   std::vector<std::vector<GpuSlot>> groups;  // per pipeline device: its TP group's slots
   double per_microbatch_s = 0;  // predicted seconds per micro-batch (for the shares)
@@ -99,12 +100,13 @@ std::vector<int> Shares(int global, const std::vector<double>& weights) {
 }
 
 // Tunes each distinct (pipeline, share) of `survivors` and assembles the option's LayoutPlan
-// on the GPUs they use.
+// on the GPUs they use: survivor i becomes dp rank i, so with `ep` > 1 the survivors must come
+// as whole EP groups in order (each group's replicas by EP rank, with one pipeline and share).
 absl::StatusOr<NodeLossOption> Assemble(const std::string& kind, const ModelGraph& model,
                                         const Cluster& left, const CostModel& cost,
                                         const TunerOptions& tuner, double budget_s,
                                         const NodeLossRequest& request,
-                                        const std::vector<Survivor>& survivors) {
+                                        const std::vector<Survivor>& survivors, int ep = 1) {
   const LayoutPlan& current = request.current;
   NodeLossOption out;
   out.kind = kind;
@@ -122,11 +124,21 @@ absl::StatusOr<NodeLossOption> Assemble(const std::string& kind, const ModelGrap
   LayoutPlan& plan = out.plan;
   plan.layout = current.layout;
   plan.layout.dp = static_cast<int>(survivors.size());
-  plan.layout.ep = 1;
+  plan.layout.ep = ep;
   plan.layout.pp = 0;
   plan.num_ranks = static_cast<int>(out.slots.size());
   plan.global_microbatches = current.global_microbatches;
-  const ModelGraph lmodel = ModelForLayout(model, plan.layout, 0);
+  // With EP: how many replicas of EP group 0 start on the node of its first (what
+  // SimulateLayout derives from the plan, EpRanksPerNode), so the tuner costs the all-to-all
+  // the layout will run.
+  int ep_ranks_per_node = 0;
+  if (ep > 1 && static_cast<int>(survivors.size()) >= ep) {
+    const std::string& node = survivors[0].groups.front().front().first;
+    for (int r = 0; r < ep; ++r) {
+      ep_ranks_per_node += survivors[r].groups.front().front().first == node ? 1 : 0;
+    }
+  }
+  const ModelGraph lmodel = ModelForLayout(model, plan.layout, ep_ranks_per_node);
   // Distinct pipelines: (old pipeline, whole, device count, share).
   std::map<std::tuple<int, bool, size_t, int>, int> pipeline_of;
   int tunes = 0;
@@ -135,6 +147,9 @@ absl::StatusOr<NodeLossOption> Assemble(const std::string& kind, const ModelGrap
                                  0).second ? 1 : 0;
   }
   pipeline_of.clear();
+  // The executor splits a head only with TP 1 and replicas of one pipeline (ValidateLayoutPlan):
+  // otherwise the pipelines keep it whole, as in the layout search.
+  const bool head_splittable = plan.layout.tp == 1 && tunes == 1;
   int first_microbatch = 0;
   for (size_t i = 0; i < survivors.size(); ++i) {
     const Survivor& s = survivors[i];
@@ -151,6 +166,7 @@ absl::StatusOr<NodeLossOption> Assemble(const std::string& kind, const ModelGrap
       TunerOptions o = tuner;
       o.num_devices = static_cast<int>(s.groups.size());
       o.num_microbatches = s.share;
+      if (!head_splittable) o.vocab_parallel = VocabParallelMode::kOff;
       o.time_budget_s = std::max(1e-3, budget_s / std::max(1, tunes));
       o.seed_stages = s.whole ? current.pipelines[s.old_pipeline].plan.stages
                               : std::vector<StageAssignment>{};
@@ -180,6 +196,50 @@ absl::StatusOr<NodeLossOption> Assemble(const std::string& kind, const ModelGrap
                                                  tuner.layer_time_factors));
   CostSwitch(lmodel, out.cluster, cost, request, &out);
   return out;
+}
+
+// With expert parallelism (ep > 1, dp / ep >= 2 EP groups, each holding every expert): the
+// "drop replicas" option that keeps each EP group whose replicas all survived whole (`whole`),
+// renumbered in order so every replica keeps its EP rank and with it its experts' shard. The
+// replicas of a group exchange tokens in lock step, so they run one pipeline with one share:
+// the global batch (a multiple of ep in a valid layout) is split as evenly as whole
+// micro-batches allow over the groups, global / ep per replica of a group. Appends it to `out`
+// when a group survives and it fits; errors are Assemble's invalid arguments.
+absl::Status DropExpertGroups(const ModelGraph& model, const Cluster& left, const CostModel& cost,
+                              const TunerOptions& tuner, const NodeLossRequest& request,
+                              double budget_s, const std::vector<Survivor>& whole,
+                              std::vector<NodeLossOption>* out) {
+  const LayoutPlan& current = request.current;
+  const int ep = current.layout.ep, groups = current.layout.dp / ep;
+  const int global = current.global_microbatches;
+  if (groups < 2 || global % ep != 0) return absl::OkStatus();  // experts not replicated
+  std::vector<int> survived(groups, 0);
+  for (const Survivor& s : whole) ++survived[s.old_dp_rank / ep];
+  std::vector<Survivor> kept;
+  for (const Survivor& s : whole) {
+    if (survived[s.old_dp_rank / ep] == ep) kept.push_back(s);
+  }
+  std::sort(kept.begin(), kept.end(), [](const Survivor& a, const Survivor& b) {
+    return a.old_dp_rank < b.old_dp_rank;
+  });
+  const int kept_groups = static_cast<int>(kept.size()) / ep;
+  if (kept_groups == 0) return absl::OkStatus();
+  const std::vector<int> group_shares =
+      Shares(global / ep, std::vector<double>(kept_groups, 1.0));
+  if (group_shares.empty()) return absl::OkStatus();
+  std::vector<int> shares;
+  for (size_t i = 0; i < kept.size(); ++i) {
+    kept[i].share = group_shares[i / ep];
+    shares.push_back(kept[i].share);
+  }
+  absl::StatusOr<NodeLossOption> o =
+      Assemble("drop replicas", model, left, cost, tuner, budget_s, request, kept, ep);
+  if (!o.ok()) return absl::IsInvalidArgument(o.status()) ? o.status() : absl::OkStatus();
+  o->summary = absl::StrCat(kept.size(), " of ", current.num_replicas(), " replicas (",
+                            kept_groups, " of ", groups, " EP", ep, " groups) go on, ", global,
+                            " micro-batches split ", absl::StrJoin(shares, "/"));
+  out->push_back(std::move(*o));
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -244,7 +304,6 @@ absl::StatusOr<std::vector<NodeLossOption>> SurvivorOptions(const ModelGraph& mo
                      current.num_ranks, " ranks of the current layout"));
   }
   std::vector<NodeLossOption> out;
-  if (current.layout.ep > 1) return out;  // see the header
   for (const LayoutPipelinePlan& p : current.pipelines) {
     if (p.plan.vocab_parallel) return out;  // one pipeline's replicas only: a new layout
   }
@@ -255,6 +314,7 @@ absl::StatusOr<std::vector<NodeLossOption>> SurvivorOptions(const ModelGraph& mo
     for (const PipelineReplica& rep : current.pipelines[p].replicas) {
       Survivor s;
       s.old_pipeline = static_cast<int>(p);
+      s.old_dp_rank = rep.dp_rank;
       bool all = true;
       for (int first : rep.device_ranks) {
         std::vector<GpuSlot> group;
@@ -278,6 +338,11 @@ absl::StatusOr<std::vector<NodeLossOption>> SurvivorOptions(const ModelGraph& mo
   if (whole.empty() && shrunk.empty()) return out;
   const int global = current.global_microbatches;
   const double budget = std::max(1e-3, tuner.time_budget_s);
+  if (current.layout.ep > 1) {  // whole EP groups only; no re-partition (see the header)
+    RETURN_IF_ERROR(
+        DropExpertGroups(model, cluster_left, cost, tuner, request, budget, whole, &out));
+    return out;
+  }
   if (!whole.empty()) {
     std::vector<Survivor> drop = whole;
     const std::vector<int> shares = Shares(global, std::vector<double>(drop.size(), 1.0));

@@ -14,8 +14,24 @@
 //     a heterogeneous replica, as Oobleck re-instantiates a smaller pipeline template — with a
 //     share of the batch in proportion to its predicted throughput. Only when some broken
 //     replica kept a device.
-// Neither is offered with expert parallelism (a lost replica takes its experts' shard with it:
-// only a new layout re-shards them) or for a layout that no replica survives.
+// With expert parallelism (ep > 1) the replicas of an EP group (dp ranks [g·ep, (g+1)·ep),
+// core/layout_plan.h) each hold 1/ep of every MoE layer's experts, so a replica is only of use
+// with its whole group:
+//   * "drop replicas" is offered only when the experts are replicated (dp / ep >= 2 EP groups,
+//     each holding every expert) and at least one EP group has every replica whole: it drops
+//     every EP group with a broken replica (the GPUs such a group kept stay idle) and
+//     keeps the complete groups with their pipelines, renumbered in order so each replica keeps
+//     its EP rank (its experts' shard) and EP stays ep — dp becomes ep × the groups kept. A
+//     group's replicas exchange tokens in lock step, so they run one pipeline with one share:
+//     the global batch is split as evenly as whole micro-batches allow over the groups kept
+//     (global / ep per replica of a group), re-tuned as above. No expert shard moves: the
+//     switch is the restart alone unless the re-tuned partitions move layers between a
+//     pipeline's own GPUs (costed as below, as for every option).
+//   * "re-partition" is never offered (a broken replica's experts' shard is lost with it: only
+//     a new layout re-shards them).
+// Neither is offered for a layout with a split head (vocabulary parallelism: one pipeline's
+// replicas only) or that no replica survives. Options with several pipelines or TP > 1 keep
+// the head whole (as the layout search does).
 //
 // Switch time (every option, the new layout's too): `restart_s` (processes, rendezvous and
 // loading: paid by every option alike) plus the slowest rank's state moved. A rank needs a
@@ -76,7 +92,8 @@ struct NodeLossOption {
 void CostSwitch(const ModelGraph& model, const Cluster& cluster, const CostModel& cost,
                 const NodeLossRequest& request, NodeLossOption* option);
 
-// The "drop replicas" and "re-partition" options (those that apply; possibly none) on
+// The "drop replicas" and "re-partition" options (those that apply, see the top comment;
+// possibly none) on
 // `cluster_left`, the cluster without the lost nodes. `tuner` supplies objective, budget (for
 // all options together), seed, clock, stop, constraints and calibration; its num_devices and
 // num_microbatches are ignored. kInvalidArgument naming the field when the request does not
