@@ -146,7 +146,7 @@ def main():
     for source, run in runs():
         row = {"source": source, "run": run["name"], "gpus": run["cluster"].get("gpus")}
         model_file = run.get("model", {}).get("model_file")
-        pub = run.get("published", {})
+        pub = run.get("published") or {}
         flops = run.get("derived", {}).get("flops_per_iteration")
         tokens_pub = pub.get("tokens_per_s_per_gpu") or run.get("derived", {}).get("tokens_per_s_per_gpu")
         if not model_file or not run.get("cluster", {}).get("octopipe_cluster"):
