@@ -122,7 +122,7 @@ grpc::ServerUnaryReactor* PlannerService::Done(grpc::CallbackServerContext* ctx,
 namespace {
 
 // The verified client certificate's subject CN and SANs (none without mutual TLS).
-std::vector<std::string> CertificateNames(const grpc::CallbackServerContext& ctx) {
+std::vector<std::string> CertificateNames(const grpc::ServerContextBase& ctx) {
   std::vector<std::string> out;
   std::shared_ptr<const grpc::AuthContext> auth = ctx.auth_context();
   if (auth == nullptr || !auth->IsPeerAuthenticated()) return out;
@@ -136,7 +136,7 @@ std::vector<std::string> CertificateNames(const grpc::CallbackServerContext& ctx
 
 }  // namespace
 
-absl::Status PlannerService::Authorize(grpc::CallbackServerContext* ctx, const char* method,
+absl::Status PlannerService::Authorize(grpc::ServerContextBase* ctx, const char* method,
                                        Need need, const std::string& node,
                                        std::optional<Principal>* who) const {
   if (options_.access == nullptr) {
@@ -192,7 +192,7 @@ absl::StatusOr<JobSnapshot> PlannerService::SnapshotFromStore(const std::string&
   return snapshot;
 }
 
-absl::Status PlannerService::RequireLeader(grpc::CallbackServerContext* ctx,
+absl::Status PlannerService::RequireLeader(grpc::ServerContextBase* ctx,
                                            const char* method) const {
   if (Leading()) return absl::OkStatus();
   const std::string leader = options_.role->leader_address();
@@ -550,31 +550,68 @@ grpc::ServerUnaryReactor* PlannerService::Heartbeat(grpc::CallbackServerContext*
       /*audit_ok=*/false);
 }
 
-// HeartbeatStream: each heartbeat is authorized (the caller identified from the stream's
-// credentials again, so an identities reload reaches open streams too), required to reach the
-// leader and handled by Beat, as a unary Heartbeat would be, and recorded as a "Heartbeat" call
-// (counter and latency). Nothing is written back while the node is fine; a drained node gets
-// {drained: true} and the stream ends OK; a refused heartbeat ends the stream with its error,
-// audited as a refused unary one.
-class HeartbeatStreamReactor final
-    : public grpc::ServerBidiReactor<proto::HeartbeatRequest, proto::HeartbeatResponse> {
+// One HeartbeatStream call on a completion queue (PlannerService::ServeHeartbeatStreams). At
+// most one operation of a call is outstanding, so the call itself is its tag and `state_` says
+// which operation completed: the request for a call, a read, the write of {drained: true}, the
+// finish. The call deletes itself when it is finished or never started.
+class AsyncHeartbeatCall {
  public:
-  HeartbeatStreamReactor(PlannerService* service, grpc::CallbackServerContext* ctx)
-      : service_(service), ctx_(ctx) {
-    StartRead(&request_);
+  AsyncHeartbeatCall(PlannerService* service, grpc::ServerCompletionQueue* cq)
+      : service_(service), cq_(cq), stream_(&ctx_) {
+    service_->RequestHeartbeatStream(&ctx_, &stream_, cq_, cq_, this);
   }
 
-  void OnReadDone(bool ok) override {
-    if (!ok) {  // the agent closed its side, or the call is cancelled
-      End(absl::OkStatus());
+  void Proceed(bool ok) {
+    absl::MutexLock lock(&service_->heartbeat_mu_);
+    if (service_->heartbeat_stopping_) {  // the server is shut down: start nothing more
+      delete this;
       return;
     }
+    switch (state_) {
+      case State::kRequested:
+        if (!ok) {  // the server is shutting down
+          delete this;
+          return;
+        }
+        new AsyncHeartbeatCall(service_, cq_);  // waits for the next stream
+        Read();
+        return;
+      case State::kReading:
+        if (!ok) {  // the agent closed its side, or the call is cancelled
+          Finish(absl::OkStatus());
+          return;
+        }
+        OnBeat();
+        return;
+      case State::kWriting:
+        Finish(absl::OkStatus());
+        return;
+      case State::kFinishing:
+        delete this;
+        return;
+    }
+  }
+
+ private:
+  enum class State { kRequested, kReading, kWriting, kFinishing };
+
+  void Read() {
+    state_ = State::kReading;
+    stream_.Read(&request_, this);
+  }
+
+  void Finish(const absl::Status& s) {
+    state_ = State::kFinishing;
+    stream_.Finish(ToGrpc(s), this);
+  }
+
+  void OnBeat() {
     const auto arrival = std::chrono::steady_clock::now();
     bool drained = false;
     std::optional<Principal> who;
     absl::Status s =
-        service_->Authorize(ctx_, "Heartbeat", Need::kNode, request_.node_id(), &who);
-    if (s.ok()) s = service_->RequireLeader(ctx_, "Heartbeat");
+        service_->Authorize(&ctx_, "Heartbeat", Need::kNode, request_.node_id(), &who);
+    if (s.ok()) s = service_->RequireLeader(&ctx_, "Heartbeat");
     if (s.ok()) s = service_->Beat(request_.node_id(), &drained);
     if (service_->observer_ != nullptr) {
       service_->observer_->OnStreamedCall(
@@ -586,30 +623,39 @@ class HeartbeatStreamReactor final
         service_->options_.audit->Record(who ? &*who : nullptr, "Heartbeat",
                                          request_.node_id(), s);
       }
-      End(s);
+      Finish(s);
     } else if (drained) {
       response_.set_drained(true);
-      StartWrite(&response_);  // ends the stream once written (OnWriteDone)
+      state_ = State::kWriting;
+      stream_.Write(response_, this);
     } else {
-      StartRead(&request_);
+      Read();
     }
   }
 
-  void OnWriteDone(bool /*ok*/) override { End(absl::OkStatus()); }
-  void OnDone() override { delete this; }
-
- private:
-  void End(const absl::Status& s) { Finish(ToGrpc(s)); }
-
   PlannerService* const service_;
-  grpc::CallbackServerContext* const ctx_;
+  grpc::ServerCompletionQueue* const cq_;
+  grpc::ServerContext ctx_;
+  grpc::ServerAsyncReaderWriter<proto::HeartbeatResponse, proto::HeartbeatRequest> stream_;
+  State state_ = State::kRequested;
   proto::HeartbeatRequest request_;
   proto::HeartbeatResponse response_;
 };
 
-grpc::ServerBidiReactor<proto::HeartbeatRequest, proto::HeartbeatResponse>*
-PlannerService::HeartbeatStream(grpc::CallbackServerContext* ctx) {
-  return new HeartbeatStreamReactor(this, ctx);
+void PlannerService::StopHeartbeatStreams(grpc::ServerCompletionQueue* cq) {
+  absl::MutexLock lock(&heartbeat_mu_);
+  heartbeat_stopping_ = true;
+  cq->Shutdown();
+}
+
+void PlannerService::ServeHeartbeatStreams(grpc::ServerCompletionQueue* cq) {
+  {
+    absl::MutexLock lock(&heartbeat_mu_);
+    if (!heartbeat_stopping_) new AsyncHeartbeatCall(this, cq);
+  }  // and drains the queue in any case
+  void* tag = nullptr;
+  bool ok = false;
+  while (cq->Next(&tag, &ok)) static_cast<AsyncHeartbeatCall*>(tag)->Proceed(ok);
 }
 
 grpc::ServerUnaryReactor* PlannerService::ReportJobEvent(

@@ -1,7 +1,8 @@
-// PlannerService: the thin gRPC adapter (callback API) over JobManager, AgentRegistry and
-// OneShotPlanner. Handlers identify and authorize the caller (access.h), validate, convert,
-// call the core classes and convert back; absl::Status codes map 1:1 to gRPC codes. One-shot
-// Plan calls are answered by OneShotPlanner (one_shot.h), from a pool worker when tuned.
+// PlannerService: the thin gRPC adapter (callback API; HeartbeatStream on the asynchronous API,
+// see ServeHeartbeatStreams) over JobManager, AgentRegistry and OneShotPlanner. Handlers
+// identify and authorize the caller (access.h), validate, convert, call the core classes and
+// convert back; absl::Status codes map 1:1 to gRPC codes. One-shot Plan calls are answered by
+// OneShotPlanner (one_shot.h), from a pool worker when tuned.
 #ifndef OCTOPIPE_PLANNER_SERVICE_SERVICE_H_
 #define OCTOPIPE_PLANNER_SERVICE_SERVICE_H_
 
@@ -93,7 +94,25 @@ struct ServiceOptions {
 
 grpc::Status ToGrpc(const absl::Status& status);
 
-class PlannerService final : public proto::Planner::CallbackService {
+// The generated service with every method on the callback API but HeartbeatStream, which is on
+// the asynchronous API (marked async first: a method marked callback keeps its handler).
+using PlannerServiceBase = proto::Planner::WithCallbackMethod_Plan<
+    proto::Planner::WithCallbackMethod_CreateJob<proto::Planner::WithCallbackMethod_GetJob<
+        proto::Planner::WithCallbackMethod_ListJobs<proto::Planner::WithCallbackMethod_DeleteJob<
+            proto::Planner::WithCallbackMethod_WatchPlan<
+                proto::Planner::WithCallbackMethod_RegisterAgent<
+                    proto::Planner::WithCallbackMethod_Heartbeat<
+                        proto::Planner::WithCallbackMethod_ReportStageTimes<
+                            proto::Planner::WithCallbackMethod_ReportNodeFailure<
+                                proto::Planner::WithCallbackMethod_DrainNode<
+                                    proto::Planner::WithCallbackMethod_ReportJobEvent<
+                                        proto::Planner::WithCallbackMethod_ListAgents<
+                                            proto::Planner::WithAsyncMethod_HeartbeatStream<
+                                                proto::Planner::Service>>>>>>>>>>>>>>;
+
+// HeartbeatStream is served with gRPC's asynchronous API from completion queues of the server's
+// own (ServeHeartbeatStreams), every other method with the callback API.
+class PlannerService final : public PlannerServiceBase {
  public:
   PlannerService(JobManager* jobs, AgentRegistry* agents, Store* store, TuningPool* pool,
                  ServiceOptions options, RpcObserver* observer = nullptr);
@@ -125,8 +144,18 @@ class PlannerService final : public proto::Planner::CallbackService {
   grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* ctx,
                                       const proto::HeartbeatRequest* request,
                                       proto::HeartbeatResponse* response) override;
-  grpc::ServerBidiReactor<proto::HeartbeatRequest, proto::HeartbeatResponse>* HeartbeatStream(
-      grpc::CallbackServerContext* ctx) override;
+  // HeartbeatStream calls, served from `cq` (one the server was built with) on the calling
+  // thread until the queue is shut down (after the server) and drained. Each heartbeat is
+  // authorized (the caller identified from the stream's credentials again, so an identities
+  // reload reaches open streams too), required to reach the leader and handled by Beat, as a
+  // unary Heartbeat would be, and recorded as a "Heartbeat" call (counter and latency). Nothing
+  // is written back while the node is fine; a drained node gets {drained: true} and the stream
+  // ends OK; a refused heartbeat ends the stream with its error, audited as a refused unary one.
+  void ServeHeartbeatStreams(grpc::ServerCompletionQueue* cq);
+  // Shuts `cq` down once no HeartbeatStream operation can start on it any more; call after the
+  // server's Shutdown (which cancels the streams), then join the thread serving it. Calls that
+  // complete afterwards are released without starting another operation.
+  void StopHeartbeatStreams(grpc::ServerCompletionQueue* cq);
   grpc::ServerUnaryReactor* ReportStageTimes(grpc::CallbackServerContext* ctx,
                                              const proto::ReportStageTimesRequest* request,
                                              proto::ReportStageTimesResponse* response) override;
@@ -144,7 +173,7 @@ class PlannerService final : public proto::Planner::CallbackService {
                                        proto::ListAgentsResponse* response) override;
 
  private:
-  friend class HeartbeatStreamReactor;
+  friend class AsyncHeartbeatCall;
   // One heartbeat of `node` (unary or streamed; the caller is authorized and this replica
   // leads): refused for an empty or unknown node, `drained` set for a drained one.
   absl::Status Beat(const std::string& node, bool* drained);
@@ -162,7 +191,7 @@ class PlannerService final : public proto::Planner::CallbackService {
   // Identifies the caller (AccessControl::Identify: its bearer token or client certificate)
   // and checks that it may call `method` (AccessControl::Permit, for `node` with Need::kNode).
   // `who` is set once the caller is identified, also when it is then refused.
-  absl::Status Authorize(grpc::CallbackServerContext* ctx, const char* method, Need need,
+  absl::Status Authorize(grpc::ServerContextBase* ctx, const char* method, Need need,
                          const std::string& node, std::optional<Principal>* who) const;
   // A mutating unary call: authorizes it, requires the leader, runs `body` (which may refine
   // *target, e.g. to the job it created), records it in the audit log (`audit_ok`: also when
@@ -179,7 +208,7 @@ class PlannerService final : public proto::Planner::CallbackService {
   // A follower's GetJob: the job and its newest plan version as stored.
   absl::StatusOr<JobSnapshot> SnapshotFromStore(const std::string& id) const;
   // OK on the leader (or a lone planner); on a follower UNAVAILABLE naming the leader.
-  absl::Status RequireLeader(grpc::CallbackServerContext* ctx, const char* method) const;
+  absl::Status RequireLeader(grpc::ServerContextBase* ctx, const char* method) const;
   absl::Status LoseNode(const proto::NodeRequest& request, ReplanReason reason,
                         proto::NodeResponse* response);
   // Stores that the leader declared `node_id` lost, for followers' ListAgents (a failed write
@@ -190,6 +219,10 @@ class PlannerService final : public proto::Planner::CallbackService {
   // both queue depths to the observer.
   void UpdateHealth();
 
+  // Serializes HeartbeatStream completions with StopHeartbeatStreams: an operation must not
+  // start on a completion queue that is shut down.
+  absl::Mutex heartbeat_mu_;
+  bool heartbeat_stopping_ ABSL_GUARDED_BY(heartbeat_mu_) = false;
   JobManager* const jobs_;
   AgentRegistry* const agents_;
   Store* const store_;

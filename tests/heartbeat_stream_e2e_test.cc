@@ -1,15 +1,19 @@
 // HeartbeatStream (proto/planner.proto) end to end, with a real planner process and the
 // agents' client (planner_client/heartbeat_stream.h): beats counted as Heartbeat calls, the
 // planner's answers (drained, NOT_FOUND, PERMISSION_DENIED, UNAUTHENTICATED), an identities
-// reload reaching an open stream, and a planner that stops answering ending the stream.
+// reload reaching an open stream, a planner that stops answering ending the stream, and a
+// planner shut down with streams open exiting cleanly and ending them.
 #include <signal.h>
+#include <sys/wait.h>
 
+#include <atomic>
 #include <chrono>
 #include <fstream>
 #include <memory>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <grpcpp/grpcpp.h>
 
@@ -176,6 +180,45 @@ TEST(HeartbeatStreamE2ETest, AHeartbeatStreamToAPlannerThatStoppedAnsweringEnds)
   planner.Signal(SIGCONT);
   EXPECT_EQ(ended.error_code(), grpc::StatusCode::UNAVAILABLE) << ended.error_message();
   EXPECT_LT(took, 15.0);
+}
+
+// The planner serves HeartbeatStream from a completion queue of its own: shut down (SIGTERM)
+// while many streams are open and beating, it ends them and exits 0 (no hang waiting for the
+// queue, no operation started on it once shut down).
+TEST(HeartbeatStreamE2ETest, APlannerShutDownWithOpenStreamsEndsThemAndExitsCleanly) {
+  PlannerProcess planner(kPlanner);
+  ASSERT_TRUE(planner.Start({"--state_dir=" + TestPath("stream-shutdown")}).ok()) << planner.log();
+  auto stub = Connect(planner.address());
+  constexpr int kNodes = 32;
+  std::vector<std::unique_ptr<client::HeartbeatStream>> streams;
+  for (int i = 0; i < kNodes; ++i) {
+    const std::string node = "node-" + std::to_string(i);
+    ASSERT_EQ(Register(stub.get(), "", node), grpc::StatusCode::OK);
+    streams.push_back(OpenBeats(stub.get(), "", node));
+  }
+  const auto counting = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (HeartbeatsCounted(planner) < kNodes && std::chrono::steady_clock::now() < counting) {
+    for (auto& s : streams) s->Beat();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_GE(HeartbeatsCounted(planner), kNodes) << planner.log();
+  // Beats keep arriving while the planner shuts down.
+  std::atomic<bool> beating{true};
+  std::thread beater([&] {
+    while (beating.load()) {
+      for (auto& s : streams) s->Beat();
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
+  const int status = planner.Kill(SIGTERM);
+  beating.store(false);
+  beater.join();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << "wait status " << status << "\n" << planner.log();
+  for (auto& s : streams) {
+    EXPECT_TRUE(s->AwaitEnd(absl::Seconds(20)));
+    EXPECT_NE(s->status().error_code(), grpc::StatusCode::OK);
+  }
 }
 
 }  // namespace
