@@ -7,6 +7,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <map>
 #include <set>
 #include <string>
 #include <utility>
@@ -14,8 +15,12 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "core/cluster_presets.h"
 #include "core/convert.h"
 #include "core/cost_model.h"
+#include "core/model_graph.h"
+#include "core/model_zoo.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "calibration/layer_calibration.h"
@@ -477,6 +482,134 @@ TEST_F(JobManagerTest, AgentJobKeepsReplicasWithinNodesAndRelaxesFixedDegreesAft
   ASSERT_TRUE(v3.ok()) << v3.status();
   EXPECT_EQ(v3->result().layout_plan().layout().dp(), 2);
   EXPECT_EQ(v3->device_slots_size(), 4);
+}
+
+// An agent job with DP4 x EP2 fixed (a Mixtral cut to two blocks, 8 experts, on four nodes of
+// one H100): two EP groups, ranks {0, 1} on node0, node1 and {2, 3} on node2, node3, each
+// holding every expert. After node0 is lost the re-plan offers "drop replicas" (group 0 goes,
+// group 1 goes on with its EP ranks: nothing moves) besides a new layout over the three GPUs
+// left (the fixed DP and EP relaxed); re-partition is never offered with EP. Whichever wins
+// runs on live nodes only; when "drop replicas" does, the published layout keeps EP2 on group
+// 1's GPUs, each rank with the EP rank (the experts' shard) it held.
+TEST_F(JobManagerTest, ExpertParallelJobLosingANodeOffersDropReplicasKeepingEp) {
+  TrainingOptions training;
+  training.num_microbatches = 8;  // the global batch: 2 per replica, 4 per EP rank
+  absl::StatusOr<ModelGraph> mixtral = ZooModel("mixtral-8x7b", training);
+  ASSERT_TRUE(mixtral.ok()) << mixtral.status();
+  ModelGraph model = *mixtral;  // embedding, two blocks (attention + MoE), head
+  model.layers.assign(mixtral->layers.begin(), mixtral->layers.begin() + 5);
+  model.layers.push_back(mixtral->layers.back());
+  absl::StatusOr<Cluster> preset = ClusterPreset("h100-4nodes");
+  ASSERT_TRUE(preset.ok()) << preset.status();
+  Cluster cluster = *preset;  // node0 .. node3
+  ASSERT_EQ(cluster.nodes.size(), 4u);
+  for (Node& n : cluster.nodes) n.num_devices = 1;
+  proto::CreateJobRequest request = SmallJob("moe-ep2", cluster, /*devices=*/0);
+  *request.mutable_model() = ModelToProto(model);
+  request.mutable_options()->set_seed(11);
+  // PP1 x TP1 x DP4 x EP2 fixed. After the loss PP1 x TP1 over the three GPUs left would be
+  // DP3, which the global batch of 8 does not divide: every degree is relaxed and the new
+  // layout searched freely (RelaxLayoutForDevicesLeft; keeping PP and TP left the search
+  // nothing, and the job with it only the survivors' option).
+  request.mutable_options()->set_layout_pp(1);
+  request.mutable_options()->set_layout_tp(1);
+  request.mutable_options()->set_layout_dp(4);
+  request.mutable_options()->set_layout_ep(2);
+  proto::AgentTraining* t = request.mutable_training();
+  t->set_reference_model("ref:pattern=M*-E,hidden=32,heads=2,ffn=64,seq=32,vocab=64,microbatches=4");
+  // Two iterations left: the new layout over three GPUs (PP3, about 30% quicker an
+  // iteration) must re-shard every expert (~22 GB over the inter-node link for its slowest
+  // rank), which so few iterations do not repay; with 10 it wins (either is checked below).
+  t->set_iterations(2);
+  absl::StatusOr<WatchedJob> watched = CreateAndWatch(request);
+  ASSERT_TRUE(watched.ok()) << watched.status();
+  const std::string id = watched->id;
+  const proto::PlanVersion& v1 = watched->v1;
+  ASSERT_TRUE(v1.result().feasible()) << v1.result().infeasible_reason();
+  ASSERT_TRUE(v1.result().has_layout_plan());
+  const proto::LayoutPlan& l1 = v1.result().layout_plan();
+  EXPECT_EQ(l1.layout().pp(), 1);
+  EXPECT_EQ(l1.layout().tp(), 1);
+  EXPECT_EQ(l1.layout().dp(), 4);
+  EXPECT_EQ(l1.layout().ep(), 2);
+  ASSERT_EQ(v1.device_slots_size(), 4);
+  ASSERT_EQ(l1.ranks_size(), 4);
+  // The EP rank each GPU held (rank r is dp rank r on node r: EP rank r % 2).
+  std::map<std::pair<std::string, int>, int> ep_rank_of;
+  for (const proto::RankRole& role : l1.ranks()) {
+    const proto::DeviceSlot& slot = v1.device_slots(role.rank());
+    EXPECT_EQ(slot.node_id(), absl::StrCat("node", role.rank()));
+    EXPECT_EQ(role.ep_rank(), role.rank() % 2) << "rank " << role.rank();
+    ep_rank_of[{slot.node_id(), slot.local_device()}] = role.ep_rank();
+  }
+
+  EXPECT_THAT(manager_->NodeLost("node0", ReplanReason::kNodeFailure), ElementsAre(id));
+  absl::StatusOr<proto::PlanVersion> v2 = recorder_.WaitForVersion(id, 2);
+  ASSERT_TRUE(v2.ok()) << v2.status();
+  EXPECT_EQ(v2->reason_kind(), proto::PLAN_REASON_NODE_FAILURE);
+  EXPECT_TRUE(v2->result().feasible()) << v2->result().infeasible_reason();
+  ASSERT_TRUE(v2->result().has_layout_plan());
+
+  // The options: a new layout over node1 .. node3 and "drop replicas" of the broken EP group,
+  // which moves nothing (each kept rank holds its shard already); one chosen, the quickest.
+  const proto::NodeLossOption* drop = nullptr;
+  const proto::NodeLossOption* chosen = nullptr;
+  std::set<std::string> kinds;
+  for (const proto::NodeLossOption& o : v2->result().node_loss_options()) {
+    kinds.insert(o.kind());
+    EXPECT_EQ(o.remaining_iterations(), 2) << o.kind();
+    if (o.kind() == "drop replicas") drop = &o;
+    if (o.chosen()) {
+      EXPECT_EQ(chosen, nullptr) << "two options chosen";
+      chosen = &o;
+    }
+  }
+  EXPECT_EQ(kinds, (std::set<std::string>{"new layout", "drop replicas"}));
+  ASSERT_NE(drop, nullptr) << "no 'drop replicas' option among " << v2->result().DebugString();
+  EXPECT_THAT(drop->summary(), HasSubstr("2 of 4 replicas (1 of 2 EP2 groups) go on"));
+  EXPECT_EQ(drop->moved_bytes(), 0);
+  EXPECT_GT(drop->iteration_time_s(), 0);
+  ASSERT_NE(chosen, nullptr);
+  for (const proto::NodeLossOption& o : v2->result().node_loss_options()) {
+    EXPECT_LE(chosen->total_s(), o.total_s()) << chosen->kind() << " vs " << o.kind();
+  }
+
+  // Whatever won runs on live nodes only, one slot per rank.
+  const proto::LayoutPlan& l2 = v2->result().layout_plan();
+  EXPECT_EQ(v2->device_slots_size(), l2.num_ranks());
+  for (const proto::DeviceSlot& slot : v2->device_slots()) {
+    EXPECT_NE(slot.node_id(), "node0");
+    EXPECT_THAT((std::set<std::string>{"node1", "node2", "node3"}),
+                ::testing::Contains(slot.node_id()));
+  }
+  absl::StatusOr<proto::GetJobResponse> got = Get(id);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_THAT(got->job().excluded_nodes(), ElementsAre("node0"));
+  EXPECT_EQ(got->job().current_version(), 2);
+
+  if (chosen->kind() == "drop replicas") {
+    EXPECT_EQ(v2->result().origin().rfind("drop replicas", 0), 0u) << v2->result().origin();
+    // EP2 kept, DP a multiple of it: group 1 alone, on its own GPUs, each rank with its shard.
+    EXPECT_EQ(l2.layout().ep(), 2);
+    EXPECT_EQ(l2.layout().dp() % 2, 0) << l2.layout().dp();
+    EXPECT_EQ(l2.layout().dp(), 2);
+    EXPECT_EQ(l2.global_microbatches(), 8);
+    ASSERT_EQ(v2->device_slots_size(), 2);
+    EXPECT_EQ(v2->device_slots(0).node_id(), "node2");
+    EXPECT_EQ(v2->device_slots(1).node_id(), "node3");
+    ASSERT_EQ(l2.ranks_size(), 2);
+    for (const proto::RankRole& role : l2.ranks()) {
+      const proto::DeviceSlot& slot = v2->device_slots(role.rank());
+      const auto held = ep_rank_of.find({slot.node_id(), slot.local_device()});
+      ASSERT_NE(held, ep_rank_of.end()) << slot.node_id() << " held no rank of v1";
+      EXPECT_EQ(role.ep_rank(), held->second) << "rank " << role.rank() << " on " << slot.node_id();
+    }
+  } else {
+    // The new layout won (quicker even with its switch): "drop replicas" was still offered
+    // and kept EP2 (its summary above), and lost on time alone.
+    EXPECT_EQ(chosen->kind(), "new layout");
+    EXPECT_LE(chosen->total_s(), drop->total_s());
+  }
 }
 
 TEST_F(JobManagerTest, LostNodeReplansOnTheRestAndItsReturnRestores) {

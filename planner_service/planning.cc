@@ -65,12 +65,18 @@ absl::Status ReadLayoutAndConstraints(const proto::PlanOptions& o, PlanningInput
 
 // After node loss a job's fixed layout degrees stand where the devices left can hold them:
 // the fixed DP and EP degrees are dropped first (the replicas are what a lost node takes away), then
-// every degree, and the layout search chooses.
-void RelaxLayoutForDevicesLeft(int available, LayoutRequest* req) {
+// every degree, and the layout search chooses. Degrees hold only when the replicas they leave
+// (the fixed DP, else the devices left over PP x TP) split the global batch of
+// `global_microbatches` evenly and hold whole EP groups, as the layout search requires of every
+// layout: otherwise keeping them would leave the search nothing to choose.
+void RelaxLayoutForDevicesLeft(int available, int global_microbatches, LayoutRequest* req) {
   auto fits = [&] {
-    const int64_t product = int64_t{std::max(req->pp, 1)} * std::max(req->tp, 1) *
-                            std::max(req->dp, 1);
-    return product <= available && available % product == 0;
+    const int64_t pp = std::max(req->pp, 1), tp = std::max(req->tp, 1);
+    const int64_t product = pp * tp * std::max(req->dp, 1);
+    if (product > available || available % product != 0) return false;
+    const int64_t dp = req->dp > 0 ? req->dp : available / (pp * tp);
+    if (global_microbatches > 0 && global_microbatches % dp != 0) return false;
+    return req->ep <= 0 || dp % req->ep == 0;
   };
   if (fits()) return;
   req->dp = req->ep = 0;  // EP groups are made of DP replicas: they go with them
@@ -244,7 +250,9 @@ absl::StatusOr<PlanningInput> PrepareInput(const proto::Model& model_proto,
   t.vocab_parallel = *vocab;
   t.threads = limits.tuner_threads;
   RETURN_IF_ERROR(ReadLayoutAndConstraints(options, &in));
-  if (!excluded.empty() && in.choose_layout) RelaxLayoutForDevicesLeft(available, &in.layout);
+  if (!excluded.empty() && in.choose_layout) {
+    RelaxLayoutForDevicesLeft(available, t.num_microbatches, &in.layout);
+  }
   RunSizeNames names;
   names.devices = "options.num_devices";
   names.microbatches = "options.num_microbatches";
