@@ -198,7 +198,8 @@ double RecomputeShareToFit(const std::vector<LayerCost>& layers, int pp, int mic
 // Builds a candidate's pipelines and cheap figures; false when the layout cannot be mapped.
 absl::StatusOr<bool> Prepare(const ModelGraph& model, const Cluster& cluster,
                              const CostModel& cost, bool steady,
-                             const ExecutorConstraints& constraints, LayoutCandidate* c) {
+                             const ExecutorConstraints& constraints, int max_chunks,
+                             LayoutCandidate* c) {
   const ParallelLayout& l = c->layout;
   RankMap map(cluster, l);
   if (!map.TpGroupsInsideNodes()) return false;
@@ -260,8 +261,16 @@ absl::StatusOr<bool> Prepare(const ModelGraph& model, const Cluster& cluster,
     // ranked ahead of shallower ones that end up faster once tuned.
     const double recompute =
         RecomputeShareToFit(fastest, P, c->microbatches, capacity, total, constraints);
+    // The bubble of interleaved 1F1B with as many chunks per device as the layer count allows
+    // (v·P <= L, v <= max_chunks: the tuner's seed placements): (P - 1) / v idle micro-batch
+    // slots instead of P - 1 (Narayanan et al., SC '21). A pipeline with about a layer per
+    // device cannot interleave and keeps the whole bubble; counting 1F1B's bubble everywhere
+    // ranked such deep pipelines level with shallower ones the tuner interleaves.
+    const int chunks = std::clamp(L / P, 1, std::max(1, max_chunks));
     const double one_f_one_b =
-        recompute > 1 ? kInf : (work + recompute * forward) / P * (c->microbatches + P - 1);
+        recompute > 1 ? kInf
+                      : (work + recompute * forward) / P *
+                            (c->microbatches + static_cast<double>(P - 1) / chunks);
     c->estimate_s = std::max(c->estimate_s, std::max(lb.seconds, one_f_one_b) + sync);
   }
   return true;
@@ -473,7 +482,7 @@ absl::StatusOr<LayoutResult> TuneLayout(const ModelGraph& model, const Cluster& 
     c.layout = l;
     c.microbatches = global / l.dp;
     ASSIGN_OR_RETURN(bool ok,
-                     Prepare(model, cluster, cost_model, steady, tuner.constraints, &c));
+                     Prepare(model, cluster, cost_model, steady, tuner.constraints, tuner.max_chunks, &c));
     if (ok) cands.push_back(std::move(c));
   }
   if (cands.empty() && over_limit > 0) {
