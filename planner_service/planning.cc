@@ -63,26 +63,38 @@ absl::Status ReadLayoutAndConstraints(const proto::PlanOptions& o, PlanningInput
   return absl::OkStatus();
 }
 
+}  // namespace
+
 // After node loss a job's fixed layout degrees stand where the devices left can hold them:
 // the fixed DP and EP degrees are dropped first (the replicas are what a lost node takes away), then
-// every degree, and the layout search chooses. Degrees hold only when the replicas they leave
-// (the fixed DP, else the devices left over PP x TP) split the global batch of
-// `global_microbatches` evenly and hold whole EP groups, as the layout search requires of every
-// layout: otherwise keeping them would leave the search nothing to choose.
+// every degree, and the layout search chooses. Degrees stand only if some layout keeps them:
+// PP x TP x DP dividing the devices left (a degree left open: any that divides them) with the
+// replicas (the fixed DP, else the devices over PP x TP) splitting the global batch of
+// `global_microbatches` evenly and holding whole EP groups, as the layout search requires of
+// every layout — keeping degrees no layout has would leave the search nothing to choose.
 void RelaxLayoutForDevicesLeft(int available, int global_microbatches, LayoutRequest* req) {
   auto fits = [&] {
-    const int64_t pp = std::max(req->pp, 1), tp = std::max(req->tp, 1);
-    const int64_t product = pp * tp * std::max(req->dp, 1);
-    if (product > available || available % product != 0) return false;
-    const int64_t dp = req->dp > 0 ? req->dp : available / (pp * tp);
-    if (global_microbatches > 0 && global_microbatches % dp != 0) return false;
-    return req->ep <= 0 || dp % req->ep == 0;
+    for (int pp = 1; pp <= available; ++pp) {
+      if ((req->pp > 0 && pp != req->pp) || available % pp != 0) continue;
+      for (int tp = 1; tp <= available / pp; ++tp) {
+        if ((req->tp > 0 && tp != req->tp) || (available / pp) % tp != 0) continue;
+        const int64_t dp = req->dp > 0 ? req->dp : available / (pp * tp);
+        const int64_t product = int64_t{pp} * tp * dp;
+        if (product > available || available % product != 0) continue;
+        if (global_microbatches > 0 && global_microbatches % dp != 0) continue;
+        if (req->ep > 0 && dp % req->ep != 0) continue;
+        return true;
+      }
+    }
+    return false;
   };
   if (fits()) return;
   req->dp = req->ep = 0;  // EP groups are made of DP replicas: they go with them
   if (fits()) return;
   req->pp = req->tp = req->ep = 0;
 }
+
+namespace {
 
 proto::PlanLayout LayoutToProto(const LayoutResult& r) {
   proto::PlanLayout out;

@@ -83,4 +83,42 @@ TEST(PlanningTest, ALayoutWhoseReplicasWouldExceedTheLimitIsSkippedNotRun) {
 }
 
 }  // namespace
+// After a node loss fixed degrees stand while some layout keeps them: TP 2 over the 12 GPUs
+// left with 16 micro-batches stays (PP3 x TP2 x DP2, PP open); PP1 x TP1 over 3 GPUs would be
+// DP3, which 8 micro-batches do not split, so every degree goes; a fixed EP goes with DP.
+TEST(PlanningTest, NodeLossKeepsTheFixedDegreesSomeLayoutOfTheDevicesLeftCanHold) {
+  LayoutRequest tp2;
+  tp2.tp = 2;
+  RelaxLayoutForDevicesLeft(12, 16, &tp2);
+  EXPECT_EQ(tp2.tp, 2);
+  EXPECT_EQ(tp2.pp, 0);
+
+  LayoutRequest flat;
+  flat.pp = 1;
+  flat.tp = 1;
+  flat.dp = 4;
+  flat.ep = 2;
+  RelaxLayoutForDevicesLeft(3, 8, &flat);
+  EXPECT_EQ(flat.pp, 0);
+  EXPECT_EQ(flat.tp, 0);
+  EXPECT_EQ(flat.dp, 0);
+  EXPECT_EQ(flat.ep, 0);
+
+  LayoutRequest ep;
+  ep.pp = 2;
+  ep.dp = 4;
+  ep.ep = 2;
+  RelaxLayoutForDevicesLeft(6, 12, &ep);  // PP2 x DP3: EP 2 cannot stay
+  EXPECT_EQ(ep.pp, 2);
+  EXPECT_EQ(ep.dp, 0);
+  EXPECT_EQ(ep.ep, 0);
+
+  LayoutRequest kept;
+  kept.pp = 2;
+  kept.dp = 2;
+  RelaxLayoutForDevicesLeft(8, 8, &kept);  // PP2 x TP2 x DP2 still fits
+  EXPECT_EQ(kept.pp, 2);
+  EXPECT_EQ(kept.dp, 2);
+}
+
 }  // namespace octopipe::planner

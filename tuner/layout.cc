@@ -262,11 +262,17 @@ absl::StatusOr<bool> Prepare(const ModelGraph& model, const Cluster& cluster,
     const double recompute =
         RecomputeShareToFit(fastest, P, c->microbatches, capacity, total, constraints);
     // The bubble of interleaved 1F1B with as many chunks per device as the layer count allows
-    // (v·P <= L, v <= max_chunks: the tuner's seed placements): (P - 1) / v idle micro-batch
+    // (v·P <= L, v <= max_chunks and the executor's stages per device: the tuner's seed
+    // placements; 1 with a fixed placement): (P - 1) / v idle micro-batch
     // slots instead of P - 1 (Narayanan et al., SC '21). A pipeline with about a layer per
     // device cannot interleave and keeps the whole bubble; counting 1F1B's bubble everywhere
     // ranked such deep pipelines level with shallower ones the tuner interleaves.
-    const int chunks = std::clamp(L / P, 1, std::max(1, max_chunks));
+    int most_chunks = std::max(1, max_chunks);
+    if (constraints.max_stages_per_device > 0) {
+      most_chunks = std::min(most_chunks, constraints.max_stages_per_device);
+    }
+    if (constraints.fixed_placement) most_chunks = 1;
+    const int chunks = std::clamp(L / P, 1, most_chunks);
     const double one_f_one_b =
         recompute > 1 ? kInf
                       : (work + recompute * forward) / P *
@@ -481,8 +487,8 @@ absl::StatusOr<LayoutResult> TuneLayout(const ModelGraph& model, const Cluster& 
     LayoutCandidate c;
     c.layout = l;
     c.microbatches = global / l.dp;
-    ASSIGN_OR_RETURN(bool ok,
-                     Prepare(model, cluster, cost_model, steady, tuner.constraints, tuner.max_chunks, &c));
+    ASSIGN_OR_RETURN(bool ok, Prepare(model, cluster, cost_model, steady, tuner.constraints,
+                                      tuner.max_chunks, &c));
     if (ok) cands.push_back(std::move(c));
   }
   if (cands.empty() && over_limit > 0) {
