@@ -3,6 +3,7 @@
 #include "planner_service/planning.h"
 
 #include <string>
+#include <vector>
 
 #include "core/cluster.h"
 #include "core/cluster_presets.h"
@@ -87,38 +88,20 @@ TEST(PlanningTest, ALayoutWhoseReplicasWouldExceedTheLimitIsSkippedNotRun) {
 // left with 16 micro-batches stays (PP3 x TP2 x DP2, PP open); PP1 x TP1 over 3 GPUs would be
 // DP3, which 8 micro-batches do not split, so every degree goes; a fixed EP goes with DP.
 TEST(PlanningTest, NodeLossKeepsTheFixedDegreesSomeLayoutOfTheDevicesLeftCanHold) {
-  LayoutRequest tp2;
-  tp2.tp = 2;
-  RelaxLayoutForDevicesLeft(12, 16, &tp2);
-  EXPECT_EQ(tp2.tp, 2);
-  EXPECT_EQ(tp2.pp, 0);
-
-  LayoutRequest flat;
-  flat.pp = 1;
-  flat.tp = 1;
-  flat.dp = 4;
-  flat.ep = 2;
-  RelaxLayoutForDevicesLeft(3, 8, &flat);
-  EXPECT_EQ(flat.pp, 0);
-  EXPECT_EQ(flat.tp, 0);
-  EXPECT_EQ(flat.dp, 0);
-  EXPECT_EQ(flat.ep, 0);
-
-  LayoutRequest ep;
-  ep.pp = 2;
-  ep.dp = 4;
-  ep.ep = 2;
-  RelaxLayoutForDevicesLeft(6, 12, &ep);  // PP2 x DP3: EP 2 cannot stay
-  EXPECT_EQ(ep.pp, 2);
-  EXPECT_EQ(ep.dp, 0);
-  EXPECT_EQ(ep.ep, 0);
-
-  LayoutRequest kept;
-  kept.pp = 2;
-  kept.dp = 2;
-  RelaxLayoutForDevicesLeft(8, 8, &kept);  // PP2 x TP2 x DP2 still fits
-  EXPECT_EQ(kept.pp, 2);
-  EXPECT_EQ(kept.dp, 2);
+  // The request {pp, tp, dp, ep} as relaxed for `available` GPUs and `global` micro-batches.
+  auto relaxed = [](int pp, int tp, int dp, int ep, int available, int global) {
+    LayoutRequest r;
+    r.pp = pp;
+    r.tp = tp;
+    r.dp = dp;
+    r.ep = ep;
+    RelaxLayoutForDevicesLeft(available, global, &r);
+    return std::vector<int>{r.pp, r.tp, r.dp, r.ep};
+  };
+  EXPECT_EQ(relaxed(0, 2, 0, 0, 12, 16), (std::vector<int>{0, 2, 0, 0}));
+  EXPECT_EQ(relaxed(1, 1, 4, 2, 3, 8), (std::vector<int>{0, 0, 0, 0}));
+  EXPECT_EQ(relaxed(2, 0, 4, 2, 6, 12), (std::vector<int>{2, 0, 0, 0}));  // PP2 x DP3: no EP 2
+  EXPECT_EQ(relaxed(2, 0, 2, 0, 8, 8), (std::vector<int>{2, 0, 2, 0}));   // PP2 x TP2 x DP2
 }
 
 }  // namespace octopipe::planner
