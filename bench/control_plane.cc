@@ -46,6 +46,8 @@ ABSL_FLAG(double, duration_s, 60, "seconds of load after set-up");
 ABSL_FLAG(double, heartbeat_s, 1, "each agent's heartbeat interval");
 ABSL_FLAG(double, report_s, 5, "each job's report interval");
 ABSL_FLAG(double, heartbeat_timeout_s, 10, "the planner's --heartbeat_timeout_s");
+ABSL_FLAG(double, heartbeat_batch_ms, -1,
+          "the planner's --heartbeat_batch_ms (negative: the planner's default)");
 ABSL_FLAG(int, channels, 8, "client gRPC channels (connections) the calls are spread over");
 ABSL_FLAG(std::string, heartbeat, "stream",
           "how agents heartbeat: stream (one HeartbeatStream per agent, as octopipe-agent "
@@ -158,10 +160,14 @@ int Run() {
   PlannerProcess planner(kPlanner);
   const std::string state =
       absl::StrCat(std::filesystem::temp_directory_path().string(), "/octopipe-cp-", getpid());
-  if (absl::Status s = planner.Start(
-          {"--state_dir=" + state, "--log_level=warn",
-           absl::StrCat("--heartbeat_timeout_s=", absl::GetFlag(FLAGS_heartbeat_timeout_s))});
-      !s.ok()) {
+  std::vector<std::string> planner_flags = {
+      "--state_dir=" + state, "--log_level=warn",
+      absl::StrCat("--heartbeat_timeout_s=", absl::GetFlag(FLAGS_heartbeat_timeout_s))};
+  if (absl::GetFlag(FLAGS_heartbeat_batch_ms) >= 0) {
+    planner_flags.push_back(
+        absl::StrCat("--heartbeat_batch_ms=", absl::GetFlag(FLAGS_heartbeat_batch_ms)));
+  }
+  if (absl::Status s = planner.Start(planner_flags); !s.ok()) {
     std::cerr << "control_plane: " << s << "\n";
     return 1;
   }

@@ -27,6 +27,9 @@
 namespace octopipe::planner {
 namespace {
 
+// Completion queues of batched heartbeat streams: each keeps about 1/8 of the open streams' reads.
+constexpr int kHeartbeatQueues = 8;
+
 // Feeds the metrics from the job manager and the service.
 class MetricsObserver : public JobObserver, public RpcObserver {
  public:
@@ -159,9 +162,14 @@ struct PlannerServer::Impl {
   std::unique_ptr<AuditLog> audit;
   std::unique_ptr<PlannerService> service;
   std::unique_ptr<grpc::Server> server;
-  // HeartbeatStream's completion queue and its thread (PlannerService::ServeHeartbeatStreams).
-  std::unique_ptr<grpc::ServerCompletionQueue> heartbeat_queue;
+  // HeartbeatStream's completion queues and their thread (PlannerService::ServeHeartbeatStreams).
+  std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> heartbeat_queues;
   std::thread heartbeat_thread;
+  std::vector<grpc::ServerCompletionQueue*> HeartbeatQueues() const {
+    std::vector<grpc::ServerCompletionQueue*> out;
+    for (const auto& q : heartbeat_queues) out.push_back(q.get());
+    return out;
+  }
 };
 
 PlannerServer::PlannerServer(PlannerServerOptions options,
@@ -278,17 +286,18 @@ absl::Status PlannerServer::StartGrpc() {
         if (metrics != nullptr) metrics->RpcLatency(method).Observe(seconds);
       }));
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
-  // Heartbeat streams are served from one completion queue by one thread of ours, which handles
-  // each heartbeat where it completes (bench/control_plane, 10,000 agents: 0.65 cores over 600 s
-  // against 0.68 on the callback API's threads; two queues and threads measured worse).
-  m.heartbeat_queue = builder.AddCompletionQueue();
+  // Heartbeat streams are served from completion queues by one thread of ours, in batches
+  // (PlannerService::ServeHeartbeatStreams; bench/control_plane in docs/benchmarks.md).
+  const absl::Duration batch = absl::Milliseconds(options_.heartbeat_batch_ms);
+  const int queues = batch > absl::ZeroDuration() ? kHeartbeatQueues : 1;
+  for (int i = 0; i < queues; ++i) m.heartbeat_queues.push_back(builder.AddCompletionQueue());
   m.server = builder.BuildAndStart();
   if (!m.server || port_ == 0) {
     return absl::UnavailableError(absl::StrCat("--port: cannot listen on ", options_.host, ":",
                                                options_.port));
   }
-  m.heartbeat_thread =
-      std::thread([&m] { m.service->ServeHeartbeatStreams(m.heartbeat_queue.get()); });
+  m.heartbeat_thread = std::thread(
+      [&m, batch] { m.service->ServeHeartbeatStreams(m.HeartbeatQueues(), batch); });
   m.service->SetHealthService(m.server->GetHealthCheckService());
   PublishRole();
   return absl::OkStatus();
@@ -432,14 +441,16 @@ void PlannerServer::Shutdown(double grace_s) {
   impl_->exporter.reset();
   if (impl_->server) impl_->server->Wait();
   // After the server: its calls are cancelled and no call is requested any more.
-  if (impl_->heartbeat_queue) {
-    impl_->service->StopHeartbeatStreams(impl_->heartbeat_queue.get());
+  if (!impl_->heartbeat_queues.empty()) {
+    impl_->service->StopHeartbeatStreams(impl_->HeartbeatQueues());
     if (impl_->heartbeat_thread.joinable()) {
       impl_->heartbeat_thread.join();
-    } else {  // the server never started: drain the queue here
+    } else {  // the server never started: drain the queues here
       void* tag = nullptr;
       bool ok = false;
-      while (impl_->heartbeat_queue->Next(&tag, &ok)) {
+      for (const auto& q : impl_->heartbeat_queues) {
+        while (q->Next(&tag, &ok)) {
+        }
       }
     }
   }

@@ -63,6 +63,9 @@ struct PlannerServerOptions {
   int max_queued = 64;    // waiting tuning tasks before RESOURCE_EXHAUSTED
   int plan_cache_entries = 256;  // answers to identical Plan requests kept; 0: no cache
   double heartbeat_timeout_s = 10;  // missed heartbeats for this long: the node is lost
+  // Streamed heartbeats are handled in batches, this often while they keep arriving (0: each as
+  // it arrives); see PlannerService::ServeHeartbeatStreams.
+  double heartbeat_batch_ms = 2;
   ReplanPolicyOptions replan;
 };
 

@@ -561,7 +561,8 @@ class AsyncHeartbeatCall {
     service_->RequestHeartbeatStream(&ctx_, &stream_, cq_, cq_, this);
   }
 
-  void Proceed(bool ok) {
+  // `arrival`: the earliest the completion can have been queued (for the latency recorded).
+  void Proceed(bool ok, std::chrono::steady_clock::time_point arrival) {
     absl::MutexLock lock(&service_->heartbeat_mu_);
     if (service_->heartbeat_stopping_) {  // the server is shut down: start nothing more
       delete this;
@@ -581,7 +582,7 @@ class AsyncHeartbeatCall {
           Finish(absl::OkStatus());
           return;
         }
-        OnBeat();
+        OnBeat(arrival);
         return;
       case State::kWriting:
         Finish(absl::OkStatus());
@@ -605,8 +606,7 @@ class AsyncHeartbeatCall {
     stream_.Finish(ToGrpc(s), this);
   }
 
-  void OnBeat() {
-    const auto arrival = std::chrono::steady_clock::now();
+  void OnBeat(std::chrono::steady_clock::time_point arrival) {
     bool drained = false;
     std::optional<Principal> who;
     absl::Status s =
@@ -642,20 +642,55 @@ class AsyncHeartbeatCall {
   proto::HeartbeatResponse response_;
 };
 
-void PlannerService::StopHeartbeatStreams(grpc::ServerCompletionQueue* cq) {
+void PlannerService::StopHeartbeatStreams(const std::vector<grpc::ServerCompletionQueue*>& cqs) {
   absl::MutexLock lock(&heartbeat_mu_);
   heartbeat_stopping_ = true;
-  cq->Shutdown();
+  for (grpc::ServerCompletionQueue* cq : cqs) cq->Shutdown();
 }
 
-void PlannerService::ServeHeartbeatStreams(grpc::ServerCompletionQueue* cq) {
+void PlannerService::ServeHeartbeatStreams(const std::vector<grpc::ServerCompletionQueue*>& cqs,
+                                           absl::Duration batch) {
   {
     absl::MutexLock lock(&heartbeat_mu_);
-    if (!heartbeat_stopping_) new AsyncHeartbeatCall(this, cq);
-  }  // and drains the queue in any case
+    if (!heartbeat_stopping_) {
+      for (grpc::ServerCompletionQueue* cq : cqs) new AsyncHeartbeatCall(this, cq);
+    }
+  }  // and drains the queues in any case
   void* tag = nullptr;
   bool ok = false;
-  while (cq->Next(&tag, &ok)) static_cast<AsyncHeartbeatCall*>(tag)->Proceed(ok);
+  auto drain_until_shut_down = [&] {
+    for (grpc::ServerCompletionQueue* cq : cqs) {
+      while (cq->Next(&tag, &ok)) {
+        static_cast<AsyncHeartbeatCall*>(tag)->Proceed(ok, std::chrono::steady_clock::now());
+      }
+    }
+  };
+  if (batch <= absl::ZeroDuration()) {  // one queue, each completion as it arrives
+    drain_until_shut_down();
+    return;
+  }
+  // Quiet wake-ups (nothing completed) double the wait, up to kQuietWaits x `batch`, so an idle
+  // planner wakes a few times a second; the first heartbeat handled brings it back to `batch`.
+  constexpr int kQuietWaits = 32;
+  absl::Duration wait = batch;
+  auto since = std::chrono::steady_clock::now();  // completions queued since then are handled
+  for (;;) {
+    bool handled = false;
+    for (grpc::ServerCompletionQueue* cq : cqs) {
+      for (;;) {
+        const grpc::CompletionQueue::NextStatus next =
+            cq->AsyncNext(&tag, &ok, gpr_time_0(GPR_CLOCK_MONOTONIC));
+        if (next != grpc::CompletionQueue::GOT_EVENT) break;  // none now, or shut down
+        static_cast<AsyncHeartbeatCall*>(tag)->Proceed(ok, since);
+        handled = true;
+      }
+    }
+    wait = handled ? batch : std::min(2 * wait, kQuietWaits * batch);
+    since = std::chrono::steady_clock::now();
+    absl::MutexLock lock(&heartbeat_mu_);
+    if (heartbeat_mu_.AwaitWithTimeout(absl::Condition(&heartbeat_stopping_), wait)) break;
+  }
+  drain_until_shut_down();  // StopHeartbeatStreams shut the queues down
 }
 
 grpc::ServerUnaryReactor* PlannerService::ReportJobEvent(

@@ -144,18 +144,27 @@ class PlannerService final : public PlannerServiceBase {
   grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* ctx,
                                       const proto::HeartbeatRequest* request,
                                       proto::HeartbeatResponse* response) override;
-  // HeartbeatStream calls, served from `cq` (one the server was built with) on the calling
-  // thread until the queue is shut down (after the server) and drained. Each heartbeat is
+  // HeartbeatStream calls, served from `cqs` (queues the server was built with) on the calling
+  // thread until the queues are shut down (after the server) and drained. Each heartbeat is
   // authorized (the caller identified from the stream's credentials again, so an identities
   // reload reaches open streams too), required to reach the leader and handled by Beat, as a
   // unary Heartbeat would be, and recorded as a "Heartbeat" call (counter and latency). Nothing
   // is written back while the node is fine; a drained node gets {drained: true} and the stream
   // ends OK; a refused heartbeat ends the stream with its error, audited as a refused unary one.
-  void ServeHeartbeatStreams(grpc::ServerCompletionQueue* cq);
-  // Shuts `cq` down once no HeartbeatStream operation can start on it any more; call after the
-  // server's Shutdown (which cancels the streams), then join the thread serving it. Calls that
-  // complete afterwards are released without starting another operation.
-  void StopHeartbeatStreams(grpc::ServerCompletionQueue* cq);
+  // `batch` > 0: the thread wakes every `batch` and handles every heartbeat that completed on
+  // any queue meanwhile — one wake-up for hundreds of heartbeats instead of one each, at most
+  // `batch` later; their latency is counted from the previous wake-up, an upper bound of the
+  // time they waited. Wake-ups that find nothing double the wait, up to 32 x `batch` (an idle
+  // planner wakes a few times a second; the first heartbeat back brings the wait to `batch`).
+  // Several queues keep each one's outstanding operations (one read per open stream) few: the
+  // debug build of libgrpc searches them linearly on every completion.
+  // `batch` zero: one queue, each completion handled as it arrives.
+  void ServeHeartbeatStreams(const std::vector<grpc::ServerCompletionQueue*>& cqs,
+                             absl::Duration batch);
+  // Shuts `cqs` down once no HeartbeatStream operation can start on them any more; call after
+  // the server's Shutdown (which cancels the streams), then join the thread serving them. Calls
+  // that complete afterwards are released without starting another operation.
+  void StopHeartbeatStreams(const std::vector<grpc::ServerCompletionQueue*>& cqs);
   grpc::ServerUnaryReactor* ReportStageTimes(grpc::CallbackServerContext* ctx,
                                              const proto::ReportStageTimesRequest* request,
                                              proto::ReportStageTimesResponse* response) override;

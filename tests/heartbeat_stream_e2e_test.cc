@@ -16,6 +16,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "core/test_dirs.h"
@@ -74,7 +75,13 @@ double HeartbeatsCounted(const PlannerProcess& planner) {
 // HeartbeatStream: every message is a heartbeat, counted as a Heartbeat call; the planner
 // writes nothing back until the node is drained (then {drained} and the end, OK); an unknown
 // node ends the stream NOT_FOUND, another node's credential PERMISSION_DENIED naming both.
-TEST(HeartbeatStreamE2ETest, HeartbeatStreamBeatsAsUnaryCallsDoAndEndsWithTheirAnswers) {
+// Both ways the planner serves the streams: each heartbeat as it arrives, and in batches.
+class HeartbeatBatchTest : public ::testing::TestWithParam<const char*> {
+ protected:
+  std::string BatchFlag() const { return absl::StrCat("--heartbeat_batch_ms=", GetParam()); }
+};
+
+TEST_P(HeartbeatBatchTest, HeartbeatStreamBeatsAsUnaryCallsDoAndEndsWithTheirAnswers) {
   const std::string identities = TestPath("identities-stream.json");
   std::ofstream(identities) << R"({"principals": [
       {"name": "node-a", "role": "agent", "node": "node-a", "token": "a-token"},
@@ -82,7 +89,10 @@ TEST(HeartbeatStreamE2ETest, HeartbeatStreamBeatsAsUnaryCallsDoAndEndsWithTheirA
       {"name": "ops", "role": "admin", "token": "ops-token"}]})";
   PlannerProcess planner(kPlanner);
   ASSERT_TRUE(
-      planner.Start({"--state_dir=" + TestPath("stream"), "--identities=" + identities}).ok())
+      planner
+          .Start({"--state_dir=" + TestPath(absl::StrCat("stream-", GetParam())),
+                  "--identities=" + identities, BatchFlag()})
+          .ok())
       << planner.log();
   auto stub = Connect(planner.address());
   ASSERT_EQ(Register(stub.get(), "a-token", "node-a"), grpc::StatusCode::OK);
@@ -184,9 +194,13 @@ TEST(HeartbeatStreamE2ETest, AHeartbeatStreamToAPlannerThatStoppedAnsweringEnds)
 // The planner serves HeartbeatStream from a completion queue of its own: shut down (SIGTERM)
 // while many streams are open and beating, it ends them and exits 0 (no hang waiting for the
 // queue, no operation started on it once shut down).
-TEST(HeartbeatStreamE2ETest, APlannerShutDownWithOpenStreamsEndsThemAndExitsCleanly) {
+TEST_P(HeartbeatBatchTest, APlannerShutDownWithOpenStreamsEndsThemAndExitsCleanly) {
   PlannerProcess planner(kPlanner);
-  ASSERT_TRUE(planner.Start({"--state_dir=" + TestPath("stream-shutdown")}).ok()) << planner.log();
+  ASSERT_TRUE(planner
+                  .Start({"--state_dir=" + TestPath(absl::StrCat("stream-shutdown-", GetParam())),
+                          BatchFlag()})
+                  .ok())
+      << planner.log();
   auto stub = Connect(planner.address());
   constexpr int kNodes = 32;
   std::vector<std::unique_ptr<client::HeartbeatStream>> streams;
@@ -212,6 +226,9 @@ TEST(HeartbeatStreamE2ETest, APlannerShutDownWithOpenStreamsEndsThemAndExitsClea
     EXPECT_NE(s->status().error_code(), grpc::StatusCode::OK);
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(EachAsItArrivesAndBatched, HeartbeatBatchTest,
+                         ::testing::Values("0", "2"));
 
 }  // namespace
 }  // namespace octopipe

@@ -243,6 +243,12 @@ TEST(FlagsTest, BadValuesFailNamingTheFlag) {
   r = RunPlanner({"--state_dir=" + TestPath("f2"), "--workers=many"});
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("workers"));
+  r = RunPlanner({"--state_dir=" + TestPath("f4"), "--heartbeat_batch_ms=nan"});
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--heartbeat_batch_ms must be between 0 and 100, got nan"));
+  r = RunPlanner({"--state_dir=" + TestPath("f5"), "--heartbeat_timeout_s=-1"});
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--heartbeat_timeout_s must be a positive number"));
   r = RunPlanner({"--state_dir=" + TestPath("f3"), "--no_such_flag=1"});
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("no_such_flag"));
@@ -256,7 +262,7 @@ TEST(FlagsTest, HelpExplainsEveryFlag) {
         "metrics_threads", "metrics_request_timeout_ms", "tls_cert", "tls_key", "tls_client_ca",
         "token", "token_file", "max_request_bytes", "max_layers", "max_devices", "max_plan_bytes",
         "max_time_budget_s", "default_time_budget_s", "workers", "max_queued",
-        "heartbeat_timeout_s", "replan_start_deviation", "replan_stop_deviation",
+        "heartbeat_timeout_s", "heartbeat_batch_ms", "replan_start_deviation", "replan_stop_deviation",
         "replan_min_gain", "replan_cooldown_s", "log_level", "log_json"}) {
     EXPECT_THAT(r.output, HasSubstr(absl::StrCat("--", flag, " ("))) << flag;
   }
