@@ -71,18 +71,23 @@ absl::Status ReadLayoutAndConstraints(const proto::PlanOptions& o, PlanningInput
 // PP x TP x DP dividing the devices left (a degree left open: any that divides them) with the
 // replicas (the fixed DP, else the devices over PP x TP) splitting the global batch of
 // `global_microbatches` evenly and holding whole EP groups, as the layout search requires of
-// every layout — keeping degrees no layout has would leave the search nothing to choose.
-void RelaxLayoutForDevicesLeft(int available, int global_microbatches, LayoutRequest* req) {
+// every layout — keeping degrees no layout has would leave the search nothing to choose. An
+// open TP or EP degree is the model's own (`model_tp`, `model_ep` > 1) where it names one, as
+// in the layout search.
+void RelaxLayoutForDevicesLeft(int available, int global_microbatches, int model_tp,
+                               int model_ep, LayoutRequest* req) {
   auto fits = [&] {
+    const int fixed_tp = req->tp > 0 ? req->tp : (model_tp > 1 ? model_tp : 0);
+    const int fixed_ep = req->ep > 0 ? req->ep : (model_ep > 1 ? model_ep : 0);
     for (int pp = 1; pp <= available; ++pp) {
       if ((req->pp > 0 && pp != req->pp) || available % pp != 0) continue;
       for (int tp = 1; tp <= available / pp; ++tp) {
-        if ((req->tp > 0 && tp != req->tp) || (available / pp) % tp != 0) continue;
+        if ((fixed_tp > 0 && tp != fixed_tp) || (available / pp) % tp != 0) continue;
         const int64_t dp = req->dp > 0 ? req->dp : available / (pp * tp);
         const int64_t product = int64_t{pp} * tp * dp;
         if (product > available || available % product != 0) continue;
         if (global_microbatches > 0 && global_microbatches % dp != 0) continue;
-        if (req->ep > 0 && dp % req->ep != 0) continue;
+        if (fixed_ep > 0 && dp % fixed_ep != 0) continue;
         return true;
       }
     }
@@ -263,7 +268,9 @@ absl::StatusOr<PlanningInput> PrepareInput(const proto::Model& model_proto,
   t.threads = limits.tuner_threads;
   RETURN_IF_ERROR(ReadLayoutAndConstraints(options, &in));
   if (!excluded.empty() && in.choose_layout) {
-    RelaxLayoutForDevicesLeft(available, t.num_microbatches, &in.layout);
+    RelaxLayoutForDevicesLeft(available, t.num_microbatches,
+                              static_cast<int>(in.model.training.tp_degree),
+                              static_cast<int>(in.model.training.ep_degree), &in.layout);
   }
   RunSizeNames names;
   names.devices = "options.num_devices";

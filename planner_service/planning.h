@@ -74,7 +74,10 @@ proto::PlanResult ToProto(const TuneResult& result);
 // After a node loss: drops the fixed degrees of a job's layout request that no layout over the
 // `available` devices left can keep (the global batch of `global_microbatches` split evenly
 // over the replicas, whole EP groups): DP and EP first, then every degree (planning.cc).
-void RelaxLayoutForDevicesLeft(int available, int global_microbatches, LayoutRequest* req);
+// `model_tp`, `model_ep`: the model's training.tp_degree and ep_degree, which the layout
+// search takes for a degree the request leaves open (> 1 only).
+void RelaxLayoutForDevicesLeft(int available, int global_microbatches, int model_tp,
+                               int model_ep, LayoutRequest* req);
 
 struct NodeLossContext {
   LayoutPlan current;                  // the current version's layout

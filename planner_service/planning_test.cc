@@ -89,19 +89,25 @@ TEST(PlanningTest, ALayoutWhoseReplicasWouldExceedTheLimitIsSkippedNotRun) {
 // DP3, which 8 micro-batches do not split, so every degree goes; a fixed EP goes with DP.
 TEST(PlanningTest, NodeLossKeepsTheFixedDegreesSomeLayoutOfTheDevicesLeftCanHold) {
   // The request {pp, tp, dp, ep} as relaxed for `available` GPUs and `global` micro-batches.
-  auto relaxed = [](int pp, int tp, int dp, int ep, int available, int global) {
+  // `model_tp`: the model's own training.tp_degree.
+  auto relaxed = [](int pp, int tp, int dp, int ep, int available, int global,
+                    int model_tp = 0) {
     LayoutRequest r;
     r.pp = pp;
     r.tp = tp;
     r.dp = dp;
     r.ep = ep;
-    RelaxLayoutForDevicesLeft(available, global, &r);
+    RelaxLayoutForDevicesLeft(available, global, model_tp, /*model_ep=*/0, &r);
     return std::vector<int>{r.pp, r.tp, r.dp, r.ep};
   };
   EXPECT_EQ(relaxed(0, 2, 0, 0, 12, 16), (std::vector<int>{0, 2, 0, 0}));
   EXPECT_EQ(relaxed(1, 1, 4, 2, 3, 8), (std::vector<int>{0, 0, 0, 0}));
   EXPECT_EQ(relaxed(2, 0, 4, 2, 6, 12), (std::vector<int>{2, 0, 0, 0}));  // PP2 x DP3: no EP 2
   EXPECT_EQ(relaxed(2, 0, 2, 0, 8, 8), (std::vector<int>{2, 0, 2, 0}));   // PP2 x TP2 x DP2
+  // PP2 over 6 GPUs with 8 micro-batches holds with TP3 (DP1), but not with the model's TP2
+  // (which the search keeps): PP goes, and PP3 x TP2 is left to choose.
+  EXPECT_EQ(relaxed(2, 0, 0, 0, 6, 8), (std::vector<int>{2, 0, 0, 0}));
+  EXPECT_EQ(relaxed(2, 0, 0, 0, 6, 8, /*model_tp=*/2), (std::vector<int>{0, 0, 0, 0}));
 }
 
 }  // namespace octopipe::planner
