@@ -108,10 +108,15 @@ std::string VersionLine(const proto::PlanVersion& v) {
 
 // After a node loss, the ways to go on the planner compared (PlanResult.node_loss_options), a
 // line each: "  option drop replicas (1 of 2 replicas go on, ...): iteration T, switch S,
-// done in D for the N iterations left [chosen]"; "" when there were none.
+// done in D for the N iterations left [chosen]", or "  option new layout: not offered (why)";
+// "" when there were none.
 std::string NodeLossLines(const proto::PlanVersion& v) {
   std::string out;
   for (const proto::NodeLossOption& o : v.result().node_loss_options()) {
+    if (!o.not_offered().empty()) {
+      absl::StrAppend(&out, "  option ", o.kind(), ": not offered (", o.not_offered(), ")\n");
+      continue;
+    }
     absl::StrAppend(&out, "  option ", o.kind(), " (", o.summary(), "): iteration ",
                     FormatSeconds(o.iteration_time_s()), ", switch ",
                     FormatSeconds(o.switch_s()), ", done in ", FormatSeconds(o.total_s()),

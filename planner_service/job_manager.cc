@@ -122,7 +122,8 @@ void LogNodeLossOptions(const std::string& job_id, const proto::PlanResult& resu
                     {"iteration_s", o.iteration_time_s()}, {"switch_s", o.switch_s()},
                     {"moved_bytes", o.moved_bytes()},
                     {"remaining_iterations", o.remaining_iterations()},
-                    {"total_s", o.total_s()}, {"chosen", o.chosen()}});
+                    {"total_s", o.total_s()}, {"chosen", o.chosen()},
+                    {"not_offered", o.not_offered()}});
   }
 }
 

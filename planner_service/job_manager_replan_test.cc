@@ -484,6 +484,51 @@ TEST_F(JobManagerTest, AgentJobKeepsReplicasWithinNodesAndRelaxesFixedDegreesAft
   EXPECT_EQ(v3->device_slots_size(), 4);
 }
 
+// When no layout of the devices left holds the job (a two-layer model over three GPUs: PP3
+// needs three layers, TP goes by powers of two and DP3 does not split 8 micro-batches), the
+// re-plan still offers what the survivors can do and says why the new layout is not offered.
+TEST_F(JobManagerTest, ANewLayoutThatCannotBeMadeIsListedWithWhy) {
+  TrainingOptions training;
+  training.num_microbatches = 8;
+  absl::StatusOr<ModelGraph> llama = ZooModel("llama3-8b", training);
+  ASSERT_TRUE(llama.ok()) << llama.status();
+  ModelGraph model = *llama;  // the embedding and the head only
+  model.layers = {llama->layers.front(), llama->layers.back()};
+  absl::StatusOr<Cluster> preset = ClusterPreset("h100-4nodes");
+  ASSERT_TRUE(preset.ok()) << preset.status();
+  Cluster cluster = *preset;
+  for (Node& n : cluster.nodes) n.num_devices = 1;
+  proto::CreateJobRequest request = SmallJob("two-layers", cluster, /*devices=*/0);
+  *request.mutable_model() = ModelToProto(model);
+  request.mutable_options()->set_layout_pp(1);
+  request.mutable_options()->set_layout_dp(4);
+  proto::AgentTraining* t = request.mutable_training();
+  t->set_reference_model("ref:pattern=M*-E,hidden=32,heads=2,ffn=64,seq=32,vocab=64,microbatches=4");
+  t->set_iterations(10);
+  absl::StatusOr<WatchedJob> watched = CreateAndWatch(request);
+  ASSERT_TRUE(watched.ok()) << watched.status();
+  ASSERT_EQ(watched->v1.result().layout_plan().layout().dp(), 4);
+
+  EXPECT_THAT(manager_->NodeLost("node0", ReplanReason::kNodeFailure), ElementsAre(watched->id));
+  absl::StatusOr<proto::PlanVersion> v2 = recorder_.WaitForVersion(watched->id, 2);
+  ASSERT_TRUE(v2.ok()) << v2.status();
+  EXPECT_TRUE(v2->result().feasible()) << v2->result().infeasible_reason();
+  const proto::NodeLossOption* missing = nullptr;
+  const proto::NodeLossOption* chosen = nullptr;
+  for (const proto::NodeLossOption& o : v2->result().node_loss_options()) {
+    if (!o.not_offered().empty()) missing = &o;
+    if (o.chosen()) chosen = &o;
+  }
+  ASSERT_NE(chosen, nullptr) << v2->result().DebugString();
+  EXPECT_EQ(chosen->kind(), "drop replicas");
+  EXPECT_EQ(v2->result().layout_plan().layout().dp(), 3);
+  ASSERT_NE(missing, nullptr) << v2->result().DebugString();
+  EXPECT_EQ(missing->kind(), "new layout");
+  EXPECT_THAT(missing->not_offered(), HasSubstr("no PP x TP x EP x DP layout of 3 GPUs"));
+  EXPECT_FALSE(missing->chosen());
+  EXPECT_EQ(missing->total_s(), 0);
+}
+
 // An agent job with DP4 x EP2 fixed (a Mixtral cut to two blocks, 8 experts, on four nodes of
 // one H100): two EP groups, ranks {0, 1} on node0, node1 and {2, 3} on node2, node3, each
 // holding every expert. After node0 is lost the re-plan offers "drop replicas" (group 0 goes,

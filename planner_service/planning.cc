@@ -494,6 +494,9 @@ absl::StatusOr<PlannedOn> RunNodeLossPlanning(const PlanningInput& input,
   // The new layout, costed like the others.
   std::vector<NodeLossOption> options;
   std::vector<proto::PlanResult> results;
+  // Ways that could not be offered, (kind, why): listed beside the others when any is offered.
+  std::vector<std::pair<std::string, std::string>> not_offered;
+  if (!fresh.ok()) not_offered.emplace_back("new layout", std::string(fresh.status().message()));
   if (fresh.ok()) {
     NodeLossOption o;
     o.kind = "new layout";
@@ -511,6 +514,8 @@ absl::StatusOr<PlannedOn> RunNodeLossPlanning(const PlanningInput& input,
       CostSwitch(ModelForLayout(input.model, o.plan.layout, 0), input.cluster, cost, request, &o);
       options.push_back(std::move(o));
       results.push_back(*fresh);
+    } else {
+      not_offered.emplace_back("new layout", std::string(plan.status().message()));
     }
   }
   std::vector<Cluster> clusters(options.size(), input.cluster);
@@ -523,10 +528,17 @@ absl::StatusOr<PlannedOn> RunNodeLossPlanning(const PlanningInput& input,
           ? SurvivorOptions(input.model, input.cluster, cost, t, request)
           : absl::StatusOr<std::vector<NodeLossOption>>(std::vector<NodeLossOption>{});
   if (should_stop && should_stop()) return absl::CancelledError("planning cancelled");
-  if (survivors.ok()) {
+  if (!survivors.ok()) {
+    not_offered.emplace_back("survivors' options", std::string(survivors.status().message()));
+  } else {
     for (NodeLossOption& o : *survivors) {
       proto::PlanResult r = OptionResult(o);
-      if (static_cast<int64_t>(r.ByteSizeLong()) > input.max_plan_bytes) continue;
+      if (static_cast<int64_t>(r.ByteSizeLong()) > input.max_plan_bytes) {
+        not_offered.emplace_back(o.kind, absl::StrCat(o.summary, ": its plan of ",
+                                                      r.ByteSizeLong(), " bytes exceeds ",
+                                                      "max_plan_bytes ", input.max_plan_bytes));
+        continue;
+      }
       results.push_back(std::move(r));
       clusters.push_back(o.cluster);
       options.push_back(std::move(o));
@@ -552,6 +564,12 @@ absl::StatusOr<PlannedOn> RunNodeLossPlanning(const PlanningInput& input,
     p->set_total_s(o.total_s);
     p->set_remaining_iterations(context.remaining_iterations);
     p->set_chosen(i == best);
+  }
+  for (const auto& [kind, why] : not_offered) {
+    proto::NodeLossOption* p = out.result.add_node_loss_options();
+    p->set_kind(kind);
+    p->set_not_offered(why);
+    p->set_remaining_iterations(context.remaining_iterations);
   }
   return out;
 }
