@@ -669,26 +669,41 @@ void PlannerService::ServeHeartbeatStreams(const std::vector<grpc::ServerComplet
     drain_until_shut_down();
     return;
   }
-  // Quiet wake-ups (nothing completed) double the wait, up to kQuietWaits x `batch`, so an idle
-  // planner wakes a few times a second; the first heartbeat handled brings it back to `batch`.
+  // Quiet wake-ups (nothing completed) double the wait, up to kQuietWaits x `batch` and at most
+  // kLongestWait, so an idle planner wakes a few times a second; the first heartbeat handled
+  // brings it back to `batch`. A queue gives at most kPerRound completions a round (a stream
+  // whose agent sends without pause completes its next read at once), and a round that left
+  // some starts the next one without waiting.
   constexpr int kQuietWaits = 32;
+  constexpr int kPerRound = 256;
+  const absl::Duration longest = std::max(batch, absl::Milliseconds(100));
   absl::Duration wait = batch;
-  auto since = std::chrono::steady_clock::now();  // completions queued since then are handled
+  // Per queue: its completions handled in a round were queued after this (the last time it was
+  // found empty): the latency recorded is counted from there.
+  std::vector<std::chrono::steady_clock::time_point> since(cqs.size(),
+                                                           std::chrono::steady_clock::now());
   for (;;) {
-    bool handled = false;
-    for (grpc::ServerCompletionQueue* cq : cqs) {
-      for (;;) {
+    bool handled = false, more = false;
+    for (size_t q = 0; q < cqs.size(); ++q) {
+      int n = 0;
+      for (; n < kPerRound; ++n) {
         const grpc::CompletionQueue::NextStatus next =
-            cq->AsyncNext(&tag, &ok, gpr_time_0(GPR_CLOCK_MONOTONIC));
-        if (next != grpc::CompletionQueue::GOT_EVENT) break;  // none now, or shut down
-        static_cast<AsyncHeartbeatCall*>(tag)->Proceed(ok, since);
+            cqs[q]->AsyncNext(&tag, &ok, gpr_time_0(GPR_CLOCK_MONOTONIC));
+        if (next != grpc::CompletionQueue::GOT_EVENT) {  // none now, or shut down
+          since[q] = std::chrono::steady_clock::now();
+          break;
+        }
+        static_cast<AsyncHeartbeatCall*>(tag)->Proceed(ok, since[q]);
         handled = true;
       }
+      more = more || n == kPerRound;
     }
-    wait = handled ? batch : std::min(2 * wait, kQuietWaits * batch);
-    since = std::chrono::steady_clock::now();
+    wait = handled ? batch : std::min({2 * wait, kQuietWaits * batch, longest});
     absl::MutexLock lock(&heartbeat_mu_);
-    if (heartbeat_mu_.AwaitWithTimeout(absl::Condition(&heartbeat_stopping_), wait)) break;
+    if (heartbeat_mu_.AwaitWithTimeout(absl::Condition(&heartbeat_stopping_),
+                                       more ? absl::ZeroDuration() : wait)) {
+      break;
+    }
   }
   drain_until_shut_down();  // StopHeartbeatStreams shut the queues down
 }

@@ -152,12 +152,15 @@ class PlannerService final : public PlannerServiceBase {
   // is written back while the node is fine; a drained node gets {drained: true} and the stream
   // ends OK; a refused heartbeat ends the stream with its error, audited as a refused unary one.
   // `batch` > 0: the thread wakes every `batch` and handles every heartbeat that completed on
-  // any queue meanwhile — one wake-up for hundreds of heartbeats instead of one each, at most
-  // `batch` later; their latency is counted from the previous wake-up, an upper bound of the
-  // time they waited. Wake-ups that find nothing double the wait, up to 32 x `batch` (an idle
-  // planner wakes a few times a second; the first heartbeat back brings the wait to `batch`).
-  // Several queues keep each one's outstanding operations (one read per open stream) few: the
-  // debug build of libgrpc searches them linearly on every completion.
+  // any queue meanwhile — one wake-up for dozens of heartbeats instead of one each, at most
+  // `batch` later while they keep coming; their latency is counted from the last time their
+  // queue was found empty, an upper bound of the time they waited. Wake-ups that find nothing
+  // double the wait, up to 32 x `batch` and at most 100 ms (or `batch`, if longer): an idle
+  // planner wakes a few times a second, and the first heartbeat after a quiet spell waits up
+  // to that long. A queue gives at most 256 completions a round, so one stream that beats
+  // without pause cannot hold the thread. Several queues keep each one's outstanding
+  // operations (one read per open stream) few: the debug build of libgrpc searches them
+  // linearly on every completion.
   // `batch` zero: one queue, each completion handled as it arrives.
   void ServeHeartbeatStreams(const std::vector<grpc::ServerCompletionQueue*>& cqs,
                              absl::Duration batch);

@@ -245,7 +245,11 @@ TEST(FlagsTest, BadValuesFailNamingTheFlag) {
   EXPECT_THAT(r.output, HasSubstr("workers"));
   r = RunPlanner({"--state_dir=" + TestPath("f4"), "--heartbeat_batch_ms=nan"});
   EXPECT_NE(r.exit_code, 0) << r.output;
-  EXPECT_THAT(r.output, HasSubstr("--heartbeat_batch_ms must be between 0 and 100, got nan"));
+  EXPECT_THAT(r.output,
+              HasSubstr("--heartbeat_batch_ms must be 0 or between 0.5 and 100, got nan"));
+  r = RunPlanner({"--state_dir=" + TestPath("f6"), "--heartbeat_batch_ms=0.001"});
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--heartbeat_batch_ms must be 0 or between 0.5 and 100"));
   r = RunPlanner({"--state_dir=" + TestPath("f5"), "--heartbeat_timeout_s=-1"});
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("--heartbeat_timeout_s must be a positive number"));
