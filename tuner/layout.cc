@@ -282,6 +282,10 @@ absl::StatusOr<bool> Prepare(const ModelGraph& model, const Cluster& cluster,
   return true;
 }
 
+bool SameDegrees(const ParallelLayout& a, const ParallelLayout& b) {
+  return a.pp == b.pp && a.tp == b.tp && a.ep == b.ep && a.dp == b.dp;
+}
+
 absl::Status CheckFixed(const char* field, int value, int limit, const std::string& what) {
   if (value < 0) {
     return absl::InvalidArgumentError(
@@ -545,6 +549,17 @@ absl::StatusOr<LayoutResult> TuneLayout(const ModelGraph& model, const Cluster& 
     const double slack = ReplicasWithinNodes(cluster, c.layout) ? request.node_local_tolerance : 0;
     if (best && best->feasible && c.bound_s >= best->iteration_time_s * (1 + slack)) {
       info.outcome = "pruned: bound";
+      --feasible_left;
+      continue;
+    }
+    // The other rank order of a layout already tuned, alike by everything the search knows
+    // before tuning (its estimate and bound: the same links carry its DP and PP traffic, as
+    // when TP fills each node) tunes to the same plan: its share of the budget goes to the
+    // next layout instead.
+    if (k > 0 && SameDegrees(cands[order[k - 1]].layout, c.layout) &&
+        cands[order[k - 1]].estimate_s == c.estimate_s && cands[order[k - 1]].bound_s == c.bound_s &&
+        considered[k - 1].outcome == "tuned") {
+      info.outcome = "not tuned: as the other rank order";
       --feasible_left;
       continue;
     }
