@@ -77,7 +77,8 @@ void DeclareFlags(CommandLine& flags, PlanOptions& o, std::string* report,
   flags.Int("ep", &o.ep, "expert-parallel degree of MoE layers (divides DP); 0 = chosen");
   flags.Int("dp", &o.dp, "data-parallel degree (pipeline replicas); 0 = chosen");
   flags.Int("max_layouts", &o.max_layouts,
-            "layouts tuned in full (the best estimates; each gets a share of --time_budget)");
+            "layouts of the best estimates screened: twice this many, each with a share of "
+            "half of --time_budget; the fastest is then tuned on with the other half");
   flags.Bool("no_bw_split", &o.no_bw_split,
              "the runtime has no separate weight-gradient op: every backward is one BW op");
   flags.Int("max_stages_per_device", &o.max_stages_per_device,

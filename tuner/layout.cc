@@ -363,10 +363,11 @@ absl::StatusOr<std::vector<ParallelLayout>> Enumerate(const ModelGraph& model,
   return out;
 }
 
-// Tunes every distinct pipeline of a candidate with `budget` seconds in all.
+// Tunes every distinct pipeline of a candidate with `budget` seconds in all; with `from`,
+// each pipeline starts from that result's plan of the same replicas (a warm start).
 absl::StatusOr<LayoutResult> TuneCandidate(LayoutCandidate& c, const CostModel& cost,
                                            const TunerOptions& tuner, double budget,
-                                           int global) {
+                                           int global, const LayoutResult* from = nullptr) {
   const bool steady = tuner.objective == Objective::kSteadyState;
   LayoutResult out;
   out.layout = c.layout;
@@ -388,6 +389,11 @@ absl::StatusOr<LayoutResult> TuneCandidate(LayoutCandidate& c, const CostModel& 
     o.num_devices = c.layout.pp;
     o.num_microbatches = c.microbatches;
     o.time_budget_s = std::max(1e-3, budget / static_cast<double>(c.pipes.size()));
+    if (from != nullptr) {
+      for (const LayoutPipeline& p : from->pipelines) {
+        if (p.replicas == pipe.replicas) o.seed_stages = p.tune.plan.stages;
+      }
+    }
     ASSIGN_OR_RETURN(TuneResult r, Tune(c.model, pipe.cluster, cost, o));
     LayoutPipeline lp;
     lp.replicas = pipe.replicas;
@@ -523,10 +529,19 @@ absl::StatusOr<LayoutResult> TuneLayout(const ModelGraph& model, const Cluster& 
     return cands[a].static_ratio < cands[b].static_ratio;
   });
   const bool any_fits = cands[order[0]].static_ratio <= 1;
+  // Two rounds: up to 2 x max_tuned layouts screened with equal shares of half the budget, then
+  // the fastest of them tuned on with the rest, from its screened plans. Estimates of layouts
+  // within a few percent of each other do not order them as tuning does (deep pipelines of
+  // few layers per device end further above their estimate), and a short tuning already
+  // ranks them (GPT 310.1B, docs/benchmarks.md "published_runs").
   // Nothing can fit: tune the closest one for the infeasible answer (what memory it needs).
-  const int to_tune = any_fits ? std::max(1, request.max_tuned) : 1;
+  const int to_tune = any_fits ? 2 * std::max(1, request.max_tuned) : 1;
+  size_t best_candidate = 0;
   int feasible_left = 0;
   for (const LayoutCandidate& c : cands) feasible_left += c.static_ratio <= 1 ? 1 : 0;
+  // One layout to tune (the request fixed it): one round with the whole budget.
+  const bool two_rounds = to_tune > 1 && feasible_left > 1;
+  const double screen_budget = two_rounds ? tuner.time_budget_s / 2 : tuner.time_budget_s;
 
   std::vector<LayoutConsidered> considered(cands.size());
   std::optional<LayoutResult> best;
@@ -569,7 +584,7 @@ absl::StatusOr<LayoutResult> TuneLayout(const ModelGraph& model, const Cluster& 
       --feasible_left;
       continue;
     }
-    const double left = tuner.time_budget_s - (now() - start);
+    const double left = screen_budget - (now() - start);
     const int slots = std::max(1, std::min(to_tune - tuned, any_fits ? feasible_left : 1));
     absl::StatusOr<LayoutResult> tuned_layout =
         TuneCandidate(c, cost_model, tuner, std::max(1e-3, left / slots), global);
@@ -605,7 +620,40 @@ absl::StatusOr<LayoutResult> TuneLayout(const ModelGraph& model, const Cluster& 
         (!node_local || rank(r) < rank(*node_local))) {
       node_local = r;
     }
-    if (better) best = std::move(r);
+    if (better) {
+      best = std::move(r);
+      best_candidate = order[k];
+    }
+  }
+  // The second round: the fastest screened layout tuned on with the budget left.
+  const double left = tuner.time_budget_s - (now() - start);
+  if (two_rounds && best && best->feasible && left > 1e-3 &&
+      !(tuner.should_stop && tuner.should_stop())) {
+    absl::StatusOr<LayoutResult> again =
+        TuneCandidate(cands[best_candidate], cost_model, tuner, left, global, &*best);
+    if (again.ok() && again->feasible) {
+      if (!steady) {
+        absl::StatusOr<LayoutSimulation> sim =
+            SimulateLayout(model, cluster, cost_model, ToLayoutPlan(*again),
+                           tuner.link_contention, tuner.layer_time_factors);
+        if (sim.ok()) again->simulated = std::move(*sim);
+      }
+      const auto rank_of = [](const LayoutResult& x) {
+        return x.simulated.iteration_time_s > 0 ? x.simulated.iteration_time_s
+                                                : x.iteration_time_s;
+      };
+      if (rank_of(*again) < rank_of(*best)) {
+        const bool was_node_local =
+            node_local && node_local->layout.ToString() == best->layout.ToString();
+        best = std::move(*again);
+        if (was_node_local) node_local = best;
+        for (LayoutConsidered& info : considered) {
+          if (info.layout.ToString() == best->layout.ToString() && info.outcome == "tuned") {
+            info.iteration_s = best->iteration_time_s;
+          }
+        }
+      }
+    }
   }
   const auto rank = [](const LayoutResult& x) {
     return x.simulated.iteration_time_s > 0 ? x.simulated.iteration_time_s : x.iteration_time_s;

@@ -57,8 +57,9 @@ struct LayoutRequest {
   // (the limit a single pipeline has on its micro-batches, applied per replica: a global batch
   // of 15,360 sequences over 128 replicas is 120 micro-batches for each).
   int max_microbatches_per_pipeline = 0;
-  // At most this many layouts are tuned in full (the rest only bounded); more finds better
-  // layouts on big clusters at the cost of a smaller budget share each.
+  // Up to 2 x this many layouts of the best estimates are screened with equal shares of half
+  // the budget (the rest only bounded), and the fastest is tuned on with the other half; more
+  // finds better layouts on big clusters at the cost of a smaller share each.
   int max_tuned = 3;
   // Failure domains: > 0 prefers, among the layouts tuned, one whose every DP replica lies
   // within one node when it is predicted at most this fraction slower than the fastest (0.05:

@@ -232,6 +232,54 @@ Cluster H100Nodes(int nodes) {
   return c;
 }
 
+// The search screens up to 2 x max_tuned layouts, then tunes the fastest on: with max_tuned 1
+// on 16 GPUs at most two layouts are tuned, and the chosen one is predicted no slower than any
+// other screened.
+TEST(LayoutTest, TwoLayoutsScreenedPerMaxTunedAndTheFastestTunedOn) {
+  absl::StatusOr<ModelGraph> model = ZooModel("llama3-8b", TrainingOptions{});
+  ASSERT_TRUE(model.ok()) << model.status();
+  LayoutRequest req;
+  req.global_microbatches = 64;
+  req.max_tuned = 1;
+  absl::StatusOr<LayoutResult> r =
+      TuneLayout(*model, H100Nodes(2), CostModel(), Options(2), req);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->feasible);
+  int tuned = 0;
+  const LayoutConsidered* chosen = nullptr;
+  for (const LayoutConsidered& c : r->considered) {
+    if (c.outcome == "tuned" || c.outcome.rfind("chosen", 0) == 0) ++tuned;
+    if (c.outcome.rfind("chosen", 0) == 0) chosen = &c;
+  }
+  EXPECT_EQ(tuned, 2);
+  ASSERT_NE(chosen, nullptr);
+  for (const LayoutConsidered& c : r->considered) {
+    if (c.outcome == "tuned") EXPECT_LE(chosen->iteration_s, c.iteration_s) << c.layout.ToString();
+  }
+}
+
+// With TP filling each node, a layout's two rank orders put its DP and PP traffic on the same
+// links: nothing before tuning tells them apart, so only the first is tuned.
+TEST(LayoutTest, TheOtherRankOrderOfALayoutAlikeInEverythingIsNotTunedAgain) {
+  absl::StatusOr<ModelGraph> model = ZooModel("llama3-8b", TrainingOptions{});
+  ASSERT_TRUE(model.ok()) << model.status();
+  LayoutRequest req;
+  req.global_microbatches = 16;
+  req.pp = 2;
+  req.tp = 8;
+  req.dp = 2;
+  absl::StatusOr<LayoutResult> r =
+      TuneLayout(*model, H100Nodes(4), CostModel(), Options(1), req);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const LayoutConsidered* outer = Find(*r, "PP2 x TP8 x EP1 x DP2 (pp outer)");
+  const LayoutConsidered* inner = Find(*r, "PP2 x TP8 x EP1 x DP2 (pp inner)");
+  ASSERT_NE(outer, nullptr);
+  ASSERT_NE(inner, nullptr);
+  EXPECT_EQ(outer->estimate_s, inner->estimate_s);
+  EXPECT_EQ(outer->outcome.rfind("chosen", 0), 0u) << outer->outcome;
+  EXPECT_EQ(inner->outcome, "not tuned: as the other rank order");
+}
+
 TEST(LayoutTest, DeepSeekV3GetsAFeasiblePlanOn256GpusThroughExpertParallelism) {
   absl::StatusOr<ModelGraph> model = ZooModel("deepseek-v3", TrainingOptions{});
   ASSERT_TRUE(model.ok()) << model.status();
