@@ -536,7 +536,7 @@ absl::StatusOr<LayoutResult> TuneLayout(const ModelGraph& model, const Cluster& 
   // ranks them (GPT 310.1B, docs/benchmarks.md "published_runs").
   // Nothing can fit: tune the closest one for the infeasible answer (what memory it needs).
   const int to_tune = any_fits ? 2 * std::max(1, request.max_tuned) : 1;
-  size_t best_candidate = 0;
+  size_t best_candidate = 0, node_local_candidate = 0;
   int feasible_left = 0;
   for (const LayoutCandidate& c : cands) feasible_left += c.static_ratio <= 1 ? 1 : 0;
   // One layout to tune (the request fixed it): one round with the whole budget.
@@ -619,18 +619,31 @@ absl::StatusOr<LayoutResult> TuneLayout(const ModelGraph& model, const Cluster& 
     if (request.node_local_tolerance > 0 && r.feasible && ReplicasWithinNodes(cluster, r.layout) &&
         (!node_local || rank(r) < rank(*node_local))) {
       node_local = r;
+      node_local_candidate = order[k];
     }
     if (better) {
       best = std::move(r);
       best_candidate = order[k];
     }
   }
-  // The second round: the fastest screened layout tuned on with the budget left.
+  const auto rank = [](const LayoutResult& x) {
+    return x.simulated.iteration_time_s > 0 ? x.simulated.iteration_time_s : x.iteration_time_s;
+  };
+  // Whether the node-local layout is taken instead of the fastest (see below).
+  const auto prefer_node_local = [&] {
+    return node_local && best->feasible &&
+           rank(*node_local) <= rank(*best) * (1 + request.node_local_tolerance) &&
+           !ReplicasWithinNodes(cluster, best->layout);
+  };
+  // The second round: the layout that will be chosen, tuned on with the budget left.
   const double left = tuner.time_budget_s - (now() - start);
   if (two_rounds && best && best->feasible && left > 1e-3 &&
       !(tuner.should_stop && tuner.should_stop())) {
+    const bool local = prefer_node_local();
+    std::optional<LayoutResult>& pick = local ? node_local : best;
     absl::StatusOr<LayoutResult> again =
-        TuneCandidate(cands[best_candidate], cost_model, tuner, left, global, &*best);
+        TuneCandidate(cands[local ? node_local_candidate : best_candidate], cost_model, tuner,
+                      left, global, &*pick);
     if (again.ok() && again->feasible) {
       if (!steady) {
         absl::StatusOr<LayoutSimulation> sim =
@@ -638,31 +651,22 @@ absl::StatusOr<LayoutResult> TuneLayout(const ModelGraph& model, const Cluster& 
                            tuner.link_contention, tuner.layer_time_factors);
         if (sim.ok()) again->simulated = std::move(*sim);
       }
-      const auto rank_of = [](const LayoutResult& x) {
-        return x.simulated.iteration_time_s > 0 ? x.simulated.iteration_time_s
-                                                : x.iteration_time_s;
-      };
-      if (rank_of(*again) < rank_of(*best)) {
-        const bool was_node_local =
-            node_local && node_local->layout.ToString() == best->layout.ToString();
-        best = std::move(*again);
-        if (was_node_local) node_local = best;
+      if (rank(*again) < rank(*pick)) {
+        const bool both = node_local && best &&
+                          node_local->layout.ToString() == best->layout.ToString();
+        pick = std::move(*again);
+        if (both) (local ? best : node_local) = pick;
         for (LayoutConsidered& info : considered) {
-          if (info.layout.ToString() == best->layout.ToString() && info.outcome == "tuned") {
-            info.iteration_s = best->iteration_time_s;
+          if (info.layout.ToString() == pick->layout.ToString() && info.outcome == "tuned") {
+            info.iteration_s = pick->iteration_time_s;
           }
         }
       }
     }
   }
-  const auto rank = [](const LayoutResult& x) {
-    return x.simulated.iteration_time_s > 0 ? x.simulated.iteration_time_s : x.iteration_time_s;
-  };
   if (!best) return last_error;
   std::string chosen_note;
-  if (node_local && best->feasible &&
-      rank(*node_local) <= rank(*best) * (1 + request.node_local_tolerance) &&
-      !ReplicasWithinNodes(cluster, best->layout)) {
+  if (prefer_node_local()) {
     chosen_note = absl::StrFormat(" (replicas within nodes; %.1f%% slower than %s)",
                                   100 * (rank(*node_local) / rank(*best) - 1),
                                   best->layout.ToString());
