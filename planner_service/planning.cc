@@ -496,8 +496,9 @@ absl::StatusOr<PlannedOn> RunNodeLossPlanning(const PlanningInput& input,
   std::vector<proto::PlanResult> results;
   // Ways that could not be offered, (kind, why): listed beside the others when any is offered.
   std::vector<std::pair<std::string, std::string>> not_offered;
-  if (!fresh.ok()) not_offered.emplace_back("new layout", std::string(fresh.status().message()));
-  if (fresh.ok()) {
+  if (!fresh.ok()) {
+    not_offered.emplace_back("new layout", std::string(fresh.status().message()));
+  } else {
     NodeLossOption o;
     o.kind = "new layout";
     absl::StatusOr<LayoutPlan> plan =

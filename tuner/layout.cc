@@ -543,6 +543,19 @@ absl::StatusOr<LayoutResult> TuneLayout(const ModelGraph& model, const Cluster& 
   const bool two_rounds = to_tune > 1 && feasible_left > 1;
   const double screen_budget = two_rounds ? tuner.time_budget_s / 2 : tuner.time_budget_s;
 
+  // Ranked as the executor runs it (DP all-reduces overlapped with the backward) where that
+  // can be simulated: synchronous iterations (the layout simulation has no steady state).
+  const auto simulate_for_rank = [&](LayoutResult& r) {
+    if (steady || !r.feasible) return;
+    absl::StatusOr<LayoutSimulation> sim =
+        SimulateLayout(model, cluster, cost_model, ToLayoutPlan(r), tuner.link_contention,
+                       tuner.layer_time_factors);
+    if (sim.ok()) r.simulated = std::move(*sim);
+  };
+  const auto rank = [](const LayoutResult& x) {
+    return x.simulated.iteration_time_s > 0 ? x.simulated.iteration_time_s : x.iteration_time_s;
+  };
+
   std::vector<LayoutConsidered> considered(cands.size());
   std::optional<LayoutResult> best;
   std::optional<LayoutResult> node_local;  // the fastest tuned with node-local replicas
@@ -604,17 +617,7 @@ absl::StatusOr<LayoutResult> TuneLayout(const ModelGraph& model, const Cluster& 
     LayoutResult& r = *tuned_layout;
     info.outcome = "tuned";
     info.iteration_s = r.feasible ? r.iteration_time_s : kInf;
-    // Ranked as the executor runs it (DP all-reduces overlapped with the backward) where that
-    // can be simulated: synchronous iterations (the layout simulation has no steady state).
-    if (!steady && r.feasible) {
-      absl::StatusOr<LayoutSimulation> sim =
-          SimulateLayout(model, cluster, cost_model, ToLayoutPlan(r), tuner.link_contention,
-                         tuner.layer_time_factors);
-      if (sim.ok()) r.simulated = std::move(*sim);
-    }
-    const auto rank = [](const LayoutResult& x) {
-      return x.simulated.iteration_time_s > 0 ? x.simulated.iteration_time_s : x.iteration_time_s;
-    };
+    simulate_for_rank(r);
     const bool better = !best || (r.feasible && (!best->feasible || rank(r) < rank(*best)));
     if (request.node_local_tolerance > 0 && r.feasible && ReplicasWithinNodes(cluster, r.layout) &&
         (!node_local || rank(r) < rank(*node_local))) {
@@ -626,9 +629,6 @@ absl::StatusOr<LayoutResult> TuneLayout(const ModelGraph& model, const Cluster& 
       best_candidate = order[k];
     }
   }
-  const auto rank = [](const LayoutResult& x) {
-    return x.simulated.iteration_time_s > 0 ? x.simulated.iteration_time_s : x.iteration_time_s;
-  };
   // Whether the node-local layout is taken instead of the fastest (see below).
   const auto prefer_node_local = [&] {
     return node_local && best->feasible &&
@@ -645,12 +645,7 @@ absl::StatusOr<LayoutResult> TuneLayout(const ModelGraph& model, const Cluster& 
         TuneCandidate(cands[local ? node_local_candidate : best_candidate], cost_model, tuner,
                       left, global, &*pick);
     if (again.ok() && again->feasible) {
-      if (!steady) {
-        absl::StatusOr<LayoutSimulation> sim =
-            SimulateLayout(model, cluster, cost_model, ToLayoutPlan(*again),
-                           tuner.link_contention, tuner.layer_time_factors);
-        if (sim.ok()) again->simulated = std::move(*sim);
-      }
+      simulate_for_rank(*again);
       if (rank(*again) < rank(*pick)) {
         const bool both = node_local && best &&
                           node_local->layout.ToString() == best->layout.ToString();
