@@ -72,9 +72,7 @@ TEST_F(JobManagerTest, CreateReturnsPlanningThenVersionOneArrivesThroughWatch) {
 // one device slot per rank (the cluster's devices in order).
 TEST_F(JobManagerTest, AgentJobsArePlannedAsLayoutsWithASlotPerRank) {
   proto::CreateJobRequest request = SmallJob("agents", TwoNodes(), /*devices=*/0);
-  proto::AgentTraining* t = request.mutable_training();
-  t->set_reference_model("ref:pattern=M*-E,hidden=32,heads=2,ffn=64,seq=32,vocab=64,microbatches=4");
-  t->set_iterations(10);
+  SetAgentTraining(&request, 10);
   absl::StatusOr<proto::Job> job = Create(request);
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_TRUE(job->options().choose_layout());

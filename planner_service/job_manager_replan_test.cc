@@ -16,7 +16,6 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "core/cluster_presets.h"
 #include "core/convert.h"
 #include "core/cost_model.h"
 #include "core/model_graph.h"
@@ -250,9 +249,7 @@ TEST_F(JobManagerTest, ReportsOutsidePhysicalRangesAreRefusedAndCannotPoisonCali
 // and its progress follows their reports (checked: iterations within the job's, a finite loss).
 TEST_F(JobManagerTest, AgentJobPhaseAndProgressFollowEventsAndReports) {
   proto::CreateJobRequest req = SmallJob("lifecycle", TwoNodes());
-  proto::AgentTraining* t = req.mutable_training();
-  t->set_reference_model("ref:pattern=M*-E,hidden=32,heads=2,ffn=64,seq=32,vocab=64,microbatches=4");
-  t->set_iterations(40);
+  SetAgentTraining(&req, 40);
   req.mutable_options()->set_num_devices(4);  // one pipeline: the Report helper's problem
   absl::StatusOr<WatchedJob> watched = CreateAndWatch(req);
   ASSERT_TRUE(watched.ok()) << watched.status();
@@ -425,9 +422,7 @@ TEST_F(JobManagerTest, AgentJobKeepsReplicasWithinNodesAndRelaxesFixedDegreesAft
   proto::CreateJobRequest request = SmallJob("dp2", cluster, /*devices=*/0);
   request.mutable_options()->set_layout_pp(2);
   request.mutable_options()->set_layout_dp(2);
-  proto::AgentTraining* t = request.mutable_training();
-  t->set_reference_model("ref:pattern=M*-E,hidden=32,heads=2,ffn=64,seq=32,vocab=64,microbatches=4");
-  t->set_iterations(10);
+  SetAgentTraining(&request, 10);
   absl::StatusOr<WatchedJob> watched = CreateAndWatch(request);
   ASSERT_TRUE(watched.ok()) << watched.status();
   const std::string id = watched->id;
@@ -494,17 +489,12 @@ TEST_F(JobManagerTest, ANewLayoutThatCannotBeMadeIsListedWithWhy) {
   ASSERT_TRUE(llama.ok()) << llama.status();
   ModelGraph model = *llama;  // the embedding and the head only
   model.layers = {llama->layers.front(), llama->layers.back()};
-  absl::StatusOr<Cluster> preset = ClusterPreset("h100-4nodes");
-  ASSERT_TRUE(preset.ok()) << preset.status();
-  Cluster cluster = *preset;
-  for (Node& n : cluster.nodes) n.num_devices = 1;
+  const Cluster cluster = FourOneGpuNodes();
   proto::CreateJobRequest request = SmallJob("two-layers", cluster, /*devices=*/0);
   *request.mutable_model() = ModelToProto(model);
   request.mutable_options()->set_layout_pp(1);
   request.mutable_options()->set_layout_dp(4);
-  proto::AgentTraining* t = request.mutable_training();
-  t->set_reference_model("ref:pattern=M*-E,hidden=32,heads=2,ffn=64,seq=32,vocab=64,microbatches=4");
-  t->set_iterations(10);
+  SetAgentTraining(&request, 10);
   absl::StatusOr<WatchedJob> watched = CreateAndWatch(request);
   ASSERT_TRUE(watched.ok()) << watched.status();
   ASSERT_EQ(watched->v1.result().layout_plan().layout().dp(), 4);
@@ -544,11 +534,8 @@ TEST_F(JobManagerTest, ExpertParallelJobLosingANodeOffersDropReplicasKeepingEp) 
   ModelGraph model = *mixtral;  // embedding, two blocks (attention + MoE), head
   model.layers.assign(mixtral->layers.begin(), mixtral->layers.begin() + 5);
   model.layers.push_back(mixtral->layers.back());
-  absl::StatusOr<Cluster> preset = ClusterPreset("h100-4nodes");
-  ASSERT_TRUE(preset.ok()) << preset.status();
-  Cluster cluster = *preset;  // node0 .. node3
+  const Cluster cluster = FourOneGpuNodes();  // node0 .. node3
   ASSERT_EQ(cluster.nodes.size(), 4u);
-  for (Node& n : cluster.nodes) n.num_devices = 1;
   proto::CreateJobRequest request = SmallJob("moe-ep2", cluster, /*devices=*/0);
   *request.mutable_model() = ModelToProto(model);
   request.mutable_options()->set_seed(11);
@@ -560,12 +547,10 @@ TEST_F(JobManagerTest, ExpertParallelJobLosingANodeOffersDropReplicasKeepingEp) 
   request.mutable_options()->set_layout_tp(1);
   request.mutable_options()->set_layout_dp(4);
   request.mutable_options()->set_layout_ep(2);
-  proto::AgentTraining* t = request.mutable_training();
-  t->set_reference_model("ref:pattern=M*-E,hidden=32,heads=2,ffn=64,seq=32,vocab=64,microbatches=4");
   // Two iterations left: the new layout over three GPUs (PP3, about 30% quicker an
   // iteration) must re-shard every expert (~22 GB over the inter-node link for its slowest
   // rank), which so few iterations do not repay; with 10 it wins (either is checked below).
-  t->set_iterations(2);
+  SetAgentTraining(&request, 2);
   absl::StatusOr<WatchedJob> watched = CreateAndWatch(request);
   ASSERT_TRUE(watched.ok()) << watched.status();
   const std::string id = watched->id;

@@ -34,6 +34,19 @@ Cluster TwoNodes() {
   return c;
 }
 
+Cluster FourOneGpuNodes() {
+  Cluster c = *ClusterPreset("h100-4nodes");
+  for (Node& n : c.nodes) n.num_devices = 1;
+  return c;
+}
+
+void SetAgentTraining(proto::CreateJobRequest* request, int64_t iterations) {
+  proto::AgentTraining* t = request->mutable_training();
+  t->set_reference_model(
+      "ref:pattern=M*-E,hidden=32,heads=2,ffn=64,seq=32,vocab=64,microbatches=4");
+  t->set_iterations(iterations);
+}
+
 absl::StatusOr<PipelineProblem> Predicted(const proto::CreateJobRequest& job,
                                           const proto::PlanVersion& v,
                                           const std::vector<double>& factors) {

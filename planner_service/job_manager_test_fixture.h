@@ -54,6 +54,13 @@ Cluster OneNode();
 // node0 and node1, two H100s each.
 Cluster TwoNodes();
 
+// node0 .. node3, one H100 each.
+Cluster FourOneGpuNodes();
+
+// Makes `request` an agent job: the reference model agents train (a tiny scan / attention /
+// MoE / head pattern) for `iterations` iterations.
+void SetAgentTraining(proto::CreateJobRequest* request, int64_t iterations);
+
 // Per-stage predicted seconds of a plan version under calibration `factors`, computed as the
 // manager does (so a report of exactly these times has no deviation).
 absl::StatusOr<PipelineProblem> Predicted(const proto::CreateJobRequest& job,
