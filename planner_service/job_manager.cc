@@ -553,6 +553,7 @@ void JobManager::RunPlanning(const std::string& job_id, ReplanReason reason) {
     context.current = *task->current_layout;
     context.current_slots = task->current_slots;
     context.remaining_iterations = RemainingIterations(task->job);
+    context.new_layout_min_gain = options_.replan.min_gain;
     absl::StatusOr<PlannedOn> planned =
         RunNodeLossPlanning(*input, task->factors, stopping, context);
     if (planned.ok()) {

@@ -6,6 +6,7 @@
 #include "core/convert.h"
 #include "core/cost_model.h"
 #include "core/model_zoo.h"
+#include "gmock/gmock.h"
 #include "simulator/problem_builder.h"
 
 namespace octopipe::planner {
@@ -45,6 +46,37 @@ void SetAgentTraining(proto::CreateJobRequest* request, int64_t iterations) {
   t->set_reference_model(
       "ref:pattern=M*-E,hidden=32,heads=2,ffn=64,seq=32,vocab=64,microbatches=4");
   t->set_iterations(iterations);
+}
+
+const proto::NodeLossOption* ExpectChosenOption(const proto::PlanResult& result,
+                                                double min_gain) {
+  const proto::NodeLossOption* chosen = nullptr;
+  const proto::NodeLossOption* quickest = nullptr;
+  const proto::NodeLossOption* quickest_kept = nullptr;  // of the survivors' options
+  int chosen_count = 0;
+  for (const proto::NodeLossOption& o : result.node_loss_options()) {
+    if (!o.not_offered().empty()) continue;
+    if (o.chosen()) {
+      chosen = &o;
+      ++chosen_count;
+    }
+    if (quickest == nullptr || o.total_s() < quickest->total_s()) quickest = &o;
+    if (o.kind() != "new layout" &&
+        (quickest_kept == nullptr || o.total_s() < quickest_kept->total_s())) {
+      quickest_kept = &o;
+    }
+  }
+  EXPECT_EQ(chosen_count, 1) << result.DebugString();
+  if (chosen_count != 1) return nullptr;
+  if (chosen->total_s() != quickest->total_s()) {
+    // Only the margin may pass over the quickest: a new layout, not min_gain quicker than the
+    // survivors' best, which is the one chosen.
+    EXPECT_EQ(quickest->kind(), "new layout") << result.DebugString();
+    EXPECT_EQ(chosen, quickest_kept) << result.DebugString();
+    EXPECT_GT(quickest->total_s(), chosen->total_s() * (1 - min_gain)) << result.DebugString();
+    EXPECT_THAT(quickest->summary(), ::testing::HasSubstr("a new layout must gain"));
+  }
+  return chosen;
 }
 
 absl::StatusOr<PipelineProblem> Predicted(const proto::CreateJobRequest& job,

@@ -61,6 +61,13 @@ Cluster FourOneGpuNodes();
 // MoE / head pattern) for `iterations` iterations.
 void SetAgentTraining(proto::CreateJobRequest* request, int64_t iterations);
 
+// The chosen one of a node-loss re-plan's options (null, with a test failure, unless exactly
+// one is). It is the quickest (least total_s), or a survivors' option that the quicker new
+// layout did not beat by `min_gain` (the re-plan margin; the default JobManagerOptions'), and
+// then the new layout's summary says so.
+const proto::NodeLossOption* ExpectChosenOption(
+    const proto::PlanResult& result, double min_gain = JobManagerOptions{}.replan.min_gain);
+
 // Per-stage predicted seconds of a plan version under calibration `factors`, computed as the
 // manager does (so a report of exactly these times has no deviation).
 absl::StatusOr<PipelineProblem> Predicted(const proto::CreateJobRequest& job,

@@ -553,6 +553,22 @@ absl::StatusOr<PlannedOn> RunNodeLossPlanning(const PlanningInput& input,
   for (size_t i = 1; i < options.size(); ++i) {
     if (options[i].total_s < options[best].total_s) best = i;
   }
+  // A new layout must beat the best survivors' option by the margin (NodeLossContext).
+  if (options[best].kind == "new layout" && context.new_layout_min_gain > 0) {
+    std::optional<size_t> kept;
+    for (size_t i = 0; i < options.size(); ++i) {
+      if (i != best && (!kept || options[i].total_s < options[*kept].total_s)) kept = i;
+    }
+    const double margin = kept ? 1 - options[best].total_s / options[*kept].total_s : 0;
+    if (kept && std::isfinite(options[*kept].total_s) &&
+        margin < context.new_layout_min_gain) {
+      absl::StrAppend(&options[best].summary, "; predicted ", std::round(1000 * margin) / 10,
+                      "% quicker than ", options[*kept].kind, ", under the ",
+                      100 * context.new_layout_min_gain,
+                      "% a new layout must gain (--replan_min_gain)");
+      best = *kept;
+    }
+  }
   PlannedOn out{results[best], clusters[best]};
   for (size_t i = 0; i < options.size(); ++i) {
     const NodeLossOption& o = options[i];

@@ -88,6 +88,13 @@ struct NodeLossContext {
   // The share of input.tuner.time_budget_s given to the survivors' options, on top of the
   // new layout's full budget.
   double survivor_budget_share = 0.25;
+  // How much quicker (a fraction of the total time) a new layout must be predicted than the
+  // best option that keeps the survivors' replicas to be chosen over it: the job manager
+  // passes its re-plan min_gain, the same margin a measured re-plan must clear. Keeping the
+  // replicas moves less state and keeps the layout whose predictions the job has checked; a
+  // new layout predicted a fraction of a percent quicker is within the prediction's error.
+  // 0: the quickest option wins, the new layout ties.
+  double new_layout_min_gain = 0;
 };
 
 // A result and the devices it runs on (its ranks are their GPUs in order).
@@ -99,8 +106,10 @@ struct PlannedOn {
 // RunPlanning's new layout over input.cluster against the options that keep the survivors'
 // replicas (tuner/node_loss.h), by the time to finish the remaining iterations with the switch
 // counted; the best is returned on the GPUs it uses, every option compared in
-// result.node_loss_options. The new layout wins ties. Errors are RunPlanning's when no option
-// is left (kCancelled at once).
+// result.node_loss_options. The new layout is chosen only when its total is at most
+// (1 - context.new_layout_min_gain) of the best survivors' option's (then it wins ties); when
+// the margin keeps it from winning, its summary says by how much it was quicker. Errors are
+// RunPlanning's when no option is left (kCancelled at once).
 absl::StatusOr<PlannedOn> RunNodeLossPlanning(const PlanningInput& input,
                                               const std::vector<double>& layer_time_factors,
                                               std::function<bool()> should_stop,
