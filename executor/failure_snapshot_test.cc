@@ -76,7 +76,10 @@ class FailingCollective : public Collective {
 // not touched). Making collectives is always delegated.
 class FailingTransport : public Transport {
  public:
-  explicit FailingTransport(std::unique_ptr<Transport> inner) : inner_(std::move(inner)) {}
+  // `point_to_point` false: once tripped only collectives fail (messages still go through, as
+  // between the survivors of a lost peer's group).
+  explicit FailingTransport(std::unique_ptr<Transport> inner, bool point_to_point = true)
+      : inner_(std::move(inner)), point_to_point_(point_to_point) {}
   void Trip() { failing_->store(true); }
   int injected() const { return injected_->load(); }
 
@@ -84,23 +87,23 @@ class FailingTransport : public Transport {
   int size() const override { return inner_->size(); }
   std::string name() const override { return inner_->name(); }
   absl::Status Send(int dst, uint32_t tag, const void* data, size_t bytes) override {
-    if (failing_->load()) return Injected("Send to", dst, tag);
+    if (failing_->load() && point_to_point_) return Injected("Send to", dst, tag);
     return inner_->Send(dst, tag, data, bytes);
   }
   absl::Status Recv(int src, uint32_t tag, void* data, size_t bytes) override {
-    if (failing_->load()) return Injected("Recv from", src, tag);
+    if (failing_->load() && point_to_point_) return Injected("Recv from", src, tag);
     return inner_->Recv(src, tag, data, bytes);
   }
   bool has_async() const override { return inner_->has_async(); }
   absl::StatusOr<std::unique_ptr<PendingMessage>> StartSend(int dst, uint32_t tag,
                                                             const void* data,
                                                             size_t bytes) override {
-    if (failing_->load()) return Injected("StartSend to", dst, tag);
+    if (failing_->load() && point_to_point_) return Injected("StartSend to", dst, tag);
     return inner_->StartSend(dst, tag, data, bytes);
   }
   absl::StatusOr<std::unique_ptr<PendingMessage>> StartRecv(int src, uint32_t tag, void* data,
                                                             size_t bytes) override {
-    if (failing_->load()) return Injected("StartRecv from", src, tag);
+    if (failing_->load() && point_to_point_) return Injected("StartRecv from", src, tag);
     return inner_->StartRecv(src, tag, data, bytes);
   }
   absl::StatusOr<std::unique_ptr<Collective>> NewCollective(const std::vector<int>& ranks,
@@ -118,6 +121,7 @@ class FailingTransport : public Transport {
         absl::StrCat("injected failure: rank ", rank(), " ", what, " ", peer, " tag ", tag));
   }
   std::unique_ptr<Transport> inner_;
+  const bool point_to_point_;
   std::shared_ptr<std::atomic<bool>> failing_ = std::make_shared<std::atomic<bool>>(false);
   std::shared_ptr<std::atomic<int>> injected_ = std::make_shared<std::atomic<int>>(0);
 };
@@ -127,6 +131,7 @@ class FailingTransport : public Transport {
 struct Failure {
   bool from_start = false;
   int after_iteration = -1;
+  bool collectives_only = false;  // FailingTransport's point_to_point false
 };
 
 struct Outcome {
@@ -152,7 +157,7 @@ Outcome RunRanks(int num_ranks, const TrainFn& train, const TrainOptions& base,
   std::vector<std::thread> threads;
   for (int r = 0; r < num_ranks; ++r) {
     threads.emplace_back([&, r] {
-      FailingTransport transport(hub.Endpoint(r));
+      FailingTransport transport(hub.Endpoint(r), !failure.collectives_only);
       if (failure.from_start) transport.Trip();
       TrainOptions options = base;
       options.on_iteration = [&transport, failure](int it, const IterationStats&) {
@@ -243,22 +248,24 @@ void ExpectAllFailedAt(const Outcome& o, int iteration, const std::string& what)
 // covering k), expect the snapshot of k on every rank (layers per rank as `layers_per_rank`
 // says; together every layer), the checkpoint of k complete and holding single-process
 // training's state after k iterations; then resume to n and match an uninterrupted run.
+// `sharded` (ranks hold TP / EP shards): only the collectives fail, and the final weights are
+// read from the resumed run's checkpoint of n (a multiple of the checkpoint interval).
 void ExpectSnapshotResumes(const ModelSpec& spec, int num_ranks, int global_microbatches,
                            const TrainFn& train, const TrainOptions& base, int k, int n,
                            const std::vector<int>& layers_per_rank,
                            const std::vector<int64_t>& checkpoints_after_failure,
-                           const std::string& what) {
+                           const std::string& what, bool sharded = false) {
   const int L = static_cast<int>(spec.kinds.size());
   ASSERT_FALSE(base.checkpoint_dir.empty());
   TrainOptions options = base;
   options.iterations = n;
   options.snapshot_on_failure = true;
-  const Outcome failed = RunRanks(num_ranks, train, options, Failure{false, k - 1});
+  const Outcome failed =
+      RunRanks(num_ranks, train, options, Failure{false, k - 1, /*collectives_only=*/sharded});
   ExpectAllFailedAt(failed, k, what);
   for (int r = 0; r < num_ranks; ++r) {
     ASSERT_EQ(failed.snapshots[r].size(), 1u) << what << " rank " << r;
     EXPECT_EQ(failed.snapshots[r][0].first, k) << what << " rank " << r;
-    EXPECT_GT(failed.snapshots[r][0].second, 0) << what << " rank " << r;
     EXPECT_EQ(failed.snapshots[r][0].second, layers_per_rank[r]) << what << " rank " << r;
   }
   absl::StatusOr<int64_t> latest = LatestCompleteCheckpoint(base.checkpoint_dir, spec);
@@ -315,6 +322,21 @@ void ExpectSnapshotResumes(const ModelSpec& spec, int num_ranks, int global_micr
         << what << " iteration " << it;
     EXPECT_NEAR(got, ref.losses[it], 1e-6 * std::abs(ref.losses[it])) << what << " iteration "
                                                                       << it;
+  }
+  if (sharded) {
+    // Ranks hold shards: the whole model from the resumed run's checkpoint of n (gathered).
+    for (int l = 0; l < L; ++l) {
+      absl::StatusOr<LayerCheckpoint> c =
+          ReadLayerCheckpoint(LayerCheckpointPath(base.checkpoint_dir, n, l));
+      ASSERT_TRUE(c.ok()) << what << ": " << c.status();
+      ASSERT_EQ(c->params.size(), ref.params[l].size()) << what << " layer " << l;
+      for (size_t i = 0; i < c->params.size(); ++i) {
+        EXPECT_LE(RelErr(c->params[i], ref.params[l][i]), 1e-5)
+            << what << ": layer " << l << " (" << spec.kinds[l] << ") param " << i
+            << " differs from single-process training";
+      }
+    }
+    return;
   }
   const auto got = ModelParams(resumed.results, L);
   const auto want = ModelParams(whole.results, L);
@@ -380,6 +402,44 @@ TEST(FailureSnapshotTest, DataParallelReplicasEachSnapshotTheWholeModelAndResume
   options.checkpoint_interval = 2;
   ExpectSnapshotResumes(spec, 2, plan.global_microbatches, Layout(spec, plan), options,
                         /*k=*/3, /*n=*/5, {L, L}, /*checkpoints_after_failure=*/{2, 3}, "DP2");
+}
+
+// Layers split over TP or EP groups are gathered over each rank's own copy and written whole by
+// its first rank; a rank of such a copy that is not its first writes only its whole layers. The
+// collectives fail in iteration 3 and messages still go through (as among the survivors of a
+// lost node: what broke was a group with the lost rank in it). Ranks are TP innermost, then DP:
+// - DP4 x EP2: EP group 0 is ranks 0, 1 and group 1 ranks 2, 3, each holding every expert; both
+//   groups' first ranks write the MoE layers (the same state: the groups are DP replicas);
+// - TP2 x DP2: every layer is split over a replica's two ranks; ranks 0 and 2 write them all.
+// Either way the checkpoint of 3 is complete and resumes as an uninterrupted run trains (the
+// final weights compared in the checkpoint of 6, the ranks holding shards).
+TEST(FailureSnapshotTest, ShardedLayersAreGatheredOverEachRanksOwnCopyAndWritten) {
+  std::mt19937 rng(34);
+  const ModelSpec spec = Spec(2);
+  const int L = static_cast<int>(spec.kinds.size());
+  const int moe = static_cast<int>(std::count(spec.kinds.begin(), spec.kinds.end(), "moe"));
+  ASSERT_GT(moe, 0);
+  const Plan one_device = testing::RandomPlan(rng, L, 1, 2, 2, /*split_backward=*/false);
+  {
+    const LayoutPlan plan = testing::HomogeneousLayout(one_device, /*tp=*/1, /*ep=*/2, /*dp=*/4);
+    ASSERT_TRUE(CheckLayoutRunnable(spec, plan).ok()) << CheckLayoutRunnable(spec, plan);
+    TrainOptions options;
+    options.checkpoint_dir = FreshTestDir("dp4-ep2");
+    options.checkpoint_interval = 2;
+    ExpectSnapshotResumes(spec, 4, plan.global_microbatches, Layout(spec, plan), options,
+                          /*k=*/3, /*n=*/6, {L, L - moe, L, L - moe},
+                          /*checkpoints_after_failure=*/{2, 3}, "DP4 x EP2", /*sharded=*/true);
+  }
+  {
+    const LayoutPlan plan = testing::HomogeneousLayout(one_device, /*tp=*/2, /*ep=*/1, /*dp=*/2);
+    ASSERT_TRUE(CheckLayoutRunnable(spec, plan).ok()) << CheckLayoutRunnable(spec, plan);
+    TrainOptions options;
+    options.checkpoint_dir = FreshTestDir("tp2-dp2");
+    options.checkpoint_interval = 2;
+    ExpectSnapshotResumes(spec, 4, plan.global_microbatches, Layout(spec, plan), options,
+                          /*k=*/3, /*n=*/6, {L, 0, L, 0}, /*checkpoints_after_failure=*/{2, 3},
+                          "TP2 x DP2", /*sharded=*/true);
+  }
 }
 
 // --- 2. without the option nothing is written ---

@@ -390,22 +390,30 @@ absl::StatusOr<std::vector<Tensor>> MergeShards(
 // The tag base of a shard's part sent to the rank that writes its layer (below the vocabulary
 // parts' and the stop word's tags).
 constexpr uint32_t kShardPartTag = 0xFFFFFC00u;
+// The tag of a failure snapshot's shard header (its iteration), just below the parts'.
+constexpr uint32_t kShardIterationTag = kShardPartTag - 1;
 
 // Checkpoint files of whole layers from shards. For each layer, its whole copy is the ranks of
 // one replica (dp rank 0; for a MoE layer under EP, of EP group 0's replicas) holding it, every
 // TP rank; its first rank gathers the others' parts (parameters, then moments, point to point)
 // and writes the merged layer. Every rank handles its layers in ascending order, so the
-// blocking sends meet their receives in one global order.
+// blocking sends meet their receives in one global order. With `own_copy` (a failure
+// snapshot) each rank's copy is its own: its replica (its EP group's replicas), so every copy
+// whose members survive writes the layer.
 class ShardedCheckpoint {
  public:
-  ShardedCheckpoint(const ModelSpec& spec, const LayoutPlan& plan, const Setup& setup, int rank)
-      : spec_(spec), plan_(plan), rank_(rank) {
+  ShardedCheckpoint(const ModelSpec& spec, const LayoutPlan& plan, const Setup& setup, int rank,
+                    bool own_copy = false)
+      : spec_(spec), plan_(plan), rank_(rank), own_copy_(own_copy) {
     const RankRole& me = setup.roles[rank];
+    const int ep = std::max(1, plan.layout.ep);
     for (int l : HeldLayers(spec, plan, me)) {
-      const int copies = spec.kinds[l] == "moe" ? plan.layout.ep : 1;
+      const bool moe = spec.kinds[l] == "moe";
+      const int copies = moe ? plan.layout.ep : 1;
+      const int first_dp = !own_copy ? 0 : moe ? me.dp_rank / ep * ep : me.dp_rank;
       std::vector<std::vector<int>> copy(copies);
       for (int e = 0; e < copies; ++e) {
-        const auto [p, r] = setup.replica_of[e];
+        const auto [p, r] = setup.replica_of[first_dp + e];
         const Plan& pp = plan.pipelines[p].plan;
         int device = 0;
         for (const StageAssignment& st : pp.stages) {
@@ -421,14 +429,22 @@ class ShardedCheckpoint {
 
   // This rank's part `own` of its layer: sent to the layer's writer, or (on the writer) merged
   // with the others' parts and written under `root`; nothing when this rank is not in the copy.
-  absl::Status Save(LayerCheckpoint own, Transport* transport, const std::string& root) {
+  // Whether this rank wrote the layer file.
+  absl::StatusOr<bool> Save(LayerCheckpoint own, Transport* transport, const std::string& root) {
     const std::vector<std::vector<int>>& copy = copies_.at(own.layer);
     const int writer = copy[0][0];
     bool member = false;
     for (const std::vector<int>& e : copy) {
       member = member || std::find(e.begin(), e.end(), rank_) != e.end();
     }
-    if (!member) return absl::OkStatus();
+    if (!member) return false;
+    // A failure snapshot's members may have completed different iterations (without the
+    // committed step): each tells the writer its part's iteration, and the writer writes only
+    // parts of its own.
+    int64_t iteration = own.iteration;
+    if (own_copy_ && rank_ != writer) {
+      RETURN_IF_ERROR(transport->Send(writer, kShardIterationTag, &iteration, sizeof(iteration)));
+    }
     if (rank_ != writer) {
       uint32_t tag = kShardPartTag;
       for (const std::vector<Tensor>* part :
@@ -437,7 +453,7 @@ class ShardedCheckpoint {
           RETURN_IF_ERROR(transport->Send(writer, tag++, t.data(), t.size() * sizeof(float)));
         }
       }
-      return absl::OkStatus();
+      return false;
     }
     // The writer: every member's parts, shaped as the whole layer cut for that member.
     ASSIGN_OR_RETURN(std::unique_ptr<Layer> whole_layer,
@@ -454,6 +470,15 @@ class ShardedCheckpoint {
           first[e].push_back(own.first_moments);
           second[e].push_back(own.second_moments);
           continue;
+        }
+        if (own_copy_) {
+          int64_t theirs = -1;
+          RETURN_IF_ERROR(transport->Recv(copy[e][t], kShardIterationTag, &theirs, sizeof(theirs)));
+          if (theirs != iteration) {
+            return absl::FailedPreconditionError(absl::StrCat(
+                "layer ", own.layer, ": rank ", copy[e][t], " holds its shard of iteration ",
+                theirs, ", this rank of ", iteration, ": not written"));
+          }
         }
         ASSIGN_OR_RETURN(std::vector<Tensor> shape,
                          CutShard(spec_, plan_, own.layer, static_cast<int>(e),
@@ -476,13 +501,15 @@ class ShardedCheckpoint {
       ASSIGN_OR_RETURN(own.first_moments, MergeShards(spec_, plan_, own.layer, first));
       ASSIGN_OR_RETURN(own.second_moments, MergeShards(spec_, plan_, own.layer, second));
     }
-    return WriteLayerCheckpoint(root, own);
+    RETURN_IF_ERROR(WriteLayerCheckpoint(root, own));
+    return true;
   }
 
  private:
   const ModelSpec& spec_;
   const LayoutPlan& plan_;
   const int rank_;
+  const bool own_copy_;
   std::map<int, std::vector<std::vector<int>>> copies_;  // layer -> [ep rank][tp rank] -> rank
 };
 
@@ -550,9 +577,32 @@ absl::Status WriteLayoutCheckpoint(const LayoutRank& r, SubTransport* pipeline_t
   ASSIGN_OR_RETURN(std::vector<LayerCheckpoint> mine,
                    RankLayerCheckpoints(completed, result->layers, optimizer));
   for (LayerCheckpoint& c : mine) {
-    RETURN_IF_ERROR(sharded->Save(std::move(c), r.transport, r.options.checkpoint_dir));
+    RETURN_IF_ERROR(sharded->Save(std::move(c), r.transport, r.options.checkpoint_dir).status());
   }
   return absl::OkStatus();
+}
+
+// Whether rank `r` holds layer `layer` whole (not as TP or EP shards).
+bool HoldsWhole(const LayoutRank& r, int layer) {
+  return r.plan.layout.tp == 1 && !(r.spec.kinds[layer] == "moe" && r.plan.layout.ep > 1);
+}
+
+// A failure snapshot's sharded layers (TrainingHooks::snapshot_shards): each gathered over the
+// rank's own copy (`own`, ShardedCheckpoint with own_copy) and written by its first rank. Stops
+// at the first layer that cannot be gathered (a member lost: the later ones have the same).
+absl::StatusOr<int> SnapshotShards(const LayoutRank& r, ShardedCheckpoint* own, int iteration,
+                                   std::vector<std::unique_ptr<Layer>>& layers,
+                                   const AdamW& optimizer) {
+  ASSIGN_OR_RETURN(std::vector<LayerCheckpoint> mine,
+                   RankLayerCheckpoints(iteration, layers, optimizer));
+  int written = 0;
+  for (LayerCheckpoint& c : mine) {
+    if (HoldsWhole(r, c.layer)) continue;
+    ASSIGN_OR_RETURN(const bool wrote,
+                     own->Save(std::move(c), r.transport, r.options.checkpoint_dir));
+    written += wrote ? 1 : 0;
+  }
+  return written;
 }
 
 // One iteration on this rank: its replica's micro-batches of the global batch through the
@@ -595,14 +645,17 @@ absl::StatusOr<IterationStats> RunLayoutIteration(const LayoutRank& r, PipelineE
 // rank's shards on resume) and layout iterations.
 TrainingHooks LayoutHooks(const LayoutRank& r, SubTransport* pipeline_transport,
                           PipelineEngine* engine, GradientSync* sync, ShardedCheckpoint* sharded,
-                          RankResult* result) {
+                          ShardedCheckpoint* own_copy, RankResult* result) {
   TrainingHooks hooks;
   hooks.write_checkpoint = [&r, pipeline_transport, sharded, result](
                                int completed, const AdamW& optimizer) -> absl::Status {
     return WriteLayoutCheckpoint(r, pipeline_transport, sharded, completed, optimizer, result);
   };
-  hooks.whole = [&r](int layer) {
-    return r.plan.layout.tp == 1 && !(r.spec.kinds[layer] == "moe" && r.plan.layout.ep > 1);
+  hooks.whole = [&r](int layer) { return HoldsWhole(r, layer); };
+  hooks.snapshot_shards = [&r, own_copy](int iteration,
+                                         std::vector<std::unique_ptr<Layer>>& layers,
+                                         const AdamW& optimizer) {
+    return SnapshotShards(r, own_copy, iteration, layers, optimizer);
   };
   hooks.cut = [&r](int layer, const std::vector<Tensor>& whole) {
     return CutShard(r.spec, r.plan, layer, r.role.ep_rank, r.role.tp_rank, whole);
@@ -680,8 +733,9 @@ absl::StatusOr<RankResult> TrainLayoutRank(const ModelSpec& spec, const LayoutPl
   });
 
   ShardedCheckpoint sharded(spec, plan, setup, rank);
+  ShardedCheckpoint own_copy(spec, plan, setup, rank, /*own_copy=*/true);
   const TrainingHooks hooks =
-      LayoutHooks(r, &pipeline_transport, &engine, &sync, &sharded, &result);
+      LayoutHooks(r, &pipeline_transport, &engine, &sync, &sharded, &own_copy, &result);
   RETURN_IF_ERROR(RunTrainingLoop(spec, rank, transport, options, hooks, &result));
   return result;
 }

@@ -278,6 +278,18 @@ absl::Status RunTrainingLoop(const ModelSpec& spec, int rank, Transport* transpo
                         absl::StrCat(trained.message(), "; saving the state of iteration ",
                                      iteration, " failed too: ", s.message()));
   };
+  // The layers held whole, then the shards gathered over the rank's own copies (when those
+  // cannot be gathered, the whole layers still count: another replica may hold the rest).
+  auto snapshot = [&](int iteration) -> absl::StatusOr<int> {
+    absl::StatusOr<int> written = SaveWholeRankLayers(options.checkpoint_dir, iteration,
+                                                      result->layers, optimizer, hooks.whole);
+    if (!written.ok()) return written.status();
+    if (hooks.snapshot_shards) {
+      absl::StatusOr<int> shards = hooks.snapshot_shards(iteration, result->layers, optimizer);
+      if (shards.ok()) *written += *shards;
+    }
+    return written;
+  };
   const int completed = result->completed_iterations;
   if (completed == last_saved) {
     // The failure came right after the checkpoint of `completed` (or the resume from it),
@@ -286,16 +298,14 @@ absl::Status RunTrainingLoop(const ModelSpec& spec, int rank, Transport* transpo
       options.on_snapshot(completed, WholeRankLayerCount(result->layers, hooks.whole));
     }
   } else {
-    absl::StatusOr<int> written = SaveWholeRankLayers(options.checkpoint_dir, completed,
-                                                      result->layers, optimizer, hooks.whole);
+    absl::StatusOr<int> written = snapshot(completed);
     if (!written.ok()) return failed_too(completed, written.status());
     if (options.on_snapshot) options.on_snapshot(completed, *written);
   }
   if (uncommitted && options.step_optimizer) {
     // Roll forward: this rank's gradients of the next iteration are the reduced ones.
     RETURN_IF_ERROR(ApplyAdamW(result->layers, &optimizer));
-    absl::StatusOr<int> written = SaveWholeRankLayers(options.checkpoint_dir, completed + 1,
-                                                      result->layers, optimizer, hooks.whole);
+    absl::StatusOr<int> written = snapshot(completed + 1);
     if (!written.ok()) return failed_too(completed + 1, written.status());
     if (options.on_snapshot) options.on_snapshot(completed + 1, *written);
   }

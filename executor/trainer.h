@@ -144,6 +144,15 @@ struct TrainingHooks {
   // Whether this rank's copy of a layer is the whole layer (a failure snapshot writes only
   // those); null: every layer it holds (vocabulary shards are skipped regardless).
   std::function<bool(int layer)> whole;
+  // A failure snapshot of the layers this rank holds as tensor- or expert-parallel shards (not
+  // `whole`): each gathered from this rank's own copy of it (its replica's TP group; a MoE layer
+  // under EP: its own EP group's replicas) on the copy's first rank, point to point, and
+  // written whole there. Returns how many layer files this rank wrote. A copy with a lost
+  // member cannot be gathered (an error after the transport's timeout): its layers are not
+  // written, and another copy's may be. Null: none.
+  std::function<absl::StatusOr<int>(int iteration, std::vector<std::unique_ptr<Layer>>& layers,
+                                    const AdamW& optimizer)>
+      snapshot_shards;
 };
 absl::Status RunTrainingLoop(const ModelSpec& spec, int rank, Transport* transport,
                              const TrainOptions& options, const TrainingHooks& hooks,
