@@ -36,6 +36,7 @@
 #include "executor/trainer.h"
 #include <grpcpp/grpcpp.h>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/health.grpc.pb.h"
 #include "proto/planner.grpc.pb.h"
@@ -721,6 +722,139 @@ TEST_F(AgentE2ETest, TrainingContinuesThroughALeaderFailOver) {
   }
   EXPECT_TRUE(WaitUntil([&] { return Get().job().phase() == proto::JOB_PHASE_COMPLETED; }, 30))
       << replicas[second]->log();
+}
+
+// A new layout must be predicted 50% quicker than keeping the survivors' replicas to replace
+// them after a node loss (the re-plan margin): on the same GPUs none is, so the survivors'
+// option is what runs.
+class AgentExpertParallelE2ETest : public AgentE2ETest {
+ protected:
+  std::vector<std::string> ExtraPlannerArgs() const override {
+    return {"--replan_min_gain=0.5"};
+  }
+};
+
+// Expert parallelism under agents, through a node loss: four agents of one device each run the
+// reference model (its MoE layer has 4 experts) as DP4 x EP2, fixed — EP group 0 is ranks 0, 1
+// on node-a, node-b, group 1 ranks 2, 3 on node-c, node-d, each group holding every expert
+// between its two ranks. kill -9 of node-b breaks group 0: the planner drops that whole group
+// (node-a's rank holds only half the experts, so it cannot go on alone) and publishes "drop
+// replicas" — group 1 alone, DP2 x EP2 on node-c and node-d, each rank with the expert shard it
+// held, the global batch of 4 micro-batches split 2/2. The survivors resume from the state
+// they saved from memory (no rollback: at most the interrupted iteration lost), and the final
+// weights equal the uninterrupted single-process run's.
+TEST_F(AgentExpertParallelE2ETest, LosingANodeDropsItsExpertGroupAndTheOtherGoesOnFromMemory) {
+  const std::vector<std::string> nodes = {"node-a", "node-b", "node-c", "node-d"};
+  std::map<std::string, std::string> checkpoints;
+  std::map<std::string, std::unique_ptr<AgentProcess>> agents;
+  for (const std::string& node : nodes) {
+    checkpoints[node] = TestDir("ep-checkpoints-" + node);
+    agents[node] = std::make_unique<AgentProcess>(node, TestDir("ep-" + node), checkpoints[node]);
+    ASSERT_TRUE(agents[node]->Start(planner_.address())) << agents[node]->log();
+  }
+  auto logs = [&] {
+    std::string out;
+    for (const std::string& node : nodes) out += node + ":\n" + agents[node]->log();
+    return out;
+  };
+  proto::CreateJobRequest request = AgentJob(kIterations, 4);
+  request.mutable_options()->set_choose_layout(true);
+  request.mutable_options()->set_layout_pp(1);
+  request.mutable_options()->set_layout_tp(1);
+  request.mutable_options()->set_layout_dp(4);
+  request.mutable_options()->set_layout_ep(2);
+  proto::Job job;
+  {
+    auto ctx = Ctx();
+    grpc::Status s = stub_->CreateJob(ctx.get(), request, &job);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  job_id_ = job.id();
+  ASSERT_NE(WaitEvent([](const proto::JobEvent& e) { return e.kind() == "started"; }, 0, 60),
+            nullptr)
+      << Events() << logs();
+  const proto::PlanVersion v1 = Get().current();
+  ASSERT_TRUE(v1.result().has_layout_plan()) << v1.result().DebugString();
+  const proto::LayoutPlan& l1 = v1.result().layout_plan();
+  ASSERT_EQ(l1.layout().dp(), 4);
+  ASSERT_EQ(l1.layout().ep(), 2);
+  // The expert shard (EP rank) each node's GPU holds.
+  std::map<std::string, int> ep_rank_of;
+  for (const proto::RankRole& role : l1.ranks()) {
+    ep_rank_of[v1.device_slots(role.rank()).node_id()] = role.ep_rank();
+  }
+  ASSERT_EQ(ep_rank_of.size(), 4u);
+  // Training under EP for a while: a few complete checkpoints on node-c.
+  const executor::ModelSpec spec = *executor::ParseModelSpec(kModel);
+  auto job_dir = [&](const std::string& node) { return checkpoints[node] + "/" + job_id_; };
+  ASSERT_TRUE(WaitUntil([&] {
+    auto latest = executor::LatestCompleteCheckpoint(job_dir("node-c"), spec);
+    return latest.ok() && *latest >= 2 * kCheckpointInterval;
+  }, 60, /*poll_ms=*/20)) << Events() << logs();
+
+  const int events_before_kill = Get().job().events_size();
+  agents["node-b"]->Kill(SIGKILL);
+  int64_t survivor_version = 0;
+  ASSERT_TRUE(WaitJob(
+      [&](const proto::GetJobResponse& r) {
+        survivor_version = r.current().version();
+        return r.job().excluded_nodes_size() == 1 &&
+               r.current().reason_kind() == proto::PLAN_REASON_NODE_FAILURE;
+      },
+      30))
+      << Events() << logs();
+  const proto::PlanVersion v2 = Get().current();
+  const proto::NodeLossOption* chosen = nullptr;
+  for (const proto::NodeLossOption& o : v2.result().node_loss_options()) {
+    std::printf("node-loss option %s: %s, total %.3f s%s%s\n", o.kind().c_str(),
+                o.summary().c_str(), o.total_s(), o.chosen() ? " [chosen]" : "",
+                o.not_offered().empty() ? "" : (" not offered: " + o.not_offered()).c_str());
+    if (o.chosen()) chosen = &o;
+  }
+  ASSERT_NE(chosen, nullptr) << v2.result().DebugString();
+  EXPECT_EQ(chosen->kind(), "drop replicas");
+  EXPECT_THAT(chosen->summary(), ::testing::HasSubstr("(1 of 2 EP2 groups) go on"));
+  EXPECT_EQ(chosen->moved_bytes(), 0);
+  const proto::LayoutPlan& l2 = v2.result().layout_plan();
+  EXPECT_EQ(l2.layout().ep(), 2);
+  EXPECT_EQ(l2.layout().dp(), 2);
+  EXPECT_EQ(l2.global_microbatches(), 4);
+  ASSERT_EQ(v2.device_slots_size(), 2);
+  for (const proto::RankRole& role : l2.ranks()) {
+    const std::string& node = v2.device_slots(role.rank()).node_id();
+    EXPECT_TRUE(node == "node-c" || node == "node-d") << node;
+    EXPECT_EQ(role.ep_rank(), ep_rank_of[node]) << "rank " << role.rank() << " on " << node;
+  }
+
+  // The survivors resume from the state they saved from memory.
+  const proto::JobEvent* resumed = WaitEvent(
+      [&](const proto::JobEvent& e) {
+        return e.kind() == "resumed" && e.plan_version() >= survivor_version;
+      },
+      events_before_kill, 90);
+  ASSERT_NE(resumed, nullptr) << Events() << logs();
+  const int64_t resumed_iteration = resumed->iteration();
+  const proto::JobEvent* saved = WaitEvent(
+      [](const proto::JobEvent& e) {
+        return e.kind() == "state_saved" && (e.node_id() == "node-c" || e.node_id() == "node-d");
+      },
+      events_before_kill, 1);
+  ASSERT_NE(saved, nullptr) << Events();
+  EXPECT_EQ(resumed_iteration, saved->iteration()) << Events();
+  EXPECT_GT(resumed_iteration, 2 * kCheckpointInterval) << Events();
+  std::printf("EP2 group 1 went on from iteration %lld (from memory) on node-c, node-d\n",
+              static_cast<long long>(resumed_iteration));
+
+  ASSERT_NE(WaitEvent([](const proto::JobEvent& e) { return e.kind() == "completed"; },
+                      events_before_kill, 180),
+            nullptr)
+      << Events() << logs();
+  std::printf("events:\n%s", Events().c_str());
+  WaitUntil([&] {
+    auto latest = executor::LatestCompleteCheckpoint(job_dir("node-c"), spec);
+    return latest.ok() && *latest == kIterations;
+  }, 30, /*poll_ms=*/20);
+  ExpectUninterruptedWeights(job_dir("node-c"));
 }
 
 // Measured-time re-plans soon (every 4 s at most), adopted when predicted 2% faster.
