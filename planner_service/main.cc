@@ -132,7 +132,10 @@ ABSL_FLAG(double, replan_start_deviation, kDefaults.replan.start_deviation,
 ABSL_FLAG(double, replan_stop_deviation, kDefaults.replan.stop_deviation,
           "Deviation at or below which a job is back to normal (hysteresis).");
 ABSL_FLAG(double, replan_min_gain, kDefaults.replan.min_gain,
-          "A re-plan is adopted only if predicted at least this fraction faster.");
+          "A re-plan is adopted only if predicted at least this fraction faster. After a "
+          "node loss, a new layout replaces the surviving replicas (dropping or "
+          "re-partitioning the broken ones) only if predicted this fraction quicker to "
+          "finish the job.");
 ABSL_FLAG(double, replan_cooldown_s, kDefaults.replan.cooldown_s,
           "Seconds between measured-time re-plans of one job.");
 ABSL_FLAG(std::string, log_level, "info",
