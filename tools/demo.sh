@@ -315,7 +315,11 @@ for e in r.get("job", {}).get("events", []):
           e.get("node_id") or "-")
 top = -1
 for f in glob.glob(sys.argv[1] + "/node-*/**/rank-*.jsonl", recursive=True):
-    for line in open(f):
+    try:
+        lines = open(f).read().splitlines()
+    except OSError:
+        continue  # an agent removed that run directory since the glob
+    for line in lines:
         try:
             top = max(top, json.loads(line)["iteration"])
         except (ValueError, KeyError):
