@@ -13,7 +13,8 @@
 // Who reads time through a Clock (each is given a `const Clock*`; where it is an option, null
 // means RealClock::Default()):
 //   planner    the failure detector (AgentRegistry) and the re-plan cooldown (JobManager), the
-//              one-shot Plan RPC's time queued and tuning (ServiceOptions::clock);
+//              one-shot Plan RPC's time queued and tuning (ServiceOptions::clock), a follower's
+//              etcd queries for the leader's address (LeadershipOptions::clock);
 //   tuner      the time budget (TunerOptions::clock; `plan --budget_clock=reads` gives it a
 //              ReadCountingClock, below);
 //   agent      heartbeat interval, back-off, job polls, the wait for peers' checkpoint layers

@@ -170,8 +170,15 @@ std::string Leadership::leader_address() const {
   {
     absl::MutexLock lock(&mu_);
     if (!leader_address_.empty()) return leader_address_;
+    // Not seen since the last tick (a leader was just elected, or none is): ask etcd now,
+    // unless it was asked within the interval.
+    const double now = ClockOrReal(options_.clock).NowSeconds();
+    if (leader_queried_s_ &&
+        now - *leader_queried_s_ < absl::ToDoubleSeconds(options_.leader_query_interval)) {
+      return std::string();
+    }
+    leader_queried_s_ = now;
   }
-  // Not seen since the last tick (a leader was just elected): ask etcd now.
   const_cast<Leadership*>(this)->RefreshLeader();
   absl::MutexLock lock(&mu_);
   return leader_address_;

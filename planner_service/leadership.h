@@ -15,7 +15,9 @@
 // restarts its process to rejoin as a follower with a clean memory (main.cc).
 //
 // Followers learn the current leader's address (leader_address()) at every keep-alive tick,
-// for the UNAVAILABLE answers that point clients to it.
+// for the UNAVAILABLE answers that point clients to it. Between ticks, with no leader seen,
+// leader_address() asks etcd at most once per `leader_query_interval` (it is called for every
+// refused call, heartbeats included, and must not turn those into as many etcd queries).
 //
 // Thread safety: all methods may be called concurrently; the listener is called from the
 // leadership thread.
@@ -23,6 +25,7 @@
 #define OCTOPIPE_PLANNER_SERVICE_LEADERSHIP_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -30,6 +33,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "core/clock.h"
 #include "etcd/client.h"
 #include "etcd/election.pb.h"
 
@@ -39,6 +43,9 @@ struct LeadershipOptions {
   std::string election;      // e.g. "/octopipe/leader"
   std::string address;       // this replica's host:port, the election value
   absl::Duration ttl = absl::Seconds(3);
+  // With no leader seen, leader_address() asks etcd at most this often (else answers "").
+  absl::Duration leader_query_interval = absl::Milliseconds(100);
+  const Clock* clock = nullptr;  // for leader_query_interval; null: RealClock::Default()
 };
 
 // What a replica can ask at any time: whether it leads, and where the leader is.
@@ -46,8 +53,8 @@ class Role {
  public:
   virtual ~Role() = default;
   virtual bool leading() const = 0;
-  // The leader's address as last seen (asked of etcd when none was seen; "" when there is
-  // none).
+  // The leader's address as last seen (asked of etcd when none was seen, at most once per
+  // LeadershipOptions::leader_query_interval; "" when there is none or it was just asked).
   virtual std::string leader_address() const = 0;
 };
 
@@ -97,6 +104,8 @@ class Leadership : public Role {
   int64_t lease_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time renewed_ ABSL_GUARDED_BY(mu_);
   std::string leader_address_ ABSL_GUARDED_BY(mu_);
+  // When leader_address() last asked etcd (Clock seconds; none yet: unset).
+  mutable std::optional<double> leader_queried_s_ ABSL_GUARDED_BY(mu_);
   v3electionpb::LeaderKey key_ ABSL_GUARDED_BY(mu_);
   std::thread campaign_;
   std::thread keeper_;

@@ -4,10 +4,15 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
+#include "core/fake_clock.h"
 #include "etcd/client.h"
 #include "etcd/etcd_cluster.h"
 #include "gtest/gtest.h"
+#include "tests/planner_process.h"
 
 namespace octopipe::planner {
 namespace {
@@ -21,14 +26,22 @@ class Recorder : public Leadership::Listener {
     key_ = key;
     return elect_error_;
   }
+  void OnLeading() override {
+    absl::MutexLock lock(&mu_);
+    leading_ = true;
+  }
   void OnDeposed(const std::string& why) override {
     absl::MutexLock lock(&mu_);
     ++deposed_;
     why_ = why;
   }
+  // Elected and in office (leading() turned true), or elected and refused office.
   bool WaitElected(absl::Duration timeout) {
     absl::MutexLock lock(&mu_);
-    return mu_.AwaitWithTimeout(absl::Condition(&elected_), timeout);
+    auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return elected_ && (leading_ || !elect_error_.ok());
+    };
+    return mu_.AwaitWithTimeout(absl::Condition(&done), timeout);
   }
   bool WaitDeposed(absl::Duration timeout) {
     absl::MutexLock lock(&mu_);
@@ -55,6 +68,7 @@ class Recorder : public Leadership::Listener {
  private:
   absl::Mutex mu_;
   bool elected_ ABSL_GUARDED_BY(mu_) = false;
+  bool leading_ ABSL_GUARDED_BY(mu_) = false;
   int deposed_ ABSL_GUARDED_BY(mu_) = 0;
   std::string why_ ABSL_GUARDED_BY(mu_);
   v3electionpb::LeaderKey key_ ABSL_GUARDED_BY(mu_);
@@ -84,6 +98,46 @@ class LeadershipTest : public ::testing::Test {
   static etcd::EtcdCluster* cluster_;
 };
 etcd::EtcdCluster* LeadershipTest::cluster_ = nullptr;
+
+// The Leader RPCs etcd has answered, from its own /metrics (grpc_server_handled_total, every
+// status code summed).
+double LeaderQueries(const std::string& endpoint) {
+  int port = 0;
+  const std::vector<std::string> host_port = absl::StrSplit(endpoint, ':');
+  EXPECT_TRUE(host_port.size() == 2 && absl::SimpleAtoi(host_port[1], &port)) << endpoint;
+  double total = 0;
+  for (absl::string_view line : absl::StrSplit(testing::ScrapeMetrics(port), '\n')) {
+    if (!absl::StartsWith(line, "grpc_server_handled_total{") ||
+        !absl::StrContains(line, "grpc_method=\"Leader\"")) {
+      continue;
+    }
+    double value = 0;
+    EXPECT_TRUE(absl::SimpleAtod(line.substr(line.rfind(' ') + 1), &value)) << line;
+    total += value;
+  }
+  return total;
+}
+
+// With no leader seen (an election nobody campaigns in), leader_address() asks etcd at most
+// once per leader_query_interval, however often it is called for refused calls: 50 calls make
+// one Leader query by etcd's own count, and the first call after the interval one more.
+TEST_F(LeadershipTest, WithNoLeaderSeenEtcdIsAskedAtMostOncePerInterval) {
+  FakeClock clock;
+  LeadershipOptions options = Options("/t0/leader", "a:1");
+  options.leader_query_interval = absl::Milliseconds(100);
+  options.clock = &clock;
+  Recorder recorder;
+  const Leadership follower(NewClient(), options, &recorder);  // not started: no campaign
+  const double before = LeaderQueries(cluster_->endpoint(0));
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(follower.leader_address(), "");
+  EXPECT_EQ(LeaderQueries(cluster_->endpoint(0)) - before, 1);
+  clock.Advance(0.099);
+  EXPECT_EQ(follower.leader_address(), "");
+  EXPECT_EQ(LeaderQueries(cluster_->endpoint(0)) - before, 1);
+  clock.Advance(0.002);
+  EXPECT_EQ(follower.leader_address(), "");
+  EXPECT_EQ(LeaderQueries(cluster_->endpoint(0)) - before, 2);
+}
 
 TEST_F(LeadershipTest, OneLeaderAndAQuickHandOverWhenItStops) {
   Recorder ra, rb;
