@@ -584,7 +584,7 @@ absl::Status WriteLayoutCheckpoint(const LayoutRank& r, SubTransport* pipeline_t
 
 // Whether rank `r` holds layer `layer` whole (not as TP or EP shards).
 bool HoldsWhole(const LayoutRank& r, int layer) {
-  return r.plan.layout.tp == 1 && !(r.spec.kinds[layer] == "moe" && r.plan.layout.ep > 1);
+  return r.plan.layout.tp == 1 && !MoeShard(r.spec, r.plan, layer);
 }
 
 // A failure snapshot's sharded layers (TrainingHooks::snapshot_shards): each gathered over the

@@ -70,7 +70,6 @@ absl::StatusOr<proto::PlanResult> RunPlanning(const PlanningInput& input,
 
 proto::PlanResult ToProto(const TuneResult& result);
 
-// A job's re-plan after a node loss: what it was running and how much is left.
 // After a node loss: drops the fixed degrees of a job's layout request that no layout over the
 // `available` devices left can keep (the global batch of `global_microbatches` split evenly
 // over the replicas, whole EP groups): DP and EP first, then every degree (planning.cc).
@@ -79,6 +78,7 @@ proto::PlanResult ToProto(const TuneResult& result);
 void RelaxLayoutForDevicesLeft(int available, int global_microbatches, int model_tp,
                                int model_ep, LayoutRequest* req);
 
+// A job's re-plan after a node loss: what it was running and how much is left.
 struct NodeLossContext {
   LayoutPlan current;                  // the current version's layout
   std::vector<GpuSlot> current_slots;  // per rank of it: its node and GPU (device slots)

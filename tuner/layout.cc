@@ -536,7 +536,7 @@ absl::StatusOr<LayoutResult> TuneLayout(const ModelGraph& model, const Cluster& 
   // ranks them (GPT 310.1B, docs/benchmarks.md "published_runs").
   // Nothing can fit: tune the closest one for the infeasible answer (what memory it needs).
   const int to_tune = any_fits ? 2 * std::max(1, request.max_tuned) : 1;
-  size_t best_candidate = 0, node_local_candidate = 0;
+  size_t best_k = 0, node_local_k = 0;  // positions in `order` (and `considered`) of these
   int feasible_left = 0;
   for (const LayoutCandidate& c : cands) feasible_left += c.static_ratio <= 1 ? 1 : 0;
   // One layout to tune (the request fixed it): one round with the whole budget.
@@ -622,11 +622,11 @@ absl::StatusOr<LayoutResult> TuneLayout(const ModelGraph& model, const Cluster& 
     if (request.node_local_tolerance > 0 && r.feasible && ReplicasWithinNodes(cluster, r.layout) &&
         (!node_local || rank(r) < rank(*node_local))) {
       node_local = r;
-      node_local_candidate = order[k];
+      node_local_k = k;
     }
     if (better) {
       best = std::move(r);
-      best_candidate = order[k];
+      best_k = k;
     }
   }
   // Whether the node-local layout is taken instead of the fastest (see below).
@@ -640,22 +640,17 @@ absl::StatusOr<LayoutResult> TuneLayout(const ModelGraph& model, const Cluster& 
   if (two_rounds && best && best->feasible && left > 1e-3 &&
       !(tuner.should_stop && tuner.should_stop())) {
     const bool local = prefer_node_local();
+    const size_t k = local ? node_local_k : best_k;
     std::optional<LayoutResult>& pick = local ? node_local : best;
     absl::StatusOr<LayoutResult> again =
-        TuneCandidate(cands[local ? node_local_candidate : best_candidate], cost_model, tuner,
-                      left, global, &*pick);
+        TuneCandidate(cands[order[k]], cost_model, tuner, left, global, &*pick);
     if (again.ok() && again->feasible) {
       simulate_for_rank(*again);
       if (rank(*again) < rank(*pick)) {
-        const bool both = node_local && best &&
-                          node_local->layout.ToString() == best->layout.ToString();
+        const bool both = node_local && node_local_k == best_k;  // one layout, both roles
         pick = std::move(*again);
         if (both) (local ? best : node_local) = pick;
-        for (LayoutConsidered& info : considered) {
-          if (info.layout.ToString() == pick->layout.ToString() && info.outcome == "tuned") {
-            info.iteration_s = pick->iteration_time_s;
-          }
-        }
+        considered[k].iteration_s = pick->iteration_time_s;
       }
     }
   }
