@@ -23,7 +23,9 @@ Usage: bazel build -c opt //cli:octopipe && bench/published_runs/run.py [--only=
 Environment: OCTOPIPE (the binary; default bazel-bin/cli/octopipe), BUDGET (plan seconds per
 run, 5), BUDGET_CLOCK (wall, the default, or reads: `plan --budget_clock=reads --threads=1`,
 the budget counted in the search's clock reads, so every machine gets the same predictions),
-OUT (a directory for the generated cluster files and outputs; default a temp dir).
+OUT (a directory for the generated cluster files and outputs; default a temp dir), FREE (1, the
+default, also plans each run with its layout free; 0 plans only the published layout, for a quick
+look at the prediction errors alone).
 """
 import glob
 import json
@@ -40,6 +42,9 @@ BUDGET_CLOCK = os.environ.get("BUDGET_CLOCK", "wall")
 if BUDGET_CLOCK not in ("wall", "reads"):
     sys.exit("published_runs: BUDGET_CLOCK must be wall or reads, got %r" % BUDGET_CLOCK)
 OUT = os.environ.get("OUT") or tempfile.mkdtemp(prefix="published-runs-")
+FREE = os.environ.get("FREE", "1")
+if FREE not in ("0", "1"):
+    sys.exit("published_runs: FREE must be 0 or 1, got %r" % FREE)
 os.makedirs(OUT, exist_ok=True)
 # Link latencies: not in the sources; NVLink/NVSwitch- and InfiniBand-class figures.
 INTRA_LATENCY_S, INTER_LATENCY_S = 3e-6, 5e-6
@@ -160,7 +165,8 @@ def main():
             print(json.dumps(row), flush=True)
             continue
         cluster = cluster_file(run)
-        fixed, free = plan(run, cluster, True), plan(run, cluster, False)
+        fixed = plan(run, cluster, True)
+        free = plan(run, cluster, False) if FREE == "1" else {"layout": "(not planned: FREE=0)"}
         gpus = run["cluster"]["gpus"]
         row.update({"fixed": fixed, "free": free})
         if pub.get("tflops_per_gpu") and flops:
