@@ -284,6 +284,9 @@ proto::Model ModelToProto(const ModelGraph& model) {
   // Written only when used, so files without expert parallelism stay as they were.
   if (model.training.ep_degree != 1) t->set_ep_degree(model.training.ep_degree);
   if (model.training.ep_comm_overlap) t->set_ep_comm_overlap(true);
+  if (model.training.attention_kernel != AttentionKernel::kFlash) {
+    t->set_attention_kernel(std::string(AttentionKernelName(model.training.attention_kernel)));
+  }
   if (model.training.ep_ranks_per_node != 0) {
     t->set_ep_ranks_per_node(model.training.ep_ranks_per_node);
   }
@@ -322,6 +325,9 @@ absl::StatusOr<ModelGraph> ModelFromProto(const proto::Model& p) {
   m.training.ep_degree = t.ep_degree() == 0 ? 1 : t.ep_degree();
   m.training.ep_ranks_per_node = t.ep_ranks_per_node();
   m.training.ep_comm_overlap = t.ep_comm_overlap();
+  absl::StatusOr<AttentionKernel> kernel = ParseAttentionKernel(t.attention_kernel());
+  if (!kernel.ok()) return AtPath("training.attention_kernel", kernel.status());
+  m.training.attention_kernel = *kernel;
   RETURN_IF_ERROR(Validate(m));
   return m;
 }

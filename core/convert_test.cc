@@ -59,6 +59,7 @@ ModelGraph SmallModel() {
   m.training.recompute = RecomputePolicy::kSelective;
   m.training.zero_degree = 4;
   m.training.ep_comm_overlap = true;
+  m.training.attention_kernel = AttentionKernel::kMaterialized;
   m.host_probe_s = 0.0421;
   return m;
 }
@@ -90,6 +91,7 @@ TEST(ConvertTest, ModelRoundTripKeepsEveryField) {
   EXPECT_EQ(RecomputePolicy::kSelective, back->training.recompute);
   EXPECT_EQ(4, back->training.zero_degree);
   EXPECT_TRUE(back->training.ep_comm_overlap);
+  EXPECT_EQ(AttentionKernel::kMaterialized, back->training.attention_kernel);
   EXPECT_EQ(0.0421, back->host_probe_s);
 }
 
@@ -607,6 +609,9 @@ TEST(ConvertTest, ModelErrorsNameTheFieldPath) {
                    "training.precision: unknown precision 'int8'");
   ExpectModelError("\"recompute\": \"selective\"", "\"recompute\": \"some\"",
                    "training.recompute: unknown recompute policy 'some'");
+  ExpectModelError("\"attention_kernel\": \"materialized\"", "\"attention_kernel\": \"tiled\"",
+                   "training.attention_kernel: unknown attention kernel 'tiled' (valid: flash, "
+                   "materialized)");
 }
 
 TEST(ConvertTest, ProtoDefaultsForDegreesAndEnums) {
@@ -615,12 +620,14 @@ TEST(ConvertTest, ProtoDefaultsForDegreesAndEnums) {
   p.mutable_training()->clear_zero_degree();
   p.mutable_training()->clear_precision();
   p.mutable_training()->clear_recompute();
+  p.mutable_training()->clear_attention_kernel();
   absl::StatusOr<ModelGraph> m = ModelFromProto(p);
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_EQ(1, m->training.tp_degree);
   EXPECT_EQ(1, m->training.zero_degree);
   EXPECT_EQ(Precision::kBf16, m->training.precision);
   EXPECT_EQ(RecomputePolicy::kNone, m->training.recompute);
+  EXPECT_EQ(AttentionKernel::kFlash, m->training.attention_kernel);
 
   p.mutable_training()->clear_micro_batch_size();
   EXPECT_THAT(std::string(ModelFromProto(p).status().message()),

@@ -34,10 +34,36 @@
 // peer in the next stage, its own sequence shard); small replicated tensors (norm weights,
 // token ids) are not treated apart.
 //
+// Materialized attention (`training.attention_kernel == kMaterialized`, Megatron-LM before
+// FlashAttention): the core computes the full s x s square (the causal mask is applied after
+// QKᵀ), and its z = b·n·s² scores go through HBM, costed as bytes moved at the HBM bandwidth
+// (CostModelOptions::memory_efficiency), in elements of e bytes plus a 1-byte dropout mask:
+//   F: QKᵀ writes S (e); fused scale-mask-softmax reads S, writes P (2e); dropout reads P,
+//      writes P' and the mask (2e + 1); AV reads P' (e)                        -> (6e + 1)·z
+//   B: dV reads P' (e), dP' is written (e); dropout backward reads dP' and the mask, writes
+//      dP (2e + 1); softmax backward reads dP and P, writes dS (3e); dQ and dK read dS (2e)
+//                                                                               -> (10e + 1)·z
+// Stored for the backward instead of the log-sum-exp: P, the mask and P', (2e + 1)·z bytes —
+// Korthikanti et al.'s 5·a·s²·b at e = 2, which is exactly what their selective recompute
+// drops (act_core; O is kept).
+//
 // Recompute: `training.recompute == kSelective` applies here (act_core dropped, core re-run in
 // B). Full recompute is a per-stage choice of the plan; the cost model reports what it needs —
 // recompute_s (= F) and input_bytes (what the stage keeps) — and leaves activation_bytes as
 // without recompute.
+//
+// Efficiencies (CostModelOptions::efficiency, achieved fraction of peak per layer kind). Their
+// ratios are judgement, not measurement: GEMM-only layers (MLP 0.66) highest, layers with an
+// attention core or a router lower (attention, MLA, vision 0.54; MoE's grouped GEMMs 0.48, the
+// head 0.60), the scans lowest (Mamba 0.36, Mamba-2 0.42). Their level is one factor fitted to
+// published measurements: Table 1 of Narayanan et al. (SC '21, arXiv 2104.04473), ten GPT runs
+// of 1.7B to 1008B parameters on 32 to 3072 A100s with their published layouts, each planned as
+// run (full recompute, materialized attention, published global batch) by
+// bench/published_runs. The factor (x1.2 on the earlier 0.45 / 0.55 / ... set) is the one that
+// brings every row within ±10% of its published TFLOP/s; no run has its own. The MoE runs of
+// that benchmark (Mixtral on H100, DeepSeek-V3 on H800) were not used to fit it, and checked
+// afterwards (docs/benchmarks.md). The embedding's 0.30 is a fraction of the HBM bandwidth
+// (memory-bound), not fitted; memory_efficiency is a measured figure (cost_model.h).
 #include "core/cost_model.h"
 
 #include <algorithm>
@@ -76,6 +102,9 @@ struct Part {
   double act_core = 0;   // of which dropped by selective recompute
   double params = 0;
   double expert_params = 0;  // of which routed experts (divided by the EP degree)
+  // Materialized attention only: HBM bytes its scores move in F and in B.
+  double core_bytes_f = 0;
+  double core_bytes_b = 0;
   // Embedding only: bytes moved by F and by W (the embedding has no matmul FLOPs).
   double fwd_bytes_moved = 0;
   double wgrad_bytes_moved = 0;
@@ -89,6 +118,8 @@ struct Part {
     act_core += o.act_core;
     params += o.params;
     expert_params += o.expert_params;
+    core_bytes_f += o.core_bytes_f;
+    core_bytes_b += o.core_bytes_b;
     fwd_bytes_moved += o.fwd_bytes_moved;
     wgrad_bytes_moved += o.wgrad_bytes_moved;
     return *this;
@@ -108,6 +139,24 @@ double AttentionHeadDim(const LayerDims& d) {
   return d.heads > 0 ? static_cast<double>(d.hidden) / d.heads : 0.0;
 }
 
+// Turns a FlashAttention core (`p` as AttentionPart / MlaPart return it, `n` heads, `lse` its
+// log-sum-exp bytes) into a materialized one (see the top of this file): the causal half-square
+// FLOPs doubled, the scores' HBM traffic added, P, mask and P' stored instead of the
+// log-sum-exp and dropped by selective recompute instead of O and the log-sum-exp.
+void MaterializeScores(Part& p, double b, double s, double n, double e, double lse,
+                       bool causal) {
+  if (causal) {
+    p.nonlinear *= 2;
+    p.core *= 2;
+  }
+  const double z = b * n * s * s;
+  const double stored = (2 * e + 1) * z;
+  p.core_bytes_f = (6 * e + 1) * z;
+  p.core_bytes_b = (10 * e + 1) * z;
+  p.act += stored - lse;
+  p.act_core = stored;
+}
+
 // Self-attention with a pre-norm: QKV projection, core, output projection.
 //   n query heads, g key/value heads, hd head dim; Q = n·hd, KV = g·hd.
 // FLOPs (Megatron, GQA, causal): 4·b·s·h·p·(h + h·g/n + s/2) with p·h = n·hd, i.e.
@@ -117,7 +166,7 @@ double AttentionHeadDim(const LayerDims& d) {
 // Stored: x, x̂ (QKV input), Q, K, V (post-RoPE, FlashAttention backward), O (core output and
 // output-projection input) and the fp32 log-sum-exp per head and token.
 Part AttentionPart(double b, double s, double h, double n, double g, double hd, double e,
-                   bool causal) {
+                   bool causal, bool materialized) {
   const double q = n * hd;
   const double kv = g * hd;
   const double bs = b * s;
@@ -129,6 +178,7 @@ Part AttentionPart(double b, double s, double h, double n, double g, double hd, 
   p.act_w = bs * h * e + bs * q * e;
   p.act_core = bs * q * e + bs * n * kLseBytes;
   p.params = h * q + 2 * h * kv + q * h + h;
+  if (materialized) MaterializeScores(p, b, s, n, e, bs * n * kLseBytes, causal);
   return p;
 }
 
@@ -219,7 +269,7 @@ Part MambaPart(const LayerDims& d, double b, double s, double e) {
 // dn+dr and AV with dv, 2·b·s²·n·(dn+dr)/2 + 2·b·s²·n·dv/2 — as Megatron's MLA term.
 // Stored: x, x̂; the q latent and its normed copy (q-up input); the kv latent + rope key and the
 // normed latent (kv-up input); Q, K, V for the core; O (output-projection input); log-sum-exp.
-Part MlaPart(const LayerDims& d, double b, double s, double e) {
+Part MlaPart(const LayerDims& d, double b, double s, double e, bool materialized) {
   const double h = d.hidden, n = d.heads, qr = d.q_lora_rank, kr = d.kv_lora_rank,
                dn = d.qk_nope_head_dim, dr = d.qk_rope_head_dim, dv = d.v_head_dim;
   const double qd = n * (dn + dr);
@@ -236,6 +286,7 @@ Part MlaPart(const LayerDims& d, double b, double s, double e) {
   // Projections plus the pre-norm and the q / kv latent norms.
   p.params = q_gemm + (qr > 0 ? qr : 0) + h * (kr + dr) + kr + kr * n * (dn + dv) + n * dv * h +
              h;
+  if (materialized) MaterializeScores(p, b, s, n, e, bs * n * kLseBytes, /*causal=*/true);
   return p;
 }
 
@@ -245,6 +296,7 @@ Part Analyze(const Layer& layer, const TrainingOptions& t, Precision precision) 
   const double s = TokensPerSample(layer, t);
   const double h = static_cast<double>(d.hidden);
   const double e = ElementBytes(precision);
+  const bool materialized = t.attention_kernel == AttentionKernel::kMaterialized;
   switch (layer.kind) {
     case LayerKind::kEmbedding: {
       // No matmul FLOPs: a row gather. Its time is bytes moved / HBM bandwidth (see Cost):
@@ -272,9 +324,9 @@ Part Analyze(const Layer& layer, const TrainingOptions& t, Precision precision) 
     }
     case LayerKind::kAttention:
       return AttentionPart(b, s, h, d.heads, d.kv_heads, AttentionHeadDim(d), e,
-                           /*causal=*/true);
+                           /*causal=*/true, materialized);
     case LayerKind::kMlaAttention:
-      return MlaPart(d, b, s, e);
+      return MlaPart(d, b, s, e, materialized);
     case LayerKind::kMamba:
       return MambaPart(d, b, s, e);
     case LayerKind::kMamba2:
@@ -287,7 +339,7 @@ Part Analyze(const Layer& layer, const TrainingOptions& t, Precision precision) 
       // A pre-norm ViT block: multi-head attention (kv_heads = heads) over the image tokens,
       // bidirectional (no causal mask, so the core is the full square), then a plain GeLU MLP.
       Part p = AttentionPart(b, s, h, d.heads, d.heads, AttentionHeadDim(d), e,
-                             /*causal=*/false);
+                             /*causal=*/false, materialized);
       p += MlpPart(b, s, h, d.ffn, h, /*gated=*/false, e);
       return p;
     }
@@ -350,6 +402,11 @@ LayerCost CostModel::Cost(const Layer& layer, const TrainingOptions& training,
     c.weight_grad_s = Seconds(p.linear / tp, linear_rate);
     // Selective recompute re-runs the attention core at the start of B.
     if (selective) c.backward_input_s += Seconds(p.core / tp, flop_rate);
+    // A materialized attention core's score traffic (0 for FlashAttention).
+    const double mem_rate = hardware.memory_bandwidth * options_.memory_efficiency;
+    c.forward_s += Seconds(p.core_bytes_f / tp, mem_rate);
+    c.backward_input_s +=
+        Seconds((p.core_bytes_b + (selective ? p.core_bytes_f : 0)) / tp, mem_rate);
   }
 
   const double s = TokensPerSample(layer, training);

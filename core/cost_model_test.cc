@@ -417,6 +417,66 @@ TEST(CostTest, SelectiveRecomputeDropsCoreOutputsAndRerunsCoreInB) {
   EXPECT_DOUBLE_EQ(mlp_none.backward_input_s, mlp_sel.backward_input_s);
 }
 
+// Megatron-LM before FlashAttention: the full s x s square computed, the b·n·s² scores through
+// HBM ((6e+1) bytes each in F, (10e+1) in B at e = 2: 13 and 21), P, the dropout mask and P'
+// stored (5 bytes each: Korthikanti et al.'s 5·a·s²·b) instead of the log-sum-exp.
+TEST(CostTest, MaterializedAttentionComputesTheFullSquareAndMovesItsScoresThroughHbm) {
+  CostModel model;
+  TrainingOptions t = Training();
+  const LayerCost flash = model.Cost(Llama8bAttention(), t, H100());
+  t.attention_kernel = AttentionKernel::kMaterialized;
+  const LayerCost mat = model.Cost(Llama8bAttention(), t, H100());
+  const double rate = 989e12 * model.options().efficiency[static_cast<int>(LayerKind::kAttention)];
+  const double mem = 3.35e12 * model.options().memory_efficiency;
+  const double lin = 343597383680.0, nl = 137438953472.0;  // nl: the causal half square
+  const double z = 32.0 * 4096 * 4096;                     // scores: b·n·s²
+  EXPECT_DOUBLE_EQ((lin + 2 * nl) / rate + 13 * z / mem, mat.forward_s);
+  EXPECT_DOUBLE_EQ((lin + 4 * nl) / rate + 21 * z / mem, mat.backward_input_s);
+  EXPECT_DOUBLE_EQ(flash.weight_grad_s, mat.weight_grad_s);
+  EXPECT_DOUBLE_EQ(mat.forward_s, mat.recompute_s);
+  EXPECT_DOUBLE_EQ(lin + 2 * nl, mat.forward_flops);
+  EXPECT_DOUBLE_EQ(flash.activation_bytes - 4096.0 * 32 * 4 + 5 * z, mat.activation_bytes);
+  EXPECT_DOUBLE_EQ(flash.activation_bytes_w, mat.activation_bytes_w);
+
+  // Selective recompute drops exactly the stored scores and re-runs the core in B: its FLOPs
+  // and its forward traffic.
+  t.recompute = RecomputePolicy::kSelective;
+  const LayerCost sel = model.Cost(Llama8bAttention(), t, H100());
+  EXPECT_DOUBLE_EQ(mat.activation_bytes - 5 * z, sel.activation_bytes);
+  EXPECT_NEAR(mat.backward_input_s + 2 * nl / rate + 13 * z / mem, sel.backward_input_s,
+              1e-12 * sel.backward_input_s);
+
+  // Tensor parallelism divides the heads, so the traffic and the stored scores too.
+  t.recompute = RecomputePolicy::kNone;
+  t.tp_degree = 4;
+  const LayerCost tp4 = model.Cost(Llama8bAttention(), t, H100());
+  EXPECT_NEAR(mat.forward_s / 4, tp4.forward_s, 1e-12 * tp4.forward_s);
+  EXPECT_NEAR(mat.activation_bytes / 4, tp4.activation_bytes, 1e-12 * tp4.activation_bytes);
+
+  // A bidirectional vision block computes the full square either way: only the traffic is new.
+  Layer vision;
+  vision.kind = LayerKind::kVisionBlock;
+  vision.dims.hidden = 1024;
+  vision.dims.heads = 16;
+  vision.dims.ffn = 4096;
+  t.tp_degree = 1;
+  t.attention_kernel = AttentionKernel::kFlash;
+  const LayerCost v_flash = model.Cost(vision, t, H100());
+  t.attention_kernel = AttentionKernel::kMaterialized;
+  const LayerCost v_mat = model.Cost(vision, t, H100());
+  EXPECT_DOUBLE_EQ(v_flash.forward_flops, v_mat.forward_flops);
+  EXPECT_NEAR(v_flash.forward_s + 13 * 16.0 * 4096 * 4096 / mem, v_mat.forward_s,
+              1e-12 * v_mat.forward_s);
+
+  // Layers without an attention core are unaffected.
+  t.attention_kernel = AttentionKernel::kFlash;
+  const LayerCost mlp_flash = model.Cost(Llama8bMlp(), t, H100());
+  t.attention_kernel = AttentionKernel::kMaterialized;
+  const LayerCost mlp_mat = model.Cost(Llama8bMlp(), t, H100());
+  EXPECT_DOUBLE_EQ(mlp_flash.forward_s, mlp_mat.forward_s);
+  EXPECT_DOUBLE_EQ(mlp_flash.activation_bytes, mlp_mat.activation_bytes);
+}
+
 TEST(CostTest, FullRecomputeInputsAreReported) {
   // Full recompute is chosen per stage by the plan; the cost model reports what it needs:
   // R = F and the layer input that is kept.

@@ -288,6 +288,21 @@ absl::StatusOr<RecomputePolicy> ParseRecomputePolicy(absl::string_view name) {
       absl::StrCat("unknown recompute policy '", name, "' (valid: none, selective, full)"));
 }
 
+absl::string_view AttentionKernelName(AttentionKernel k) {
+  switch (k) {
+    case AttentionKernel::kFlash: return "flash";
+    case AttentionKernel::kMaterialized: return "materialized";
+  }
+  return "?";
+}
+
+absl::StatusOr<AttentionKernel> ParseAttentionKernel(absl::string_view name) {
+  if (name.empty() || name == "flash") return AttentionKernel::kFlash;
+  if (name == "materialized") return AttentionKernel::kMaterialized;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown attention kernel '", name, "' (valid: flash, materialized)"));
+}
+
 absl::Status Validate(const ModelGraph& model) {
   if (model.layers.empty()) {
     return absl::InvalidArgumentError("layers: a model needs at least one layer, got 0");

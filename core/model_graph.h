@@ -128,11 +128,20 @@ struct Layer {
 // Engine's recipe).
 enum class Precision { kBf16, kFp16, kFp32, kFp8 };
 enum class RecomputePolicy { kNone, kSelective, kFull };
+// How the attention core runs. kFlash (FlashAttention, the default): scores stay on chip, the
+// causal mask skips the upper triangle's FLOPs, the backward keeps only a log-sum-exp per head
+// and token. kMaterialized (Megatron-LM before FlashAttention, 2022): the b x heads x s x s
+// scores go through HBM — batched GEMM, fused scale-mask-softmax, dropout — the full square is
+// computed, and softmax output, dropout mask and dropped-out probabilities are kept for the
+// backward (core/cost_model.cc).
+enum class AttentionKernel { kFlash, kMaterialized };
 
 absl::string_view PrecisionName(Precision p);
 absl::StatusOr<Precision> ParsePrecision(absl::string_view name);
 absl::string_view RecomputePolicyName(RecomputePolicy r);
 absl::StatusOr<RecomputePolicy> ParseRecomputePolicy(absl::string_view name);
+absl::string_view AttentionKernelName(AttentionKernel k);
+absl::StatusOr<AttentionKernel> ParseAttentionKernel(absl::string_view name);
 
 struct TrainingOptions {
   int64_t seq_len = 4096;
@@ -154,6 +163,7 @@ struct TrainingOptions {
   // communication stream after the op's compute (PipelineProblem::forward_tail_s), so the
   // device may start its next op meanwhile. OctoPipe's executor does not (false).
   bool ep_comm_overlap = false;
+  AttentionKernel attention_kernel = AttentionKernel::kFlash;
 };
 
 struct ModelGraph {
