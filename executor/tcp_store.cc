@@ -212,6 +212,49 @@ void TcpStoreServer::Serve(int fd) {
 
 // --- client ---
 
+absl::Status ProbeTcp(const std::string& address, std::chrono::milliseconds timeout) {
+  std::string host;
+  int port = 0;
+  if (!SplitAddress(address, &host, &port)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("probe: bad address '", address, "' (HOST:PORT)"));
+  }
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0 || !res) {
+    return absl::UnavailableError(absl::StrCat(address, ": cannot resolve host"));
+  }
+  const int fd = ::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) {
+    freeaddrinfo(res);
+    return absl::UnavailableError(absl::StrCat(address, ": socket: ", std::strerror(errno)));
+  }
+  int rc = ::connect(fd, res->ai_addr, res->ai_addrlen);
+  freeaddrinfo(res);
+  std::string why;
+  if (rc != 0 && errno == EINPROGRESS) {
+    pollfd p{fd, POLLOUT, 0};
+    rc = ::poll(&p, 1, static_cast<int>(timeout.count()));
+    if (rc == 0) {
+      why = absl::StrCat("no answer within ", timeout.count(), " ms");
+    } else if (rc > 0) {
+      int error = 0;
+      socklen_t len = sizeof(error);
+      ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len);
+      if (error != 0) why = std::strerror(error);
+    } else {
+      why = std::strerror(errno);
+    }
+  } else if (rc != 0) {
+    why = std::strerror(errno);
+  }
+  ::close(fd);
+  if (!why.empty()) return absl::UnavailableError(absl::StrCat(address, ": ", why));
+  return absl::OkStatus();
+}
+
 TcpStore::TcpStore(std::string address, std::chrono::milliseconds timeout,
                    std::shared_ptr<const Clock> clock)
     : address_(std::move(address)), timeout_(timeout), clock_(std::move(clock)) {}

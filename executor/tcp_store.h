@@ -38,6 +38,12 @@
 
 namespace octopipe::executor {
 
+// One TCP connect to `address` ("HOST:PORT"), closed at once: OK when something listens there;
+// kUnavailable naming the address and the reason when the connection is refused, or does not
+// complete within `timeout` (a host that is down), or the address does not resolve. For agents
+// asking whether a peer's agent is up; never retries, blocks at most `timeout` (real time).
+absl::Status ProbeTcp(const std::string& address, std::chrono::milliseconds timeout);
+
 class TcpStoreServer {
  public:
   // Listens on host:port (port 0 picks a free one). kUnavailable naming the address when the

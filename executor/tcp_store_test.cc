@@ -47,6 +47,21 @@ TEST(TcpStoreTest, UnreachableServerThrowsWithinTheTimeout) {
   EXPECT_THROW(s.get("k"), gloo::IoException);
 }
 
+TEST(TcpStoreTest, AProbeAnswersWhereAServerListensAndNamesTheAddressWhereNone) {
+  int port = 0;
+  {
+    auto server = TcpStoreServer::Start("127.0.0.1", 0);
+    ASSERT_TRUE(server.ok());
+    port = (*server)->port();
+    EXPECT_TRUE(ProbeTcp("127.0.0.1:" + std::to_string(port), std::chrono::seconds(5)).ok());
+  }  // closed: refused at once, well within the timeout
+  const std::string address = "127.0.0.1:" + std::to_string(port);
+  const absl::Status closed = ProbeTcp(address, std::chrono::seconds(5));
+  EXPECT_TRUE(absl::IsUnavailable(closed)) << closed;
+  EXPECT_THAT(std::string(closed.message()), ::testing::HasSubstr(address));
+  EXPECT_TRUE(absl::IsInvalidArgument(ProbeTcp("no-port", std::chrono::seconds(1))));
+}
+
 // The connect deadline is kept on the injected clock: with a clock that moves 1 s per reading
 // and a 5 s timeout the store tries exactly 4 times, however loaded the machine (readings: 0
 // sets the deadline to 5, 1 to 4 each allow a try, 5 ends it).

@@ -217,6 +217,10 @@ absl::StatusOr<Agent::RunPeers> Agent::PeersOf(const AgentJob& job) {
   // Any live agent may hold layers of the newest checkpoint (replicas on some peers only, or a
   // node left out of this plan).
   for (const auto& [node, address] : live) out.holders.push_back(address);
+  for (const std::string& node : others) {
+    auto agent = live.find(node);
+    out.plan_peers.push_back({node, agent == live.end() ? std::string() : agent->second});
+  }
   return out;
 }
 
@@ -311,6 +315,7 @@ absl::Status Agent::StartRun(const AgentJob& job) {
   const std::string prefix =
       restart_no == 0 ? absl::StrCat(job.job_id, "/v", job.version)
                       : absl::StrCat(job.job_id, "/v", job.version, "/r", restart_no);
+  if (restart_no > 0) RETURN_IF_ERROR(HoldRestartWhileAPeerIsDown(peers, prefix));
   ASSIGN_OR_RETURN(const int64_t resume_from,
                    AgreeOnResume(job, prefix, peers.store,
                                  static_cast<int>(runnable.spec.kinds.size()), peers.holders));
@@ -323,6 +328,26 @@ absl::Status Agent::StartRun(const AgentJob& job) {
   replicator_->Replicate(job.job_id, peers.replicas);
   RETURN_IF_ERROR(launcher_->Start(dir, runnable.ranks));
   BeginRun(job, runnable, restart_no, dir, resume_from, peers.store);
+  return absl::OkStatus();
+}
+
+absl::Status Agent::HoldRestartWhileAPeerIsDown(const RunPeers& peers,
+                                               const std::string& prefix) {
+  for (const auto& [node, address] : peers.plan_peers) {
+    // A short timeout: this runs on the agent's loop (a refused connection answers at once).
+    const absl::Status up =
+        address.empty() ? absl::UnavailableError("no live agent registered")
+                        : executor::ProbeTcp(address, std::chrono::milliseconds(200));
+    if (up.ok()) continue;
+    if (restart_hold_logged_ != prefix) {
+      restart_hold_logged_ = prefix;
+      spdlog::info("agent {}: restart {} held: node {}'s agent does not answer ({}); waiting "
+                   "for it or for a newer plan version",
+                   options_.node, prefix, node, std::string(up.message()));
+    }
+    return absl::UnavailableError(
+        absl::StrCat("restart held: node ", node, "'s agent does not answer"));
+  }
   return absl::OkStatus();
 }
 

@@ -23,7 +23,10 @@
 // complete checkpoint under a fresh rendezvous prefix ("JOB/vV/rN", restart N) up to
 // `max_rank_restarts` times (every node's ranks fail together, so their agents count the same
 // N); a node loss makes the planner publish a newer version within its heartbeat timeout, which
-// supersedes the restart. An unreachable planner changes nothing for running ranks; the agent
+// supersedes the restart. A restart waits until the agent of every other node of the plan
+// answers (a TCP connect to its store): while one does not — its node was most likely lost —
+// the restart would only fail again, so it is held, logged once, until that agent answers or
+// the newer version arrives and runs instead. An unreachable planner changes nothing for running ranks; the agent
 // retries with exponential back-off (capped) and re-registers when the planner forgot it.
 //
 // Recovery from the survivors' memory: a failing rank writes the layers it holds whole, as they
@@ -203,6 +206,8 @@ class Agent {
     std::string store;
     std::vector<std::string> replicas;
     std::vector<std::string> holders;
+    // Every other node of the plan and its live agent's store ("": no live agent listed).
+    std::vector<std::pair<std::string, std::string>> plan_peers;
   };
 
   void KeepRegistered(double now_s);
@@ -211,6 +216,9 @@ class Agent {
   // ready (tried again on the next pass), kFailedPrecondition / kInvalidArgument for a version
   // that cannot run here (refused once, with a "plan_refused" event).
   absl::Status StartRun(const AgentJob& job);
+  // kUnavailable (logged once per restart) while the agent of another node of the plan does
+  // not answer: a restart (`prefix` JOB/vV/rN) then waits for it or for a newer version.
+  absl::Status HoldRestartWhileAPeerIsDown(const RunPeers& peers, const std::string& prefix);
   // The ranks and model of `job`, or refuses the version (remembered as run, reported).
   absl::StatusOr<RunnableJob> RunnableOrRefuse(const AgentJob& job);
   absl::StatusOr<RunPeers> PeersOf(const AgentJob& job);
@@ -289,6 +297,8 @@ class Agent {
   std::map<std::string, std::pair<int64_t, double>> expected_checkpoint_;
   // job -> (version, restart) of the next restart of a version whose ranks failed.
   std::map<std::string, std::pair<int64_t, int>> restarts_;
+  // The restart last logged as held (job/vV/rN), so that a held restart is logged once.
+  std::string restart_hold_logged_;
   bool leaving_ = false;
   // The switch in progress: the job and when its newer version was seen (clock_ seconds).
   std::string switching_job_;

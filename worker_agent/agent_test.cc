@@ -15,6 +15,7 @@
 #include "core/fake_clock.h"
 #include "core/test_dirs.h"
 #include "gtest/gtest.h"
+#include "executor/tcp_store.h"
 #include "worker_agent/run_files.h"
 
 namespace octopipe::agent {
@@ -45,9 +46,7 @@ class FakeLink : public PlannerLink {
     if (!reachable) return absl::UnavailableError("planner down");
     return jobs;
   }
-  absl::StatusOr<std::vector<AgentEndpoint>> Agents() override {
-    return std::vector<AgentEndpoint>{};
-  }
+  absl::StatusOr<std::vector<AgentEndpoint>> Agents() override { return agents; }
   absl::Status ReportStageTimes(const std::string&, int64_t, const std::string&,
                                 const std::vector<StageTimeReport>&,
                                 const std::vector<LayerTimeReport>&,
@@ -66,6 +65,7 @@ class FakeLink : public PlannerLink {
   int registers = 0, heartbeats = 0;
   std::string registered_address;
   std::vector<AgentJob> jobs;
+  std::vector<AgentEndpoint> agents;  // the other nodes' agents
   std::vector<JobEventReport> events;
 };
 
@@ -179,13 +179,9 @@ TEST(AgentTest, LeavesAfterADrain) {
 // on their way — for 3 s of its clock, not longer: the decision is the clock's, so the test
 // moves a FakeClock across the bound instead of sleeping. The rank is a script that reports a
 // clean stop at iteration 2 and exits (no checkpoint is written, so the wait cannot end early).
-TEST(AgentTest, WaitsForPeersCheckpointLayersUntilItsClockPassesTheBound) {
-  const std::string dir = TestDir("stopping-rank");
-  RankOutcome stopped;
-  stopped.ok = true;
-  stopped.stopped = true;
-  stopped.completed_iterations = 2;
-  ASSERT_TRUE(WriteFileAtomically(dir + "/outcome.json", RankOutcomeJson(stopped)).ok());
+// A rank program that ends at once with `outcome` as its result (in `dir`).
+std::string RankScriptEndingWith(const std::string& dir, const RankOutcome& outcome) {
+  EXPECT_TRUE(WriteFileAtomically(dir + "/outcome.json", RankOutcomeJson(outcome)).ok());
   const std::string script = dir + "/rank.sh";
   {
     std::ofstream out(script);
@@ -197,6 +193,24 @@ TEST(AgentTest, WaitsForPeersCheckpointLayersUntilItsClockPassesTheBound) {
         << "cp '" << dir << "/outcome.json' \"$run/rank-$rank.result.json\"\n";
   }
   std::filesystem::permissions(script, std::filesystem::perms::owner_all);
+  return script;
+}
+
+// Ticks until the run's ranks have exited (in real time, bounded: the fake clock stands still).
+void TickUntilTheRunEnds(Agent& agent) {
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (agent.state() == AgentState::kRunning && std::chrono::steady_clock::now() < give_up) {
+    agent.Tick();
+    std::this_thread::yield();
+  }
+}
+
+TEST(AgentTest, WaitsForPeersCheckpointLayersUntilItsClockPassesTheBound) {
+  RankOutcome stopped;
+  stopped.ok = true;
+  stopped.stopped = true;
+  stopped.completed_iterations = 2;
+  const std::string script = RankScriptEndingWith(TestDir("stopping-rank"), stopped);
 
   FakeClock clock(100);
   FakeLink link;
@@ -207,12 +221,7 @@ TEST(AgentTest, WaitsForPeersCheckpointLayersUntilItsClockPassesTheBound) {
   agent.Tick();  // registers, polls the jobs, starts v1's rank
   ASSERT_EQ(agent.state(), AgentState::kRunning);
   ASSERT_EQ(agent.running_version(), 1);
-  // Waits (in real time, bounded) for the script to exit; the fake clock stands still.
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (agent.state() == AgentState::kRunning && std::chrono::steady_clock::now() < give_up) {
-    agent.Tick();
-    std::this_thread::yield();
-  }
+  TickUntilTheRunEnds(agent);
   ASSERT_EQ(agent.state(), AgentState::kWatching);
   ASSERT_FALSE(link.events.empty());
   EXPECT_EQ(link.events.back().kind, JobEventKind::kStopped);
@@ -233,6 +242,70 @@ TEST(AgentTest, WaitsForPeersCheckpointLayersUntilItsClockPassesTheBound) {
   EXPECT_EQ(agent.running_version(), 2);
   EXPECT_EQ(link.events.back().kind, JobEventKind::kStarted);
   EXPECT_EQ(link.events.back().plan_version, 2);
+}
+
+// A run whose ranks failed is restarted only once the agent of every other node of the plan
+// answers: node-b's agent, still listed alive (the planner has not noticed its loss yet), does
+// not, so the restart is held (it would fail again at once) until node-b's agent answers, or
+// until a newer version arrives, which runs at once.
+TEST(AgentTest, HoldsARestartWhileAnotherNodesAgentDoesNotAnswer) {
+  RankOutcome failed;
+  failed.ok = false;
+  failed.error = "peer rank 1 (node-b): connection reset";
+  failed.completed_iterations = 1;
+  const std::string script = RankScriptEndingWith(TestDir("failing-rank"), failed);
+  auto closed_address = [] {
+    auto server = executor::TcpStoreServer::Start("127.0.0.1", 0);
+    EXPECT_TRUE(server.ok()) << server.status();
+    return "127.0.0.1:" + std::to_string((*server)->port());
+  };  // the server is gone when it returns: nothing listens there
+
+  FakeClock clock(100);
+  FakeLink link;
+  link.agents = {{"node-b", closed_address(), /*alive=*/true}};
+  link.jobs = {JobOn({{"node-a", 0}, {"node-b", 0}})};
+  RankLauncher launcher(script);
+  Agent agent(Options(&clock), &link, &launcher);
+  ASSERT_TRUE(agent.Init().ok());
+  agent.Tick();  // a first run is not held (its ranks wait for their peers)
+  ASSERT_EQ(agent.state(), AgentState::kRunning);
+  TickUntilTheRunEnds(agent);
+  ASSERT_EQ(agent.state(), AgentState::kWatching);
+  ASSERT_FALSE(link.events.empty());
+  EXPECT_EQ(link.events.back().kind, JobEventKind::kRankFailed);
+  EXPECT_NE(link.events.back().message.find("restarting"), std::string::npos)
+      << link.events.back().message;
+
+  const size_t events = link.events.size();
+  TickFor(agent, clock, 2, 0.1);
+  EXPECT_EQ(agent.state(), AgentState::kWatching) << "held while node-b's agent is down";
+  EXPECT_FALSE(launcher.active());
+  EXPECT_EQ(link.events.size(), events);
+
+  // node-b's agent answers (registered again, at a new address): the restart runs.
+  auto node_b = executor::TcpStoreServer::Start("127.0.0.1", 0);
+  ASSERT_TRUE(node_b.ok()) << node_b.status();
+  link.agents = {{"node-b", "127.0.0.1:" + std::to_string((*node_b)->port()), true}};
+  agent.Tick();
+  ASSERT_EQ(agent.state(), AgentState::kRunning);
+  EXPECT_EQ(agent.running_version(), 1);
+  EXPECT_EQ(link.events.back().kind, JobEventKind::kStarted);
+  EXPECT_NE(link.events.back().message.find("restart 1"), std::string::npos)
+      << link.events.back().message;
+  TickUntilTheRunEnds(agent);
+
+  // Its ranks fail again and node-b is gone again: held, until version 2 (without node-b)
+  // arrives and runs at once.
+  node_b->reset();
+  ASSERT_EQ(link.events.back().kind, JobEventKind::kRankFailed);
+  TickFor(agent, clock, 1, 0.1);
+  EXPECT_FALSE(launcher.active());
+  link.jobs = {JobOn({{"node-a", 0}})};
+  link.jobs[0].version = 2;
+  TickFor(agent, clock, 0.5, 0.1);  // the next job poll
+  EXPECT_EQ(agent.state(), AgentState::kRunning);
+  EXPECT_EQ(agent.running_version(), 2);
+  TickUntilTheRunEnds(agent);
 }
 
 }  // namespace
