@@ -36,6 +36,17 @@ std::string ReadAll(const std::string& path) {
   return s.str();
 }
 
+int64_t LatestCheckpoint(const std::string& dir, const executor::ModelSpec& spec) {
+  absl::StatusOr<int64_t> latest = executor::LatestCompleteCheckpoint(dir, spec);
+  return latest.ok() ? *latest : 0;
+}
+
+int64_t WaitForCheckpoint(const std::string& dir, const executor::ModelSpec& spec,
+                          int64_t at_least, double timeout_s) {
+  WaitUntil([&] { return LatestCheckpoint(dir, spec) >= at_least; }, timeout_s, /*poll_ms=*/20);
+  return LatestCheckpoint(dir, spec);
+}
+
 // A job on nodes node-a, node-b, ... with one device each.
 proto::CreateJobRequest AgentJob(int iterations, int num_nodes) {
   Cluster c = *ClusterPreset("h100-4nodes");

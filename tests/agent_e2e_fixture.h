@@ -26,6 +26,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/test_dirs.h"
+#include "executor/model_spec.h"
 #include "executor/tensor.h"
 #include "gtest/gtest.h"
 #include "proto/planner.grpc.pb.h"
@@ -48,6 +49,12 @@ double Now();
 bool WaitUntil(const std::function<bool()>& done, double timeout_s, int poll_ms = 50);
 
 std::string ReadAll(const std::string& path);
+
+// The newest complete checkpoint of `spec` under `dir` (a job's checkpoint directory); 0: none.
+int64_t LatestCheckpoint(const std::string& dir, const executor::ModelSpec& spec);
+// Waits (up to `timeout_s`) until that is at least `at_least`; returns it as it then is.
+int64_t WaitForCheckpoint(const std::string& dir, const executor::ModelSpec& spec,
+                          int64_t at_least, double timeout_s);
 
 // One octopipe-agent process; stderr goes to WORK_DIR/agent.log. Ready once its port file exists.
 class AgentProcess {
@@ -81,10 +88,7 @@ class AgentProcess {
       execv(kAgent, argv.data());
       _exit(127);
     }
-    for (int i = 0; i < 1200 && !std::filesystem::exists(port_file); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    return std::filesystem::exists(port_file);
+    return WaitUntil([&] { return std::filesystem::exists(port_file); }, 60);
   }
 
   void Kill(int sig) {
@@ -149,18 +153,17 @@ class AgentE2ETest : public ::testing::Test {
   // The first event matching `match` at or after index `from`; waits up to `timeout_s`.
   const proto::JobEvent* WaitEvent(const std::function<bool(const proto::JobEvent&)>& match,
                                    int from, double timeout_s, int* index = nullptr) {
-    const double deadline = Now() + timeout_s;
-    while (Now() < deadline) {
+    int found = -1;
+    WaitUntil([&] {
       last_ = Get();
-      for (int i = from; i < last_.job().events_size(); ++i) {
-        if (match(last_.job().events(i))) {
-          if (index) *index = i;
-          return &last_.job().events(i);
-        }
+      for (int i = from; i < last_.job().events_size() && found < 0; ++i) {
+        if (match(last_.job().events(i))) found = i;
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    return nullptr;
+      return found >= 0;
+    }, timeout_s);
+    if (found < 0) return nullptr;
+    if (index) *index = found;
+    return &last_.job().events(found);
   }
 
   std::string Events() {

@@ -83,11 +83,8 @@ TEST_F(AgentE2ETest, NodeLossResumeRejoinDrainAndFinalWeightsEqualAnUninterrupte
   ASSERT_NE(WaitEvent([](const proto::JobEvent& e) { return e.kind() == "started"; }, 0, 60),
             nullptr)
       << Events() << a.log() << b.log();
-  WaitUntil([&] {
-    auto latest = executor::LatestCompleteCheckpoint(job_checkpoints, spec);
-    return latest.ok() && *latest >= 3 * kCheckpointInterval;
-  }, 60, /*poll_ms=*/20);
-  ASSERT_GE(*executor::LatestCompleteCheckpoint(job_checkpoints, spec), 3 * kCheckpointInterval);
+  ASSERT_GE(WaitForCheckpoint(job_checkpoints, spec, 3 * kCheckpointInterval, 60),
+            3 * kCheckpointInterval);
   // And the other way: node-a's layers reach node-b's own directory (copies are asynchronous;
   // wait for one before the kill, so the final check below does not race the kill).
   const std::string b_checkpoints = checkpoints_b + "/" + job_id_;
@@ -209,11 +206,7 @@ TEST_F(AgentE2ETest, NodeLossResumeRejoinDrainAndFinalWeightsEqualAnUninterrupte
             nullptr)
       << Events() << a.log() << b.log();
   std::printf("events:\n%s", Events().c_str());
-  WaitUntil([&] {
-    auto latest = executor::LatestCompleteCheckpoint(job_checkpoints, spec);
-    return latest.ok() && *latest == kIterations;
-  }, 30, /*poll_ms=*/20);
-  ASSERT_EQ(*executor::LatestCompleteCheckpoint(job_checkpoints, spec), kIterations);
+  ASSERT_EQ(WaitForCheckpoint(job_checkpoints, spec, kIterations, 30), kIterations);
   // node-b, which never trained every layer, holds complete checkpoints too (copied to it).
   absl::StatusOr<int64_t> on_b = executor::LatestCompleteCheckpoint(b_checkpoints, spec);
   ASSERT_TRUE(on_b.ok()) << on_b.status();
@@ -302,12 +295,8 @@ TEST_F(AgentE2ETest, OneReplicaPerCheckpointFileStillResumesAfterANodeLoss) {
   }
   // A few complete checkpoints copied to node-b before the kill.
   const executor::ModelSpec spec = *executor::ParseModelSpec(kModel);
-  int64_t on_b = 0;
-  ASSERT_TRUE(WaitUntil([&] {
-    auto latest = executor::LatestCompleteCheckpoint(job_dir("node-b"), spec);
-    on_b = latest.ok() ? *latest : 0;
-    return on_b >= 3 * kCheckpointInterval;
-  }, 60, /*poll_ms=*/20)) << Events();
+  const int64_t on_b = WaitForCheckpoint(job_dir("node-b"), spec, 3 * kCheckpointInterval, 60);
+  ASSERT_GE(on_b, 3 * kCheckpointInterval) << Events();
   // Not every node stores every layer: node-c has none of node-a's (node-b is node-a's replica).
   std::set<std::string> writers;
   for (const proto::StageSpec& st : first.result().plan().stages()) {
@@ -344,10 +333,7 @@ TEST_F(AgentE2ETest, OneReplicaPerCheckpointFileStillResumesAfterANodeLoss) {
                       events_before_kill, 180),
             nullptr)
       << Events() << agents["node-b"]->log() << agents["node-c"]->log();
-  WaitUntil([&] {
-    auto latest = executor::LatestCompleteCheckpoint(job_dir("node-c"), spec);
-    return latest.ok() && *latest == kIterations;
-  }, 30, /*poll_ms=*/20);
+  WaitForCheckpoint(job_dir("node-c"), spec, kIterations, 30);
   ExpectUninterruptedWeights(job_dir("node-c"));
 }
 
@@ -414,10 +400,9 @@ TEST_F(AgentExpertParallelE2ETest, LosingANodeDropsItsExpertGroupAndTheOtherGoes
   // Training under EP for a while: a few complete checkpoints on node-c.
   const executor::ModelSpec spec = *executor::ParseModelSpec(kModel);
   auto job_dir = [&](const std::string& node) { return checkpoints[node] + "/" + job_id_; };
-  ASSERT_TRUE(WaitUntil([&] {
-    auto latest = executor::LatestCompleteCheckpoint(job_dir("node-c"), spec);
-    return latest.ok() && *latest >= 2 * kCheckpointInterval;
-  }, 60, /*poll_ms=*/20)) << Events() << logs();
+  ASSERT_GE(WaitForCheckpoint(job_dir("node-c"), spec, 2 * kCheckpointInterval, 60),
+            2 * kCheckpointInterval)
+      << Events() << logs();
 
   const int events_before_kill = Get().job().events_size();
   agents["node-b"]->Kill(SIGKILL);
@@ -477,10 +462,7 @@ TEST_F(AgentExpertParallelE2ETest, LosingANodeDropsItsExpertGroupAndTheOtherGoes
             nullptr)
       << Events() << logs();
   std::printf("events:\n%s", Events().c_str());
-  WaitUntil([&] {
-    auto latest = executor::LatestCompleteCheckpoint(job_dir("node-c"), spec);
-    return latest.ok() && *latest == kIterations;
-  }, 30, /*poll_ms=*/20);
+  WaitForCheckpoint(job_dir("node-c"), spec, kIterations, 30);
   ExpectUninterruptedWeights(job_dir("node-c"));
 }
 

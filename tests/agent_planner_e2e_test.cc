@@ -47,13 +47,9 @@ TEST_F(AgentE2ETest, TrainingContinuesWhileThePlannerRestarts) {
   job_id_ = job.id();
   const executor::ModelSpec spec = *executor::ParseModelSpec(kModel);
   const std::string job_checkpoints = checkpoints + "/" + job_id_;
-  auto latest = [&] {
-    auto l = executor::LatestCompleteCheckpoint(job_checkpoints, spec);
-    return l.ok() ? *l : 0;
-  };
+  auto latest = [&] { return LatestCheckpoint(job_checkpoints, spec); };
   auto wait_checkpoint = [&](int64_t at_least, double timeout_s) {
-    WaitUntil([&] { return latest() >= at_least; }, timeout_s, /*poll_ms=*/20);
-    return latest();
+    return WaitForCheckpoint(job_checkpoints, spec, at_least, timeout_s);
   };
   ASSERT_GE(wait_checkpoint(kCheckpointInterval, 60), kCheckpointInterval) << a.log() << b.log();
 
@@ -137,13 +133,9 @@ TEST_F(AgentE2ETest, TrainingContinuesThroughALeaderFailOver) {
   job_id_ = job.id();
   const executor::ModelSpec spec = *executor::ParseModelSpec(kModel);
   const std::string job_checkpoints = checkpoints + "/" + job_id_;
-  auto latest = [&] {
-    auto l = executor::LatestCompleteCheckpoint(job_checkpoints, spec);
-    return l.ok() ? *l : 0;
-  };
+  auto latest = [&] { return LatestCheckpoint(job_checkpoints, spec); };
   auto wait_checkpoint = [&](int64_t at_least, double timeout_s) {
-    WaitUntil([&] { return latest() >= at_least; }, timeout_s, /*poll_ms=*/20);
-    return latest();
+    return WaitForCheckpoint(job_checkpoints, spec, at_least, timeout_s);
   };
   ASSERT_GE(wait_checkpoint(kCheckpointInterval, 60), kCheckpointInterval) << a.log() << b.log();
 
@@ -258,10 +250,8 @@ TEST_F(AgentVocabE2ETest, VocabParallelJobReportsItsPassesAndIsReplannedAndCompl
   ASSERT_NE(WaitEvent([](const proto::JobEvent& e) { return e.kind() == "completed"; }, 0, 120),
             nullptr)
       << Events() << a.log() << b.log();
-  EXPECT_TRUE(WaitUntil([&] {
-    auto latest = executor::LatestCompleteCheckpoint(checkpoints + "/" + job_id_, spec);
-    return latest.ok() && *latest == kVocabIterations;
-  }, 30, /*poll_ms=*/20));
+  EXPECT_EQ(WaitForCheckpoint(checkpoints + "/" + job_id_, spec, kVocabIterations, 30),
+            kVocabIterations);
   int64_t newest_run = 0;
   const proto::GetJobResponse final_job = Get();
   for (const proto::JobEvent& e : final_job.job().events()) {
