@@ -20,6 +20,7 @@
 #include "tuner/search.h"
 #include "tuner/staggered_balance.h"
 #include "tuner/lower_bound.h"
+#include "tuner/steady_choice.h"
 #include "tuner/vocab_choice.h"
 #include "tuner/vshape_partition.h"
 
@@ -724,102 +725,6 @@ std::string PlanOriginText(const TuneResult& result) {
 namespace {
 
 absl::StatusOr<TuneResult> TuneSearch(const ModelGraph& model, const Cluster& cluster,
-                                      const CostModel& cost_model, const TunerOptions& options);
-
-// The steady-state objective: a synchronous search with half the budget first, then the
-// steady-state search warm-started from its plan (TunerOptions::seed_stages) with the rest;
-// the answer is the one with the shorter period. The steady scores alone can lead every
-// restart away from the shortest iteration's plan, which is a good one for the period too
-// (llama3-8b over 8 H100s, vocabulary layers whole: the steady search alone ended at 0.686 s,
-// the synchronous plan's period is 0.671 s).
-absl::StatusOr<TuneResult> TuneSteadyFromSynchronous(const ModelGraph& model,
-                                                     const Cluster& cluster,
-                                                     const CostModel& cost_model,
-                                                     const TunerOptions& options) {
-  const std::shared_ptr<const Clock> clock = BudgetClockOf(options);
-  const double start = clock->NowSeconds();
-  TunerOptions sync = options;
-  sync.objective = Objective::kSynchronous;
-  sync.clock = clock;
-  sync.time_budget_s = options.time_budget_s / 2;
-  if (options.progress) {
-    sync.progress = [&options](const TuneLogEntry& entry) {
-      TuneLogEntry e = entry;
-      e.phase = absl::StrCat("sync:", e.phase);
-      options.progress(e);
-    };
-  }
-  ASSIGN_OR_RETURN(const TuneResult first, TuneSearch(model, cluster, cost_model, sync));
-  TunerOptions steady = options;
-  steady.clock = clock;
-  steady.seed_stages = first.plan.stages;
-  const double second_start = clock->NowSeconds() - start;
-  steady.time_budget_s = std::max(options.time_budget_s - second_start, 1e-3);
-  ASSIGN_OR_RETURN(TuneResult result, TuneSearch(model, cluster, cost_model, steady));
-  // The warm start tries the synchronous plan's stages with the seed policies, not its exact
-  // schedule: when that schedule still has the shorter period, it is the answer, judged as the
-  // steady-state search judges (its bound, its best baseline).
-  const double from_sync = TunedObjective(first, true), searched = TunedObjective(result, true);
-  TuneLogEntry kept;
-  kept.phase = "steady";
-  kept.before_s = searched;
-  kept.after_s = std::min(from_sync, searched);
-  kept.wall_s = clock->NowSeconds() - start;
-  kept.detail = absl::StrCat("periods: the synchronous plan's ", from_sync,
-                             " s, the steady-state search's ", searched, " s; kept ",
-                             from_sync < searched ? "the synchronous plan" : "the search's");
-  if (from_sync < searched) {
-    TuneResult pick = first;
-    pick.lower_bound = result.lower_bound;
-    pick.best_baseline = result.best_baseline;
-    pick.speedup_vs_best_baseline = 0;
-    for (const BaselineResult& b : pick.baselines) {
-      if (b.name == pick.best_baseline) {
-        pick.speedup_vs_best_baseline = BaselineObjective(b, true) / from_sync;
-      }
-    }
-    pick.lower_bound_gap = LowerBoundGap(from_sync, pick.lower_bound);
-    pick.log = std::move(result.log);
-    pick.evaluations = result.evaluations;
-    pick.budget_exhausted = result.budget_exhausted;
-    pick.tuning_wall_s = result.tuning_wall_s;
-    result = std::move(pick);
-  }
-  std::vector<TuneLogEntry> log;
-  for (TuneLogEntry e : first.log) {
-    e.phase = absl::StrCat("sync:", e.phase);
-    log.push_back(std::move(e));
-  }
-  for (TuneLogEntry e : result.log) {
-    e.wall_s += second_start;
-    log.push_back(std::move(e));
-  }
-  log.push_back(std::move(kept));
-  if (options.progress) options.progress(log.back());
-  result.log = std::move(log);
-  result.evaluations += first.evaluations;
-  result.budget_exhausted = result.budget_exhausted || first.budget_exhausted;
-  result.tuning_wall_s += second_start;
-  return result;
-}
-
-}  // namespace
-
-absl::StatusOr<TuneResult> Tune(const ModelGraph& model, const Cluster& cluster,
-                                const CostModel& cost_model, const TunerOptions& options) {
-  RETURN_IF_ERROR(ValidateOptions(model, options));
-  if (options.vocab_parallel == VocabParallelMode::kAuto) {
-    return TuneWithAndWithoutVocabParallel(model, cluster, cost_model, options);
-  }
-  if (options.objective == Objective::kSteadyState && options.seed_stages.empty()) {
-    return TuneSteadyFromSynchronous(model, cluster, cost_model, options);
-  }
-  return TuneSearch(model, cluster, cost_model, options);
-}
-
-namespace {
-
-absl::StatusOr<TuneResult> TuneSearch(const ModelGraph& model, const Cluster& cluster,
                                       const CostModel& cost_model, const TunerOptions& options) {
   const std::function<double()> now = BudgetClock(BudgetClockOf(options));
   const double start = now();  // the budget covers everything from here
@@ -899,4 +804,19 @@ absl::StatusOr<TuneResult> TuneSearch(const ModelGraph& model, const Cluster& cl
 }
 
 }  // namespace
+
+absl::StatusOr<TuneResult> Tune(const ModelGraph& model, const Cluster& cluster,
+                                const CostModel& cost_model, const TunerOptions& options) {
+  RETURN_IF_ERROR(ValidateOptions(model, options));
+  if (options.vocab_parallel == VocabParallelMode::kAuto) {
+    return TuneWithAndWithoutVocabParallel(model, cluster, cost_model, options);
+  }
+  if (options.objective == Objective::kSteadyState && options.seed_stages.empty()) {
+    return TuneSteadyFromSynchronous(options, [&](const TunerOptions& o) {
+      return TuneSearch(model, cluster, cost_model, o);
+    });
+  }
+  return TuneSearch(model, cluster, cost_model, options);
+}
+
 }  // namespace octopipe
