@@ -315,6 +315,9 @@ absl::Status Agent::StartRun(const AgentJob& job) {
   const std::string prefix =
       restart_no == 0 ? absl::StrCat(job.job_id, "/v", job.version)
                       : absl::StrCat(job.job_id, "/v", job.version, "/r", restart_no);
+  // The checkpoint layers go to the live agents only (a held restart included: pushes to a
+  // lost node would only wait out their connection timeouts).
+  replicator_->Replicate(job.job_id, peers.replicas);
   if (restart_no > 0) RETURN_IF_ERROR(HoldRestartWhileAPeerIsDown(peers, prefix));
   ASSIGN_OR_RETURN(const int64_t resume_from,
                    AgreeOnResume(job, prefix, peers.store,
@@ -325,7 +328,6 @@ absl::Status Agent::StartRun(const AgentJob& job) {
   }
   ASSIGN_OR_RETURN(const std::string dir,
                    WriteRunDir(job, RunConfigOf(job, prefix, resume_from, peers.store)));
-  replicator_->Replicate(job.job_id, peers.replicas);
   RETURN_IF_ERROR(launcher_->Start(dir, runnable.ranks));
   BeginRun(job, runnable, restart_no, dir, resume_from, peers.store);
   return absl::OkStatus();
@@ -359,9 +361,11 @@ absl::StatusOr<int64_t> Agent::AgreeOnResume(const AgentJob& job, const std::str
   if (job.slots[0].node == options_.node) {
     absl::StatusOr<executor::ModelSpec> spec = executor::ParseModelSpec(job.reference_model);
     if (!spec.ok()) return spec.status();
-    // With replicas on some peers only, the layers of the newest checkpoint this node lacks,
-    // from the peers holding them (short connection timeouts: this runs on the agent's loop).
-    if (options_.checkpoint_replicas >= 0 && !holders.empty()) {
+    // The layers of the newest checkpoint this node lacks, from the peers holding them: with
+    // replicas on some peers only, and with full replication too, where a peer's newest files
+    // (its state saved from memory as its ranks failed) may still be on their way here. Short
+    // connection timeouts: this runs on the agent's loop.
+    if (!holders.empty()) {
       replicator_->GatherNewest(job.job_id, num_layers, holders, std::chrono::milliseconds(200));
     }
     absl::StatusOr<int64_t> latest = executor::LatestCompleteCheckpoint(dir, *spec);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <set>
 #include <tuple>
 
 #include "absl/strings/numbers.h"
@@ -268,6 +269,9 @@ void CheckpointReplicator::PushOnce() {
     if (LearnHeld(job, p)) known.push_back(p);
   }
   peers = std::move(known);
+  // A peer a push fails to is left for the rest of the pass: a lost node costs one connection
+  // timeout per pass, not one per file, and the live peers get every file meanwhile.
+  std::set<std::string> failed;
   const std::string dir = root_ + "/" + job;
   for (const auto& [iteration, layer] : executor::ListLayerCheckpoints(dir)) {
     const auto file = std::make_tuple(job, iteration, layer);
@@ -277,7 +281,7 @@ void CheckpointReplicator::PushOnce() {
       if (stopping_) return;
       if (received_.count(file)) continue;
       for (const std::string& p : peers) {
-        if (!pushed_to_[p].count(file)) to.push_back(p);
+        if (!failed.count(p) && !pushed_to_[p].count(file)) to.push_back(p);
       }
     }
     if (to.empty()) continue;
@@ -287,16 +291,25 @@ void CheckpointReplicator::PushOnce() {
     if (!bytes.ok()) continue;
     for (const std::string& peer : to) {
       const absl::Status s = Client(peer)->Put(CheckpointKey(job, iteration, layer), *bytes);
-      if (!s.ok()) clients_.erase(peer);
+      if (!s.ok()) {
+        clients_.erase(peer);
+        failed.insert(peer);
+      }
       std::lock_guard<std::mutex> l(mu_);
       if (s.ok()) {
         pushed_to_[peer].insert(file);
         ++pushed_;
       } else {
+        ++failed_pushes_;
         spdlog::debug("checkpoint push to {}: {}", peer, std::string(s.message()));
       }
     }
   }
+}
+
+int64_t CheckpointReplicator::failed_pushes() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return failed_pushes_;
 }
 
 int64_t CheckpointReplicator::scans() const {

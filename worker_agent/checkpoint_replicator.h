@@ -91,6 +91,9 @@ class CheckpointReplicator {
 
   // Layer files pushed to peers so far (for tests and logs).
   int64_t pushed() const;
+  // Pushes that failed (a peer lost since it was asked what it holds): at most one per peer
+  // per pass, the peer then being left for the rest of the pass.
+  int64_t failed_pushes() const;
   // Completed passes over ROOT looking for files to push: a file present before pass k started
   // has been pushed (or deliberately not) once scans() > k.
   int64_t scans() const;
@@ -126,6 +129,7 @@ class CheckpointReplicator {
   std::map<std::string, std::set<std::tuple<std::string, int64_t, int>>> pushed_to_;
   std::set<std::pair<std::string, std::string>> asked_;  // (peer, job) whose held files are known
   int64_t pushed_ = 0;
+  int64_t failed_pushes_ = 0;
   int64_t scans_ = 0;
 
   std::map<std::string, std::unique_ptr<executor::TcpStore>> clients_;  // pushing thread only

@@ -135,6 +135,29 @@ TEST(CheckpointReplicatorTest, RestartedNodeDoesNotPushAgainWhatItsPeerHolds) {
   EXPECT_EQ(b->replicator.pushed(), 0);
 }
 
+// A peer lost after it was asked what it holds (a node killed mid-run) costs one failed push
+// per pass, not one per file: the live peer gets every new file in the pass the loss is met.
+TEST(CheckpointReplicatorTest, ALostPeerIsLeftForThePassAndDoesNotHoldUpTheOthers) {
+  Side a("lost-a"), live("lost-live");
+  auto lost = std::make_unique<Side>("lost-lost");
+  a.replicator.Replicate("job", {lost->address(), live.address()});
+  ASSERT_TRUE(executor::WriteLayerCheckpoint(a.root + "/job", Layer(0, 10)).ok());
+  ASSERT_TRUE(WaitFor([&] { return a.replicator.pushed() == 2; }, 30));
+  lost.reset();
+  const int64_t scans = a.replicator.scans();
+  for (int layer = 0; layer < 3; ++layer) {
+    ASSERT_TRUE(executor::WriteLayerCheckpoint(a.root + "/job", Layer(layer, 20)).ok());
+  }
+  ASSERT_TRUE(WaitFor([&] { return a.replicator.pushed() == 5; }, 30));
+  for (int layer = 0; layer < 3; ++layer) {
+    EXPECT_TRUE(executor::ReadLayerCheckpoint(
+                    executor::LayerCheckpointPath(live.root + "/job", 20, layer)).ok());
+  }
+  // Each pass since the loss (the one running now included) tried the lost peer once at most.
+  EXPECT_GE(a.replicator.failed_pushes(), 1);
+  EXPECT_LE(a.replicator.failed_pushes(), a.replicator.scans() - scans + 1);
+}
+
 constexpr std::chrono::milliseconds kConnect(200);
 
 TEST(ReplicaNodesTest, TheNextKNodesInTheSortedRing) {
