@@ -91,9 +91,11 @@ void DeclareFlags(CommandLine& flags, PlanOptions& o, std::string* report,
              "training.ep_comm_overlap)");
   flags.String("recompute", &o.recompute,
                "activation recompute: auto (as the model's training.recompute asks: full =\n"
-               "every stage recomputes; selective = the attention core, and the tuner may add\n"
-               "full recompute per stage where memory needs it; none = the tuner may add it),\n"
-               "none (no recompute at all), selective (no full recompute), full (every stage)");
+               "every stage recomputes; selective = the modules the model's\n"
+               "training.recompute_modules names, by default the attention core (core_attn;\n"
+               "also layernorm, mla_up_proj, moe_act), and the tuner may add full recompute\n"
+               "per stage where memory needs it; none = the tuner may add it), none (no\n"
+               "recompute at all), selective (no full recompute), full (every stage)");
   flags.String("fixed_partition", &o.fixed_partition,
                "keep this partition: each stage's FIRST-LAST layers, e.g. 0-13,14-27,28-53");
   flags.String("fixed_placement", &o.fixed_placement,

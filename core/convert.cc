@@ -290,6 +290,12 @@ proto::Model ModelToProto(const ModelGraph& model) {
   if (model.training.ep_ranks_per_node != 0) {
     t->set_ep_ranks_per_node(model.training.ep_ranks_per_node);
   }
+  if (model.training.recompute == RecomputePolicy::kSelective &&
+      !(model.training.recompute_modules == RecomputeModules{})) {
+    for (const std::string& name : RecomputeModuleNames(model.training.recompute_modules)) {
+      t->add_recompute_modules(name);
+    }
+  }
   return p;
 }
 
@@ -328,6 +334,18 @@ absl::StatusOr<ModelGraph> ModelFromProto(const proto::Model& p) {
   absl::StatusOr<AttentionKernel> kernel = ParseAttentionKernel(t.attention_kernel());
   if (!kernel.ok()) return AtPath("training.attention_kernel", kernel.status());
   m.training.attention_kernel = *kernel;
+  if (t.recompute_modules_size() > 0) {
+    if (m.training.recompute != RecomputePolicy::kSelective) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "training.recompute_modules: names what selective recompute recomputes, but "
+          "training.recompute is '", RecomputePolicyName(m.training.recompute),
+          "' (set it to \"selective\")"));
+    }
+    absl::StatusOr<RecomputeModules> modules = ParseRecomputeModules(
+        std::vector<std::string>(t.recompute_modules().begin(), t.recompute_modules().end()));
+    if (!modules.ok()) return AtPath("training.recompute_modules", modules.status());
+    m.training.recompute_modules = *modules;
+  }
   RETURN_IF_ERROR(Validate(m));
   return m;
 }

@@ -60,6 +60,9 @@ ModelGraph SmallModel() {
   m.training.zero_degree = 4;
   m.training.ep_comm_overlap = true;
   m.training.attention_kernel = AttentionKernel::kMaterialized;
+  m.training.recompute_modules.core_attn = false;
+  m.training.recompute_modules.layernorm = true;
+  m.training.recompute_modules.mla_up_proj = true;
   m.host_probe_s = 0.0421;
   return m;
 }
@@ -92,6 +95,8 @@ TEST(ConvertTest, ModelRoundTripKeepsEveryField) {
   EXPECT_EQ(4, back->training.zero_degree);
   EXPECT_TRUE(back->training.ep_comm_overlap);
   EXPECT_EQ(AttentionKernel::kMaterialized, back->training.attention_kernel);
+  EXPECT_EQ(std::vector<std::string>({"layernorm", "mla_up_proj"}),
+            RecomputeModuleNames(back->training.recompute_modules));
   EXPECT_EQ(0.0421, back->host_probe_s);
 }
 
@@ -612,6 +617,14 @@ TEST(ConvertTest, ModelErrorsNameTheFieldPath) {
   ExpectModelError("\"attention_kernel\": \"materialized\"", "\"attention_kernel\": \"tiled\"",
                    "training.attention_kernel: unknown attention kernel 'tiled' (valid: flash, "
                    "materialized)");
+  ExpectModelError("\"mla_up_proj\"", "\"gelu\"",
+                   "training.recompute_modules: unknown module 'gelu' (valid: core_attn, "
+                   "layernorm, mla_up_proj, moe_act)");
+  ExpectModelError("\"mla_up_proj\"", "\"layernorm\"",
+                   "training.recompute_modules: 'layernorm' named twice");
+  ExpectModelError("\"recompute\": \"selective\"", "\"recompute\": \"full\"",
+                   "training.recompute_modules: names what selective recompute recomputes, but "
+                   "training.recompute is 'full'");
 }
 
 TEST(ConvertTest, ProtoDefaultsForDegreesAndEnums) {
@@ -620,6 +633,7 @@ TEST(ConvertTest, ProtoDefaultsForDegreesAndEnums) {
   p.mutable_training()->clear_zero_degree();
   p.mutable_training()->clear_precision();
   p.mutable_training()->clear_recompute();
+  p.mutable_training()->clear_recompute_modules();
   p.mutable_training()->clear_attention_kernel();
   absl::StatusOr<ModelGraph> m = ModelFromProto(p);
   ASSERT_TRUE(m.ok()) << m.status();
@@ -628,6 +642,7 @@ TEST(ConvertTest, ProtoDefaultsForDegreesAndEnums) {
   EXPECT_EQ(Precision::kBf16, m->training.precision);
   EXPECT_EQ(RecomputePolicy::kNone, m->training.recompute);
   EXPECT_EQ(AttentionKernel::kFlash, m->training.attention_kernel);
+  EXPECT_TRUE(m->training.recompute_modules == RecomputeModules{});  // core_attn alone
 
   p.mutable_training()->clear_micro_batch_size();
   EXPECT_THAT(std::string(ModelFromProto(p).status().message()),

@@ -47,8 +47,21 @@
 // Korthikanti et al.'s 5·a·s²·b at e = 2, which is exactly what their selective recompute
 // drops (act_core; O is kept).
 //
-// Recompute: `training.recompute == kSelective` applies here (act_core dropped, core re-run in
-// B). Full recompute is a per-stage choice of the plan; the cost model reports what it needs —
+// Recompute: `training.recompute == kSelective` applies here, per module of
+// `training.recompute_modules` (Megatron-Core's names; each module's outputs dropped after F
+// and recomputed in B from what F kept):
+//   core_attn    act_core dropped; the core's FLOPs (materialized: its F score traffic too)
+//                re-run at the start of B.
+//   layernorm    every norm's output dropped (norm_act: the pre-norms' x̂, MLA's normed
+//                latents, the head's final norm); recomputing reads the input and writes the
+//                output, 2·norm_act bytes at the HBM rate. The outputs are weight-GEMM inputs,
+//                so once recomputed they are held until W as before (act_w unchanged).
+//   mla_up_proj  Q, K, V dropped (up_act); B re-runs the q and kv up-projection GEMMs from the
+//                kept normed latents (up_linear FLOPs at the weight-GEMM rate).
+//   moe_act      the experts' SwiGLU outputs dropped (swiglu_act); recomputing reads gate and
+//                up and writes the output, 3·swiglu_act bytes at the HBM rate; held until W.
+// Under FP8 the weight-GEMM inputs F still keeps are held in FP8 (half of act_w, less what
+// layernorm / moe_act dropped). Full recompute is a per-stage choice of the plan; the cost model reports what it needs —
 // recompute_s (= F) and input_bytes (what the stage keeps) — and leaves activation_bytes as
 // without recompute.
 //
@@ -99,7 +112,14 @@ struct Part {
   double core = 0;       // the part of `nonlinear` selective recompute re-runs in B
   double act = 0;        // activation bytes held from F to the backward (no recompute)
   double act_w = 0;      // of which read by weight-gradient GEMMs (held until W)
-  double act_core = 0;   // of which dropped by selective recompute
+  double act_core = 0;   // of which dropped by selective recompute of core_attn
+  // Selective recompute's other modules (TrainingOptions::recompute_modules): the bytes each
+  // drops from what F keeps, and what recomputing them costs in B.
+  double norm_act = 0;    // layernorm: every norm's output (a weight GEMM's input, in act_w)
+  double up_act = 0;      // mla_up_proj: Q, K, V as the up-projections write them
+  double up_linear = 0;   //   the up-projection FLOPs re-run
+  double swiglu_act = 0;  // moe_act: the experts' SwiGLU outputs (the down GEMMs' input, in
+                          // act_w), recomputed from the kept gate/up outputs
   double params = 0;
   double expert_params = 0;  // of which routed experts (divided by the EP degree)
   // Materialized attention only: HBM bytes its scores move in F and in B.
@@ -116,6 +136,10 @@ struct Part {
     act += o.act;
     act_w += o.act_w;
     act_core += o.act_core;
+    norm_act += o.norm_act;
+    up_act += o.up_act;
+    up_linear += o.up_linear;
+    swiglu_act += o.swiglu_act;
     params += o.params;
     expert_params += o.expert_params;
     core_bytes_f += o.core_bytes_f;
@@ -177,6 +201,7 @@ Part AttentionPart(double b, double s, double h, double n, double g, double hd, 
   p.act = 2 * bs * h * e + bs * (q + 2 * kv) * e + bs * q * e + bs * n * kLseBytes;
   p.act_w = bs * h * e + bs * q * e;
   p.act_core = bs * q * e + bs * n * kLseBytes;
+  p.norm_act = bs * h * e;
   p.params = h * q + 2 * h * kv + q * h + h;
   if (materialized) MaterializeScores(p, b, s, n, e, bs * n * kLseBytes, causal);
   return p;
@@ -195,6 +220,7 @@ Part MlpPart(double b, double s, double h, double ffn, double out, bool gated, d
   p.linear = 2 * bs * ffn * (h * m + out);
   p.act = 2 * bs * h * e + m * bs * ffn * e + bs * ffn * e;
   p.act_w = bs * h * e + bs * ffn * e;
+  p.norm_act = bs * h * e;
   p.params = h * ffn * m + ffn * out + h;
   return p;
 }
@@ -213,6 +239,8 @@ Part MoePart(const LayerDims& d, double b, double s, double e) {
   p.act = 2 * bs * h * e + bs * E * e + k * bs * h * e + 3 * bs * f * e * (k + sh) +
           k * bs * h * e;
   p.act_w = bs * h * e + k * bs * h * e + bs * f * e * (k + sh);
+  p.norm_act = bs * h * e;
+  p.swiglu_act = bs * f * e * (k + sh);
   p.params = 3 * h * f * (E + sh) + h * E + h;
   p.expert_params = 3 * h * f * E;
   return p;
@@ -233,6 +261,7 @@ Part Mamba2Part(const LayerDims& d, double b, double s, double e) {
   p.nonlinear = 7 * bs * din * N;
   p.act = 2 * bs * h * e + bs * in_w * e + bs * (din + 2 * G * N) * e + 2 * bs * din * e;
   p.act_w = bs * h * e + bs * din * e;
+  p.norm_act = bs * h * e;
   // in_proj, conv1d (weights + bias), dt_bias + A_log + D per head, gated-norm weight,
   // out_proj, pre-norm.
   p.params = h * in_w + (din + 2 * G * N) * (kConvKernel + 1) + 3 * H + din + din * h + h;
@@ -256,6 +285,7 @@ Part MambaPart(const LayerDims& d, double b, double s, double e) {
   p.nonlinear = 9 * bs * din * N;
   p.act = 2 * bs * h * e + bs * e * (6 * din + R + 2 * N);
   p.act_w = bs * h * e + bs * din * e + bs * R * e + bs * din * e;
+  p.norm_act = bs * h * e;
   // in_proj, conv1d (+bias), x_proj, dt_proj (+bias), A_log, D, out_proj, pre-norm.
   p.params = h * 2 * din + din * (kConvKernel + 1) + din * (R + 2 * N) + R * din + din +
              din * N + din + din * h + h;
@@ -283,6 +313,11 @@ Part MlaPart(const LayerDims& d, double b, double s, double e, bool materialized
           bs * (2 * qd + n * dv) * e + bs * n * dv * e + bs * n * kLseBytes;
   p.act_w = bs * h * e + (qr > 0 ? bs * qr * e : 0) + bs * kr * e + bs * n * dv * e;
   p.act_core = bs * n * dv * e + bs * n * kLseBytes;
+  // The pre-norm's and the two latent norms' outputs; Q (from the q latent; a direct
+  // projection without one stays kept), K and V from the kv latent.
+  p.norm_act = bs * h * e + (qr > 0 ? bs * qr * e : 0) + bs * kr * e;
+  p.up_act = bs * ((qr > 0 ? qd : 0) + qd + n * dv) * e;
+  p.up_linear = 2 * bs * ((qr > 0 ? qr * qd : 0) + kr * n * (dn + dv));
   // Projections plus the pre-norm and the q / kv latent norms.
   p.params = q_gemm + (qr > 0 ? qr : 0) + h * (kr + dr) + kr + kr * n * (dn + dv) + n * dv * h +
              h;
@@ -319,6 +354,7 @@ Part Analyze(const Layer& layer, const TrainingOptions& t, Precision precision) 
       p.nonlinear = kNormFlopsPerElement * b * s * h + kCrossEntropyFlopsPerLogit * b * s * v;
       p.act = 2 * b * s * h * e + b * s * v * kLogitBytes;
       p.act_w = b * s * h * e;
+      p.norm_act = b * s * h * e;
       p.params = v * h + h;
       return p;
     }
@@ -380,6 +416,11 @@ LayerCost CostModel::Cost(const Layer& layer, const TrainingOptions& training,
       fp8 && hardware.peak_flops_fp8 > 0 ? hardware.peak_flops_fp8 * eff : flop_rate;
   const double e = ElementBytes(training.precision);
   const bool selective = training.recompute == RecomputePolicy::kSelective;
+  const RecomputeModules& modules = training.recompute_modules;
+  const bool re_core = selective && modules.core_attn;
+  const double norm_dropped = selective && modules.layernorm ? p.norm_act : 0;
+  const double up_dropped = selective && modules.mla_up_proj ? p.up_act : 0;
+  const double swiglu_dropped = selective && modules.moe_act ? p.swiglu_act : 0;
 
   LayerCost c;
   c.forward_flops = (p.linear + p.nonlinear) / tp;
@@ -401,21 +442,27 @@ LayerCost CostModel::Cost(const Layer& layer, const TrainingOptions& training,
     }
     c.weight_grad_s = Seconds(p.linear / tp, linear_rate);
     // Selective recompute re-runs the attention core at the start of B.
-    if (selective) c.backward_input_s += Seconds(p.core / tp, flop_rate);
+    if (re_core) c.backward_input_s += Seconds(p.core / tp, flop_rate);
+    // The other modules' recomputation, also at the start of B.
+    if (up_dropped > 0) c.backward_input_s += Seconds(p.up_linear / tp, linear_rate);
     // A materialized attention core's score traffic (0 for FlashAttention).
     const double mem_rate = hardware.memory_bandwidth * options_.memory_efficiency;
     c.forward_s += Seconds(p.core_bytes_f / tp, mem_rate);
     c.backward_input_s +=
-        Seconds((p.core_bytes_b + (selective ? p.core_bytes_f : 0)) / tp, mem_rate);
+        Seconds((p.core_bytes_b + (re_core ? p.core_bytes_f : 0) + 2 * norm_dropped +
+                 3 * swiglu_dropped) / tp,
+                mem_rate);
   }
 
   const double s = TokensPerSample(layer, training);
   const double b = static_cast<double>(training.micro_batch_size);
-  double act = p.act - (selective ? p.act_core : 0);
+  double act =
+      p.act - (re_core ? p.act_core : 0) - norm_dropped - up_dropped - swiglu_dropped;
   double act_w = p.act_w;
   if (fp8 && layer.kind != LayerKind::kEmbedding) {
-    // The weight GEMMs' inputs, held until W, are kept in FP8: half their BF16 bytes.
-    act -= act_w / 2;
+    // The weight GEMMs' inputs, held until W, are kept in FP8: half their BF16 bytes (of
+    // those F keeps: recomputed norm and SwiGLU outputs are not held until B).
+    act -= (act_w - norm_dropped - swiglu_dropped) / 2;
     act_w /= 2;
   }
   c.activation_bytes = act / tp;

@@ -731,6 +731,73 @@ TEST(CostTest, ExpertParallelDividesRoutedExpertsAndShardsTheirOptimizerOverExpe
   EXPECT_EQ(CostModel().Cost(DeepSeekV3Moe(), t, H100()).forward_s, c.forward_s);
 }
 
+// Megatron-Core's recompute modules, DeepSeek-V3's set (layernorm, mla_up_proj, moe_act):
+// each drops its outputs from what F keeps and pays for recomputing them in B; F and W as
+// without recompute. b = 1, s = 4096, BF16 (e = 2).
+TEST(CostTest, RecomputeModulesDropTheirOutputsAndPayForThemInB) {
+  CostModel model;
+  Layer mla;
+  mla.kind = LayerKind::kMlaAttention;
+  mla.dims.hidden = 7168;
+  mla.dims.heads = 128;
+  mla.dims.q_lora_rank = 1536;
+  mla.dims.kv_lora_rank = 512;
+  mla.dims.qk_nope_head_dim = 128;
+  mla.dims.qk_rope_head_dim = 64;
+  mla.dims.v_head_dim = 128;
+  TrainingOptions t = Training();
+  const LayerCost none = model.Cost(mla, t, H100());
+  t.recompute = RecomputePolicy::kSelective;
+  t.recompute_modules = RecomputeModules{};
+  t.recompute_modules.core_attn = false;
+  t.recompute_modules.layernorm = true;
+  t.recompute_modules.mla_up_proj = true;
+  const LayerCost re = model.Cost(mla, t, H100());
+  const double mem = 3.35e12 * model.options().memory_efficiency;
+  const double rate =
+      989e12 * model.options().efficiency[static_cast<int>(LayerKind::kMlaAttention)];
+  // Norm outputs: x̂ (7168), the normed q latent (1536) and kv latent (512), per token.
+  const double norms = 4096.0 * (7168 + 1536 + 512) * 2;
+  // Q and K (128 heads x 192) and V (128 x 128) as the up-projections write them.
+  const double qkv = 4096.0 * (2 * 128 * 192 + 128 * 128) * 2;
+  // The q up (1536 -> 24576) and kv up (512 -> 128 x 256) GEMMs once more.
+  const double up_flops = 2 * 4096.0 * (1536.0 * 24576 + 512.0 * 128 * 256);
+  EXPECT_DOUBLE_EQ(none.activation_bytes - norms - qkv, re.activation_bytes);
+  EXPECT_DOUBLE_EQ(none.activation_bytes_w, re.activation_bytes_w);  // held again until W
+  EXPECT_NEAR(none.backward_input_s + up_flops / rate + 2 * norms / mem, re.backward_input_s,
+              1e-15);
+  EXPECT_DOUBLE_EQ(none.forward_s, re.forward_s);
+  EXPECT_DOUBLE_EQ(none.weight_grad_s, re.weight_grad_s);
+
+  // moe_act: the SwiGLU outputs of the 8 routed and 1 shared experts (2048 wide); the pre-norm
+  // output with layernorm.
+  t.recompute = RecomputePolicy::kNone;
+  const LayerCost moe_none = model.Cost(DeepSeekV3Moe(), t, H100());
+  t.recompute = RecomputePolicy::kSelective;
+  t.recompute_modules.moe_act = true;
+  const LayerCost moe_re = model.Cost(DeepSeekV3Moe(), t, H100());
+  const double swiglu = 4096.0 * 2048 * 9 * 2;
+  const double x_hat = 4096.0 * 7168 * 2;
+  EXPECT_DOUBLE_EQ(moe_none.activation_bytes - swiglu - x_hat, moe_re.activation_bytes);
+  EXPECT_NEAR(moe_none.backward_input_s + (3 * swiglu + 2 * x_hat) / mem,
+              moe_re.backward_input_s, 1e-15);
+  // mla_up_proj does nothing to a MoE layer, moe_act nothing to MLA.
+  EXPECT_DOUBLE_EQ(re.activation_bytes, model.Cost(mla, t, H100()).activation_bytes);
+
+  // FP8 keeps weight-GEMM inputs in FP8: the dropped SwiGLU output was an FP8 copy, so moe_act
+  // alone saves half its BF16 bytes.
+  t.precision = Precision::kFp8;
+  t.recompute = RecomputePolicy::kNone;
+  const LayerCost fp8_none = model.Cost(DeepSeekV3Moe(), t, H100());
+  t.recompute = RecomputePolicy::kSelective;
+  t.recompute_modules = RecomputeModules{};
+  t.recompute_modules.core_attn = false;
+  t.recompute_modules.moe_act = true;
+  EXPECT_DOUBLE_EQ(fp8_none.activation_bytes - swiglu / 2,
+                   model.Cost(DeepSeekV3Moe(), t, H100()).activation_bytes);
+}
+
+
 }  // namespace
 // Times measured at the planned TP degree (`octopipe profile --tp`) are the layer's as they
 // stand — not the whole layer's scaled — and already hold the TP all-reduces, so Comm adds

@@ -303,6 +303,47 @@ absl::StatusOr<AttentionKernel> ParseAttentionKernel(absl::string_view name) {
       absl::StrCat("unknown attention kernel '", name, "' (valid: flash, materialized)"));
 }
 
+namespace {
+constexpr std::pair<const char*, bool RecomputeModules::*> kRecomputeModules[] = {
+    {"core_attn", &RecomputeModules::core_attn},
+    {"layernorm", &RecomputeModules::layernorm},
+    {"mla_up_proj", &RecomputeModules::mla_up_proj},
+    {"moe_act", &RecomputeModules::moe_act},
+};
+}  // namespace
+
+std::vector<std::string> RecomputeModuleNames(const RecomputeModules& m) {
+  std::vector<std::string> out;
+  for (const auto& [name, field] : kRecomputeModules) {
+    if (m.*field) out.push_back(name);
+  }
+  return out;
+}
+
+absl::StatusOr<RecomputeModules> ParseRecomputeModules(const std::vector<std::string>& names) {
+  if (names.empty()) {
+    return absl::InvalidArgumentError(
+        "an empty list (name at least one of core_attn, layernorm, mla_up_proj, moe_act)");
+  }
+  RecomputeModules m;
+  m.core_attn = false;
+  for (const std::string& name : names) {
+    bool known = false;
+    for (const auto& [module, field] : kRecomputeModules) {
+      if (name != module) continue;
+      if (m.*field) {
+        return absl::InvalidArgumentError(absl::StrCat("'", name, "' named twice"));
+      }
+      m.*field = known = true;
+    }
+    if (!known) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unknown module '", name, "' (valid: core_attn, layernorm, mla_up_proj, moe_act)"));
+    }
+  }
+  return m;
+}
+
 absl::Status Validate(const ModelGraph& model) {
   if (model.layers.empty()) {
     return absl::InvalidArgumentError("layers: a model needs at least one layer, got 0");

@@ -136,6 +136,34 @@ enum class RecomputePolicy { kNone, kSelective, kFull };
 // backward (core/cost_model.cc).
 enum class AttentionKernel { kFlash, kMaterialized };
 
+// What selective recompute re-runs in the backward instead of keeping from F (Megatron-Core's
+// `recompute_modules`, whose names these are): each module's outputs are dropped after F and
+// recomputed from what F kept when B needs them (core/cost_model.cc costs each).
+//   core_attn    the attention core (Korthikanti et al.): its saved output and softmax
+//                statistics (materialized: the score tensors too); re-runs the core.
+//   layernorm    every norm's output (the pre-norms, MLA's latent norms, the final norm);
+//                re-reads the input and rewrites the output.
+//   mla_up_proj  MLA's query and key/value up-projection outputs (Q, K, V); re-runs those
+//                GEMMs from the kept normed latents.
+//   moe_act      the routed and shared experts' SwiGLU outputs; recomputed from the kept
+//                gate/up outputs.
+// The default, and what `selective` means without a list, is {core_attn}. DeepSeek-V3 ran
+// {layernorm, mla_up_proj, moe_act}.
+struct RecomputeModules {
+  bool core_attn = true;
+  bool layernorm = false;
+  bool mla_up_proj = false;
+  bool moe_act = false;
+  bool operator==(const RecomputeModules& o) const {
+    return core_attn == o.core_attn && layernorm == o.layernorm &&
+           mla_up_proj == o.mla_up_proj && moe_act == o.moe_act;
+  }
+};
+// The modules' names in the order above ("core_attn", ...), and their parse: every name
+// known, none twice, at least one.
+std::vector<std::string> RecomputeModuleNames(const RecomputeModules& m);
+absl::StatusOr<RecomputeModules> ParseRecomputeModules(const std::vector<std::string>& names);
+
 absl::string_view PrecisionName(Precision p);
 absl::StatusOr<Precision> ParsePrecision(absl::string_view name);
 absl::string_view RecomputePolicyName(RecomputePolicy r);
@@ -164,6 +192,8 @@ struct TrainingOptions {
   // device may start its next op meanwhile. OctoPipe's executor does not (false).
   bool ep_comm_overlap = false;
   AttentionKernel attention_kernel = AttentionKernel::kFlash;
+  // What `recompute = selective` recomputes (ignored under none and full).
+  RecomputeModules recompute_modules;
 };
 
 struct ModelGraph {

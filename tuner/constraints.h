@@ -46,7 +46,8 @@ absl::Status ValidateConstraints(const ExecutorConstraints& c, int num_layers, i
 // How a request's recompute choice (PlanOptions.recompute, `plan --recompute`) constrains the
 // tuner and the model, with the model's training.recompute as the default:
 //   "auto" (or ""): as the model asks — "full": every stage recomputes; "selective": the
-//       attention core is recomputed (cost model) and the tuner may add full recompute per stage
+//       modules of training.recompute_modules (default: the attention core) are recomputed
+//       (cost model) and the tuner may add full recompute per stage
 //       where memory needs it; "none": the tuner may add full recompute per stage;
 //   "none": no recompute at all (the model's selective recompute too);
 //   "selective": selective recompute, no full recompute of any stage;
