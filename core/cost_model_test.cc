@@ -31,6 +31,19 @@ Layer Llama8bAttention() {
   return l;
 }
 
+Layer DeepSeekV3Mla() {
+  Layer l;
+  l.kind = LayerKind::kMlaAttention;
+  l.dims.hidden = 7168;
+  l.dims.heads = 128;
+  l.dims.q_lora_rank = 1536;
+  l.dims.kv_lora_rank = 512;
+  l.dims.qk_nope_head_dim = 128;
+  l.dims.qk_rope_head_dim = 64;
+  l.dims.v_head_dim = 128;
+  return l;
+}
+
 Layer Llama8bMlp() {
   Layer l;
   l.kind = LayerKind::kMlp;
@@ -153,15 +166,7 @@ TEST(ForwardFlopsTest, JambaMamba1) {
 }
 
 TEST(ForwardFlopsTest, DeepSeekV3Mla) {
-  Layer l;
-  l.kind = LayerKind::kMlaAttention;
-  l.dims.hidden = 7168;
-  l.dims.heads = 128;
-  l.dims.q_lora_rank = 1536;
-  l.dims.kv_lora_rank = 512;
-  l.dims.qk_nope_head_dim = 128;
-  l.dims.qk_rope_head_dim = 64;
-  l.dims.v_head_dim = 128;
+  const Layer l = DeepSeekV3Mla();
   const double b = 1, s = 4096, h = 7168, n = 128;
   const auto f = CostModel::ForwardFlops(l, Training());
   // q down + q up + kv down (latent + rope key) + kv up + output projection.
@@ -736,15 +741,7 @@ TEST(CostTest, ExpertParallelDividesRoutedExpertsAndShardsTheirOptimizerOverExpe
 // without recompute. b = 1, s = 4096, BF16 (e = 2).
 TEST(CostTest, RecomputeModulesDropTheirOutputsAndPayForThemInB) {
   CostModel model;
-  Layer mla;
-  mla.kind = LayerKind::kMlaAttention;
-  mla.dims.hidden = 7168;
-  mla.dims.heads = 128;
-  mla.dims.q_lora_rank = 1536;
-  mla.dims.kv_lora_rank = 512;
-  mla.dims.qk_nope_head_dim = 128;
-  mla.dims.qk_rope_head_dim = 64;
-  mla.dims.v_head_dim = 128;
+  const Layer mla = DeepSeekV3Mla();
   TrainingOptions t = Training();
   const LayerCost none = model.Cost(mla, t, H100());
   t.recompute = RecomputePolicy::kSelective;
