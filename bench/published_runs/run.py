@@ -15,7 +15,9 @@ per GPU where the source gives that, `published.tokens_per_s_per_gpu` or, for a 
 `derived.tokens_per_s_per_gpu`), the error, and the free layout's predicted gain over the
 published layout. An FP8 run (`precision` starting with "FP8") is planned with the model's
 `training.precision` set to fp8 and the GPU's FP8 peak (`octopipe_cluster.hardware.peak_flops_fp8`);
-a selective or full `recompute` as `--recompute=selective|full`; a run whose runtime overlapped
+a selective or full `recompute` as `--recompute=selective|full`, with the modules the run
+recomputed (`recompute_modules`, Megatron-Core's names) as the model's
+`training.recompute_modules`; a run whose runtime overlapped
 the EP all-to-alls with other micro-batches' compute (`layout.ep_comm_overlap`: DualPipe, the
 Megatron recipes' A2A overlap) with `--ep_overlap`.
 
@@ -81,17 +83,22 @@ def micro_batch(run):
 
 
 def model_file(run):
-    """The run's model file; a copy with training.precision = fp8 for an FP8 run and with
-    training.micro_batch_size for a micro-batch above 1."""
+    """The run's model file; a copy with training.precision = fp8 for an FP8 run, with
+    training.micro_batch_size for a micro-batch above 1 and with the run's
+    `recompute_modules` (selective recompute of those modules)."""
     path = os.path.join(ROOT, run["model"]["model_file"])
     fp8 = str(run.get("precision") or "").upper().startswith("FP8")
-    if not fp8 and micro_batch(run) == 1:
+    modules = run.get("recompute_modules")
+    if not fp8 and micro_batch(run) == 1 and not modules:
         return path
     with open(path) as f:
         model = json.load(f)
     training = model.setdefault("training", {})
     if fp8:
         training["precision"] = "fp8"
+    if modules:  # what the run's selective recompute recomputed
+        training["recompute"] = "selective"
+        training["recompute_modules"] = modules
     training["micro_batch_size"] = str(micro_batch(run))
     out = os.path.join(OUT, run["name"] + ".model.json")
     with open(out, "w") as f:
