@@ -104,6 +104,11 @@ constexpr double kLseBytes = 4;
 constexpr double kLogitBytes = 4;
 // Token ids are int64 in PyTorch.
 constexpr double kTokenIdBytes = 8;
+// FP8 training (Transformer Engine's recipe): every weight GEMM's input in F and its output
+// gradient in B are cast from BF16 to FP8 by a fused cast-transpose, which reads 2 bytes per
+// element and writes the row-wise and the column-wise (transposed, for the other GEMM of the
+// backward) FP8 copies, 1 byte each.
+constexpr double kFp8CastBytesPerElement = 4;
 
 // One kind's contribution, for the whole layer before tensor parallelism.
 struct Part {
@@ -125,6 +130,12 @@ struct Part {
   // Materialized attention only: HBM bytes its scores move in F and in B.
   double core_bytes_f = 0;
   double core_bytes_b = 0;
+  // FP8 only: the MoE router's GEMM FLOPs (of `linear`; the router stays in BF16), and the
+  // elements of the weight GEMMs' distinct inputs (F) and output gradients (B) a FP8 run
+  // casts (kFp8CastBytesPerElement).
+  double router_linear = 0;
+  double cast_f = 0;
+  double cast_b = 0;
   // Embedding only: bytes moved by F and by W (the embedding has no matmul FLOPs).
   double fwd_bytes_moved = 0;
   double wgrad_bytes_moved = 0;
@@ -140,6 +151,9 @@ struct Part {
     up_act += o.up_act;
     up_linear += o.up_linear;
     swiglu_act += o.swiglu_act;
+    router_linear += o.router_linear;
+    cast_f += o.cast_f;
+    cast_b += o.cast_b;
     params += o.params;
     expert_params += o.expert_params;
     core_bytes_f += o.core_bytes_f;
@@ -202,6 +216,8 @@ Part AttentionPart(double b, double s, double h, double n, double g, double hd, 
   p.act_w = bs * h * e + bs * q * e;
   p.act_core = bs * q * e + bs * n * kLseBytes;
   p.norm_act = bs * h * e;
+  p.cast_f = bs * (h + q);             // x̂ (fused QKV input), O
+  p.cast_b = bs * (q + 2 * kv + h);    // dQKV, d(output)
   p.params = h * q + 2 * h * kv + q * h + h;
   if (materialized) MaterializeScores(p, b, s, n, e, bs * n * kLseBytes, causal);
   return p;
@@ -221,6 +237,8 @@ Part MlpPart(double b, double s, double h, double ffn, double out, bool gated, d
   p.act = 2 * bs * h * e + m * bs * ffn * e + bs * ffn * e;
   p.act_w = bs * h * e + bs * ffn * e;
   p.norm_act = bs * h * e;
+  p.cast_f = bs * (h + ffn);
+  p.cast_b = bs * (m * ffn + out);
   p.params = h * ffn * m + ffn * out + h;
   return p;
 }
@@ -241,6 +259,11 @@ Part MoePart(const LayerDims& d, double b, double s, double e) {
   p.act_w = bs * h * e + k * bs * h * e + bs * f * e * (k + sh);
   p.norm_act = bs * h * e;
   p.swiglu_act = bs * f * e * (k + sh);
+  p.router_linear = 2 * bs * h * E;
+  // x̂ once (before the dispatch; the shared experts read the same copy), the down GEMMs'
+  // inputs; in B the gate/up and down outputs' gradients of every expert copy.
+  p.cast_f = bs * (h + (k + sh) * f);
+  p.cast_b = bs * (k + sh) * (2 * f + h);
   p.params = 3 * h * f * (E + sh) + h * E + h;
   p.expert_params = 3 * h * f * E;
   return p;
@@ -262,6 +285,8 @@ Part Mamba2Part(const LayerDims& d, double b, double s, double e) {
   p.act = 2 * bs * h * e + bs * in_w * e + bs * (din + 2 * G * N) * e + 2 * bs * din * e;
   p.act_w = bs * h * e + bs * din * e;
   p.norm_act = bs * h * e;
+  p.cast_f = bs * (h + din);  // in_proj and out_proj inputs
+  p.cast_b = bs * (in_w + h);
   // in_proj, conv1d (weights + bias), dt_bias + A_log + D per head, gated-norm weight,
   // out_proj, pre-norm.
   p.params = h * in_w + (din + 2 * G * N) * (kConvKernel + 1) + 3 * H + din + din * h + h;
@@ -286,6 +311,8 @@ Part MambaPart(const LayerDims& d, double b, double s, double e) {
   p.act = 2 * bs * h * e + bs * e * (6 * din + R + 2 * N);
   p.act_w = bs * h * e + bs * din * e + bs * R * e + bs * din * e;
   p.norm_act = bs * h * e;
+  p.cast_f = bs * (h + din + R + din);  // in_proj, x_proj, dt_proj, out_proj inputs
+  p.cast_b = bs * (2 * din + R + 2 * N + din + h);
   // in_proj, conv1d (+bias), x_proj, dt_proj (+bias), A_log, D, out_proj, pre-norm.
   p.params = h * 2 * din + din * (kConvKernel + 1) + din * (R + 2 * N) + R * din + din +
              din * N + din + din * h + h;
@@ -318,6 +345,10 @@ Part MlaPart(const LayerDims& d, double b, double s, double e, bool materialized
   p.norm_act = bs * h * e + (qr > 0 ? bs * qr * e : 0) + bs * kr * e;
   p.up_act = bs * ((qr > 0 ? qd : 0) + qd + n * dv) * e;
   p.up_linear = 2 * bs * ((qr > 0 ? qr * qd : 0) + kr * n * (dn + dv));
+  // x̂ (the fused q and kv down input), the normed latents (up inputs), O; in B the down, up
+  // and output projections' output gradients.
+  p.cast_f = bs * (h + (qr > 0 ? qr : 0) + kr + n * dv);
+  p.cast_b = bs * ((qr > 0 ? qr : 0) + qd + (kr + dr) + n * (dn + dv) + h);
   // Projections plus the pre-norm and the q / kv latent norms.
   p.params = q_gemm + (qr > 0 ? qr : 0) + h * (kr + dr) + kr + kr * n * (dn + dv) + n * dv * h +
              h;
@@ -410,10 +441,16 @@ LayerCost CostModel::Cost(const Layer& layer, const TrainingOptions& training,
   const double eff = options_.efficiency[static_cast<int>(layer.kind)];
   const double flop_rate = hardware.peak_flops * eff;
   // FP8 training runs the weight GEMMs at the FP8 peak (the same achieved fraction of it);
-  // without an FP8 peak (the problem builder refuses such a plan) at the BF16 one.
+  // without an FP8 peak (the problem builder refuses such a plan) at the BF16 one. The output
+  // head and the MoE router stay in BF16 (DeepSeek-V3's report, Section 3.3: "the embedding
+  // module, the output head, MoE gating modules, normalization operators, and attention
+  // operators"; Megatron-LM's output layer is not a Transformer Engine layer), and every FP8
+  // GEMM's input and output gradient is cast (kFp8CastBytesPerElement, at the HBM rate).
   const bool fp8 = training.precision == Precision::kFp8;
+  const bool fp8_gemms = fp8 && layer.kind != LayerKind::kHead;
   const double linear_rate =
-      fp8 && hardware.peak_flops_fp8 > 0 ? hardware.peak_flops_fp8 * eff : flop_rate;
+      fp8_gemms && hardware.peak_flops_fp8 > 0 ? hardware.peak_flops_fp8 * eff : flop_rate;
+  const double mem_rate = hardware.memory_bandwidth * options_.memory_efficiency;
   const double e = ElementBytes(training.precision);
   const bool selective = training.recompute == RecomputePolicy::kSelective;
   const RecomputeModules& modules = training.recompute_modules;
@@ -435,18 +472,22 @@ LayerCost CostModel::Cost(const Layer& layer, const TrainingOptions& training,
     if (linear_rate == flop_rate) {  // every precision but FP8: one rate for all the math
       c.forward_s = Seconds((p.linear + p.nonlinear) / tp, flop_rate);
       c.backward_input_s = Seconds((p.linear + 2 * p.nonlinear) / tp, flop_rate);
+      c.weight_grad_s = Seconds(p.linear / tp, linear_rate);
     } else {
-      c.forward_s = Seconds(p.linear / tp, linear_rate) + Seconds(p.nonlinear / tp, flop_rate);
-      c.backward_input_s =
-          Seconds(p.linear / tp, linear_rate) + Seconds(2 * p.nonlinear / tp, flop_rate);
+      const double lin8 = (p.linear - p.router_linear) / tp;  // the router in BF16
+      const double lin16 = p.router_linear / tp;
+      c.forward_s = Seconds(lin8, linear_rate) + Seconds(lin16 + p.nonlinear / tp, flop_rate) +
+                    Seconds(kFp8CastBytesPerElement * p.cast_f / tp, mem_rate);
+      c.backward_input_s = Seconds(lin8, linear_rate) +
+                           Seconds(lin16 + 2 * p.nonlinear / tp, flop_rate) +
+                           Seconds(kFp8CastBytesPerElement * p.cast_b / tp, mem_rate);
+      c.weight_grad_s = Seconds(lin8, linear_rate) + Seconds(lin16, flop_rate);
     }
-    c.weight_grad_s = Seconds(p.linear / tp, linear_rate);
     // Selective recompute re-runs the attention core at the start of B.
     if (re_core) c.backward_input_s += Seconds(p.core / tp, flop_rate);
     // The other modules' recomputation, also at the start of B.
     if (up_dropped > 0) c.backward_input_s += Seconds(p.up_linear / tp, linear_rate);
     // A materialized attention core's score traffic (0 for FlashAttention).
-    const double mem_rate = hardware.memory_bandwidth * options_.memory_efficiency;
     c.forward_s += Seconds(p.core_bytes_f / tp, mem_rate);
     c.backward_input_s +=
         Seconds((p.core_bytes_b + (re_core ? p.core_bytes_f : 0) + 2 * norm_dropped +
@@ -459,7 +500,7 @@ LayerCost CostModel::Cost(const Layer& layer, const TrainingOptions& training,
   double act =
       p.act - (re_core ? p.act_core : 0) - norm_dropped - up_dropped - swiglu_dropped;
   double act_w = p.act_w;
-  if (fp8 && layer.kind != LayerKind::kEmbedding) {
+  if (fp8_gemms && layer.kind != LayerKind::kEmbedding) {
     // The weight GEMMs' inputs, held until W, are kept in FP8: half their BF16 bytes (of
     // those F keeps: recomputed norm and SwiGLU outputs are not held until B).
     act -= (act_w - norm_dropped - swiglu_dropped) / 2;

@@ -351,8 +351,13 @@ TEST(CostTest, Fp8RunsWeightGemmsAtTheFp8PeakAndHalvesTheirSavedInputs) {
   const LayerCost fp8 = model.Cost(Llama8bAttention(), t, h100);
   const double eff = model.options().efficiency[static_cast<int>(LayerKind::kAttention)];
   const double lin = 343597383680.0, nl = 137438953472.0;
-  EXPECT_DOUBLE_EQ(lin / (1979e12 * eff) + nl / (989e12 * eff), fp8.forward_s);
-  EXPECT_DOUBLE_EQ(lin / (1979e12 * eff) + 2 * nl / (989e12 * eff), fp8.backward_input_s);
+  // Cast-transposes at the HBM rate, 4 bytes per element: in F x̂ (4096) and O (4096) per
+  // token, in B the gradients of QKV (4096 + 2 x 1024) and of the output (4096).
+  const double mem = 3.35e12 * model.options().memory_efficiency;
+  const double cast_f = 4 * 4096.0 * (4096 + 4096), cast_b = 4 * 4096.0 * (6144 + 4096);
+  EXPECT_DOUBLE_EQ(lin / (1979e12 * eff) + nl / (989e12 * eff) + cast_f / mem, fp8.forward_s);
+  EXPECT_DOUBLE_EQ(lin / (1979e12 * eff) + 2 * nl / (989e12 * eff) + cast_b / mem,
+                   fp8.backward_input_s);
   EXPECT_DOUBLE_EQ(lin / (1979e12 * eff), fp8.weight_grad_s);
   EXPECT_LT(fp8.forward_s, bf16.forward_s);
   EXPECT_DOUBLE_EQ(fp8.forward_flops, bf16.forward_flops);  // the same math
@@ -362,6 +367,21 @@ TEST(CostTest, Fp8RunsWeightGemmsAtTheFp8PeakAndHalvesTheirSavedInputs) {
   EXPECT_DOUBLE_EQ(bf16.output_bytes, fp8.output_bytes);  // messages stay BF16
   EXPECT_EQ(PrecisionName(Precision::kFp8), "fp8");
   EXPECT_EQ(*ParsePrecision("fp8"), Precision::kFp8);
+
+  // The output head stays in BF16 (DeepSeek-V3's recipe; Megatron's output layer is not a
+  // Transformer Engine layer): no FP8 rate, no casts, its saved input in BF16.
+  Layer head;
+  head.kind = LayerKind::kHead;
+  head.dims.hidden = 4096;
+  head.dims.vocab = 128256;
+  t.precision = Precision::kBf16;
+  const LayerCost head16 = model.Cost(head, t, h100);
+  t.precision = Precision::kFp8;
+  const LayerCost head8 = model.Cost(head, t, h100);
+  EXPECT_DOUBLE_EQ(head16.forward_s, head8.forward_s);
+  EXPECT_DOUBLE_EQ(head16.backward_input_s, head8.backward_input_s);
+  EXPECT_DOUBLE_EQ(head16.weight_grad_s, head8.weight_grad_s);
+  EXPECT_DOUBLE_EQ(head16.activation_bytes, head8.activation_bytes);
 }
 
 TEST(CostTest, ParamCountsAndZeroSharding) {
@@ -739,6 +759,28 @@ TEST(CostTest, ExpertParallelDividesRoutedExpertsAndShardsTheirOptimizerOverExpe
 // Megatron-Core's recompute modules, DeepSeek-V3's set (layernorm, mla_up_proj, moe_act):
 // each drops its outputs from what F keeps and pays for recomputing them in B; F and W as
 // without recompute. b = 1, s = 4096, BF16 (e = 2).
+// FP8 MoE: the routed and shared experts' GEMMs at the FP8 peak, the router's h x E GEMM at
+// the BF16 one; cast-transposes of x̂ once and of every expert copy's down input in F, of every
+// copy's gate/up and down output gradients in B.
+TEST(CostTest, Fp8MoeKeepsItsRouterInBf16AndCastsEachExpertCopy) {
+  CostModel model;
+  TrainingOptions t = Training();
+  t.precision = Precision::kFp8;
+  HardwareSpec h100 = H100();
+  h100.peak_flops_fp8 = 1979e12;
+  const LayerCost c = model.Cost(DeepSeekV3Moe(), t, h100);
+  const double eff = model.options().efficiency[static_cast<int>(LayerKind::kMoe)];
+  const double mem = 3.35e12 * model.options().memory_efficiency;
+  const double s = 4096, h = 7168, f = 2048, copies = 8 + 1;
+  const double experts = 4 * s * h * f * copies * 1.5, router = 2 * s * h * 256;
+  const double cast_f = 4 * s * (h + copies * f), cast_b = 4 * s * copies * (2 * f + h);
+  EXPECT_NEAR(experts / (1979e12 * eff) + router / (989e12 * eff) + cast_f / mem, c.forward_s,
+              1e-15);
+  EXPECT_NEAR(experts / (1979e12 * eff) + router / (989e12 * eff) + cast_b / mem,
+              c.backward_input_s, 1e-15);
+  EXPECT_NEAR(experts / (1979e12 * eff) + router / (989e12 * eff), c.weight_grad_s, 1e-15);
+}
+
 TEST(CostTest, RecomputeModulesDropTheirOutputsAndPayForThemInB) {
   CostModel model;
   const Layer mla = DeepSeekV3Mla();
