@@ -206,7 +206,8 @@ TEST(PlannerReplicasTest, LeaderFailOverFencingAndFollowers) {
     reg.set_num_devices(2);
     reg.set_address(node + ":7000");
     proto::RegisterAgentResponse out;
-    ASSERT_TRUE(r.stub(l2).RegisterAgent(&ctx, reg, &out).ok());
+    const grpc::Status s = r.stub(l2).RegisterAgent(&ctx, reg, &out);
+    ASSERT_TRUE(s.ok()) << node << " at replica " << l2 << ": " << s.error_message();
   }
   {
     grpc::ClientContext ctx;
