@@ -61,9 +61,9 @@
 //   moe_act      the experts' SwiGLU outputs dropped (swiglu_act); recomputing reads gate and
 //                up and writes the output, 3·swiglu_act bytes at the HBM rate; held until W.
 // Under FP8 the weight-GEMM inputs F still keeps are held in FP8 (half of act_w, less what
-// layernorm / moe_act dropped). Full recompute is a per-stage choice of the plan; the cost model reports what it needs —
-// recompute_s (= F) and input_bytes (what the stage keeps) — and leaves activation_bytes as
-// without recompute.
+// layernorm / moe_act dropped). Full recompute is a per-stage choice of the plan; the cost
+// model reports what it needs — recompute_s (= F) and input_bytes (what the stage keeps) — and
+// leaves activation_bytes as without recompute.
 //
 // Efficiencies (CostModelOptions::efficiency, achieved fraction of peak per layer kind). Their
 // ratios are judgement, not measurement: GEMM-only layers (MLP 0.66) highest, layers with an

@@ -26,8 +26,9 @@
 // supersedes the restart. A restart waits until the agent of every other node of the plan
 // answers (a TCP connect to its store): while one does not — its node was most likely lost —
 // the restart would only fail again, so it is held, logged once, until that agent answers or
-// the newer version arrives and runs instead. An unreachable planner changes nothing for running ranks; the agent
-// retries with exponential back-off (capped) and re-registers when the planner forgot it.
+// the newer version arrives and runs instead. An unreachable planner changes nothing for
+// running ranks; the agent retries with exponential back-off (capped) and re-registers when the
+// planner forgot it.
 //
 // Recovery from the survivors' memory: a failing rank writes the layers it holds whole, as they
 // are after the last completed iteration, into this node's checkpoint directory

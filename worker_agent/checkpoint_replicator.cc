@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <functional>
-#include <set>
 #include <tuple>
 
 #include "absl/strings/numbers.h"
@@ -268,10 +267,9 @@ void CheckpointReplicator::PushOnce() {
   for (const std::string& p : peers) {
     if (LearnHeld(job, p)) known.push_back(p);
   }
+  // A peer a push fails to is dropped from `peers` for the rest of the pass: a lost node costs
+  // one connection timeout per pass, not one per file, and the live peers get every file.
   peers = std::move(known);
-  // A peer a push fails to is left for the rest of the pass: a lost node costs one connection
-  // timeout per pass, not one per file, and the live peers get every file meanwhile.
-  std::set<std::string> failed;
   const std::string dir = root_ + "/" + job;
   for (const auto& [iteration, layer] : executor::ListLayerCheckpoints(dir)) {
     const auto file = std::make_tuple(job, iteration, layer);
@@ -281,7 +279,7 @@ void CheckpointReplicator::PushOnce() {
       if (stopping_) return;
       if (received_.count(file)) continue;
       for (const std::string& p : peers) {
-        if (!failed.count(p) && !pushed_to_[p].count(file)) to.push_back(p);
+        if (!pushed_to_[p].count(file)) to.push_back(p);
       }
     }
     if (to.empty()) continue;
@@ -293,7 +291,7 @@ void CheckpointReplicator::PushOnce() {
       const absl::Status s = Client(peer)->Put(CheckpointKey(job, iteration, layer), *bytes);
       if (!s.ok()) {
         clients_.erase(peer);
-        failed.insert(peer);
+        peers.erase(std::find(peers.begin(), peers.end(), peer));
       }
       std::lock_guard<std::mutex> l(mu_);
       if (s.ok()) {
