@@ -87,7 +87,10 @@ void DeclareFlags(CommandLine& flags, PlanOptions& o, std::string* report,
   flags.Bool("ep_overlap", &o.ep_overlap,
              "the runtime overlaps MoE all-to-alls with another micro-batch's compute\n"
              "(DualPipe, Megatron-Core's A2A overlap; OctoPipe's executor does not): expert-\n"
-             "parallel communication is costed on a stream of its own per device (the model's\n"
+             "parallel communication is costed on a stream of its own per device, beside the\n"
+             "device's next op when that is of the other kind (a forward beside a backward's\n"
+             "all-to-all), its kernels taking training.ep_comm_sms (default 20) of the\n"
+             "hardware's sm_count SMs from that op's compute (the model's\n"
              "training.ep_comm_overlap)");
   flags.String("recompute", &o.recompute,
                "activation recompute: auto (as the model's training.recompute asks: full =\n"

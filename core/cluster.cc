@@ -22,6 +22,7 @@ const HardwareSpec* FindHardware(const Cluster& c, const std::string& name) {
 constexpr double kMinRate = 1;      // bytes/s, FLOP/s
 constexpr double kMaxRate = 1e21;   // far above any device or link
 constexpr double kMaxBytes = 1e18;  // device memory
+constexpr int kMaxSmCount = 100000;
 constexpr double kMaxLatencyS = 3600;
 
 bool InRange(double value, double lo, double hi, bool inf_ok) {
@@ -109,6 +110,10 @@ absl::Status Validate(const Cluster& c) {
     }
     if (!InRange(h.message_cpu_s, 0, 1, /*inf_ok=*/false)) {
       return RangeError(p + ".message_cpu_s", h.message_cpu_s, "finite and in [0, 1] seconds");
+    }
+    if (h.sm_count < 0 || h.sm_count > kMaxSmCount) {
+      return absl::InvalidArgumentError(absl::StrCat(p, ".sm_count must be 0 (unknown) or in [1, ",
+                                                     kMaxSmCount, "], got ", h.sm_count));
     }
   }
   if (c.nodes.empty()) {

@@ -25,6 +25,9 @@ struct HardwareSpec {
   // Dense FP8 FLOP/s (Hopper and later); 0: no FP8 tensor cores (a model training in fp8
   // cannot be planned on it).
   double peak_flops_fp8 = 0;
+  // Streaming multiprocessors; 0: unknown (overlapped communication then takes nothing from
+  // the compute it overlaps; TrainingOptions::ep_comm_sms).
+  int sm_count = 0;
 };
 
 struct LinkSpec {

@@ -8,10 +8,11 @@ namespace {
 
 // Public spec sheets: dense BF16 peak (as Megatron-LM's gpu_peak_flops.py lists it), HBM
 // capacity and bandwidth, dense FP8 peak (NVIDIA's H100/H200 SXM data sheets: 1979 TFLOP/s;
-// A100 has no FP8) (docs/architecture.md, "Cost model").
-const HardwareSpec kH100{"H100-SXM", 989e12, 80e9, 3.35e12, 0, 0, 1979e12};
-const HardwareSpec kH200{"H200-SXM", 989e12, 141e9, 4.8e12, 0, 0, 1979e12};
-const HardwareSpec kA100{"A100-SXM-80GB", 312e12, 80e9, 2.04e12};
+// A100 has no FP8) and SM count (132 on H100/H200 SXM, 108 on A100) (docs/architecture.md,
+// "Cost model").
+const HardwareSpec kH100{"H100-SXM", 989e12, 80e9, 3.35e12, 0, 0, 1979e12, 132};
+const HardwareSpec kH200{"H200-SXM", 989e12, 141e9, 4.8e12, 0, 0, 1979e12, 132};
+const HardwareSpec kA100{"A100-SXM-80GB", 312e12, 80e9, 2.04e12, 0, 0, 0, 108};
 
 // Published NVLink figures are bidirectional (900 GB/s H100/H200, 600 GB/s A100); a pipeline
 // transfer uses one direction. InfiniBand NDR: 400 Gb/s per port = 50 GB/s per direction.

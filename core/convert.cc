@@ -284,6 +284,9 @@ proto::Model ModelToProto(const ModelGraph& model) {
   // Written only when used, so files without expert parallelism stay as they were.
   if (model.training.ep_degree != 1) t->set_ep_degree(model.training.ep_degree);
   if (model.training.ep_comm_overlap) t->set_ep_comm_overlap(true);
+  if (model.training.ep_comm_sms != kDefaultEpCommSms) {
+    t->set_ep_comm_sms(static_cast<int32_t>(model.training.ep_comm_sms));
+  }
   if (model.training.attention_kernel != AttentionKernel::kFlash) {
     t->set_attention_kernel(std::string(AttentionKernelName(model.training.attention_kernel)));
   }
@@ -331,6 +334,7 @@ absl::StatusOr<ModelGraph> ModelFromProto(const proto::Model& p) {
   m.training.ep_degree = t.ep_degree() == 0 ? 1 : t.ep_degree();
   m.training.ep_ranks_per_node = t.ep_ranks_per_node();
   m.training.ep_comm_overlap = t.ep_comm_overlap();
+  if (t.has_ep_comm_sms()) m.training.ep_comm_sms = t.ep_comm_sms();
   absl::StatusOr<AttentionKernel> kernel = ParseAttentionKernel(t.attention_kernel());
   if (!kernel.ok()) return AtPath("training.attention_kernel", kernel.status());
   m.training.attention_kernel = *kernel;
@@ -362,6 +366,7 @@ proto::Cluster ClusterToProto(const Cluster& cluster) {
     ph->set_op_overhead_s(h.op_overhead_s);
     ph->set_message_cpu_s(h.message_cpu_s);
     ph->set_peak_flops_fp8(h.peak_flops_fp8);
+    ph->set_sm_count(h.sm_count);
   }
   for (const Node& n : cluster.nodes) {
     proto::Node* pn = p.add_nodes();
@@ -384,7 +389,8 @@ absl::StatusOr<Cluster> ClusterFromProto(const proto::Cluster& p) {
   for (const proto::HardwareSpec& ph : p.hardware()) {
     c.hardware.push_back(
         HardwareSpec{ph.name(), ph.peak_flops(), ph.memory_bytes(), ph.memory_bandwidth(),
-                     ph.op_overhead_s(), ph.message_cpu_s(), ph.peak_flops_fp8()});
+                     ph.op_overhead_s(), ph.message_cpu_s(), ph.peak_flops_fp8(),
+                     ph.sm_count()});
   }
   for (const proto::Node& pn : p.nodes()) {
     Node n;

@@ -59,6 +59,7 @@ ModelGraph SmallModel() {
   m.training.recompute = RecomputePolicy::kSelective;
   m.training.zero_degree = 4;
   m.training.ep_comm_overlap = true;
+  m.training.ep_comm_sms = 24;
   m.training.attention_kernel = AttentionKernel::kMaterialized;
   m.training.recompute_modules.core_attn = false;
   m.training.recompute_modules.layernorm = true;
@@ -94,6 +95,7 @@ TEST(ConvertTest, ModelRoundTripKeepsEveryField) {
   EXPECT_EQ(RecomputePolicy::kSelective, back->training.recompute);
   EXPECT_EQ(4, back->training.zero_degree);
   EXPECT_TRUE(back->training.ep_comm_overlap);
+  EXPECT_EQ(24, back->training.ep_comm_sms);
   EXPECT_EQ(AttentionKernel::kMaterialized, back->training.attention_kernel);
   EXPECT_EQ(std::vector<std::string>({"layernorm", "mla_up_proj"}),
             RecomputeModuleNames(back->training.recompute_modules));
@@ -635,6 +637,7 @@ TEST(ConvertTest, ProtoDefaultsForDegreesAndEnums) {
   p.mutable_training()->clear_recompute();
   p.mutable_training()->clear_recompute_modules();
   p.mutable_training()->clear_attention_kernel();
+  p.mutable_training()->clear_ep_comm_sms();
   absl::StatusOr<ModelGraph> m = ModelFromProto(p);
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_EQ(1, m->training.tp_degree);
@@ -643,6 +646,15 @@ TEST(ConvertTest, ProtoDefaultsForDegreesAndEnums) {
   EXPECT_EQ(RecomputePolicy::kNone, m->training.recompute);
   EXPECT_EQ(AttentionKernel::kFlash, m->training.attention_kernel);
   EXPECT_TRUE(m->training.recompute_modules == RecomputeModules{});  // core_attn alone
+  EXPECT_EQ(kDefaultEpCommSms, m->training.ep_comm_sms);
+  // Set to 0 (copy-engine communication) it stays 0; the default is not written to files.
+  p.mutable_training()->set_ep_comm_sms(0);
+  EXPECT_EQ(0, ModelFromProto(p)->training.ep_comm_sms);
+  EXPECT_FALSE(ModelToProto(*m).training().has_ep_comm_sms());
+  p.mutable_training()->set_ep_comm_sms(-4);
+  EXPECT_THAT(std::string(ModelFromProto(p).status().message()),
+              HasSubstr("training.ep_comm_sms must be in [0, 2147483648], got -4"));
+  p.mutable_training()->clear_ep_comm_sms();
 
   p.mutable_training()->clear_micro_batch_size();
   EXPECT_THAT(std::string(ModelFromProto(p).status().message()),
@@ -655,6 +667,13 @@ TEST(ConvertTest, ClusterErrorsNameTheFieldPath) {
   absl::StatusOr<Cluster> c = ClusterFromProto(p);
   ASSERT_EQ(absl::StatusCode::kInvalidArgument, c.status().code());
   EXPECT_THAT(std::string(c.status().message()), HasSubstr("hardware[1].peak_flops must be finite and in [1, 1e21] FLOP/s, got -1"));
+
+  p = ClusterToProto(*ClusterPreset("mixed-h100-a100"));
+  EXPECT_EQ(132, p.hardware(0).sm_count());
+  EXPECT_EQ(108, p.hardware(1).sm_count());
+  p.mutable_hardware(1)->set_sm_count(-1);
+  EXPECT_THAT(std::string(ClusterFromProto(p).status().message()),
+              HasSubstr("hardware[1].sm_count must be 0 (unknown) or in [1, 100000], got -1"));
 
   p = ClusterToProto(*ClusterPreset("h100-4nodes"));
   p.mutable_nodes(2)->set_num_devices(0);

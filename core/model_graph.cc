@@ -155,6 +155,10 @@ absl::Status ValidateTraining(const TrainingOptions& t) {
         absl::StrCat("training.ep_ranks_per_node must be in [0, training.ep_degree = ", t.ep_degree,
                      "], got ", t.ep_ranks_per_node));
   }
+  if (t.ep_comm_sms < 0 || t.ep_comm_sms > kMaxDim) {
+    return absl::InvalidArgumentError(absl::StrCat("training.ep_comm_sms must be in [0, ",
+                                                   kMaxDim, "], got ", t.ep_comm_sms));
+  }
   return absl::OkStatus();
 }
 

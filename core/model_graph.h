@@ -171,6 +171,11 @@ absl::StatusOr<RecomputePolicy> ParseRecomputePolicy(absl::string_view name);
 absl::string_view AttentionKernelName(AttentionKernel k);
 absl::StatusOr<AttentionKernel> ParseAttentionKernel(absl::string_view name);
 
+// SMs an overlapped all-to-all takes unless the model says (TrainingOptions::ep_comm_sms):
+// DeepEP's default (Buffer.num_sms) and Megatron-Core's moe_deepep_num_sms, and the 20 of the
+// H800's 132 that DeepSeek-V3's report gives its dispatch and combine kernels.
+inline constexpr int64_t kDefaultEpCommSms = 20;
+
 struct TrainingOptions {
   int64_t seq_len = 4096;
   int64_t micro_batch_size = 1;
@@ -188,9 +193,16 @@ struct TrainingOptions {
   int64_t ep_ranks_per_node = 0;
   // The runtime overlaps MoE all-to-alls with another micro-batch's compute (DualPipe,
   // Megatron-Core's combined 1F1B): a stage's EP communication runs on its device's
-  // communication stream after the op's compute (PipelineProblem::forward_tail_s), so the
-  // device may start its next op meanwhile. OctoPipe's executor does not (false).
+  // communication stream after the op's compute (PipelineProblem::forward_tail_s), beside the
+  // device's next op when that is of the other kind (TailOverlapsNext). OctoPipe's executor
+  // does not (false).
   bool ep_comm_overlap = false;
+  // With ep_comm_overlap: the SMs the all-to-all kernels occupy while they run (DeepEP's and
+  // Megatron-Core's default, kDefaultEpCommSms). The compute beside them runs on the rest of
+  // the device's HardwareSpec::sm_count, so each second of overlapped all-to-all costs the
+  // compute stream ep_comm_sms / sm_count seconds (PipelineProblemBuilder). Unused when the
+  // hardware's sm_count is unknown (0).
+  int64_t ep_comm_sms = kDefaultEpCommSms;
   AttentionKernel attention_kernel = AttentionKernel::kFlash;
   // What `recompute = selective` recomputes (ignored under none and full).
   RecomputeModules recompute_modules;

@@ -263,6 +263,8 @@ void Evaluator::BuildTables(const PipelineProblem& pb) {
     KindStage& k = kind_stage_[ks];
     k.duration = OpDuration(pb, kind, stage);
     k.tail = OpTail(pb, kind, stage);
+    k.tail_share = TailComputeShare(pb, stage);
+    k.kind = static_cast<int32_t>(kind);
     k.delta = ActivationDelta(pb, kind, stage);
     k.predecessors = DataPredecessorCount(pb, kind, stage);
     const int from = OpDevice(pb, kind, stage);
@@ -366,6 +368,8 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline void Evaluator::ResetDagRun() {
   cursor_.assign(device_offset_.begin(), device_offset_.end() - 1);
   device_free_ = device_start_;
   comm_free_ = device_start_;
+  tail_window_.assign(P, TailWindow{});
+  if (kTimes) compute_end_.resize(n);
   b0_end_ = 0;
   live_.assign(P, 0.0);
   max_live_.assign(P, 0.0);
@@ -397,14 +401,14 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool Evaluator::RunDevice(
   Node* const nodes = v.nodes;
   const int32_t lo = device_offset_[d], hi = device_offset_[d + 1];
   int32_t p = v.cursor[d];
-  DeviceRun run{device_free_[d], comm_free_[d], live_[d], max_live_[d]};
+  DeviceRun run{device_free_[d], comm_free_[d], live_[d], max_live_[d], tail_window_[d]};
   if (p == lo && p < hi && nodes[p].pending == 0) {
     first_start_[d] = run.device_free >= nodes[p].ready ? run.device_free : nodes[p].ready;
   }
   for (;;) {
     const int32_t from = p;
     const int32_t lim = hi - p > *poll_left ? p + static_cast<int32_t>(*poll_left) : hi;
-    p = RunReadyOps<kTimes, kTrack>(v, d, p, lim, &run);
+    p = RunReadyOps<kTimes, kTrack>(v, d, p, lim, hi, &run);
     *poll_left -= p - from;
     if (*poll_left > 0) break;
     *poll_left = kStopPollOps;
@@ -417,6 +421,7 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool Evaluator::RunDevice(
   }
   device_free_[d] = run.device_free;
   comm_free_[d] = run.comm_free;
+  tail_window_[d] = run.window;
   live_[d] = run.live;
   max_live_[d] = run.max_live;
   *processed += p - v.cursor[d];
@@ -430,7 +435,7 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool Evaluator::RunDevice(
 template <bool kTimes, bool kTrack>
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline int32_t Evaluator::RunReadyOps(const DagView& v, int d,
                                                                    int32_t p, int32_t lim,
-                                                                   DeviceRun* run) {
+                                                                   int32_t hi, DeviceRun* run) {
   const int32_t lo = device_offset_[d];
   double device_free = run->device_free;
   double comm_free = run->comm_free;
@@ -447,22 +452,35 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline int32_t Evaluator::RunReadyOps(const DagView
       start = device_free;
     }
     const KindStage& k = v.kind_stage[node.ks];
-    // The device computes until compute_end; an overlapped all-to-all then runs on its
-    // communication stream (one at a time), and the op's outputs are ready at `end`.
-    const double compute_end = start + k.duration;
+    // The device computes until compute_end (slower beside the previous op's tail); an
+    // overlapped all-to-all then runs on its communication stream (one at a time), and the
+    // op's outputs are ready at `end`. The device's next op runs beside it if it is of
+    // another kind, else it waits for it (TailOverlapsNext).
+    const double compute_end = start + ComputeBesideTail(k.duration, start, run->window);
     double end = compute_end;
+    run->window = TailWindow{};
+    double next_free = compute_end;
     if (k.tail > 0) {
       end = (comm_free > compute_end ? comm_free : compute_end) + k.tail;
       comm_free = end;
+      if (p + 1 < hi) {
+        if (TailOverlapsNext(static_cast<OpKind>(k.kind),
+                             static_cast<OpKind>(v.kind_stage[v.nodes[p + 1].ks].kind))) {
+          run->window = TailWindow{end - k.tail, end, k.tail_share};
+        } else {
+          next_free = end;
+        }
+      }
     }
     live += k.delta;
     max_live = std::max(max_live, live);
     if (kTimes) {
       start_[p] = start;
       end_[p] = end;
+      compute_end_[p] = compute_end;
     }
     if (p == v.last_b0) b0_end_ = end;
-    device_free = compute_end;
+    device_free = next_free;
     const Node links = node;
     // Reset for the next call: nothing reads this node again in this one.
     node.ready = 0;
@@ -669,9 +687,8 @@ void Evaluator::FillDeviceResults(const PipelineProblem& pb, SimResult* r) const
   for (int d = 0; d < P; ++d) {
     DeviceResult& dr = r->devices[d];
     const int32_t lo = device_offset_[d], hi = device_offset_[d + 1];
-    for (int32_t f = lo; f < hi; ++f) {  // compute only: an op's tail overlaps the next op
-      const KindStage& k = kind_stage_[nodes_[f].ks];
-      dr.busy_s += (k.tail > 0 ? start_[f] + k.duration : end_[f]) - start_[f];
+    for (int32_t f = lo; f < hi; ++f) {  // compute only: an op's tail runs beside it
+      dr.busy_s += compute_end_[f] - start_[f];
     }
     if (pb.embed_split) dr.busy_s += pb.embed_prologue_s[d] + pb.embed_epilogue_s[d];
     if (lo < hi) {

@@ -49,6 +49,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/schedule.h"
+#include "simulator/pipeline_rules.h"
 #include "simulator/problem.h"
 
 namespace octopipe {
@@ -143,8 +144,10 @@ class Evaluator {
   struct KindStage {
     double duration = 0;
     double tail = 0;           // OpTail: communication-stream seconds after the compute
+    double tail_share = 0;     // TailComputeShare: of the SMs, while the tail runs
     double delta = 0;          // activation bytes it adds (> 0) or frees
     int32_t predecessors = 0;  // data predecessors
+    int32_t kind = 0;          // OpKind (TailOverlapsNext)
   };
   // Per (kind, stage, successor slot), then per device for the vocabulary fan-outs: an edge's
   // delay and where it goes. Rebuilt on every call.
@@ -193,6 +196,7 @@ class Evaluator {
   // One device's running state in the DAG pass, kept in locals while it runs its order.
   struct DeviceRun {
     double device_free, comm_free, live, max_live;
+    TailWindow window;  // the previous op's tail, beside the next op (ComputeBesideTail)
   };
   // RunDag's helpers, all forced inline into it (the pass allocates nothing per op).
   template <bool kTimes, bool kTrack>
@@ -202,7 +206,8 @@ class Evaluator {
   bool RunDevice(const DagView& v, int d, const std::function<bool()>* should_stop,
                  int64_t* poll_left, int64_t* processed);
   template <bool kTimes, bool kTrack>
-  int32_t RunReadyOps(const DagView& v, int d, int32_t p, int32_t lim, DeviceRun* run);
+  int32_t RunReadyOps(const DagView& v, int d, int32_t p, int32_t lim, int32_t hi,
+                      DeviceRun* run);
   template <bool kTrack>
   void RelaxSuccessors(const DagView& v, int32_t p, int d, double end, const Node& links);
   template <bool kTrack>
@@ -280,6 +285,9 @@ class Evaluator {
   // Per device: when its communication stream is free (OpTail; device_start_ when no op has
   // a tail). A device's part of the iteration ends at the later of the two.
   std::vector<double> comm_free_;
+  // Per device: the tail its next op runs beside (TailWindow; none when to <= from).
+  std::vector<TailWindow> tail_window_;
+  std::vector<double> compute_end_;  // with times: end_ without the op's tail
   std::vector<double> live_, max_live_;
   std::vector<double> first_start_;
   double b0_end_ = 0;  // end of stage 0's last backward (DeviceEnd)

@@ -512,9 +512,10 @@ TEST(EvaluatorEquivalenceTest, RandomOrdersMatchTheReferenceAndTheLongestPath) {
 }
 
 // Overlapped expert-parallel communication (PipelineProblem::forward_tail_s): every op's tail
-// runs on its device's communication stream after its compute, and the device's next op may
-// start meanwhile — the fast evaluator and the reference agree on every mode, with and without
-// link contention.
+// runs on its device's communication stream after its compute; the device's next op starts
+// beside it (slowed by the SMs it holds, tail_compute_share) when of another kind and after it
+// when of the same — the fast evaluator and the reference agree on every mode, with and
+// without link contention.
 TEST(EvaluatorEquivalenceTest, OverlappedCommunicationTailsMatchTheReference) {
   Rng rng(20261205);
   Evaluator ev;
@@ -530,6 +531,10 @@ TEST(EvaluatorEquivalenceTest, OverlappedCommunicationTailsMatchTheReference) {
       if (Uniform(rng, 0, 1) < 0.7) pb.forward_tail_s[s] = Uniform(rng, 0, 2);
       if (Uniform(rng, 0, 1) < 0.7) pb.backward_tail_s[s] = Uniform(rng, 0, 2);
       with_tails += pb.forward_tail_s[s] > 0 || pb.backward_tail_s[s] > 0;
+    }
+    if (trial % 2 == 1) {
+      pb.tail_compute_share.assign(pb.num_stages, 0.0);
+      for (double& share : pb.tail_compute_share) share = Uniform(rng, 0, 0.9);
     }
     const Schedule sc = RandomValidSchedule(rng, pb, Uniform(rng, 0, 1));
     CheckAgainstReference(ev, pb, sc, &counts);

@@ -21,12 +21,14 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline void Evaluator::ResetEventRun(bool track_pre
   dirty_ = true;
   start_.resize(n);
   end_.resize(n);
+  compute_end_.resize(n);
   if (track_pred) {
     pred_.assign(n, -1);
     pred_transfer_.assign(n, 0);
   }
   device_free_ = device_start_;
   comm_free_ = device_start_;
+  tail_window_.assign(P, TailWindow{});
   first_start_.assign(P, 0.0);
   live_.assign(P, 0.0);
   max_live_.assign(P, 0.0);
@@ -101,13 +103,27 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline void Evaluator::StartEventOp(const Event& e,
   start_[p] = e.time;
   const KindStage& k = kind_stage_[nodes_[p].ks];
   const int dp = device_[p];
-  const double compute_end = e.time + k.duration;  // then the tail, as in RunDag
+  // Beside the previous op's tail, then the op's own tail and the device's next op, as in
+  // RunDag.
+  const double compute_end = e.time + ComputeBesideTail(k.duration, e.time, tail_window_[dp]);
+  tail_window_[dp] = TailWindow{};
+  compute_end_[p] = compute_end;
   end_[p] = compute_end;
+  double next_free = compute_end;
+  const bool has_next = p + 1 < device_offset_[dp + 1];
   if (k.tail > 0) {
     end_[p] = std::max(compute_end, comm_free_[dp]) + k.tail;
     comm_free_[dp] = end_[p];
+    if (has_next) {
+      if (TailOverlapsNext(static_cast<OpKind>(k.kind),
+                           static_cast<OpKind>(kind_stage_[nodes_[p + 1].ks].kind))) {
+        tail_window_[dp] = TailWindow{end_[p] - k.tail, end_[p], k.tail_share};
+      } else {
+        next_free = end_[p];
+      }
+    }
   }
-  if (p + 1 < device_offset_[dp + 1]) ResolveInput(p + 1, compute_end, p, false, run);
+  if (has_next) ResolveInput(p + 1, next_free, p, false, run);
   ForEachSuccessor(p, [&](int32_t c, int32_t ei) {
     const Edge& edge = edges_[ei];
     if (edge.transfer) {
@@ -125,7 +141,7 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline void Evaluator::FinishEventRun() {
     const int32_t lo = device_offset_[d], hi = device_offset_[d + 1];
     if (lo == hi) continue;
     first_start_[d] = start_[lo];
-    device_free_[d] = start_[hi - 1] + kind_stage_[nodes_[hi - 1].ks].duration;
+    device_free_[d] = compute_end_[hi - 1];
   }
   b0_end_ = last_b0_pos_ >= 0 ? end_[last_b0_pos_] : 0;
   ComputeMemory();

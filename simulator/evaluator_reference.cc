@@ -202,7 +202,7 @@ absl::Status ReferenceEvaluator::RunDag(const PipelineProblem& pb, bool track_pr
     queued_[d] = 0;
     const int32_t stop = device_offset_[d + 1];
     int32_t p = cursor_[d];
-    double device_free = p > device_offset_[d] ? compute_end_[p - 1] : 0.0;
+    double device_free = p > device_offset_[d] ? FreeAfter(pb, p - 1) : 0.0;
     for (; p < stop && pending_[p] == 0; ++p) {
       double start = ready_[p];
       if (device_free >= start) {
@@ -212,8 +212,11 @@ absl::Status ReferenceEvaluator::RunDag(const PipelineProblem& pb, bool track_pr
         }
         start = device_free;
       }
-      // The compute, then an overlapped all-to-all on the device's communication stream.
-      const double compute_end = start + OpDuration(pb, ops_[p].kind, ops_[p].stage);
+      // The compute (slower beside the previous op's tail), then an overlapped all-to-all on
+      // the device's communication stream.
+      const double compute_end =
+          start + ComputeBesideTail(OpDuration(pb, ops_[p].kind, ops_[p].stage), start,
+                                    WindowBefore(pb, p));
       const double tail = OpTail(pb, ops_[p].kind, ops_[p].stage);
       double end = compute_end;
       if (tail > 0) {
@@ -223,7 +226,7 @@ absl::Status ReferenceEvaluator::RunDag(const PipelineProblem& pb, bool track_pr
       start_[p] = start;
       end_[p] = end;
       compute_end_[p] = compute_end;
-      device_free = compute_end;
+      device_free = p + 1 < stop ? FreeAfter(pb, p) : compute_end;
       ForEachSuccessorPosition(pb, pos_, M_, ops_[p], [&](int32_t c, double bytes) {
         const int dc = device_[c];
         const bool transfer = IsTransferEdge(bytes, d, dc);
@@ -329,13 +332,14 @@ absl::Status ReferenceEvaluator::RunEvents(const PipelineProblem& pb, bool track
     ++processed;
     start_[p] = e.time;
     const int dp = device_[p];
-    compute_end_[p] = e.time + OpDuration(pb, ops_[p].kind, ops_[p].stage);
+    compute_end_[p] = e.time + ComputeBesideTail(OpDuration(pb, ops_[p].kind, ops_[p].stage),
+                                                 e.time, WindowBefore(pb, p));
     end_[p] = compute_end_[p];
     if (const double tail = OpTail(pb, ops_[p].kind, ops_[p].stage); tail > 0) {
       end_[p] = std::max(compute_end_[p], comm_free_[dp]) + tail;
       comm_free_[dp] = end_[p];
     }
-    if (p + 1 < device_offset_[dp + 1]) resolve(p + 1, compute_end_[p], p, false);
+    if (p + 1 < device_offset_[dp + 1]) resolve(p + 1, FreeAfter(pb, p), p, false);
     ForEachSuccessorPosition(pb, pos_, M_, ops_[p], [&](int32_t c, double bytes) {
       if (IsTransferEdge(bytes, dp, device_[c])) {
         heap.push(Event{end_[p], seq++, p, c});
@@ -408,6 +412,20 @@ void ReferenceEvaluator::ComputeMemory(const PipelineProblem& pb, const Schedule
     }
     (*peak)[d] = pb.static_bytes[d] + max_live;
   }
+}
+
+double ReferenceEvaluator::FreeAfter(const PipelineProblem& pb, int32_t q) const {
+  const double tail = OpTail(pb, ops_[q].kind, ops_[q].stage);
+  if (tail > 0 && !TailOverlapsNext(ops_[q].kind, ops_[q + 1].kind)) return end_[q];
+  return compute_end_[q];
+}
+
+TailWindow ReferenceEvaluator::WindowBefore(const PipelineProblem& pb, int32_t p) const {
+  if (p == device_offset_[device_[p]]) return {};
+  const int32_t q = p - 1;
+  const double tail = OpTail(pb, ops_[q].kind, ops_[q].stage);
+  if (!(tail > 0) || !TailOverlapsNext(ops_[q].kind, ops_[p].kind)) return {};
+  return {end_[q] - tail, end_[q], TailComputeShare(pb, ops_[q].stage)};
 }
 
 ReferenceEvaluator::Summary ReferenceEvaluator::Summarize(const PipelineProblem& pb, const Schedule& schedule) {

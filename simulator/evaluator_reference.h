@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "core/schedule.h"
 #include "simulator/evaluator.h"
+#include "simulator/pipeline_rules.h"
 #include "simulator/problem.h"
 
 namespace octopipe::evaluator_reference {
@@ -40,6 +41,11 @@ class ReferenceEvaluator {
   void ComputeMemory(const PipelineProblem& problem, const Schedule& schedule,
                      std::vector<double>* peak) const;
   Summary Summarize(const PipelineProblem& problem, const Schedule& schedule);
+  // When its device may start the op after the one at q (on the same device): at q's compute
+  // end, or at its tail's end when the two are of the same kind (TailOverlapsNext).
+  double FreeAfter(const PipelineProblem& problem, int32_t q) const;
+  // The tail the op at p computes beside: its device's previous op's, when of another kind.
+  TailWindow WindowBefore(const PipelineProblem& problem, int32_t p) const;
 
   std::vector<int32_t> pos_;
   std::vector<Op> ops_;

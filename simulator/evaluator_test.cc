@@ -69,33 +69,54 @@ TEST(EvaluatorTest, BSplitFreesAllButWeightInputsAndRecomputeKeepsOnlyTheInput) 
 }
 
 // Overlapped all-to-alls (forward_tail_s / backward_tail_s, 0.5 s each): an op's tail runs on
-// the device's communication stream after its compute, so the device starts its next op at
-// once; the op's outputs (and the micro-batch's next op) wait for the tail. One device, F 1 s,
-// BW 3 s, two micro-batches: F0 [0,1]+[1,1.5], F1 [1,2]+[2,2.5], BW0 [2,5]+[5,5.5], BW1 waits
-// only for F1's tail: [5,8]+[8,8.5]. With the all-to-alls inside the ops: 1.5+1.5+3.5+3.5 = 10.
-TEST(EvaluatorTest, CommunicationTailsOverlapTheDevicesNextOp) {
-  PipelineProblem pb = UniformProblem({0}, 1, 2, 1, 2, 1);
+// the device's communication stream after its compute; the op's outputs (and the micro-batch's
+// next op) wait for the tail. The device's next op starts at once beside it when it is of the
+// other kind (a forward beside a backward's all-to-all and the other way round), and waits for
+// it when it is of the same kind (nothing to pair with). One device, F 1 s, BW 3 s, three
+// micro-batches: F0 [0,1]+[1,1.5]; F1 waits: [1.5,2.5]+[2.5,3]; BW0 [2.5,5.5]+[5.5,6]; F2
+// [5.5,6.5]+[6.5,7]; BW1 [6.5,9.5]+[9.5,10]; BW2 waits: [10,13]+[13,13.5]. With the
+// all-to-alls inside the ops: 3 x 1.5 + 3 x 3.5 = 15.
+TEST(EvaluatorTest, CommunicationTailsOverlapTheDevicesNextOpOfTheOtherKind) {
+  PipelineProblem pb = UniformProblem({0}, 1, 3, 1, 2, 1);
   pb.forward_tail_s = {0.5};
   pb.backward_tail_s = {0.5};
   Schedule s;
-  s.ops = {{F(0, 0), F(0, 1), BW(0, 0), BW(0, 1)}};
+  s.ops = {{F(0, 0), F(0, 1), BW(0, 0), F(0, 2), BW(0, 1), BW(0, 2)}};
   auto r = Simulate(pb, s, {.timeline = true});
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_DOUBLE_EQ(r->iteration_time_s, 8.5);
-  EXPECT_DOUBLE_EQ(r->op_start_s[0][1], 1.0);
-  EXPECT_DOUBLE_EQ(r->op_end_s[0][1], 2.5);
-  EXPECT_DOUBLE_EQ(r->op_start_s[0][2], 2.0);
-  EXPECT_DOUBLE_EQ(r->op_end_s[0][3], 8.5);
-  EXPECT_DOUBLE_EQ(r->devices[0].busy_s, 8.0);  // compute only
+  EXPECT_DOUBLE_EQ(r->iteration_time_s, 13.5);
+  EXPECT_DOUBLE_EQ(r->op_start_s[0][1], 1.5);  // F1 waits for F0's tail
+  EXPECT_DOUBLE_EQ(r->op_end_s[0][1], 3.0);
+  EXPECT_DOUBLE_EQ(r->op_start_s[0][2], 2.5);  // BW0 beside F1's tail
+  EXPECT_DOUBLE_EQ(r->op_start_s[0][3], 5.5);  // F2 beside BW0's
+  EXPECT_DOUBLE_EQ(r->op_end_s[0][3], 7.0);
+  EXPECT_DOUBLE_EQ(r->op_start_s[0][4], 6.5);
+  EXPECT_DOUBLE_EQ(r->op_start_s[0][5], 10.0);  // BW2 waits for BW1's
+  EXPECT_DOUBLE_EQ(r->op_end_s[0][5], 13.5);
+  EXPECT_DOUBLE_EQ(r->devices[0].busy_s, 12.0);  // compute only
   // The same numbers with the all-to-alls inside the ops.
-  PipelineProblem inline_comm = UniformProblem({0}, 1, 2, 1.5, 2.5, 1);
+  PipelineProblem inline_comm = UniformProblem({0}, 1, 3, 1.5, 2.5, 1);
   auto r2 = Simulate(inline_comm, s);
   ASSERT_TRUE(r2.ok()) << r2.status();
-  EXPECT_DOUBLE_EQ(r2->iteration_time_s, 10.0);
+  EXPECT_DOUBLE_EQ(r2->iteration_time_s, 15.0);
+  // The all-to-all kernels hold a fifth of the SMs (tail_compute_share): the op beside a tail
+  // computes at 0.8 while it runs. BW0 beside F1's tail [2.5,3]: 3 + 0.2 x 0.5 -> [2.5,5.6]
+  // +[5.6,6.1]; F2 beside BW0's [5.6,6.1] (compute 1 at 0.8 takes 1.25 > 0.5): 1 + 0.1 ->
+  // [5.6,6.7]+[6.7,7.2]; BW1 beside it: [6.7,9.8]+[9.8,10.3]; BW2 waits: [10.3,13.3]+0.5.
+  pb.tail_compute_share = {0.2};
+  auto slowed = Simulate(pb, s, {.timeline = true});
+  ASSERT_TRUE(slowed.ok()) << slowed.status();
+  EXPECT_DOUBLE_EQ(slowed->op_end_s[0][2], 6.1);
+  EXPECT_DOUBLE_EQ(slowed->op_end_s[0][3], 7.2);
+  EXPECT_NEAR(slowed->iteration_time_s, 13.8, 1e-12);
+  EXPECT_NEAR(slowed->devices[0].busy_s, 12.3, 1e-12);  // the slowed compute counts as busy
   // A micro-batch's next op waits for its tail: F0 then BW0 at once leaves nothing to overlap.
+  PipelineProblem two = UniformProblem({0}, 1, 2, 1, 2, 1);
+  two.forward_tail_s = {0.5};
+  two.backward_tail_s = {0.5};
   Schedule serial;
   serial.ops = {{F(0, 0), BW(0, 0), F(0, 1), BW(0, 1)}};
-  auto r3 = Simulate(pb, serial);
+  auto r3 = Simulate(two, serial);
   ASSERT_TRUE(r3.ok()) << r3.status();
   // F0 1 + its tail 0.5, BW0 3 (F1 overlaps its tail), F1 1 + its tail, BW1 3 + its tail.
   EXPECT_DOUBLE_EQ(r3->iteration_time_s, 1.5 + 3 + 1.5 + 3.5);

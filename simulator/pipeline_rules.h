@@ -62,6 +62,37 @@ inline double OpTail(const PipelineProblem& pb, OpKind kind, int stage) {
   return 0.0;
 }
 
+// Whether an op of kind `next` runs beside the tail of the op of kind `kind` before it on the
+// same device. The runtimes that overlap expert all-to-alls pair a forward with a backward
+// (DualPipe; Megatron-Core's combined 1F1B, which pairs them only in the steady phase): a
+// forward's all-to-all hides behind a backward's compute and the other way round. An op of the
+// same kind (F after F in a warm-up, B after B in a cool-down) has no partner, so it starts when
+// the tail ends.
+inline constexpr bool TailOverlapsNext(OpKind kind, OpKind next) { return kind != next; }
+
+// The share of the SMs a tail of `stage` holds while it runs (PipelineProblem::
+// tail_compute_share; 0 when none).
+inline double TailComputeShare(const PipelineProblem& pb, int stage) {
+  return pb.tail_compute_share.empty() ? 0.0 : pb.tail_compute_share[stage];
+}
+
+// A communication kernel holding `share` of the device's SMs over [from, to), beside the op
+// after the one whose tail it is (TailOverlapsNext); to <= from: none.
+struct TailWindow {
+  double from = 0, to = 0, share = 0;
+};
+
+// Seconds `compute` seconds of work take when they start at `start` beside `w`: full speed
+// outside the window, 1 - share of it inside.
+inline double ComputeBesideTail(double compute, double start, const TailWindow& w) {
+  if (w.share <= 0 || w.to <= start || w.to <= w.from) return compute;
+  const double before = w.from > start ? w.from - start : 0.0;
+  if (compute <= before) return compute;
+  const double window = w.to - (w.from > start ? w.from : start);
+  const double slowed = w.share >= 1 ? window : (compute - before) / (1 - w.share);
+  return compute + w.share * (slowed < window ? slowed : window);
+}
+
 // Seconds one micro-batch of `kind` takes on stage `stage`. Every op pays the executor's fixed
 // per-op cost once, which the per-kind times already include: so the unsplit BW, one op, is
 // B + W minus that cost (not B + W, which would pay it twice).

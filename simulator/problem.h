@@ -41,8 +41,14 @@ struct PipelineProblem {
   // stream after the op's compute, one at a time: the device may start its next op when the
   // compute ends; the op's outputs are ready when its communication ends (OpTail). Empty:
   // none (the default).
+  // The device's next op runs beside a tail only when it is of another kind (a forward beside a
+  // backward's all-to-all or the other way round: TailOverlapsNext); an op of the same kind
+  // starts when the tail ends. The op beside a tail loses tail_compute_share[stage] of the
+  // tail's seconds of compute to it (TailComputeCharge: the SMs its kernels hold,
+  // TrainingOptions::ep_comm_sms / HardwareSpec::sm_count). Empty: none.
   std::vector<double> forward_tail_s;
   std::vector<double> backward_tail_s;
+  std::vector<double> tail_compute_share;
 
   // Per device.
   std::vector<double> static_bytes;     // weights + gradients + optimizer state of its stages

@@ -55,6 +55,17 @@ absl::StatusOr<ProblemBuilder> ProblemBuilder::Create(
       }
     }
   }
+  if (model.training.ep_comm_overlap) {
+    for (int d = 0; d < num_devices; ++d) {
+      const HardwareSpec& hw = cluster.device_hardware(d);
+      if (hw.sm_count > 0 && model.training.ep_comm_sms >= hw.sm_count) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "training.ep_comm_sms: ", model.training.ep_comm_sms,
+            " SMs for the overlapped all-to-alls leave no SM for the compute they overlap on "
+            "hardware '", hw.name, "' (sm_count ", hw.sm_count, ")"));
+      }
+    }
+  }
   ProblemBuilder pb;
   pb.vocab_parallel_ = vocab_parallel;
   pb.split_embedding_ = vocab_parallel && SplitsEmbedding(model);
@@ -71,6 +82,11 @@ absl::StatusOr<ProblemBuilder> ProblemBuilder::Create(
       class_names.push_back(hw.name);
       HardwareClass hc;
       hc.op_overhead_s = hw.op_overhead_s;
+      // The overlapped all-to-alls' kernels hold ep_comm_sms of the SMs while they run; the
+      // compute beside them runs on the rest (PipelineProblem::tail_compute_share).
+      if (model.training.ep_comm_overlap && hw.sm_count > 0) {
+        hc.tail_compute_share = static_cast<double>(model.training.ep_comm_sms) / hw.sm_count;
+      }
       hc.message_cpu_s = hw.message_cpu_s;
       // TP and EP collectives of this class's devices: the first such device's node.
       const Node& node = cluster.nodes[cluster.node_of_device(d)];
@@ -232,6 +248,7 @@ void ProblemBuilder::BuildWith(const std::vector<StageAssignment>& stages, int n
   p.recompute.resize(S);
   p.forward_tail_s.assign(comm_tails_ ? S : 0, 0.0);
   p.backward_tail_s.assign(comm_tails_ ? S : 0, 0.0);
+  p.tail_compute_share.assign(comm_tails_ ? S : 0, 0.0);
   p.static_bytes.assign(P, 0.0);
   p.memory_capacity = capacity_;
   for (int s = 0; s < S; ++s) {
@@ -251,6 +268,7 @@ void ProblemBuilder::BuildWith(const std::vector<StageAssignment>& stages, int n
     if (comm_tails_) {
       p.forward_tail_s[s] = hc.ft[hi] - hc.ft[lo];
       p.backward_tail_s[s] = hc.bt[hi] - hc.bt[lo];
+      p.tail_compute_share[s] = hc.tail_compute_share;
     }
     p.activation_bytes[s] = hc.act[hi] - hc.act[lo];
     p.activation_bytes_w[s] = hc.act_w[hi] - hc.act_w[lo];

@@ -87,6 +87,9 @@ class ProblemBuilder {
     // Prefix sums of the overlapped EP all-to-alls of F and B (TrainingOptions::ep_comm_overlap;
     // all 0 otherwise): the stages' PipelineProblem::forward_tail_s / backward_tail_s.
     std::vector<double> ft, bt;
+    // The share of an overlapped all-to-all's seconds the compute beside it loses
+    // (PipelineProblem::tail_compute_share): ep_comm_sms / sm_count; 0 when unknown.
+    double tail_compute_share = 0;
     // The hardware's fixed executor cost per scheduled op (HardwareSpec::op_overhead_s), added
     // once to each stage's F, B, W and R: a stage's op pays it once whatever its layer count.
     double op_overhead_s = 0;

@@ -184,6 +184,25 @@ TEST(ProblemBuilderTest, OverlappedExpertAllToAllsBecomeCommunicationTails) {
   EXPECT_NEAR(tails.backward_input_s[0] + tails.backward_tail_s[0],
               inline_comm.backward_input_s[0], 1e-15);
   EXPECT_NEAR(tails.recompute_s[0], inline_comm.recompute_s[0], 1e-15);
+  // The hardware's SM count unknown: the all-to-alls take nothing from the compute beside them.
+  ASSERT_EQ(tails.tail_compute_share.size(), 1u);
+  EXPECT_EQ(tails.tail_compute_share[0], 0.0);
+  // 132 SMs, 20 of them (the default) for the all-to-all kernels; 0 (copy engines) takes none.
+  cluster.hardware[0].sm_count = 132;
+  EXPECT_DOUBLE_EQ(build(true).tail_compute_share[0], 20.0 / 132);
+  model.training.ep_comm_sms = 0;
+  EXPECT_EQ(build(true).tail_compute_share[0], 0.0);
+  // SMs for the communication that leave none for the compute are refused, naming the field.
+  model.training.ep_comm_sms = 132;
+  absl::StatusOr<ProblemBuilder> all =
+      ProblemBuilder::Create(model, cluster, CostModel(), 1);
+  ASSERT_FALSE(all.ok());
+  EXPECT_NE(all.status().message().find("training.ep_comm_sms: 132"), absl::string_view::npos)
+      << all.status();
+  EXPECT_NE(all.status().message().find("sm_count 132"), absl::string_view::npos);
+  // Without the overlap the field is not used.
+  model.training.ep_comm_overlap = false;
+  EXPECT_TRUE(ProblemBuilder::Create(model, cluster, CostModel(), 1).ok());
 }
 
 }  // namespace
