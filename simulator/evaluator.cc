@@ -255,6 +255,7 @@ void Evaluator::BuildTables(const PipelineProblem& pb) {
   for (int d = 0; d < P_; ++d) device_start_[d] = DeviceEarliestStart(pb, d);
   const int32_t num_ks = kNumOpKinds * stage_ids_;
   kind_stage_.assign(num_ks, KindStage{});
+  tail_share_.assign(num_ks, 0.0);
   fanout_s_edges_ = 2 * num_ks;
   fanout_t_edges_ = 2 * num_ks + P_;
   edges_.assign(static_cast<size_t>(2) * num_ks + 2 * P_, Edge{});
@@ -263,7 +264,7 @@ void Evaluator::BuildTables(const PipelineProblem& pb) {
     KindStage& k = kind_stage_[ks];
     k.duration = OpDuration(pb, kind, stage);
     k.tail = OpTail(pb, kind, stage);
-    k.tail_share = TailComputeShare(pb, stage);
+    tail_share_[ks] = TailComputeShare(pb, stage);
     k.kind = static_cast<int32_t>(kind);
     k.delta = ActivationDelta(pb, kind, stage);
     k.predecessors = DataPredecessorCount(pb, kind, stage);
@@ -456,9 +457,12 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline int32_t Evaluator::RunReadyOps(const DagView
     // overlapped all-to-all then runs on its communication stream (one at a time), and the
     // op's outputs are ready at `end`. The device's next op runs beside it if it is of
     // another kind, else it waits for it (TailOverlapsNext).
-    const double compute_end = start + ComputeBesideTail(k.duration, start, run->window);
+    double compute_end = start + k.duration;
+    if (run->window.to > start) {  // else no tail runs beside it (a stale window ended before)
+      compute_end = start + ComputeBesideTail(k.duration, start, run->window);
+      run->window.to = 0;
+    }
     double end = compute_end;
-    run->window = TailWindow{};
     double next_free = compute_end;
     if (k.tail > 0) {
       end = (comm_free > compute_end ? comm_free : compute_end) + k.tail;
@@ -466,7 +470,7 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline int32_t Evaluator::RunReadyOps(const DagView
       if (p + 1 < hi) {
         if (TailOverlapsNext(static_cast<OpKind>(k.kind),
                              static_cast<OpKind>(v.kind_stage[v.nodes[p + 1].ks].kind))) {
-          run->window = TailWindow{end - k.tail, end, k.tail_share};
+          run->window = TailWindow{end - k.tail, end, tail_share_[node.ks]};
         } else {
           next_free = end;
         }

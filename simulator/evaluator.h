@@ -144,11 +144,11 @@ class Evaluator {
   struct KindStage {
     double duration = 0;
     double tail = 0;           // OpTail: communication-stream seconds after the compute
-    double tail_share = 0;     // TailComputeShare: of the SMs, while the tail runs
     double delta = 0;          // activation bytes it adds (> 0) or frees
     int32_t predecessors = 0;  // data predecessors
     int32_t kind = 0;          // OpKind (TailOverlapsNext)
   };
+  static_assert(sizeof(KindStage) == 32, "two per cache line");
   // Per (kind, stage, successor slot), then per device for the vocabulary fan-outs: an edge's
   // delay and where it goes. Rebuilt on every call.
   struct Edge {
@@ -272,6 +272,7 @@ class Evaluator {
   // Per call.
   std::vector<double> device_start_;  // DeviceEarliestStart per device
   std::vector<KindStage> kind_stage_;
+  std::vector<double> tail_share_;  // per kind_stage_ entry: TailComputeShare of its stage
   std::vector<Edge> edges_;
   int32_t fanout_s_edges_ = 0, fanout_t_edges_ = 0;  // first edges_ entry of each fan-out
 

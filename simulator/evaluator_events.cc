@@ -117,7 +117,7 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline void Evaluator::StartEventOp(const Event& e,
     if (has_next) {
       if (TailOverlapsNext(static_cast<OpKind>(k.kind),
                            static_cast<OpKind>(kind_stage_[nodes_[p + 1].ks].kind))) {
-        tail_window_[dp] = TailWindow{end_[p] - k.tail, end_[p], k.tail_share};
+        tail_window_[dp] = TailWindow{end_[p] - k.tail, end_[p], tail_share_[nodes_[p].ks]};
       } else {
         next_free = end_[p];
       }
