@@ -257,6 +257,15 @@ TEST(PlanCommandTest, WithoutDevicesThePlannerChoosesAndReportsTheLayout) {
   EXPECT_EQ(static_cast<size_t>(pp), Get(Get(layout, "pipelines")[0], "device_gpus").size());
   EXPECT_EQ(pp, Get(j, "plan").value("num_devices", 0));
   EXPECT_FALSE(Get(layout, "considered").empty());
+  // As the executor runs it: the gradient all-reduces overlapped with the backward, never
+  // slower than after it, and never faster than the slowest pipeline alone.
+  const Json& simulated = Get(layout, "simulated");
+  const double overlapped = simulated.value("iteration_time_s", 0.0);
+  EXPECT_GT(overlapped, 0) << simulated.dump();
+  EXPECT_LE(overlapped, layout.value("iteration_time_s", 0.0) * (1 + 1e-9));
+  EXPECT_GE(overlapped, simulated.value("pipeline_time_s", 0.0));
+  EXPECT_NEAR(overlapped - simulated.value("pipeline_time_s", 0.0),
+              simulated.value("dp_sync_exposed_s", -1.0), 1e-9);
 }
 
 // A cluster of one executor's ranks (`octopipe profile` writes executor_ranks) is planned like

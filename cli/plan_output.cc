@@ -230,6 +230,18 @@ Json LayoutJson(const Cluster& physical, const LayoutResult& r) {
                           {"estimate_s", c.estimate_s},
                           {"iteration_time_s", c.iteration_s}});
   }
+  // The layout as the executor runs it (gradient all-reduces overlapped with the backward; what
+  // the search ranks by and `--out` writes as the prediction), or why it could not be
+  // simulated.
+  Json simulated = Json::object();
+  if (r.simulation_error.empty() && r.simulated.iteration_time_s > 0) {
+    simulated = {{"iteration_time_s", r.simulated.iteration_time_s},
+                 {"pipeline_time_s", r.simulated.pipeline_time_s},
+                 {"dp_sync_exposed_s", r.simulated.dp_sync_exposed_s},
+                 {"tokens_per_s", r.simulated.tokens_per_s}};
+  } else if (!r.simulation_error.empty()) {
+    simulated = {{"error", r.simulation_error}};
+  }
   return {{"pp", r.layout.pp},
           {"tp", r.layout.tp},
           {"ep", r.layout.ep},
@@ -242,6 +254,7 @@ Json LayoutJson(const Cluster& physical, const LayoutResult& r) {
           {"dp_sync_s", r.dp_sync_s},
           {"iteration_time_s", r.iteration_time_s},
           {"tokens_per_s", r.tokens_per_s},
+          {"simulated", std::move(simulated)},
           {"pipelines", std::move(pipelines)},
           {"considered", std::move(considered)},
           {"tuning_wall_s", r.tuning_wall_s}};
