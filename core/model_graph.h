@@ -198,10 +198,10 @@ struct TrainingOptions {
   // does not (false).
   bool ep_comm_overlap = false;
   // With ep_comm_overlap: the SMs the all-to-all kernels occupy while they run (DeepEP's and
-  // Megatron-Core's default, kDefaultEpCommSms). The compute beside them runs on the rest of
-  // the device's HardwareSpec::sm_count, so each second of overlapped all-to-all costs the
-  // compute stream ep_comm_sms / sm_count seconds (PipelineProblemBuilder). Unused when the
-  // hardware's sm_count is unknown (0).
+  // Megatron-Core's default, kDefaultEpCommSms). The op beside them computes on the rest of the
+  // device's HardwareSpec::sm_count, at 1 - ep_comm_sms / sm_count of its rate while they run
+  // (PipelineProblem::tail_compute_share, ComputeBesideTail). Unused when the hardware's
+  // sm_count is unknown (0).
   int64_t ep_comm_sms = kDefaultEpCommSms;
   AttentionKernel attention_kernel = AttentionKernel::kFlash;
   // What `recompute = selective` recomputes (ignored under none and full).

@@ -38,14 +38,13 @@ struct PipelineProblem {
   // Expert-parallel all-to-alls overlapped with other micro-batches' compute
   // (TrainingOptions::ep_comm_overlap): per stage, the seconds F (and B, BW) spend on them,
   // not included in forward_s / backward_input_s. They run on the device's communication
-  // stream after the op's compute, one at a time: the device may start its next op when the
-  // compute ends; the op's outputs are ready when its communication ends (OpTail). Empty:
-  // none (the default).
-  // The device's next op runs beside a tail only when it is of another kind (a forward beside a
-  // backward's all-to-all or the other way round: TailOverlapsNext); an op of the same kind
-  // starts when the tail ends. The op beside a tail loses tail_compute_share[stage] of the
-  // tail's seconds of compute to it (TailComputeCharge: the SMs its kernels hold,
-  // TrainingOptions::ep_comm_sms / HardwareSpec::sm_count). Empty: none.
+  // stream after the op's compute, one at a time, and the op's outputs are ready when its
+  // communication ends (OpTail). The device's next op starts when the compute ends if it is of
+  // another kind (a forward beside a backward's all-to-all or the other way round:
+  // TailOverlapsNext), else when the tail ends. While a tail runs, the op beside it computes at
+  // 1 - tail_compute_share[stage] of its rate (ComputeBesideTail: the SMs the all-to-all
+  // kernels hold, TrainingOptions::ep_comm_sms / HardwareSpec::sm_count). Empty: none (the
+  // default).
   std::vector<double> forward_tail_s;
   std::vector<double> backward_tail_s;
   std::vector<double> tail_compute_share;

@@ -15,8 +15,9 @@ per GPU where the source gives that, `published.tokens_per_s_per_gpu` or, for a 
 `derived.tokens_per_s_per_gpu`), the error (by the layout's iteration with the DP gradient
 all-reduce after the pipeline), and the free layout's predicted gain over the published layout
 (by the iterations with the all-reduces overlapped with the backward, as the planner ranks
-layouts: `layout.simulated` of `plan --json`; the other figure where either has none). An FP8 run (`precision` starting with "FP8") is planned with the model's
-`training.precision` set to fp8 and the GPU's FP8 peak (`octopipe_cluster.hardware.peak_flops_fp8`);
+layouts: `layout.simulated` of `plan --json`; the other figure where either has none). An
+FP8 run (`precision` starting with "FP8") is planned with the model's `training.precision` set
+to fp8 and the GPU's FP8 peak (`octopipe_cluster.hardware.peak_flops_fp8`);
 a selective or full `recompute` as `--recompute=selective|full`, with the modules the run
 recomputed (`recompute_modules`, Megatron-Core's names) as the model's
 `training.recompute_modules`; a run whose runtime overlapped
