@@ -98,6 +98,11 @@ struct CostModelOptions {
   // at 88% of an A100's peak in Nsight Compute, and about 90% for the best kernels NVIDIA
   // showed — no kernel reaches the data-sheet figure.
   double memory_efficiency = 0.88;
+  // FP8 weight GEMMs' achieved fraction of the FP8 peak relative to their kind's `efficiency`
+  // (its achieved fraction of the BF16 peak): they run at peak_flops_fp8 x efficiency x this.
+  // The data sheets' FP8 peak is twice the BF16 one; what FP8 training gets from it is less:
+  // where the number comes from, cost_model.cc, "Efficiencies".
+  double fp8_gemm_efficiency = 0.73;
 };
 
 class CostModel {
