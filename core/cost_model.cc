@@ -451,11 +451,12 @@ LayerCost CostModel::Cost(const Layer& layer, const TrainingOptions& training,
   const double eff = options_.efficiency[static_cast<int>(layer.kind)];
   const double flop_rate = hardware.peak_flops * eff;
   // FP8 training runs the weight GEMMs at the FP8 peak (the kind's achieved fraction of it
-  // times CostModelOptions::fp8_gemm_efficiency); without an FP8 peak (the problem builder refuses such a plan) at the BF16 one. The output
-  // head and the MoE router stay in BF16 (DeepSeek-V3's report, Section 3.3: "the embedding
-  // module, the output head, MoE gating modules, normalization operators, and attention
-  // operators"; Megatron-LM's output layer is not a Transformer Engine layer), and every FP8
-  // GEMM's input and output gradient is cast (kFp8CastBytesPerElement, at the HBM rate).
+  // times CostModelOptions::fp8_gemm_efficiency); without an FP8 peak (the problem builder
+  // refuses such a plan) at the BF16 one. The output head and the MoE router stay in BF16
+  // (DeepSeek-V3's report, Section 3.3: "the embedding module, the output head, MoE gating
+  // modules, normalization operators, and attention operators"; Megatron-LM's output layer is
+  // not a Transformer Engine layer), and every FP8 GEMM's input and output gradient is cast
+  // (kFp8CastBytesPerElement, at the HBM rate).
   const bool fp8 = training.precision == Precision::kFp8;
   const bool fp8_gemms = fp8 && layer.kind != LayerKind::kHead;
   const double linear_rate = fp8_gemms && hardware.peak_flops_fp8 > 0
