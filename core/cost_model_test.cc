@@ -7,51 +7,20 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "core/cost_model_test_layers.h"
 #include "gtest/gtest.h"
 
 namespace octopipe {
 namespace {
 
-// b = 1, s = 4096 unless a test says otherwise.
-TrainingOptions Training(int64_t seq_len = 4096) {
-  TrainingOptions t;
-  t.seq_len = seq_len;
-  t.micro_batch_size = 1;
-  return t;
-}
-
-HardwareSpec H100() { return HardwareSpec{"H100-SXM", 989e12, 80e9, 3.35e12}; }
-
-Layer Llama8bAttention() {
-  Layer l;
-  l.kind = LayerKind::kAttention;
-  l.dims.hidden = 4096;
-  l.dims.heads = 32;
-  l.dims.kv_heads = 8;
-  return l;
-}
-
-Layer DeepSeekV3Mla() {
-  Layer l;
-  l.kind = LayerKind::kMlaAttention;
-  l.dims.hidden = 7168;
-  l.dims.heads = 128;
-  l.dims.q_lora_rank = 1536;
-  l.dims.kv_lora_rank = 512;
-  l.dims.qk_nope_head_dim = 128;
-  l.dims.qk_rope_head_dim = 64;
-  l.dims.v_head_dim = 128;
-  return l;
-}
-
-Layer Llama8bMlp() {
-  Layer l;
-  l.kind = LayerKind::kMlp;
-  l.dims.hidden = 4096;
-  l.dims.ffn = 14336;
-  l.dims.gated = true;
-  return l;
-}
+using cost_model_test::Training;
+using cost_model_test::H100;
+using cost_model_test::Llama8bAttention;
+using cost_model_test::DeepSeekV3Mla;
+using cost_model_test::Llama8bMlp;
+using cost_model_test::DeepSeekV3Moe;
+using cost_model_test::kNvlink;
+using cost_model_test::kIb;
 
 // Relative comparison for large FLOP / byte counts.
 void ExpectNear(double expected, double actual) {
@@ -120,15 +89,8 @@ TEST(ForwardFlopsTest, MixtralMoe) {
 }
 
 TEST(ForwardFlopsTest, DeepSeekV3MoeWithSharedExpert) {
-  Layer l;
-  l.kind = LayerKind::kMoe;
-  l.dims.hidden = 7168;
-  l.dims.experts = 256;
-  l.dims.top_k = 8;
-  l.dims.moe_ffn = 2048;
-  l.dims.shared_experts = 1;
   // 4·b·s·h·f·(8 + 1)·3/2 + 2·b·s·h·256 with h = 7168, f = 2048.
-  ExpectNear(3262027661312.0, CostModel::ForwardFlops(l, Training()).total());
+  ExpectNear(3262027661312.0, CostModel::ForwardFlops(DeepSeekV3Moe(), Training()).total());
 }
 
 TEST(ForwardFlopsTest, NemotronH8bMamba2) {
@@ -625,126 +587,6 @@ TEST(CostTest, ZeroRateGivesInfiniteTimeNotNan) {
   EXPECT_TRUE(std::isinf(c.forward_s));
 }
 
-// Hand-computed collective costs (the formulas of cost_model.h), on the H100 preset's links:
-// NVLink 450 GB/s per direction and 3 us, InfiniBand NDR 50 GB/s per direction and 5 us.
-const LinkSpec kNvlink{450e9, 3e-6};
-const LinkSpec kIb{50e9, 5e-6};
-
-TEST(CollectiveTest, RingAllReduceOfOneLlamaActivationOverEightGpus) {
-  // b·s·h·2 = 4096·4096·2 bytes; 2·7·3 us + 2·7/8 · 33554432 / 450e9.
-  EXPECT_NEAR(1.7248945777777777e-4, RingAllReduceSeconds(4096.0 * 4096 * 2, 8, kNvlink), 1e-12);
-  EXPECT_EQ(0, RingAllReduceSeconds(1e9, 1, kNvlink));
-}
-
-TEST(CollectiveTest, AllToAllOverEightNodesIsBoundByTheInterNodeShare) {
-  // DeepSeek-V3 dispatch: 4096 tokens · top-8 · 7168 · 2 bytes over EP 64, 8 ranks per node.
-  // Chunk V/64 = 7340032 bytes. NVLink: 7 peers, 7·3 us + 7·chunk/450e9 = 0.13518 ms;
-  // IB: 56 peers, 56·5 us + 56·chunk/50e9 = 8.50084 ms; the two are served at once: the max.
-  const double v = 4096.0 * 8 * 7168 * 2;
-  EXPECT_NEAR(8.50083584e-3, AllToAllSeconds(v, 64, 8, kNvlink, kIb), 1e-12);
-  // All 8 ranks in one node: only the NVLink share.
-  EXPECT_NEAR(7 * 3e-6 + 7 * (v / 8) / 450e9, AllToAllSeconds(v, 8, 8, kNvlink, kIb), 1e-12);
-  EXPECT_EQ(0, AllToAllSeconds(v, 1, 1, kNvlink, kIb));
-}
-
-Layer DeepSeekV3Moe() {
-  Layer l;
-  l.kind = LayerKind::kMoe;
-  l.dims.hidden = 7168;
-  l.dims.experts = 256;
-  l.dims.top_k = 8;
-  l.dims.moe_ffn = 2048;
-  l.dims.shared_experts = 1;
-  return l;
-}
-
-TEST(CommTest, ExpertParallelMoeLayerPaysTwoAllToAllsInFAndTwoInB) {
-  TrainingOptions t = Training();
-  t.ep_degree = 64;
-  t.ep_ranks_per_node = 8;
-  const LayerComm c = CostModel().Comm(DeepSeekV3Moe(), t, CommLinks{kNvlink, kIb, 8});
-  EXPECT_NEAR(2 * 8.50083584e-3, c.forward_s, 1e-12);
-  EXPECT_NEAR(2 * 8.50083584e-3, c.backward_input_s, 1e-12);
-  // Not a MoE layer, or no EP: nothing.
-  EXPECT_EQ(0, CostModel().Comm(Llama8bMlp(), t, CommLinks{kNvlink, kIb, 8}).forward_s);
-  t.ep_degree = 1;
-  t.ep_ranks_per_node = 0;
-  EXPECT_EQ(0, CostModel().Comm(DeepSeekV3Moe(), t, CommLinks{kNvlink, kIb, 8}).forward_s);
-}
-
-// DeepSeek-V3's node-limited routing (at most 4 nodes per token): over EP 64 on 8 nodes of 8 a
-// token crosses the network min(4, 8, 8) x 7/8 = 3.5 times instead of 8 x 56/64 = 7, so the
-// network share halves; NVLink carries the own node's copies and forwards the arrivals. With no
-// limit the all-to-all is AllToAllSeconds of all top_k copies, as before.
-TEST(CommTest, NodeLimitedRoutingCrossesTheNetworkOncePerDestinationNode) {
-  const double copy = 4096.0 * 7168 * 2;  // one copy of a micro-batch's tokens, BF16
-  EXPECT_DOUBLE_EQ(ExpertAllToAllSeconds(copy, 8, 0, 64, 8, kNvlink, kIb),
-                   AllToAllSeconds(8 * copy, 64, 8, kNvlink, kIb));
-  const double inter = 7 * 5e-6 + 3.5 * copy / 50e9;
-  const double intra = 7 * 3e-6 + (8.0 * 7 / 64 + 3.5 * 7 / 8) * copy / 450e9;
-  EXPECT_DOUBLE_EQ(ExpertAllToAllSeconds(copy, 8, 4, 64, 8, kNvlink, kIb), std::max(inter, intra));
-  // About half (the unlimited exchange also pays 56 peers' latencies instead of 7).
-  EXPECT_NEAR(ExpertAllToAllSeconds(copy, 8, 4, 64, 8, kNvlink, kIb) /
-                  ExpertAllToAllSeconds(copy, 8, 0, 64, 8, kNvlink, kIb),
-              0.5, 0.02);
-  // A limit of at least the nodes spanned still dedups: 8 x 7/8 = 7 crossings per token.
-  EXPECT_DOUBLE_EQ(ExpertAllToAllSeconds(copy, 8, 8, 64, 8, kNvlink, kIb),
-                   std::max(7 * 5e-6 + 7 * copy / 50e9,
-                            7 * 3e-6 + (8.0 * 7 / 64 + 7.0 * 7 / 8) * copy / 450e9));
-  EXPECT_EQ(ExpertAllToAllSeconds(copy, 8, 4, 1, 8, kNvlink, kIb), 0);
-}
-
-// FP8 training dispatches the expert GEMMs' FP8 inputs: the dispatch moves half the bytes, the
-// combine and both gradients stay BF16.
-TEST(CommTest, Fp8TrainingDispatchesInOneByteAndCombinesInTwo) {
-  TrainingOptions t = Training();
-  t.ep_degree = 64;
-  t.ep_ranks_per_node = 8;
-  Layer moe = DeepSeekV3Moe();
-  moe.dims.max_nodes_per_token = 4;
-  const CommLinks links{kNvlink, kIb, 8};
-  const LayerComm bf16 = CostModel().Comm(moe, t, links);
-  t.precision = Precision::kFp8;
-  const LayerComm fp8 = CostModel().Comm(moe, t, links);
-  const double copy = 4096.0 * 7168;
-  EXPECT_DOUBLE_EQ(fp8.forward_s, ExpertAllToAllSeconds(copy, 8, 4, 64, 8, kNvlink, kIb) +
-                                      ExpertAllToAllSeconds(2 * copy, 8, 4, 64, 8, kNvlink, kIb));
-  EXPECT_LT(fp8.forward_s, bf16.forward_s);
-  EXPECT_DOUBLE_EQ(fp8.backward_input_s, bf16.backward_input_s);
-}
-
-TEST(CommTest, EpRanksPerNodeDefaultsToWhatTheNodeHolds) {
-  TrainingOptions t = Training();
-  t.ep_degree = 8;  // 0 ranks per node: min(8, 8 devices) = all on NVLink
-  const double v = 4096.0 * 8 * 7168 * 2;
-  const LayerComm c = CostModel().Comm(DeepSeekV3Moe(), t, CommLinks{kNvlink, kIb, 8});
-  EXPECT_NEAR(2 * (7 * 3e-6 + 7 * (v / 8) / 450e9), c.forward_s, 1e-12);
-}
-
-TEST(CommTest, TensorParallelAllReducesFollowMegatronsFAndGOperators) {
-  TrainingOptions t = Training();
-  t.tp_degree = 8;
-  const CommLinks links{kNvlink, kIb, 8};
-  const double one = 1.7248945777777777e-4;  // b·s·h·2 bytes over 8 ranks, as above
-  const LayerComm attn = CostModel().Comm(Llama8bAttention(), t, links);
-  EXPECT_NEAR(one, attn.forward_s, 1e-12);
-  EXPECT_NEAR(one, attn.backward_input_s, 1e-12);
-  Layer emb;
-  emb.kind = LayerKind::kEmbedding;
-  emb.dims.hidden = 4096;
-  emb.dims.vocab = 128256;
-  const LayerComm e = CostModel().Comm(emb, t, links);
-  EXPECT_NEAR(one, e.forward_s, 1e-12);  // vocab-parallel lookup: all-reduce of the output
-  EXPECT_EQ(0, e.backward_input_s);      // no input gradient (token ids)
-  Layer head = emb;
-  head.kind = LayerKind::kHead;
-  const LayerComm h = CostModel().Comm(head, t, links);
-  EXPECT_EQ(0, h.forward_s);  // column-parallel logits: identity forward
-  EXPECT_NEAR(one, h.backward_input_s, 1e-12);
-  t.tp_degree = 1;
-  EXPECT_EQ(0, CostModel().Comm(Llama8bAttention(), t, links).forward_s);
-}
-
 TEST(CostTest, ExpertParallelDividesRoutedExpertsAndShardsTheirOptimizerOverExpertDp) {
   TrainingOptions t = Training();
   t.ep_degree = 64;
@@ -842,8 +684,6 @@ TEST(CostTest, RecomputeModulesDropTheirOutputsAndPayForThemInB) {
                    model.Cost(DeepSeekV3Moe(), t, H100()).activation_bytes);
 }
 
-
-}  // namespace
 // Times measured at the planned TP degree (`octopipe profile --tp`) are the layer's as they
 // stand — not the whole layer's scaled — and already hold the TP all-reduces, so Comm adds
 // none for that layer at that degree (and still does at a degree not measured). Bytes scale
@@ -900,4 +740,5 @@ TEST(CostTest, AMoeLayerMeasuredAtAnExpertParallelDegreeCarriesItsAllToAlls) {
   EXPECT_EQ(CostModel().Cost(mlp, t, H100()).forward_s, 1);
 }
 
+}  // namespace
 }  // namespace octopipe

@@ -1,0 +1,126 @@
+// Pins the cost model's collectives to their formulas (cost_model.h: ring all-reduce,
+// all-to-all, the MoE dispatch with node-limited routing) and CostModel::Comm's TP and EP
+// communication per layer, with numbers computed by hand.
+#include <algorithm>
+
+#include "core/cost_model.h"
+#include "core/cost_model_test_layers.h"
+#include "gtest/gtest.h"
+
+namespace octopipe {
+namespace {
+
+using cost_model_test::Training;
+using cost_model_test::Llama8bAttention;
+using cost_model_test::Llama8bMlp;
+using cost_model_test::DeepSeekV3Moe;
+using cost_model_test::kNvlink;
+using cost_model_test::kIb;
+
+TEST(CollectiveTest, RingAllReduceOfOneLlamaActivationOverEightGpus) {
+  // b·s·h·2 = 4096·4096·2 bytes; 2·7·3 us + 2·7/8 · 33554432 / 450e9.
+  EXPECT_NEAR(1.7248945777777777e-4, RingAllReduceSeconds(4096.0 * 4096 * 2, 8, kNvlink), 1e-12);
+  EXPECT_EQ(0, RingAllReduceSeconds(1e9, 1, kNvlink));
+}
+
+TEST(CollectiveTest, AllToAllOverEightNodesIsBoundByTheInterNodeShare) {
+  // DeepSeek-V3 dispatch: 4096 tokens · top-8 · 7168 · 2 bytes over EP 64, 8 ranks per node.
+  // Chunk V/64 = 7340032 bytes. NVLink: 7 peers, 7·3 us + 7·chunk/450e9 = 0.13518 ms;
+  // IB: 56 peers, 56·5 us + 56·chunk/50e9 = 8.50084 ms; the two are served at once: the max.
+  const double v = 4096.0 * 8 * 7168 * 2;
+  EXPECT_NEAR(8.50083584e-3, AllToAllSeconds(v, 64, 8, kNvlink, kIb), 1e-12);
+  // All 8 ranks in one node: only the NVLink share.
+  EXPECT_NEAR(7 * 3e-6 + 7 * (v / 8) / 450e9, AllToAllSeconds(v, 8, 8, kNvlink, kIb), 1e-12);
+  EXPECT_EQ(0, AllToAllSeconds(v, 1, 1, kNvlink, kIb));
+}
+
+
+TEST(CommTest, ExpertParallelMoeLayerPaysTwoAllToAllsInFAndTwoInB) {
+  TrainingOptions t = Training();
+  t.ep_degree = 64;
+  t.ep_ranks_per_node = 8;
+  const LayerComm c = CostModel().Comm(DeepSeekV3Moe(), t, CommLinks{kNvlink, kIb, 8});
+  EXPECT_NEAR(2 * 8.50083584e-3, c.forward_s, 1e-12);
+  EXPECT_NEAR(2 * 8.50083584e-3, c.backward_input_s, 1e-12);
+  // Not a MoE layer, or no EP: nothing.
+  EXPECT_EQ(0, CostModel().Comm(Llama8bMlp(), t, CommLinks{kNvlink, kIb, 8}).forward_s);
+  t.ep_degree = 1;
+  t.ep_ranks_per_node = 0;
+  EXPECT_EQ(0, CostModel().Comm(DeepSeekV3Moe(), t, CommLinks{kNvlink, kIb, 8}).forward_s);
+}
+
+// DeepSeek-V3's node-limited routing (at most 4 nodes per token): over EP 64 on 8 nodes of 8 a
+// token crosses the network min(4, 8, 8) x 7/8 = 3.5 times instead of 8 x 56/64 = 7, so the
+// network share halves; NVLink carries the own node's copies and forwards the arrivals. With no
+// limit the all-to-all is AllToAllSeconds of all top_k copies, as before.
+TEST(CommTest, NodeLimitedRoutingCrossesTheNetworkOncePerDestinationNode) {
+  const double copy = 4096.0 * 7168 * 2;  // one copy of a micro-batch's tokens, BF16
+  EXPECT_DOUBLE_EQ(ExpertAllToAllSeconds(copy, 8, 0, 64, 8, kNvlink, kIb),
+                   AllToAllSeconds(8 * copy, 64, 8, kNvlink, kIb));
+  const double inter = 7 * 5e-6 + 3.5 * copy / 50e9;
+  const double intra = 7 * 3e-6 + (8.0 * 7 / 64 + 3.5 * 7 / 8) * copy / 450e9;
+  EXPECT_DOUBLE_EQ(ExpertAllToAllSeconds(copy, 8, 4, 64, 8, kNvlink, kIb), std::max(inter, intra));
+  // About half (the unlimited exchange also pays 56 peers' latencies instead of 7).
+  EXPECT_NEAR(ExpertAllToAllSeconds(copy, 8, 4, 64, 8, kNvlink, kIb) /
+                  ExpertAllToAllSeconds(copy, 8, 0, 64, 8, kNvlink, kIb),
+              0.5, 0.02);
+  // A limit of at least the nodes spanned still dedups: 8 x 7/8 = 7 crossings per token.
+  EXPECT_DOUBLE_EQ(ExpertAllToAllSeconds(copy, 8, 8, 64, 8, kNvlink, kIb),
+                   std::max(7 * 5e-6 + 7 * copy / 50e9,
+                            7 * 3e-6 + (8.0 * 7 / 64 + 7.0 * 7 / 8) * copy / 450e9));
+  EXPECT_EQ(ExpertAllToAllSeconds(copy, 8, 4, 1, 8, kNvlink, kIb), 0);
+}
+
+// FP8 training dispatches the expert GEMMs' FP8 inputs: the dispatch moves half the bytes, the
+// combine and both gradients stay BF16.
+TEST(CommTest, Fp8TrainingDispatchesInOneByteAndCombinesInTwo) {
+  TrainingOptions t = Training();
+  t.ep_degree = 64;
+  t.ep_ranks_per_node = 8;
+  Layer moe = DeepSeekV3Moe();
+  moe.dims.max_nodes_per_token = 4;
+  const CommLinks links{kNvlink, kIb, 8};
+  const LayerComm bf16 = CostModel().Comm(moe, t, links);
+  t.precision = Precision::kFp8;
+  const LayerComm fp8 = CostModel().Comm(moe, t, links);
+  const double copy = 4096.0 * 7168;
+  EXPECT_DOUBLE_EQ(fp8.forward_s, ExpertAllToAllSeconds(copy, 8, 4, 64, 8, kNvlink, kIb) +
+                                      ExpertAllToAllSeconds(2 * copy, 8, 4, 64, 8, kNvlink, kIb));
+  EXPECT_LT(fp8.forward_s, bf16.forward_s);
+  EXPECT_DOUBLE_EQ(fp8.backward_input_s, bf16.backward_input_s);
+}
+
+TEST(CommTest, EpRanksPerNodeDefaultsToWhatTheNodeHolds) {
+  TrainingOptions t = Training();
+  t.ep_degree = 8;  // 0 ranks per node: min(8, 8 devices) = all on NVLink
+  const double v = 4096.0 * 8 * 7168 * 2;
+  const LayerComm c = CostModel().Comm(DeepSeekV3Moe(), t, CommLinks{kNvlink, kIb, 8});
+  EXPECT_NEAR(2 * (7 * 3e-6 + 7 * (v / 8) / 450e9), c.forward_s, 1e-12);
+}
+
+TEST(CommTest, TensorParallelAllReducesFollowMegatronsFAndGOperators) {
+  TrainingOptions t = Training();
+  t.tp_degree = 8;
+  const CommLinks links{kNvlink, kIb, 8};
+  const double one = 1.7248945777777777e-4;  // b·s·h·2 bytes over 8 ranks, as above
+  const LayerComm attn = CostModel().Comm(Llama8bAttention(), t, links);
+  EXPECT_NEAR(one, attn.forward_s, 1e-12);
+  EXPECT_NEAR(one, attn.backward_input_s, 1e-12);
+  Layer emb;
+  emb.kind = LayerKind::kEmbedding;
+  emb.dims.hidden = 4096;
+  emb.dims.vocab = 128256;
+  const LayerComm e = CostModel().Comm(emb, t, links);
+  EXPECT_NEAR(one, e.forward_s, 1e-12);  // vocab-parallel lookup: all-reduce of the output
+  EXPECT_EQ(0, e.backward_input_s);      // no input gradient (token ids)
+  Layer head = emb;
+  head.kind = LayerKind::kHead;
+  const LayerComm h = CostModel().Comm(head, t, links);
+  EXPECT_EQ(0, h.forward_s);  // column-parallel logits: identity forward
+  EXPECT_NEAR(one, h.backward_input_s, 1e-12);
+  t.tp_degree = 1;
+  EXPECT_EQ(0, CostModel().Comm(Llama8bAttention(), t, links).forward_s);
+}
+
+}  // namespace
+}  // namespace octopipe
