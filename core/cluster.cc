@@ -42,6 +42,11 @@ absl::Status ValidateLink(const std::string& path, const LinkSpec& link) {
   if (!InRange(link.latency_s, 0, kMaxLatencyS, /*inf_ok=*/false)) {
     return RangeError(path + ".latency_s", link.latency_s, "finite and in [0, 3600] s");
   }
+  if (link.allreduce_bandwidth != 0 &&
+      !InRange(link.allreduce_bandwidth, kMinRate, kMaxRate, /*inf_ok=*/true)) {
+    return RangeError(path + ".allreduce_bandwidth", link.allreduce_bandwidth,
+                      "0 (the link's bandwidth) or in [1, 1e21] bytes/s or +inf");
+  }
   return absl::OkStatus();
 }
 

@@ -33,6 +33,11 @@ struct HardwareSpec {
 struct LinkSpec {
   double bandwidth = 0;  // bytes/s per direction (may be +inf)
   double latency_s = 0;
+  // Bus bandwidth of a gradient all-reduce over this link, bytes/s: 2 (n - 1) / n x the bytes
+  // of an n-member all-reduce / its time beyond latency, the figure nccl-tests reports as
+  // busbw. 0: the link's bandwidth (a ring all-reduce at link speed). Measured clusters set it
+  // where the collective runs slower than the link (the CPU executor copies and sums on host).
+  double allreduce_bandwidth = 0;
 };
 
 struct Node {

@@ -354,6 +354,22 @@ absl::StatusOr<ModelGraph> ModelFromProto(const proto::Model& p) {
   return m;
 }
 
+namespace {
+
+proto::Link LinkToProto(const LinkSpec& link) {
+  proto::Link p;
+  p.set_bandwidth(link.bandwidth);
+  p.set_latency_s(link.latency_s);
+  p.set_allreduce_bandwidth(link.allreduce_bandwidth);
+  return p;
+}
+
+LinkSpec LinkFromProto(const proto::Link& p) {
+  return LinkSpec{p.bandwidth(), p.latency_s(), p.allreduce_bandwidth()};
+}
+
+}  // namespace
+
 proto::Cluster ClusterToProto(const Cluster& cluster) {
   proto::Cluster p;
   p.set_name(cluster.name);
@@ -373,11 +389,9 @@ proto::Cluster ClusterToProto(const Cluster& cluster) {
     pn->set_name(n.name);
     pn->set_hardware(n.hardware);
     pn->set_num_devices(n.num_devices);
-    pn->mutable_intra_node_link()->set_bandwidth(n.intra_node_link.bandwidth);
-    pn->mutable_intra_node_link()->set_latency_s(n.intra_node_link.latency_s);
+    *pn->mutable_intra_node_link() = LinkToProto(n.intra_node_link);
   }
-  p.mutable_inter_node_link()->set_bandwidth(cluster.inter_node_link.bandwidth);
-  p.mutable_inter_node_link()->set_latency_s(cluster.inter_node_link.latency_s);
+  *p.mutable_inter_node_link() = LinkToProto(cluster.inter_node_link);
   p.set_memory_reserve_bytes(cluster.memory_reserve_bytes);
   p.set_executor_ranks(cluster.executor_ranks);
   return p;
@@ -397,11 +411,10 @@ absl::StatusOr<Cluster> ClusterFromProto(const proto::Cluster& p) {
     n.name = pn.name();
     n.hardware = pn.hardware();
     n.num_devices = pn.num_devices();
-    n.intra_node_link = LinkSpec{pn.intra_node_link().bandwidth(),
-                                 pn.intra_node_link().latency_s()};
+    n.intra_node_link = LinkFromProto(pn.intra_node_link());
     c.nodes.push_back(std::move(n));
   }
-  c.inter_node_link = LinkSpec{p.inter_node_link().bandwidth(), p.inter_node_link().latency_s()};
+  c.inter_node_link = LinkFromProto(p.inter_node_link());
   c.memory_reserve_bytes = p.memory_reserve_bytes();
   c.executor_ranks = p.executor_ranks();
   RETURN_IF_ERROR(Validate(c));

@@ -189,6 +189,17 @@ TEST(ConvertTest, ClusterRoundTripIncludingInfinity) {
     ASSERT_TRUE(back.ok()) << back.status();
     EXPECT_TRUE(MessageDifferencer::Equals(ClusterToProto(*c), ClusterToProto(*back))) << name;
   }
+  // A link's all-reduce bus bandwidth, where one is given, survives the file.
+  Cluster measured = *ClusterPreset("h100-4nodes");
+  measured.nodes[0].intra_node_link.allreduce_bandwidth = 3.6e11;
+  measured.inter_node_link.allreduce_bandwidth = 4.1e10;
+  ASSERT_TRUE(WriteClusterFile(TestPath("busbw.json"), measured).ok());
+  absl::StatusOr<Cluster> reloaded = LoadClusterFile(TestPath("busbw.json"));
+  ASSERT_TRUE(reloaded.ok()) << reloaded.status();
+  EXPECT_EQ(3.6e11, reloaded->nodes[0].intra_node_link.allreduce_bandwidth);
+  EXPECT_EQ(0, reloaded->nodes[1].intra_node_link.allreduce_bandwidth);
+  EXPECT_EQ(4.1e10, reloaded->inter_node_link.allreduce_bandwidth);
+
   // The synthetic cluster has unlimited memory and links.
   const Cluster synthetic = SyntheticCluster(4);
   const std::string path = TestPath("synthetic.json");
@@ -674,6 +685,12 @@ TEST(ConvertTest, ClusterErrorsNameTheFieldPath) {
   p.mutable_hardware(1)->set_sm_count(-1);
   EXPECT_THAT(std::string(ClusterFromProto(p).status().message()),
               HasSubstr("hardware[1].sm_count must be 0 (unknown) or in [1, 100000], got -1"));
+
+  p = ClusterToProto(*ClusterPreset("h100-4nodes"));
+  p.mutable_nodes(1)->mutable_intra_node_link()->set_allreduce_bandwidth(-5);
+  EXPECT_THAT(std::string(ClusterFromProto(p).status().message()),
+              HasSubstr("nodes[1].intra_node_link.allreduce_bandwidth must be 0 (the link's "
+                        "bandwidth) or in [1, 1e21] bytes/s or +inf, got -5"));
 
   p = ClusterToProto(*ClusterPreset("h100-4nodes"));
   p.mutable_nodes(2)->set_num_devices(0);

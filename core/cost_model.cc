@@ -584,7 +584,8 @@ LayerCost CostModel::Cost(const Layer& layer, const TrainingOptions& training,
 double RingAllReduceSeconds(double bytes, int group, const LinkSpec& link) {
   if (group <= 1 || bytes <= 0) return 0;
   const double n = group;
-  return 2 * (n - 1) * link.latency_s + Seconds(2 * (n - 1) / n * bytes, link.bandwidth);
+  const double bus = link.allreduce_bandwidth > 0 ? link.allreduce_bandwidth : link.bandwidth;
+  return 2 * (n - 1) * link.latency_s + Seconds(2 * (n - 1) / n * bytes, bus);
 }
 
 double AllToAllSeconds(double bytes, int group, int ranks_in_node, const LinkSpec& intra,

@@ -23,6 +23,18 @@ TEST(CollectiveTest, RingAllReduceOfOneLlamaActivationOverEightGpus) {
   EXPECT_EQ(0, RingAllReduceSeconds(1e9, 1, kNvlink));
 }
 
+TEST(CollectiveTest, RingAllReduceRunsAtTheLinksAllReduceBusBandwidthWhereItHasOne) {
+  // The same all-reduce at a measured bus bandwidth of 360 GB/s (nccl-tests' busbw on the
+  // 450 GB/s link): 2·7·3 us + 2·7/8 · 33554432 / 360e9; the latency is the link's.
+  LinkSpec measured = kNvlink;
+  measured.allreduce_bandwidth = 360e9;
+  EXPECT_NEAR(4.2e-5 + 1.75 * 33554432 / 360e9,
+              RingAllReduceSeconds(4096.0 * 4096 * 2, 8, measured), 1e-12);
+  // Two members move the whole buffer once: 2·3 us + 1e6 / 0.5e9 = 2.006 ms.
+  measured.allreduce_bandwidth = 0.5e9;
+  EXPECT_NEAR(2.006e-3, RingAllReduceSeconds(1e6, 2, measured), 1e-12);
+}
+
 TEST(CollectiveTest, AllToAllOverEightNodesIsBoundByTheInterNodeShare) {
   // DeepSeek-V3 dispatch: 4096 tokens · top-8 · 7168 · 2 bytes over EP 64, 8 ranks per node.
   // Chunk V/64 = 7340032 bytes. NVLink: 7 peers, 7·3 us + 7·chunk/450e9 = 0.13518 ms;

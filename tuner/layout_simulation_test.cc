@@ -177,6 +177,20 @@ TEST(LayoutSimulationTest, HeterogeneousReplicasWaitForTheRankHoldingEveryLayer)
   EXPECT_EQ(3u, sim->peak_memory_bytes.size());
   EXPECT_NEAR(8 * model.tokens_per_microbatch() / sim->iteration_time_s, sim->tokens_per_s,
               1e-9 * sim->tokens_per_s);
+
+  // Where the node's link gives an all-reduce bus bandwidth (a measured cluster), every
+  // all-reduce runs at it instead of the link's bandwidth.
+  Cluster measured = cluster;
+  measured.nodes[0].intra_node_link.allreduce_bandwidth = 40e9;
+  absl::StatusOr<LayoutSimulation> slow = SimulateLayout(model, measured, CostModel(), layout);
+  ASSERT_TRUE(slow.ok()) << slow.status();
+  double serial_slow = 0;
+  for (int l = model.num_layers() - 1; l >= 0; --l) {
+    serial_slow += RingAllReduceSeconds(bytes[l], 2, measured.nodes[0].intra_node_link);
+  }
+  EXPECT_GT(serial_slow, 5 * serial);
+  EXPECT_NEAR(serial_slow, slow->dp_sync_total_s, 1e-9 * serial_slow);
+  EXPECT_NEAR(slow->pipeline_time_s + serial_slow, slow->iteration_time_s, 1e-9 * serial_slow);
 }
 
 TEST(LayoutSimulationTest, SinglePipelineIsExactlyTheEvaluators) {
