@@ -85,6 +85,27 @@ absl::StatusOr<std::vector<LayerBytes>> MeasureBytes(const ModelSpec& spec) {
   return out;
 }
 
+// The buckets the gradient all-reduce is timed on: every layer's gradient in descending layer
+// order, as the data-parallel sync runs them, and half the largest (so the fit sees two sizes
+// when every layer has the same). A layer is at most 64 MiB and the buckets at most 256 MiB
+// together (the first layers' then).
+std::vector<size_t> AllReduceBuckets(const std::vector<LayerBytes>& bytes) {
+  constexpr double kMaxBucket = 64.0 * 1024 * 1024, kMaxTotal = 256.0 * 1024 * 1024;
+  std::vector<size_t> out;
+  double total = 0, largest = 0;
+  for (auto b = bytes.rbegin(); b != bytes.rend(); ++b) {
+    const double size = std::min(b->params, kMaxBucket);
+    if (size < sizeof(float) || total + size > kMaxTotal) continue;
+    out.push_back(static_cast<size_t>(size) / sizeof(float) * sizeof(float));
+    total += size;
+    largest = std::max(largest, size);
+  }
+  if (largest >= 2 * sizeof(float)) {
+    out.push_back(static_cast<size_t>(largest / 2) / sizeof(float) * sizeof(float));
+  }
+  return out;
+}
+
 // The device: a GEMM's FLOP rate and a large copy's bandwidth, medians of a few runs.
 std::pair<double, double> MeasureDevice() {
   constexpr int n = 256;
@@ -368,7 +389,8 @@ MeasuredModel MeasuredModelFile(const ModelGraph& graph, const ModelSpec& spec,
 }
 
 // The measured cluster file: one node of --ranks devices with the GEMM rate, copy bandwidth,
-// memory and per-op overhead, and the link fitted over the ping-pong's message sizes.
+// memory and per-op overhead, the link fitted over the ping-pong's message sizes, and the
+// all-reduce's bus bandwidth fitted over its sizes (LinkSpec::allreduce_bandwidth).
 struct MeasuredCluster {
   Cluster cluster;
   double flops = 0, copy_bandwidth = 0;
@@ -392,6 +414,13 @@ absl::StatusOr<MeasuredCluster> MeasuredClusterFile(const Measurements& m,
   if (m.message_s.size() >= 3) {
     const double transfer = std::isinf(link_spec.bandwidth) ? 0 : message_bytes / link_spec.bandwidth;
     link_spec.latency_s = std::max(0.0, Median(m.message_s) - transfer);
+  }
+  // seconds = a + bytes / b over the all-reduce's sizes; a ring of n moves 2 (n - 1) / n of the
+  // bytes, so the bus bandwidth is that share of b (for n = 2, b itself).
+  if (!m.allreduce.empty()) {
+    ASSIGN_OR_RETURN(const LinkFit fit, FitLink(m.allreduce));
+    const double n = static_cast<double>(f.ranks);
+    link_spec.allreduce_bandwidth = 2 * (n - 1) / n * fit.bandwidth;
   }
   char host[256] = "localhost";
   gethostname(host, sizeof(host) - 1);
@@ -477,6 +506,25 @@ absl::StatusOr<std::string> FitMessageCost(const ModelSpec& spec, const ModelGra
                       " vs ", FormatSeconds(m->light_s), ")");
 }
 
+// What the summary says of the gradient all-reduce.
+std::string AllReduceLine(const Measurements& m, const LinkSpec& link, const ProfileFlags& f) {
+  if (m.allreduce.empty()) {
+    return absl::StrCat("gradient all-reduce: not measured (",
+                        f.ranks < 2 ? "one rank" : "the transport has no collectives",
+                        "): costed at the link's bandwidth\n");
+  }
+  double least = m.allreduce[0].first, most = least;
+  for (const auto& [bytes, s] : m.allreduce) {
+    least = std::min(least, bytes);
+    most = std::max(most, bytes);
+  }
+  return absl::StrCat("gradient all-reduce over ", f.ranks, " ranks: bus bandwidth ",
+                      absl::StrFormat("%.3g", link.allreduce_bandwidth), " B/s (",
+                      absl::StrFormat("%.2g", link.allreduce_bandwidth / link.bandwidth),
+                      "x the link's; fitted over ", absl::StrFormat("%.0f", least), "-",
+                      absl::StrFormat("%.0f", most), " bytes, copies in and out included)\n");
+}
+
 // Beyond this relative difference between the probe as timed and its workload by the medians,
 // the summary says the host changed speed during the profile (in one process the two agree
 // within ~4%: measured_win run 21).
@@ -514,6 +562,7 @@ void PrintSummary(std::ostream& out, const ProfileFlags& f, const ModelSpec& spe
       << " message sizes; ping-pong latency " << FormatSeconds(mc.pingpong_latency) << ", the "
       << "engine's " << m.message_s.size() << " messages " << FormatSeconds(Median(m.message_s))
       << " median)\n"
+      << AllReduceLine(m, link_spec, f)
       << "per-message CPU cost " << FormatSeconds(hw.message_cpu_s) << " at each end, "
       << message_fit << "; the ranks' communication threads used "
       << FormatSeconds(m.comm_cpu.empty() ? 0.0 : Median(m.comm_cpu))
@@ -573,7 +622,8 @@ int RunProfile(const std::vector<std::string>& args, std::ostream& out, std::ost
   absl::StatusOr<Plan> plan_r = ProfilePlan(ranks, spec->microbatches, graph, /*recompute=*/true);
   if (!plan_r.ok()) return Fail(err, absl::InvalidArgumentError(absl::StrCat("--ranks: ", plan_r.status().message())), 2);
 
-  absl::StatusOr<Measurements> m = MeasureLayers(*spec, *plan, *plan_r, f, err);
+  absl::StatusOr<Measurements> m =
+      MeasureLayers(*spec, *plan, *plan_r, f, AllReduceBuckets(*bytes), err);
   if (!m.ok()) return Fail(err, m.status(), 1);
   if (absl::Status s = MeasureSplits(*spec, graph, *splits, f, &*m, err); !s.ok()) {
     return Fail(err, s, 1);

@@ -118,7 +118,8 @@ absl::StatusOr<Settled> LaunchUntilSettled(
   return settled;
 }
 
-// The per-op overhead, comm CPU, host probe and ping-pong samples of one F/B/W launch.
+// The per-op overhead, comm CPU, host probe, ping-pong and all-reduce samples of one F/B/W
+// launch.
 void AddRunFigures(const std::vector<Json>& parsed, Measurements* m) {
   for (const Json& j : parsed) {
     for (const Json& v : j.at("overhead")) m->overhead.push_back(v.get<double>());
@@ -126,6 +127,9 @@ void AddRunFigures(const std::vector<Json>& parsed, Measurements* m) {
     m->probe.push_back(j.at("probe").get<double>());
     for (const Json& v : j.at("link")) {
       m->link.push_back({v.at(0).get<double>(), v.at(1).get<double>()});
+    }
+    for (const Json& v : j.at("allreduce")) {
+      m->allreduce.push_back({v.at(0).get<double>(), v.at(1).get<double>()});
     }
   }
 }
@@ -294,6 +298,7 @@ std::string SplitName(std::pair<int, int> split) {
 // recomputed): R. Progress goes to `err`.
 absl::StatusOr<Measurements> MeasureLayers(const ModelSpec& spec, const Plan& plan,
                                            const Plan& plan_r, const ProfileFlags& f,
+                                           const std::vector<size_t>& allreduce_bytes,
                                            std::ostream& err) {
   Measurements m;
   const Plan mirrored = Mirrored(plan);
@@ -307,7 +312,8 @@ absl::StatusOr<Measurements> MeasureLayers(const ModelSpec& spec, const Plan& pl
                                                             Launch(f),
                                                             static_cast<int>(f.repeat),
                                                             /*ping=*/launch == 0,
-                                                            /*probe=*/true));
+                                                            /*probe=*/true, /*layout=*/nullptr,
+                                                            allreduce_bytes));
                            ASSIGN_OR_RETURN(std::vector<Json> parsed, ParseReports(reports));
                            AddRunFigures(parsed, &m);
                            if (launch == 0) {

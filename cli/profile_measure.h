@@ -37,6 +37,8 @@ struct Measurements {
   std::map<std::pair<int, int>, std::vector<double>> samples;  // (layer, kind) -> per iteration
   std::vector<double> overhead;
   std::vector<std::pair<double, double>> link;
+  // The gradient all-reduce over every rank: (bytes, seconds), every rank's samples.
+  std::vector<std::pair<double, double>> allreduce;
   std::vector<double> message_s;  // producer end -> consumer start, consumer idle meanwhile
   // CPU of the ranks' other threads per message (ProfileRank's "comm_cpu"), every iteration.
   std::vector<double> comm_cpu;
@@ -84,9 +86,11 @@ std::string SplitName(std::pair<int, int> split);
 // launches of the ranks (every other one mirrored: a rank's core, or the rank itself, can run
 // slower for a whole launch on a shared machine, and a layer then is timed on both) until the
 // summed layer medians settle (--stable) or --max_launches; phase 2 (`plan_r`, every stage
-// recomputed): R. Progress goes to `err`.
+// recomputed): R. The first launch also times the gradient all-reduce over every rank, one
+// call per bucket of `allreduce_bytes` (RunProfileRanks). Progress goes to `err`.
 absl::StatusOr<Measurements> MeasureLayers(const ModelSpec& spec, const Plan& plan,
                                            const Plan& plan_r, const ProfileFlags& f,
+                                           const std::vector<size_t>& allreduce_bytes,
                                            std::ostream& err);
 
 // Phase 4 (--tp, --ep): for each split the layers as that layout runs them (SplitProfileLayout,

@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
+#include <numeric>
 #include <sstream>
 #include <thread>
 #include <tuple>
@@ -18,6 +20,7 @@
 #include "calibration/profile_fit.h"
 #include "core/json_text.h"
 #include "core/status_macros.h"
+#include "executor/collective.h"
 #include "executor/engine.h"
 #include "executor/inproc_transport.h"
 #include "executor/layout_trainer.h"
@@ -32,6 +35,9 @@ using executor::ModelSpec;
 // Tags for the link measurement, clear of the engine's (which are < 2 * stages * microbatches).
 constexpr uint32_t kPingTag = 1u << 30;
 constexpr int kPingRounds = 15;
+// Timed rounds over the buckets of the gradient all-reduce measurement (after two warm-up
+// rounds).
+constexpr int kAllReduceRounds = 5;
 // Host-speed probes (executor/host_probe.h) each rank times before each F/B/W launch.
 constexpr int kProbeRepeats = 3;
 
@@ -68,13 +74,47 @@ absl::StatusOr<std::vector<std::pair<double, double>>> PingPong(executor::Transp
   return out;
 }
 
+// The gradient all-reduce over every rank as the data-parallel gradient sync runs it
+// (executor/layout_trainer.cc): one all-reduce per bucket of `buckets` (bytes, in the sync's
+// order), each bucket's gradients in their own memory, copied into one shared buffer,
+// all-reduced and copied back. (bytes, seconds) of every call of kAllReduceRounds rounds over
+// the buckets, after two warm-up rounds. Every rank takes part; nothing on a transport without
+// collectives or with one rank.
+absl::StatusOr<std::vector<std::pair<double, double>>> AllReduceTimes(
+    executor::Transport* t, const std::vector<size_t>& buckets) {
+  std::vector<std::pair<double, double>> out;
+  if (t->size() < 2 || buckets.empty()) return out;
+  std::vector<int> members(t->size());
+  std::iota(members.begin(), members.end(), 0);
+  absl::StatusOr<std::unique_ptr<executor::Collective>> group =
+      t->NewCollective(members, "profile/allreduce");
+  if (absl::IsUnimplemented(group.status())) return out;
+  if (!group.ok()) return group.status();
+  std::vector<std::vector<float>> grads;
+  for (size_t bytes : buckets) grads.emplace_back(bytes / sizeof(float), 0.0f);
+  std::vector<float> buffer;
+  for (int round = 0; round < kAllReduceRounds + 2; ++round) {
+    for (std::vector<float>& g : grads) {
+      const auto t0 = std::chrono::steady_clock::now();
+      buffer.resize(g.size());
+      std::memcpy(buffer.data(), g.data(), g.size() * sizeof(float));
+      RETURN_IF_ERROR((*group)->AllReduceSum(buffer.data(), g.size()));
+      std::memcpy(g.data(), buffer.data(), g.size() * sizeof(float));
+      // The first rounds warm up.
+      if (round >= 2) out.push_back({static_cast<double>(g.size() * sizeof(float)), Seconds(t0)});
+    }
+  }
+  return out;
+}
 
-// One rank: 1 + repeat iterations of the profile plan, then (with `ping`) the ping-pong.
+// One rank: 1 + repeat iterations of the profile plan, then (with `ping`) the ping-pong and the
+// all-reduces of `allreduce_bytes` (AllReduceTimes' buckets).
 // Returns its JSON report (the format is RunProfileRanks').
 absl::StatusOr<std::string> ProfileRank(const ModelSpec& spec, const Plan& plan, int rank,
                                         executor::Transport* transport, int repeat, bool ping,
                                         bool probe, double rotate_cores_ms,
-                                        const LayoutPlan* layout) {
+                                        const LayoutPlan* layout,
+                                        const std::vector<size_t>& allreduce_bytes) {
   executor::TrainOptions options;
   options.iterations = repeat + 1;
   options.core_rotation_s = rotate_cores_ms / 1e3;
@@ -137,18 +177,23 @@ absl::StatusOr<std::string> ProfileRank(const ModelSpec& spec, const Plan& plan,
   }
   const size_t message_bytes =
       static_cast<size_t>(spec.dims.batch) * spec.dims.seq_len * spec.dims.hidden * sizeof(float);
-  std::vector<std::pair<double, double>> link;
+  std::vector<std::pair<double, double>> link, allreduce;
   if (ping) {
     ASSIGN_OR_RETURN(link, PingPong(transport, message_bytes));
+    ASSIGN_OR_RETURN(allreduce, AllReduceTimes(transport, allreduce_bytes));
   }
-  Json link_json = Json::array();
-  for (const auto& [bytes, s] : link) link_json.push_back({bytes, s});
+  auto pairs = [](const std::vector<std::pair<double, double>>& v) {
+    Json out = Json::array();
+    for (const auto& [bytes, s] : v) out.push_back({bytes, s});
+    return out;
+  };
   return JsonText({{"layers", std::move(layers)},
                    {"overhead", overhead},
                    {"wall", wall},
                    {"comm_cpu", comm_cpu},
                    {"ops", std::move(ops)},
-                   {"link", std::move(link_json)},
+                   {"link", pairs(link)},
+                   {"allreduce", pairs(allreduce)},
                    {"probe", result.host_probe.seconds}});
 }
 
@@ -157,7 +202,8 @@ absl::StatusOr<std::string> ProfileRank(const ModelSpec& spec, const Plan& plan,
 absl::StatusOr<std::vector<std::string>> RunProfileRanks(const ModelSpec& spec, const Plan& plan,
                                                          const RankLaunch& f, int repeat,
                                                          bool ping, bool probe,
-                                                         const LayoutPlan* layout) {
+                                                         const LayoutPlan* layout,
+                                                         const std::vector<size_t>& allreduce_bytes) {
   const int N = static_cast<int>(f.ranks);
   const executor::TransportKind transport = f.transport;
   const double timeout = f.timeout_s;
@@ -168,7 +214,8 @@ absl::StatusOr<std::vector<std::string>> RunProfileRanks(const ModelSpec& spec, 
     for (int r = 0; r < N; ++r) {
       threads.emplace_back([&, r] {
         auto t = hub.Endpoint(r);
-        absl::StatusOr<std::string> res = ProfileRank(spec, plan, r, t.get(), repeat, ping, probe, f.rotate_cores_ms, layout);
+        absl::StatusOr<std::string> res = ProfileRank(spec, plan, r, t.get(), repeat, ping, probe,
+                                                  f.rotate_cores_ms, layout, allreduce_bytes);
         if (res.ok()) {
           reports[r] = *res;
         } else {
@@ -201,7 +248,8 @@ absl::StatusOr<std::vector<std::string>> RunProfileRanks(const ModelSpec& spec, 
         tc.cuda_device = r;
         auto t = executor::MakeTransport(transport, tc);
         absl::StatusOr<std::string> res =
-            t.ok() ? ProfileRank(spec, plan, r, t->get(), repeat, ping, probe, f.rotate_cores_ms, layout)
+            t.ok() ? ProfileRank(spec, plan, r, t->get(), repeat, ping, probe, f.rotate_cores_ms,
+                                 layout, allreduce_bytes)
                    : absl::StatusOr<std::string>(t.status());
         const std::string base = absl::StrCat(dir, "/rank-", r);
         if (res.ok()) {

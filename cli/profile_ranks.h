@@ -25,8 +25,10 @@ struct RankLaunch {
 };
 
 // Runs `plan` on every rank for 1 + `repeat` iterations (the first is not reported); with
-// `ping` ranks 0 and 1 then measure the link; with `probe` every rank times the host-speed
-// probe first. Returns each rank's JSON report, by rank:
+// `ping` ranks 0 and 1 then measure the link, and every rank the gradient all-reduce over all
+// ranks, one call per bucket of `allreduce_bytes` (bytes, in order) for a few rounds, each
+// bucket in its own memory, as the data-parallel gradient sync runs them; with `probe` every
+// rank times the host-speed probe first. Returns each rank's JSON report, by rank:
 //   {"layers": [[iteration, layer, kind, mean seconds over micro-batches], ...],
 //    "overhead": [mean per-op executor overhead of each measured iteration],
 //    "wall": [this rank's wall seconds of each measured iteration],
@@ -36,6 +38,8 @@ struct RankLaunch {
 //                 sent or received, of each measured iteration that had messages; empty for
 //                 inproc, whose ranks share one process],
 //    "link": [[bytes, one-way seconds], ...],
+//    "allreduce": [[bytes, seconds of one all-reduce with its copies in and out], ...] (empty
+//                  without `ping`, with one rank, or on a transport without collectives),
 //    "probe": seconds of the host-speed probe timed before the iterations (0 without `probe`)}
 // or the first failing rank's error (kInternal, "rank R failed: ...").
 // With `layout` (whose pipeline plan is `plan`; f.ranks = layout->num_ranks) every rank runs its
@@ -44,7 +48,8 @@ struct RankLaunch {
 absl::StatusOr<std::vector<std::string>> RunProfileRanks(const executor::ModelSpec& spec,
                                                          const Plan& plan, const RankLaunch& f,
                                                          int repeat, bool ping, bool probe = false,
-                                                         const LayoutPlan* layout = nullptr);
+                                                         const LayoutPlan* layout = nullptr,
+                                                         const std::vector<size_t>& allreduce_bytes = {});
 
 }  // namespace octopipe::cli
 
