@@ -293,6 +293,9 @@ proto::Model ModelToProto(const ModelGraph& model) {
   if (model.training.ep_ranks_per_node != 0) {
     t->set_ep_ranks_per_node(model.training.ep_ranks_per_node);
   }
+  if (model.training.moe_dispatcher != MoeDispatcher::kAllToAll) {
+    t->set_moe_dispatcher(std::string(MoeDispatcherName(model.training.moe_dispatcher)));
+  }
   if (model.training.recompute == RecomputePolicy::kSelective &&
       !(model.training.recompute_modules == RecomputeModules{})) {
     for (const std::string& name : RecomputeModuleNames(model.training.recompute_modules)) {
@@ -338,6 +341,9 @@ absl::StatusOr<ModelGraph> ModelFromProto(const proto::Model& p) {
   absl::StatusOr<AttentionKernel> kernel = ParseAttentionKernel(t.attention_kernel());
   if (!kernel.ok()) return AtPath("training.attention_kernel", kernel.status());
   m.training.attention_kernel = *kernel;
+  absl::StatusOr<MoeDispatcher> dispatcher = ParseMoeDispatcher(t.moe_dispatcher());
+  if (!dispatcher.ok()) return AtPath("training.moe_dispatcher", dispatcher.status());
+  m.training.moe_dispatcher = *dispatcher;
   if (t.recompute_modules_size() > 0) {
     if (m.training.recompute != RecomputePolicy::kSelective) {
       return absl::InvalidArgumentError(absl::StrCat(

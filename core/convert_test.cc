@@ -667,6 +667,18 @@ TEST(ConvertTest, ProtoDefaultsForDegreesAndEnums) {
               HasSubstr("training.ep_comm_sms must be in [0, 2147483648], got -4"));
   p.mutable_training()->clear_ep_comm_sms();
 
+  // The MoE dispatcher: alltoall by default (not written), flex kept, anything else refused.
+  EXPECT_EQ(MoeDispatcher::kAllToAll, m->training.moe_dispatcher);
+  EXPECT_TRUE(ModelToProto(*m).training().moe_dispatcher().empty());
+  p.mutable_training()->set_moe_dispatcher("flex");
+  EXPECT_EQ(MoeDispatcher::kFlex, ModelFromProto(p)->training.moe_dispatcher);
+  EXPECT_EQ("flex", ModelToProto(*ModelFromProto(p)).training().moe_dispatcher());
+  p.mutable_training()->set_moe_dispatcher("deepep");
+  EXPECT_THAT(std::string(ModelFromProto(p).status().message()),
+              HasSubstr("training.moe_dispatcher: unknown MoE dispatcher 'deepep' (valid: "
+                        "alltoall, flex)"));
+  p.mutable_training()->clear_moe_dispatcher();
+
   p.mutable_training()->clear_micro_batch_size();
   EXPECT_THAT(std::string(ModelFromProto(p).status().message()),
               HasSubstr("training.micro_batch_size must be > 0, got 0"));

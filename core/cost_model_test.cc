@@ -596,10 +596,14 @@ TEST(CostTest, ExpertParallelDividesRoutedExpertsAndShardsTheirOptimizerOverExpe
   EXPECT_NEAR(222043136.0, c.param_count, 1e-3);
   // Dense part: 2 + 2 + 12/128 bytes per parameter; experts: ZeRO over 128/64 = 2 ranks.
   EXPECT_NEAR(1949438624.0, c.static_bytes, 1e-3);
-  // Compute per rank is unchanged by EP (balanced routing: the same token-expert pairs).
+  // Compute per rank is unchanged by EP (balanced routing: the same token-expert pairs); only
+  // the alltoall dispatcher's chunk sorts are added (flex has none).
+  t.moe_dispatcher = MoeDispatcher::kFlex;
+  const double flex_ep64 = CostModel().Cost(DeepSeekV3Moe(), t, H100()).forward_s;
+  EXPECT_LT(flex_ep64, c.forward_s);
   t.ep_degree = 1;
   t.zero_degree = 1;
-  EXPECT_EQ(CostModel().Cost(DeepSeekV3Moe(), t, H100()).forward_s, c.forward_s);
+  EXPECT_EQ(CostModel().Cost(DeepSeekV3Moe(), t, H100()).forward_s, flex_ep64);
 }
 
 // Megatron-Core's recompute modules, DeepSeek-V3's set (layernorm, mla_up_proj, moe_act):
@@ -620,13 +624,49 @@ TEST(CostTest, Fp8MoeKeepsItsRouterInBf16AndCastsEachExpertCopy) {
   const double s = 4096, h = 7168, f = 2048, copies = 8 + 1;
   const double experts = 4 * s * h * f * copies * 1.5, router = 2 * s * h * 256;
   const double cast_f = 4 * s * (h + copies * f), cast_b = 4 * s * copies * (2 * f + h);
+  // The token permutation in BF16 (MoePart): (3k + 1) and (4k + 1) elements of h per token.
+  const double route_f = 25 * s * h * 2, route_b = 33 * s * h * 2;
   // The default FP8 GEMM efficiency (0.73: 1.46x the BF16 rate, fitted to dense FP8 runs).
   const double fp8_rate = 1979e12 * eff * 0.73;
   EXPECT_DOUBLE_EQ(model.options().fp8_gemm_efficiency, 0.73);
-  EXPECT_NEAR(experts / fp8_rate + router / (989e12 * eff) + cast_f / mem, c.forward_s, 1e-15);
-  EXPECT_NEAR(experts / fp8_rate + router / (989e12 * eff) + cast_b / mem, c.backward_input_s,
-              1e-15);
+  EXPECT_NEAR(experts / fp8_rate + router / (989e12 * eff) + (cast_f + route_f) / mem,
+              c.forward_s, 1e-15);
+  EXPECT_NEAR(experts / fp8_rate + router / (989e12 * eff) + (cast_b + route_b) / mem,
+              c.backward_input_s, 1e-15);
   EXPECT_NEAR(experts / fp8_rate + router / (989e12 * eff), c.weight_grad_s, 1e-15);
+}
+
+// The MoE token permutation is HBM traffic: DeepSeek-V3's layer (h 7168, top-8 of 256), b = 1,
+// s = 4096, BF16. F moves (3k + 1) = 25 and B (4k + 1) = 33 elements of h per token; W nothing.
+// The alltoall dispatcher's chunk sorts add 4k = 32 to each where a rank holds several experts
+// of an EP group (EP 8: 32 each); one expert per rank (EP 256) or the flex dispatcher, none.
+TEST(CostTest, MoeTokenPermutationIsHbmTrafficAndAllToAllSortsChunksUnderEp) {
+  CostModel model;
+  const Layer moe = DeepSeekV3Moe();
+  TrainingOptions t = Training();
+  const double rate = 989e12 * model.options().efficiency[static_cast<int>(LayerKind::kMoe)];
+  const double mem = 3.35e12 * model.options().memory_efficiency;
+  const double linear = CostModel::ForwardFlops(moe, t).linear;
+  const double token = 4096.0 * 7168 * 2;  // one element of h per token, in bytes
+  const LayerCost ep1 = model.Cost(moe, t, H100());
+  EXPECT_NEAR(linear / rate + 25 * token / mem, ep1.forward_s, 1e-15);
+  EXPECT_NEAR(linear / rate + 33 * token / mem, ep1.backward_input_s, 1e-15);
+  EXPECT_NEAR(linear / rate, ep1.weight_grad_s, 1e-15);
+
+  t.ep_degree = 8;
+  const LayerCost sorted = model.Cost(moe, t, H100());
+  EXPECT_NEAR(ep1.forward_s + 32 * token / mem, sorted.forward_s, 1e-15);
+  EXPECT_NEAR(ep1.backward_input_s + 32 * token / mem, sorted.backward_input_s, 1e-15);
+  EXPECT_EQ(ep1.weight_grad_s, sorted.weight_grad_s);
+
+  t.moe_dispatcher = MoeDispatcher::kFlex;
+  const LayerCost flex = model.Cost(moe, t, H100());
+  EXPECT_EQ(ep1.forward_s, flex.forward_s);
+  EXPECT_EQ(ep1.backward_input_s, flex.backward_input_s);
+
+  t.moe_dispatcher = MoeDispatcher::kAllToAll;
+  t.ep_degree = 256;
+  EXPECT_EQ(ep1.forward_s, model.Cost(moe, t, H100()).forward_s);
 }
 
 TEST(CostTest, RecomputeModulesDropTheirOutputsAndPayForThemInB) {

@@ -307,6 +307,21 @@ absl::StatusOr<AttentionKernel> ParseAttentionKernel(absl::string_view name) {
       absl::StrCat("unknown attention kernel '", name, "' (valid: flash, materialized)"));
 }
 
+absl::string_view MoeDispatcherName(MoeDispatcher d) {
+  switch (d) {
+    case MoeDispatcher::kAllToAll: return "alltoall";
+    case MoeDispatcher::kFlex: return "flex";
+  }
+  return "?";
+}
+
+absl::StatusOr<MoeDispatcher> ParseMoeDispatcher(absl::string_view name) {
+  if (name.empty() || name == "alltoall") return MoeDispatcher::kAllToAll;
+  if (name == "flex") return MoeDispatcher::kFlex;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown MoE dispatcher '", name, "' (valid: alltoall, flex)"));
+}
+
 namespace {
 constexpr std::pair<const char*, bool RecomputeModules::*> kRecomputeModules[] = {
     {"core_attn", &RecomputeModules::core_attn},

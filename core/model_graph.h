@@ -135,6 +135,14 @@ enum class RecomputePolicy { kNone, kSelective, kFull };
 // computed, and softmax output, dropout mask and dropped-out probabilities are kept for the
 // backward (core/cost_model.cc).
 enum class AttentionKernel { kFlash, kMaterialized };
+// How a MoE layer's tokens reach their experts and come back (Megatron-Core's
+// moe_token_dispatcher_type), which sets the HBM traffic of the token permutation
+// (core/cost_model.cc, MoePart). kAllToAll ("alltoall", Megatron-Core's default): the tokens are
+// permuted into expert order before the all-to-all and, with expert parallelism and several
+// experts per rank, the received chunks are sorted again by local expert after it (and back
+// before the combine). kFlex ("flex": DeepEP / HybridEP): a fused dispatch sends the tokens as
+// they are and one permutation follows it, so there are no chunk sorts.
+enum class MoeDispatcher { kAllToAll, kFlex };
 
 // What selective recompute re-runs in the backward instead of keeping from F (Megatron-Core's
 // `recompute_modules`, whose names these are): each module's outputs are dropped after F and
@@ -170,6 +178,8 @@ absl::string_view RecomputePolicyName(RecomputePolicy r);
 absl::StatusOr<RecomputePolicy> ParseRecomputePolicy(absl::string_view name);
 absl::string_view AttentionKernelName(AttentionKernel k);
 absl::StatusOr<AttentionKernel> ParseAttentionKernel(absl::string_view name);
+absl::string_view MoeDispatcherName(MoeDispatcher d);
+absl::StatusOr<MoeDispatcher> ParseMoeDispatcher(absl::string_view name);
 
 // SMs an overlapped all-to-all takes unless the model says (TrainingOptions::ep_comm_sms):
 // DeepEP's default (Buffer.num_sms) and Megatron-Core's moe_deepep_num_sms, and the 20 of the
@@ -204,6 +214,7 @@ struct TrainingOptions {
   // sm_count is unknown (0).
   int64_t ep_comm_sms = kDefaultEpCommSms;
   AttentionKernel attention_kernel = AttentionKernel::kFlash;
+  MoeDispatcher moe_dispatcher = MoeDispatcher::kAllToAll;
   // What `recompute = selective` recomputes (ignored under none and full).
   RecomputeModules recompute_modules;
 };
