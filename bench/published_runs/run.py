@@ -88,22 +88,25 @@ def micro_batch(run):
 def model_file(run):
     """The run's model file; a copy with training.precision = fp8 for an FP8 run, with
     training.micro_batch_size for a micro-batch above 1, with the run's sequence length where
-    the file's differs and with the run's `recompute_modules` (selective recompute of those
-    modules)."""
+    the file's differs, with the run's `recompute_modules` (selective recompute of those
+    modules) and with its `moe_dispatcher` (training.moe_dispatcher)."""
     path = os.path.join(ROOT, run["model"]["model_file"])
     fp8 = str(run.get("precision") or "").upper().startswith("FP8")
     modules = run.get("recompute_modules")
+    dispatcher = run.get("moe_dispatcher")
     with open(path) as f:
         model = json.load(f)
     training = model.setdefault("training", {})
     seq = run["model"].get("seq_len")
-    if not fp8 and micro_batch(run) == 1 and not modules and (
+    if not fp8 and micro_batch(run) == 1 and not modules and not dispatcher and (
             not seq or str(seq) == str(training.get("seq_len"))):
         return path
     if seq:
         training["seq_len"] = str(seq)
     if fp8:
         training["precision"] = "fp8"
+    if dispatcher:  # how its MoE tokens reach the experts (the permutation's traffic)
+        training["moe_dispatcher"] = dispatcher
     if modules:  # what the run's selective recompute recomputed
         training["recompute"] = "selective"
         training["recompute_modules"] = modules
