@@ -199,11 +199,9 @@ absl::StatusOr<std::string> ProfileRank(const ModelSpec& spec, const Plan& plan,
 
 }  // namespace
 
-absl::StatusOr<std::vector<std::string>> RunProfileRanks(const ModelSpec& spec, const Plan& plan,
-                                                         const RankLaunch& f, int repeat,
-                                                         bool ping, bool probe,
-                                                         const LayoutPlan* layout,
-                                                         const std::vector<size_t>& allreduce_bytes) {
+absl::StatusOr<std::vector<std::string>> RunProfileRanks(
+    const ModelSpec& spec, const Plan& plan, const RankLaunch& f, int repeat, bool ping,
+    bool probe, const LayoutPlan* layout, const std::vector<size_t>& allreduce_bytes) {
   const int N = static_cast<int>(f.ranks);
   const executor::TransportKind transport = f.transport;
   const double timeout = f.timeout_s;

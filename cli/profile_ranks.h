@@ -45,11 +45,10 @@ struct RankLaunch {
 // With `layout` (whose pipeline plan is `plan`; f.ranks = layout->num_ranks) every rank runs its
 // part of the layout instead (executor/layout_trainer.h): its layers' times are then those of
 // its shards, with the collectives inside them.
-absl::StatusOr<std::vector<std::string>> RunProfileRanks(const executor::ModelSpec& spec,
-                                                         const Plan& plan, const RankLaunch& f,
-                                                         int repeat, bool ping, bool probe = false,
-                                                         const LayoutPlan* layout = nullptr,
-                                                         const std::vector<size_t>& allreduce_bytes = {});
+absl::StatusOr<std::vector<std::string>> RunProfileRanks(
+    const executor::ModelSpec& spec, const Plan& plan, const RankLaunch& f, int repeat, bool ping,
+    bool probe = false, const LayoutPlan* layout = nullptr,
+    const std::vector<size_t>& allreduce_bytes = {});
 
 }  // namespace octopipe::cli
 
