@@ -440,20 +440,6 @@ PredictFromProfile PipelinePeriod(const Plan& plan) {
   };
 }
 
-// The measured op times behind the prediction, for analysis: [stage or layer, kind, mean
-// seconds per op, samples].
-void AddMeasuredOpTimes(const agent::RunMeasurement& m, Json* j) {
-  Json stage_ops = Json::array(), layer_ops = Json::array();
-  for (const auto& [key, v] : m.stage_op_s) {
-    stage_ops.push_back({key.first, std::string(OpKindName(key.second)), v.first, v.second});
-  }
-  for (const auto& [key, v] : m.layer_op_s) {
-    layer_ops.push_back({key.first, std::string(OpKindName(key.second)), v.first, v.second});
-  }
-  (*j)["stage_op_s"] = std::move(stage_ops);
-  (*j)["layer_op_s"] = std::move(layer_ops);
-}
-
 // A pipeline run's result as --json: the measurement, the simulator's prediction from the
 // measured op times, and where given the job, the planner's report and the host-speed probe.
 void PrintResultJson(const TrainFlags& o, const Plan& plan, int64_t job_version,
@@ -476,7 +462,7 @@ void PrintResultJson(const TrainFlags& o, const Plan& plan, int64_t job_version,
             {"peak_activation_bytes", m.peak_activation_bytes},      // per rank
             {"compute_cpu_share", m.compute_cpu_share},             // per rank
             {"comm_cpu_per_message_s", m.comm_cpu_per_message_s}};  // per rank
-  AddMeasuredOpTimes(m, &j);
+  AddMeasuredOpTimes(m, /*stages=*/true, &j);
   if (!o.plan_file.empty()) j["plan"] = o.plan_file;
   if (!o.job.empty()) {
     j["job"] = o.job;

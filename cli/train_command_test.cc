@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 #include <sstream>
+#include <set>
 #include <string>
 
 #include "cli/inputs.h"
@@ -609,6 +610,19 @@ TEST(TrainCommandTest, RunsALayoutPlanFromThePlanCommand) {
   EXPECT_EQ(j.at("loss").size(), 2u);
   EXPECT_GT(j.at("measured_tokens_per_s").get<double>(), 0);
   EXPECT_GT(j.at("predicted_iteration_time_s").get<double>(), 0);
+  // Each rank's gradient all-reduces (DP2: every layer is all-reduced), of which what it waited
+  // for after its ops, against the plan's exposed synchronisation; and every layer's op times.
+  ASSERT_EQ(j.at("grad_sync_s").size(), 2u);
+  ASSERT_EQ(j.at("grad_sync_wait_s").size(), 2u);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_GT(j.at("grad_sync_s")[r].get<double>(), 0) << r;
+    EXPECT_GE(j.at("grad_sync_wait_s")[r].get<double>(), 0) << r;
+  }
+  EXPECT_TRUE(j.contains("predicted_dp_sync_exposed_s"));
+  EXPECT_FALSE(j.contains("stage_op_s"));
+  std::set<int> layers;
+  for (const nlohmann::json& row : j.at("layer_op_s")) layers.insert(row.at(0).get<int>());
+  EXPECT_EQ(layers.size(), 6u);  // embedding, M, *, -, E, head
 
   // simulate --plan predicts the layout as the plan command did.
   std::ostringstream sim_out, sim_err;

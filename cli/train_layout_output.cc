@@ -1,8 +1,11 @@
 #include "cli/train_layout_output.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "cli/table.h"
+#include "core/schedule.h"
 #include "executor/host_probe.h"
 
 namespace octopipe::cli {
@@ -17,6 +20,18 @@ void AddHostSpeedJson(const HostSpeed& host, Json* j) {
   }
 }
 
+void AddMeasuredOpTimes(const agent::RunMeasurement& m, bool stages, Json* j) {
+  Json stage_ops = Json::array(), layer_ops = Json::array();
+  for (const auto& [key, v] : m.stage_op_s) {
+    stage_ops.push_back({key.first, std::string(OpKindName(key.second)), v.first, v.second});
+  }
+  for (const auto& [key, v] : m.layer_op_s) {
+    layer_ops.push_back({key.first, std::string(OpKindName(key.second)), v.first, v.second});
+  }
+  if (stages) (*j)["stage_op_s"] = std::move(stage_ops);
+  (*j)["layer_op_s"] = std::move(layer_ops);
+}
+
 LayoutFigures MakeLayoutFigures(const ModelGraph& graph, const LayoutPlan& layout,
                                 const proto::LayoutPrediction& predicted,
                                 const agent::RunMeasurement& m, const HostSpeed& host) {
@@ -24,6 +39,7 @@ LayoutFigures MakeLayoutFigures(const ModelGraph& graph, const LayoutPlan& layou
   f.tokens = layout.global_microbatches * graph.tokens_per_microbatch();
   f.measured = m.mean_iteration_s;
   f.want = predicted.iteration_time_s();
+  f.want_sync = predicted.dp_sync_s();
   f.error = f.want > 0 && f.measured > 0 ? f.want / f.measured - 1 : 0;
   f.at_speed = host.predicted_at_host_speed_s;
   f.speed_error = f.at_speed > 0 && f.measured > 0 ? f.at_speed / f.measured - 1 : 0;
@@ -52,6 +68,12 @@ void PrintLayoutJson(const std::string& transport, const LayoutPlan& layout,
     j["predicted_at_host_speed_s"] = f.at_speed;
     j["prediction_error_at_host_speed"] = f.speed_error;
   }
+  // The gradient all-reduces per rank (seconds per iteration, and of them waited for after the
+  // rank's ops) against the plan's exposed synchronisation, and the layers' measured times.
+  j["grad_sync_s"] = m.grad_sync_s;
+  j["grad_sync_wait_s"] = m.grad_sync_wait_s;
+  if (f.want > 0) j["predicted_dp_sync_exposed_s"] = f.want_sync;
+  AddMeasuredOpTimes(m, /*stages=*/false, &j);
   out << JsonText(j) << "\n";
 }
 
@@ -74,6 +96,14 @@ void PrintLayoutText(const std::string& transport, const ModelGraph& graph,
   if (f.want > 0) {
     out << "the plan's prediction " << FormatSeconds(f.want) << " ("
         << absl::StrFormat("%+.1f%%", f.error * 100) << " vs measured)\n";
+  }
+  if (layout.layout.dp > 1 && !m.grad_sync_s.empty()) {
+    const double sync = *std::max_element(m.grad_sync_s.begin(), m.grad_sync_s.end());
+    const double wait = *std::max_element(m.grad_sync_wait_s.begin(), m.grad_sync_wait_s.end());
+    out << "gradient all-reduces " << FormatSeconds(sync) << " per iteration (slowest rank), "
+        << FormatSeconds(wait) << " of it after the rank's last op";
+    if (f.want > 0) out << "; the plan predicts " << FormatSeconds(f.want_sync) << " exposed";
+    out << "\n";
   }
   if (host.ratio > 0) {
     out << "host probe " << FormatSeconds(executor::MedianProbeSeconds(host.probe_s))

@@ -33,12 +33,19 @@ struct HostSpeed {
 // profile, the ratio and the predictions from the profile as measured and at the host's speed.
 void AddHostSpeedJson(const HostSpeed& host, Json* j);
 
+// The measured op times behind a prediction, for analysis, in a --json result: `layer_op_s`
+// [layer, kind, mean seconds per op, samples] over every rank holding the layer (its shard's
+// time under TP or EP) and, with `stages` (one pipeline: stage numbers are unambiguous),
+// `stage_op_s` [stage, kind, ...] likewise.
+void AddMeasuredOpTimes(const agent::RunMeasurement& m, bool stages, Json* j);
+
 // What a layout run reports: the measured iteration against the plan's prediction and, with a
 // host probe against a profile, against the prediction at the host's speed now.
 struct LayoutFigures {
   double tokens = 0;       // per iteration
   double measured = 0;     // mean iteration
   double want = 0;         // the plan's prediction (0: none)
+  double want_sync = 0;    // of which its DP gradient synchronisation after the last op
   double error = 0;        // want vs measured
   double at_speed = 0;     // predicted at the host's speed (0: none)
   double speed_error = 0;  // at_speed vs measured

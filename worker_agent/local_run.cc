@@ -42,6 +42,8 @@ struct RankReport {
     double peak_activation_bytes = 0;
     double comm_cpu_s = 0;  // CPU time of the rank's other threads (communication)
     int messages = 0;       // sent + received
+    double grad_sync_s = 0;       // the gradient all-reduces (layouts with data parallelism)
+    double grad_sync_wait_s = 0;  // of the iteration, waited for them after the rank's ops
   };
   std::vector<Iteration> iterations;
   double host_probe_s = 0;  // 0: not probed
@@ -59,6 +61,8 @@ RankReport ReportOf(const executor::RankResult& r) {
     i.peak_activation_bytes = static_cast<double>(it.peak_activation_bytes);
     i.comm_cpu_s = it.comm_cpu_s();
     i.messages = it.messages;
+    i.grad_sync_s = it.grad_sync_s;
+    i.grad_sync_wait_s = it.grad_sync_wait_s;
     for (const executor::OpTiming& op : it.ops) {
       i.ops.push_back({op.op, op.end_s - op.start_s});
       i.op_start_s.push_back(op.start_s);
@@ -87,7 +91,8 @@ std::string ReportJson(const RankReport& r) {
                    {"start_steady_s", it.start_steady_s}, {"layer_ops", layer_ops},
                    {"layer_cpu_s", it.layer_cpu_s},
                    {"peak_activation_bytes", it.peak_activation_bytes},
-                   {"comm_cpu_s", it.comm_cpu_s}, {"messages", it.messages}});
+                   {"comm_cpu_s", it.comm_cpu_s}, {"messages", it.messages},
+                   {"grad_sync_s", it.grad_sync_s}, {"grad_sync_wait_s", it.grad_sync_wait_s}});
   }
   return json{{"iterations", its}, {"host_probe_s", r.host_probe_s}}.dump();
 }
@@ -117,6 +122,8 @@ absl::StatusOr<RankReport> ParseReportJson(const std::string& text) {
       i.peak_activation_bytes = it.at("peak_activation_bytes").get<double>();
       i.comm_cpu_s = it.at("comm_cpu_s").get<double>();
       i.messages = it.at("messages").get<int>();
+      i.grad_sync_s = it.value("grad_sync_s", 0.0);
+      i.grad_sync_wait_s = it.value("grad_sync_wait_s", 0.0);
       r.iterations.push_back(std::move(i));
     }
   } catch (const std::exception& e) {
@@ -263,13 +270,15 @@ RunMeasurement Measure(const std::vector<RankReport>& rr, int iterations) {
   for (const auto& [key, s] : sums) m.stage_op_s[key] = {s.first / s.second, s.second};
   std::map<std::pair<int, OpKind>, std::pair<double, int>> layer_sums;
   for (const RankReport& r : rr) {
-    double peak = 0, wall = 0, cpu = 0, comm_cpu = 0;
+    double peak = 0, wall = 0, cpu = 0, comm_cpu = 0, sync = 0, sync_wait = 0;
     int64_t messages = 0;
     for (int it = 0; it < iterations; ++it) {
       peak = std::max(peak, r.iterations[it].peak_activation_bytes);
       if (it < first) continue;
       comm_cpu += r.iterations[it].comm_cpu_s;
       messages += r.iterations[it].messages;
+      sync += r.iterations[it].grad_sync_s;
+      sync_wait += r.iterations[it].grad_sync_wait_s;
       for (const auto& [key, d] : r.iterations[it].layer_ops) {
         auto& s = layer_sums[key];
         s.first += d;
@@ -281,6 +290,9 @@ RunMeasurement Measure(const std::vector<RankReport>& rr, int iterations) {
     m.peak_activation_bytes.push_back(peak);
     m.compute_cpu_share.push_back(wall > 0 ? std::min(1.0, cpu / wall) : 1.0);
     m.comm_cpu_per_message_s.push_back(messages > 0 ? comm_cpu / static_cast<double>(messages) : 0);
+    const int measured = iterations - first;
+    m.grad_sync_s.push_back(measured > 0 ? sync / measured : 0);
+    m.grad_sync_wait_s.push_back(measured > 0 ? sync_wait / measured : 0);
   }
   for (const auto& [key, s] : layer_sums) m.layer_op_s[key] = {s.first / s.second, s.second};
   for (const RankReport& r : rr) {

@@ -55,6 +55,10 @@ struct RunMeasurement {
   // iterations: the CPU a message takes from the cores, measured directly (0 without messages).
   // Empty for transport "inproc" (the ranks are threads of one process).
   std::vector<double> comm_cpu_per_message_s;
+  // Per rank, mean seconds per iteration (same iterations) of its gradient all-reduces
+  // (executor/layout_trainer.h: a layout with data parallelism; 0 otherwise), and of those the
+  // seconds it waited for them after its own ops ended: what the overlap did not hide.
+  std::vector<double> grad_sync_s, grad_sync_wait_s;
   // Each rank's host-speed probe (executor/host_probe.h), timed before its first iteration, when
   // LocalRunOptions::train.host_probe_repeats > 0; empty otherwise.
   std::vector<double> host_probe_s;
