@@ -87,8 +87,8 @@ absl::StatusOr<std::vector<LayerBytes>> MeasureBytes(const ModelSpec& spec) {
 
 // The buckets the gradient all-reduce is timed on: every layer's gradient in descending layer
 // order, as the data-parallel sync runs them, and half the largest (so the fit sees two sizes
-// when every layer has the same). A layer is at most 64 MiB and the buckets at most 256 MiB
-// together (the first layers' then).
+// when every layer has the same). A bucket is at most 64 MiB (a larger layer's is cut to it),
+// and a layer that would take the buckets beyond 256 MiB together is left out.
 std::vector<size_t> AllReduceBuckets(const std::vector<LayerBytes>& bytes) {
   constexpr double kMaxBucket = 64.0 * 1024 * 1024, kMaxTotal = 256.0 * 1024 * 1024;
   std::vector<size_t> out;
