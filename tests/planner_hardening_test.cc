@@ -468,13 +468,16 @@ TEST(PlannerHardeningTest, CancelledPlansStopTuningAndDoNotStarveJobs) {
   for (int i = 0; i < 4; ++i) {
     calls.emplace_back([&, i] {
       proto::PlanResponse resp;
-      auto ctx = Ctx(3);  // the client gives up after 3 s; the budget asks for 60 s
+      // The client gives up after 8 s (the budget asks for 60 s): the queue stays full that
+      // long, time enough for a loaded host to see it.
+      auto ctx = Ctx(8);
       proto::PlanRequest r = SlowPlan();
       r.mutable_options()->set_seed(i + 1);  // distinct: identical calls share one task
       codes[i] = stub->Plan(ctx.get(), r, &resp).error_code();
     });
   }
-  EXPECT_TRUE(WaitFor([&] { return Health(planner) == grpc::health::v1::HealthCheckResponse::NOT_SERVING; }, 3));
+  EXPECT_TRUE(WaitFor(
+      [&] { return Health(planner) == grpc::health::v1::HealthCheckResponse::NOT_SERVING; }, 8));
   for (std::thread& t : calls) t.join();
   for (grpc::StatusCode c : codes) {
     // The running call tunes until (95% of) the client's deadline and may answer in time.
