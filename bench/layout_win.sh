@@ -12,11 +12,12 @@
 #   3. octopipe simulate --plan -> the prediction, made before any run
 #   4. octopipe train --plan    -> every layout, interleaved (the order rotates each repeat),
 #                           WARMUP + ITERS iterations, REPEATS times
-# and prints one JSON line per (model, layout), then a Markdown table: the layout, predicted
-# iteration, measured iteration (median over repeats of each run's median after warm-up) and
-# the fastest repeat (on a shared machine other work only slows a run down), the prediction's
-# error against both, measured tokens/s, and whether the planner's choice is the measured
-# fastest (or within 2% of it).
+# and prints one JSON line per (model, layout) (with, for data-parallel layouts, the gradient
+# all-reduces' seconds per iteration as simulated and as measured), then a Markdown table: the
+# layout, predicted iteration, measured iteration (median over repeats of each run's median
+# after warm-up) and the fastest repeat (on a shared machine other work only slows a run
+# down), the prediction's error against both, measured tokens/s, and whether the planner's
+# choice is the measured fastest (or within 2% of it).
 #
 # Usage: bazel build -c opt //cli:octopipe && bench/layout_win.sh [--quick]
 # Each run also times the host-speed probe before its first iteration (`train --host_probe`,
@@ -140,11 +141,14 @@ for m in models:
         plan_out = load(f'{base}.{c}.plan.out.json')
         if not plan_out:
             continue
-        pred = predicted(load(f'{base}.pred.{c}.json'))
-        medians, at_speed, at_speed_errors = [], [], []
+        pred_file = load(f'{base}.pred.{c}.json')
+        pred = predicted(pred_file)
+        medians, at_speed, at_speed_errors, syncs = [], [], [], []
         for rep in range(repeats):
             run = load(f'{base}.run.{c}.{rep}.json')
             its = run.get('iteration_time_s') or []
+            if run.get('grad_sync_s'):
+                syncs.append(max(run['grad_sync_s']))
             if len(its) > warmup:
                 medians.append(statistics.median(its[warmup:]))
                 if run.get('predicted_at_host_speed_s'):
@@ -156,7 +160,11 @@ for m in models:
                'repeats': medians,
                'predicted_at_host_speed_s': statistics.median(at_speed) if at_speed else None,
                # each run against the prediction at the host speed its own probe measured
-               'error_at_host_speed': statistics.median(at_speed_errors) if at_speed_errors else None}
+               'error_at_host_speed': statistics.median(at_speed_errors) if at_speed_errors else None,
+               # the DP gradient all-reduces per iteration: the slowest rank's sum as simulated
+               # and as measured (median over repeats of the slowest rank's mean)
+               'dp_sync_predicted_s': pred_file.get('dp_sync_total_s'),
+               'dp_sync_measured_s': statistics.median(syncs) if syncs else None}
         for k in ('median', 'fastest'):
             v = row[f'measured_{k}_s']
             row[f'error_vs_{k}'] = pred / v - 1 if pred and v else None
