@@ -390,7 +390,7 @@ MeasuredModel MeasuredModelFile(const ModelGraph& graph, const ModelSpec& spec,
 
 // The measured cluster file: one node of --ranks devices with the GEMM rate, copy bandwidth,
 // memory and per-op overhead, the link fitted over the ping-pong's message sizes, and the
-// all-reduce's bus bandwidth fitted over its sizes (LinkSpec::allreduce_bandwidth).
+// all-reduce's bus bandwidth and step latency fitted over its sizes (LinkSpec).
 struct MeasuredCluster {
   Cluster cluster;
   double flops = 0, copy_bandwidth = 0;
@@ -416,11 +416,13 @@ absl::StatusOr<MeasuredCluster> MeasuredClusterFile(const Measurements& m,
     link_spec.latency_s = std::max(0.0, Median(m.message_s) - transfer);
   }
   // seconds = a + bytes / b over the all-reduce's sizes; a ring of n moves 2 (n - 1) / n of the
-  // bytes, so the bus bandwidth is that share of b (for n = 2, b itself).
+  // bytes in 2 (n - 1) steps, so the bus bandwidth is that share of b (for n = 2, b itself) and
+  // each step's latency a / (2 (n - 1)).
   if (!m.allreduce.empty()) {
     ASSIGN_OR_RETURN(const LinkFit fit, FitLink(m.allreduce));
     const double n = static_cast<double>(f.ranks);
     link_spec.allreduce_bandwidth = 2 * (n - 1) / n * fit.bandwidth;
+    link_spec.allreduce_latency_s = fit.latency_s / (2 * (n - 1));
   }
   char host[256] = "localhost";
   gethostname(host, sizeof(host) - 1);
@@ -521,7 +523,8 @@ std::string AllReduceLine(const Measurements& m, const LinkSpec& link, const Pro
   return absl::StrCat("gradient all-reduce over ", f.ranks, " ranks: bus bandwidth ",
                       absl::StrFormat("%.3g", link.allreduce_bandwidth), " B/s (",
                       absl::StrFormat("%.2g", link.allreduce_bandwidth / link.bandwidth),
-                      "x the link's; fitted over ", absl::StrFormat("%.0f", least), "-",
+                      "x the link's), ", FormatSeconds(link.allreduce_latency_s),
+                      " per ring step (fitted over ", absl::StrFormat("%.0f", least), "-",
                       absl::StrFormat("%.0f", most), " bytes, copies in and out included)\n");
 }
 

@@ -47,6 +47,10 @@ absl::Status ValidateLink(const std::string& path, const LinkSpec& link) {
     return RangeError(path + ".allreduce_bandwidth", link.allreduce_bandwidth,
                       "0 (the link's bandwidth) or in [1, 1e21] bytes/s or +inf");
   }
+  if (!InRange(link.allreduce_latency_s, 0, kMaxLatencyS, /*inf_ok=*/false)) {
+    return RangeError(path + ".allreduce_latency_s", link.allreduce_latency_s,
+                      "finite and in [0, 3600] s (0: the link's latency)");
+  }
   return absl::OkStatus();
 }
 

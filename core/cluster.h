@@ -38,6 +38,8 @@ struct LinkSpec {
   // busbw. 0: the link's bandwidth (a ring all-reduce at link speed). Measured clusters set it
   // where the collective runs slower than the link (the CPU executor copies and sums on host).
   double allreduce_bandwidth = 0;
+  // Latency of each of an all-reduce's 2 (n - 1) ring steps; 0: the link's latency_s.
+  double allreduce_latency_s = 0;
 };
 
 struct Node {

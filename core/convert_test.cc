@@ -193,12 +193,15 @@ TEST(ConvertTest, ClusterRoundTripIncludingInfinity) {
   Cluster measured = *ClusterPreset("h100-4nodes");
   measured.nodes[0].intra_node_link.allreduce_bandwidth = 3.6e11;
   measured.inter_node_link.allreduce_bandwidth = 4.1e10;
+  measured.inter_node_link.allreduce_latency_s = 2.5e-5;
   ASSERT_TRUE(WriteClusterFile(TestPath("busbw.json"), measured).ok());
   absl::StatusOr<Cluster> reloaded = LoadClusterFile(TestPath("busbw.json"));
   ASSERT_TRUE(reloaded.ok()) << reloaded.status();
   EXPECT_EQ(3.6e11, reloaded->nodes[0].intra_node_link.allreduce_bandwidth);
   EXPECT_EQ(0, reloaded->nodes[1].intra_node_link.allreduce_bandwidth);
   EXPECT_EQ(4.1e10, reloaded->inter_node_link.allreduce_bandwidth);
+  EXPECT_EQ(2.5e-5, reloaded->inter_node_link.allreduce_latency_s);
+  EXPECT_EQ(0, reloaded->nodes[0].intra_node_link.allreduce_latency_s);
 
   // The synthetic cluster has unlimited memory and links.
   const Cluster synthetic = SyntheticCluster(4);
@@ -703,6 +706,11 @@ TEST(ConvertTest, ClusterErrorsNameTheFieldPath) {
   EXPECT_THAT(std::string(ClusterFromProto(p).status().message()),
               HasSubstr("nodes[1].intra_node_link.allreduce_bandwidth must be 0 (the link's "
                         "bandwidth) or in [1, 1e21] bytes/s or +inf, got -5"));
+  p = ClusterToProto(*ClusterPreset("h100-4nodes"));
+  p.mutable_inter_node_link()->set_allreduce_latency_s(-1);
+  EXPECT_THAT(std::string(ClusterFromProto(p).status().message()),
+              HasSubstr("inter_node_link.allreduce_latency_s must be finite and in [0, 3600] s "
+                        "(0: the link's latency), got -1"));
 
   p = ClusterToProto(*ClusterPreset("h100-4nodes"));
   p.mutable_nodes(2)->set_num_devices(0);

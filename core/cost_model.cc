@@ -614,7 +614,8 @@ double RingAllReduceSeconds(double bytes, int group, const LinkSpec& link) {
   if (group <= 1 || bytes <= 0) return 0;
   const double n = group;
   const double bus = link.allreduce_bandwidth > 0 ? link.allreduce_bandwidth : link.bandwidth;
-  return 2 * (n - 1) * link.latency_s + Seconds(2 * (n - 1) / n * bytes, bus);
+  const double step = link.allreduce_latency_s > 0 ? link.allreduce_latency_s : link.latency_s;
+  return 2 * (n - 1) * step + Seconds(2 * (n - 1) / n * bytes, bus);
 }
 
 double AllToAllSeconds(double bytes, int group, int ranks_in_node, const LinkSpec& intra,

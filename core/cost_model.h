@@ -57,7 +57,8 @@ struct CommLinks {
 
 // Ring all-reduce of `bytes` over `group` ranks on one link (Thakur et al. 2005; NCCL's ring):
 // 2(n-1) steps, each moving bytes/n per rank: 2(n-1)·latency + 2(n-1)/n · bytes / bandwidth,
-// at the link's all-reduce bus bandwidth where it gives one (LinkSpec::allreduce_bandwidth).
+// at the link's all-reduce bus bandwidth and step latency where it gives them
+// (LinkSpec::allreduce_bandwidth, allreduce_latency_s).
 // The same volume as reduce-scatter + all-gather (sequence parallelism, ZeRO). 0 for n <= 1.
 double RingAllReduceSeconds(double bytes, int group, const LinkSpec& link);
 

@@ -33,6 +33,9 @@ TEST(CollectiveTest, RingAllReduceRunsAtTheLinksAllReduceBusBandwidthWhereItHasO
   // Two members move the whole buffer once: 2·3 us + 1e6 / 0.5e9 = 2.006 ms.
   measured.allreduce_bandwidth = 0.5e9;
   EXPECT_NEAR(2.006e-3, RingAllReduceSeconds(1e6, 2, measured), 1e-12);
+  // A measured step latency replaces the link's: 2·50 us + 2 ms.
+  measured.allreduce_latency_s = 50e-6;
+  EXPECT_NEAR(2.1e-3, RingAllReduceSeconds(1e6, 2, measured), 1e-12);
 }
 
 TEST(CollectiveTest, AllToAllOverEightNodesIsBoundByTheInterNodeShare) {

@@ -182,6 +182,7 @@ TEST(LayoutSimulationTest, HeterogeneousReplicasWaitForTheRankHoldingEveryLayer)
   // all-reduce runs at it instead of the link's bandwidth.
   Cluster measured = cluster;
   measured.nodes[0].intra_node_link.allreduce_bandwidth = 40e9;
+  measured.nodes[0].intra_node_link.allreduce_latency_s = 20e-6;
   absl::StatusOr<LayoutSimulation> slow = SimulateLayout(model, measured, CostModel(), layout);
   ASSERT_TRUE(slow.ok()) << slow.status();
   double serial_slow = 0;
