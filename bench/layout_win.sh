@@ -160,7 +160,8 @@ for m in models:
                'repeats': medians,
                'predicted_at_host_speed_s': statistics.median(at_speed) if at_speed else None,
                # each run against the prediction at the host speed its own probe measured
-               'error_at_host_speed': statistics.median(at_speed_errors) if at_speed_errors else None,
+               'error_at_host_speed': (statistics.median(at_speed_errors) if at_speed_errors
+                                       else None),
                # the DP gradient all-reduces per iteration: the slowest rank's sum as simulated
                # and as measured (median over repeats of the slowest rank's mean)
                'dp_sync_predicted_s': pred_file.get('dp_sync_total_s'),

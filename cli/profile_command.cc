@@ -87,10 +87,11 @@ absl::StatusOr<std::vector<LayerBytes>> MeasureBytes(const ModelSpec& spec) {
 
 // The buckets the gradient all-reduce is timed on: every layer's gradient in descending layer
 // order, as the data-parallel sync runs them, and half the largest (so the fit sees two sizes
-// when every layer has the same). A bucket is at most 64 MiB (a larger layer's is cut to it),
-// and a layer that would take the buckets beyond 256 MiB together is left out.
+// when every layer has the same). A bucket is at most 16 MiB (a larger layer's is cut to it),
+// and a layer that would take the buckets beyond 64 MiB together is left out: each rank holds
+// them all at once (inproc ranks in one process).
 std::vector<size_t> AllReduceBuckets(const std::vector<LayerBytes>& bytes) {
-  constexpr double kMaxBucket = 64.0 * 1024 * 1024, kMaxTotal = 256.0 * 1024 * 1024;
+  constexpr double kMaxBucket = 16.0 * 1024 * 1024, kMaxTotal = 64.0 * 1024 * 1024;
   std::vector<size_t> out;
   double total = 0, largest = 0;
   for (auto b = bytes.rbegin(); b != bytes.rend(); ++b) {
@@ -418,11 +419,15 @@ absl::StatusOr<MeasuredCluster> MeasuredClusterFile(const Measurements& m,
   // seconds = a + bytes / b over the all-reduce's sizes; a ring of n moves 2 (n - 1) / n of the
   // bytes in 2 (n - 1) steps, so the bus bandwidth is that share of b (for n = 2, b itself) and
   // each step's latency a / (2 (n - 1)).
+  // A fitted step latency of 0 (FitLink clamps a negative intercept) is written as 0, which
+  // reads as "the link's latency": a few tens of microseconds more per call, where the fit
+  // found none. Samples of one size (no fit) leave both fields out.
   if (!m.allreduce.empty()) {
-    ASSIGN_OR_RETURN(const LinkFit fit, FitLink(m.allreduce));
-    const double n = static_cast<double>(f.ranks);
-    link_spec.allreduce_bandwidth = 2 * (n - 1) / n * fit.bandwidth;
-    link_spec.allreduce_latency_s = fit.latency_s / (2 * (n - 1));
+    if (absl::StatusOr<LinkFit> fit = FitLink(m.allreduce); fit.ok()) {
+      const double n = static_cast<double>(f.ranks);
+      link_spec.allreduce_bandwidth = 2 * (n - 1) / n * fit->bandwidth;
+      link_spec.allreduce_latency_s = fit->latency_s / (2 * (n - 1));
+    }
   }
   char host[256] = "localhost";
   gethostname(host, sizeof(host) - 1);
@@ -510,10 +515,12 @@ absl::StatusOr<std::string> FitMessageCost(const ModelSpec& spec, const ModelGra
 
 // What the summary says of the gradient all-reduce.
 std::string AllReduceLine(const Measurements& m, const LinkSpec& link, const ProfileFlags& f) {
-  if (m.allreduce.empty()) {
+  if (m.allreduce.empty() || link.allreduce_bandwidth == 0) {
     return absl::StrCat("gradient all-reduce: not measured (",
-                        f.ranks < 2 ? "one rank" : "the transport has no collectives",
-                        "): costed at the link's bandwidth\n");
+                        f.ranks < 2              ? "one rank"
+                        : m.allreduce.empty()    ? "no collectives on this transport"
+                                                 : "too few sizes to fit",
+                        "): costed at the link's bandwidth and latency\n");
   }
   double least = m.allreduce[0].first, most = least;
   for (const auto& [bytes, s] : m.allreduce) {
@@ -522,8 +529,11 @@ std::string AllReduceLine(const Measurements& m, const LinkSpec& link, const Pro
   }
   return absl::StrCat("gradient all-reduce over ", f.ranks, " ranks: bus bandwidth ",
                       absl::StrFormat("%.3g", link.allreduce_bandwidth), " B/s (",
-                      absl::StrFormat("%.2g", link.allreduce_bandwidth / link.bandwidth),
-                      "x the link's), ", FormatSeconds(link.allreduce_latency_s),
+                      std::isinf(link.bandwidth)
+                          ? std::string("the link's is unbounded")
+                          : absl::StrFormat("%.2gx the link's", link.allreduce_bandwidth /
+                                                                   link.bandwidth),
+                      "), ", FormatSeconds(link.allreduce_latency_s),
                       " per ring step (fitted over ", absl::StrFormat("%.0f", least), "-",
                       absl::StrFormat("%.0f", most), " bytes, copies in and out included)\n");
 }

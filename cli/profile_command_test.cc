@@ -59,9 +59,9 @@ TEST(ProfileCommandTest, ProfileThenPlanThenTrain) {
   EXPECT_GT(cluster->link(0, 1).allreduce_bandwidth, 0);
   EXPECT_EQ(cluster->inter_node_link.allreduce_bandwidth,
             cluster->nodes[0].intra_node_link.allreduce_bandwidth);
-  EXPECT_GE(cluster->link(0, 1).allreduce_latency_s, 0);
   EXPECT_NE(out.str().find("gradient all-reduce over 2 ranks: bus bandwidth "), std::string::npos)
       << out.str();
+  EXPECT_NE(out.str().find(" per ring step (fitted over "), std::string::npos) << out.str();
   // The message-heavy runs took place and fitted a cost in [0, 10 ms].
   EXPECT_NE(out.str().find("per-message CPU cost"), std::string::npos) << out.str();
   EXPECT_NE(out.str().find("-stage interleaved runs"), std::string::npos) << out.str();

@@ -277,7 +277,8 @@ Part MlpPart(double b, double s, double h, double ffn, double out, bool gated, d
 // after the dispatch and back before the combine, reading and writing k each: 4k more in F and
 // in B (MoeDispatcher; Cost applies it). At the default rates this adds 45% to a Qwen3-30B-A3B
 // MoE layer's F + B + W (h 2048, moe_ffn 768, top-8, FP8, alltoall at EP 8), 8% to DeepSeek-V3's
-// (flex) and 1.4% to Mixtral 8x7B's: it matters where the experts are narrow.
+// (flex) and 1.0% to Mixtral 8x7B's (EP 8 over 8 experts: no chunk sorts): it matters where the
+// experts are narrow.
 Part MoePart(const LayerDims& d, double b, double s, double e) {
   const double h = d.hidden, f = d.moe_ffn, k = d.top_k, sh = d.shared_experts, E = d.experts;
   const double bs = b * s;

@@ -167,10 +167,10 @@ class AgentVocabE2ETest : public AgentE2ETest {
 // A job whose plans split the output layer by vocabulary (vocab_parallel "on"; a heavy head on
 // a synthetic cluster of the agents' two nodes, so the split is the faster plan; no MoE layer,
 // whose token permutation, costed by bytes moved, would outweigh the head at the slow memory
-// below): both agents
-// run the split plan and report over gRPC their device's S and T passes with the stage times;
-// the planner calibrates the head with them (its log's vocab_deviation), re-plans on the
-// measured costs, and the agents switch to the new version and finish the job.
+// below): both agents run the split plan and report over gRPC their device's S and T passes
+// with the stage times; the planner calibrates the head with them (its log's
+// vocab_deviation), re-plans on the measured costs, and the agents switch to the new version
+// and finish the job.
 TEST_F(AgentVocabE2ETest, VocabParallelJobReportsItsPassesAndIsReplannedAndCompleted) {
   constexpr char kVocabModel[] =
       "ref:pattern=M*-M,hidden=32,heads=2,ffn=64,seq=32,vocab=16384,seed=5,microbatches=4";
