@@ -543,6 +543,25 @@ std::string AllReduceLine(const Measurements& m, const LinkSpec& link, const Pro
 // within ~4%: measured_win run 21).
 constexpr double kProbeDrift = 0.05;
 
+// The host's speed while a split was measured against the F/B/W launches' (`probe`: their
+// median probe), and a warning where it differs by more than kProbeDrift: the split's times
+// carry the difference, and plans at its degrees are predicted off by as much.
+std::string SplitProbeLine(const Measurements& m, std::pair<int, int> split, double probe) {
+  auto it = m.split_probe.find(split);
+  if (it == m.split_probe.end() || it->second.empty() || !(probe > 0)) return "";
+  const double at = executor::MedianProbeSeconds(it->second);
+  const double ratio = at / probe;
+  std::string line =
+      absl::StrCat("the host-speed probe timed ", FormatSeconds(at), " (median over ",
+                   it->second.size(), " rank-launches, ", absl::StrFormat("%.3fx", ratio),
+                   " the F/B/W launches')");
+  if (std::abs(ratio - 1) > kProbeDrift) {
+    absl::StrAppend(&line, ": the host ran at another speed while this split was measured, and "
+                           "its times carry that; profile again on a quieter machine");
+  }
+  return line + "\n";
+}
+
 void PrintSummary(std::ostream& out, const ProfileFlags& f, const ModelSpec& spec,
                   const MeasuredModel& model, const MeasuredCluster& mc, const Measurements& m,
                   const std::string& message_fit, const std::string& model_path,
@@ -564,7 +583,7 @@ void PrintSummary(std::ostream& out, const ProfileFlags& f, const ModelSpec& spe
         << (ep > 1 ? "dispatch and combine all-to-alls" : "all-reduces") << " included; PP "
         << f.ranks / (tp * ep) << " x TP" << tp
         << (ep > 1 ? absl::StrCat(" x DP", ep, " x EP", ep, "; MoE layers only") : "") << "):\n"
-        << table.Render() << "\n";
+        << table.Render() << SplitProbeLine(m, split, probe) << "\n";
   }
   out
       << "per-op executor overhead " << FormatSeconds(hw.op_overhead_s) << " (spread "

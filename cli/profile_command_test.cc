@@ -213,6 +213,15 @@ TEST(ProfileCommandTest, MeasuresTheLayersSplitAtEachTensorAndExpertParallelDegr
       << err.str();
   EXPECT_NE(err.str().find("TP2 launch 1: summed layer medians"), std::string::npos) << err.str();
   EXPECT_NE(err.str().find("EP2 launch 1: summed layer medians"), std::string::npos) << err.str();
+  // Each split's launches (TP2, EP2) timed the host-speed probe too, against the F/B/W
+  // launches'.
+  const std::string text = out.str();
+  int probe_lines = 0;
+  for (size_t at = text.find(" the F/B/W launches')"); at != std::string::npos;
+       at = text.find(" the F/B/W launches')", at + 1)) {
+    ++probe_lines;
+  }
+  EXPECT_EQ(probe_lines, 2) << text;
   EXPECT_NE(out.str().find("split TP2 (per rank, the all-reduces included; PP 1 x TP2)"),
             std::string::npos)
       << out.str();

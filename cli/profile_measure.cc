@@ -349,9 +349,12 @@ absl::Status MeasureSplits(const ModelSpec& spec, const ModelGraph& graph,
                              ASSIGN_OR_RETURN(std::vector<std::string> reports,
                                               RunProfileRanks(spec, run.first, Launch(f),
                                                               static_cast<int>(f.repeat),
-                                                              /*ping=*/false, /*probe=*/false,
+                                                              /*ping=*/false, /*probe=*/true,
                                                               &run.second));
                              ASSIGN_OR_RETURN(std::vector<Json> parsed, ParseReports(reports));
+                             for (const Json& j : parsed) {
+                               m->split_probe[{tp, ep}].push_back(j.at("probe").get<double>());
+                             }
                              return Launched{std::move(parsed), false};
                            })
             .status());

@@ -46,6 +46,8 @@ struct Measurements {
   std::vector<double> probe;
   // Per split (tp, ep) (--tp, --ep): (layer, kind) -> per-rank, per-iteration seconds.
   std::map<std::pair<int, int>, std::map<std::pair<int, int>, std::vector<double>>> split;
+  // Per split: every rank's host-speed probe of every launch of its F/B/W phase.
+  std::map<std::pair<int, int>, std::vector<double>> split_probe;
   double light_s = 0;             // the profile run's median iteration
   int launches = 0;               // launches of the F/B/W plan
   double last_change = 0;         // the summed medians' change over the last launch
@@ -95,7 +97,8 @@ absl::StatusOr<Measurements> MeasureLayers(const ModelSpec& spec, const Plan& pl
 
 // Phase 4 (--tp, --ep): for each split the layers as that layout runs them (SplitProfileLayout,
 // the profile's ZB-H1 schedule) for F, B, W — launched until the summed medians settle, as
-// phase 1 — then R with every stage recomputed.
+// phase 1, every rank timing the host-speed probe before each launch — then R with every stage
+// recomputed.
 absl::Status MeasureSplits(const ModelSpec& spec, const ModelGraph& graph,
                            const std::vector<std::pair<int, int>>& splits, const ProfileFlags& f,
                            Measurements* m, std::ostream& err);
