@@ -517,9 +517,7 @@ absl::StatusOr<std::string> FitMessageCost(const ModelSpec& spec, const ModelGra
 std::string AllReduceLine(const Measurements& m, const LinkSpec& link, const ProfileFlags& f) {
   if (m.allreduce.empty() || link.allreduce_bandwidth == 0) {
     return absl::StrCat("gradient all-reduce: not measured (",
-                        f.ranks < 2              ? "one rank"
-                        : m.allreduce.empty()    ? "no collectives on this transport"
-                                                 : "too few sizes to fit",
+                        f.ranks < 2 ? "one rank" : "too few sizes to fit",
                         "): costed at the link's bandwidth and latency\n");
   }
   double least = m.allreduce[0].first, most = least;

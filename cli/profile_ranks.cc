@@ -78,18 +78,15 @@ absl::StatusOr<std::vector<std::pair<double, double>>> PingPong(executor::Transp
 // (executor/layout_trainer.cc): one all-reduce per bucket of `buckets` (bytes, in the sync's
 // order), each bucket's gradients in their own memory, copied into one shared buffer,
 // all-reduced and copied back. (bytes, seconds) of every call of kAllReduceRounds rounds over
-// the buckets, after two warm-up rounds. Every rank takes part; nothing on a transport without
-// collectives or with one rank.
+// the buckets, after two warm-up rounds. Every rank takes part; nothing with one rank.
 absl::StatusOr<std::vector<std::pair<double, double>>> AllReduceTimes(
     executor::Transport* t, const std::vector<size_t>& buckets) {
   std::vector<std::pair<double, double>> out;
   if (t->size() < 2 || buckets.empty()) return out;
   std::vector<int> members(t->size());
   std::iota(members.begin(), members.end(), 0);
-  absl::StatusOr<std::unique_ptr<executor::Collective>> group =
-      t->NewCollective(members, "profile/allreduce");
-  if (absl::IsUnimplemented(group.status())) return out;
-  if (!group.ok()) return group.status();
+  ASSIGN_OR_RETURN(std::unique_ptr<executor::Collective> group,
+                   t->NewCollective(members, "profile/allreduce"));
   std::vector<std::vector<float>> grads;
   for (size_t bytes : buckets) grads.emplace_back(bytes / sizeof(float), 0.0f);
   std::vector<float> buffer;
@@ -98,7 +95,7 @@ absl::StatusOr<std::vector<std::pair<double, double>>> AllReduceTimes(
       const auto t0 = std::chrono::steady_clock::now();
       buffer.resize(g.size());
       std::memcpy(buffer.data(), g.data(), g.size() * sizeof(float));
-      RETURN_IF_ERROR((*group)->AllReduceSum(buffer.data(), g.size()));
+      RETURN_IF_ERROR(group->AllReduceSum(buffer.data(), g.size()));
       std::memcpy(g.data(), buffer.data(), g.size() * sizeof(float));
       // The first rounds warm up.
       if (round >= 2) out.push_back({static_cast<double>(g.size() * sizeof(float)), Seconds(t0)});

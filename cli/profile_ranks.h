@@ -39,7 +39,7 @@ struct RankLaunch {
 //                 inproc, whose ranks share one process],
 //    "link": [[bytes, one-way seconds], ...],
 //    "allreduce": [[bytes, seconds of one all-reduce with its copies in and out], ...] (empty
-//                  without `ping`, with one rank, or on a transport without collectives),
+//                  without `ping` or with one rank),
 //    "probe": seconds of the host-speed probe timed before the iterations (0 without `probe`)}
 // or the first failing rank's error (kInternal, "rank R failed: ...").
 // With `layout` (whose pipeline plan is `plan`; f.ranks = layout->num_ranks) every rank runs its
