@@ -1,6 +1,8 @@
 #include "cli/train_layout_output.h"
 
 #include <algorithm>
+#include <map>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -21,15 +23,15 @@ void AddHostSpeedJson(const HostSpeed& host, Json* j) {
 }
 
 void AddMeasuredOpTimes(const agent::RunMeasurement& m, bool stages, Json* j) {
-  Json stage_ops = Json::array(), layer_ops = Json::array();
-  for (const auto& [key, v] : m.stage_op_s) {
-    stage_ops.push_back({key.first, std::string(OpKindName(key.second)), v.first, v.second});
-  }
-  for (const auto& [key, v] : m.layer_op_s) {
-    layer_ops.push_back({key.first, std::string(OpKindName(key.second)), v.first, v.second});
-  }
-  if (stages) (*j)["stage_op_s"] = std::move(stage_ops);
-  (*j)["layer_op_s"] = std::move(layer_ops);
+  auto rows = [](const std::map<std::pair<int, OpKind>, std::pair<double, int>>& times) {
+    Json out = Json::array();
+    for (const auto& [key, v] : times) {
+      out.push_back({key.first, std::string(OpKindName(key.second)), v.first, v.second});
+    }
+    return out;
+  };
+  if (stages) (*j)["stage_op_s"] = rows(m.stage_op_s);
+  (*j)["layer_op_s"] = rows(m.layer_op_s);
 }
 
 LayoutFigures MakeLayoutFigures(const ModelGraph& graph, const LayoutPlan& layout,
