@@ -188,6 +188,43 @@ TEST(PlanCommandTest, PlanFileReSimulatesToTheSameIterationTime) {
   }
 }
 
+// `plan --ep_overlap` plans for a model whose expert all-to-alls overlap other micro-batches'
+// compute. `simulate --plan` of its file predicts the same iteration given the same flag, and
+// without it warns that the file recorded another iteration (the plan was made from other
+// inputs) instead of silently printing a different figure.
+TEST(PlanCommandTest, EpOverlapPlanIsPredictedAgainWithTheSameFlagAndFlaggedWithout) {
+  const std::vector<std::string> inputs = {"--model=zoo:mixtral-8x7b",
+                                           "--cluster=preset:h100-4nodes"};
+  const std::string file = TmpPath("ep-overlap.plan.json");
+  std::vector<std::string> args = inputs;
+  for (const char* a : {"--pp=2", "--dp=16", "--ep=8", "--microbatches=32", "--time_budget=1",
+                        "--json", "--quiet", "--ep_overlap"}) {
+    args.push_back(a);
+  }
+  args.push_back("--out=" + file);
+  CliRun planned = PlanCli(args);
+  ASSERT_EQ(planned.code, 0) << planned.err;
+  const double want =
+      Num(Get(Get(Get(JsonOf(planned), "layout"), "simulated"), "iteration_time_s"));
+
+  std::vector<std::string> sim_args = inputs;
+  sim_args.push_back("--plan=" + file);
+  sim_args.push_back("--json");
+  std::vector<std::string> with_flag = sim_args;
+  with_flag.push_back("--ep_overlap");
+  CliRun same = SimulateCli(with_flag);
+  ASSERT_EQ(same.code, 0) << same.err;
+  EXPECT_NEAR(Num(Get(JsonOf(same), "iteration_time_s")), want, 1e-9 * want);
+  EXPECT_NEAR(Num(Get(JsonOf(same), "plan_file_iteration_time_s")), want, 1e-9 * want);
+  EXPECT_EQ(same.err.find("warning"), std::string::npos) << same.err;
+
+  CliRun other = SimulateCli(sim_args);
+  ASSERT_EQ(other.code, 0) << other.err;
+  EXPECT_GT(Num(Get(JsonOf(other), "iteration_time_s")), want * 1.005);
+  EXPECT_NE(other.err.find("warning: the plan file recorded a"), std::string::npos) << other.err;
+  EXPECT_NE(other.err.find("--ep_overlap"), std::string::npos) << other.err;
+}
+
 // A deep pipeline is head-bound (Nemotron-H 8B's 131k-token head on one of 32 devices): with
 // the output layer split, the plan file carries the S/T passes and re-simulates to the same
 // time, and the JSON and the tables say the split is used.

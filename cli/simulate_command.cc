@@ -18,6 +18,7 @@
 #include "simulator/problem_builder.h"
 #include "simulator/trace.h"
 #include "core/convert.h"
+#include "core/file_io.h"
 #include "tuner/layout_simulation.h"
 #include "absl/strings/str_format.h"
 
@@ -92,6 +93,10 @@ void DeclareFlags(CommandLine& flags, SimulateOptions& o, std::string* report) {
                "stages; for a layout plan every distinct pipeline and its replicas (one\n"
                "self-contained file; open it in a browser). Needs one --schedule or --plan");
   flags.Bool("json", &o.json, "print one JSON object instead of tables");
+  flags.Bool("ep_overlap", &o.ep_overlap,
+             "the runtime overlaps each MoE layer's expert all-to-alls with other micro-batches'\n"
+             "compute (sets the model's training.ep_comm_overlap, as `plan --ep_overlap`: give\n"
+             "it here too to predict a plan made with it)");
   flags.Bool("contention", &o.contention,
              "serve transfers on one link one at a time (otherwise links never contend)");
 }
@@ -110,6 +115,7 @@ struct SimulateInputs {
 absl::StatusOr<SimulateInputs> ResolveInputs(SimulateOptions& o, const CommandLine& flags) {
   SimulateInputs in;
   ASSIGN_OR_RETURN(in.model, LoadModelArg(o.model));
+  if (o.ep_overlap) in.model.training.ep_comm_overlap = true;
   ASSIGN_OR_RETURN(in.cluster, LoadClusterArg(o.cluster));
   if (!flags.was_set("devices")) o.devices = in.cluster.num_devices();
   if (!flags.was_set("microbatches")) o.microbatches = in.model.training.num_microbatches;
@@ -157,6 +163,34 @@ absl::Status WriteRunReport(const std::string& path, const SimulateInputs& in,
   return report::WriteHtmlReport("--report", ResolvePath(path), page);
 }
 
+// The iteration the plan file's writer predicted (`octopipe plan --out` records it), or 0 where
+// the file holds none.
+double RecordedIteration(const std::string& path) {
+  absl::StatusOr<std::string> text = ReadFileToString(path);
+  if (!text.ok()) return 0;
+  proto::LayoutPlan layout;
+  if (ProtoFromJson(*text, &layout).ok() && layout.pipelines_size() > 0) {
+    return layout.predicted().iteration_time_s();
+  }
+  proto::Plan single;
+  return ProtoFromJson(*text, &single).ok() ? single.predicted().iteration_time_s() : 0;
+}
+
+// Where this run's iteration differs from the one the plan file recorded by more than
+// kRecordedDrift, a warning: the plan was made from other inputs (another model or cluster
+// file, or `plan --ep_overlap` / `--recompute`, which change the model the planner used), and
+// the figures here are not the ones the planner chose it by. Empty where they agree.
+constexpr double kRecordedDrift = 0.005;
+std::string RecordedDriftWarning(double recorded, double now) {
+  if (!(recorded > 0) || std::abs(now / recorded - 1) <= kRecordedDrift) return "";
+  return absl::StrFormat(
+      "octopipe simulate: warning: the plan file recorded a %s iteration, this run predicts %s "
+      "(%+.1f%%): the plan was made from other inputs (another model or cluster file, or plan's "
+      "--ep_overlap or --recompute, which change the model it planned for; give --ep_overlap "
+      "here too)\n",
+      FormatSeconds(recorded), FormatSeconds(now), 100 * (now / recorded - 1));
+}
+
 // Step 0: --report is checked before any work: one run to draw, and a path that can be written.
 absl::Status CheckReportFlag(const SimulateOptions& o, const std::string& report) {
   if (report.empty()) return absl::OkStatus();
@@ -173,6 +207,8 @@ int RunSingle(const SimulateOptions& o, const std::string& report, const Simulat
       o.plan.empty() ? RunClassic(in.kinds[0], o, in.model, in.cluster, in.cost, in.eval)
                      : RunPlanFile(o, in.model, in.cluster, in.cost, in.eval);
   if (!run.ok()) return Fail(err, run.status(), 2);
+  const double recorded = o.plan.empty() ? 0 : RecordedIteration(ResolvePath(o.plan));
+  err << RecordedDriftWarning(recorded, run->result.iteration_time_s);
   if (!o.trace.empty()) {
     absl::Status s =
         WriteChromeTrace(ResolvePath(o.trace), run->plan.schedule, run->result,
@@ -313,6 +349,8 @@ int RunLayoutSimulate(const SimulateOptions& o, const std::string& report,
     return Fail(err, absl::InvalidArgumentError(absl::StrCat("--plan: ", sim.status().message())),
                 2);
   }
+  const double recorded = RecordedIteration(ResolvePath(o.plan));
+  err << RecordedDriftWarning(recorded, sim->iteration_time_s);
   if (!report.empty()) {
     absl::StatusOr<report::Page> page = LayoutReportPage(o, in, plan, *sim);
     absl::Status s = page.ok() ? report::WriteHtmlReport("--report", ResolvePath(report), *page)
@@ -334,6 +372,7 @@ int RunLayoutSimulate(const SimulateOptions& o, const std::string& report,
               {"tokens_per_s", sim->tokens_per_s},
               {"fits", sim->fits},
               {"peak_memory_bytes", sim->peak_memory_bytes}};
+    if (recorded > 0) j["plan_file_iteration_time_s"] = recorded;
     out << JsonText(j) << "\n";
     return 0;
   }

@@ -24,6 +24,7 @@ struct SimulateOptions {
   std::string trace;         // write a Chrome/Perfetto trace of the (single) run here
   bool json = false;
   bool contention = false;   // serve transfers on one link one at a time
+  bool ep_overlap = false;   // sets the model's training.ep_comm_overlap, as `plan --ep_overlap`
 };
 
 // Runs the command; returns the process exit code (0 ok, 1 failed, 2 bad usage).
