@@ -124,6 +124,15 @@ def predicted(pred):
     r = runs[0] if runs else {}
     return r.get('steady_state_iteration_time_s') or r.get('iteration_time_s')
 
+def predicted_peaks(pred):
+    """Each rank's predicted peak live activation bytes: a layout's, or a single pipeline's
+    per device (its devices are the ranks)."""
+    if pred.get('peak_activation_bytes'):
+        return pred['peak_activation_bytes']
+    runs = pred.get('schedules') or [pred]
+    devices = runs[0].get('devices') if runs else None
+    return [d.get('peak_activation_bytes') for d in devices] if devices else None
+
 def layout_name(plan_out):
     l = plan_out.get('layout')
     if l:
@@ -143,12 +152,14 @@ for m in models:
             continue
         pred_file = load(f'{base}.pred.{c}.json')
         pred = predicted(pred_file)
-        medians, at_speed, at_speed_errors, syncs = [], [], [], []
+        medians, at_speed, at_speed_errors, syncs, peaks = [], [], [], [], []
         for rep in range(repeats):
             run = load(f'{base}.run.{c}.{rep}.json')
             its = run.get('iteration_time_s') or []
             if run.get('grad_sync_s'):
                 syncs.append(max(run['grad_sync_s']))
+            if run.get('peak_activation_bytes'):
+                peaks.append(run['peak_activation_bytes'])
             if len(its) > warmup:
                 medians.append(statistics.median(its[warmup:]))
                 if run.get('predicted_at_host_speed_s'):
@@ -165,7 +176,17 @@ for m in models:
                # the DP gradient all-reduces per iteration: the slowest rank's sum as simulated
                # and as measured (median over repeats of the slowest rank's mean)
                'dp_sync_predicted_s': pred_file.get('dp_sync_total_s'),
-               'dp_sync_measured_s': statistics.median(syncs) if syncs else None}
+               'dp_sync_measured_s': statistics.median(syncs) if syncs else None,
+               # each rank's peak live activation bytes: measured (the largest over repeats)
+               # and as the simulator predicts them (its peak less weights, gradients and
+               # optimizer state)
+               'measured_peak_activation_bytes': (
+                   [max(p[r] for p in peaks) for r in range(len(peaks[0]))] if peaks else None),
+               'predicted_peak_activation_bytes': predicted_peaks(pred_file)}
+        mp, pp = row['measured_peak_activation_bytes'], row['predicted_peak_activation_bytes']
+        row['peak_activation_error'] = (
+            max(abs(m_ / p_ - 1) for m_, p_ in zip(mp, pp)) if mp and pp and len(mp) == len(pp)
+            and all(p_ and p_ > 0 for p_ in pp) else None)
         for k in ('median', 'fastest'):
             v = row[f'measured_{k}_s']
             row[f'error_vs_{k}'] = pred / v - 1 if pred and v else None
@@ -190,23 +211,30 @@ def ms(v):
 def pct(v):
     return '-' if v is None else '%+.1f%%' % (v * 100)
 print()
-print('| model | layout | plan | predicted | measured (median / fastest) | error (median / fastest) | at host speed (error) | planner\'s choice |')
-print('|---|---|---|---|---|---|---|---|')
+print('| model | layout | plan | predicted | measured (median / fastest) | error (median / fastest) | at host speed (error) | peak activations vs predicted | planner\'s choice |')
+print('|---|---|---|---|---|---|---|---|---|')
 for r in rows:
     note = ''
     if r['layout'] == 'planner':
         note = '%s; %s than the fastest (%s)' % (
             'fastest or within 2%' if r.get('chosen_is_fastest_within_2pct') else 'NOT within 2%',
             pct(r.get('vs_fastest')), r.get('fastest_layout'))
-    print('| %s | %s | %s | %s | %s / %s | %s / %s | %s (%s) | %s |' % (
+    peak = ('-' if r['peak_activation_error'] is None else
+            'max %.1f%% off' % (100 * r['peak_activation_error']))
+    print('| %s | %s | %s | %s | %s / %s | %s / %s | %s (%s) | %s | %s |' % (
         r['model'], r['layout'], r['plan'], ms(r['predicted_s']), ms(r['measured_median_s']),
         ms(r['measured_fastest_s']), pct(r['error_vs_median']), pct(r['error_vs_fastest']),
-        ms(r['predicted_at_host_speed_s']), pct(r['error_at_host_speed']), note))
+        ms(r['predicted_at_host_speed_s']), pct(r['error_at_host_speed']), peak, note))
 errors = [abs(r['error_vs_median']) for r in rows if r['layout'] != 'planner' and r['error_vs_median'] is not None]
 if errors:
     print()
     print('prediction error (vs median), fixed layouts: mean %.1f%%, max %.1f%%' % (
         100 * statistics.mean(errors), 100 * max(errors)))
+peak_errors = [r['peak_activation_error'] for r in rows if r['peak_activation_error'] is not None]
+if peak_errors:
+    print('peak activation bytes per rank, measured vs predicted: %d of %d layouts exact, '
+          'max %.2f%% off' % (sum(1 for e in peak_errors if e < 1e-9), len(peak_errors),
+                               100 * max(peak_errors)))
 at_speed = [abs(r['error_at_host_speed']) for r in rows
             if r['layout'] != 'planner' and r['error_at_host_speed'] is not None]
 if at_speed:

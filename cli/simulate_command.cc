@@ -371,7 +371,8 @@ int RunLayoutSimulate(const SimulateOptions& o, const std::string& report,
               {"bubble_ratio", sim->bubble_ratio},
               {"tokens_per_s", sim->tokens_per_s},
               {"fits", sim->fits},
-              {"peak_memory_bytes", sim->peak_memory_bytes}};
+              {"peak_memory_bytes", sim->peak_memory_bytes},
+              {"peak_activation_bytes", sim->peak_activation_bytes}};
     if (recorded > 0) j["plan_file_iteration_time_s"] = recorded;
     out << JsonText(j) << "\n";
     return 0;

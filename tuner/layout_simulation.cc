@@ -43,7 +43,7 @@ struct PipelineRun {
   bool fits = true;
   std::vector<double> device_end;   // DeviceEnd
   std::vector<double> stage_ready;  // end of the stage's last W or BW (its device's end if none)
-  std::vector<double> busy_s, peak_bytes;  // per device
+  std::vector<double> busy_s, peak_bytes, peak_activation_bytes;  // per device
   std::vector<int64_t> vocab_columns;      // with vocab_parallel: per device
   std::optional<ProblemBuilder> builder;
 };
@@ -123,12 +123,16 @@ absl::StatusOr<PipelineRun> RunPipeline(const ModelGraph& model, const Cluster& 
   run.device_end.assign(P, 0.0);
   run.busy_s.assign(P, 0.0);
   run.peak_bytes.assign(P, 0.0);
+  run.peak_activation_bytes.assign(P, 0.0);
   for (int d = 0; d < P; ++d) {
     if (!sim->op_end_s[d].empty()) {
       run.device_end[d] = DeviceEnd(pb, d, sim->op_end_s[d].back(), b0_end) - origin;
     }
     run.busy_s[d] = sim->devices[d].busy_s;
     run.peak_bytes[d] = sim->devices[d].peak_memory_bytes;
+    const double static_bytes =
+        d < static_cast<int>(pb.static_bytes.size()) ? pb.static_bytes[d] : 0.0;
+    run.peak_activation_bytes[d] = run.peak_bytes[d] - static_bytes;
   }
   const int S = pl.num_stages();
   std::vector<double> last_grad(S, -1.0);
@@ -257,6 +261,7 @@ absl::StatusOr<LayoutSimulation> SimulateLayout(const ModelGraph& model, const C
     g.bytes = std::max(g.bytes, bytes);
   };
   out.peak_memory_bytes.assign(R, 0.0);
+  out.peak_activation_bytes.assign(R, 0.0);
   double busy = 0;
   for (int rank = 0; rank < R; ++rank) {
     const RankRole& role = roles[rank];
@@ -265,6 +270,7 @@ absl::StatusOr<LayoutSimulation> SimulateLayout(const ModelGraph& model, const C
     const ProblemBuilder& b = *run.builder;
     const int d = role.device;
     out.peak_memory_bytes[rank] = run.peak_bytes[d];
+    out.peak_activation_bytes[rank] = run.peak_activation_bytes[d];
     busy += run.busy_s[d];
     auto vocab_split = [&](int layer) {
       return pl.vocab_parallel && (layer == L - 1 || (layer == 0 && embedding_first));

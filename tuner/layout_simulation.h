@@ -55,6 +55,10 @@ struct LayoutSimulation {
   double bubble_ratio = 0;       // 1 - sum of every rank's busy seconds / (ranks * iteration)
   std::vector<double> pipeline_iteration_s;  // per distinct pipeline (the evaluator's)
   std::vector<double> peak_memory_bytes;     // per rank (its pipeline device's peak)
+  // Per rank: of that peak, the live activations (the peak less the weights, gradients and
+  // optimizer state of the device's stages) — what `train --json` measures as
+  // peak_activation_bytes.
+  std::vector<double> peak_activation_bytes;
   bool fits = true;                          // every pipeline fits in memory
 };
 
