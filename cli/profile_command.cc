@@ -513,6 +513,27 @@ absl::StatusOr<std::string> FitMessageCost(const ModelSpec& spec, const ModelGra
                       " vs ", FormatSeconds(m->light_s), ")");
 }
 
+// Each measured size's median against the fit, as "; per size, median vs the fit: B1 T1 (+x%),
+// ..." (largest first): where the line misses, the DP sync of a plan whose buckets are of that
+// size is mispredicted by as much.
+std::string AllReduceResiduals(const Measurements& m, const LinkSpec& link,
+                               const ProfileFlags& f) {
+  const double n = static_cast<double>(f.ranks);
+  const double steps = 2 * (n - 1);
+  std::map<double, std::vector<double>> by_size;
+  for (const auto& [bytes, s] : m.allreduce) by_size[bytes].push_back(s);
+  std::string out = "; per size, median vs the fit:";
+  for (auto it = by_size.rbegin(); it != by_size.rend(); ++it) {
+    const double fit = steps * link.allreduce_latency_s +
+                       steps / n * it->first / link.allreduce_bandwidth;
+    const double median = Median(it->second);
+    absl::StrAppend(&out, it == by_size.rbegin() ? " " : ", ",
+                    absl::StrFormat("%.0f B %s (%+.1f%%)", it->first, FormatSeconds(median),
+                                    fit > 0 ? 100 * (median / fit - 1) : 0.0));
+  }
+  return out;
+}
+
 // What the summary says of the gradient all-reduce.
 std::string AllReduceLine(const Measurements& m, const LinkSpec& link, const ProfileFlags& f) {
   if (m.allreduce.empty() || link.allreduce_bandwidth == 0) {
@@ -533,7 +554,8 @@ std::string AllReduceLine(const Measurements& m, const LinkSpec& link, const Pro
                                                                    link.bandwidth),
                       "), ", FormatSeconds(link.allreduce_latency_s),
                       " per ring step (fitted over ", absl::StrFormat("%.0f", least), "-",
-                      absl::StrFormat("%.0f", most), " bytes, copies in and out included)\n");
+                      absl::StrFormat("%.0f", most), " bytes, copies in and out included)",
+                      AllReduceResiduals(m, link, f), "\n");
 }
 
 // Beyond this relative difference between the probe as timed and its workload by the medians,
