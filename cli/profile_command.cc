@@ -360,7 +360,8 @@ MeasuredModel MeasuredModelFile(const ModelGraph& graph, const ModelSpec& spec,
     const auto [tp, ep] = split;
     TextTable& t = out.split
                        .emplace(split, TextTable({"layer", "F", "B", "W", "R",
-                                                  absl::StrCat("F+B+W vs whole / ", tp)}))
+                                                  absl::StrCat("F+B+W vs whole / ", tp),
+                                                  "act after F", "after B", "params"}))
                        .first->second;
     for (int l = 0; l < measured.num_layers(); ++l) {
       Layer& layer = measured.layers[l];
@@ -376,11 +377,22 @@ MeasuredModel MeasuredModelFile(const ModelGraph& graph, const ModelSpec& spec,
         v[k] = Median(it->second);
       }
       if (!complete) continue;  // ValidateMeasuredProfile names what is missing
-      layer.measured.sharded.push_back(MeasuredSharded{tp, ep, v[0], v[1], v[2], v[3]});
+      MeasuredSharded entry{tp, ep, v[0], v[1], v[2], v[3]};
+      if (auto b = m.split_bytes.find(split); b != m.split_bytes.end()) {
+        if (auto at = b->second.find(l); at != b->second.end()) {
+          entry.activation_bytes = at->second.after_f;
+          entry.activation_bytes_w = at->second.after_b;
+          entry.param_bytes = at->second.params;
+        }
+      }
+      layer.measured.sharded.push_back(entry);
       const double whole = *layer.measured.forward_s + *layer.measured.backward_input_s +
                            *layer.measured.weight_grad_s;
       t.AddRow({layer.name, FormatSeconds(v[0]), FormatSeconds(v[1]), FormatSeconds(v[2]),
-                FormatSeconds(v[3]), absl::StrFormat("%.2fx", (v[0] + v[1] + v[2]) / (whole / tp))});
+                FormatSeconds(v[3]), absl::StrFormat("%.2fx", (v[0] + v[1] + v[2]) / (whole / tp)),
+                absl::StrFormat("%.0f", entry.activation_bytes),
+                absl::StrFormat("%.0f", entry.activation_bytes_w),
+                absl::StrFormat("%.0f", entry.param_bytes)});
     }
   }
   // The host-speed reference a run's probe is compared with: the probe's workload by the

@@ -9,9 +9,11 @@
 #include <string>
 
 #include "cli/plan_command.h"
+#include "cli/simulate_command.h"
 #include "cli/table.h"
 #include "cli/train_command.h"
 #include "core/convert.h"
+#include "core/json_text.h"
 #include "core/test_dirs.h"
 #include "executor/host_probe.h"
 #include "gtest/gtest.h"
@@ -112,6 +114,48 @@ TEST(ProfileCommandTest, ProfileThenPlanThenTrain) {
   // The run's probe against the profile's, and the plan predicted at the host's speed now.
   EXPECT_NE(tout.str().find("their profiled time now"), std::string::npos) << tout.str();
   EXPECT_NE(tout.str().find("at the host's speed now"), std::string::npos) << tout.str();
+}
+
+// The bytes a TP2 split holds are measured, not the whole layer's halved: a PP1 x TP2 plan from
+// the profile predicts each rank's peak live activations (`simulate --plan`) as the run then
+// measures them (`train --json`), byte for byte. (Tensor-parallel shapes do not depend on the
+// data; an EP split's do, through the routing, so it is left out here.)
+TEST(ProfileCommandTest, TensorParallelPlanPredictsTheMeasuredPeakActivations) {
+  const std::string prefix = TestPath("tp-bytes");
+  std::ostringstream out, err;
+  ASSERT_EQ(RunProfile({std::string("--model=") + kSpec, "--out=" + prefix, "--ranks=2",
+                        "--transport=inproc", "--repeat=2", "--max_launches=1", "--ep=off"},
+                       out, err),
+            0)
+      << err.str();
+  const std::string plan = prefix + ".plan.json";
+  const std::vector<std::string> inputs = {"--model=" + prefix + ".model.json",
+                                           "--cluster=" + prefix + ".cluster.json"};
+  std::vector<std::string> plan_args = inputs;
+  for (const char* a : {"--pp=1", "--tp=2", "--dp=1", "--time-budget=1", "--seed=1"}) {
+    plan_args.push_back(a);
+  }
+  plan_args.push_back("--out=" + plan);
+  std::ostringstream pout, perr;
+  ASSERT_EQ(RunPlan(plan_args, pout, perr), 0) << perr.str();
+  std::vector<std::string> sim_args = inputs;
+  sim_args.push_back("--plan=" + plan);
+  sim_args.push_back("--json");
+  std::ostringstream sout, serr;
+  ASSERT_EQ(RunSimulate(sim_args, sout, serr), 0) << serr.str();
+  std::ostringstream tout, terr;
+  ASSERT_EQ(RunTrain({std::string("--model=") + kSpec, "--plan=" + plan, "--ranks=2",
+                      "--transport=inproc", "--iterations=1", "--json"},
+                     tout, terr),
+            0)
+      << terr.str();
+  const Json predicted = Json::parse(sout.str()).at("peak_activation_bytes");
+  const Json measured = Json::parse(tout.str()).at("peak_activation_bytes");
+  ASSERT_EQ(predicted.size(), 2u) << sout.str();
+  ASSERT_EQ(measured.size(), 2u) << tout.str();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(measured[r].get<double>(), predicted[r].get<double>()) << "rank " << r;
+  }
 }
 
 // Identical layers (here the three MoE layers of "E*EE") get one pooled median per op kind;
@@ -247,6 +291,12 @@ TEST(ProfileCommandTest, MeasuresTheLayersSplitAtEachTensorAndExpertParallelDegr
       EXPECT_GT(a->backward_input_s, 0) << l.name;
       EXPECT_GT(a->weight_grad_s, 0) << l.name;
       EXPECT_GT(a->recompute_s, 0) << l.name;
+      // Each rank's bytes as the split holds them: a shard of the weights, and what its
+      // context keeps (recorded by the split launches).
+      ASSERT_TRUE(l.measured.param_bytes.has_value()) << l.name;
+      EXPECT_GT(a->param_bytes, 0) << l.name;
+      EXPECT_LT(a->param_bytes, *l.measured.param_bytes) << l.name;
+      if (l.kind != LayerKind::kEmbedding) EXPECT_GT(a->activation_bytes, 0) << l.name;
     }
   }
   // A profile with one layer's TP2 entry removed is not a complete profile.

@@ -74,6 +74,22 @@ void AddLayerSamples(const std::vector<Json>& parsed, bool recompute,
   }
 }
 
+// One rank's report's held and weight bytes per layer ("held_bytes", "param_bytes"), into
+// `bytes` as the largest seen.
+void AddSplitBytes(const Json& report,
+                   std::map<int, Measurements::SplitBytes>* bytes) {
+  for (const Json& v : report.at("held_bytes")) {
+    Measurements::SplitBytes& b = (*bytes)[v.at(0).get<int>()];
+    const double held = v.at(2).get<double>();
+    double& into = v.at(1).get<int>() == static_cast<int>(OpKind::kF) ? b.after_f : b.after_b;
+    into = std::max(into, held);
+  }
+  for (const Json& v : report.at("param_bytes")) {
+    Measurements::SplitBytes& b = (*bytes)[v.at(0).get<int>()];
+    b.params = std::max(b.params, v.at(1).get<double>());
+  }
+}
+
 // Sum over (layer, kind) of the median of the samples: how the model's costs stand so far.
 double SummedMedians(const std::map<std::pair<int, int>, std::vector<double>>& samples) {
   double total = 0;
@@ -354,6 +370,7 @@ absl::Status MeasureSplits(const ModelSpec& spec, const ModelGraph& graph,
                              ASSIGN_OR_RETURN(std::vector<Json> parsed, ParseReports(reports));
                              for (const Json& j : parsed) {
                                m->split_probe[{tp, ep}].push_back(j.at("probe").get<double>());
+                               AddSplitBytes(j, &m->split_bytes[{tp, ep}]);
                              }
                              return Launched{std::move(parsed), false};
                            })

@@ -46,6 +46,12 @@ struct Measurements {
   std::vector<double> probe;
   // Per split (tp, ep) (--tp, --ep): (layer, kind) -> per-rank, per-iteration seconds.
   std::map<std::pair<int, int>, std::map<std::pair<int, int>, std::vector<double>>> split;
+  // Per split: each layer's bytes per rank as the split holds them (the largest over its ranks
+  // and launches): after F, after B, its weights.
+  struct SplitBytes {
+    double after_f = 0, after_b = 0, params = 0;
+  };
+  std::map<std::pair<int, int>, std::map<int, SplitBytes>> split_bytes;
   // Per split: every rank's host-speed probe of every launch of its F/B/W phase.
   std::map<std::pair<int, int>, std::vector<double>> split_probe;
   double light_s = 0;             // the profile run's median iteration

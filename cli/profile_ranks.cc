@@ -179,6 +179,27 @@ absl::StatusOr<std::string> ProfileRank(const ModelSpec& spec, const Plan& plan,
     ASSIGN_OR_RETURN(link, PingPong(transport, message_bytes));
     ASSIGN_OR_RETURN(allreduce, AllReduceTimes(transport, allreduce_bytes));
   }
+  // What each layer's context holds after F and after B of the first measured iteration's first
+  // micro-batch ([layer, kind, bytes]), and each held layer's weight bytes ([layer, bytes]): the
+  // split launches' per-rank bytes.
+  Json held = Json::array();
+  if (repeat >= 1) {
+    for (const executor::LayerOpTiming& t : result.iterations[1].layer_ops) {
+      if (t.microbatch == 0 && t.held_bytes >= 0 &&
+          (t.kind == OpKind::kF || t.kind == OpKind::kB)) {
+        held.push_back({t.layer, static_cast<int>(t.kind), t.held_bytes});
+      }
+    }
+  }
+  Json params = Json::array();
+  for (size_t l = 0; l < result.layers.size(); ++l) {
+    if (result.layers[l] == nullptr) continue;
+    double bytes = 0;
+    for (executor::Tensor* p : result.layers[l]->params()) {
+      bytes += static_cast<double>(p->size()) * sizeof(float);
+    }
+    params.push_back({static_cast<int>(l), bytes});
+  }
   auto pairs = [](const std::vector<std::pair<double, double>>& v) {
     Json out = Json::array();
     for (const auto& [bytes, s] : v) out.push_back({bytes, s});
@@ -191,6 +212,8 @@ absl::StatusOr<std::string> ProfileRank(const ModelSpec& spec, const Plan& plan,
                    {"ops", std::move(ops)},
                    {"link", pairs(link)},
                    {"allreduce", pairs(allreduce)},
+                   {"held_bytes", std::move(held)},
+                   {"param_bytes", std::move(params)},
                    {"probe", result.host_probe.seconds}});
 }
 

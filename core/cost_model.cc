@@ -585,12 +585,21 @@ LayerCost CostModel::Cost(const Layer& layer, const TrainingOptions& training,
   c.recompute_s = m.recompute_s ? *m.recompute_s * shard : c.forward_s;
   // Measured split as planned (the layer as the executor runs it at these TP and EP degrees,
   // their collectives included: Comm adds none): those times, unscaled.
-  if (const MeasuredSharded* at = m.Sharded(static_cast<int64_t>(tp), training.ep_degree,
-                                            layer.kind == LayerKind::kMoe)) {
+  // Its per-rank bytes where it has them: a split keeps more than 1 / tp of the whole layer's
+  // (the executor's TP ranks hold the whole input and their partial outputs; EP ranks the
+  // tokens routed to their experts).
+  const MeasuredSharded* at = m.Sharded(static_cast<int64_t>(tp), training.ep_degree,
+                                        layer.kind == LayerKind::kMoe);
+  if (at != nullptr) {
     c.forward_s = at->forward_s;
     c.backward_input_s = at->backward_input_s;
     c.weight_grad_s = at->weight_grad_s;
     c.recompute_s = at->recompute_s;
+    if (at->activation_bytes > 0) {
+      c.activation_bytes = at->activation_bytes;
+      c.activation_bytes_w = at->activation_bytes_w;
+    }
+    if (at->param_bytes > 0) c.param_count = at->param_bytes / e;
   }
 
   // Weights, gradients and Adam state (fp32 master weights, momentum, variance; 12 bytes in
@@ -603,8 +612,9 @@ LayerCost CostModel::Cost(const Layer& layer, const TrainingOptions& training,
     return training.precision == Precision::kFp32 ? 4 + 4 + 8 / z : 2 + 2 + 12 / z;
   };
   // A measured parameter size replaces the formula's; its expert share keeps the formula's.
+  const bool measured_params = m.param_bytes || (at != nullptr && at->param_bytes > 0);
   const double expert_share =
-      m.param_bytes ? 0.0 : (c.param_count > 0 ? expert_count / c.param_count : 0.0);
+      measured_params ? 0.0 : (c.param_count > 0 ? expert_count / c.param_count : 0.0);
   c.param_bytes = c.param_count * e;
   c.static_bytes = c.param_count * (1 - expert_share) * per_param(zero) +
                    c.param_count * expert_share * per_param(expert_zero);

@@ -753,6 +753,39 @@ TEST(CostTest, TimesMeasuredSplitAsPlannedStandAndCarryTheirCollectives) {
   EXPECT_GT(CostModel().Comm(l, t, links).backward_input_s, 0);
 }
 
+// Bytes measured split as planned (the profile's split launches: what each rank's shard keeps
+// after F and after B, and its weights) stand as well: the executor's TP ranks keep more than
+// 1 / tp of the whole layer's activations (the whole input, their partial outputs). Planned at
+// a degree not measured, the whole layer's bytes scale by TP as before.
+TEST(CostTest, BytesMeasuredSplitAsPlannedStand) {
+  Layer l = Llama8bMlp();
+  l.measured.forward_s = 1;
+  l.measured.backward_input_s = 2;
+  l.measured.weight_grad_s = 3;
+  l.measured.activation_bytes = 100;
+  l.measured.activation_bytes_w = 60;
+  l.measured.param_bytes = 4000;
+  MeasuredSharded at2{2, 1, 0.7, 1.3, 1.9, 0.8};
+  at2.activation_bytes = 80;
+  at2.activation_bytes_w = 70;
+  at2.param_bytes = 2100;
+  l.measured.sharded.push_back(at2);
+  TrainingOptions t = Training();
+  t.precision = Precision::kFp32;
+  t.tp_degree = 2;
+  const LayerCost c = CostModel().Cost(l, t, H100());
+  EXPECT_EQ(c.activation_bytes, 80);
+  EXPECT_EQ(c.activation_bytes_w, 70);
+  EXPECT_DOUBLE_EQ(c.param_bytes, 2100);
+  // fp32 weights, gradients and Adam's two moments: 4 x the weight bytes.
+  EXPECT_DOUBLE_EQ(c.static_bytes, 4 * 2100);
+  t.tp_degree = 4;
+  const LayerCost c4 = CostModel().Cost(l, t, H100());
+  EXPECT_DOUBLE_EQ(c4.activation_bytes, 25);
+  EXPECT_DOUBLE_EQ(c4.activation_bytes_w, 15);
+  EXPECT_DOUBLE_EQ(c4.param_bytes, 1000);
+}
+
 // A MoE layer measured at EP 2 (`octopipe profile --ep`): planned at EP 2 those times stand and
 // Comm adds no all-to-all; a dense layer ignores EP (its TP1 x EP1 times are the whole layer's).
 TEST(CostTest, AMoeLayerMeasuredAtAnExpertParallelDegreeCarriesItsAllToAlls) {

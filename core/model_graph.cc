@@ -198,6 +198,14 @@ absl::Status ValidateShardedEntry(const std::string& q, const Layer& layer, size
     }
     RETURN_IF_ERROR(MeasuredInRange(absl::StrCat(q, ".", name), value, /*is_time=*/true));
   }
+  // The bytes are optional (0: not measured) and, where given, in the measured bytes' range.
+  const std::pair<const char*, double> bytes[] = {{"activation_bytes", a.activation_bytes},
+                                                  {"activation_bytes_w", a.activation_bytes_w},
+                                                  {"param_bytes", a.param_bytes}};
+  for (const auto& [name, value] : bytes) {
+    if (value == 0) continue;
+    RETURN_IF_ERROR(MeasuredInRange(absl::StrCat(q, ".", name), value, /*is_time=*/false));
+  }
   return absl::OkStatus();
 }
 

@@ -486,6 +486,7 @@ Tensor PipelineEngine::ForwardStage(int s, int m, const Tensor& in, OpKind kind,
   for (int l = lo; l <= hi; ++l) {
     TimedLayer(&it->stats, l, kind, s, m,
                [&] { x = (*layers_)[l]->Forward(x, it->microbatches[m], &c[l - lo]); });
+    it->stats.layer_ops.back().held_bytes = ContextBytes(c[l - lo]);
   }
   return x;
 }
@@ -561,6 +562,7 @@ void PipelineEngine::RunOp(const Op& op, Tensor input, Tensor grad, Iteration* i
         }
         TimedLayer(stats, l, OpKind::kB, s, m,
                    [&] { dy = (*layers_)[l]->BackwardInput(dy, microbatches[m], &c[l - lo]); });
+        stats->layer_ops.back().held_bytes = ContextBytes(c[l - lo]);
       }
       if (op.kind == OpKind::kBW) {
         for (int l = lo; l <= hi; ++l) {

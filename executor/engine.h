@@ -93,6 +93,9 @@ struct LayerOpTiming {
   // for its core (other threads or processes ran on it). Time the machine's host takes from a
   // virtual CPU is not seen here.
   double cpu_seconds = 0;
+  // F, R and B: the bytes the layer's context holds for this micro-batch when the op's share of
+  // the layer ends (ContextBytes: what F keeps for B, what B keeps for W); -1 for W.
+  int64_t held_bytes = -1;
 };
 
 struct IterationStats {

@@ -370,7 +370,8 @@ int64_t FakeBytesAfterB(int l, int L) {
 }
 
 // Per-layer timing and activation accounting: every layer of every op is timed once per
-// micro-batch and kind, inside its op; the engine's peak activation bytes per rank equal what
+// micro-batch and kind, inside its op, with the bytes its context holds after F, R and B; the
+// engine's peak activation bytes per rank equal what
 // the simulator's memory rules predict from the layers' context sizes, for classic and random
 // plans with B/W split and recompute.
 TEST(EngineTest, TimesEveryLayerOpAndAccountsPeakActivationsAsTheSimulatorPredicts) {
@@ -429,6 +430,13 @@ TEST(EngineTest, TimesEveryLayerOpAndAccountsPeakActivationsAsTheSimulatorPredic
         EXPECT_GE(t.layer, plan.stages[t.stage].first_layer);
         EXPECT_LE(t.layer, plan.stages[t.stage].last_layer);
         ++seen[{t.layer, t.microbatch, static_cast<int>(t.kind)}];
+        // What the layer holds when its share of the op ends: F's (and R's) context for B, B's
+        // for W; W records none.
+        int64_t held = -1;
+        if (t.kind == OpKind::kB) held = FakeBytesAfterB(t.layer, LL);
+        if (t.kind == OpKind::kF || t.kind == OpKind::kR) held = FakeBytesAfterF(t.layer, LL);
+        EXPECT_EQ(t.held_bytes, held)
+            << "layer " << t.layer << " kind " << static_cast<int>(t.kind);
       }
       int expected = 0;
       for (const StageAssignment& sa : plan.stages) {
