@@ -595,7 +595,8 @@ LayerCost CostModel::Cost(const Layer& layer, const TrainingOptions& training,
     c.backward_input_s = at->backward_input_s;
     c.weight_grad_s = at->weight_grad_s;
     c.recompute_s = at->recompute_s;
-    if (at->activation_bytes > 0) {
+    // Measured when any is (a split's F may keep nothing: the embedding's keeps no tensor).
+    if (at->activation_bytes > 0 || at->activation_bytes_w > 0 || at->param_bytes > 0) {
       c.activation_bytes = at->activation_bytes;
       c.activation_bytes_w = at->activation_bytes_w;
     }

@@ -784,6 +784,12 @@ TEST(CostTest, BytesMeasuredSplitAsPlannedStand) {
   EXPECT_DOUBLE_EQ(c4.activation_bytes, 25);
   EXPECT_DOUBLE_EQ(c4.activation_bytes_w, 15);
   EXPECT_DOUBLE_EQ(c4.param_bytes, 1000);
+  // A split whose F keeps nothing (as the embedding's) still has its B bytes taken as measured.
+  l.measured.sharded[0].activation_bytes = 0;
+  t.tp_degree = 2;
+  const LayerCost none_after_f = CostModel().Cost(l, t, H100());
+  EXPECT_EQ(none_after_f.activation_bytes, 0);
+  EXPECT_EQ(none_after_f.activation_bytes_w, 70);
 }
 
 // A MoE layer measured at EP 2 (`octopipe profile --ep`): planned at EP 2 those times stand and

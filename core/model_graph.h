@@ -81,8 +81,8 @@ struct MeasuredSharded {
   double backward_input_s = 0;
   double weight_grad_s = 0;
   double recompute_s = 0;
-  // Per rank, as the split holds them (0: not measured; the whole layer's, scaled by TP, then
-  // apply): what F keeps for B, what B keeps for W, and the weights.
+  // Per rank, as the split holds them (all 0: not measured; the whole layer's, scaled by TP,
+  // then apply): what F keeps for B, what B keeps for W, and the weights.
   double activation_bytes = 0;
   double activation_bytes_w = 0;
   double param_bytes = 0;
