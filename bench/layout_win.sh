@@ -231,7 +231,9 @@ def ms(v):
 def pct(v):
     return '-' if v is None else '%+.1f%%' % (v * 100)
 print()
-print('| model | layout | plan | predicted | measured (median / fastest) | error (median / fastest) | at host speed (error) | peak activations vs predicted | planner\'s choice |')
+print('| model | layout | plan | predicted | measured (median / fastest) | '
+      'error (median / fastest) | at host speed (error) | peak activations vs predicted | '
+      'planner\'s choice |')
 print('|---|---|---|---|---|---|---|---|---|')
 for r in rows:
     note = ''
