@@ -367,7 +367,9 @@ TEST(PlanCommandTest, RecomputeFullRecomputesEveryStage) {
     args.push_back(ok);
     CliRun run = PlanCli(args);
     EXPECT_EQ(run.code, 0) << ok << ": " << run.err;
-    if (run.code == 0) EXPECT_EQ(recomputing(JsonOf(run)), 0) << ok;
+    if (run.code == 0) {
+      EXPECT_EQ(recomputing(JsonOf(run)), 0) << ok;
+    }
   }
   std::vector<std::string> both = full;
   both.push_back("--no_recompute");
