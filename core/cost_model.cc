@@ -559,6 +559,9 @@ LayerCost CostModel::Cost(const Layer& layer, const TrainingOptions& training,
   c.output_bytes = layer.kind == LayerKind::kHead ? 0 : b * s * out_width * e / tp;
   const double expert_count = p.expert_params / ep / tp;
   c.param_count = (p.params - p.expert_params) / tp + expert_count;
+  // The routed experts' share of the rank's weights by the formula: a measured size below keeps
+  // it (its experts' optimizer state is sharded over the expert-data-parallel group too).
+  const double expert_share = c.param_count > 0 ? expert_count / c.param_count : 0.0;
 
   // Measured overrides. Measured values are per tensor-parallel rank at m.tp_degree (whole
   // layers: 1) and taken as measured under the model's own training options (so no recompute
@@ -595,7 +598,8 @@ LayerCost CostModel::Cost(const Layer& layer, const TrainingOptions& training,
     c.backward_input_s = at->backward_input_s;
     c.weight_grad_s = at->weight_grad_s;
     c.recompute_s = at->recompute_s;
-    // Measured when any is (a split's F may keep nothing: the embedding's keeps no tensor).
+    // Measured when any is (`octopipe profile` writes all three; a split's F may keep
+    // nothing, as the embedding's keeps no tensor).
     if (at->activation_bytes > 0 || at->activation_bytes_w > 0 || at->param_bytes > 0) {
       c.activation_bytes = at->activation_bytes;
       c.activation_bytes_w = at->activation_bytes_w;
@@ -613,9 +617,6 @@ LayerCost CostModel::Cost(const Layer& layer, const TrainingOptions& training,
     return training.precision == Precision::kFp32 ? 4 + 4 + 8 / z : 2 + 2 + 12 / z;
   };
   // A measured parameter size replaces the formula's; its expert share keeps the formula's.
-  const bool measured_params = m.param_bytes || (at != nullptr && at->param_bytes > 0);
-  const double expert_share =
-      measured_params ? 0.0 : (c.param_count > 0 ? expert_count / c.param_count : 0.0);
   c.param_bytes = c.param_count * e;
   c.static_bytes = c.param_count * (1 - expert_share) * per_param(zero) +
                    c.param_count * expert_share * per_param(expert_zero);

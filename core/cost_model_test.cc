@@ -790,6 +790,34 @@ TEST(CostTest, BytesMeasuredSplitAsPlannedStand) {
   const LayerCost none_after_f = CostModel().Cost(l, t, H100());
   EXPECT_EQ(none_after_f.activation_bytes, 0);
   EXPECT_EQ(none_after_f.activation_bytes_w, 70);
+  // An entry with times only (a profile from before the bytes were measured): the whole
+  // layer's bytes / TP, as before.
+  l.measured.sharded[0] = MeasuredSharded{2, 1, 0.7, 1.3, 1.9, 0.8};
+  const LayerCost old_entry = CostModel().Cost(l, t, H100());
+  EXPECT_EQ(old_entry.forward_s, 0.7);
+  EXPECT_DOUBLE_EQ(old_entry.activation_bytes, 50);
+  EXPECT_DOUBLE_EQ(old_entry.activation_bytes_w, 30);
+  EXPECT_DOUBLE_EQ(old_entry.param_bytes, 2000);
+}
+
+// A MoE layer's measured weight bytes keep the formula's expert share for the optimizer state:
+// its experts' moments are sharded over the expert-data-parallel group (ZeRO / EP ranks), the
+// rest over ZeRO, as without a measurement.
+TEST(CostTest, MeasuredMoeWeightsKeepTheirExpertShareOfTheOptimizerState) {
+  TrainingOptions t = Training();
+  t.ep_degree = 64;
+  t.zero_degree = 128;
+  const LayerCost formula = CostModel().Cost(DeepSeekV3Moe(), t, H100());
+  Layer measured = DeepSeekV3Moe();
+  measured.measured.forward_s = 1;
+  measured.measured.backward_input_s = 1;
+  measured.measured.weight_grad_s = 1;
+  MeasuredSharded at{1, 64, 1, 1, 1, 1};
+  at.param_bytes = formula.param_bytes;  // measured as the formula says
+  measured.measured.sharded.push_back(at);
+  const LayerCost c = CostModel().Cost(measured, t, H100());
+  EXPECT_NEAR(c.param_count, formula.param_count, 1e-6 * formula.param_count);
+  EXPECT_NEAR(c.static_bytes, formula.static_bytes, 1e-6 * formula.static_bytes);
 }
 
 // A MoE layer measured at EP 2 (`octopipe profile --ep`): planned at EP 2 those times stand and
