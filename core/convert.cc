@@ -109,9 +109,9 @@ proto::MeasuredCosts MeasuredToProto(const MeasuredCosts& m) {
     pa->set_backward_input_s(a.backward_input_s);
     pa->set_weight_grad_s(a.weight_grad_s);
     pa->set_recompute_s(a.recompute_s);
-    if (a.activation_bytes > 0) pa->set_activation_bytes(a.activation_bytes);
-    if (a.activation_bytes_w > 0) pa->set_activation_bytes_w(a.activation_bytes_w);
-    if (a.param_bytes > 0) pa->set_param_bytes(a.param_bytes);
+    if (a.activation_bytes != 0) pa->set_activation_bytes(a.activation_bytes);
+    if (a.activation_bytes_w != 0) pa->set_activation_bytes_w(a.activation_bytes_w);
+    if (a.param_bytes != 0) pa->set_param_bytes(a.param_bytes);
   }
   return p;
 }

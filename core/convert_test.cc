@@ -38,7 +38,8 @@ ModelGraph SmallModel() {
   a.measured.forward_s = 1.25e-3;  // partially measured
   a.measured.activation_bytes = 0;  // present even though zero
   a.measured.tp_degree = 2;         // measured per rank of a TP pair
-  a.measured.sharded.push_back(MeasuredSharded{4, 1, 0.5e-3, 1e-3, 0.75e-3, 0.6e-3});
+  a.measured.sharded.push_back(
+      MeasuredSharded{4, 1, 0.5e-3, 1e-3, 0.75e-3, 0.6e-3, 3000, 2500, 1.5e6});
   Layer mlp;
   mlp.name = "L0.mlp";
   mlp.kind = LayerKind::kMlp;
@@ -90,6 +91,9 @@ TEST(ConvertTest, ModelRoundTripKeepsEveryField) {
   EXPECT_EQ(4, back->layers[1].measured.sharded[0].tp_degree);
   EXPECT_EQ(1, back->layers[1].measured.sharded[0].ep_degree);
   EXPECT_EQ(0.6e-3, back->layers[1].measured.sharded[0].recompute_s);
+  EXPECT_EQ(3000, back->layers[1].measured.sharded[0].activation_bytes);
+  EXPECT_EQ(2500, back->layers[1].measured.sharded[0].activation_bytes_w);
+  EXPECT_EQ(1.5e6, back->layers[1].measured.sharded[0].param_bytes);
   EXPECT_TRUE(back->layers[2].dims.gated);
   EXPECT_EQ(Precision::kFp16, back->training.precision);
   EXPECT_EQ(RecomputePolicy::kSelective, back->training.recompute);
@@ -125,6 +129,9 @@ TEST(ConvertTest, BadTimesMeasuredSplitAreRefusedNamingTheEntry) {
                      "layers[1].measured.sharded[1].ep_degree is 2 but the layer is not a MoE layer"},
            std::pair{MeasuredSharded{8, 1, 1e-3, 0, 1e-3, 1e-3},
                      "layers[1].measured.sharded[1].backward_input_s must be > 0, got 0"},
+           std::pair{MeasuredSharded{8, 1, 1e-3, 1e-3, 1e-3, 1e-3, -5, 0, 0},
+                     "layers[1].measured.sharded[1].activation_bytes must be finite and in "
+                     "[0, 1e15] bytes, got -5"},
        }) {
     ModelGraph m = SmallModel();
     m.layers[1].measured.sharded.push_back(entry);
