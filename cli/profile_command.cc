@@ -21,6 +21,7 @@
 #include "cli/profile_ranks.h"
 #include "cli/table.h"
 #include "core/convert.h"
+#include "core/cost_model.h"
 #include "core/json_text.h"
 #include "core/status_macros.h"
 #include "executor/engine.h"
@@ -530,14 +531,12 @@ absl::StatusOr<std::string> FitMessageCost(const ModelSpec& spec, const ModelGra
 // size is mispredicted by as much.
 std::string AllReduceResiduals(const Measurements& m, const LinkSpec& link,
                                const ProfileFlags& f) {
-  const double n = static_cast<double>(f.ranks);
-  const double steps = 2 * (n - 1);
   std::map<double, std::vector<double>> by_size;
   for (const auto& [bytes, s] : m.allreduce) by_size[bytes].push_back(s);
   std::string out = "; per size, median vs the fit:";
   for (auto it = by_size.rbegin(); it != by_size.rend(); ++it) {
-    const double fit = steps * link.allreduce_latency_s +
-                       steps / n * it->first / link.allreduce_bandwidth;
+    // As the DP sync is predicted (a step latency the fit clamped to 0 falls back to the link's).
+    const double fit = RingAllReduceSeconds(it->first, static_cast<int>(f.ranks), link);
     const double median = Median(it->second);
     absl::StrAppend(&out, it == by_size.rbegin() ? " " : ", ",
                     absl::StrFormat("%.0f B %s (%+.1f%%)", it->first, FormatSeconds(median),

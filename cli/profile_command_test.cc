@@ -132,7 +132,7 @@ TEST(ProfileCommandTest, TensorParallelPlanPredictsTheMeasuredPeakActivations) {
   const std::vector<std::string> inputs = {"--model=" + prefix + ".model.json",
                                            "--cluster=" + prefix + ".cluster.json"};
   std::vector<std::string> plan_args = inputs;
-  for (const char* a : {"--pp=1", "--tp=2", "--dp=1", "--time-budget=1", "--seed=1"}) {
+  for (const char* a : {"--pp=1", "--tp=2", "--dp=1", "--time_budget=1", "--seed=1"}) {
     plan_args.push_back(a);
   }
   plan_args.push_back("--out=" + plan);
@@ -266,6 +266,10 @@ TEST(ProfileCommandTest, MeasuresTheLayersSplitAtEachTensorAndExpertParallelDegr
     ++probe_lines;
   }
   EXPECT_EQ(probe_lines, 2) << text;
+  // The gradient all-reduce's fit, and each timed size's median against it.
+  EXPECT_NE(text.find("gradient all-reduce over 2 ranks: bus bandwidth"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("; per size, median vs the fit: "), std::string::npos) << text;
   EXPECT_NE(out.str().find("split TP2 (per rank, the all-reduces included; PP 1 x TP2)"),
             std::string::npos)
       << out.str();

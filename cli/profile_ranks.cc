@@ -179,18 +179,20 @@ absl::StatusOr<std::string> ProfileRank(const ModelSpec& spec, const Plan& plan,
     ASSIGN_OR_RETURN(link, PingPong(transport, message_bytes));
     ASSIGN_OR_RETURN(allreduce, AllReduceTimes(transport, allreduce_bytes));
   }
-  // What each layer's context holds after F and after B of the first measured iteration's first
-  // micro-batch ([layer, kind, bytes]), and each held layer's weight bytes ([layer, bytes]): the
-  // split launches' per-rank bytes.
-  Json held = Json::array();
-  if (repeat >= 1) {
-    for (const executor::LayerOpTiming& t : result.iterations[1].layer_ops) {
-      if (t.microbatch == 0 && t.held_bytes >= 0 &&
-          (t.kind == OpKind::kF || t.kind == OpKind::kB)) {
-        held.push_back({t.layer, static_cast<int>(t.kind), t.held_bytes});
+  // What each layer's context holds after F and after B ([layer, kind, bytes], the largest
+  // over the measured iterations' micro-batches: an EP shard's follow the routing), and each
+  // held layer's weight bytes ([layer, bytes]): the split launches' per-rank bytes.
+  std::map<std::pair<int, int>, int64_t> most;
+  for (int it = 1; it <= repeat; ++it) {
+    for (const executor::LayerOpTiming& t : result.iterations[it].layer_ops) {
+      if (t.held_bytes >= 0 && (t.kind == OpKind::kF || t.kind == OpKind::kB)) {
+        int64_t& m = most[{t.layer, static_cast<int>(t.kind)}];
+        m = std::max(m, t.held_bytes);
       }
     }
   }
+  Json held = Json::array();
+  for (const auto& [key, bytes] : most) held.push_back({key.first, key.second, bytes});
   Json params = Json::array();
   for (size_t l = 0; l < result.layers.size(); ++l) {
     if (result.layers[l] == nullptr) continue;
