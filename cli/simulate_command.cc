@@ -19,6 +19,7 @@
 #include "simulator/trace.h"
 #include "core/convert.h"
 #include "core/file_io.h"
+#include "proto/plan.pb.h"
 #include "tuner/layout_simulation.h"
 #include "absl/strings/str_format.h"
 
@@ -166,12 +167,13 @@ absl::Status WriteRunReport(const std::string& path, const SimulateInputs& in,
 // The iteration the plan file's writer predicted (`octopipe plan --out` records it), or 0 where
 // the file holds none.
 double RecordedIteration(const std::string& path) {
+  proto::LayoutPrediction predicted;
+  absl::StatusOr<LayoutPlan> layout = LoadLayoutPlanFile(path, &predicted);
+  if (!layout.ok()) return 0;
+  if (!layout->single_pipeline()) return predicted.iteration_time_s();
+  // A bare plan's own prediction (LoadLayoutPlanFile read the file within its size bound).
   absl::StatusOr<std::string> text = ReadFileToString(path);
   if (!text.ok()) return 0;
-  proto::LayoutPlan layout;
-  if (ProtoFromJson(*text, &layout).ok() && layout.pipelines_size() > 0) {
-    return layout.predicted().iteration_time_s();
-  }
   proto::Plan single;
   return ProtoFromJson(*text, &single).ok() ? single.predicted().iteration_time_s() : 0;
 }
@@ -185,9 +187,9 @@ std::string RecordedDriftWarning(double recorded, double now) {
   if (!(recorded > 0) || std::abs(now / recorded - 1) <= kRecordedDrift) return "";
   return absl::StrFormat(
       "octopipe simulate: warning: the plan file recorded a %s iteration, this run predicts %s "
-      "(%+.1f%%): the plan was made from other inputs (another model or cluster file, or plan's "
-      "--ep_overlap or --recompute, which change the model it planned for; give --ep_overlap "
-      "here too)\n",
+      "(%+.1f%%): the plan was made from other inputs (another model or cluster file, plan's "
+      "--ep_overlap or --recompute, which change the model it planned for, or --contention; "
+      "give --ep_overlap and --contention here as plan had them)\n",
       FormatSeconds(recorded), FormatSeconds(now), 100 * (now / recorded - 1));
 }
 
@@ -219,7 +221,9 @@ int RunSingle(const SimulateOptions& o, const std::string& report, const Simulat
     if (absl::Status s = WriteRunReport(report, in, *run); !s.ok()) return Fail(err, s);
   }
   if (o.json) {
-    out << JsonText(RunJson(run->plan, run->problem, run->result)) << "\n";
+    Json j = RunJson(run->plan, run->problem, run->result);
+    if (recorded > 0) j["plan_file_iteration_time_s"] = recorded;
+    out << JsonText(j) << "\n";
     return 0;
   }
   out << "model " << in.model.name << " (" << in.model.num_layers() << " layers), cluster "
