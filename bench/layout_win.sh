@@ -215,8 +215,10 @@ for m in models:
         chosen['same_plan_as'] = twin
         m_chosen = chosen['measured_median_s']
         if twin and m_chosen:
-            pooled = statistics.median(got[twin]['repeats'] + chosen['repeats'])
+            both = got[twin]['repeats'] + chosen['repeats']
+            pooled = statistics.median(both)
             measured[twin] = m_chosen = chosen['measured_pooled_s'] = pooled
+            chosen['measured_pooled_n'] = len(both)
         best = min(measured.values())
         chosen['fastest_layout'] = min(measured, key=measured.get)
         chosen['vs_fastest'] = m_chosen / best - 1 if m_chosen else None
@@ -241,7 +243,8 @@ for r in rows:
         note = '%s; %s than the fastest (%s)%s' % (
             'fastest or within 2%' if r.get('chosen_is_fastest_within_2pct') else 'NOT within 2%',
             pct(r.get('vs_fastest')), r.get('fastest_layout'),
-            '; the %s plan: judged by both sets of repeats' % r['same_plan_as']
+            '; the %s plan: judged by both sets of repeats (median of %d: %s)' % (
+                r['same_plan_as'], r['measured_pooled_n'], ms(r['measured_pooled_s']))
             if r.get('same_plan_as') else '')
     peak = ('-' if r['peak_activation_error'] is None else
             'max %.1f%% off' % (100 * r['peak_activation_error']))
