@@ -185,6 +185,9 @@ TEST(PlanCommandTest, PlanFileReSimulatesToTheSameIterationTime) {
     ASSERT_EQ(simulated.code, 0) << c.label << ": " << simulated.err;
     const double got = Num(Get(JsonOf(simulated), "iteration_time_s"));
     EXPECT_NEAR(got, want, 1e-9 * want) << c.label;
+    // The file's recorded iteration is this one: no warning.
+    EXPECT_NEAR(Num(Get(JsonOf(simulated), "plan_file_iteration_time_s")), want, 1e-9 * want);
+    EXPECT_EQ(simulated.err.find("warning"), std::string::npos) << simulated.err;
   }
 }
 

@@ -18,7 +18,6 @@
 #include "simulator/problem_builder.h"
 #include "simulator/trace.h"
 #include "core/convert.h"
-#include "core/file_io.h"
 #include "proto/plan.pb.h"
 #include "tuner/layout_simulation.h"
 #include "absl/strings/str_format.h"
@@ -109,6 +108,9 @@ struct SimulateInputs {
   std::vector<ScheduleKind> kinds;
   CostModel cost;
   EvalOptions eval;
+  // The iteration the --plan file's writer predicted (`octopipe plan --out` records it; 0 where
+  // the file holds none).
+  double recorded_iteration_s = 0;
 };
 
 // Step 1: loads --model/--cluster, fills the defaults that depend on them and checks the
@@ -164,21 +166,8 @@ absl::Status WriteRunReport(const std::string& path, const SimulateInputs& in,
   return report::WriteHtmlReport("--report", ResolvePath(path), page);
 }
 
-// The iteration the plan file's writer predicted (`octopipe plan --out` records it), or 0 where
-// the file holds none.
-double RecordedIteration(const std::string& path) {
-  proto::LayoutPrediction predicted;
-  absl::StatusOr<LayoutPlan> layout = LoadLayoutPlanFile(path, &predicted);
-  if (!layout.ok()) return 0;
-  if (!layout->single_pipeline()) return predicted.iteration_time_s();
-  // A bare plan's own prediction (LoadLayoutPlanFile read the file within its size bound).
-  absl::StatusOr<std::string> text = ReadFileToString(path);
-  if (!text.ok()) return 0;
-  proto::Plan single;
-  return ProtoFromJson(*text, &single).ok() ? single.predicted().iteration_time_s() : 0;
-}
-
-// Where this run's iteration differs from the one the plan file recorded by more than
+// `recorded`: the iteration the plan file's writer predicted (`octopipe plan --out` records
+// it; 0 where the file holds none). Where this run's iteration differs from it by more than
 // kRecordedDrift, a warning: the plan was made from other inputs (another model or cluster
 // file, or `plan --ep_overlap` / `--recompute`, which change the model the planner used), and
 // the figures here are not the ones the planner chose it by. Empty where they agree.
@@ -209,7 +198,7 @@ int RunSingle(const SimulateOptions& o, const std::string& report, const Simulat
       o.plan.empty() ? RunClassic(in.kinds[0], o, in.model, in.cluster, in.cost, in.eval)
                      : RunPlanFile(o, in.model, in.cluster, in.cost, in.eval);
   if (!run.ok()) return Fail(err, run.status(), 2);
-  const double recorded = o.plan.empty() ? 0 : RecordedIteration(ResolvePath(o.plan));
+  const double recorded = in.recorded_iteration_s;
   err << RecordedDriftWarning(recorded, run->result.iteration_time_s);
   if (!o.trace.empty()) {
     absl::Status s =
@@ -353,7 +342,7 @@ int RunLayoutSimulate(const SimulateOptions& o, const std::string& report,
     return Fail(err, absl::InvalidArgumentError(absl::StrCat("--plan: ", sim.status().message())),
                 2);
   }
-  const double recorded = RecordedIteration(ResolvePath(o.plan));
+  const double recorded = in.recorded_iteration_s;
   err << RecordedDriftWarning(recorded, sim->iteration_time_s);
   if (!report.empty()) {
     absl::StatusOr<report::Page> page = LayoutReportPage(o, in, plan, *sim);
@@ -423,7 +412,9 @@ int RunSimulate(const std::vector<std::string>& args, std::ostream& out, std::os
   if (!in.ok()) return Fail(err, in.status(), 2);
   in->eval.timeline = in->eval.timeline || !report.empty();
   if (!o.plan.empty()) {
-    absl::StatusOr<LayoutPlan> layout = LoadLayoutPlanFile(ResolvePath(o.plan));
+    proto::LayoutPrediction predicted;
+    absl::StatusOr<LayoutPlan> layout = LoadLayoutPlanFile(ResolvePath(o.plan), &predicted);
+    in->recorded_iteration_s = predicted.iteration_time_s();
     if (layout.ok() && !layout->single_pipeline()) {
       return RunLayoutSimulate(o, report, *in, *layout, out, err);
     }

@@ -787,6 +787,12 @@ absl::StatusOr<LayoutPlan> LoadLayoutPlanFile(const std::string& path,
   }
   absl::StatusOr<Plan> plan = PlanFromProto(single);
   if (!plan.ok()) return InFile(path, plan.status());
+  // The plan's own prediction is the one-pipeline layout's (no gradient synchronisation).
+  if (predicted != nullptr) {
+    predicted->set_iteration_time_s(single.predicted().iteration_time_s());
+    predicted->set_pipeline_time_s(single.predicted().iteration_time_s());
+    predicted->set_tokens_per_s(single.predicted().tokens_per_s());
+  }
   return SinglePipelineLayout(*plan);
 }
 

@@ -108,7 +108,8 @@ absl::StatusOr<Cluster> LoadClusterFile(const std::string& path);
 // A plan file holds a LayoutPlan; a file holding a bare Plan (written before layouts) loads as
 // SinglePipelineLayout of it. LoadPlanFile is for callers that run one pipeline: it returns the
 // plan of a single-pipeline layout and kInvalidArgument naming the layout otherwise.
-// `predicted`, when given, gets the file's prediction block (empty for a bare Plan file).
+// `predicted`, when given, gets the file's prediction block (for a bare Plan file, its plan's
+// iteration and tokens/s: the one-pipeline layout's, with no gradient synchronisation).
 absl::StatusOr<LayoutPlan> LoadLayoutPlanFile(const std::string& path,
                                               proto::LayoutPrediction* predicted = nullptr);
 absl::StatusOr<Plan> LoadPlanFile(const std::string& path);

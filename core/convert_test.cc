@@ -452,6 +452,16 @@ TEST(ConvertTest, AnOldSinglePlanFileLoadsAsALayoutOfOnePipeline) {
   EXPECT_TRUE(lp->single_pipeline());
   EXPECT_EQ(lp->num_ranks, 2);
   EXPECT_EQ(lp->pipelines[0].plan.schedule.ops, SmallPlan().schedule.ops);
+  // Its own prediction is the one-pipeline layout's.
+  proto::Plan with_prediction = PlanToProto(SmallPlan());
+  with_prediction.mutable_predicted()->set_iteration_time_s(1.5);
+  with_prediction.mutable_predicted()->set_tokens_per_s(2048);
+  ASSERT_TRUE(WriteStringToFile(path, ProtoToJson(with_prediction)).ok());
+  proto::LayoutPrediction predicted;
+  ASSERT_TRUE(LoadLayoutPlanFile(path, &predicted).ok());
+  EXPECT_EQ(predicted.iteration_time_s(), 1.5);
+  EXPECT_EQ(predicted.pipeline_time_s(), 1.5);
+  EXPECT_EQ(predicted.tokens_per_s(), 2048);
 }
 
 // SmallPlan with its head split by vocabulary: S and T of each device's shard per micro-batch,
