@@ -47,13 +47,7 @@ Json RunJson(const Plan& plan, const PipelineProblem& problem, const SimResult& 
                        {"bubble_ratio", dr.bubble_ratio},
                        {"steady_state_bubble_ratio", dr.steady_state_bubble_ratio},
                        {"peak_memory_bytes", dr.peak_memory_bytes},
-                       // of which live activations: the peak less the weights, gradients and
-                       // optimizer state of the device's stages
-                       {"peak_activation_bytes",
-                        dr.peak_memory_bytes -
-                            (d < static_cast<int>(problem.static_bytes.size())
-                                 ? problem.static_bytes[d]
-                                 : 0.0)},
+                       {"peak_activation_bytes", PeakActivationBytes(problem, r, d)},
                        {"memory_capacity_bytes", problem.memory_capacity[d]},
                        {"fits_memory", dr.fits_memory}});
   }

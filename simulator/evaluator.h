@@ -107,6 +107,14 @@ struct SimResult {
   std::vector<CriticalPathEntry> critical_path;  // in time order
 };
 
+// Device d's peak live activations: its peak memory less the weights, gradients and optimizer
+// state of its stages (what the executor measures as peak_activation_bytes).
+inline double PeakActivationBytes(const PipelineProblem& pb, const SimResult& r, int d) {
+  const double static_bytes =
+      d < static_cast<int>(pb.static_bytes.size()) ? pb.static_bytes[d] : 0.0;
+  return r.devices[d].peak_memory_bytes - static_bytes;
+}
+
 class Evaluator {
  public:
   Evaluator() = default;

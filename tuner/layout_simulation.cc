@@ -130,9 +130,7 @@ absl::StatusOr<PipelineRun> RunPipeline(const ModelGraph& model, const Cluster& 
     }
     run.busy_s[d] = sim->devices[d].busy_s;
     run.peak_bytes[d] = sim->devices[d].peak_memory_bytes;
-    const double static_bytes =
-        d < static_cast<int>(pb.static_bytes.size()) ? pb.static_bytes[d] : 0.0;
-    run.peak_activation_bytes[d] = run.peak_bytes[d] - static_bytes;
+    run.peak_activation_bytes[d] = PeakActivationBytes(pb, *sim, d);
   }
   const int S = pl.num_stages();
   std::vector<double> last_grad(S, -1.0);
