@@ -22,7 +22,9 @@ a selective or full `recompute` as `--recompute=selective|full`, with the module
 recomputed (`recompute_modules`, Megatron-Core's names) as the model's
 `training.recompute_modules`; a run whose runtime overlapped
 the EP all-to-alls with other micro-batches' compute (`layout.ep_comm_overlap`: DualPipe, the
-Megatron recipes' A2A overlap) with `--ep_overlap`.
+Megatron recipes' A2A overlap) with `--ep_overlap`. A run with an `excluded` reason (its source
+says the figure is a software regression, not what the layout runs at) is planned and printed
+with the reason, and left out of the count within +-10%.
 
 Usage: bazel build -c opt //cli:octopipe && bench/published_runs/run.py [--only=SUBSTRING]
 Environment: OCTOPIPE (the binary; default bazel-bin/cli/octopipe), BUDGET (plan seconds per
@@ -202,6 +204,8 @@ def main():
                 row["predicted"] = run["global_batch"] * seq / fixed["iteration_s"] / gpus
         if row.get("predicted"):
             row["error"] = row["predicted"] / row["published"] - 1
+        if run.get("excluded"):
+            row["excluded"] = run["excluded"]
         if fixed.get("iteration_s") and free.get("iteration_s"):
             a, b = fixed.get("simulated_s"), free.get("simulated_s")
             if not (a and b):
@@ -217,18 +221,20 @@ def main():
             print("| %s | %s | skipped: %s | | | | | | |" % (r["run"], r["gpus"], r["skipped"]))
             continue
         pred = r.get("predicted")
-        print("| %s | %s | %s | %s | %.0f | %s | %s | %s | %s |" % (
-            r["run"], r["gpus"], r["fixed"].get("layout", r["fixed"].get("error", "?")),
+        print("| %s%s | %s | %s | %s | %.0f | %s | %s | %s | %s |" % (
+            r["run"], " (excluded: %s)" % r["excluded"].split(":")[0] if "excluded" in r else "",
+            r["gpus"], r["fixed"].get("layout", r["fixed"].get("error", "?")),
             r["unit"], r["published"], "%.0f" % pred if pred else "-",
             "%+.1f%%" % (100 * r["error"]) if "error" in r else "-",
             r["free"].get("layout", "?"),
             "%+.1f%%" % (100 * r["free_gain"]) if "free_gain" in r else "-"))
-    errors = [abs(r["error"]) for r in rows if "error" in r]
+    errors = [abs(r["error"]) for r in rows if "error" in r and "excluded" not in r]
+    excluded = sum(1 for r in rows if "excluded" in r)
     if errors:
         print()
-        print("runs predicted: %d; within +-10%%: %d; mean |error| %.1f%%, max %.1f%%" % (
+        print("runs predicted: %d; within +-10%%: %d; mean |error| %.1f%%, max %.1f%%%s" % (
             len(errors), sum(e <= 0.10 for e in errors), 100 * sum(errors) / len(errors),
-            100 * max(errors)))
+            100 * max(errors), "; %d excluded (not counted)" % excluded if excluded else ""))
     print("published_runs: files in " + OUT, file=sys.stderr)
 
 
