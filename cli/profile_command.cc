@@ -435,11 +435,18 @@ absl::StatusOr<MeasuredCluster> MeasuredClusterFile(const Measurements& m,
   // A fitted step latency of 0 (FitLink clamps a negative intercept) is written as 0, which
   // reads as "the link's latency": a few tens of microseconds more per call, where the fit
   // found none. Samples of one size (no fit) leave both fields out.
+  // The same fit of the all-reduces timed while every rank computed: the overlapped figures.
+  const double n = static_cast<double>(f.ranks);
   if (!m.allreduce.empty()) {
     if (absl::StatusOr<LinkFit> fit = FitLink(m.allreduce); fit.ok()) {
-      const double n = static_cast<double>(f.ranks);
       link_spec.allreduce_bandwidth = 2 * (n - 1) / n * fit->bandwidth;
       link_spec.allreduce_latency_s = fit->latency_s / (2 * (n - 1));
+    }
+  }
+  if (!m.allreduce_overlapped.empty() && link_spec.allreduce_bandwidth > 0) {
+    if (absl::StatusOr<LinkFit> fit = FitLink(m.allreduce_overlapped); fit.ok()) {
+      link_spec.allreduce_overlapped_bandwidth = 2 * (n - 1) / n * fit->bandwidth;
+      link_spec.allreduce_overlapped_latency_s = fit->latency_s / (2 * (n - 1));
     }
   }
   char host[256] = "localhost";
@@ -545,6 +552,30 @@ std::string AllReduceResiduals(const Measurements& m, const LinkSpec& link,
   return out;
 }
 
+// What the summary says of the all-reduce timed while every rank computed, against the idle
+// one: the DP sync overlapped with the backward is predicted at this rate.
+std::string OverlappedAllReduceLine(const Measurements& m, const LinkSpec& link) {
+  if (m.allreduce_overlapped.empty() || link.allreduce_overlapped_bandwidth == 0) {
+    return "gradient all-reduce beside compute: not measured; costed as the idle one\n";
+  }
+  std::map<double, std::vector<double>> idle, busy;
+  for (const auto& [bytes, s] : m.allreduce) idle[bytes].push_back(s);
+  for (const auto& [bytes, s] : m.allreduce_overlapped) busy[bytes].push_back(s);
+  std::string sizes;
+  for (auto it = busy.rbegin(); it != busy.rend(); ++it) {
+    auto i = idle.find(it->first);
+    if (i == idle.end()) continue;
+    absl::StrAppend(&sizes, sizes.empty() ? " " : ", ",
+                    absl::StrFormat("%.0f B %.2fx", it->first,
+                                    Median(it->second) / Median(i->second)));
+  }
+  return absl::StrCat("gradient all-reduce beside compute (every rank computing the model on ",
+                      "another thread): bus bandwidth ",
+                      absl::StrFormat("%.3g", link.allreduce_overlapped_bandwidth), " B/s, ",
+                      FormatSeconds(link.allreduce_overlapped_latency_s),
+                      " per ring step; per size, median against the idle one:", sizes, "\n");
+}
+
 // What the summary says of the gradient all-reduce.
 std::string AllReduceLine(const Measurements& m, const LinkSpec& link, const ProfileFlags& f) {
   if (m.allreduce.empty() || link.allreduce_bandwidth == 0) {
@@ -566,7 +597,7 @@ std::string AllReduceLine(const Measurements& m, const LinkSpec& link, const Pro
                       "), ", FormatSeconds(link.allreduce_latency_s),
                       " per ring step (fitted over ", absl::StrFormat("%.0f", least), "-",
                       absl::StrFormat("%.0f", most), " bytes, copies in and out included)",
-                      AllReduceResiduals(m, link, f), "\n");
+                      AllReduceResiduals(m, link, f), "\n", OverlappedAllReduceLine(m, link));
 }
 
 // Beyond this relative difference between the probe as timed and its workload by the medians,

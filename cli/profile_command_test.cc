@@ -59,11 +59,16 @@ TEST(ProfileCommandTest, ProfileThenPlanThenTrain) {
   // The gradient all-reduce over both ranks was timed (the layers' gradient sizes) and its bus
   // bandwidth, copies included, written for the DP sync to use.
   EXPECT_GT(cluster->link(0, 1).allreduce_bandwidth, 0);
+  // And again with every rank computing the model meanwhile: the overlapped figures.
+  EXPECT_GT(cluster->link(0, 1).allreduce_overlapped_bandwidth, 0);
   EXPECT_EQ(cluster->inter_node_link.allreduce_bandwidth,
             cluster->nodes[0].intra_node_link.allreduce_bandwidth);
   EXPECT_NE(out.str().find("gradient all-reduce over 2 ranks: bus bandwidth "), std::string::npos)
       << out.str();
   EXPECT_NE(out.str().find(" per ring step (fitted over "), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("gradient all-reduce beside compute (every rank computing"),
+            std::string::npos)
+      << out.str();
   // The message-heavy runs took place and fitted a cost in [0, 10 ms].
   EXPECT_NE(out.str().find("per-message CPU cost"), std::string::npos) << out.str();
   EXPECT_NE(out.str().find("-stage interleaved runs"), std::string::npos) << out.str();

@@ -147,6 +147,9 @@ void AddRunFigures(const std::vector<Json>& parsed, Measurements* m) {
     for (const Json& v : j.at("allreduce")) {
       m->allreduce.push_back({v.at(0).get<double>(), v.at(1).get<double>()});
     }
+    for (const Json& v : j.at("allreduce_overlapped")) {
+      m->allreduce_overlapped.push_back({v.at(0).get<double>(), v.at(1).get<double>()});
+    }
   }
 }
 

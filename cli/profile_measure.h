@@ -39,6 +39,9 @@ struct Measurements {
   std::vector<std::pair<double, double>> link;
   // The gradient all-reduce over every rank: (bytes, seconds), every rank's samples.
   std::vector<std::pair<double, double>> allreduce;
+  // The same while every rank computes the model on another thread (the sync overlapped with
+  // the backward).
+  std::vector<std::pair<double, double>> allreduce_overlapped;
   std::vector<double> message_s;  // producer end -> consumer start, consumer idle meanwhile
   // CPU of the ranks' other threads per message (ProfileRank's "comm_cpu"), every iteration.
   std::vector<double> comm_cpu;

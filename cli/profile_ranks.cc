@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -21,9 +22,11 @@
 #include "core/json_text.h"
 #include "core/status_macros.h"
 #include "executor/collective.h"
+#include "executor/data.h"
 #include "executor/engine.h"
 #include "executor/inproc_transport.h"
 #include "executor/layout_trainer.h"
+#include "executor/reference_trainer.h"
 #include "executor/trainer.h"
 #include "executor/transport_factory.h"
 
@@ -74,19 +77,55 @@ absl::StatusOr<std::vector<std::pair<double, double>>> PingPong(executor::Transp
   return out;
 }
 
+// The reference model's F, B and W of one micro-batch, over and over on a thread of its own
+// from construction until destruction: the compute a gradient all-reduce overlaps in a run
+// (the backward of the layers below its bucket).
+class BusyCompute {
+ public:
+  static absl::StatusOr<std::unique_ptr<BusyCompute>> Start(const ModelSpec& spec) {
+    ASSIGN_OR_RETURN(std::vector<std::unique_ptr<executor::Layer>> layers,
+                     executor::BuildModel(spec.pattern, spec.dims));
+    return std::unique_ptr<BusyCompute>(new BusyCompute(
+        std::move(layers), executor::MakeMicroBatches(spec.dims, /*seed=*/7, 0, 1)));
+  }
+  ~BusyCompute() {
+    stop_.store(true);
+    thread_.join();
+  }
+
+ private:
+  BusyCompute(std::vector<std::unique_ptr<executor::Layer>> layers,
+              std::vector<executor::MicroBatch> data)
+      : layers_(std::move(layers)), data_(std::move(data)), thread_([this] {
+          while (!stop_.load()) executor::RunReferenceIteration(layers_, data_);
+        }) {}
+
+  std::vector<std::unique_ptr<executor::Layer>> layers_;
+  std::vector<executor::MicroBatch> data_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;  // last: starts once the members above exist
+};
+
 // The gradient all-reduce over every rank as the data-parallel gradient sync runs it
 // (executor/layout_trainer.cc): one all-reduce per bucket of `buckets` (bytes, in the sync's
 // order), each bucket's gradients in their own memory, copied into one shared buffer,
 // all-reduced and copied back. (bytes, seconds) of every call of kAllReduceRounds rounds over
-// the buckets, after two warm-up rounds. Every rank takes part; nothing with one rank.
+// the buckets, after two warm-up rounds. Every rank takes part; nothing with one rank. With
+// `busy`, every rank computes that model on another thread meanwhile (BusyCompute): the sync
+// overlapped with the backward.
 absl::StatusOr<std::vector<std::pair<double, double>>> AllReduceTimes(
-    executor::Transport* t, const std::vector<size_t>& buckets) {
+    executor::Transport* t, const std::vector<size_t>& buckets, const ModelSpec* busy) {
   std::vector<std::pair<double, double>> out;
   if (t->size() < 2 || buckets.empty()) return out;
   std::vector<int> members(t->size());
   std::iota(members.begin(), members.end(), 0);
   ASSIGN_OR_RETURN(std::unique_ptr<executor::Collective> group,
-                   t->NewCollective(members, "profile/allreduce"));
+                   t->NewCollective(members, busy != nullptr ? "profile/allreduce-overlapped"
+                                                             : "profile/allreduce"));
+  std::unique_ptr<BusyCompute> compute;
+  if (busy != nullptr) {
+    ASSIGN_OR_RETURN(compute, BusyCompute::Start(*busy));
+  }
   std::vector<std::vector<float>> grads;
   for (size_t bytes : buckets) grads.emplace_back(bytes / sizeof(float), 0.0f);
   std::vector<float> buffer;
@@ -174,10 +213,11 @@ absl::StatusOr<std::string> ProfileRank(const ModelSpec& spec, const Plan& plan,
   }
   const size_t message_bytes =
       static_cast<size_t>(spec.dims.batch) * spec.dims.seq_len * spec.dims.hidden * sizeof(float);
-  std::vector<std::pair<double, double>> link, allreduce;
+  std::vector<std::pair<double, double>> link, allreduce, overlapped;
   if (ping) {
     ASSIGN_OR_RETURN(link, PingPong(transport, message_bytes));
-    ASSIGN_OR_RETURN(allreduce, AllReduceTimes(transport, allreduce_bytes));
+    ASSIGN_OR_RETURN(allreduce, AllReduceTimes(transport, allreduce_bytes, nullptr));
+    ASSIGN_OR_RETURN(overlapped, AllReduceTimes(transport, allreduce_bytes, &spec));
   }
   // What each layer's context holds after F and after B ([layer, kind, bytes], the largest
   // over the measured iterations' micro-batches: an EP shard's follow the routing), and each
@@ -214,6 +254,7 @@ absl::StatusOr<std::string> ProfileRank(const ModelSpec& spec, const Plan& plan,
                    {"ops", std::move(ops)},
                    {"link", pairs(link)},
                    {"allreduce", pairs(allreduce)},
+                   {"allreduce_overlapped", pairs(overlapped)},
                    {"held_bytes", std::move(held)},
                    {"param_bytes", std::move(params)},
                    {"probe", result.host_probe.seconds}});

@@ -51,6 +51,17 @@ absl::Status ValidateLink(const std::string& path, const LinkSpec& link) {
     return RangeError(path + ".allreduce_latency_s", link.allreduce_latency_s,
                       "finite and in [0, 3600] s (0: the link's latency)");
   }
+  if (link.allreduce_overlapped_bandwidth != 0 &&
+      !InRange(link.allreduce_overlapped_bandwidth, kMinRate, kMaxRate, /*inf_ok=*/true)) {
+    return RangeError(path + ".allreduce_overlapped_bandwidth",
+                      link.allreduce_overlapped_bandwidth,
+                      "0 (allreduce_bandwidth) or in [1, 1e21] bytes/s or +inf");
+  }
+  if (!InRange(link.allreduce_overlapped_latency_s, 0, kMaxLatencyS, /*inf_ok=*/false)) {
+    return RangeError(path + ".allreduce_overlapped_latency_s",
+                      link.allreduce_overlapped_latency_s,
+                      "finite and in [0, 3600] s (0: allreduce_latency_s)");
+  }
   return absl::OkStatus();
 }
 

@@ -373,11 +373,18 @@ proto::Link LinkToProto(const LinkSpec& link) {
   p.set_latency_s(link.latency_s);
   p.set_allreduce_bandwidth(link.allreduce_bandwidth);
   p.set_allreduce_latency_s(link.allreduce_latency_s);
+  p.set_allreduce_overlapped_bandwidth(link.allreduce_overlapped_bandwidth);
+  p.set_allreduce_overlapped_latency_s(link.allreduce_overlapped_latency_s);
   return p;
 }
 
 LinkSpec LinkFromProto(const proto::Link& p) {
-  return LinkSpec{p.bandwidth(), p.latency_s(), p.allreduce_bandwidth(), p.allreduce_latency_s()};
+  return LinkSpec{p.bandwidth(),
+                  p.latency_s(),
+                  p.allreduce_bandwidth(),
+                  p.allreduce_latency_s(),
+                  p.allreduce_overlapped_bandwidth(),
+                  p.allreduce_overlapped_latency_s()};
 }
 
 }  // namespace

@@ -201,6 +201,8 @@ TEST(ConvertTest, ClusterRoundTripIncludingInfinity) {
   measured.nodes[0].intra_node_link.allreduce_bandwidth = 3.6e11;
   measured.inter_node_link.allreduce_bandwidth = 4.1e10;
   measured.inter_node_link.allreduce_latency_s = 2.5e-5;
+  measured.inter_node_link.allreduce_overlapped_bandwidth = 2.2e10;
+  measured.inter_node_link.allreduce_overlapped_latency_s = 4.5e-5;
   ASSERT_TRUE(WriteClusterFile(TestPath("busbw.json"), measured).ok());
   absl::StatusOr<Cluster> reloaded = LoadClusterFile(TestPath("busbw.json"));
   ASSERT_TRUE(reloaded.ok()) << reloaded.status();
@@ -209,6 +211,9 @@ TEST(ConvertTest, ClusterRoundTripIncludingInfinity) {
   EXPECT_EQ(4.1e10, reloaded->inter_node_link.allreduce_bandwidth);
   EXPECT_EQ(2.5e-5, reloaded->inter_node_link.allreduce_latency_s);
   EXPECT_EQ(0, reloaded->nodes[0].intra_node_link.allreduce_latency_s);
+  EXPECT_EQ(2.2e10, reloaded->inter_node_link.allreduce_overlapped_bandwidth);
+  EXPECT_EQ(4.5e-5, reloaded->inter_node_link.allreduce_overlapped_latency_s);
+  EXPECT_EQ(0, reloaded->nodes[0].intra_node_link.allreduce_overlapped_bandwidth);
 
   // The synthetic cluster has unlimited memory and links.
   const Cluster synthetic = SyntheticCluster(4);
@@ -728,6 +733,16 @@ TEST(ConvertTest, ClusterErrorsNameTheFieldPath) {
   EXPECT_THAT(std::string(ClusterFromProto(p).status().message()),
               HasSubstr("inter_node_link.allreduce_latency_s must be finite and in [0, 3600] s "
                         "(0: the link's latency), got -1"));
+  p = ClusterToProto(*ClusterPreset("h100-4nodes"));
+  p.mutable_nodes(0)->mutable_intra_node_link()->set_allreduce_overlapped_bandwidth(-2);
+  EXPECT_THAT(std::string(ClusterFromProto(p).status().message()),
+              HasSubstr("nodes[0].intra_node_link.allreduce_overlapped_bandwidth must be 0 "
+                        "(allreduce_bandwidth) or in [1, 1e21] bytes/s or +inf, got -2"));
+  p = ClusterToProto(*ClusterPreset("h100-4nodes"));
+  p.mutable_inter_node_link()->set_allreduce_overlapped_latency_s(-3);
+  EXPECT_THAT(std::string(ClusterFromProto(p).status().message()),
+              HasSubstr("inter_node_link.allreduce_overlapped_latency_s must be finite and in "
+                        "[0, 3600] s (0: allreduce_latency_s), got -3"));
 
   p = ClusterToProto(*ClusterPreset("h100-4nodes"));
   p.mutable_nodes(2)->set_num_devices(0);

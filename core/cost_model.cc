@@ -631,6 +631,23 @@ double RingAllReduceSeconds(double bytes, int group, const LinkSpec& link) {
   return 2 * (n - 1) * step + Seconds(2 * (n - 1) / n * bytes, bus);
 }
 
+double OverlappedRingAllReduceSeconds(double bytes, int group, const LinkSpec& link, double start,
+                                      double busy_until) {
+  const double idle = RingAllReduceSeconds(bytes, group, link);
+  if (idle <= 0 || start >= busy_until) return idle;
+  LinkSpec busy = link;
+  if (link.allreduce_overlapped_bandwidth > 0) {
+    busy.allreduce_bandwidth = link.allreduce_overlapped_bandwidth;
+  }
+  if (link.allreduce_overlapped_latency_s > 0) {
+    busy.allreduce_latency_s = link.allreduce_overlapped_latency_s;
+  }
+  const double overlapped = RingAllReduceSeconds(bytes, group, busy);
+  const double window = busy_until - start;
+  if (overlapped <= window) return overlapped;
+  return window + (1 - window / overlapped) * idle;
+}
+
 double AllToAllSeconds(double bytes, int group, int ranks_in_node, const LinkSpec& intra,
                        const LinkSpec& inter) {
   if (group <= 1 || bytes <= 0) return 0;

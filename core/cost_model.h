@@ -62,6 +62,15 @@ struct CommLinks {
 // The same volume as reduce-scatter + all-gather (sequence parallelism, ZeRO). 0 for n <= 1.
 double RingAllReduceSeconds(double bytes, int group, const LinkSpec& link);
 
+// The same all-reduce started at `start` by ranks that compute until `busy_until` (the last of
+// them): at the overlapped bus bandwidth and step latency while they compute
+// (LinkSpec::allreduce_overlapped_*, each 0 = the idle one), at the idle rate after. The part
+// done by `busy_until` is (busy_until - start) / the overlapped time; the rest takes its share
+// of the idle time. Equals RingAllReduceSeconds when start >= busy_until or the link has no
+// overlapped figures.
+double OverlappedRingAllReduceSeconds(double bytes, int group, const LinkSpec& link, double start,
+                                      double busy_until);
+
 // All-to-all where each of `group` ranks holds `bytes` destined evenly to every rank (itself
 // included, so bytes/n stay local), `ranks_in_node` of them (itself included) sharing its node:
 // pairwise exchange with the node's peers over `intra` and with the others over `inter`, the

@@ -38,6 +38,32 @@ TEST(CollectiveTest, RingAllReduceRunsAtTheLinksAllReduceBusBandwidthWhereItHasO
   EXPECT_NEAR(2.1e-3, RingAllReduceSeconds(1e6, 2, measured), 1e-12);
 }
 
+TEST(CollectiveTest, AllReduceBesideComputeRunsAtTheOverlappedRateUntilTheComputeEnds) {
+  // Two members, 1e6 bytes. Idle: 2·50 us + 1e6 / 0.5e9 = 2.1 ms. Beside compute: 2·100 us +
+  // 1e6 / 0.25e9 = 4.2 ms.
+  LinkSpec link = kNvlink;
+  link.allreduce_bandwidth = 0.5e9;
+  link.allreduce_latency_s = 50e-6;
+  const double idle = 2.1e-3, busy = 4.2e-3;
+  // No overlapped figures: the idle time wherever it starts.
+  EXPECT_NEAR(idle, OverlappedRingAllReduceSeconds(1e6, 2, link, 0, 1), 1e-12);
+  link.allreduce_overlapped_bandwidth = 0.25e9;
+  link.allreduce_overlapped_latency_s = 100e-6;
+  // Started after the compute ended: idle.
+  EXPECT_NEAR(idle, OverlappedRingAllReduceSeconds(1e6, 2, link, 1.0, 1.0), 1e-12);
+  EXPECT_NEAR(idle, OverlappedRingAllReduceSeconds(1e6, 2, link, 2.0, 1.0), 1e-12);
+  // Done before the compute ends: all of it beside compute.
+  EXPECT_NEAR(busy, OverlappedRingAllReduceSeconds(1e6, 2, link, 0, 1.0), 1e-12);
+  // The compute ends 1.05 ms in: a quarter done at the overlapped rate, the other three
+  // quarters at the idle one: 1.05 + 0.75 · 2.1 = 2.625 ms.
+  EXPECT_NEAR(2.625e-3, OverlappedRingAllReduceSeconds(1e6, 2, link, 1.0, 1.0 + 1.05e-3),
+              1e-12);
+  // Only the bandwidth given: the idle step latency stays (2·50 us + 4 ms).
+  link.allreduce_overlapped_latency_s = 0;
+  EXPECT_NEAR(4.1e-3, OverlappedRingAllReduceSeconds(1e6, 2, link, 0, 1.0), 1e-12);
+  EXPECT_EQ(0, OverlappedRingAllReduceSeconds(1e6, 1, link, 0, 1.0));
+}
+
 TEST(CollectiveTest, AllToAllOverEightNodesIsBoundByTheInterNodeShare) {
   // DeepSeek-V3 dispatch: 4096 tokens · top-8 · 7168 · 2 bytes over EP 64, 8 ranks per node.
   // Chunk V/64 = 7340032 bytes. NVLink: 7 peers, 7·3 us + 7·chunk/450e9 = 0.13518 ms;

@@ -260,6 +260,7 @@ absl::StatusOr<LayoutSimulation> SimulateLayout(const ModelGraph& model, const C
   };
   out.peak_memory_bytes.assign(R, 0.0);
   out.peak_activation_bytes.assign(R, 0.0);
+  std::vector<double> compute_end(R, 0.0);  // when each rank's last op ends
   double busy = 0;
   for (int rank = 0; rank < R; ++rank) {
     const RankRole& role = roles[rank];
@@ -269,6 +270,7 @@ absl::StatusOr<LayoutSimulation> SimulateLayout(const ModelGraph& model, const C
     const int d = role.device;
     out.peak_memory_bytes[rank] = run.peak_bytes[d];
     out.peak_activation_bytes[rank] = run.peak_activation_bytes[d];
+    compute_end[rank] = run.device_end[d];
     busy += run.busy_s[d];
     auto vocab_split = [&](int layer) {
       return pl.vocab_parallel && (layer == L - 1 || (layer == 0 && embedding_first));
@@ -303,21 +305,23 @@ absl::StatusOr<LayoutSimulation> SimulateLayout(const ModelGraph& model, const C
   }
 
   // The all-reduces in every rank's order: a group starts when all its members are ready and
-  // done with their previous all-reduce.
+  // done with their previous all-reduce, at the link's overlapped rate while any member still
+  // computes (OverlappedRingAllReduceSeconds).
   std::vector<double> free_at(R, 0.0), sync_s(R, 0.0);
   for (const auto& [key, g] : groups) {
     const int n = static_cast<int>(g.members.size());
     if (n < 2) continue;
     const int node = cluster.node_of_device(g.members[0]);
     bool one_node = true;
-    double start = 0;
+    double start = 0, busy_until = 0;
     for (int i = 0; i < n; ++i) {
       const int m = g.members[i];
       start = std::max({start, g.ready[i], free_at[m]});
+      busy_until = std::max(busy_until, compute_end[m]);
       one_node = one_node && cluster.node_of_device(m) == node;
     }
     const LinkSpec& link = one_node ? cluster.nodes[node].intra_node_link : cluster.inter_node_link;
-    const double seconds = RingAllReduceSeconds(g.bytes, n, link);
+    const double seconds = OverlappedRingAllReduceSeconds(g.bytes, n, link, start, busy_until);
     for (int m : g.members) {
       free_at[m] = start + seconds;
       sync_s[m] += seconds;

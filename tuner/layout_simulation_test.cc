@@ -135,6 +135,42 @@ TEST(LayoutSimulationTest, Pp2Dp2OverlapsTheAllReducesOfTheStagesFinishedEarly) 
   EXPECT_EQ(sim->peak_memory_bytes[2], sim->peak_memory_bytes[3]);
   EXPECT_GT(sim->bubble_ratio, single->bubble_ratio);  // the same busy time, a longer iteration
   EXPECT_LT(sim->bubble_ratio, 1);
+
+  // A link whose all-reduce runs slower beside compute (a measured CPU cluster): stage 2's
+  // all-reduces, which run while device 0 still computes stage 0, take longer; the iteration
+  // can only grow, and by no more than every all-reduce at the slower rate.
+  Cluster measured = cluster;
+  LinkSpec& link = measured.nodes[0].intra_node_link;
+  link.allreduce_bandwidth = 40e9;
+  link.allreduce_latency_s = 20e-6;
+  absl::StatusOr<LayoutSimulation> idle = SimulateLayout(model, measured, CostModel(), layout);
+  ASSERT_TRUE(idle.ok()) << idle.status();
+  link.allreduce_overlapped_bandwidth = 40e9;  // the same figures: the same prediction
+  link.allreduce_overlapped_latency_s = 20e-6;
+  absl::StatusOr<LayoutSimulation> same = SimulateLayout(model, measured, CostModel(), layout);
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_DOUBLE_EQ(idle->iteration_time_s, same->iteration_time_s);
+  EXPECT_DOUBLE_EQ(idle->dp_sync_total_s, same->dp_sync_total_s);
+  link.allreduce_overlapped_bandwidth = 10e9;
+  absl::StatusOr<LayoutSimulation> busy = SimulateLayout(model, measured, CostModel(), layout);
+  ASSERT_TRUE(busy.ok()) << busy.status();
+  EXPECT_DOUBLE_EQ(idle->pipeline_time_s, busy->pipeline_time_s);
+  EXPECT_GT(busy->dp_sync_total_s, idle->dp_sync_total_s);
+  EXPECT_GE(busy->iteration_time_s, idle->iteration_time_s);
+  LinkSpec all_slow = link;
+  all_slow.allreduce_bandwidth = all_slow.allreduce_overlapped_bandwidth;
+  double slowest = 0;
+  for (int d = 0; d < 2; ++d) {
+    double s = 0;
+    for (int st = 0; st < plan.num_stages(); ++st) {
+      if (plan.stages[st].device != d) continue;
+      for (int l = plan.stages[st].first_layer; l <= plan.stages[st].last_layer; ++l) {
+        s += RingAllReduceSeconds(bytes[l], 2, all_slow);
+      }
+    }
+    slowest = std::max(slowest, s);
+  }
+  EXPECT_LT(busy->dp_sync_total_s, slowest);
 }
 
 // Replica 0: a 2-device pipeline on ranks 0, 1; replica 1: the whole model on rank 2.
@@ -192,6 +228,12 @@ TEST(LayoutSimulationTest, HeterogeneousReplicasWaitForTheRankHoldingEveryLayer)
   EXPECT_GT(serial_slow, 5 * serial);
   EXPECT_NEAR(serial_slow, slow->dp_sync_total_s, 1e-9 * serial_slow);
   EXPECT_NEAR(slow->pipeline_time_s + serial_slow, slow->iteration_time_s, 1e-9 * serial_slow);
+  // They all start after rank 2's compute ends: a slower rate beside compute changes nothing.
+  measured.nodes[0].intra_node_link.allreduce_overlapped_bandwidth = 1e9;
+  absl::StatusOr<LayoutSimulation> beside = SimulateLayout(model, measured, CostModel(), layout);
+  ASSERT_TRUE(beside.ok()) << beside.status();
+  EXPECT_DOUBLE_EQ(slow->iteration_time_s, beside->iteration_time_s);
+  EXPECT_DOUBLE_EQ(slow->dp_sync_total_s, beside->dp_sync_total_s);
 }
 
 TEST(LayoutSimulationTest, SinglePipelineIsExactlyTheEvaluators) {
