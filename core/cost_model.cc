@@ -711,10 +711,16 @@ LayerComm CostModel::Comm(const Layer& layer, const TrainingOptions& training,
     // both gradients travel in BF16.
     const double copy = b * s * static_cast<double>(layer.dims.hidden) / tp;
     const double dispatch_e = training.precision == Precision::kFp8 ? 1 : e;
+    // The flex dispatcher's kernels (DeepEP's internode kernels, HybridEP) send a token once
+    // to each node holding any of its experts, to the GPU of the sender's local index there,
+    // which forwards it over NVLink; the combine sums within the node before the network.
+    // That is node-limited routing's exchange with a limit of every node the group spans.
+    // NCCL's all-to-all (the alltoall dispatcher) sends every copy on its own.
+    int max_nodes = static_cast<int>(layer.dims.max_nodes_per_token);
+    if (max_nodes <= 0 && training.moe_dispatcher == MoeDispatcher::kFlex) max_nodes = ep;
     auto a2a = [&](double element_bytes) {
       return ExpertAllToAllSeconds(copy * element_bytes, static_cast<int>(layer.dims.top_k),
-                                   static_cast<int>(layer.dims.max_nodes_per_token), ep, local,
-                                   links.intra, links.inter);
+                                   max_nodes, ep, local, links.intra, links.inter);
     };
     c.ep_forward_s = a2a(dispatch_e) + a2a(e);  // dispatch + combine
     c.ep_backward_input_s = 2 * a2a(e);         // their gradients

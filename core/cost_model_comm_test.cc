@@ -112,6 +112,39 @@ TEST(CommTest, NodeLimitedRoutingCrossesTheNetworkOncePerDestinationNode) {
   EXPECT_EQ(ExpertAllToAllSeconds(copy, 8, 4, 1, 8, kNvlink, kIb), 0);
 }
 
+// The flex dispatcher (DeepEP, HybridEP) sends a token once per destination node whatever the
+// routing: Qwen3-30B-A3B's top-8 of 128 experts over EP 16 on 2 nodes of 8 crosses the network
+// min(8, 2) x 1/2 = 1 time per token instead of 8 x 8/16 = 4 (alltoall, NCCL's all-to-all).
+TEST(CommTest, FlexDispatcherCrossesTheNetworkOncePerDestinationNode) {
+  TrainingOptions t = Training();
+  t.ep_degree = 16;
+  t.ep_ranks_per_node = 8;
+  Layer moe = DeepSeekV3Moe();
+  moe.dims.hidden = 2048;
+  moe.dims.top_k = 8;
+  const CommLinks links{kNvlink, kIb, 8};
+  const double copy = 4096.0 * 2048 * 2;
+  const LayerComm alltoall = CostModel().Comm(moe, t, links);
+  EXPECT_DOUBLE_EQ(alltoall.forward_s, 2 * AllToAllSeconds(8 * copy, 16, 8, kNvlink, kIb));
+  t.moe_dispatcher = MoeDispatcher::kFlex;
+  const LayerComm flex = CostModel().Comm(moe, t, links);
+  const double inter = 1 * 5e-6 + 1 * copy / 50e9;
+  const double intra = 7 * 3e-6 + (8.0 * 7 / 16 + 1.0 * 7 / 8) * copy / 450e9;
+  EXPECT_DOUBLE_EQ(flex.forward_s, 2 * std::max(inter, intra));
+  EXPECT_DOUBLE_EQ(flex.backward_input_s, flex.forward_s);
+  EXPECT_NEAR(alltoall.forward_s / flex.forward_s, 4, 0.1);  // and 8 peers' latencies, not 1
+  // A limit the model gives is kept as it is.
+  moe.dims.max_nodes_per_token = 1;
+  EXPECT_DOUBLE_EQ(CostModel().Comm(moe, t, links).forward_s,
+                   2 * ExpertAllToAllSeconds(copy, 8, 1, 16, 8, kNvlink, kIb));
+  // Within one node there is no network to save: the same as alltoall.
+  t.ep_degree = 8;
+  moe.dims.max_nodes_per_token = 0;
+  const double in_node = CostModel().Comm(moe, t, links).forward_s;
+  t.moe_dispatcher = MoeDispatcher::kAllToAll;
+  EXPECT_NEAR(in_node, CostModel().Comm(moe, t, links).forward_s, 1e-12);
+}
+
 // FP8 training dispatches the expert GEMMs' FP8 inputs: the dispatch moves half the bytes, the
 // combine and both gradients stay BF16.
 TEST(CommTest, Fp8TrainingDispatchesInOneByteAndCombinesInTwo) {

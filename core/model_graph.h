@@ -62,7 +62,8 @@ struct LayerDims {
   int64_t tokens = 0;      // tokens per sample this layer sees; 0: the sequence length
   int64_t out_hidden = 0;  // output width if different from hidden; 0: hidden
   // MoE node-limited routing: a token's experts lie on at most this many nodes and it crosses
-  // the network once per node (then NVLink inside it). 0: no limit, one crossing per copy.
+  // the network once per node (then NVLink inside it). 0: no limit, one crossing per copy
+  // (per node under the flex dispatcher, whose kernels send one copy per node anyway).
   int64_t max_nodes_per_token = 0;
 };
 
@@ -146,7 +147,8 @@ enum class AttentionKernel { kFlash, kMaterialized };
 // permuted into expert order before the all-to-all and, with expert parallelism and several
 // experts per rank, the received chunks are sorted again by local expert after it (and back
 // before the combine). kFlex ("flex": DeepEP / HybridEP): a fused dispatch sends the tokens as
-// they are and one permutation follows it, so there are no chunk sorts.
+// they are and one permutation follows it, so there are no chunk sorts; its kernels also send a
+// token over the network once per destination node, not once per copy (CostModel::Comm).
 enum class MoeDispatcher { kAllToAll, kFlex };
 
 // What selective recompute re-runs in the backward instead of keeping from F (Megatron-Core's
