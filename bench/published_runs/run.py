@@ -24,7 +24,7 @@ recomputed (`recompute_modules`, Megatron-Core's names) as the model's
 the EP all-to-alls with other micro-batches' compute (`layout.ep_comm_overlap`: DualPipe, the
 Megatron recipes' A2A overlap) with `--ep_overlap`. A run with an `excluded` reason (its source
 says the figure is a software regression, not what the layout runs at) is planned and printed
-with the reason, and left out of the count within +-10%.
+with the reason, and left out of the summary line's figures (count, mean, max).
 
 Usage: bazel build -c opt //cli:octopipe && bench/published_runs/run.py [--only=SUBSTRING]
 Environment: OCTOPIPE (the binary; default bazel-bin/cli/octopipe), BUDGET (plan seconds per
