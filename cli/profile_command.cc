@@ -435,7 +435,6 @@ absl::StatusOr<MeasuredCluster> MeasuredClusterFile(const Measurements& m,
   // A fitted step latency of 0 (FitLink clamps a negative intercept) is written as 0, which
   // reads as "the link's latency": a few tens of microseconds more per call, where the fit
   // found none. Samples of one size (no fit) leave both fields out.
-  // The same fit of the all-reduces timed while every rank computed: the overlapped figures.
   const double n = static_cast<double>(f.ranks);
   if (!m.allreduce.empty()) {
     if (absl::StatusOr<LinkFit> fit = FitLink(m.allreduce); fit.ok()) {
@@ -443,10 +442,15 @@ absl::StatusOr<MeasuredCluster> MeasuredClusterFile(const Measurements& m,
       link_spec.allreduce_latency_s = fit->latency_s / (2 * (n - 1));
     }
   }
+  // The same fit of the all-reduces timed while every rank computed: the overlapped figures,
+  // never faster than the idle ones (compute does not speed the collective up; a noisy fit
+  // may say so).
   if (!m.allreduce_overlapped.empty() && link_spec.allreduce_bandwidth > 0) {
     if (absl::StatusOr<LinkFit> fit = FitLink(m.allreduce_overlapped); fit.ok()) {
-      link_spec.allreduce_overlapped_bandwidth = 2 * (n - 1) / n * fit->bandwidth;
-      link_spec.allreduce_overlapped_latency_s = fit->latency_s / (2 * (n - 1));
+      link_spec.allreduce_overlapped_bandwidth =
+          std::min(link_spec.allreduce_bandwidth, 2 * (n - 1) / n * fit->bandwidth);
+      link_spec.allreduce_overlapped_latency_s =
+          std::max(link_spec.allreduce_latency_s, fit->latency_s / (2 * (n - 1)));
     }
   }
   char host[256] = "localhost";

@@ -59,8 +59,13 @@ TEST(ProfileCommandTest, ProfileThenPlanThenTrain) {
   // The gradient all-reduce over both ranks was timed (the layers' gradient sizes) and its bus
   // bandwidth, copies included, written for the DP sync to use.
   EXPECT_GT(cluster->link(0, 1).allreduce_bandwidth, 0);
-  // And again with every rank computing the model meanwhile: the overlapped figures.
+  // And again with every rank computing the model meanwhile: the overlapped figures, never
+  // faster than the idle ones.
   EXPECT_GT(cluster->link(0, 1).allreduce_overlapped_bandwidth, 0);
+  EXPECT_LE(cluster->link(0, 1).allreduce_overlapped_bandwidth,
+            cluster->link(0, 1).allreduce_bandwidth);
+  EXPECT_GE(cluster->link(0, 1).allreduce_overlapped_latency_s,
+            cluster->link(0, 1).allreduce_latency_s);
   EXPECT_EQ(cluster->inter_node_link.allreduce_bandwidth,
             cluster->nodes[0].intra_node_link.allreduce_bandwidth);
   EXPECT_NE(out.str().find("gradient all-reduce over 2 ranks: bus bandwidth "), std::string::npos)

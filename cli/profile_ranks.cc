@@ -79,7 +79,9 @@ absl::StatusOr<std::vector<std::pair<double, double>>> PingPong(executor::Transp
 
 // The reference model's F, B and W of one micro-batch, over and over on a thread of its own
 // from construction until destruction: the compute a gradient all-reduce overlaps in a run
-// (the backward of the layers below its bucket).
+// (the backward of the device's earlier stages, or other ranks' on the same cores). Each pass
+// also copies the gradients out (RunReferenceIteration), a little more memory traffic than a
+// backward has.
 class BusyCompute {
  public:
   static absl::StatusOr<std::unique_ptr<BusyCompute>> Start(const ModelSpec& spec) {
@@ -119,13 +121,15 @@ absl::StatusOr<std::vector<std::pair<double, double>>> AllReduceTimes(
   if (t->size() < 2 || buckets.empty()) return out;
   std::vector<int> members(t->size());
   std::iota(members.begin(), members.end(), 0);
-  ASSIGN_OR_RETURN(std::unique_ptr<executor::Collective> group,
-                   t->NewCollective(members, busy != nullptr ? "profile/allreduce-overlapped"
-                                                             : "profile/allreduce"));
+  // The model is built first: a rank that cannot build it fails before the collective that
+  // the others would wait in.
   std::unique_ptr<BusyCompute> compute;
   if (busy != nullptr) {
     ASSIGN_OR_RETURN(compute, BusyCompute::Start(*busy));
   }
+  ASSIGN_OR_RETURN(std::unique_ptr<executor::Collective> group,
+                   t->NewCollective(members, busy != nullptr ? "profile/allreduce-overlapped"
+                                                             : "profile/allreduce"));
   std::vector<std::vector<float>> grads;
   for (size_t bytes : buckets) grads.emplace_back(bytes / sizeof(float), 0.0f);
   std::vector<float> buffer;

@@ -41,8 +41,8 @@ struct LinkSpec {
   // Latency of each of an all-reduce's 2 (n - 1) ring steps; 0: the link's latency_s.
   double allreduce_latency_s = 0;
   // The same two for an all-reduce that runs while its ranks compute (the DP sync overlapped
-  // with the backward); 0: allreduce_bandwidth / allreduce_latency_s. Measured clusters set
-  // them where compute slows the collective (on a CPU host they share the cores).
+  // with the backward); 0: allreduce_bandwidth / allreduce_latency_s. `octopipe profile` sets
+  // them, clamped to no faster than idle (on a CPU host compute and collective share cores).
   double allreduce_overlapped_bandwidth = 0;
   double allreduce_overlapped_latency_s = 0;
 };

@@ -642,7 +642,9 @@ double OverlappedRingAllReduceSeconds(double bytes, int group, const LinkSpec& l
   if (link.allreduce_overlapped_latency_s > 0) {
     busy.allreduce_latency_s = link.allreduce_overlapped_latency_s;
   }
-  const double overlapped = RingAllReduceSeconds(bytes, group, busy);
+  // Never faster than idle: a fit of noisy samples beside compute may come out above the idle
+  // one, and compute does not speed a collective up.
+  const double overlapped = std::max(idle, RingAllReduceSeconds(bytes, group, busy));
   const double window = busy_until - start;
   if (overlapped <= window) return overlapped;
   return window + (1 - window / overlapped) * idle;

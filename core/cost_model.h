@@ -66,8 +66,8 @@ double RingAllReduceSeconds(double bytes, int group, const LinkSpec& link);
 // them): at the overlapped bus bandwidth and step latency while they compute
 // (LinkSpec::allreduce_overlapped_*, each 0 = the idle one), at the idle rate after. The part
 // done by `busy_until` is (busy_until - start) / the overlapped time; the rest takes its share
-// of the idle time. Equals RingAllReduceSeconds when start >= busy_until or the link has no
-// overlapped figures.
+// of the idle time. The overlapped time is at least the idle one. Equals RingAllReduceSeconds
+// when start >= busy_until or the link has no overlapped figures.
 double OverlappedRingAllReduceSeconds(double bytes, int group, const LinkSpec& link, double start,
                                       double busy_until);
 

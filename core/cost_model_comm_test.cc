@@ -61,6 +61,10 @@ TEST(CollectiveTest, AllReduceBesideComputeRunsAtTheOverlappedRateUntilTheComput
   // Only the bandwidth given: the idle step latency stays (2·50 us + 4 ms).
   link.allreduce_overlapped_latency_s = 0;
   EXPECT_NEAR(4.1e-3, OverlappedRingAllReduceSeconds(1e6, 2, link, 0, 1.0), 1e-12);
+  // Figures faster than idle (a noisy fit) are not taken: never below the idle time.
+  link.allreduce_overlapped_bandwidth = 1e9;
+  link.allreduce_overlapped_latency_s = 10e-6;
+  EXPECT_NEAR(idle, OverlappedRingAllReduceSeconds(1e6, 2, link, 0, 1.0), 1e-12);
   EXPECT_EQ(0, OverlappedRingAllReduceSeconds(1e6, 1, link, 0, 1.0));
 }
 

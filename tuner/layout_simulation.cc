@@ -4,6 +4,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <set>
 #include <tuple>
 #include <utility>
 
@@ -306,7 +307,7 @@ absl::StatusOr<LayoutSimulation> SimulateLayout(const ModelGraph& model, const C
 
   // The all-reduces in every rank's order: a group starts when all its members are ready and
   // done with their previous all-reduce, at the link's overlapped rate while any member still
-  // computes (OverlappedRingAllReduceSeconds).
+  // computes, or, on an executor's ranks, any rank of their nodes (OverlappedRingAllReduceSeconds).
   std::vector<double> free_at(R, 0.0), sync_s(R, 0.0);
   for (const auto& [key, g] : groups) {
     const int n = static_cast<int>(g.members.size());
@@ -314,11 +315,20 @@ absl::StatusOr<LayoutSimulation> SimulateLayout(const ModelGraph& model, const C
     const int node = cluster.node_of_device(g.members[0]);
     bool one_node = true;
     double start = 0, busy_until = 0;
+    std::set<int> nodes;
     for (int i = 0; i < n; ++i) {
       const int m = g.members[i];
       start = std::max({start, g.ready[i], free_at[m]});
       busy_until = std::max(busy_until, compute_end[m]);
       one_node = one_node && cluster.node_of_device(m) == node;
+      nodes.insert(cluster.node_of_device(m));
+    }
+    if (cluster.executor_ranks) {  // ranks share their host's cores: any rank's compute counts
+      for (int r = 0; r < R; ++r) {
+        if (nodes.count(cluster.node_of_device(r)) > 0) {
+          busy_until = std::max(busy_until, compute_end[r]);
+        }
+      }
     }
     const LinkSpec& link = one_node ? cluster.nodes[node].intra_node_link : cluster.inter_node_link;
     const double seconds = OverlappedRingAllReduceSeconds(g.bytes, n, link, start, busy_until);

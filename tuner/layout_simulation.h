@@ -23,8 +23,13 @@
 //     vocabulary shard when the rank's part of the iteration ends (DeviceEnd).
 //   * Each rank runs its buckets one at a time in descending layer order (dense before experts);
 //     an all-reduce of n members starts at the latest of its members' ready times and the ends
-//     of their previous all-reduces, and takes RingAllReduceSeconds(bytes, n, link): the node's
-//     intra-node link when every member is on that node, else the inter-node link. Groups of
+//     of their previous all-reduces, and takes OverlappedRingAllReduceSeconds(bytes, n, link,
+//     start, busy until): at the link's overlapped all-reduce figures while the ranks compute,
+//     at the idle ones after. Busy until the last of its members' ends (DeviceEnd; a GPU's
+//     contention is its own), or, on an executor's ranks (Cluster::executor_ranks: processes
+//     sharing a host's cores, as the profile measured the figures), the last end of any rank on
+//     the members' nodes. The link is the node's intra-node link when every member is on that
+//     node, else the inter-node link. Groups of
 //     one rank do nothing. Concurrent all-reduces do not share link bandwidth (as DpSyncSeconds
 //     in tuner/layout.cc), and the final loss all-reduce is neglected.
 //   * The iteration ends when every rank's part of the pipeline and its last all-reduce are

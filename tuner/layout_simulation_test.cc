@@ -171,6 +171,7 @@ TEST(LayoutSimulationTest, Pp2Dp2OverlapsTheAllReducesOfTheStagesFinishedEarly) 
     slowest = std::max(slowest, s);
   }
   EXPECT_LT(busy->dp_sync_total_s, slowest);
+  EXPECT_LE(busy->iteration_time_s - idle->iteration_time_s, slowest - idle->dp_sync_total_s);
 }
 
 // Replica 0: a 2-device pipeline on ranks 0, 1; replica 1: the whole model on rank 2.
