@@ -604,11 +604,6 @@ std::string AllReduceLine(const Measurements& m, const LinkSpec& link, const Pro
                       AllReduceResiduals(m, link, f), "\n", OverlappedAllReduceLine(m, link));
 }
 
-// Beyond this relative difference between the probe as timed and its workload by the medians,
-// the summary says the host changed speed during the profile (in one process the two agree
-// within ~4%: measured_win run 21).
-constexpr double kProbeDrift = 0.05;
-
 // The host's speed while a split was measured against the F/B/W launches' (`probe`: their
 // median probe), and a warning where it differs by more than kProbeDrift: the split's times
 // carry the difference, and plans at its degrees are predicted off by as much.
@@ -621,6 +616,11 @@ std::string SplitProbeLine(const Measurements& m, std::pair<int, int> split, dou
       absl::StrCat("the host-speed probe timed ", FormatSeconds(at), " (median over ",
                    it->second.size(), " rank-launches, ", absl::StrFormat("%.3fx", ratio),
                    " the F/B/W launches')");
+  auto attempts = m.split_attempts.find(split);
+  if (attempts != m.split_attempts.end() && attempts->second > 1) {
+    absl::StrAppend(&line, "; measured ", attempts->second,
+                    " times while the probe was off, the attempt closest to them kept");
+  }
   if (std::abs(ratio - 1) > kProbeDrift) {
     absl::StrAppend(&line, ": the host ran at another speed while this split was measured, and "
                            "its times carry that; profile again on a quieter machine");

@@ -7,6 +7,7 @@
 #define OCTOPIPE_CLI_PROFILE_MEASURE_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <ostream>
 #include <string>
@@ -55,8 +56,10 @@ struct Measurements {
     double after_f = 0, after_b = 0, params = 0;
   };
   std::map<std::pair<int, int>, std::map<int, SplitBytes>> split_bytes;
-  // Per split: every rank's host-speed probe of every launch of its F/B/W phase.
+  // Per split: every rank's host-speed probe of every launch of its F/B/W phase (of the kept
+  // attempt), and how many times the split was measured (MeasureSplits).
   std::map<std::pair<int, int>, std::vector<double>> split_probe;
+  std::map<std::pair<int, int>, int> split_attempts;
   double light_s = 0;             // the profile run's median iteration
   int launches = 0;               // launches of the F/B/W plan
   double last_change = 0;         // the summed medians' change over the last launch
@@ -104,10 +107,28 @@ absl::StatusOr<Measurements> MeasureLayers(const ModelSpec& spec, const Plan& pl
                                            const std::vector<size_t>& allreduce_bytes,
                                            std::ostream& err);
 
+// Beyond this relative difference between two host-speed probes (a split's against the F/B/W
+// launches', the probe against its workload by the medians), the host ran at another speed (in
+// one process the two agree within ~4%: measured_win run 21).
+inline constexpr double kProbeDrift = 0.05;
+// The most times a split is measured while its probe stays more than kProbeDrift off the F/B/W
+// launches' (MeasureSplits).
+inline constexpr int kSplitAttempts = 3;
+
+// Runs `attempt(n)` (n = 0, 1, ...: each measures once and returns its median host-speed probe)
+// until one's probe is within kProbeDrift of `reference` or `max_attempts` have run, and
+// returns the index of the attempt whose probe was closest to it. Each retry is announced on
+// `err`: "octopipe profile: LABEL: the host-speed probe ran R x the F/B/W launches'; measuring
+// again (attempt N of M)". One attempt where `reference` is not positive (nothing to compare).
+absl::StatusOr<int> MeasureWhileHostDiffers(
+    double reference, int max_attempts, const std::string& label, std::ostream& err,
+    const std::function<absl::StatusOr<double>(int attempt)>& attempt);
+
 // Phase 4 (--tp, --ep): for each split the layers as that layout runs them (SplitProfileLayout,
 // the profile's ZB-H1 schedule) for F, B, W — launched until the summed medians settle, as
-// phase 1, every rank timing the host-speed probe before each launch — then R with every stage
-// recomputed.
+// phase 1, every rank timing the host-speed probe before each launch; measured again (up to
+// kSplitAttempts in all) while that probe is more than kProbeDrift off the F/B/W launches'
+// (m->probe), keeping the attempt closest to them — then R with every stage recomputed.
 absl::Status MeasureSplits(const ModelSpec& spec, const ModelGraph& graph,
                            const std::vector<std::pair<int, int>>& splits, const ProfileFlags& f,
                            Measurements* m, std::ostream& err);

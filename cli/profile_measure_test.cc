@@ -1,5 +1,11 @@
-// MessageTimes: which ops' inputs crossed ranks (the pipeline's edges) and how long they took.
+// MessageTimes: which ops' inputs crossed ranks (the pipeline's edges) and how long they took;
+// MeasureWhileHostDiffers: when a split is measured again.
 #include "cli/profile_measure.h"
+
+#include <functional>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -17,6 +23,48 @@ Plan TwoStages() {
   p.num_microbatches = 1;
   p.stages = {StageAssignment{0, 0, 0, false}, StageAssignment{1, 1, 1, false}};
   return p;
+}
+
+// Attempts whose host-speed probes are the given ratios of the reference (100 ms).
+struct Canned {
+  std::vector<double> ratios;
+  int ran = 0;
+  absl::StatusOr<double> operator()(int n) {
+    EXPECT_EQ(n, ran);
+    ++ran;
+    return 0.1 * ratios.at(n);
+  }
+};
+
+TEST(ProfileMeasureTest, ASplitIsMeasuredAgainWhileTheHostRunsAtAnotherSpeed) {
+  std::ostringstream err;
+  // Within 5% at once: one attempt, nothing said.
+  Canned quiet{{1.03}};
+  EXPECT_EQ(0, *MeasureWhileHostDiffers(0.1, 3, "TP2", err, std::ref(quiet)));
+  EXPECT_EQ(1, quiet.ran);
+  EXPECT_EQ("", err.str());
+  // 15% slow, then 2% fast: the second is kept.
+  Canned once{{1.15, 0.98}};
+  EXPECT_EQ(1, *MeasureWhileHostDiffers(0.1, 3, "TP2", err, std::ref(once)));
+  EXPECT_EQ(2, once.ran);
+  EXPECT_EQ("octopipe profile: TP2: the host-speed probe ran 1.150x the F/B/W launches'; "
+            "measuring again (attempt 2 of 3)\n",
+            err.str());
+  // Off every time: all three run, the closest (the third, 8% slow) kept, two retries said.
+  err.str("");
+  Canned noisy{{1.15, 0.88, 1.08}};
+  EXPECT_EQ(2, *MeasureWhileHostDiffers(0.1, 3, "EP2", err, std::ref(noisy)));
+  EXPECT_EQ(3, noisy.ran);
+  EXPECT_NE(err.str().find("ran 0.880x the F/B/W launches'; measuring again (attempt 3 of 3)"),
+            std::string::npos)
+      << err.str();
+  // No reference probe: one attempt whatever it measured.
+  Canned blind{{2.0, 1.0}};
+  EXPECT_EQ(0, *MeasureWhileHostDiffers(0, 3, "TP2", err, std::ref(blind)));
+  EXPECT_EQ(1, blind.ran);
+  // An attempt's error ends it.
+  auto failing = [](int) -> absl::StatusOr<double> { return absl::InternalError("rank 1 died"); };
+  EXPECT_EQ("rank 1 died", MeasureWhileHostDiffers(0.1, 3, "TP2", err, failing).status().message());
 }
 
 TEST(ProfileMeasureTest, MessageTimesAreTheIdleWaitsOfOpsFedFromAnotherRank) {
