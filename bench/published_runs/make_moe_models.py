@@ -10,8 +10,9 @@ top_k, moe_ffn, shared experts), then the `head`. Today: Qwen3-235B-A22B and Qwe
 The files are the protobuf JSON form of `octopipe.proto.Model` written as core/convert.cc
 ProtoToJson writes them (see make_gpt_models.py). The `training` section is the run's published
 setting where OctoPipe can express it: sequence length, micro-batch, micro-batches per replica,
-TP, EP, no recomputation, the distributed optimizer as zero_degree = DP. Precision is bf16: the
-runs use FP8 GEMMs, which TrainingOptions cannot express (bf16, fp16, fp32 only).
+TP, no recomputation, the distributed optimizer as zero_degree = DP. Not the EP degree: the
+planner would keep it for the free layout (run.py passes the published one with --ep). Precision
+is bf16 here; run.py plans an FP8 run with a copy whose training.precision is fp8.
 
 Usage:  python3 bench/published_runs/make_moe_models.py [--check]
 """
@@ -51,8 +52,8 @@ def model_for(run, source_title):
         "recompute": "none",
         "zero_degree": str(lay["dp"]),
     }
-    if lay["ep"] != 1:
-        training["ep_degree"] = str(lay["ep"])
+    # No ep_degree: the planner keeps a model's EP degree when `--ep` is not given, which would
+    # pin the free layout's EP to the published one; run.py passes --ep for the fixed plan.
     return {
         "name": name,
         "source": (f"{m['model_file_notes']}; training: run {run['name']} of {source_title} "
