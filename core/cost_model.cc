@@ -581,7 +581,12 @@ LayerCost CostModel::Cost(const Layer& layer, const TrainingOptions& training,
     c.activation_bytes = *m.activation_bytes * shard;
     c.activation_bytes_w = *m.activation_bytes * shard * w_fraction;
   }
-  if (m.param_bytes) c.param_count = *m.param_bytes * shard / e;
+  if (m.param_bytes) {
+    // Measured whole (all the experts): under EP each rank holds 1 / ep of the routed experts,
+    // the formula's share of the layer at EP 1, and the rest whole.
+    const double experts_at_1 = p.params > 0 ? p.expert_params / p.params : 0.0;
+    c.param_count = *m.param_bytes * shard / e * (1 - experts_at_1 + experts_at_1 / ep);
+  }
   if (m.output_bytes) c.output_bytes = *m.output_bytes * shard;
   if (m.activation_bytes_w) c.activation_bytes_w = *m.activation_bytes_w * shard;
   if (m.input_bytes) c.input_bytes = *m.input_bytes * shard;

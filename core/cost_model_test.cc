@@ -820,6 +820,32 @@ TEST(CostTest, MeasuredMoeWeightsKeepTheirExpertShareOfTheOptimizerState) {
   EXPECT_NEAR(c.static_bytes, formula.static_bytes, 1e-6 * formula.static_bytes);
 }
 
+// A MoE layer's weights measured whole (every expert; no split measured at the plan's EP): at
+// EP 4 a rank holds a quarter of the routed experts, as the formula's share says, the router
+// and the rest whole; at EP 1 all of it.
+TEST(CostTest, WholeMeasuredMoeWeightsAreDividedByTheExpertParallelDegree) {
+  TrainingOptions t = Training();
+  const LayerCost at_1 = CostModel().Cost(DeepSeekV3Moe(), t, H100());
+  t.ep_degree = 4;
+  t.zero_degree = 8;
+  const LayerCost formula = CostModel().Cost(DeepSeekV3Moe(), t, H100());
+  Layer measured = DeepSeekV3Moe();
+  measured.measured.param_bytes = at_1.param_bytes;  // the whole layer, as the formula says
+  const LayerCost c = CostModel().Cost(measured, t, H100());
+  EXPECT_NEAR(c.param_count, formula.param_count, 1e-9 * formula.param_count);
+  EXPECT_NEAR(c.static_bytes, formula.static_bytes, 1e-9 * formula.static_bytes);
+  EXPECT_LT(c.param_count, 0.3 * at_1.param_count);  // 256 experts of ~44M: mostly experts
+  t.ep_degree = 1;
+  t.zero_degree = 1;
+  EXPECT_NEAR(CostModel().Cost(measured, t, H100()).param_count, at_1.param_count,
+              1e-9 * at_1.param_count);
+  // A dense layer has no experts: its measured weights stand at any EP.
+  Layer mlp = Llama8bMlp();
+  mlp.measured.param_bytes = 1e8;
+  t.ep_degree = 4;
+  EXPECT_NEAR(CostModel().Cost(mlp, t, H100()).param_bytes, 1e8, 1);
+}
+
 // A MoE layer measured at EP 2 (`octopipe profile --ep`): planned at EP 2 those times stand and
 // Comm adds no all-to-all; a dense layer ignores EP (its TP1 x EP1 times are the whole layer's).
 TEST(CostTest, AMoeLayerMeasuredAtAnExpertParallelDegreeCarriesItsAllToAlls) {
