@@ -262,14 +262,25 @@ proto::Prediction PredictionOf(const TuneResult& r) {
   return pred;
 }
 
+}  // namespace
+
+void RecordPlannedWith(const PlanOptions& o, proto::LayoutPrediction* predicted) {
+  predicted->set_ep_comm_overlap(o.ep_overlap);
+  if (o.recompute != "auto") predicted->set_recompute(o.recompute);
+  predicted->set_contention(o.contention);
+}
+
+namespace {
+
 absl::Status WriteLayoutFile(const std::string& path, const LayoutPlan& layout,
                              const std::vector<const TuneResult*>& tuned,
-                             const proto::LayoutPrediction& predicted) {
+                             proto::LayoutPrediction predicted, const PlanOptions& o) {
   proto::LayoutPlan p = LayoutPlanToProto(layout);
   for (size_t i = 0; i < tuned.size() && i < static_cast<size_t>(p.pipelines_size()); ++i) {
     *p.mutable_pipelines(static_cast<int>(i))->mutable_plan()->mutable_predicted() =
         PredictionOf(*tuned[i]);
   }
+  RecordPlannedWith(o, &predicted);
   *p.mutable_predicted() = predicted;
   LayoutPlanFileForm(&p);
   absl::Status s = WriteStringToFile(ResolvePath(path), ProtoToJson(p) + "\n");
@@ -277,7 +288,7 @@ absl::Status WriteLayoutFile(const std::string& path, const LayoutPlan& layout,
   return absl::OkStatus();
 }
 
-absl::Status WritePlanFile(const std::string& path, const TuneResult& r) {
+absl::Status WritePlanFile(const std::string& path, const TuneResult& r, const PlanOptions& o) {
   proto::LayoutPrediction predicted;
   predicted.set_iteration_time_s(r.predicted.iteration_time_s);
   predicted.set_pipeline_time_s(r.predicted.iteration_time_s);
@@ -285,10 +296,11 @@ absl::Status WritePlanFile(const std::string& path, const TuneResult& r) {
   for (const DeviceResult& d : r.predicted.devices) {
     predicted.add_peak_memory_bytes(d.peak_memory_bytes);
   }
-  return WriteLayoutFile(path, SinglePipelineLayout(r.plan), {&r}, predicted);
+  return WriteLayoutFile(path, SinglePipelineLayout(r.plan), {&r}, predicted, o);
 }
 
-absl::Status WritePlanFile(const std::string& path, const LayoutResult& r) {
+absl::Status WritePlanFile(const std::string& path, const LayoutResult& r,
+                           const PlanOptions& o) {
   // The layout as the executor runs it (tuner/layout_simulation.h: gradient all-reduces
   // overlapped with the backward), or the search's estimate when it could not be simulated.
   proto::LayoutPrediction predicted;
@@ -302,7 +314,7 @@ absl::Status WritePlanFile(const std::string& path, const LayoutResult& r) {
   }
   std::vector<const TuneResult*> tuned;
   for (const LayoutPipeline& p : r.pipelines) tuned.push_back(&p.tune);
-  return WriteLayoutFile(path, ToLayoutPlan(r), tuned, predicted);
+  return WriteLayoutFile(path, ToLayoutPlan(r), tuned, predicted, o);
 }
 
 // Step 3b: --trace, the plan's timeline re-simulated with timeline recording on.
@@ -399,7 +411,7 @@ int RunLocalPlan(const ModelGraph& model, const Cluster& cluster, const TunerOpt
   absl::StatusOr<TuneResult> r = Tune(model, cluster, cost, t);
   if (!r.ok()) return FailPlan(err, NameTheFlag(r.status()), 2);
   if (!o.out.empty()) {
-    if (absl::Status s = WritePlanFile(o.out, *r); !s.ok()) return FailPlan(err, s, 1);
+    if (absl::Status s = WritePlanFile(o.out, *r, o); !s.ok()) return FailPlan(err, s, 1);
   }
   if (!o.trace.empty()) {
     absl::Status s = WritePlanTrace(o.trace, model, cluster, cost, o.contention, r->plan);
@@ -430,7 +442,7 @@ int RunLocalLayoutPlan(const ModelGraph& model, const Cluster& cluster, const Tu
   if (!r.ok()) return FailPlan(err, NameTheFlag(r.status()), 2);
   const LayoutPipeline& slowest = r->pipelines.front();
   if (!o.out.empty()) {
-    if (absl::Status s = WritePlanFile(o.out, *r); !s.ok()) return FailPlan(err, s, 1);
+    if (absl::Status s = WritePlanFile(o.out, *r, o); !s.ok()) return FailPlan(err, s, 1);
   }
   if (!o.trace.empty()) {
     absl::Status s =

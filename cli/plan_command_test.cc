@@ -5,6 +5,7 @@
 #include "cli/plan_command.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <set>
@@ -16,6 +17,7 @@
 #include "cli/simulate_command.h"
 #include "core/cluster.h"
 #include "core/convert.h"
+#include "core/file_io.h"
 #include "core/json_text.h"
 #include "core/schedule.h"
 #include "gtest/gtest.h"
@@ -195,13 +197,13 @@ TEST(PlanCommandTest, PlanFileReSimulatesToTheSameIterationTime) {
 // compute. `simulate --plan` of its file predicts the same iteration given the same flag, and
 // without it warns that the file recorded another iteration (the plan was made from other
 // inputs) instead of silently printing a different figure.
-TEST(PlanCommandTest, EpOverlapPlanIsPredictedAgainWithTheSameFlagAndFlaggedWithout) {
+TEST(PlanCommandTest, PlanFileRecordsWhatPlanChangedAndSimulateAppliesIt) {
   const std::vector<std::string> inputs = {"--model=zoo:mixtral-8x7b",
                                            "--cluster=preset:h100-4nodes"};
   const std::string file = TmpPath("ep-overlap.plan.json");
   std::vector<std::string> args = inputs;
   for (const char* a : {"--pp=2", "--dp=16", "--ep=8", "--microbatches=32", "--time_budget=1",
-                        "--json", "--quiet", "--ep_overlap"}) {
+                        "--json", "--quiet", "--ep_overlap", "--recompute=selective"}) {
     args.push_back(a);
   }
   args.push_back("--out=" + file);
@@ -209,23 +211,55 @@ TEST(PlanCommandTest, EpOverlapPlanIsPredictedAgainWithTheSameFlagAndFlaggedWith
   ASSERT_EQ(planned.code, 0) << planned.err;
   const double want =
       Num(Get(Get(Get(JsonOf(planned), "layout"), "simulated"), "iteration_time_s"));
+  // The file records what the flags changed, with the prediction.
+  absl::StatusOr<std::string> text = ReadFileToString(file);
+  ASSERT_TRUE(text.ok()) << text.status();
+  const Json recorded = Get(Json::parse(*text), "predicted");
+  EXPECT_EQ(Get(recorded, "ep_comm_overlap"), Json(true)) << recorded;
+  EXPECT_EQ(Get(recorded, "recompute"), Json("selective")) << recorded;
 
+  // simulate --plan applies them without being told, and says so.
   std::vector<std::string> sim_args = inputs;
   sim_args.push_back("--plan=" + file);
-  sim_args.push_back("--json");
-  std::vector<std::string> with_flag = sim_args;
-  with_flag.push_back("--ep_overlap");
-  CliRun same = SimulateCli(with_flag);
+  std::vector<std::string> as_json = sim_args;
+  as_json.push_back("--json");
+  CliRun same = SimulateCli(as_json);
   ASSERT_EQ(same.code, 0) << same.err;
   EXPECT_NEAR(Num(Get(JsonOf(same), "iteration_time_s")), want, 1e-9 * want);
   EXPECT_NEAR(Num(Get(JsonOf(same), "plan_file_iteration_time_s")), want, 1e-9 * want);
+  EXPECT_EQ(Get(JsonOf(same), "plan_file_options_applied"),
+            Json::parse(R"(["--ep_overlap", "--recompute=selective"])"));
   EXPECT_EQ(same.err.find("warning"), std::string::npos) << same.err;
+  CliRun tables = SimulateCli(sim_args);
+  ASSERT_EQ(tables.code, 0) << tables.err;
+  EXPECT_NE(tables.err.find("as the plan was made (recorded in " + file +
+                            "): --ep_overlap --recompute=selective"),
+            std::string::npos)
+      << tables.err;
 
-  CliRun other = SimulateCli(sim_args);
+  // A file that does not record them (written before the fields): predicted without them,
+  // and flagged, naming the flag.
+  Json old = Json::parse(*text);
+  old["predicted"].erase("ep_comm_overlap");
+  old["predicted"].erase("recompute");
+  const std::string old_file = TmpPath("ep-overlap.old.plan.json");
+  ASSERT_TRUE(WriteStringToFile(old_file, old.dump()).ok());
+  std::vector<std::string> old_args = inputs;
+  old_args.push_back("--plan=" + old_file);
+  old_args.push_back("--json");
+  CliRun other = SimulateCli(old_args);
   ASSERT_EQ(other.code, 0) << other.err;
-  EXPECT_GT(Num(Get(JsonOf(other), "iteration_time_s")), want * 1.005);
+  // (Without the overlap slower, without the attention core recomputed faster: here faster.)
+  EXPECT_GT(std::abs(Num(Get(JsonOf(other), "iteration_time_s")) / want - 1), 0.005);
   EXPECT_NE(other.err.find("warning: the plan file recorded a"), std::string::npos) << other.err;
   EXPECT_NE(other.err.find("--ep_overlap"), std::string::npos) << other.err;
+
+  // A recorded recompute that is not a policy is refused, naming the field.
+  old["predicted"]["recompute"] = "sometimes";
+  ASSERT_TRUE(WriteStringToFile(old_file, old.dump()).ok());
+  CliRun bad = SimulateCli(old_args);
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("predicted.recompute"), std::string::npos) << bad.err;
 }
 
 // A deep pipeline is head-bound (Nemotron-H 8B's 131k-token head on one of 32 devices): with

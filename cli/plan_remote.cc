@@ -162,6 +162,7 @@ int RunRemotePlan(PlannerConnection& remote, const ModelGraph& model, const Clus
           resp.result().plan().predicted().iteration_time_s());
       plan.mutable_predicted()->set_tokens_per_s(resp.result().plan().predicted().tokens_per_s());
     }
+    RecordPlannedWith(o, plan.mutable_predicted());
     LayoutPlanFileForm(&plan);
     if (absl::Status w = WriteStringToFile(ResolvePath(o.out), ProtoToJson(plan) + "\n");
         !w.ok()) {

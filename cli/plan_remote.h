@@ -12,6 +12,7 @@
 #include "cli/planner_client.h"
 #include "core/cluster.h"
 #include "core/model_graph.h"
+#include "proto/plan.pb.h"
 #include "tuner/layout.h"
 #include "tuner/tuner.h"
 
@@ -26,6 +27,11 @@ int RunRemotePlan(PlannerConnection& remote, const ModelGraph& model, const Clus
                   const TunerOptions& t, const LayoutRequest& layout, bool choose_layout,
                   const PlanOptions& o, const CommandLine& flags, std::ostream& out,
                   std::ostream& err);
+
+// What the flags changed before planning, recorded with a plan file's prediction for `simulate
+// --plan` to apply: --ep_overlap, --recompute other than auto, --contention (plan_command.cc;
+// the local and the remote --out both write it).
+void RecordPlannedWith(const PlanOptions& o, proto::LayoutPrediction* predicted);
 
 }  // namespace octopipe::cli
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -21,6 +23,7 @@
 #include "proto/plan.pb.h"
 #include "tuner/layout_simulation.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 
 namespace octopipe::cli {
 namespace {
@@ -95,8 +98,8 @@ void DeclareFlags(CommandLine& flags, SimulateOptions& o, std::string* report) {
   flags.Bool("json", &o.json, "print one JSON object instead of tables");
   flags.Bool("ep_overlap", &o.ep_overlap,
              "the runtime overlaps each MoE layer's expert all-to-alls with other micro-batches'\n"
-             "compute (sets the model's training.ep_comm_overlap, as `plan --ep_overlap`: give\n"
-             "it here too to predict a plan made with it)");
+             "compute (sets the model's training.ep_comm_overlap, as `plan --ep_overlap`; a\n"
+             "--plan file made with it records it, and is predicted with it without the flag)");
   flags.Bool("contention", &o.contention,
              "serve transfers on one link one at a time (otherwise links never contend)");
 }
@@ -111,6 +114,9 @@ struct SimulateInputs {
   // The iteration the --plan file's writer predicted (`octopipe plan --out` records it; 0 where
   // the file holds none).
   double recorded_iteration_s = 0;
+  // What the --plan file recorded that plan changed before planning, as applied here (flags:
+  // "--ep_overlap", "--recompute=selective", "--contention"; ApplyPlannedWith).
+  std::vector<std::string> planned_with;
 };
 
 // Step 1: loads --model/--cluster, fills the defaults that depend on them and checks the
@@ -169,17 +175,51 @@ absl::Status WriteRunReport(const std::string& path, const SimulateInputs& in,
 // `recorded`: the iteration the plan file's writer predicted (`octopipe plan --out` records
 // it; 0 where the file holds none). Where this run's iteration differs from it by more than
 // kRecordedDrift, a warning: the plan was made from other inputs (another model or cluster
-// file, or `plan --ep_overlap` / `--recompute`, which change the model the planner used), and
-// the figures here are not the ones the planner chose it by. Empty where they agree.
+// file, or a file written before plan recorded its --ep_overlap, --recompute and --contention
+// with the prediction: ApplyPlannedWith), and the figures here are not the ones the planner
+// chose it by. Empty where they agree.
 constexpr double kRecordedDrift = 0.005;
 std::string RecordedDriftWarning(double recorded, double now) {
   if (!(recorded > 0) || std::abs(now / recorded - 1) <= kRecordedDrift) return "";
   return absl::StrFormat(
       "octopipe simulate: warning: the plan file recorded a %s iteration, this run predicts %s "
-      "(%+.1f%%): the plan was made from other inputs (another model or cluster file, plan's "
-      "--ep_overlap or --recompute, which change the model it planned for, or --contention; "
-      "give --ep_overlap and --contention here as plan had them)\n",
+      "(%+.1f%%): the plan was made from other inputs (another model or cluster file; or, in a "
+      "file that does not record them, plan's --ep_overlap, --recompute or --contention: give "
+      "--ep_overlap and --contention here as plan had them)\n",
       FormatSeconds(recorded), FormatSeconds(now), 100 * (now / recorded - 1));
+}
+
+// Step 1b (--plan): what `octopipe plan` changed before planning, as the plan file records it
+// with its prediction (--ep_overlap, --recompute, --contention), applied here too, so that the
+// plan is predicted for the model and simulation it was made for; said on `err` unless --json.
+absl::Status ApplyPlannedWith(const proto::LayoutPrediction& p, SimulateOptions* o,
+                              SimulateInputs* in, std::ostream& err) {
+  std::vector<std::string> applied;
+  if (p.ep_comm_overlap() && !in->model.training.ep_comm_overlap) {
+    in->model.training.ep_comm_overlap = true;
+    applied.push_back("--ep_overlap");
+  }
+  if (!p.recompute().empty()) {
+    absl::StatusOr<RecomputePolicy> r = ParseRecomputePolicy(p.recompute());
+    if (!r.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--plan: file '", o->plan, "': predicted.recompute: ", r.status().message()));
+    }
+    if (in->model.training.recompute != *r) {
+      in->model.training.recompute = *r;
+      applied.push_back(absl::StrCat("--recompute=", p.recompute()));
+    }
+  }
+  if (p.contention() && !o->contention) {
+    o->contention = true;
+    applied.push_back("--contention");
+  }
+  in->planned_with = applied;
+  if (!applied.empty() && !o->json) {
+    err << "octopipe simulate: as the plan was made (recorded in " << o->plan
+        << "): " << absl::StrJoin(applied, " ") << "\n";
+  }
+  return absl::OkStatus();
 }
 
 // Step 0: --report is checked before any work: one run to draw, and a path that can be written.
@@ -212,6 +252,7 @@ int RunSingle(const SimulateOptions& o, const std::string& report, const Simulat
   if (o.json) {
     Json j = RunJson(run->plan, run->problem, run->result);
     if (recorded > 0) j["plan_file_iteration_time_s"] = recorded;
+    if (!in.planned_with.empty()) j["plan_file_options_applied"] = in.planned_with;
     out << JsonText(j) << "\n";
     return 0;
   }
@@ -367,6 +408,7 @@ int RunLayoutSimulate(const SimulateOptions& o, const std::string& report,
               {"peak_memory_bytes", sim->peak_memory_bytes},
               {"peak_activation_bytes", sim->peak_activation_bytes}};
     if (recorded > 0) j["plan_file_iteration_time_s"] = recorded;
+    if (!in.planned_with.empty()) j["plan_file_options_applied"] = in.planned_with;
     out << JsonText(j) << "\n";
     return 0;
   }
@@ -415,6 +457,9 @@ int RunSimulate(const std::vector<std::string>& args, std::ostream& out, std::os
     proto::LayoutPrediction predicted;
     absl::StatusOr<LayoutPlan> layout = LoadLayoutPlanFile(ResolvePath(o.plan), &predicted);
     in->recorded_iteration_s = predicted.iteration_time_s();
+    if (absl::Status s = ApplyPlannedWith(predicted, &o, &*in, err); !s.ok()) {
+      return Fail(err, s, 2);
+    }
     if (layout.ok() && !layout->single_pipeline()) {
       return RunLayoutSimulate(o, report, *in, *layout, out, err);
     }
