@@ -619,7 +619,8 @@ std::string SplitProbeLine(const Measurements& m, std::pair<int, int> split, dou
   auto attempts = m.split_attempts.find(split);
   if (attempts != m.split_attempts.end() && attempts->second > 1) {
     absl::StrAppend(&line, "; measured ", attempts->second,
-                    " times while the probe was off, the attempt closest to them kept");
+                    " times because the probe was more than 5% off, the attempt closest to them "
+                    "kept");
   }
   if (std::abs(ratio - 1) > kProbeDrift) {
     absl::StrAppend(&line, ": the host ran at another speed while this split was measured, and "

@@ -357,21 +357,32 @@ absl::StatusOr<Measurements> MeasureLayers(const ModelSpec& spec, const Plan& pl
 absl::StatusOr<int> MeasureWhileHostDiffers(
     double reference, int max_attempts, const std::string& label, std::ostream& err,
     const std::function<absl::StatusOr<double>(int attempt)>& attempt) {
-  int kept = 0;
+  const int most = std::max(1, max_attempts);
+  int kept = -1;
   double closest = std::numeric_limits<double>::infinity();
-  for (int n = 0; n < std::max(1, max_attempts); ++n) {
-    ASSIGN_OR_RETURN(const double probe, attempt(n));
-    if (!(reference > 0) || !(probe > 0)) return n;  // nothing to compare
-    const double ratio = probe / reference;
-    if (std::abs(ratio - 1) < closest) {
-      closest = std::abs(ratio - 1);
+  for (int n = 0; n < most; ++n) {
+    absl::StatusOr<double> probe = attempt(n);
+    if (!probe.ok()) {
+      if (kept < 0) return probe.status();
+      err << "octopipe profile: " << label << ": attempt " << n + 1 << " failed ("
+          << probe.status().message() << "); keeping attempt " << kept + 1 << "\n";
+      return kept;
+    }
+    if (!(reference > 0)) return n;  // nothing to compare: the first attempt stands
+    // An attempt without a probe counts as the farthest off.
+    const double off = *probe > 0 ? std::abs(*probe / reference - 1)
+                                  : std::numeric_limits<double>::infinity();
+    if (kept < 0 || off < closest) {
+      closest = off;
       kept = n;
     }
     if (closest <= kProbeDrift) break;
-    if (n + 1 < max_attempts) {
-      err << "octopipe profile: " << label << ": the host-speed probe ran "
-          << absl::StrFormat("%.3fx", ratio) << " the F/B/W launches'; measuring again (attempt "
-          << n + 2 << " of " << max_attempts << ")\n";
+    if (n + 1 < most) {
+      err << "octopipe profile: " << label << ": the host-speed probe "
+          << (*probe > 0 ? absl::StrFormat("ran %.3fx", *probe / reference)
+                         : std::string("timed nothing"))
+          << " the F/B/W launches'; measuring again (attempt " << n + 2 << " of " << most
+          << ")\n";
     }
   }
   return kept;
@@ -389,7 +400,6 @@ absl::Status MeasureSplits(const ModelSpec& spec, const ModelGraph& graph,
     struct Attempt {
       std::map<std::pair<int, int>, std::vector<double>> samples;
       std::vector<double> probe;
-      std::map<int, Measurements::SplitBytes> bytes;
     };
     std::vector<Attempt> attempts;
     const std::string name = SplitName({tp, ep});
@@ -405,9 +415,11 @@ absl::Status MeasureSplits(const ModelSpec& spec, const ModelGraph& graph,
                                                                 &run.second));
                                ASSIGN_OR_RETURN(std::vector<Json> parsed,
                                                 ParseReports(reports));
+                               // Bytes do not follow the host's speed: every attempt's
+                               // count (the largest over them all).
                                for (const Json& j : parsed) {
                                  a.probe.push_back(j.at("probe").get<double>());
-                                 AddSplitBytes(j, &a.bytes);
+                                 AddSplitBytes(j, &m->split_bytes[{tp, ep}]);
                                }
                                return Launched{std::move(parsed), false};
                              })
@@ -420,7 +432,6 @@ absl::Status MeasureSplits(const ModelSpec& spec, const ModelGraph& graph,
     auto& samples = m->split[{tp, ep}];
     samples = std::move(a.samples);
     m->split_probe[{tp, ep}] = std::move(a.probe);
-    m->split_bytes[{tp, ep}] = std::move(a.bytes);
     m->split_attempts[{tp, ep}] = static_cast<int>(attempts.size());
     ASSIGN_OR_RETURN(std::vector<std::string> reports,
                      RunProfileRanks(spec, run_r.first, Launch(f), static_cast<int>(f.repeat),

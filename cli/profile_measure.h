@@ -117,9 +117,12 @@ inline constexpr int kSplitAttempts = 3;
 
 // Runs `attempt(n)` (n = 0, 1, ...: each measures once and returns its median host-speed probe)
 // until one's probe is within kProbeDrift of `reference` or `max_attempts` have run, and
-// returns the index of the attempt whose probe was closest to it. Each retry is announced on
-// `err`: "octopipe profile: LABEL: the host-speed probe ran R x the F/B/W launches'; measuring
-// again (attempt N of M)". One attempt where `reference` is not positive (nothing to compare).
+// returns the index of the attempt whose probe was closest to it (the first of equals; one
+// without a probe, <= 0, counts as the farthest). Each retry is announced on `err`: "octopipe
+// profile: LABEL: the host-speed probe ran R x the F/B/W launches'; measuring again (attempt N
+// of M)". One attempt where `reference` is not positive (nothing to compare). The first
+// attempt's error is returned; a later one's ends the retries, keeping the closest so far
+// (said on `err`).
 absl::StatusOr<int> MeasureWhileHostDiffers(
     double reference, int max_attempts, const std::string& label, std::ostream& err,
     const std::function<absl::StatusOr<double>(int attempt)>& attempt);

@@ -58,13 +58,34 @@ TEST(ProfileMeasureTest, ASplitIsMeasuredAgainWhileTheHostRunsAtAnotherSpeed) {
   EXPECT_NE(err.str().find("ran 0.880x the F/B/W launches'; measuring again (attempt 3 of 3)"),
             std::string::npos)
       << err.str();
+  // The closest is kept, not the last: the first here (8% slow against 15% and 12%).
+  Canned first{{1.08, 1.15, 1.12}};
+  EXPECT_EQ(0, *MeasureWhileHostDiffers(0.1, 3, "TP2", err, std::ref(first)));
+  EXPECT_EQ(3, first.ran);
+  Canned middle{{1.15, 0.93, 1.12}};
+  EXPECT_EQ(1, *MeasureWhileHostDiffers(0.1, 3, "TP2", err, std::ref(middle)));
+  // Equally far (exact in binary: 1.25 and 0.75 of 1): the first.
+  auto tie = [](int n) -> absl::StatusOr<double> { return n % 2 == 0 ? 1.25 : 0.75; };
+  EXPECT_EQ(0, *MeasureWhileHostDiffers(1.0, 3, "TP2", err, tie));
+  // An attempt that timed no probe is the farthest off.
+  Canned unprobed{{1.2, 0.0, 1.3}};
+  EXPECT_EQ(0, *MeasureWhileHostDiffers(0.1, 3, "TP2", err, std::ref(unprobed)));
   // No reference probe: one attempt whatever it measured.
   Canned blind{{2.0, 1.0}};
   EXPECT_EQ(0, *MeasureWhileHostDiffers(0, 3, "TP2", err, std::ref(blind)));
   EXPECT_EQ(1, blind.ran);
-  // An attempt's error ends it.
+  // The first attempt's error is the result; a later one's keeps the closest so far.
   auto failing = [](int) -> absl::StatusOr<double> { return absl::InternalError("rank 1 died"); };
   EXPECT_EQ("rank 1 died", MeasureWhileHostDiffers(0.1, 3, "TP2", err, failing).status().message());
+  err.str("");
+  auto second_fails = [](int n) -> absl::StatusOr<double> {
+    if (n == 0) return 0.115;
+    return absl::InternalError("rank 1 died");
+  };
+  EXPECT_EQ(0, *MeasureWhileHostDiffers(0.1, 3, "TP2", err, second_fails));
+  EXPECT_NE(err.str().find("TP2: attempt 2 failed (rank 1 died); keeping attempt 1"),
+            std::string::npos)
+      << err.str();
 }
 
 TEST(ProfileMeasureTest, MessageTimesAreTheIdleWaitsOfOpsFedFromAnotherRank) {
