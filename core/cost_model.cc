@@ -582,10 +582,11 @@ LayerCost CostModel::Cost(const Layer& layer, const TrainingOptions& training,
     c.activation_bytes_w = *m.activation_bytes * shard * w_fraction;
   }
   if (m.param_bytes) {
-    // Measured whole (all the experts): under EP each rank holds 1 / ep of the routed experts,
-    // the formula's share of the layer at EP 1, and the rest whole.
-    const double experts_at_1 = p.params > 0 ? p.expert_params / p.params : 0.0;
-    c.param_count = *m.param_bytes * shard / e * (1 - experts_at_1 + experts_at_1 / ep);
+    // Measured whole (every expert): under EP a rank holds 1 / ep of the routed experts, so
+    // the formula's expert parameters it does not hold come off (a layer that holds more than
+    // its MoE part, as an imported profile's attention + MoE block, keeps the rest whole).
+    c.param_count = std::max(
+        0.0, *m.param_bytes * shard / e - p.expert_params / tp * (1 - 1 / ep));
   }
   if (m.output_bytes) c.output_bytes = *m.output_bytes * shard;
   if (m.activation_bytes_w) c.activation_bytes_w = *m.activation_bytes_w * shard;

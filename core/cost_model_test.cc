@@ -839,6 +839,14 @@ TEST(CostTest, WholeMeasuredMoeWeightsAreDividedByTheExpertParallelDegree) {
   t.zero_degree = 1;
   EXPECT_NEAR(CostModel().Cost(measured, t, H100()).param_count, at_1.param_count,
               1e-9 * at_1.param_count);
+  // A layer holding more than its MoE part (an imported profile's attention + MoE block): the
+  // rest stays whole, only the experts a rank does not hold come off.
+  measured.measured.param_bytes = at_1.param_bytes + 2e8;
+  t.ep_degree = 4;
+  t.zero_degree = 8;
+  const double extra = 2e8 / 2;  // BF16: 2 bytes per parameter
+  EXPECT_NEAR(CostModel().Cost(measured, t, H100()).param_count, formula.param_count + extra,
+              1e-9 * formula.param_count);
   // A dense layer has no experts: its measured weights stand at any EP.
   Layer mlp = Llama8bMlp();
   mlp.measured.param_bytes = 1e8;
