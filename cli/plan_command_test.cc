@@ -193,17 +193,19 @@ TEST(PlanCommandTest, PlanFileReSimulatesToTheSameIterationTime) {
   }
 }
 
-// `plan --ep_overlap` plans for a model whose expert all-to-alls overlap other micro-batches'
-// compute. `simulate --plan` of its file predicts the same iteration given the same flag, and
-// without it warns that the file recorded another iteration (the plan was made from other
-// inputs) instead of silently printing a different figure.
+// `plan --ep_overlap --recompute=selective --contention` plans for a model and a simulation
+// other than the files say. The plan file records the three with its prediction, and `simulate
+// --plan` applies them: the same iteration, without a warning, and says so. A flag given to
+// simulate wins over the file. Each recorded option matters: removed from the file, the
+// prediction moves its own way and simulate warns.
 TEST(PlanCommandTest, PlanFileRecordsWhatPlanChangedAndSimulateAppliesIt) {
   const std::vector<std::string> inputs = {"--model=zoo:mixtral-8x7b",
                                            "--cluster=preset:h100-4nodes"};
   const std::string file = TmpPath("ep-overlap.plan.json");
   std::vector<std::string> args = inputs;
   for (const char* a : {"--pp=2", "--dp=16", "--ep=8", "--microbatches=32", "--time_budget=1",
-                        "--json", "--quiet", "--ep_overlap", "--recompute=selective"}) {
+                        "--json", "--quiet", "--ep_overlap", "--recompute=selective",
+                        "--contention"}) {
     args.push_back(a);
   }
   args.push_back("--out=" + file);
@@ -217,6 +219,7 @@ TEST(PlanCommandTest, PlanFileRecordsWhatPlanChangedAndSimulateAppliesIt) {
   const Json recorded = Get(Json::parse(*text), "predicted");
   EXPECT_EQ(Get(recorded, "ep_comm_overlap"), Json(true)) << recorded;
   EXPECT_EQ(Get(recorded, "recompute"), Json("selective")) << recorded;
+  EXPECT_EQ(Get(recorded, "contention"), Json(true)) << recorded;
 
   // simulate --plan applies them without being told, and says so.
   std::vector<std::string> sim_args = inputs;
@@ -228,38 +231,64 @@ TEST(PlanCommandTest, PlanFileRecordsWhatPlanChangedAndSimulateAppliesIt) {
   EXPECT_NEAR(Num(Get(JsonOf(same), "iteration_time_s")), want, 1e-9 * want);
   EXPECT_NEAR(Num(Get(JsonOf(same), "plan_file_iteration_time_s")), want, 1e-9 * want);
   EXPECT_EQ(Get(JsonOf(same), "plan_file_options_applied"),
-            Json::parse(R"(["--ep_overlap", "--recompute=selective"])"));
+            Json::parse(R"(["--ep_overlap", "--recompute=selective", "--contention"])"));
   EXPECT_EQ(same.err.find("warning"), std::string::npos) << same.err;
   CliRun tables = SimulateCli(sim_args);
   ASSERT_EQ(tables.code, 0) << tables.err;
   EXPECT_NE(tables.err.find("as the plan was made (recorded in " + file +
-                            "): --ep_overlap --recompute=selective"),
+                            "): --ep_overlap --recompute=selective --contention"),
             std::string::npos)
       << tables.err;
+  // Given the same flags, nothing is left to apply: the same iteration.
+  std::vector<std::string> flagged = as_json;
+  flagged.push_back("--ep_overlap");
+  flagged.push_back("--contention");
+  CliRun given = SimulateCli(flagged);
+  ASSERT_EQ(given.code, 0) << given.err;
+  EXPECT_NEAR(Num(Get(JsonOf(given), "iteration_time_s")), want, 1e-9 * want);
+  EXPECT_EQ(Get(JsonOf(given), "plan_file_options_applied"),
+            Json::parse(R"(["--recompute=selective"])"));
+  // A flag set to false here wins over the file: predicted without the overlap (slower).
+  std::vector<std::string> without = as_json;
+  without.push_back("--ep_overlap=false");
+  CliRun overridden = SimulateCli(without);
+  ASSERT_EQ(overridden.code, 0) << overridden.err;
+  EXPECT_GT(Num(Get(JsonOf(overridden), "iteration_time_s")), want * 1.005);
 
-  // A file that does not record them (written before the fields): predicted without them,
-  // and flagged, naming the flag.
-  Json old = Json::parse(*text);
-  old["predicted"].erase("ep_comm_overlap");
-  old["predicted"].erase("recompute");
-  const std::string old_file = TmpPath("ep-overlap.old.plan.json");
-  ASSERT_TRUE(WriteStringToFile(old_file, old.dump()).ok());
+  // Each recorded field removed (as in a file written before them): the prediction moves its
+  // own way, and simulate warns.
   std::vector<std::string> old_args = inputs;
+  const std::string old_file = TmpPath("ep-overlap.old.plan.json");
   old_args.push_back("--plan=" + old_file);
   old_args.push_back("--json");
-  CliRun other = SimulateCli(old_args);
-  ASSERT_EQ(other.code, 0) << other.err;
-  // (Without the overlap slower, without the attention core recomputed faster: here faster.)
-  EXPECT_GT(std::abs(Num(Get(JsonOf(other), "iteration_time_s")) / want - 1), 0.005);
-  EXPECT_NE(other.err.find("warning: the plan file recorded a"), std::string::npos) << other.err;
-  EXPECT_NE(other.err.find("--ep_overlap"), std::string::npos) << other.err;
+  auto without_field = [&](const std::string& field) {
+    Json old = Json::parse(*text);
+    old["predicted"].erase(field);
+    EXPECT_TRUE(WriteStringToFile(old_file, old.dump()).ok());
+    CliRun run = SimulateCli(old_args);
+    EXPECT_EQ(run.code, 0) << run.err;
+    EXPECT_NE(run.err.find("warning: the plan file recorded a"), std::string::npos) << run.err;
+    return Num(Get(JsonOf(run), "iteration_time_s"));
+  };
+  EXPECT_GT(without_field("ep_comm_overlap"), want * 1.005);  // the all-to-alls not hidden
+  EXPECT_LT(without_field("recompute"), want / 1.005);  // the attention core not recomputed
 
   // A recorded recompute that is not a policy is refused, naming the field.
-  old["predicted"]["recompute"] = "sometimes";
-  ASSERT_TRUE(WriteStringToFile(old_file, old.dump()).ok());
+  Json bad_file = Json::parse(*text);
+  bad_file["predicted"]["recompute"] = "sometimes";
+  ASSERT_TRUE(WriteStringToFile(old_file, bad_file.dump()).ok());
   CliRun bad = SimulateCli(old_args);
   EXPECT_EQ(bad.code, 2);
   EXPECT_NE(bad.err.find("predicted.recompute"), std::string::npos) << bad.err;
+
+  // --recompute=auto changes nothing, so nothing is recorded.
+  args.back() = "--out=" + old_file;
+  std::replace(args.begin(), args.end(), std::string("--recompute=selective"),
+               std::string("--recompute=auto"));
+  ASSERT_EQ(PlanCli(args).code, 0);
+  absl::StatusOr<std::string> auto_text = ReadFileToString(old_file);
+  ASSERT_TRUE(auto_text.ok()) << auto_text.status();
+  EXPECT_FALSE(Get(Json::parse(*auto_text), "predicted").contains("recompute")) << *auto_text;
 }
 
 // A deep pipeline is head-bound (Nemotron-H 8B's 131k-token head on one of 32 devices): with

@@ -99,9 +99,12 @@ void DeclareFlags(CommandLine& flags, SimulateOptions& o, std::string* report) {
   flags.Bool("ep_overlap", &o.ep_overlap,
              "the runtime overlaps each MoE layer's expert all-to-alls with other micro-batches'\n"
              "compute (sets the model's training.ep_comm_overlap, as `plan --ep_overlap`; a\n"
-             "--plan file made with it records it, and is predicted with it without the flag)");
+             "--plan file made with it records it, and is predicted with it unless\n"
+             "--ep_overlap=false)");
   flags.Bool("contention", &o.contention,
-             "serve transfers on one link one at a time (otherwise links never contend)");
+             "serve transfers on one link one at a time (otherwise links never contend; a\n"
+             "--plan file made with it records it, and is predicted with it unless\n"
+             "--contention=false)");
 }
 
 // What the flags resolve to: the inputs and the schedules to run (none: the plan file).
@@ -185,17 +188,20 @@ std::string RecordedDriftWarning(double recorded, double now) {
       "octopipe simulate: warning: the plan file recorded a %s iteration, this run predicts %s "
       "(%+.1f%%): the plan was made from other inputs (another model or cluster file; or, in a "
       "file that does not record them, plan's --ep_overlap, --recompute or --contention: give "
-      "--ep_overlap and --contention here as plan had them)\n",
+      "--ep_overlap and --contention here as plan had them, or run plan --out again to record "
+      "them)\n",
       FormatSeconds(recorded), FormatSeconds(now), 100 * (now / recorded - 1));
 }
 
 // Step 1b (--plan): what `octopipe plan` changed before planning, as the plan file records it
 // with its prediction (--ep_overlap, --recompute, --contention), applied here too, so that the
 // plan is predicted for the model and simulation it was made for; said on `err` unless --json.
-absl::Status ApplyPlannedWith(const proto::LayoutPrediction& p, SimulateOptions* o,
-                              SimulateInputs* in, std::ostream& err) {
+// A flag given here wins (`--ep_overlap=false` predicts the plan without the overlap).
+absl::Status ApplyPlannedWith(const proto::LayoutPrediction& p, const CommandLine& flags,
+                              SimulateOptions* o, SimulateInputs* in, std::ostream& err) {
   std::vector<std::string> applied;
-  if (p.ep_comm_overlap() && !in->model.training.ep_comm_overlap) {
+  if (p.ep_comm_overlap() && !flags.was_set("ep_overlap") &&
+      !in->model.training.ep_comm_overlap) {
     in->model.training.ep_comm_overlap = true;
     applied.push_back("--ep_overlap");
   }
@@ -210,7 +216,7 @@ absl::Status ApplyPlannedWith(const proto::LayoutPrediction& p, SimulateOptions*
       applied.push_back(absl::StrCat("--recompute=", p.recompute()));
     }
   }
-  if (p.contention() && !o->contention) {
+  if (p.contention() && !flags.was_set("contention") && !o->contention) {
     o->contention = true;
     applied.push_back("--contention");
   }
@@ -457,7 +463,7 @@ int RunSimulate(const std::vector<std::string>& args, std::ostream& out, std::os
     proto::LayoutPrediction predicted;
     absl::StatusOr<LayoutPlan> layout = LoadLayoutPlanFile(ResolvePath(o.plan), &predicted);
     in->recorded_iteration_s = predicted.iteration_time_s();
-    if (absl::Status s = ApplyPlannedWith(predicted, &o, &*in, err); !s.ok()) {
+    if (absl::Status s = ApplyPlannedWith(predicted, flags, &o, &*in, err); !s.ok()) {
       return Fail(err, s, 2);
     }
     if (layout.ok() && !layout->single_pipeline()) {
