@@ -381,11 +381,15 @@ Layer BuildLayer(const RawLayer& r, size_t i, const ProfileArch& arch,
   if (parts.size() > 1) {
     const CostModel cost_model;
     const HardwareSpec any_device{"memory-only", 1, 1, 1};  // memory does not depend on it
+    // Weights as measured weights are read: the whole layer, every expert (CostModel::Cost
+    // takes the experts a rank does not hold off at the plan's EP degree).
+    TrainingOptions whole = training;
+    whole.ep_degree = 1;
     double activation = 0, params = 0, output = 0;
     for (LayerKind k : parts) {
       const LayerCost c = cost_model.Cost(LayerOfKind(k, arch), training, any_device);
       activation += c.activation_bytes;
-      params += c.param_bytes;
+      params += cost_model.Cost(LayerOfKind(k, arch), whole, any_device).param_bytes;
       output = c.output_bytes;  // what the last part sends on
     }
     layer.measured.activation_bytes = activation;

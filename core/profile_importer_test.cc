@@ -103,6 +103,13 @@ TEST(ProfileImporterTest, DeepSeekAndGptOssLettersAndSequenceLength) {
   EXPECT_EQ("L2.attention+moe (M)", ds.layers[2].name);
   EXPECT_EQ("L27.attention+moe+head (M+H)", ds.layers[27].name);
 
+  // Its weights are the whole layer's, every expert, whatever EP the import's training says
+  // (the cost model takes off the experts a rank does not hold at the plan's EP).
+  ProfileImportOptions at_ep4;
+  at_ep4.training.ep_degree = 4;
+  const ModelGraph ds4 = Import("deepseek-16B", at_ep4);
+  EXPECT_EQ(*ds.layers[2].measured.param_bytes, *ds4.layers[2].measured.param_bytes);
+
   const ModelGraph oss = Import("gpt-oss-20B");
   ASSERT_EQ(24, oss.num_layers());
   EXPECT_EQ(2048, oss.training.seq_len);
