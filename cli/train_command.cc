@@ -783,6 +783,12 @@ int RunTrain(const std::vector<std::string>& args, std::ostream& out, std::ostre
     // flag) takes the path below.
     proto::LayoutPrediction predicted;
     absl::StatusOr<LayoutPlan> layout = LoadLayoutPlanFile(ResolvePath(o.plan_file), &predicted);
+    if (predicted.ep_comm_overlap()) {
+      err << "octopipe train: note: the plan was made with --ep_overlap (expert all-to-alls "
+             "hidden behind other micro-batches' compute); this executor runs them in line, so "
+             "compare its times with `octopipe simulate --plan=" << o.plan_file
+          << " --ep_overlap=false`\n";
+    }
     if (layout.ok() && !layout->single_pipeline()) {
       return RunLayoutTrain(o, *spec, graph, *layout, predicted, *profile ? &**profile : nullptr,
                             out, err);

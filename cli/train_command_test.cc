@@ -217,6 +217,29 @@ TEST(TrainCommandTest, RunsAVocabParallelPlanFromThePlanCommand) {
 // --trace writes the last iteration as the simulator's Chrome trace writes a prediction: one
 // complete event per op of each rank's schedule, in order, not overlapping on a rank, all on
 // one time axis that starts at 0.
+// A plan made with --ep_overlap runs (the executor runs its all-to-alls in line), and train says
+// what to compare its times with.
+TEST(TrainCommandTest, APlanMadeWithEpOverlapSaysTheExecutorRunsItsAllToAllsInLine) {
+  const std::string file = TestPath("ep-overlap.plan.json");
+  std::ostringstream plan_out, plan_err;
+  ASSERT_EQ(RunPlan({std::string("--model=") + kSpec, "--devices=2", "--ep_overlap",
+                     "--time_budget=1", "--quiet", "--out=" + file},
+                    plan_out, plan_err),
+            0)
+      << plan_err.str();
+  std::ostringstream out, err;
+  ASSERT_EQ(RunTrain({std::string("--model=") + kSpec, "--plan=" + file, "--ranks=2",
+                      "--transport=inproc", "--iterations=1", "--json"},
+                     out, err),
+            0)
+      << err.str();
+  EXPECT_NE(err.str().find("the plan was made with --ep_overlap"), std::string::npos)
+      << err.str();
+  EXPECT_NE(err.str().find("octopipe simulate --plan=" + file + " --ep_overlap=false"),
+            std::string::npos)
+      << err.str();
+}
+
 TEST(TrainCommandTest, TraceWritesTheMeasuredTimelineOfEveryRank) {
   const std::string trace = TestPath("measured.trace.json");
   std::ostringstream out, err;
