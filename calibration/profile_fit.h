@@ -28,6 +28,11 @@ struct LinkFit {
 // at least two distinct sizes; the latency is clamped at 0. kInvalidArgument otherwise.
 absl::StatusOr<LinkFit> FitLink(const std::vector<std::pair<double, double>>& samples);
 
+// The median of `ratios` (each a pair of adjacent runs' heavy / light) less half their range: a
+// lower bound of the ratio that noise between the pairs does not inflate (FitMessageCpu's input
+// in `octopipe profile`). 1 for none.
+double RatioLowerBound(const std::vector<double>& ratios);
+
 // The per-message CPU cost c (HardwareSpec::message_cpu_s, seconds at each end) at which the
 // simulator's ratio heavy / light, on `model` and `cluster` with c, equals the measured
 // heavy_s / light_s: a bias common to both runs cancels, what grows with the messages is c.

@@ -451,6 +451,19 @@ TEST(ProfileCommandTest, FitMessageCpuRecoversTheCostThatMakesMessageHeavyPlansS
   EXPECT_EQ(*c, 0);
 }
 
+// The message fit's input: a lower bound of the pairs' ratios, the median less half the range,
+// so that one noisy pair cannot inflate every message-heavy prediction.
+TEST(ProfileCommandTest, RatioLowerBoundIsTheMedianLessHalfTheRange) {
+  EXPECT_DOUBLE_EQ(1.0, RatioLowerBound({}));
+  EXPECT_DOUBLE_EQ(1.25, RatioLowerBound({1.25}));
+  // 1.00, 1.03, 1.06: 1.03 - 0.03 = 1.00, no slowdown (the fit is 0).
+  EXPECT_NEAR(1.0, RatioLowerBound({1.06, 1.0, 1.03}), 1e-12);
+  // A consistent slowdown keeps most of it: 1.10, 1.12, 1.13 -> 1.12 - 0.015.
+  EXPECT_NEAR(1.105, RatioLowerBound({1.12, 1.10, 1.13}), 1e-12);
+  // An even count: the middle two's mean, 1.05 - 0.05.
+  EXPECT_NEAR(1.0, RatioLowerBound({1.0, 1.04, 1.06, 1.1}), 1e-12);
+}
+
 TEST(ProfileCommandTest, FitLinkRecoversLatencyAndBandwidth) {
   absl::StatusOr<LinkFit> fit = FitLink({{1000, 1e-5 + 1000 / 1e9}, {4000, 1e-5 + 4000 / 1e9},
                                          {16000, 1e-5 + 16000 / 1e9}});
