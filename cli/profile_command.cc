@@ -525,9 +525,10 @@ absl::StatusOr<std::string> FitMessageCost(const ModelSpec& spec, const ModelGra
     // CPU per message each time (123-132 us) and the message-heavy predictions followed the fit
     // (layout_win: PP2 +2.2% at 0 us, +6.8% at 360 us). So the fit takes a lower bound of the
     // ratio (light = 1, heavy = the ratio): the median less half the range of the pairs'
-    // ratios, no slowdown where that is below 1.
+    // ratios. Not clamped at 1: the simulator's own heavy / light ratio at no message cost can
+    // be below 1 (attention-odd: 0.90), and FitMessageCpu fits 0 below it.
     ASSIGN_OR_RETURN(c, FitMessageCpu(measured, *cluster, plan, 1.0, *heavy,
-                                      std::max(1.0, RatioLowerBound(ratios)), cap));
+                                      RatioLowerBound(ratios), cap));
     if (c < cap * (1 - 1e-6)) break;
   }
   cluster->hardware[0].message_cpu_s = c;
@@ -542,7 +543,7 @@ absl::StatusOr<std::string> FitMessageCost(const ModelSpec& spec, const ModelGra
       "fitted from ", heavy->num_stages(), "-stage interleaved runs against the ",
       "profile's plan, median ratio ", absl::StrFormat("%.3f", Median(ratios)), " of ",
       ratios.size(), " adjacent pairs (", absl::StrFormat("%.3f-%.3f", *least, *most),
-      "; fitted to ", absl::StrFormat("%.3f", std::max(1.0, RatioLowerBound(ratios))),
+      "; fitted to ", absl::StrFormat("%.3f", RatioLowerBound(ratios)),
       ", the median less half the range; fastest ", FormatSeconds(heavy_s), " vs ",
       FormatSeconds(m->light_s), ")");
 }
