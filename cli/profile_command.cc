@@ -76,7 +76,7 @@ absl::StatusOr<std::vector<LayerBytes>> MeasureBytes(const ModelSpec& spec) {
     x = layers[l]->Forward(x, mb, &ctx[l]);
     out[l].output = l + 1 < L ? static_cast<double>(x.size()) * sizeof(float) : 0;
     out[l].after_f = static_cast<double>(executor::ContextBytes(ctx[l]));
-    for (Tensor* p : layers[l]->params()) out[l].params += static_cast<double>(p->size()) * 4;
+    out[l].params = static_cast<double>(executor::ParamBytes(*layers[l]));
   }
   Tensor dy = Tensor::Constant(1, 1, 1.0f);
   for (int l = L - 1; l >= 0; --l) {

@@ -240,11 +240,7 @@ absl::StatusOr<std::string> ProfileRank(const ModelSpec& spec, const Plan& plan,
   Json params = Json::array();
   for (size_t l = 0; l < result.layers.size(); ++l) {
     if (result.layers[l] == nullptr) continue;
-    double bytes = 0;
-    for (executor::Tensor* p : result.layers[l]->params()) {
-      bytes += static_cast<double>(p->size()) * sizeof(float);
-    }
-    params.push_back({static_cast<int>(l), bytes});
+    params.push_back({static_cast<int>(l), executor::ParamBytes(*result.layers[l])});
   }
   auto pairs = [](const std::vector<std::pair<double, double>>& v) {
     Json out = Json::array();

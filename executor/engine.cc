@@ -30,6 +30,12 @@ int64_t ContextBytes(const LayerContext& ctx) {
   return bytes;
 }
 
+int64_t ParamBytes(Layer& layer) {
+  int64_t bytes = 0;
+  for (const Tensor* p : layer.params()) bytes += static_cast<int64_t>(p->size()) * sizeof(float);
+  return bytes;
+}
+
 PipelineEngine::PipelineEngine(const Plan& plan, int rank,
                                std::vector<std::unique_ptr<Layer>>* layers, Transport* transport,
                                int tokens_per_microbatch, int hidden)

@@ -139,6 +139,8 @@ struct IterationStats {
 
 // Bytes a layer context holds (saved tensors as fp32, saved indices as int32).
 int64_t ContextBytes(const LayerContext& ctx);
+// Bytes of a layer's weights (fp32), as this rank holds them.
+int64_t ParamBytes(Layer& layer);
 
 class PipelineEngine {
  public:
