@@ -89,11 +89,8 @@ absl::StatusOr<LinkFit> FitLink(const std::vector<std::pair<double, double>>& sa
 
 double RatioLowerBound(const std::vector<double>& ratios) {
   if (ratios.empty()) return 1;
-  std::vector<double> sorted = ratios;
-  std::sort(sorted.begin(), sorted.end());
-  const size_t n = sorted.size();
-  const double median = n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
-  return median - (sorted.back() - sorted.front()) / 2;
+  const auto [least, most] = std::minmax_element(ratios.begin(), ratios.end());
+  return Median(ratios) - (*most - *least) / 2;
 }
 
 }  // namespace octopipe

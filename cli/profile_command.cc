@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <optional>
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
@@ -436,21 +437,20 @@ absl::StatusOr<MeasuredCluster> MeasuredClusterFile(const Measurements& m,
   // reads as "the link's latency": a few tens of microseconds more per call, where the fit
   // found none. Samples of one size (no fit) leave both fields out.
   const double n = static_cast<double>(f.ranks);
-  if (!m.allreduce.empty()) {
-    if (absl::StatusOr<LinkFit> fit = FitLink(m.allreduce); fit.ok()) {
-      link_spec.allreduce_bandwidth = 2 * (n - 1) / n * fit->bandwidth;
-      link_spec.allreduce_latency_s = fit->latency_s / (2 * (n - 1));
-    }
-  }
-  // The same fit of the all-reduces timed while every rank computed: the overlapped figures,
-  // never faster than the idle ones (compute does not speed the collective up; a noisy fit
-  // may say so).
-  if (!m.allreduce_overlapped.empty() && link_spec.allreduce_bandwidth > 0) {
-    if (absl::StatusOr<LinkFit> fit = FitLink(m.allreduce_overlapped); fit.ok()) {
-      link_spec.allreduce_overlapped_bandwidth =
-          std::min(link_spec.allreduce_bandwidth, 2 * (n - 1) / n * fit->bandwidth);
-      link_spec.allreduce_overlapped_latency_s =
-          std::max(link_spec.allreduce_latency_s, fit->latency_s / (2 * (n - 1)));
+  auto ring = [n](const std::vector<std::pair<double, double>>& samples)
+      -> std::optional<std::pair<double, double>> {  // bus bandwidth, step latency
+    absl::StatusOr<LinkFit> fit = FitLink(samples);  // none without two sizes
+    if (!fit.ok()) return std::nullopt;
+    return std::pair{2 * (n - 1) / n * fit->bandwidth, fit->latency_s / (2 * (n - 1))};
+  };
+  if (auto idle = ring(m.allreduce)) {
+    std::tie(link_spec.allreduce_bandwidth, link_spec.allreduce_latency_s) = *idle;
+    // The same fit of the all-reduces timed while every rank computed: the overlapped
+    // figures, never faster than the idle ones (compute does not speed the collective up; a
+    // noisy fit may say so).
+    if (auto busy = ring(m.allreduce_overlapped)) {
+      link_spec.allreduce_overlapped_bandwidth = std::min(idle->first, busy->first);
+      link_spec.allreduce_overlapped_latency_s = std::max(idle->second, busy->second);
     }
   }
   char host[256] = "localhost";
@@ -551,10 +551,16 @@ absl::StatusOr<std::string> FitMessageCost(const ModelSpec& spec, const ModelGra
 // Each measured size's median against the fit, as "; per size, median vs the fit: B1 T1 (+x%),
 // ..." (largest first): where the line misses, the DP sync of a plan whose buckets are of that
 // size is mispredicted by as much.
+// (bytes, seconds) samples grouped by size.
+std::map<double, std::vector<double>> BySize(const std::vector<std::pair<double, double>>& v) {
+  std::map<double, std::vector<double>> out;
+  for (const auto& [bytes, s] : v) out[bytes].push_back(s);
+  return out;
+}
+
 std::string AllReduceResiduals(const Measurements& m, const LinkSpec& link,
                                const ProfileFlags& f) {
-  std::map<double, std::vector<double>> by_size;
-  for (const auto& [bytes, s] : m.allreduce) by_size[bytes].push_back(s);
+  const std::map<double, std::vector<double>> by_size = BySize(m.allreduce);
   std::string out = "; per size, median vs the fit:";
   for (auto it = by_size.rbegin(); it != by_size.rend(); ++it) {
     // As the DP sync is predicted (a step latency the fit clamped to 0 falls back to the link's).
@@ -573,9 +579,8 @@ std::string OverlappedAllReduceLine(const Measurements& m, const LinkSpec& link)
   if (m.allreduce_overlapped.empty() || link.allreduce_overlapped_bandwidth == 0) {
     return "gradient all-reduce beside compute: not measured; costed as the idle one\n";
   }
-  std::map<double, std::vector<double>> idle, busy;
-  for (const auto& [bytes, s] : m.allreduce) idle[bytes].push_back(s);
-  for (const auto& [bytes, s] : m.allreduce_overlapped) busy[bytes].push_back(s);
+  const std::map<double, std::vector<double>> idle = BySize(m.allreduce);
+  const std::map<double, std::vector<double>> busy = BySize(m.allreduce_overlapped);
   std::string sizes;
   for (auto it = busy.rbegin(); it != busy.rend(); ++it) {
     auto i = idle.find(it->first);
