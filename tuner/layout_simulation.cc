@@ -4,7 +4,6 @@
 #include <limits>
 #include <map>
 #include <optional>
-#include <set>
 #include <tuple>
 #include <utility>
 
@@ -261,7 +260,9 @@ absl::StatusOr<LayoutSimulation> SimulateLayout(const ModelGraph& model, const C
   };
   out.peak_memory_bytes.assign(R, 0.0);
   out.peak_activation_bytes.assign(R, 0.0);
-  std::vector<double> compute_end(R, 0.0);  // when each rank's last op ends
+  // Per rank: until when its all-reduces run beside compute (its last op's end; below, its
+  // node's on an executor's ranks).
+  std::vector<double> compute_end(R, 0.0);
   double busy = 0;
   for (int rank = 0; rank < R; ++rank) {
     const RankRole& role = roles[rank];
@@ -305,9 +306,20 @@ absl::StatusOr<LayoutSimulation> SimulateLayout(const ModelGraph& model, const C
     }
   }
 
+  // How long a rank's all-reduces run beside compute: until its own compute ends, or, on an
+  // executor's ranks (processes sharing the host's cores), until any rank of its node's does.
+  if (cluster.executor_ranks) {
+    std::map<int, double> node_end;
+    for (int r = 0; r < R; ++r) {
+      double& end = node_end[cluster.node_of_device(r)];
+      end = std::max(end, compute_end[r]);
+    }
+    for (int r = 0; r < R; ++r) compute_end[r] = node_end[cluster.node_of_device(r)];
+  }
+
   // The all-reduces in every rank's order: a group starts when all its members are ready and
   // done with their previous all-reduce, at the link's overlapped rate while any member still
-  // computes, or, on an executor's ranks, any rank of their nodes (OverlappedRingAllReduceSeconds).
+  // computes (OverlappedRingAllReduceSeconds).
   std::vector<double> free_at(R, 0.0), sync_s(R, 0.0);
   for (const auto& [key, g] : groups) {
     const int n = static_cast<int>(g.members.size());
@@ -315,20 +327,11 @@ absl::StatusOr<LayoutSimulation> SimulateLayout(const ModelGraph& model, const C
     const int node = cluster.node_of_device(g.members[0]);
     bool one_node = true;
     double start = 0, busy_until = 0;
-    std::set<int> nodes;
     for (int i = 0; i < n; ++i) {
       const int m = g.members[i];
       start = std::max({start, g.ready[i], free_at[m]});
       busy_until = std::max(busy_until, compute_end[m]);
       one_node = one_node && cluster.node_of_device(m) == node;
-      nodes.insert(cluster.node_of_device(m));
-    }
-    if (cluster.executor_ranks) {  // ranks share their host's cores: any rank's compute counts
-      for (int r = 0; r < R; ++r) {
-        if (nodes.count(cluster.node_of_device(r)) > 0) {
-          busy_until = std::max(busy_until, compute_end[r]);
-        }
-      }
     }
     const LinkSpec& link = one_node ? cluster.nodes[node].intra_node_link : cluster.inter_node_link;
     const double seconds = OverlappedRingAllReduceSeconds(g.bytes, n, link, start, busy_until);

@@ -29,9 +29,9 @@
 //     contention is its own), or, on an executor's ranks (Cluster::executor_ranks: processes
 //     sharing a host's cores, as the profile measured the figures), the last end of any rank on
 //     the members' nodes. The link is the node's intra-node link when every member is on that
-//     node, else the inter-node link. Groups of
-//     one rank do nothing. Concurrent all-reduces do not share link bandwidth (as DpSyncSeconds
-//     in tuner/layout.cc), and the final loss all-reduce is neglected.
+//     node, else the inter-node link. Groups of one rank do nothing. Concurrent all-reduces do
+//     not share link bandwidth (as DpSyncSeconds in tuner/layout.cc), and the final loss
+//     all-reduce is neglected.
 //   * The iteration ends when every rank's part of the pipeline and its last all-reduce are
 //     done (the synchronous objective).
 // A single-pipeline layout (one replica) gives exactly the evaluator's iteration time.
