@@ -141,4 +141,11 @@ absl::StatusOr<Plan> LoadPlanArg(const std::string& path) {
   return plan;
 }
 
+absl::StatusOr<LayoutPlan> LoadLayoutPlanArg(const std::string& path,
+                                             proto::LayoutPrediction* predicted) {
+  absl::StatusOr<LayoutPlan> plan = LoadLayoutPlanFile(ResolvePath(path), predicted);
+  if (!plan.ok()) return Prefixed("--plan", plan.status());
+  return plan;
+}
+
 }  // namespace octopipe::cli

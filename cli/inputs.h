@@ -17,7 +17,9 @@
 #include "cli/command_line.h"
 #include "core/cluster.h"
 #include "core/model_graph.h"
+#include "core/layout_plan.h"
 #include "core/plan.h"
+#include "proto/plan.pb.h"
 
 namespace octopipe::cli {
 
@@ -29,6 +31,10 @@ void AddModelClusterFlags(CommandLine& flags, std::string* model, std::string* c
 absl::StatusOr<ModelGraph> LoadModelArg(const std::string& spec);
 absl::StatusOr<Cluster> LoadClusterArg(const std::string& spec);
 absl::StatusOr<Plan> LoadPlanArg(const std::string& path);
+// The plan file at `path` as a layout (LoadLayoutPlanFile), `predicted` its prediction block;
+// errors prefixed with --plan.
+absl::StatusOr<LayoutPlan> LoadLayoutPlanArg(const std::string& path,
+                                             proto::LayoutPrediction* predicted);
 
 // The run the flags ask for, against the same limits as the planner service (core/limits.h
 // defaults): kResourceExhausted naming the flag and the limit. Call before any value is

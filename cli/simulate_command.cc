@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,11 +40,11 @@ absl::Status CheckPositive(const char* flag, int64_t value) {
   return absl::InvalidArgumentError(absl::StrCat("--", flag, " must be >= 1, got ", value));
 }
 
-absl::StatusOr<RunOutput> RunPlanFile(const SimulateOptions& o, const ModelGraph& model,
-                                      const Cluster& cluster, const CostModel& cost,
-                                      const EvalOptions& eval) {
+absl::StatusOr<RunOutput> RunPlanFile(const Plan& plan, const SimulateOptions& o,
+                                      const ModelGraph& model, const Cluster& cluster,
+                                      const CostModel& cost, const EvalOptions& eval) {
   RunOutput run;
-  ASSIGN_OR_RETURN(run.plan, LoadPlanArg(o.plan));
+  run.plan = plan;
   if (run.plan.schedule_name.empty()) run.plan.schedule_name = "plan";
   ASSIGN_OR_RETURN(run.problem, BuildProblem(model, cluster, cost, run.plan));
   run.problem.link_contention = o.contention;
@@ -114,6 +115,8 @@ struct SimulateInputs {
   std::vector<ScheduleKind> kinds;
   CostModel cost;
   EvalOptions eval;
+  // The --plan file's plan where it is one pipeline (a layout runs as RunLayoutSimulate).
+  std::optional<Plan> plan_file;
   // The iteration the --plan file's writer predicted (`octopipe plan --out` records it; 0 where
   // the file holds none).
   double recorded_iteration_s = 0;
@@ -242,7 +245,7 @@ int RunSingle(const SimulateOptions& o, const std::string& report, const Simulat
               std::ostream& out, std::ostream& err) {
   absl::StatusOr<RunOutput> run =
       o.plan.empty() ? RunClassic(in.kinds[0], o, in.model, in.cluster, in.cost, in.eval)
-                     : RunPlanFile(o, in.model, in.cluster, in.cost, in.eval);
+                     : RunPlanFile(*in.plan_file, o, in.model, in.cluster, in.cost, in.eval);
   if (!run.ok()) return Fail(err, run.status(), 2);
   const double recorded = in.recorded_iteration_s;
   err << RecordedDriftWarning(recorded, run->result.iteration_time_s);
@@ -461,14 +464,14 @@ int RunSimulate(const std::vector<std::string>& args, std::ostream& out, std::os
   in->eval.timeline = in->eval.timeline || !report.empty();
   if (!o.plan.empty()) {
     proto::LayoutPrediction predicted;
-    absl::StatusOr<LayoutPlan> layout = LoadLayoutPlanFile(ResolvePath(o.plan), &predicted);
+    absl::StatusOr<LayoutPlan> layout = LoadLayoutPlanArg(o.plan, &predicted);
+    if (!layout.ok()) return Fail(err, layout.status(), 2);
     in->recorded_iteration_s = predicted.iteration_time_s();
     if (absl::Status s = ApplyPlannedWith(predicted, flags, &o, &*in, err); !s.ok()) {
       return Fail(err, s, 2);
     }
-    if (layout.ok() && !layout->single_pipeline()) {
-      return RunLayoutSimulate(o, report, *in, *layout, out, err);
-    }
+    if (!layout->single_pipeline()) return RunLayoutSimulate(o, report, *in, *layout, out, err);
+    in->plan_file = std::move(layout->pipelines[0].plan);
   }
   return in->kinds.size() <= 1 ? RunSingle(o, report, *in, out, err)
                                : RunComparison(o, *in, out, err);
