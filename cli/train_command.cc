@@ -124,11 +124,11 @@ struct TrainTarget {
   std::unique_ptr<PlannerClient> planner;  // set for --job
 };
 
-// Step 1: the plan from --job (the planner's current version), --plan or --schedule; sets
-// o.ranks and spec->microbatches from a job's plan. On an error, *exit_code is the exit code
-// (2: bad usage, 1: the planner failed).
+// Step 1: the plan from --job (the planner's current version), --plan (`loaded`: the file's
+// one pipeline, read by the caller) or --schedule; sets o.ranks and spec->microbatches from a
+// job's plan. On an error, *exit_code is the exit code (2: bad usage, 1: the planner failed).
 absl::StatusOr<TrainTarget> ResolvePlan(TrainFlags& o, const ModelGraph& graph, ModelSpec* spec,
-                                        int* exit_code) {
+                                        std::optional<Plan> loaded, int* exit_code) {
   TrainTarget t;
   *exit_code = 2;
   if (!o.job.empty()) {
@@ -155,8 +155,8 @@ absl::StatusOr<TrainTarget> ResolvePlan(TrainFlags& o, const ModelGraph& graph, 
     spec->microbatches = t.plan.num_microbatches;
     return t;
   }
-  if (!o.plan_file.empty()) {
-    ASSIGN_OR_RETURN(t.plan, LoadPlanArg(o.plan_file));
+  if (loaded.has_value()) {
+    t.plan = std::move(*loaded);
     if (absl::Status s = ValidatePlanShape(t.plan, graph.num_layers()); !s.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("--plan: ", s.message()));
     }
@@ -778,24 +778,26 @@ int RunTrain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   absl::StatusOr<executor::TransportKind> transport_kind = CheckRunFlags(o);
   if (!transport_kind.ok()) return Fail(err, transport_kind.status(), 2);
   const ModelGraph graph = executor::ToModelGraph(*spec);
+  std::optional<Plan> loaded;
   if (!o.plan_file.empty() && o.job.empty()) {
-    // A layout file runs as a layout; a single pipeline (and a bad file, whose error names the
-    // flag) takes the path below.
+    // Read once: a layout file runs as a layout, a single pipeline below.
     proto::LayoutPrediction predicted;
-    absl::StatusOr<LayoutPlan> layout = LoadLayoutPlanFile(ResolvePath(o.plan_file), &predicted);
+    absl::StatusOr<LayoutPlan> layout = LoadLayoutPlanArg(o.plan_file, &predicted);
+    if (!layout.ok()) return Fail(err, layout.status(), 2);
     if (predicted.ep_comm_overlap()) {
       err << "octopipe train: note: the plan was made with --ep_overlap (expert all-to-alls "
              "hidden behind other micro-batches' compute); this executor runs them in line, so "
              "compare its times with `octopipe simulate --plan=" << o.plan_file
           << " --ep_overlap=false`\n";
     }
-    if (layout.ok() && !layout->single_pipeline()) {
+    if (!layout->single_pipeline()) {
       return RunLayoutTrain(o, *spec, graph, *layout, predicted, *profile ? &**profile : nullptr,
                             out, err);
     }
+    loaded = std::move(layout->pipelines[0].plan);
   }
   int code = 2;
-  absl::StatusOr<TrainTarget> target = ResolvePlan(o, graph, &*spec, &code);
+  absl::StatusOr<TrainTarget> target = ResolvePlan(o, graph, &*spec, std::move(loaded), &code);
   if (!target.ok()) return Fail(err, target.status(), code);
 
   // Run the ranks and measure (the worker agent library's one implementation).
