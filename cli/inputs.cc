@@ -135,12 +135,6 @@ absl::StatusOr<Cluster> LoadClusterArg(const std::string& spec) {
   return cluster;
 }
 
-absl::StatusOr<Plan> LoadPlanArg(const std::string& path) {
-  absl::StatusOr<Plan> plan = LoadPlanFile(ResolvePath(path));
-  if (!plan.ok()) return Prefixed("--plan", plan.status());
-  return plan;
-}
-
 absl::StatusOr<LayoutPlan> LoadLayoutPlanArg(const std::string& path,
                                              proto::LayoutPrediction* predicted) {
   absl::StatusOr<LayoutPlan> plan = LoadLayoutPlanFile(ResolvePath(path), predicted);

@@ -30,7 +30,6 @@ void AddModelClusterFlags(CommandLine& flags, std::string* model, std::string* c
 
 absl::StatusOr<ModelGraph> LoadModelArg(const std::string& spec);
 absl::StatusOr<Cluster> LoadClusterArg(const std::string& spec);
-absl::StatusOr<Plan> LoadPlanArg(const std::string& path);
 // The plan file at `path` as a layout (LoadLayoutPlanFile), `predicted` its prediction block;
 // errors prefixed with --plan.
 absl::StatusOr<LayoutPlan> LoadLayoutPlanArg(const std::string& path,

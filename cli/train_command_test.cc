@@ -158,7 +158,7 @@ TEST(TrainCommandTest, RunsAVocabParallelPlanFromThePlanCommand) {
                     plan_out, plan_err),
             0)
       << plan_err.str();
-  absl::StatusOr<Plan> plan = LoadPlanArg(file);
+  absl::StatusOr<Plan> plan = LoadPlanFile(file);
   ASSERT_TRUE(plan.ok()) << plan.status();
   ASSERT_TRUE(plan->vocab_parallel) << plan_out.str();
   // Its shards are the heavy head's 65536 columns: scaled to kSpec's vocabulary by the same
