@@ -667,6 +667,20 @@ double AllToAllSeconds(double bytes, int group, int ranks_in_node, const LinkSpe
   return std::max(t_intra, t_inter);
 }
 
+// The node-deduplicating exchange's network time is costed from its kernels' published
+// throughput, not from the bytes that cross the network. DeepEP's and HybridEP's benchmarks
+// count a token once per destination node *including the sender's own*, whose chunk never
+// touches the NIC, and divide by the kernel's time:
+//   DeepEP normal kernels (README, v1.2.1; H800, CX7 400 Gb/s NIC of ~50 GB/s, 4096 tokens,
+//   hidden 7168, top-8, FP8 dispatch, BF16 combine): EP 16 / 32 / 64 dispatch 43 / 58 / 51 GB/s,
+//   combine 43 / 57 / 50 GB/s;
+//   HybridEP (docs/README_Hybrid-EP.md of DeepEP's hybrid-ep branch; H100, the same shape,
+//   8 SMs, through the Torch API, BF16): EP 16 / 32 / 64 dispatch 57.7 / 46.5 / 41.5 GB/s,
+//   combine 57.0 / 50.7 / 47.7 GB/s.
+// Both average the NIC's 50 GB/s (1.01x and 1.00x): the kernels move every destination
+// node's copy, the own node's included, at about the NIC's rate, so at EP 16 over 2 nodes the
+// bytes that do cross the network go at about half of it. The alltoall dispatcher (NCCL's
+// all-to-all, every copy on its own) keeps AllToAllSeconds.
 double ExpertAllToAllSeconds(double copy_bytes, int top_k, int max_nodes, int group,
                              int ranks_in_node, const LinkSpec& intra, const LinkSpec& inter) {
   if (group <= 1 || copy_bytes <= 0 || top_k <= 0) return 0;
@@ -676,13 +690,18 @@ double ExpertAllToAllSeconds(double copy_bytes, int top_k, int max_nodes, int gr
   const double k = top_k;
   // Copies per token: to the sender's node's other GPUs, and over the network (one per node).
   const double intra_copies = k * (local - 1) / group;
-  const double inter_copies =
-      static_cast<double>(std::min({max_nodes, top_k, nodes})) * (nodes - 1) / nodes;
+  const double dest_nodes = static_cast<double>(std::min({max_nodes, top_k, nodes}));
+  const double inter_copies = dest_nodes * (nodes - 1) / nodes;
   // What arrives over the network for this node's other GPUs is forwarded over NVLink.
   const double forwarded = inter_copies * (local - 1) / local;
   const double t_intra = (local - 1) * intra.latency_s +
                          Seconds((intra_copies + forwarded) * copy_bytes, intra.bandwidth);
-  const double t_inter = (nodes - 1) * inter.latency_s + Seconds(inter_copies * copy_bytes, inter.bandwidth);
+  // The network side: every destination node's copy at the NIC's rate, the sender's own
+  // node's included (see above: what these kernels are published to achieve); none in one
+  // node, where the intranode kernels use NVLink alone.
+  const double t_inter = nodes <= 1 ? 0
+                                    : (nodes - 1) * inter.latency_s +
+                                          Seconds(dest_nodes * copy_bytes, inter.bandwidth);
   return std::max(t_intra, t_inter);
 }
 

@@ -86,7 +86,9 @@ double AllToAllSeconds(double bytes, int group, int ranks_in_node, const LinkSpe
 // (DeepSeek-V3: a token's experts lie on at most `max_nodes` nodes) a token crosses the network
 // once per destination node — min(max_nodes, top_k, nodes) x (nodes - 1) / nodes copies per
 // token over `inter`, to the same-index GPU of each node — and is forwarded inside it over
-// `intra`, which also carries the copies for the sender's own node. Max of the two link classes.
+// `intra`, which also carries the copies for the sender's own node. The network side is timed
+// as the kernels that do it are measured: all min(max_nodes, top_k, nodes) copies, the own
+// node's included, at `inter`'s bandwidth (cost_model.cc). Max of the two link classes.
 double ExpertAllToAllSeconds(double copy_bytes, int top_k, int max_nodes, int group,
                              int ranks_in_node, const LinkSpec& intra, const LinkSpec& inter);
 
