@@ -672,7 +672,8 @@ double AllToAllSeconds(double bytes, int group, int ranks_in_node, const LinkSpe
 // count a token once per destination node *including the sender's own*, whose chunk never
 // touches the NIC, and divide by the kernel's time:
 //   DeepEP normal kernels (README, v1.2.1; H800, CX7 400 Gb/s NIC of ~50 GB/s, 4096 tokens,
-//   hidden 7168, top-8, FP8 dispatch, BF16 combine): EP 16 / 32 / 64 dispatch 43 / 58 / 51 GB/s,
+//   hidden 7168, top-8 experts within the top-4 node groups, FP8 dispatch, BF16 combine):
+//   EP 16 / 32 / 64 dispatch 43 / 58 / 51 GB/s,
 //   combine 43 / 57 / 50 GB/s;
 //   HybridEP (docs/README_Hybrid-EP.md of DeepEP's hybrid-ep branch; H100, the same shape,
 //   8 SMs, through the Torch API, BF16): EP 16 / 32 / 64 dispatch 57.7 / 46.5 / 41.5 GB/s,
@@ -688,20 +689,28 @@ double ExpertAllToAllSeconds(double copy_bytes, int top_k, int max_nodes, int gr
   if (max_nodes <= 0) return AllToAllSeconds(top_k * copy_bytes, group, local, intra, inter);
   const int nodes = (group + local - 1) / local;
   const double k = top_k;
-  // Copies per token: to the sender's node's other GPUs, and over the network (one per node).
+  // Copies per token: to the sender's node's other GPUs, and over the network (one per
+  // destination node). A token's k experts, spread uniformly over the m nodes its routing may
+  // use, lie on m (1 - (1 - 1/m)^k) distinct nodes on average (1.99 of 2 at top-8; with few
+  // experts per token fewer than min(m, k)).
   const double intra_copies = k * (local - 1) / group;
-  const double dest_nodes = static_cast<double>(std::min({max_nodes, top_k, nodes}));
+  const double m = static_cast<double>(std::min(max_nodes, nodes));
+  const double dest_nodes = m * (1 - std::pow(1 - 1 / m, k));
   const double inter_copies = dest_nodes * (nodes - 1) / nodes;
   // What arrives over the network for this node's other GPUs is forwarded over NVLink.
   const double forwarded = inter_copies * (local - 1) / local;
   const double t_intra = (local - 1) * intra.latency_s +
                          Seconds((intra_copies + forwarded) * copy_bytes, intra.bandwidth);
   // The network side: every destination node's copy at the NIC's rate, the sender's own
-  // node's included (see above: what these kernels are published to achieve); none in one
-  // node, where the intranode kernels use NVLink alone.
+  // node's included (see above: what these kernels are published to achieve), but never more
+  // than sending each remote copy on its own (alltoall's k (nodes - 1) / nodes): the figures
+  // are of top-8 routing, where deduplication saves 2-4x; with few experts per token nothing
+  // published says these kernels lose to NCCL's all-to-all. None in one node, where the
+  // intranode kernels use NVLink alone.
+  const double timed_copies = std::min(dest_nodes, k * (nodes - 1) / nodes);
   const double t_inter = nodes <= 1 ? 0
                                     : (nodes - 1) * inter.latency_s +
-                                          Seconds(dest_nodes * copy_bytes, inter.bandwidth);
+                                          Seconds(timed_copies * copy_bytes, inter.bandwidth);
   return std::max(t_intra, t_inter);
 }
 

@@ -84,11 +84,13 @@ double AllToAllSeconds(double bytes, int group, int ranks_in_node, const LinkSpe
 // all of them) to experts spread evenly over the group. Without a node limit (`max_nodes` 0)
 // every copy travels on its own: AllToAllSeconds(top_k * copy_bytes). With node-limited routing
 // (DeepSeek-V3: a token's experts lie on at most `max_nodes` nodes) a token crosses the network
-// once per destination node — min(max_nodes, top_k, nodes) x (nodes - 1) / nodes copies per
-// token over `inter`, to the same-index GPU of each node — and is forwarded inside it over
-// `intra`, which also carries the copies for the sender's own node. The network side is timed
-// as the kernels that do it are measured: all min(max_nodes, top_k, nodes) copies, the own
-// node's included, at `inter`'s bandwidth (cost_model.cc). Max of the two link classes.
+// once per destination node — its top_k experts, uniform over m = min(max_nodes, nodes) nodes,
+// lie on d = m (1 - (1 - 1/m)^top_k) distinct ones, d x (nodes - 1) / nodes of them remote,
+// each reached over `inter` at the same-index GPU — and is forwarded inside it over `intra`,
+// which also carries the copies for the sender's own node. The network side is timed as the
+// kernels that do it are measured: all d copies, the own node's included, at `inter`'s
+// bandwidth, capped at top_k x (nodes - 1) / nodes copies (every remote copy on its own;
+// cost_model.cc). Max of the two link classes.
 double ExpertAllToAllSeconds(double copy_bytes, int top_k, int max_nodes, int group,
                              int ranks_in_node, const LinkSpec& intra, const LinkSpec& inter);
 

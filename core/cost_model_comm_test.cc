@@ -2,6 +2,7 @@
 // all-to-all, the MoE dispatch with node-limited routing) and CostModel::Comm's TP and EP
 // communication per layer, with numbers computed by hand.
 #include <algorithm>
+#include <cmath>
 
 #include "core/cost_model.h"
 #include "core/cost_model_test_layers.h"
@@ -95,34 +96,38 @@ TEST(CommTest, ExpertParallelMoeLayerPaysTwoAllToAllsInFAndTwoInB) {
 }
 
 // DeepSeek-V3's node-limited routing (at most 4 nodes per token): over EP 64 on 8 nodes of 8 a
-// token crosses the network min(4, 8, 8) x 7/8 = 3.5 times instead of 8 x 56/64 = 7; the
-// kernels are timed at the NIC's rate over all 4 destination nodes' copies (the own node's
-// included, as they are measured), 4/7 of the unlimited exchange's network bytes. NVLink
-// carries the own node's copies and forwards the arrivals. With no limit the all-to-all is
-// AllToAllSeconds of all top_k copies, as before.
+// token's 8 experts lie on d = 4 (1 - (3/4)^8) = 3.60 of its 4 nodes, d x 7/8 of them remote,
+// against 8 x 56/64 = 7 copies without the limit; the kernels are timed at the NIC's rate over
+// all d destination nodes' copies (the own node's included, as they are measured), about
+// 0.51 of the unlimited exchange's network time. NVLink carries the own node's copies and
+// forwards the arrivals. With no limit the all-to-all is AllToAllSeconds of all top_k copies.
 TEST(CommTest, NodeLimitedRoutingCrossesTheNetworkOncePerDestinationNode) {
   const double copy = 4096.0 * 7168 * 2;  // one copy of a micro-batch's tokens, BF16
   EXPECT_DOUBLE_EQ(ExpertAllToAllSeconds(copy, 8, 0, 64, 8, kNvlink, kIb),
                    AllToAllSeconds(8 * copy, 64, 8, kNvlink, kIb));
-  const double inter = 7 * 5e-6 + 4 * copy / 50e9;
-  const double intra = 7 * 3e-6 + (8.0 * 7 / 64 + 3.5 * 7 / 8) * copy / 450e9;
+  const double d4 = 4 * (1 - std::pow(0.75, 8));  // 3.60
+  const double inter = 7 * 5e-6 + d4 * copy / 50e9;
+  const double intra = 7 * 3e-6 + (8.0 * 7 / 64 + d4 * 7 / 8) * copy / 450e9;
   EXPECT_DOUBLE_EQ(ExpertAllToAllSeconds(copy, 8, 4, 64, 8, kNvlink, kIb), std::max(inter, intra));
-  // About 4/7 (the unlimited exchange also pays 56 peers' latencies instead of 7).
+  // About half (the unlimited exchange also pays 56 peers' latencies instead of 7).
   EXPECT_NEAR(ExpertAllToAllSeconds(copy, 8, 4, 64, 8, kNvlink, kIb) /
                   ExpertAllToAllSeconds(copy, 8, 0, 64, 8, kNvlink, kIb),
-              4.0 / 7, 0.02);
-  // A limit of at least the nodes spanned: 8 destination nodes' copies at the NIC's rate, the
-  // same network time as the unlimited exchange's 7 crossings would take at 8/7 of it.
+              0.51, 0.02);
+  // A limit of at least the nodes spanned: the 8 experts lie on 8 (1 - (7/8)^8) = 5.25 of the
+  // 8 nodes, all timed at the NIC's rate: still under the 7 remote copies of every-copy
+  // sending.
+  const double d8 = 8 * (1 - std::pow(7.0 / 8, 8));
   EXPECT_DOUBLE_EQ(ExpertAllToAllSeconds(copy, 8, 8, 64, 8, kNvlink, kIb),
-                   std::max(7 * 5e-6 + 8 * copy / 50e9,
-                            7 * 3e-6 + (8.0 * 7 / 64 + 7.0 * 7 / 8) * copy / 450e9));
+                   std::max(7 * 5e-6 + d8 * copy / 50e9,
+                            7 * 3e-6 + (8.0 * 7 / 64 + d8 * 7 / 8) * copy / 450e9));
   EXPECT_EQ(ExpertAllToAllSeconds(copy, 8, 4, 1, 8, kNvlink, kIb), 0);
 }
 
 // The flex dispatcher (DeepEP, HybridEP) sends a token once per destination node whatever the
 // routing: Qwen3-30B-A3B's top-8 of 128 experts over EP 16 on 2 nodes of 8 crosses the network
-// min(8, 2) x 1/2 = 1 time per token instead of 8 x 8/16 = 4 (alltoall, NCCL's all-to-all),
-// timed as both nodes' copies at the NIC's rate (the kernels' measured throughput).
+// d x 1/2 times per token, d = 2 (1 - (1/2)^8) = 1.99 destination nodes, instead of 8 x 8/16 = 4
+// (alltoall, NCCL's all-to-all), timed as all d copies at the NIC's rate (the kernels' measured
+// throughput).
 TEST(CommTest, FlexDispatcherCrossesTheNetworkOncePerDestinationNode) {
   TrainingOptions t = Training();
   t.ep_degree = 16;
@@ -136,11 +141,12 @@ TEST(CommTest, FlexDispatcherCrossesTheNetworkOncePerDestinationNode) {
   EXPECT_DOUBLE_EQ(alltoall.forward_s, 2 * AllToAllSeconds(8 * copy, 16, 8, kNvlink, kIb));
   t.moe_dispatcher = MoeDispatcher::kFlex;
   const LayerComm flex = CostModel().Comm(moe, t, links);
-  const double inter = 1 * 5e-6 + 2 * copy / 50e9;
-  const double intra = 7 * 3e-6 + (8.0 * 7 / 16 + 1.0 * 7 / 8) * copy / 450e9;
+  const double d = 2 * (1 - std::pow(0.5, 8));
+  const double inter = 1 * 5e-6 + d * copy / 50e9;
+  const double intra = 7 * 3e-6 + (8.0 * 7 / 16 + d / 2 * 7 / 8) * copy / 450e9;
   EXPECT_DOUBLE_EQ(flex.forward_s, 2 * std::max(inter, intra));
   EXPECT_DOUBLE_EQ(flex.backward_input_s, flex.forward_s);
-  EXPECT_NEAR(alltoall.forward_s / flex.forward_s, 2, 0.05);  // and 8 peers' latencies, not 1
+  EXPECT_NEAR(alltoall.forward_s / flex.forward_s, 2.05, 0.02);  // and 8 peers' latencies, not 1
   // A limit the model gives is kept as it is.
   moe.dims.max_nodes_per_token = 1;
   EXPECT_DOUBLE_EQ(CostModel().Comm(moe, t, links).forward_s,
@@ -151,6 +157,26 @@ TEST(CommTest, FlexDispatcherCrossesTheNetworkOncePerDestinationNode) {
   const double in_node = CostModel().Comm(moe, t, links).forward_s;
   t.moe_dispatcher = MoeDispatcher::kAllToAll;
   EXPECT_NEAR(in_node, CostModel().Comm(moe, t, links).forward_s, 1e-12);
+}
+
+// Deduplicating never costs more than sending every copy: with few experts per token (top-2,
+// Mixtral's routing) a token's copies mostly land on distinct nodes anyway, and the timing of
+// all destination nodes' copies at the NIC's rate would exceed every-copy sending's remote
+// bytes; the network side is capped there. Top-2 over 2 nodes: 1.5 destination nodes timed,
+// capped at 1 remote copy.
+TEST(CommTest, DeduplicatingNeverCostsMoreThanSendingEveryCopy) {
+  const double copy = 4096.0 * 4096 * 2;
+  for (int top_k : {1, 2, 4, 8}) {
+    for (int nodes : {2, 4, 8, 16}) {
+      const int group = 8 * nodes;
+      EXPECT_LE(ExpertAllToAllSeconds(copy, top_k, nodes, group, 8, kNvlink, kIb),
+                ExpertAllToAllSeconds(copy, top_k, 0, group, 8, kNvlink, kIb) * (1 + 1e-12))
+          << "top_k " << top_k << ", nodes " << nodes;
+    }
+  }
+  EXPECT_DOUBLE_EQ(ExpertAllToAllSeconds(copy, 2, 2, 16, 8, kNvlink, kIb),
+                   std::max(1 * 5e-6 + 1 * copy / 50e9,
+                            7 * 3e-6 + (2.0 * 7 / 16 + 1.5 / 2 * 7 / 8) * copy / 450e9));
 }
 
 // FP8 training dispatches the expert GEMMs' FP8 inputs: the dispatch moves half the bytes, the
