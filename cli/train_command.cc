@@ -790,6 +790,12 @@ int RunTrain(const std::vector<std::string>& args, std::ostream& out, std::ostre
              "compare its times with `octopipe simulate --plan=" << o.plan_file
           << " --ep_overlap=false`\n";
     }
+    if (predicted.recompute() == "selective") {
+      err << "octopipe train: note: the plan was made with --recompute=selective; this "
+             "executor does not recompute parts of layers (it keeps every activation and "
+             "recomputes only the stages the plan marks), so its memory and times are those "
+             "of --recompute=none\n";
+    }
     if (!layout->single_pipeline()) {
       return RunLayoutTrain(o, *spec, graph, *layout, predicted, *profile ? &**profile : nullptr,
                             out, err);

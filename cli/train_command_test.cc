@@ -240,6 +240,48 @@ TEST(TrainCommandTest, APlanMadeWithEpOverlapSaysTheExecutorRunsItsAllToAllsInLi
       << err.str();
 }
 
+// A plan made with selective recompute runs, and the run says what the executor does instead.
+TEST(TrainCommandTest, APlanMadeWithSelectiveRecomputeSaysTheExecutorKeepsEveryActivation) {
+  const std::string file = TestPath("selective.plan.json");
+  std::ostringstream plan_out, plan_err;
+  ASSERT_EQ(RunPlan({std::string("--model=") + kSpec, "--devices=2", "--recompute=selective",
+                     "--time_budget=1", "--quiet", "--out=" + file},
+                    plan_out, plan_err),
+            0)
+      << plan_err.str();
+  std::ostringstream out, err;
+  ASSERT_EQ(RunTrain({std::string("--model=") + kSpec, "--plan=" + file, "--ranks=2",
+                      "--transport=inproc", "--iterations=1", "--json"},
+                     out, err),
+            0)
+      << err.str();
+  EXPECT_NE(err.str().find("the plan was made with --recompute=selective"), std::string::npos)
+      << err.str();
+}
+
+// A --plan that cannot be read, or is not a plan, is refused before anything runs, naming the
+// flag and the file (exit 2: bad usage).
+TEST(TrainCommandTest, AMissingOrBadPlanFileIsRefusedNamingTheFlag) {
+  const std::string missing = TestPath("no-such.plan.json");
+  std::ostringstream out, err;
+  EXPECT_EQ(RunTrain({std::string("--model=") + kSpec, "--plan=" + missing, "--ranks=2",
+                      "--transport=inproc", "--iterations=1"},
+                     out, err),
+            2);
+  EXPECT_NE(err.str().find("--plan"), std::string::npos) << err.str();
+  EXPECT_NE(err.str().find(missing), std::string::npos) << err.str();
+  const std::string bad = TestPath("bad.plan.json");
+  ASSERT_TRUE(WriteStringToFile(bad, "{\"stages\": \"not a list\"}").ok());
+  std::ostringstream out2, err2;
+  EXPECT_EQ(RunTrain({std::string("--model=") + kSpec, "--plan=" + bad, "--ranks=2",
+                      "--transport=inproc", "--iterations=1"},
+                     out2, err2),
+            2);
+  EXPECT_NE(err2.str().find("--plan"), std::string::npos) << err2.str();
+  EXPECT_NE(err2.str().find(bad), std::string::npos) << err2.str();
+  EXPECT_EQ(out2.str().find("loss"), std::string::npos) << out2.str();
+}
+
 TEST(TrainCommandTest, TraceWritesTheMeasuredTimelineOfEveryRank) {
   const std::string trace = TestPath("measured.trace.json");
   std::ostringstream out, err;
