@@ -214,49 +214,40 @@ TEST(TrainCommandTest, RunsAVocabParallelPlanFromThePlanCommand) {
               1e-9 * measured / predicted);
 }
 
-// --trace writes the last iteration as the simulator's Chrome trace writes a prediction: one
-// complete event per op of each rank's schedule, in order, not overlapping on a rank, all on
-// one time axis that starts at 0.
+// Plans kSpec over 2 devices with `flag` into `file`, trains that plan for one iteration and
+// returns train's stderr (both commands must succeed).
+std::string TrainAPlanMadeWith(const std::string& flag, const std::string& file) {
+  std::ostringstream plan_out, plan_err;
+  EXPECT_EQ(RunPlan({std::string("--model=") + kSpec, "--devices=2", flag, "--time_budget=1",
+                     "--quiet", "--out=" + file},
+                    plan_out, plan_err),
+            0)
+      << plan_err.str();
+  std::ostringstream out, err;
+  EXPECT_EQ(RunTrain({std::string("--model=") + kSpec, "--plan=" + file, "--ranks=2",
+                      "--transport=inproc", "--iterations=1", "--json"},
+                     out, err),
+            0)
+      << err.str();
+  return err.str();
+}
+
 // A plan made with --ep_overlap runs (the executor runs its all-to-alls in line), and train says
 // what to compare its times with.
 TEST(TrainCommandTest, APlanMadeWithEpOverlapSaysTheExecutorRunsItsAllToAllsInLine) {
   const std::string file = TestPath("ep-overlap.plan.json");
-  std::ostringstream plan_out, plan_err;
-  ASSERT_EQ(RunPlan({std::string("--model=") + kSpec, "--devices=2", "--ep_overlap",
-                     "--time_budget=1", "--quiet", "--out=" + file},
-                    plan_out, plan_err),
-            0)
-      << plan_err.str();
-  std::ostringstream out, err;
-  ASSERT_EQ(RunTrain({std::string("--model=") + kSpec, "--plan=" + file, "--ranks=2",
-                      "--transport=inproc", "--iterations=1", "--json"},
-                     out, err),
-            0)
-      << err.str();
-  EXPECT_NE(err.str().find("the plan was made with --ep_overlap"), std::string::npos)
-      << err.str();
-  EXPECT_NE(err.str().find("octopipe simulate --plan=" + file + " --ep_overlap=false"),
+  const std::string err = TrainAPlanMadeWith("--ep_overlap", file);
+  EXPECT_NE(err.find("the plan was made with --ep_overlap"), std::string::npos) << err;
+  EXPECT_NE(err.find("octopipe simulate --plan=" + file + " --ep_overlap=false"),
             std::string::npos)
-      << err.str();
+      << err;
 }
 
 // A plan made with selective recompute runs, and the run says what the executor does instead.
 TEST(TrainCommandTest, APlanMadeWithSelectiveRecomputeSaysTheExecutorKeepsEveryActivation) {
-  const std::string file = TestPath("selective.plan.json");
-  std::ostringstream plan_out, plan_err;
-  ASSERT_EQ(RunPlan({std::string("--model=") + kSpec, "--devices=2", "--recompute=selective",
-                     "--time_budget=1", "--quiet", "--out=" + file},
-                    plan_out, plan_err),
-            0)
-      << plan_err.str();
-  std::ostringstream out, err;
-  ASSERT_EQ(RunTrain({std::string("--model=") + kSpec, "--plan=" + file, "--ranks=2",
-                      "--transport=inproc", "--iterations=1", "--json"},
-                     out, err),
-            0)
-      << err.str();
-  EXPECT_NE(err.str().find("the plan was made with --recompute=selective"), std::string::npos)
-      << err.str();
+  const std::string err =
+      TrainAPlanMadeWith("--recompute=selective", TestPath("selective.plan.json"));
+  EXPECT_NE(err.find("the plan was made with --recompute=selective"), std::string::npos) << err;
 }
 
 // A --plan that cannot be read, or is not a plan, is refused before anything runs, naming the
@@ -282,6 +273,9 @@ TEST(TrainCommandTest, AMissingOrBadPlanFileIsRefusedNamingTheFlag) {
   EXPECT_EQ(out2.str().find("loss"), std::string::npos) << out2.str();
 }
 
+// --trace writes the last iteration as the simulator's Chrome trace writes a prediction: one
+// complete event per op of each rank's schedule, in order, not overlapping on a rank, all on
+// one time axis that starts at 0.
 TEST(TrainCommandTest, TraceWritesTheMeasuredTimelineOfEveryRank) {
   const std::string trace = TestPath("measured.trace.json");
   std::ostringstream out, err;
