@@ -113,8 +113,9 @@ void DeclareFlags(CommandLine& flags, TrainFlags& o) {
   // Closing the loop with a planner: run its job's current plan and report the measured times.
   o.planner.AddFlags(flags);
   flags.String("job", &o.job,
-               "with --planner: run this job's current plan (instead of --plan/--schedule) and\n"
-               "report the measured stage times to the planner, which may re-plan the job");
+               "with --planner: run this job's current plan (not with --plan; instead of\n"
+               "--schedule) and report the measured stage times to the planner, which may\n"
+               "re-plan the job");
 }
 
 // What to run: the plan, and where it came from when it is a planner job's.
@@ -676,6 +677,11 @@ absl::StatusOr<executor::TransportKind> CheckRunFlags(const TrainFlags& o) {
   if (!(o.timeout > 0)) {
     return absl::InvalidArgumentError(
         absl::StrCat("--timeout must be > 0 seconds, got ", o.timeout));
+  }
+  if (!o.job.empty() && !o.plan_file.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--plan and --job both given (--plan=", o.plan_file, ", --job=", o.job,
+        "): --job runs the job's current plan; give one of them"));
   }
   if (!(o.rotate_cores_ms >= 0)) {
     return absl::InvalidArgumentError(
