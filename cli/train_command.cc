@@ -66,7 +66,8 @@ void DeclareFlags(CommandLine& flags, TrainFlags& o) {
   flags.String("model", &o.model,
                "ref:pattern=LETTERS,hidden=..,... (M scan, * attention, - MLP, E MoE; see\n"
                "executor/model_spec.h for every key)");
-  flags.String("plan", &o.plan_file, "plan file (from `octopipe plan --model=ref:... --out`)");
+  flags.String("plan", &o.plan_file,
+               "plan file (from `octopipe plan --model=ref:... --out`; not with --job)");
   flags.String("schedule", &o.schedule,
                "classic schedule when no --plan: gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v,\n"
                "dualpipev (layers split evenly)");
@@ -785,7 +786,7 @@ int RunTrain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   if (!transport_kind.ok()) return Fail(err, transport_kind.status(), 2);
   const ModelGraph graph = executor::ToModelGraph(*spec);
   std::optional<Plan> loaded;
-  if (!o.plan_file.empty() && o.job.empty()) {
+  if (!o.plan_file.empty()) {  // (not with --job: CheckRunFlags)
     // Read once: a layout file runs as a layout, a single pipeline below.
     proto::LayoutPrediction predicted;
     absl::StatusOr<LayoutPlan> layout = LoadLayoutPlanArg(o.plan_file, &predicted);
@@ -798,9 +799,8 @@ int RunTrain(const std::vector<std::string>& args, std::ostream& out, std::ostre
     }
     if (predicted.recompute() == "selective") {
       err << "octopipe train: note: the plan was made with --recompute=selective; this "
-             "executor does not recompute parts of layers (it keeps every activation and "
-             "recomputes only the stages the plan marks), so its memory and times are those "
-             "of --recompute=none\n";
+             "executor does not recompute parts of layers: it keeps every activation, so its "
+             "memory and times are those of --recompute=none\n";
     }
     if (!layout->single_pipeline()) {
       return RunLayoutTrain(o, *spec, graph, *layout, predicted, *profile ? &**profile : nullptr,

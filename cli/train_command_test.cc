@@ -271,13 +271,20 @@ TEST(TrainCommandTest, AMissingOrBadPlanFileIsRefusedNamingTheFlag) {
   EXPECT_NE(err2.str().find("--plan"), std::string::npos) << err2.str();
   EXPECT_NE(err2.str().find(bad), std::string::npos) << err2.str();
   EXPECT_EQ(out2.str().find("loss"), std::string::npos) << out2.str();
-  // A plan file and a planner job: one of them.
-  std::ostringstream out3, err3;
-  EXPECT_EQ(RunTrain({std::string("--model=") + kSpec, "--plan=" + bad, "--job=job-1",
+}
+
+// A plan file and a planner job are one or the other: refused before the planner is called
+// (nothing listens at the address; a connection's failure would say so instead), naming both.
+TEST(TrainCommandTest, PlanAndJobTogetherAreRefusedBeforeConnecting) {
+  const std::string file = TestPath("either.plan.json");
+  std::ostringstream out, err;
+  EXPECT_EQ(RunTrain({std::string("--model=") + kSpec, "--plan=" + file, "--job=job-1",
                       "--planner=127.0.0.1:1", "--ranks=2"},
-                     out3, err3),
+                     out, err),
             2);
-  EXPECT_NE(err3.str().find("--plan and --job both given"), std::string::npos) << err3.str();
+  EXPECT_NE(err.str().find("--plan and --job both given (--plan=" + file + ", --job=job-1)"),
+            std::string::npos)
+      << err.str();
 }
 
 // --trace writes the last iteration as the simulator's Chrome trace writes a prediction: one
