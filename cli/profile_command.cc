@@ -548,9 +548,6 @@ absl::StatusOr<std::string> FitMessageCost(const ModelSpec& spec, const ModelGra
       FormatSeconds(m->light_s), ")");
 }
 
-// Each measured size's median against the fit, as "; per size, median vs the fit: B1 T1 (+x%),
-// ..." (largest first): where the line misses, the DP sync of a plan whose buckets are of that
-// size is mispredicted by as much.
 // (bytes, seconds) samples grouped by size.
 std::map<double, std::vector<double>> BySize(const std::vector<std::pair<double, double>>& v) {
   std::map<double, std::vector<double>> out;
@@ -558,6 +555,9 @@ std::map<double, std::vector<double>> BySize(const std::vector<std::pair<double,
   return out;
 }
 
+// Each measured size's median against the fit, as "; per size, median vs the fit: B1 T1 (+x%),
+// ..." (largest first): where the line misses, the DP sync of a plan whose buckets are of that
+// size is mispredicted by as much.
 std::string AllReduceResiduals(const Measurements& m, const LinkSpec& link,
                                const ProfileFlags& f) {
   const std::map<double, std::vector<double>> by_size = BySize(m.allreduce);
@@ -634,9 +634,9 @@ std::string SplitProbeLine(const Measurements& m, std::pair<int, int> split, dou
                    " the F/B/W launches')");
   auto attempts = m.split_attempts.find(split);
   if (attempts != m.split_attempts.end() && attempts->second > 1) {
-    absl::StrAppend(&line, "; measured ", attempts->second,
-                    " times because the probe was more than 5% off, the attempt closest to them "
-                    "kept");
+    absl::StrAppend(&line, "; measured ", attempts->second, " times because the probe was ",
+                    absl::StrFormat("more than %.0f%%", 100 * kProbeDrift),
+                    " off, the attempt closest to them kept");
   }
   if (std::abs(ratio - 1) > kProbeDrift) {
     absl::StrAppend(&line, ": the host ran at another speed while this split was measured, and "
