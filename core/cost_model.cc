@@ -705,12 +705,11 @@ double ExpertAllToAllSeconds(double copy_bytes, int top_k, int max_nodes, int gr
   // node's included (see above: what these kernels are published to achieve), but never more
   // than sending each remote copy on its own (alltoall's k (nodes - 1) / nodes): the figures
   // are of top-8 routing, where deduplication saves 2-4x; with few experts per token nothing
-  // published says these kernels lose to NCCL's all-to-all. None in one node, where the
+  // published says these kernels lose to NCCL's all-to-all. In one node the cap is 0: the
   // intranode kernels use NVLink alone.
   const double timed_copies = std::min(dest_nodes, k * (nodes - 1) / nodes);
-  const double t_inter = nodes <= 1 ? 0
-                                    : (nodes - 1) * inter.latency_s +
-                                          Seconds(timed_copies * copy_bytes, inter.bandwidth);
+  const double t_inter =
+      (nodes - 1) * inter.latency_s + Seconds(timed_copies * copy_bytes, inter.bandwidth);
   return std::max(t_intra, t_inter);
 }
 
