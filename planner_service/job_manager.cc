@@ -698,13 +698,17 @@ absl::StatusOr<proto::ReportStageTimesResponse> JobManager::ApplyReport(
   if (request.has_progress()) {  // checked (CheckProgress); kept with the job's next write
     const proto::JobProgress& p = request.progress();
     JobProgress& progress = it->second.job.progress;
-    progress.iteration = std::max(progress.iteration, p.iteration());
-    if (p.has_loss()) {
-      progress.has_loss = true;
-      progress.loss = p.loss();
+    // Nodes report on their own pace: one's report of an older iteration may arrive after
+    // another's newer one, and must not put an older loss beside the newer iteration.
+    if (p.iteration() >= progress.iteration) {
+      progress.iteration = p.iteration();
+      if (p.has_loss()) {
+        progress.has_loss = true;
+        progress.loss = p.loss();
+      }
+      progress.tokens_per_s = p.tokens_per_s();
+      progress.updated_unix_ms = UnixMillis();
     }
-    progress.tokens_per_s = p.tokens_per_s();
-    progress.updated_unix_ms = UnixMillis();
   }
   const bool replan = policy_.OnReport(request.job_id(), update.max_deviation,
                                        clock_->NowSeconds());

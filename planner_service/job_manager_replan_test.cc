@@ -279,6 +279,17 @@ TEST_F(JobManagerTest, AgentJobPhaseAndProgressFollowEventsAndReports) {
   EXPECT_TRUE(got->job().progress().has_loss());
   EXPECT_EQ(got->job().progress().loss(), 2.25);
   EXPECT_EQ(got->job().progress().tokens_per_s(), 5000);
+  // Another node's report of an older iteration, arriving late, leaves the newer loss.
+  proto::ReportStageTimesRequest late = report;
+  late.mutable_progress()->set_iteration(10);
+  late.mutable_progress()->set_loss(3.5);
+  late.mutable_progress()->set_tokens_per_s(4000);
+  ASSERT_TRUE(manager_->ReportStageTimes(late).ok());
+  got = Get(id);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->job().progress().iteration(), 12);
+  EXPECT_EQ(got->job().progress().loss(), 2.25);
+  EXPECT_EQ(got->job().progress().tokens_per_s(), 5000);
 
   for (auto [edit, field] :
        {std::pair<std::function<void(proto::JobProgress*)>, const char*>{
