@@ -67,8 +67,10 @@
 //
 // Efficiencies (CostModelOptions::efficiency, achieved fraction of peak per layer kind). Their
 // ratios are judgement, not measurement: GEMM-only layers (MLP 0.66) highest, layers with an
-// attention core or a router lower (attention, MLA, vision 0.54; MoE's grouped GEMMs 0.48, the
-// head 0.60), the scans lowest (Mamba 0.36, Mamba-2 0.42). Their level is one factor fitted to
+// attention core lower (attention, MLA, vision 0.54; the head 0.60), the scans lowest (Mamba
+// 0.36, Mamba-2 0.42). A MoE layer's expert GEMMs are SwiGLU MLPs and run at the MLP's 0.66;
+// what its routing and its narrow experts cost besides is HBM traffic per routed token copy,
+// fitted to published kernel measurements (MoePart). Their level is one factor fitted to
 // published measurements: Table 1 of Narayanan et al. (SC '21, arXiv 2104.04473), ten GPT runs
 // of 1.7B to 1008B parameters on 32 to 3072 A100s with their published layouts, each planned as
 // run (full recompute, materialized attention, published global batch) by
@@ -120,6 +122,23 @@ constexpr double kTokenIdBytes = 8;
 // backward) FP8 copies, 1 byte each.
 constexpr double kFp8CastBytesPerElement = 4;
 
+// A MoE layer's HBM traffic per routed token copy besides its GEMMs and its permutation, in
+// elements of hidden size h and expert width f (MoePart): F 7.9·h + 22.5·f, B 20·h + 31.5·f.
+// Fitted by least squares (relative error) to the twelve "Megatron" bars of Figure 14 of
+// SonicMoE (Guo et al., arXiv 2512.14080; forward and backward TFLOP/s of a whole MoE layer —
+// router, gather, grouped GEMMs, SwiGLU, scatter — on one H100 in BF16, h 768 to 4096, f 256
+// to 2048, top-2 to top-16, 1024 to 2560 tokens per expert; read off the figure, ±3 TFLOP/s),
+// with the GEMMs at the MLP's efficiency and the permutation as below: the modelled layer is
+// within 8% of every forward bar and 21% of every backward one (rms 5% and 11%). No training
+// run was used; Mixtral 8x7B's published runs, checked afterwards, come out as before
+// (docs/benchmarks.md).
+struct MoeCopyElements {
+  double per_hidden;
+  double per_expert_width;
+};
+constexpr MoeCopyElements kMoeCopyF{7.9, 22.5};
+constexpr MoeCopyElements kMoeCopyB{20.0, 31.5};
+
 // One kind's contribution, for the whole layer before tensor parallelism.
 struct Part {
   double linear = 0;     // forward FLOPs of weight GEMMs
@@ -146,8 +165,9 @@ struct Part {
   double router_linear = 0;
   double cast_f = 0;
   double cast_b = 0;
-  // MoE only: HBM bytes the token permutation moves in F and in B, and what the alltoall
-  // dispatcher's chunk sorts add to each under expert parallelism (MoePart).
+  // MoE only: HBM bytes the token permutation and the rest of the layer (per routed copy) move
+  // in F and in B, and what the alltoall dispatcher's chunk sorts add to each under expert
+  // parallelism (MoePart).
   double route_bytes_f = 0;
   double route_bytes_b = 0;
   double sort_bytes = 0;
@@ -275,10 +295,15 @@ Part MlpPart(double b, double s, double h, double ffn, double out, bool gated, d
 // backward sums them back into one (k + 1): (4k + 1). The alltoall dispatcher with experts
 // spread over ranks (EP > 1, several per rank) also sorts the received chunks by local expert
 // after the dispatch and back before the combine, reading and writing k each: 4k more in F and
-// in B (MoeDispatcher; Cost applies it). At the default rates this adds 45% to a Qwen3-30B-A3B
-// MoE layer's F + B + W (h 2048, moe_ffn 768, top-8, FP8, alltoall at EP 8), 8% to DeepSeek-V3's
-// (flex) and 1.0% to Mixtral 8x7B's (EP 8 over 8 experts: no chunk sorts): it matters where the
-// experts are narrow.
+// in B (MoeDispatcher; Cost applies it).
+// The rest of the layer's cost beyond its GEMMs (at the MLP's efficiency) — the SwiGLU and its
+// backward, the router's softmax and top-k, the routing weights, and the fixed costs of grouped
+// GEMMs too narrow to fill the GPU — grows with the routed copies and with both the hidden size
+// and the expert width, and is timed as HBM traffic per routed copy: kMoeCopyF elements in F
+// and kMoeCopyB in B (below). With it, the layer's F + B + W is its GEMMs' time (at 0.66) plus
+// 39% for Mixtral 8x7B (h 4096, f 14336, top-2; the same total as the 0.48 fitted to its
+// published runs before this term existed), 60% for DeepSeek-V3 (7168, 2048, top-8) and 176%
+// for Qwen3-30B-A3B (2048, 768, top-8), BF16, no chunk sorts.
 Part MoePart(const LayerDims& d, double b, double s, double e) {
   const double h = d.hidden, f = d.moe_ffn, k = d.top_k, sh = d.shared_experts, E = d.experts;
   const double bs = b * s;
@@ -294,8 +319,10 @@ Part MoePart(const LayerDims& d, double b, double s, double e) {
   // inputs; in B the gate/up and down outputs' gradients of every expert copy.
   p.cast_f = bs * (h + (k + sh) * f);
   p.cast_b = bs * (k + sh) * (2 * f + h);
-  p.route_bytes_f = (3 * k + 1) * bs * h * e;
-  p.route_bytes_b = (4 * k + 1) * bs * h * e;
+  p.route_bytes_f = (3 * k + 1) * bs * h * e +
+                    k * bs * (kMoeCopyF.per_hidden * h + kMoeCopyF.per_expert_width * f) * e;
+  p.route_bytes_b = (4 * k + 1) * bs * h * e +
+                    k * bs * (kMoeCopyB.per_hidden * h + kMoeCopyB.per_expert_width * f) * e;
   p.sort_bytes = 4 * k * bs * h * e;
   p.params = 3 * h * f * (E + sh) + h * E + h;
   p.expert_params = 3 * h * f * E;

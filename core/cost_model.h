@@ -103,7 +103,7 @@ struct CostModelOptions {
       0.54,  // mla_attention
       0.36,  // mamba
       0.42,  // mamba2
-      0.48,  // moe (grouped GEMMs, routing overhead)
+      0.66,  // moe (its expert GEMMs; routing and narrow experts as HBM traffic)
       0.66,  // mlp
       0.54,  // vision_block
       0.60,  // head
