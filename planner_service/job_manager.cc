@@ -423,9 +423,18 @@ absl::Status JobManager::AddEvent(const std::string& job_id, JobEvent event) {
   if (it == jobs_.end()) return NoJob(job_id);
   JobRecord job = it->second.job;
   event.unix_ms = UnixMillis();
-  if (ParseJobEventKind(event.kind) == JobEventKind::kCompleted && job.training) {
+  const std::optional<JobEventKind> kind = ParseJobEventKind(event.kind);
+  if (kind == JobEventKind::kCompleted && job.training) {
     job.progress.iteration = std::min<int64_t>(
         std::max(event.iteration, job.progress.iteration), job.training->iterations);
+    job.progress.updated_unix_ms = event.unix_ms;
+  }
+  if ((kind == JobEventKind::kStarted || kind == JobEventKind::kResumed) && job.training) {
+    // The ranks start over from event.iteration, which a checkpoint can put before what was
+    // reported: progress follows them from there (the loss shown stays until a newer one).
+    const int64_t from = std::min<int64_t>(event.iteration, job.training->iterations);
+    job.progress.iteration = from;
+    job.progress.loss_iteration = std::min(job.progress.loss_iteration, from);
     job.progress.updated_unix_ms = event.unix_ms;
   }
   job.events.push_back(std::move(event));
@@ -698,17 +707,17 @@ absl::StatusOr<proto::ReportStageTimesResponse> JobManager::ApplyReport(
   if (request.has_progress()) {  // checked (CheckProgress); kept with the job's next write
     const proto::JobProgress& p = request.progress();
     JobProgress& progress = it->second.job.progress;
-    // Nodes report on their own pace: one's report of an older iteration may arrive after
-    // another's newer one, and must not put an older loss beside the newer iteration.
-    if (p.iteration() >= progress.iteration) {
-      progress.iteration = p.iteration();
-      if (p.has_loss()) {
-        progress.has_loss = true;
-        progress.loss = p.loss();
-      }
-      progress.tokens_per_s = p.tokens_per_s();
-      progress.updated_unix_ms = UnixMillis();
+    // Nodes report at their own pace, and only those holding a last stage report a loss: a
+    // late report of an older iteration must not put its loss or throughput beside a newer
+    // one's, and a loss is kept with the iteration it belongs to.
+    if (p.iteration() >= progress.iteration) progress.tokens_per_s = p.tokens_per_s();
+    progress.iteration = std::max(progress.iteration, p.iteration());
+    if (p.has_loss() && p.iteration() >= progress.loss_iteration) {
+      progress.has_loss = true;
+      progress.loss = p.loss();
+      progress.loss_iteration = p.iteration();
     }
+    progress.updated_unix_ms = UnixMillis();
   }
   const bool replan = policy_.OnReport(request.job_id(), update.max_deviation,
                                        clock_->NowSeconds());

@@ -290,6 +290,40 @@ TEST_F(JobManagerTest, AgentJobPhaseAndProgressFollowEventsAndReports) {
   EXPECT_EQ(got->job().progress().iteration(), 12);
   EXPECT_EQ(got->job().progress().loss(), 2.25);
   EXPECT_EQ(got->job().progress().tokens_per_s(), 5000);
+  // A node without the last stage reports iteration 14 without a loss; the loss node's late
+  // report of 13 still brings a newer loss (its throughput is older: kept).
+  proto::ReportStageTimesRequest lossless = report;
+  lossless.mutable_progress()->set_iteration(14);
+  lossless.mutable_progress()->set_has_loss(false);
+  lossless.mutable_progress()->set_loss(0);
+  lossless.mutable_progress()->set_tokens_per_s(5100);
+  ASSERT_TRUE(manager_->ReportStageTimes(lossless).ok());
+  proto::ReportStageTimesRequest loss13 = report;
+  loss13.mutable_progress()->set_iteration(13);
+  loss13.mutable_progress()->set_loss(2.0);
+  loss13.mutable_progress()->set_tokens_per_s(4900);
+  ASSERT_TRUE(manager_->ReportStageTimes(loss13).ok());
+  got = Get(id);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->job().progress().iteration(), 14);
+  EXPECT_EQ(got->job().progress().loss(), 2.0);
+  EXPECT_EQ(got->job().progress().tokens_per_s(), 5100);
+  // Resumed from a checkpoint of iteration 10: progress follows the ranks from there, and
+  // their next loss (iteration 11) is taken.
+  ASSERT_TRUE(manager_->AddEvent(id, {0, "resumed", "node0", 1, 10, ""}).ok());
+  got = Get(id);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->job().progress().iteration(), 10);
+  proto::ReportStageTimesRequest loss11 = report;
+  loss11.mutable_progress()->set_iteration(11);
+  loss11.mutable_progress()->set_loss(2.5);
+  ASSERT_TRUE(manager_->ReportStageTimes(loss11).ok());
+  got = Get(id);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->job().progress().iteration(), 11);
+  EXPECT_EQ(got->job().progress().loss(), 2.5);
+  // Back to the figures the rest of this test expects.
+  ASSERT_TRUE(manager_->ReportStageTimes(report).ok());
 
   for (auto [edit, field] :
        {std::pair<std::function<void(proto::JobProgress*)>, const char*>{
