@@ -124,14 +124,15 @@ constexpr double kFp8CastBytesPerElement = 4;
 
 // A MoE layer's HBM traffic per routed token copy besides its GEMMs and its permutation, in
 // elements of hidden size h and expert width f (MoePart): F 7.9·h + 22.5·f, B 20·h + 31.5·f.
-// Fitted by least squares (relative error) to the twelve "Megatron" bars of Figure 14 of
-// SonicMoE (Guo et al., arXiv 2512.14080; forward and backward TFLOP/s of a whole MoE layer —
-// router, gather, grouped GEMMs, SwiGLU, scatter — on one H100 in BF16, h 768 to 4096, f 256
-// to 2048, top-2 to top-16, 1024 to 2560 tokens per expert; read off the figure, ±3 TFLOP/s),
-// with the GEMMs at the MLP's efficiency and the permutation as below: the modelled layer is
-// within 8% of every forward bar and 21% of every backward one (rms 5% and 11%). No training
-// run was used; Mixtral 8x7B's published runs, checked afterwards, come out as before
-// (docs/benchmarks.md).
+// Fitted by least squares (relative error) to the "Megatron" bars of Figure 14 of SonicMoE
+// (Guo et al., arXiv 2512.14080: forward and backward TFLOP/s of a whole MoE layer — router,
+// gather, grouped GEMMs, SwiGLU, scatter — on one H100 in BF16 at twelve shapes, h 768 to
+// 4096, f 256 to 2048, top-2 to top-16, 1024 to 2560 tokens per expert; read off the figure,
+// ±3 TFLOP/s), with the GEMMs at the MLP's efficiency and the permutation as below: the
+// modelled layer is within 9% of every forward bar and 22% of every backward one (rms 5% and
+// 11%). The bars and the fit: bench/published_runs/moe_layer_fit.py. Fitted on H100 alone, as
+// bytes: on other GPUs the term scales with their memory bandwidth. No training run was used;
+// Mixtral 8x7B's published runs, checked afterwards, come out as before (docs/benchmarks.md).
 struct MoeCopyElements {
   double per_hidden;
   double per_expert_width;
@@ -302,8 +303,10 @@ Part MlpPart(double b, double s, double h, double ffn, double out, bool gated, d
 // and the expert width, and is timed as HBM traffic per routed copy: kMoeCopyF elements in F
 // and kMoeCopyB in B (below). With it, the layer's F + B + W is its GEMMs' time (at 0.66) plus
 // 39% for Mixtral 8x7B (h 4096, f 14336, top-2; the same total as the 0.48 fitted to its
-// published runs before this term existed), 60% for DeepSeek-V3 (7168, 2048, top-8) and 176%
-// for Qwen3-30B-A3B (2048, 768, top-8), BF16, no chunk sorts.
+// published runs before this term existed), 60% for DeepSeek-V3's routed experts (7168, 2048,
+// top-8; 54% with its shared expert) and 176% for Qwen3-30B-A3B (2048, 768, top-8), BF16, no
+// chunk sorts. Under tensor parallelism it is divided by t like every other cost here (each TP
+// rank handles its shard of the tokens).
 Part MoePart(const LayerDims& d, double b, double s, double e) {
   const double h = d.hidden, f = d.moe_ffn, k = d.top_k, sh = d.shared_experts, E = d.experts;
   const double bs = b * s;
