@@ -19,6 +19,8 @@ using cost_model_test::Llama8bAttention;
 using cost_model_test::DeepSeekV3Mla;
 using cost_model_test::Llama8bMlp;
 using cost_model_test::DeepSeekV3Moe;
+using cost_model_test::MixtralMoe;
+using cost_model_test::Moe;
 using cost_model_test::kNvlink;
 using cost_model_test::kIb;
 
@@ -76,12 +78,7 @@ TEST(ForwardFlopsTest, PlainMlpAndProjector) {
 }
 
 TEST(ForwardFlopsTest, MixtralMoe) {
-  Layer l;
-  l.kind = LayerKind::kMoe;
-  l.dims.hidden = 4096;
-  l.dims.experts = 8;
-  l.dims.top_k = 2;
-  l.dims.moe_ffn = 14336;
+  const Layer l = MixtralMoe();
   // 4·b·s·h·f·top_k·3/2 + router 2·b·s·h·E = 4·4096·4096·14336·2·1.5 + 2·4096·4096·8.
   const auto f = CostModel::ForwardFlops(l, Training());
   ExpectNear(2886486458368.0, f.linear);
@@ -695,12 +692,8 @@ TEST(CostTest, MoeLayerRunsAtTheMeasuredRateForItsExpertWidth) {
       {32768, 4096, 1024, 128, 8, 283, 273}, {32768, 4096, 2048, 64, 4, 339, 313},
   };
   for (const Bar& bar : bars) {
-    Layer moe;
-    moe.kind = LayerKind::kMoe;
-    moe.dims.hidden = static_cast<int64_t>(bar.h);
-    moe.dims.moe_ffn = static_cast<int64_t>(bar.f);
-    moe.dims.experts = static_cast<int64_t>(bar.experts);
-    moe.dims.top_k = static_cast<int64_t>(bar.top_k);
+    const Layer moe = Moe(static_cast<int64_t>(bar.h), static_cast<int64_t>(bar.f),
+                          static_cast<int64_t>(bar.experts), static_cast<int64_t>(bar.top_k));
     const LayerCost c =
         model.Cost(moe, Training(static_cast<int64_t>(bar.tokens)), H100());
     const double flops = 6 * bar.tokens * bar.top_k * bar.h * bar.f;
@@ -711,12 +704,7 @@ TEST(CostTest, MoeLayerRunsAtTheMeasuredRateForItsExpertWidth) {
   }
 
   const TrainingOptions t = Training();
-  Layer mixtral;
-  mixtral.kind = LayerKind::kMoe;
-  mixtral.dims.hidden = 4096;
-  mixtral.dims.moe_ffn = 14336;
-  mixtral.dims.experts = 8;
-  mixtral.dims.top_k = 2;
+  const Layer mixtral = MixtralMoe();
   const LayerCost c = model.Cost(mixtral, t, H100());
   const double linear = CostModel::ForwardFlops(mixtral, t).linear;
   const double mem = 3.35e12 * model.options().memory_efficiency;

@@ -53,6 +53,20 @@ inline Layer Llama8bMlp() {
   return l;
 }
 
+// A MoE layer of `experts` SwiGLU experts of width `moe_ffn`, top_k routed, no shared expert.
+inline Layer Moe(int64_t hidden, int64_t moe_ffn, int64_t experts, int64_t top_k) {
+  Layer l;
+  l.kind = LayerKind::kMoe;
+  l.dims.hidden = hidden;
+  l.dims.moe_ffn = moe_ffn;
+  l.dims.experts = experts;
+  l.dims.top_k = top_k;
+  return l;
+}
+
+// Mixtral 8x7B's: 8 experts of 14336, top-2.
+inline Layer MixtralMoe() { return Moe(4096, 14336, 8, 2); }
+
 inline Layer DeepSeekV3Moe() {
   Layer l;
   l.kind = LayerKind::kMoe;
