@@ -429,9 +429,17 @@ absl::Status JobManager::AddEvent(const std::string& job_id, JobEvent event) {
         std::max(event.iteration, job.progress.iteration), job.training->iterations);
     job.progress.updated_unix_ms = event.unix_ms;
   }
-  if ((kind == JobEventKind::kStarted || kind == JobEventKind::kResumed) && job.training) {
-    // The ranks start over from event.iteration, which a checkpoint can put before what was
-    // reported: progress follows them from there (the loss shown stays until a newer one).
+  // The ranks start over from event.iteration, which a checkpoint can put before what was
+  // reported: progress follows them from there (the loss shown stays until a newer one). A late
+  // start of an older version, or one after the job completed, changes nothing.
+  const auto supersedes = [&](const JobEvent& e) {
+    const std::optional<JobEventKind> k = ParseJobEventKind(e.kind);
+    return k == JobEventKind::kCompleted ||
+           ((k == JobEventKind::kStarted || k == JobEventKind::kResumed) &&
+            e.plan_version > event.plan_version);
+  };
+  if ((kind == JobEventKind::kStarted || kind == JobEventKind::kResumed) && job.training &&
+      std::none_of(job.events.begin(), job.events.end(), supersedes)) {
     const int64_t from = std::min<int64_t>(event.iteration, job.training->iterations);
     job.progress.iteration = from;
     job.progress.loss_iteration = std::min(job.progress.loss_iteration, from);

@@ -314,6 +314,12 @@ TEST_F(JobManagerTest, AgentJobPhaseAndProgressFollowEventsAndReports) {
   got = Get(id);
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->job().progress().iteration(), 10);
+  EXPECT_EQ(got->job().progress().loss(), 2.0);  // shown until a newer one
+  // A late start of an older version changes nothing.
+  ASSERT_TRUE(manager_->AddEvent(id, {0, "started", "node0", 0, 0, ""}).ok());
+  got = Get(id);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->job().progress().iteration(), 10);
   proto::ReportStageTimesRequest loss11 = report;
   loss11.mutable_progress()->set_iteration(11);
   loss11.mutable_progress()->set_loss(2.5);
