@@ -127,10 +127,10 @@ constexpr double kFp8CastBytesPerElement = 4;
 // Fitted by least squares (relative error) to the "Megatron" bars of Figure 14 of SonicMoE
 // (Guo et al., arXiv 2512.14080: forward and backward TFLOP/s of a whole MoE layer — router,
 // gather, grouped GEMMs, SwiGLU, scatter — on one H100 in BF16 at twelve shapes, h 768 to
-// 4096, f 256 to 2048, top-2 to top-16, 1024 to 2560 tokens per expert; read off the figure,
+// 4096, f 256 to 2048, top-2 to top-16, 1536 to 2560 tokens per expert; read off the figure,
 // ±3 TFLOP/s), with the GEMMs at the MLP's efficiency and the permutation as below: the
 // modelled layer is within 9% of every forward bar and 22% of every backward one (rms 5% and
-// 11%). The bars and the fit: bench/published_runs/moe_layer_fit.py. Fitted on H100 alone, as
+// 12%). The bars and the fit: bench/published_runs/moe_layer_fit.py. Fitted on H100 alone, as
 // bytes: on other GPUs the term scales with their memory bandwidth. No training run was used;
 // Mixtral 8x7B's published runs, checked afterwards, come out as before (docs/benchmarks.md).
 struct MoeCopyElements {
