@@ -133,6 +133,7 @@ proto::Job JobToProto(const JobRecord& job) {
     p->set_loss(job.progress.loss);
     p->set_tokens_per_s(job.progress.tokens_per_s);
     p->set_updated_unix_ms(job.progress.updated_unix_ms);
+    p->set_loss_iteration(job.progress.loss_iteration);
   }
   return out;
 }
@@ -157,6 +158,7 @@ JobRecord JobFromProto(const proto::Job& job) {
   out.progress.loss = job.progress().loss();
   out.progress.tokens_per_s = job.progress().tokens_per_s();
   out.progress.updated_unix_ms = job.progress().updated_unix_ms();
+  out.progress.loss_iteration = job.progress().loss_iteration();
   return out;
 }
 

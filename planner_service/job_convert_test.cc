@@ -62,6 +62,7 @@ proto::Job FullJob() {
   p->set_loss(2.5);
   p->set_tokens_per_s(1234.5);
   p->set_updated_unix_ms(1700000002000);
+  p->set_loss_iteration(7);
   return job;
 }
 

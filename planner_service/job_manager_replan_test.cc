@@ -308,6 +308,7 @@ TEST_F(JobManagerTest, AgentJobPhaseAndProgressFollowEventsAndReports) {
   EXPECT_EQ(got->job().progress().iteration(), 14);
   EXPECT_EQ(got->job().progress().loss(), 2.0);
   EXPECT_EQ(got->job().progress().tokens_per_s(), 5100);
+  EXPECT_EQ(got->job().progress().loss_iteration(), 13);
   // Resumed from a checkpoint of iteration 10: progress follows the ranks from there, and
   // their next loss (iteration 11) is taken.
   ASSERT_TRUE(manager_->AddEvent(id, {0, "resumed", "node0", 1, 10, ""}).ok());
@@ -356,6 +357,7 @@ TEST_F(JobManagerTest, AgentJobPhaseAndProgressFollowEventsAndReports) {
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->job().phase(), proto::JOB_PHASE_COMPLETED);
   EXPECT_EQ(got->job().progress().loss(), 2.25);
+  EXPECT_EQ(got->job().progress().loss_iteration(), 12);  // stored with it
 }
 
 // Events are bounded before they are stored: kind, node id and message sizes are checked

@@ -81,9 +81,7 @@ struct JobProgress {
   int64_t iteration = 0;
   bool has_loss = false;
   double loss = 0;
-  // The iteration `loss` was reported for. Not stored: a restarted planner takes the next
-  // reported loss.
-  int64_t loss_iteration = 0;
+  int64_t loss_iteration = 0;  // the iteration `loss` was reported for
   double tokens_per_s = 0;
   int64_t updated_unix_ms = 0;
 };
