@@ -1,6 +1,7 @@
 // Pins the cost model to its formulas (docs/architecture.md, "Cost model") with numbers
 // computed by hand (the literal constants), and pins the B/W split, tensor-parallel division,
-// measured overrides and recompute rules documented in cost_model.h / cost_model.cc.
+// measured overrides and recompute rules documented in cost_model.h / cost_model.cc. A MoE
+// layer's own costs: cost_model_moe_test.cc; communication: cost_model_comm_test.cc.
 #include "core/cost_model.h"
 
 #include <cmath>
@@ -20,7 +21,6 @@ using cost_model_test::DeepSeekV3Mla;
 using cost_model_test::Llama8bMlp;
 using cost_model_test::DeepSeekV3Moe;
 using cost_model_test::MixtralMoe;
-using cost_model_test::Moe;
 using cost_model_test::kNvlink;
 using cost_model_test::kIb;
 
@@ -584,134 +584,9 @@ TEST(CostTest, ZeroRateGivesInfiniteTimeNotNan) {
   EXPECT_TRUE(std::isinf(c.forward_s));
 }
 
-TEST(CostTest, ExpertParallelDividesRoutedExpertsAndShardsTheirOptimizerOverExpertDp) {
-  TrainingOptions t = Training();
-  t.ep_degree = 64;
-  t.zero_degree = 128;
-  const LayerCost c = CostModel().Cost(DeepSeekV3Moe(), t, H100());
-  // Routed 3·h·f·256/64, shared expert 3·h·f, router h·256, norm h.
-  EXPECT_NEAR(222043136.0, c.param_count, 1e-3);
-  // Dense part: 2 + 2 + 12/128 bytes per parameter; experts: ZeRO over 128/64 = 2 ranks.
-  EXPECT_NEAR(1949438624.0, c.static_bytes, 1e-3);
-  // Compute per rank is unchanged by EP (balanced routing: the same token-expert pairs); only
-  // the alltoall dispatcher's chunk sorts are added (flex has none).
-  t.moe_dispatcher = MoeDispatcher::kFlex;
-  const double flex_ep64 = CostModel().Cost(DeepSeekV3Moe(), t, H100()).forward_s;
-  EXPECT_LT(flex_ep64, c.forward_s);
-  t.ep_degree = 1;
-  t.zero_degree = 1;
-  EXPECT_EQ(CostModel().Cost(DeepSeekV3Moe(), t, H100()).forward_s, flex_ep64);
-}
-
 // Megatron-Core's recompute modules, DeepSeek-V3's set (layernorm, mla_up_proj, moe_act):
 // each drops its outputs from what F keeps and pays for recomputing them in B; F and W as
 // without recompute. b = 1, s = 4096, BF16 (e = 2).
-// FP8 MoE: the routed and shared experts' GEMMs at the FP8 peak, the router's h x E GEMM at
-// the BF16 one; cast-transposes of x̂ once and of every expert copy's down input in F, of every
-// copy's gate/up and down output gradients in B.
-TEST(CostTest, Fp8MoeKeepsItsRouterInBf16AndCastsEachExpertCopy) {
-  CostModel model;
-  TrainingOptions t = Training();
-  t.precision = Precision::kFp8;
-  HardwareSpec h100 = H100();
-  h100.peak_flops_fp8 = 1979e12;
-  const LayerCost c = model.Cost(DeepSeekV3Moe(), t, h100);
-  const double eff = model.options().efficiency[static_cast<int>(LayerKind::kMoe)];
-  const double mem = 3.35e12 * model.options().memory_efficiency;
-  const double s = 4096, h = 7168, f = 2048, copies = 8 + 1;
-  const double experts = 4 * s * h * f * copies * 1.5, router = 2 * s * h * 256;
-  const double cast_f = 4 * s * (h + copies * f), cast_b = 4 * s * copies * (2 * f + h);
-  // The token permutation in BF16 (MoePart): (3k + 1) and (4k + 1) elements of h per token,
-  // and per routed copy 7.9 h + 22.5 f in F, 20 h + 31.5 f in B.
-  const double route_f = (25 * h + 8 * (7.9 * h + 22.5 * f)) * s * 2;
-  const double route_b = (33 * h + 8 * (20 * h + 31.5 * f)) * s * 2;
-  // The default FP8 GEMM efficiency (0.73: 1.46x the BF16 rate, fitted to dense FP8 runs).
-  const double fp8_rate = 1979e12 * eff * 0.73;
-  EXPECT_DOUBLE_EQ(model.options().fp8_gemm_efficiency, 0.73);
-  EXPECT_NEAR(experts / fp8_rate + router / (989e12 * eff) + (cast_f + route_f) / mem,
-              c.forward_s, 1e-15);
-  EXPECT_NEAR(experts / fp8_rate + router / (989e12 * eff) + (cast_b + route_b) / mem,
-              c.backward_input_s, 1e-15);
-  EXPECT_NEAR(experts / fp8_rate + router / (989e12 * eff), c.weight_grad_s, 1e-15);
-}
-
-// The MoE token permutation is HBM traffic: DeepSeek-V3's layer (h 7168, f 2048, top-8 of 256),
-// b = 1, s = 4096, BF16. F moves (3k + 1) = 25 and B (4k + 1) = 33 elements of h per token, and
-// per routed copy 7.9 h + 22.5 f and 20 h + 31.5 f (the rest of the layer); W nothing. The
-// alltoall dispatcher's chunk sorts add 4k = 32 to each where a rank holds several experts of
-// an EP group (EP 8: 32 each); one expert per rank (EP 256) or the flex dispatcher, none.
-TEST(CostTest, MoeTokenPermutationIsHbmTrafficAndAllToAllSortsChunksUnderEp) {
-  CostModel model;
-  const Layer moe = DeepSeekV3Moe();
-  TrainingOptions t = Training();
-  const double rate = 989e12 * model.options().efficiency[static_cast<int>(LayerKind::kMoe)];
-  const double mem = 3.35e12 * model.options().memory_efficiency;
-  const double linear = CostModel::ForwardFlops(moe, t).linear;
-  const double token = 4096.0 * 7168 * 2;  // one element of h per token, in bytes
-  const double copies_f = 8 * 4096.0 * (7.9 * 7168 + 22.5 * 2048) * 2;
-  const double copies_b = 8 * 4096.0 * (20 * 7168 + 31.5 * 2048) * 2;
-  const LayerCost ep1 = model.Cost(moe, t, H100());
-  EXPECT_NEAR(linear / rate + (25 * token + copies_f) / mem, ep1.forward_s, 1e-15);
-  EXPECT_NEAR(linear / rate + (33 * token + copies_b) / mem, ep1.backward_input_s, 1e-15);
-  EXPECT_NEAR(linear / rate, ep1.weight_grad_s, 1e-15);
-
-  t.ep_degree = 8;
-  const LayerCost sorted = model.Cost(moe, t, H100());
-  EXPECT_NEAR(ep1.forward_s + 32 * token / mem, sorted.forward_s, 1e-15);
-  EXPECT_NEAR(ep1.backward_input_s + 32 * token / mem, sorted.backward_input_s, 1e-15);
-  EXPECT_EQ(ep1.weight_grad_s, sorted.weight_grad_s);
-
-  t.moe_dispatcher = MoeDispatcher::kFlex;
-  const LayerCost flex = model.Cost(moe, t, H100());
-  EXPECT_EQ(ep1.forward_s, flex.forward_s);
-  EXPECT_EQ(ep1.backward_input_s, flex.backward_input_s);
-
-  t.moe_dispatcher = MoeDispatcher::kAllToAll;
-  t.ep_degree = 256;
-  EXPECT_EQ(ep1.forward_s, model.Cost(moe, t, H100()).forward_s);
-}
-
-// A whole MoE layer on one H100 in BF16 against what SonicMoE (arXiv 2512.14080, Figure 14)
-// measured for Megatron's at twelve shapes, the source of the per-copy traffic
-// (bench/published_runs/moe_layer_fit.py holds the same bars and the fit): the forward within
-// 9% of every bar, the backward within 22% (the bars' FLOP count: 6·T·k·h·f forward, twice that
-// backward; no shared expert). And a Mixtral 8x7B layer (h 4096, f 14336, top-2 of 8), which
-// was not part of that fit, costs what its grouped GEMMs at 0.48 of the peak and its
-// permutation did before the term existed (the efficiency fitted to Mixtral's published runs).
-TEST(CostTest, MoeLayerRunsAtTheMeasuredRateForItsExpertWidth) {
-  CostModel model;
-  struct Bar {
-    double tokens, h, f, experts, top_k, forward, backward;
-  };
-  const Bar bars[] = {
-      {40960, 768, 256, 128, 8, 104, 138},   {40960, 768, 512, 64, 4, 142, 160},
-      {40960, 768, 1024, 32, 2, 175, 188},   {24576, 1536, 256, 128, 8, 119, 130},
-      {24576, 1536, 512, 64, 4, 166, 179},   {24576, 1536, 1024, 32, 2, 207, 213},
-      {32768, 4096, 256, 256, 16, 149, 132}, {32768, 4096, 512, 128, 8, 224, 215},
-      {32768, 4096, 1024, 64, 4, 290, 264},  {32768, 4096, 512, 256, 16, 224, 198},
-      {32768, 4096, 1024, 128, 8, 283, 273}, {32768, 4096, 2048, 64, 4, 339, 313},
-  };
-  for (const Bar& bar : bars) {
-    const Layer moe = Moe(static_cast<int64_t>(bar.h), static_cast<int64_t>(bar.f),
-                          static_cast<int64_t>(bar.experts), static_cast<int64_t>(bar.top_k));
-    const LayerCost c =
-        model.Cost(moe, Training(static_cast<int64_t>(bar.tokens)), H100());
-    const double flops = 6 * bar.tokens * bar.top_k * bar.h * bar.f;
-    const double forward = flops / c.forward_s / 1e12;
-    const double backward = 2 * flops / (c.backward_input_s + c.weight_grad_s) / 1e12;
-    EXPECT_NEAR(forward / bar.forward, 1, 0.09) << bar.h << " x " << bar.f << ": " << forward;
-    EXPECT_NEAR(backward / bar.backward, 1, 0.22) << bar.h << " x " << bar.f << ": " << backward;
-  }
-
-  const TrainingOptions t = Training();
-  const Layer mixtral = MixtralMoe();
-  const LayerCost c = model.Cost(mixtral, t, H100());
-  const double linear = CostModel::ForwardFlops(mixtral, t).linear;
-  const double mem = 3.35e12 * model.options().memory_efficiency;
-  const double before = 3 * linear / (989e12 * 0.48) + (7 + 9) * 4096.0 * 4096 * 2 / mem;
-  EXPECT_NEAR((c.forward_s + c.backward_input_s + c.weight_grad_s) / before, 1, 0.01);
-}
-
 TEST(CostTest, RecomputeModulesDropTheirOutputsAndPayForThemInB) {
   CostModel model;
   const Layer mla = DeepSeekV3Mla();
@@ -841,87 +716,6 @@ TEST(CostTest, BytesMeasuredSplitAsPlannedStand) {
   EXPECT_DOUBLE_EQ(old_entry.activation_bytes, 50);
   EXPECT_DOUBLE_EQ(old_entry.activation_bytes_w, 30);
   EXPECT_DOUBLE_EQ(old_entry.param_bytes, 2000);
-}
-
-// A MoE layer's measured weight bytes keep the formula's expert share for the optimizer state:
-// its experts' moments are sharded over the expert-data-parallel group (ZeRO / EP ranks), the
-// rest over ZeRO, as without a measurement.
-TEST(CostTest, MeasuredMoeWeightsKeepTheirExpertShareOfTheOptimizerState) {
-  TrainingOptions t = Training();
-  t.ep_degree = 64;
-  t.zero_degree = 128;
-  const LayerCost formula = CostModel().Cost(DeepSeekV3Moe(), t, H100());
-  Layer measured = DeepSeekV3Moe();
-  measured.measured.forward_s = 1;
-  measured.measured.backward_input_s = 1;
-  measured.measured.weight_grad_s = 1;
-  MeasuredSharded at{1, 64, 1, 1, 1, 1};
-  at.param_bytes = formula.param_bytes;  // measured as the formula says
-  measured.measured.sharded.push_back(at);
-  const LayerCost c = CostModel().Cost(measured, t, H100());
-  EXPECT_NEAR(c.param_count, formula.param_count, 1e-6 * formula.param_count);
-  EXPECT_NEAR(c.static_bytes, formula.static_bytes, 1e-6 * formula.static_bytes);
-}
-
-// A MoE layer's weights measured whole (every expert; no split measured at the plan's EP): at
-// EP 4 a rank holds a quarter of the routed experts, as the formula's share says, the router
-// and the rest whole; at EP 1 all of it.
-TEST(CostTest, WholeMeasuredMoeWeightsAreDividedByTheExpertParallelDegree) {
-  TrainingOptions t = Training();
-  const LayerCost at_1 = CostModel().Cost(DeepSeekV3Moe(), t, H100());
-  t.ep_degree = 4;
-  t.zero_degree = 8;
-  const LayerCost formula = CostModel().Cost(DeepSeekV3Moe(), t, H100());
-  Layer measured = DeepSeekV3Moe();
-  measured.measured.param_bytes = at_1.param_bytes;  // the whole layer, as the formula says
-  const LayerCost c = CostModel().Cost(measured, t, H100());
-  EXPECT_NEAR(c.param_count, formula.param_count, 1e-9 * formula.param_count);
-  EXPECT_NEAR(c.static_bytes, formula.static_bytes, 1e-9 * formula.static_bytes);
-  EXPECT_LT(c.param_count, 0.3 * at_1.param_count);  // 256 experts of ~44M: mostly experts
-  t.ep_degree = 1;
-  t.zero_degree = 1;
-  EXPECT_NEAR(CostModel().Cost(measured, t, H100()).param_count, at_1.param_count,
-              1e-9 * at_1.param_count);
-  // A layer holding more than its MoE part (an imported profile's attention + MoE block): the
-  // rest stays whole, only the experts a rank does not hold come off.
-  measured.measured.param_bytes = at_1.param_bytes + 2e8;
-  t.ep_degree = 4;
-  t.zero_degree = 8;
-  const double extra = 2e8 / 2;  // BF16: 2 bytes per parameter
-  EXPECT_NEAR(CostModel().Cost(measured, t, H100()).param_count, formula.param_count + extra,
-              1e-9 * formula.param_count);
-  // A dense layer has no experts: its measured weights stand at any EP.
-  Layer mlp = Llama8bMlp();
-  mlp.measured.param_bytes = 1e8;
-  t.ep_degree = 4;
-  EXPECT_NEAR(CostModel().Cost(mlp, t, H100()).param_bytes, 1e8, 1);
-}
-
-// A MoE layer measured at EP 2 (`octopipe profile --ep`): planned at EP 2 those times stand and
-// Comm adds no all-to-all; a dense layer ignores EP (its TP1 x EP1 times are the whole layer's).
-TEST(CostTest, AMoeLayerMeasuredAtAnExpertParallelDegreeCarriesItsAllToAlls) {
-  Layer moe = DeepSeekV3Moe();
-  moe.measured.forward_s = 1;
-  moe.measured.backward_input_s = 2;
-  moe.measured.weight_grad_s = 3;
-  moe.measured.sharded.push_back(MeasuredSharded{1, 2, 1.2, 2.4, 2.9, 1.1});
-  TrainingOptions t = Training();
-  t.ep_degree = 2;
-  const CommLinks links{kNvlink, kIb, 8};
-  const LayerCost c = CostModel().Cost(moe, t, H100());
-  EXPECT_EQ(c.forward_s, 1.2);
-  EXPECT_EQ(c.backward_input_s, 2.4);
-  EXPECT_EQ(c.weight_grad_s, 2.9);
-  EXPECT_EQ(c.recompute_s, 1.1);
-  EXPECT_EQ(CostModel().Comm(moe, t, links).forward_s, 0);
-  t.ep_degree = 4;  // not measured at 4: the whole layer's times and the all-to-alls
-  EXPECT_EQ(CostModel().Cost(moe, t, H100()).forward_s, 1);
-  EXPECT_GT(CostModel().Comm(moe, t, links).forward_s, 0);
-  Layer mlp = Llama8bMlp();
-  mlp.measured.forward_s = 1;
-  t.ep_degree = 2;
-  EXPECT_EQ(mlp.measured.Sharded(1, 2, /*moe=*/false), nullptr);
-  EXPECT_EQ(CostModel().Cost(mlp, t, H100()).forward_s, 1);
 }
 
 }  // namespace
