@@ -279,56 +279,49 @@ TEST_F(JobManagerTest, AgentJobPhaseAndProgressFollowEventsAndReports) {
   EXPECT_TRUE(got->job().progress().has_loss());
   EXPECT_EQ(got->job().progress().loss(), 2.25);
   EXPECT_EQ(got->job().progress().tokens_per_s(), 5000);
+  // `report` with its progress at `iteration`, with a loss unless `loss` < 0.
+  auto report_at = [&](int64_t iteration, double loss, double tokens_per_s) {
+    proto::ReportStageTimesRequest r = report;
+    proto::JobProgress* q = r.mutable_progress();
+    q->set_iteration(iteration);
+    q->set_has_loss(loss >= 0);
+    q->set_loss(loss >= 0 ? loss : 0);
+    q->set_tokens_per_s(tokens_per_s);
+    return manager_->ReportStageTimes(r).status();
+  };
+  auto progress_now = [&] {
+    absl::StatusOr<proto::GetJobResponse> g = Get(id);
+    EXPECT_TRUE(g.ok()) << g.status();
+    return g.ok() ? g->job().progress() : proto::JobProgress();
+  };
   // Another node's report of an older iteration, arriving late, leaves the newer loss.
-  proto::ReportStageTimesRequest late = report;
-  late.mutable_progress()->set_iteration(10);
-  late.mutable_progress()->set_loss(3.5);
-  late.mutable_progress()->set_tokens_per_s(4000);
-  ASSERT_TRUE(manager_->ReportStageTimes(late).ok());
-  got = Get(id);
-  ASSERT_TRUE(got.ok()) << got.status();
-  EXPECT_EQ(got->job().progress().iteration(), 12);
-  EXPECT_EQ(got->job().progress().loss(), 2.25);
-  EXPECT_EQ(got->job().progress().tokens_per_s(), 5000);
+  ASSERT_TRUE(report_at(10, 3.5, 4000).ok());
+  proto::JobProgress now = progress_now();
+  EXPECT_EQ(now.iteration(), 12);
+  EXPECT_EQ(now.loss(), 2.25);
+  EXPECT_EQ(now.tokens_per_s(), 5000);
   // A node without the last stage reports iteration 14 without a loss; the loss node's late
   // report of 13 still brings a newer loss (its throughput is older: kept).
-  proto::ReportStageTimesRequest lossless = report;
-  lossless.mutable_progress()->set_iteration(14);
-  lossless.mutable_progress()->set_has_loss(false);
-  lossless.mutable_progress()->set_loss(0);
-  lossless.mutable_progress()->set_tokens_per_s(5100);
-  ASSERT_TRUE(manager_->ReportStageTimes(lossless).ok());
-  proto::ReportStageTimesRequest loss13 = report;
-  loss13.mutable_progress()->set_iteration(13);
-  loss13.mutable_progress()->set_loss(2.0);
-  loss13.mutable_progress()->set_tokens_per_s(4900);
-  ASSERT_TRUE(manager_->ReportStageTimes(loss13).ok());
-  got = Get(id);
-  ASSERT_TRUE(got.ok()) << got.status();
-  EXPECT_EQ(got->job().progress().iteration(), 14);
-  EXPECT_EQ(got->job().progress().loss(), 2.0);
-  EXPECT_EQ(got->job().progress().tokens_per_s(), 5100);
-  EXPECT_EQ(got->job().progress().loss_iteration(), 13);
+  ASSERT_TRUE(report_at(14, -1, 5100).ok());
+  ASSERT_TRUE(report_at(13, 2.0, 4900).ok());
+  now = progress_now();
+  EXPECT_EQ(now.iteration(), 14);
+  EXPECT_EQ(now.loss(), 2.0);
+  EXPECT_EQ(now.tokens_per_s(), 5100);
+  EXPECT_EQ(now.loss_iteration(), 13);
   // Resumed from a checkpoint of iteration 10: progress follows the ranks from there, and
   // their next loss (iteration 11) is taken.
   ASSERT_TRUE(manager_->AddEvent(id, {0, "resumed", "node0", 1, 10, ""}).ok());
-  got = Get(id);
-  ASSERT_TRUE(got.ok()) << got.status();
-  EXPECT_EQ(got->job().progress().iteration(), 10);
-  EXPECT_EQ(got->job().progress().loss(), 2.0);  // shown until a newer one
+  now = progress_now();
+  EXPECT_EQ(now.iteration(), 10);
+  EXPECT_EQ(now.loss(), 2.0);  // shown until a newer one
   // A late start of an older version changes nothing.
   ASSERT_TRUE(manager_->AddEvent(id, {0, "started", "node0", 0, 0, ""}).ok());
-  got = Get(id);
-  ASSERT_TRUE(got.ok()) << got.status();
-  EXPECT_EQ(got->job().progress().iteration(), 10);
-  proto::ReportStageTimesRequest loss11 = report;
-  loss11.mutable_progress()->set_iteration(11);
-  loss11.mutable_progress()->set_loss(2.5);
-  ASSERT_TRUE(manager_->ReportStageTimes(loss11).ok());
-  got = Get(id);
-  ASSERT_TRUE(got.ok()) << got.status();
-  EXPECT_EQ(got->job().progress().iteration(), 11);
-  EXPECT_EQ(got->job().progress().loss(), 2.5);
+  EXPECT_EQ(progress_now().iteration(), 10);
+  ASSERT_TRUE(report_at(11, 2.5, 5000).ok());
+  now = progress_now();
+  EXPECT_EQ(now.iteration(), 11);
+  EXPECT_EQ(now.loss(), 2.5);
   // Back to the figures the rest of this test expects.
   ASSERT_TRUE(manager_->ReportStageTimes(report).ok());
 
