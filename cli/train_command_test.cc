@@ -254,23 +254,18 @@ TEST(TrainCommandTest, APlanMadeWithSelectiveRecomputeSaysTheExecutorKeepsEveryA
 // flag and the file (exit 2: bad usage).
 TEST(TrainCommandTest, AMissingOrBadPlanFileIsRefusedNamingTheFlag) {
   const std::string missing = TestPath("no-such.plan.json");
-  std::ostringstream out, err;
-  EXPECT_EQ(RunTrain({std::string("--model=") + kSpec, "--plan=" + missing, "--ranks=2",
-                      "--transport=inproc", "--iterations=1"},
-                     out, err),
-            2);
-  EXPECT_NE(err.str().find("--plan"), std::string::npos) << err.str();
-  EXPECT_NE(err.str().find(missing), std::string::npos) << err.str();
   const std::string bad = TestPath("bad.plan.json");
   ASSERT_TRUE(WriteStringToFile(bad, "{\"stages\": \"not a list\"}").ok());
-  std::ostringstream out2, err2;
-  EXPECT_EQ(RunTrain({std::string("--model=") + kSpec, "--plan=" + bad, "--ranks=2",
-                      "--transport=inproc", "--iterations=1"},
-                     out2, err2),
-            2);
-  EXPECT_NE(err2.str().find("--plan"), std::string::npos) << err2.str();
-  EXPECT_NE(err2.str().find(bad), std::string::npos) << err2.str();
-  EXPECT_EQ(out2.str().find("loss"), std::string::npos) << out2.str();
+  for (const std::string& file : {missing, bad}) {
+    std::ostringstream out, err;
+    EXPECT_EQ(RunTrain({std::string("--model=") + kSpec, "--plan=" + file, "--ranks=2",
+                        "--transport=inproc", "--iterations=1"},
+                       out, err),
+              2);
+    EXPECT_NE(err.str().find("--plan"), std::string::npos) << err.str();
+    EXPECT_NE(err.str().find(file), std::string::npos) << err.str();
+    EXPECT_EQ(out.str().find("loss"), std::string::npos) << out.str();
+  }
 }
 
 // A plan file and a planner job are one or the other: refused before the planner is called
