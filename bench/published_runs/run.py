@@ -22,9 +22,11 @@ a selective or full `recompute` as `--recompute=selective|full`, with the module
 recomputed (`recompute_modules`, Megatron-Core's names) as the model's
 `training.recompute_modules`; a run whose runtime overlapped
 the EP all-to-alls with other micro-batches' compute (`layout.ep_comm_overlap`: DualPipe, the
-Megatron recipes' A2A overlap) with `--ep_overlap`. A run with an `excluded` reason (its source
-says the figure is a software regression, not what the layout runs at) is planned and printed
-with the reason, and left out of the summary line's figures (count, mean, max).
+Megatron recipes' A2A overlap) with `--ep_overlap`, its kernels holding `layout.ep_comm_sms`
+SMs where the run's recipe sets them (the model's `training.ep_comm_sms`; else the default, 20).
+A run with an `excluded` reason (its source says the figure is a software regression, not what
+the layout runs at) is planned and printed with the reason, and left out of the summary line's
+figures (count, mean, max).
 
 Usage: bazel build -c opt //cli:octopipe && bench/published_runs/run.py [--only=SUBSTRING]
 Environment: OCTOPIPE (the binary; default bazel-bin/cli/octopipe), BUDGET (plan seconds per
@@ -91,16 +93,18 @@ def model_file(run):
     """The run's model file; a copy with training.precision = fp8 for an FP8 run, with
     training.micro_batch_size for a micro-batch above 1, with the run's sequence length where
     the file's differs, with the run's `recompute_modules` (selective recompute of those
-    modules) and with its `moe_dispatcher` (training.moe_dispatcher)."""
+    modules), with its `moe_dispatcher` (training.moe_dispatcher) and with the SMs its
+    overlapped all-to-alls hold (`layout.ep_comm_sms`: training.ep_comm_sms)."""
     path = os.path.join(ROOT, run["model"]["model_file"])
     fp8 = str(run.get("precision") or "").upper().startswith("FP8")
     modules = run.get("recompute_modules")
     dispatcher = run.get("moe_dispatcher")
+    comm_sms = run.get("layout", {}).get("ep_comm_sms")
     with open(path) as f:
         model = json.load(f)
     training = model.setdefault("training", {})
     seq = run["model"].get("seq_len")
-    if not fp8 and micro_batch(run) == 1 and not modules and not dispatcher and (
+    if not fp8 and micro_batch(run) == 1 and not modules and not dispatcher and not comm_sms and (
             not seq or str(seq) == str(training.get("seq_len"))):
         return path
     if seq:
@@ -109,6 +113,8 @@ def model_file(run):
         training["precision"] = "fp8"
     if dispatcher:  # how its MoE tokens reach the experts (the permutation's traffic)
         training["moe_dispatcher"] = dispatcher
+    if comm_sms:  # the SMs the recipe gives its overlapped all-to-alls' kernels
+        training["ep_comm_sms"] = int(comm_sms)
     if modules:  # what the run's selective recompute recomputed
         training["recompute"] = "selective"
         training["recompute_modules"] = modules
