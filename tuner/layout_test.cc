@@ -259,7 +259,9 @@ TEST(LayoutTest, TwoLayoutsScreenedPerMaxTunedAndTheFastestTunedOn) {
   EXPECT_EQ(tuned, 2);
   ASSERT_NE(chosen, nullptr);
   for (const LayoutConsidered& c : r->considered) {
-    if (c.outcome == "tuned") EXPECT_LE(chosen->iteration_s, c.iteration_s) << c.layout.ToString();
+    if (c.outcome == "tuned") {
+      EXPECT_LE(chosen->iteration_s, c.iteration_s) << c.layout.ToString();
+    }
   }
 }
 
