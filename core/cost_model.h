@@ -118,7 +118,8 @@ struct CostModelOptions {
   // The data sheets' FP8 peak is twice the BF16 one; what FP8 training gets from it is less:
   // where the number comes from, cost_model.cc, "Efficiencies".
   double fp8_gemm_efficiency = 0.73;
-  // The same for a MoE layer's routed experts (grouped GEMMs, quantized per expert).
+  // The same for a MoE layer's routed experts (grouped GEMMs, quantized per expert): fitted
+  // to published MoE layer measurements, see cost_model.cc, "Efficiencies".
   double fp8_expert_gemm_efficiency = 0.61;
 };
 

@@ -82,8 +82,9 @@ TEST(CostTest, Fp8MoeKeepsItsRouterInBf16AndCastsEachExpertCopy) {
 // on the DeepSeek one; the dense rate (0.73) would give 0.81-0.84. The routed experts' FP8
 // rate, fp8_expert_gemm_efficiency = 0.61, is the least-squares fit of the modelled ratio
 // (dispatch and combine included) to these six measured ones, in steps of 0.01: every ratio
-// within 11%. One factor cannot follow the two shapes apart (Mixtral's ratios are modelled
-// 3-6% high, the DeepSeek proxy's 0-10% low).
+// within 11%. One factor cannot follow the two shapes apart: Mixtral's ratios are modelled
+// 3-6% high, the DeepSeek proxy's up to 11% low (DeepEP and HybridEP are both the `flex`
+// dispatcher here, with one modelled ratio per layer).
 TEST(CostTest, Fp8MoeLayerGainsWhatMegatronMeasuredOverBf16) {
   struct Measured {
     Layer layer;
@@ -133,7 +134,11 @@ TEST(CostTest, Fp8MoeLayerGainsWhatMegatronMeasuredOverBf16) {
     return sum;
   };
   const double fitted = CostModelOptions().fp8_expert_gemm_efficiency;
-  for (double e : errors(fitted)) EXPECT_LT(std::abs(e), 0.11);
+  const std::vector<double> fit = errors(fitted);
+  for (size_t i = 0; i < fit.size(); ++i) {
+    EXPECT_LT(std::abs(fit[i]), 0.11) << i;
+    EXPECT_EQ(fit[i] > 0, i < 3) << i << ": " << fit[i];  // Mixtral high, DeepSeek low
+  }
   EXPECT_LT(squares(fitted), squares(fitted - 0.01));
   EXPECT_LT(squares(fitted), squares(fitted + 0.01));
   // The dense rate overstates the gain on every one of them.

@@ -104,8 +104,9 @@ def model_file(run):
         model = json.load(f)
     training = model.setdefault("training", {})
     seq = run["model"].get("seq_len")
-    if not fp8 and micro_batch(run) == 1 and not modules and not dispatcher and not comm_sms and (
-            not seq or str(seq) == str(training.get("seq_len"))):
+    plain = (not fp8 and micro_batch(run) == 1 and not modules and not dispatcher
+             and comm_sms is None)
+    if plain and (not seq or str(seq) == str(training.get("seq_len"))):
         return path
     if seq:
         training["seq_len"] = str(seq)
@@ -113,7 +114,7 @@ def model_file(run):
         training["precision"] = "fp8"
     if dispatcher:  # how its MoE tokens reach the experts (the permutation's traffic)
         training["moe_dispatcher"] = dispatcher
-    if comm_sms:  # the SMs the recipe gives its overlapped all-to-alls' kernels
+    if comm_sms is not None:  # the SMs the recipe gives its overlapped all-to-alls' kernels
         training["ep_comm_sms"] = int(comm_sms)
     if modules:  # what the run's selective recompute recomputed
         training["recompute"] = "selective"
