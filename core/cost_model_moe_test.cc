@@ -41,9 +41,9 @@ TEST(CostTest, ExpertParallelDividesRoutedExpertsAndShardsTheirOptimizerOverExpe
 }
 
 // FP8 MoE: the shared expert's GEMMs at the FP8 rate of dense layers, the routed experts' at
-// their own (fp8_expert_gemm_efficiency), the router's h x E GEMM at the BF16 rate;
-// cast-transposes of x̂ once and of every expert copy's down input in F, of every copy's
-// gate/up and down output gradients in B.
+// their own (fp8_expert_gemm_efficiency; each factor moves only its GEMMs), the router's h x E
+// GEMM at the BF16 rate; cast-transposes of x̂ once and of every expert copy's down input in
+// F, of every copy's gate/up and down output gradients in B.
 TEST(CostTest, Fp8MoeKeepsItsRouterInBf16AndCastsEachExpertCopy) {
   CostModel model;
   TrainingOptions t = Training();
@@ -70,6 +70,19 @@ TEST(CostTest, Fp8MoeKeepsItsRouterInBf16AndCastsEachExpertCopy) {
   EXPECT_NEAR(gemms + (cast_f + route_f) / mem, c.forward_s, 1e-15);
   EXPECT_NEAR(gemms + (cast_b + route_b) / mem, c.backward_input_s, 1e-15);
   EXPECT_NEAR(gemms, c.weight_grad_s, 1e-15);
+
+  // The two factors are independent: the dense one moves the shared expert's GEMMs only, the
+  // expert one the routed experts' only.
+  CostModelOptions options;
+  options.fp8_gemm_efficiency = 0.5;
+  const LayerCost dense = CostModel(options).Cost(DeepSeekV3Moe(), t, h100);
+  EXPECT_NEAR(dense.weight_grad_s - c.weight_grad_s,
+              shared / (1979e12 * eff * 0.5) - shared / (1979e12 * eff * 0.73), 1e-15);
+  options = CostModelOptions();
+  options.fp8_expert_gemm_efficiency = 0.5;
+  const LayerCost expert = CostModel(options).Cost(DeepSeekV3Moe(), t, h100);
+  EXPECT_NEAR(expert.weight_grad_s - c.weight_grad_s,
+              routed / (1979e12 * eff * 0.5) - routed / (1979e12 * eff * 0.61), 1e-15);
 }
 
 // What FP8 gains on a whole MoE layer against what Megatron-LM measured (its MoE layer
