@@ -130,7 +130,7 @@ int Run() {
     ports.push_back(FreePort());
     addresses.push_back(absl::StrCat("127.0.0.1:", ports[i]));
     args.push_back({"--store=etcd:" + (*etcd)->endpoints(), absl::StrCat("--port=", ports[i]),
-                    absl::StrCat("--leader_ttl_s=", ttl), "--log_level=warn",
+                    absl::StrCat("--leader_ttl_s=", ttl), "--log_level=info",
                     "--metrics_port=-1", absl::StrCat("--state_dir=", state, "-", i)});
     replicas.push_back(std::make_unique<PlannerProcess>(kPlanner));
     if (absl::Status s = replicas[i]->Start(args[i]); !s.ok()) {
@@ -155,6 +155,16 @@ int Run() {
   std::atomic<bool> stop{false};
   std::mutex mu;
   std::vector<std::string> acknowledged;
+  // Who acknowledged each job and when (for the report of a lost one): the replica's slot, how
+  // many leader kills had happened, seconds since the client started.
+  struct Ack {
+    int replica;
+    int kills;
+    double at_s;
+  };
+  std::vector<Ack> acks;
+  std::atomic<int> kills_done{0};
+  const absl::Time client_start = absl::Now();
   int64_t refused = 0;
   std::thread writer([&] {
     int target = 0;
@@ -166,6 +176,8 @@ int Run() {
       std::unique_lock<std::mutex> lock(mu);
       if (s.ok()) {
         acknowledged.push_back(job.id());
+        acks.push_back({target, kills_done.load(),
+                        absl::ToDoubleSeconds(absl::Now() - client_start)});
         continue;
       }
       ++refused;
@@ -181,12 +193,17 @@ int Run() {
   });
 
   std::vector<double> failover_s;
+  std::vector<std::string> logs;  // the killed replicas' stderr, "replica R, kill K" first
   std::optional<int> leader = await_leader(-1);
   for (int k = 0; leader && k < absl::GetFlag(FLAGS_kills); ++k) {
     absl::SleepFor(absl::Milliseconds(500));  // let the client write to this leader
     const int killed = *leader;
     const absl::Time t = absl::Now();
     replicas[killed]->Kill(SIGKILL);
+    kills_done = k + 1;
+    logs.push_back(absl::StrCat("replica ", killed, " (killed at +",
+                                absl::ToDoubleSeconds(t - client_start), " s, kill ", k + 1,
+                                "):\n", replicas[killed]->log()));
     leader = await_leader(killed);
     if (!leader) break;
     failover_s.push_back(absl::ToDoubleSeconds(absl::Now() - t));
@@ -233,6 +250,19 @@ int Run() {
   std::set<std::string> unique_acks(acknowledged.begin(), acknowledged.end());
   for (const std::string& id : acknowledged) lost += stored.count(id) ? 0 : 1;
   if (!listed) lost = -1;  // unknown: the listing never completed
+  if (lost > 0) {  // what the next run needs to find out why: who acknowledged them, and logs
+    for (size_t i = 0; i < acknowledged.size(); ++i) {
+      if (stored.count(acknowledged[i])) continue;
+      std::cerr << "failover: lost " << acknowledged[i] << ", acknowledged by replica "
+                << acks[i].replica << " after " << acks[i].kills << " kills, at +"
+                << acks[i].at_s << " s\n";
+    }
+    std::cerr << "failover: the final leader is replica " << (leader ? *leader : -1) << "\n";
+    for (int i = 0; i < kReplicas; ++i) {
+      logs.push_back(absl::StrCat("replica ", i, " (running at the end):\n", replicas[i]->log()));
+    }
+    for (const std::string& log : logs) std::cerr << "failover: " << log << "\n";
+  }
 
   // Store write latency, etcd (this cluster, its own prefix) against SQLite (a temp file).
   const int writes = absl::GetFlag(FLAGS_writes);
