@@ -36,9 +36,11 @@ absl::Status Leadership::Start() {
     while (!mu_.AwaitWithTimeout(absl::Condition(&stopping_), options_.ttl / 3)) {
       mu_.Unlock();
       const bool alive = KeepAlive();
+      const std::optional<std::string> lost = LostKey();
       RefreshLeader();
       listener_->OnTick();
       if (!alive) Depose("the lease could not be renewed (paused or cut off from etcd?)");
+      if (lost) Depose(*lost);
       mu_.Lock();
     }
   });
@@ -55,7 +57,10 @@ void Leadership::Run() {
       if (stopping_ || deposed_) return;
       lease = lease_;
     }
-    // Bounded, so that Stop is not held up for long; campaigning again keeps the same key.
+    // Bounded, so that Stop is not held up for long; campaigning again keeps the same key —
+    // unless etcd resigns the timed-out campaign's key (the server does, when the call's
+    // context ends) after the next campaign found it: that campaign then returns a key etcd no
+    // longer holds, and leading on it would make two leaders. So the key is checked first.
     absl::StatusOr<v3electionpb::LeaderKey> key =
         client_->Campaign(options_.election, lease, options_.address, options_.ttl);
     if (!key.ok()) {
@@ -64,6 +69,14 @@ void Leadership::Run() {
         absl::MutexLock lock(&mu_);
         mu_.AwaitWithTimeout(absl::Condition(&stopping_), options_.ttl / 3);
       }
+      continue;
+    }
+    if (absl::StatusOr<bool> held = HoldsKey(*key); !held.ok() || !*held) {
+      log->warn("campaign in {} returned key {} (revision {}) that etcd {}; campaigning again",
+                options_.election, key->key(), key->rev(),
+                held.ok() ? "no longer holds" : std::string(held.status().message()));
+      absl::MutexLock lock(&mu_);
+      mu_.AwaitWithTimeout(absl::Condition(&stopping_), options_.ttl / 3);
       continue;
     }
     {
@@ -112,6 +125,28 @@ bool Leadership::KeepAlive() {
   if (ttl.status().code() == absl::StatusCode::kNotFound) return false;
   // etcd did not answer: the lease may still be valid, for at most a ttl after the last renewal.
   return absl::Now() - renewed < options_.ttl;
+}
+
+absl::StatusOr<bool> Leadership::HoldsKey(const v3electionpb::LeaderKey& key) const {
+  etcdserverpb::RangeRequest range;
+  range.set_key(key.key());
+  range.set_keys_only(true);
+  absl::StatusOr<etcdserverpb::RangeResponse> r = client_->Range(range);
+  if (!r.ok()) return r.status();
+  return r->kvs_size() == 1 && r->kvs(0).create_revision() == key.rev();
+}
+
+std::optional<std::string> Leadership::LostKey() const {
+  v3electionpb::LeaderKey key;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!leading_) return std::nullopt;
+    key = key_;
+  }
+  absl::StatusOr<bool> held = HoldsKey(key);
+  if (!held.ok() || *held) return std::nullopt;  // unanswered: the lease's rule decides
+  return absl::StrCat("the leader key ", key.key(), " (revision ", key.rev(),
+                      ") is gone from etcd; another replica may lead");
 }
 
 void Leadership::RefreshLeader() {

@@ -9,7 +9,9 @@
 //
 // The leader steps down by itself when its lease cannot be renewed: when a keep-alive says the
 // lease expired, or when no keep-alive succeeded for a whole ttl (the lease may have expired
-// without it hearing so). leading() is false from a ttl after the last successful renewal was
+// without it hearing so); and when its key is gone from etcd while the lease lives (checked
+// at every keep-alive tick, and before taking office: a campaign retried after a timeout can
+// return a key that etcd's resign of the timed-out one deletes). leading() is false from a ttl after the last successful renewal was
 // sent, even before the step-down, so a paused or cut-off leader stops serving as one no later
 // than etcd can hand the leadership to another replica. It then reports OnDeposed once and campaigns no more: the planner
 // restarts its process to rejoin as a follower with a clean memory (main.cc).
@@ -92,6 +94,11 @@ class Leadership : public Role {
   // One keep-alive; false when the lease is gone or has not been renewed for a whole ttl.
   bool KeepAlive() ABSL_LOCKS_EXCLUDED(mu_);
   void RefreshLeader() ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether etcd holds `key` as this replica's campaign created it (its create revision).
+  absl::StatusOr<bool> HoldsKey(const v3electionpb::LeaderKey& key) const;
+  // While leading: why it no longer does when etcd says its key is gone (nullopt: it holds
+  // the key, or etcd did not answer).
+  std::optional<std::string> LostKey() const ABSL_LOCKS_EXCLUDED(mu_);
   void Depose(const std::string& why) ABSL_LOCKS_EXCLUDED(mu_);
 
   const std::shared_ptr<etcd::Client> client_;

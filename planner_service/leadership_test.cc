@@ -60,6 +60,10 @@ class Recorder : public Leadership::Listener {
     absl::MutexLock lock(&mu_);
     return key_;
   }
+  std::string why() {
+    absl::MutexLock lock(&mu_);
+    return why_;
+  }
   void FailElection(absl::Status s) {
     absl::MutexLock lock(&mu_);
     elect_error_ = std::move(s);
@@ -173,6 +177,31 @@ TEST_F(LeadershipTest, ALeaderThatLosesItsLeaseStepsDown) {
   ASSERT_TRUE(NewClient()->LeaseRevoke(ra.key().lease()).ok());
   ASSERT_TRUE(ra.WaitDeposed(absl::Seconds(5)));
   EXPECT_FALSE(a.leading());
+  ASSERT_TRUE(rb.WaitElected(absl::Seconds(10)));
+  EXPECT_TRUE(b.leading());
+  EXPECT_EQ(ra.deposed(), 1);
+}
+
+// A leader whose key is deleted while its lease lives (what etcd's resign of a timed-out
+// campaign does to the key a retried campaign found and returned) steps down within a
+// keep-alive tick and reports it once; the other replica then leads. Before, the lease alone
+// kept it leading: two leaders, the deleted one answering reads from its memory.
+TEST_F(LeadershipTest, ALeaderWhoseKeyIsGoneStepsDown) {
+  Recorder ra, rb;
+  Leadership a(NewClient(), Options("/t4/leader", "a:1"), &ra);
+  ASSERT_TRUE(a.Start().ok());
+  ASSERT_TRUE(ra.WaitElected(absl::Seconds(10)));
+  Leadership b(NewClient(), Options("/t4/leader", "b:2"), &rb);
+  ASSERT_TRUE(b.Start().ok());
+
+  etcdserverpb::DeleteRangeRequest del;
+  del.set_key(ra.key().key());
+  absl::StatusOr<etcdserverpb::DeleteRangeResponse> deleted = NewClient()->DeleteRange(del);
+  ASSERT_TRUE(deleted.ok()) << deleted.status();
+  ASSERT_EQ(deleted->deleted(), 1);
+  ASSERT_TRUE(ra.WaitDeposed(absl::Seconds(5)));
+  EXPECT_FALSE(a.leading());
+  EXPECT_NE(ra.why().find("is gone from etcd"), std::string::npos) << ra.why();
   ASSERT_TRUE(rb.WaitElected(absl::Seconds(10)));
   EXPECT_TRUE(b.leading());
   EXPECT_EQ(ra.deposed(), 1);
