@@ -289,12 +289,13 @@ int Run() {
       {"create_job_refused_or_failed", refused},
       {"acknowledged_lost", lost},
       {"jobs_listed", listed},
-      {"repeated_job_ids", repeated + static_cast<int64_t>(acknowledged.size() - unique_acks.size())},
+      {"repeated_job_ids",
+       repeated + static_cast<int64_t>(acknowledged.size() - unique_acks.size())},
       {"store_write_ms", {{"etcd", ToJson(etcd_ms, "ms")}, {"sqlite", ToJson(sqlite_ms, "ms")}}},
   };
   std::cout << out.dump() << "\n";
-  return listed && lost == 0 && failover_s.size() == static_cast<size_t>(absl::GetFlag(FLAGS_kills)) ? 0
-                                                                                           : 1;
+  const bool all_kills = failover_s.size() == static_cast<size_t>(absl::GetFlag(FLAGS_kills));
+  return listed && lost == 0 && all_kills ? 0 : 1;
 }
 
 }  // namespace

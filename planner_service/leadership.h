@@ -11,10 +11,11 @@
 // lease expired, or when no keep-alive succeeded for a whole ttl (the lease may have expired
 // without it hearing so); and when its key is gone from etcd while the lease lives (checked
 // at every keep-alive tick, and before taking office: a campaign retried after a timeout can
-// return a key that etcd's resign of the timed-out one deletes). leading() is false from a ttl after the last successful renewal was
-// sent, even before the step-down, so a paused or cut-off leader stops serving as one no later
-// than etcd can hand the leadership to another replica. It then reports OnDeposed once and campaigns no more: the planner
-// restarts its process to rejoin as a follower with a clean memory (main.cc).
+// return a key that etcd's resign of the timed-out one deletes). leading() is false from a
+// ttl after the last successful renewal was sent, even before the step-down, so a paused or
+// cut-off leader stops serving as one no later than etcd can hand the leadership to another
+// replica. It then reports OnDeposed once and campaigns no more: the planner restarts its
+// process to rejoin as a follower with a clean memory (main.cc).
 //
 // Followers learn the current leader's address (leader_address()) at every keep-alive tick,
 // for the UNAVAILABLE answers that point clients to it. Between ticks, with no leader seen,
