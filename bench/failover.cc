@@ -154,15 +154,15 @@ int Run() {
   // The client: CreateJob in a loop on whoever leads, following the followers' hints.
   std::atomic<bool> stop{false};
   std::mutex mu;
-  std::vector<std::string> acknowledged;
-  // Who acknowledged each job and when (for the report of a lost one): the replica's slot, how
-  // many leader kills had happened, seconds since the client started.
+  // Each acknowledged job, with who acknowledged it and when (for the report of a lost one):
+  // the replica's slot, how many leader kills had happened, seconds since the client started.
   struct Ack {
+    std::string id;
     int replica;
     int kills;
     double at_s;
   };
-  std::vector<Ack> acks;
+  std::vector<Ack> acknowledged;
   std::atomic<int> kills_done{0};
   const absl::Time client_start = absl::Now();
   int64_t refused = 0;
@@ -175,9 +175,8 @@ int Run() {
       const grpc::Status s = stubs[target]->CreateJob(&ctx, SmallJob(n), &job);
       std::unique_lock<std::mutex> lock(mu);
       if (s.ok()) {
-        acknowledged.push_back(job.id());
-        acks.push_back({target, kills_done.load(),
-                        absl::ToDoubleSeconds(absl::Now() - client_start)});
+        acknowledged.push_back({job.id(), target, kills_done.load(),
+                                absl::ToDoubleSeconds(absl::Now() - client_start)});
         continue;
       }
       ++refused;
@@ -247,16 +246,16 @@ int Run() {
     }
   }
   int64_t lost = 0;
-  std::set<std::string> unique_acks(acknowledged.begin(), acknowledged.end());
-  for (const std::string& id : acknowledged) lost += stored.count(id) ? 0 : 1;
+  std::set<std::string> unique_acks;
+  for (const Ack& a : acknowledged) {
+    unique_acks.insert(a.id);
+    if (!listed || stored.count(a.id)) continue;
+    ++lost;  // with what the next run needs to find out why: who acknowledged it, and when
+    std::cerr << "failover: lost " << a.id << ", acknowledged by replica " << a.replica
+              << " after " << a.kills << " kills, at +" << a.at_s << " s\n";
+  }
   if (!listed) lost = -1;  // unknown: the listing never completed
-  if (lost > 0) {  // what the next run needs to find out why: who acknowledged them, and logs
-    for (size_t i = 0; i < acknowledged.size(); ++i) {
-      if (stored.count(acknowledged[i])) continue;
-      std::cerr << "failover: lost " << acknowledged[i] << ", acknowledged by replica "
-                << acks[i].replica << " after " << acks[i].kills << " kills, at +"
-                << acks[i].at_s << " s\n";
-    }
+  if (lost > 0) {  // and every replica's log
     std::cerr << "failover: the final leader is replica " << (leader ? *leader : -1) << "\n";
     for (int i = 0; i < kReplicas; ++i) {
       logs.push_back(absl::StrCat("replica ", i, " (running at the end):\n", replicas[i]->log()));
