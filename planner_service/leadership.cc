@@ -36,7 +36,8 @@ absl::Status Leadership::Start() {
     while (!mu_.AwaitWithTimeout(absl::Condition(&stopping_), options_.ttl / 3)) {
       mu_.Unlock();
       const bool alive = KeepAlive();
-      const std::optional<std::string> lost = LostKey();
+      // Only with the lease renewed: with etcd unreachable the lease's rule decides, at once.
+      const std::optional<std::string> lost = alive ? LostKey() : std::nullopt;
       RefreshLeader();
       listener_->OnTick();
       if (!alive) Depose("the lease could not be renewed (paused or cut off from etcd?)");
